@@ -1,0 +1,86 @@
+"""recruiter: a MongoDB job queue whose jobs are never lost, never run twice by accident,
+and whose whole history can be read back.
+
+>>> from recruiter import Queue, Registry, ExponentialBackoff
+"""
+
+from recruiter.clock import Clock, FrozenClock, SystemClock
+from recruiter.errors import (
+    DuplicateRegistration,
+    InvalidJob,
+    InvalidParameters,
+    InvalidRetryPolicy,
+    JobNotFound,
+    RecruiterError,
+    SchemaTooNew,
+    UnknownRetryPolicy,
+    UnknownWorkable,
+    WorkerDied,
+)
+from recruiter.job import Job, JobSpec
+from recruiter.policies import (
+    DoNotDoItAgain,
+    ExponentialBackoff,
+    RetriableExceptionFilter,
+    RetryForever,
+    RetryManyTimes,
+    SelectByException,
+    TimeTable,
+)
+from recruiter.queue import Queue
+from recruiter.retry import (
+    Decision,
+    FailedAttempt,
+    Failure,
+    GiveUp,
+    RetryAt,
+    RetryPolicy,
+    Why,
+    register_retry_policy,
+)
+from recruiter.workable import (
+    FunctionWorkable,
+    Registry,
+    RetryStatistics,
+    Workable,
+    retry_statistics,
+)
+
+__all__ = [
+    "Clock",
+    "Decision",
+    "DoNotDoItAgain",
+    "DuplicateRegistration",
+    "ExponentialBackoff",
+    "FailedAttempt",
+    "Failure",
+    "FrozenClock",
+    "FunctionWorkable",
+    "GiveUp",
+    "InvalidJob",
+    "InvalidParameters",
+    "InvalidRetryPolicy",
+    "Job",
+    "JobNotFound",
+    "JobSpec",
+    "Queue",
+    "RecruiterError",
+    "Registry",
+    "RetriableExceptionFilter",
+    "RetryAt",
+    "RetryForever",
+    "RetryManyTimes",
+    "RetryPolicy",
+    "RetryStatistics",
+    "SchemaTooNew",
+    "SelectByException",
+    "SystemClock",
+    "TimeTable",
+    "UnknownRetryPolicy",
+    "UnknownWorkable",
+    "Why",
+    "Workable",
+    "WorkerDied",
+    "register_retry_policy",
+    "retry_statistics",
+]

@@ -1,0 +1,68 @@
+"""Durations written the way operators write them: ``500ms``, ``30s``, ``5m``, ``2h``, ``5d``."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+_UNITS: dict[str, float] = {
+    "ms": 0.001,
+    "millisecond": 0.001,
+    "milliseconds": 0.001,
+    "s": 1,
+    "sec": 1,
+    "second": 1,
+    "seconds": 1,
+    "m": 60,
+    "min": 60,
+    "minute": 60,
+    "minutes": 60,
+    "h": 3600,
+    "hour": 3600,
+    "hours": 3600,
+    "d": 86400,
+    "day": 86400,
+    "days": 86400,
+    "w": 604800,
+    "week": 604800,
+    "weeks": 604800,
+}
+_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]+)\s*$")
+
+Duration = dt.timedelta | float | int | str
+"""Anything :func:`to_timedelta` accepts: a timedelta, seconds, or a text like ``"5m"``."""
+
+
+def parse_duration(text: str) -> dt.timedelta:
+    """Parse ``"<number><unit>"``; a bare number is refused because its unit is ambiguous.
+
+    >>> parse_duration("90s")
+    datetime.timedelta(seconds=90)
+    >>> parse_duration("1.5h")
+    datetime.timedelta(seconds=5400)
+    """
+    match = _PATTERN.match(text.lower())
+    if match is None or match.group(2) not in _UNITS:
+        hint = f" (maybe '{text.strip()}s' for seconds?)" if text.strip().isdigit() else ""
+        raise ValueError(
+            f"invalid duration {text!r}{hint}: write a number and a unit, "
+            "one of ms, s, m, h, d, w (for example 30s, 5m, 2h, 5d)"
+        )
+    return dt.timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+
+
+def to_timedelta(value: Duration, *, name: str = "duration") -> dt.timedelta:
+    """Accept a timedelta, a number of seconds or a duration text; refuse negative ones."""
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be a duration, not a boolean")
+    if isinstance(value, dt.timedelta):
+        delta = value
+    elif isinstance(value, int | float):
+        delta = dt.timedelta(seconds=value)
+    elif isinstance(value, str):
+        delta = parse_duration(value)
+    else:
+        raise ValueError(f"{name} must be a timedelta, seconds or a text like '5m', not {value!r}")
+    if delta < dt.timedelta(0):
+        raise ValueError(f"{name} must not be negative, got {delta}")
+    return delta

@@ -1,0 +1,92 @@
+"""Every error recruiter raises, under one base class.
+
+Errors carry structured fields so that callers can act on them without parsing
+messages, and their messages say what happened and what to do next.
+
+:class:`WorkerDied` is different: it is never raised, it is the failure recorded for
+an attempt whose worker died, handed to the job's retry policy like any exception.
+"""
+
+from __future__ import annotations
+
+
+class RecruiterError(Exception):
+    """Base of every error raised by recruiter."""
+
+
+class InvalidJob(RecruiterError):
+    """A job could not be scheduled as asked; nothing was written."""
+
+
+class InvalidParameters(InvalidJob):
+    """A workable's parameters cannot be stored as BSON or do not fit its signature."""
+
+    def __init__(self, workable: str, reason: str) -> None:
+        super().__init__(f"parameters of workable {workable!r} are invalid: {reason}")
+        self.workable = workable
+        self.reason = reason
+
+
+class UnknownWorkable(RecruiterError):
+    """No workable is registered under this name in the registry at hand."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"no workable is registered as {name!r}: register it with "
+            f"@registry.workable({name!r}) in the application the worker loads (--app)"
+        )
+        self.name = name
+
+
+class UnknownRetryPolicy(RecruiterError):
+    """No retry policy is registered under this name."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"no retry policy is registered as {name!r}: decorate its class with "
+            "@register_retry_policy in a module the application imports"
+        )
+        self.name = name
+
+
+class InvalidRetryPolicy(RecruiterError):
+    """A retry policy's parameters are out of range or inconsistent."""
+
+
+class DuplicateRegistration(RecruiterError):
+    """Two different objects were registered under the same name."""
+
+    def __init__(self, kind: str, name: str) -> None:
+        super().__init__(
+            f"a different {kind} is already registered as {name!r}: names must be unique"
+        )
+        self.kind = kind
+        self.name = name
+
+
+class JobNotFound(RecruiterError):
+    """No job with this id exists in ``scheduled`` nor in ``archived``."""
+
+    def __init__(self, job_id: object) -> None:
+        super().__init__(f"no job with id {job_id} in scheduled nor archived")
+        self.job_id = job_id
+
+
+class SchemaTooNew(RecruiterError):
+    """The database was written by a newer recruiter than this one."""
+
+    def __init__(self, found: int, supported: int) -> None:
+        super().__init__(
+            f"the database has schema version {found}, this recruiter supports up to "
+            f"{supported}: upgrade recruiter on this machine before running it here"
+        )
+        self.found = found
+        self.supported = supported
+
+
+class NotInAJob(RecruiterError):
+    """A job-only function was called outside a running job."""
+
+
+class WorkerDied(Exception):
+    """The worker running the attempt died before finishing it (recorded, never raised)."""

@@ -1,0 +1,248 @@
+"""Running one locked job: the attempt, its record, and the retry policy's verdict.
+
+Workers and the synchronous test runner both run jobs through :class:`Executor`, so
+a job behaves the same in a test as in production. Every write is fenced by the lock
+token the job was assigned with: if the job was released meanwhile (its worker was
+declared dead), the attempt's result is discarded and reported as ``fenced``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import socket
+import traceback
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from bson import ObjectId
+
+from recruiter.clock import Clock
+from recruiter.errors import RecruiterError
+from recruiter.job import TRACE_LIMIT, Job
+from recruiter.policies import DoNotDoItAgain
+from recruiter.retry import (
+    Decision,
+    FailedAttempt,
+    Failure,
+    GiveUp,
+    RetryAt,
+    RetryPolicy,
+    Why,
+    policy_from_document,
+)
+from recruiter.store import Store
+from recruiter.workable import Registry, RetryStatistics, running_as
+
+logger = logging.getLogger(__name__)
+
+
+class DamagedJob(RecruiterError):
+    """The stored job document cannot be run as it is; fix it by hand or let it fail."""
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who runs an attempt, recorded in its history."""
+
+    worker_id: ObjectId | None
+    pid: int
+    hostname: str
+
+    @classmethod
+    def of_this_process(cls, worker_id: ObjectId | None = None) -> Identity:
+        return cls(worker_id, os.getpid(), socket.gethostname())
+
+    def fields(self) -> dict[str, Any]:
+        return {"worker": self.worker_id, "pid": self.pid, "hostname": self.hostname}
+
+
+class Outcome(StrEnum):
+    DONE = "done"
+    """It succeeded and was archived as ``done``."""
+    RETRY = "retry"
+    """It failed and its policy scheduled it again."""
+    ARCHIVED = "archived"
+    """It failed and its policy gave up: archived with the reason in ``why``."""
+    FENCED = "fenced"
+    """It was no longer held with this lock token: nothing this attempt wrote took effect."""
+
+
+@dataclass(frozen=True)
+class Execution:
+    """What happened to one job in one attempt."""
+
+    job_id: Any
+    outcome: Outcome
+    attempts: int = 0
+    why: str | None = None
+    retry_at: dt.datetime | None = None
+    failure: Failure | None = None
+    trace: str | None = None
+
+
+@dataclass(frozen=True)
+class _Failed:
+    """A failed attempt on its way to the retry policy's verdict."""
+
+    job: Job
+    token: ObjectId
+    record: dict[str, Any]
+    attempt: FailedAttempt
+    trace: str | None
+
+
+class Executor:
+    """Runs jobs for one process: a worker, or the synchronous test runner."""
+
+    def __init__(self, store: Store, registry: Registry, clock: Clock, identity: Identity) -> None:
+        self.store = store
+        self.registry = registry
+        self.clock = clock
+        self.identity = identity
+
+    def execute(self, job_id: Any, token: ObjectId) -> Execution:
+        """Run the job held with ``token``: start, call the workable, record, finish or retry."""
+        started_at = self.clock.now()
+        job = self.store.start_if_owned(
+            job_id, token, {"started_at": started_at, **self.identity.fields()}
+        )
+        if job is None:
+            logger.warning("job %s is no longer held with token %s: not run", job_id, token)
+            return Execution(job_id, Outcome.FENCED)
+        policy, policy_problem = _policy_of(job)
+        created_at = job.created_at or started_at
+        statistics = RetryStatistics(
+            job_id=str(job.id),
+            retry_number=job.attempts,
+            is_last_retry=_is_last_retry(policy, job.attempts, created_at, started_at),
+            last_execution=job.last_execution,
+        )
+        failure, trace = _run(self.registry, job, statistics, policy_problem)
+        ended_at = self.clock.now()
+        record: dict[str, Any] = {
+            "attempt": job.attempts,
+            "scheduled_at": job.scheduled_at,
+            "started_at": started_at,
+            "ended_at": ended_at,
+            **self.identity.fields(),
+        }
+        if failure is None:
+            record["outcome"] = Outcome.DONE.value
+            if not self.store.finish_if_owned(job.id, token, Why.DONE, record, ended_at):
+                return _fenced(job)
+            logger.info("job %s done (attempt %d)", job.id, job.attempts)
+            return Execution(job.id, Outcome.DONE, job.attempts)
+        record.update({"class": failure.exception_class, "message": failure.message})
+        record["trace"] = trace
+        attempt = FailedAttempt(
+            str(job.id), job.attempts, created_at, failure, started_at, ended_at
+        )
+        failed = _Failed(job, token, record, attempt, trace)
+        decision = _decide(policy, attempt, ended_at)
+        if isinstance(decision, RetryAt):
+            return self._retry(failed, decision)
+        return self._give_up(failed, decision)
+
+    def _retry(self, failed: _Failed, decision: RetryAt) -> Execution:
+        job, token, record, trace = failed.job, failed.token, failed.record, failed.trace
+        record["outcome"] = Outcome.RETRY.value
+        if not self.store.reschedule_if_owned(job.id, token, decision.at, record):
+            return _fenced(job)
+        failure = failed.attempt.failure
+        logger.info(
+            "job %s failed (attempt %d, %s: %s), retrying at %s",
+            job.id,
+            job.attempts,
+            failure.exception_class,
+            failure.message,
+            decision.at,
+        )
+        return Execution(
+            job.id, Outcome.RETRY, job.attempts, retry_at=decision.at, failure=failure, trace=trace
+        )
+
+    def _give_up(self, failed: _Failed, decision: GiveUp) -> Execution:
+        job, token, record, trace = failed.job, failed.token, failed.record, failed.trace
+        record["outcome"] = Outcome.ARCHIVED.value
+        if not self.store.finish_if_owned(job.id, token, decision.why, record, record["ended_at"]):
+            return _fenced(job)
+        failure = failed.attempt.failure
+        logger.warning(
+            "job %s failed for the last time (attempt %d, %s: %s): archived as %s",
+            job.id,
+            job.attempts,
+            failure.exception_class,
+            failure.message,
+            decision.why,
+        )
+        return Execution(
+            job.id, Outcome.ARCHIVED, job.attempts, why=decision.why, failure=failure, trace=trace
+        )
+
+
+def _run(
+    registry: Registry, job: Job, statistics: RetryStatistics, policy_problem: str | None
+) -> tuple[Failure | None, str | None]:
+    try:
+        if job.problems:
+            raise DamagedJob("the stored job document is damaged: " + "; ".join(job.problems))
+        if policy_problem:
+            raise DamagedJob(policy_problem)
+        target = registry.rebuild(job.workable, job.parameters, job.method)
+        with running_as(statistics):
+            target()
+    except (Exception, SystemExit) as error:
+        trace = "".join(traceback.format_exception(error))[-TRACE_LIMIT:]
+        return Failure.from_exception(error), trace
+    return None, None
+
+
+def _fenced(job: Job) -> Execution:
+    logger.warning(
+        "job %s was released while attempt %d ran: its result is discarded", job.id, job.attempts
+    )
+    return Execution(job.id, Outcome.FENCED, job.attempts)
+
+
+def _policy_of(job: Job) -> tuple[RetryPolicy, str | None]:
+    """The job's policy; a damaged one is replaced by DoNotDoItAgain and reported."""
+    try:
+        return policy_from_document(job.retry_policy), None
+    except RecruiterError as error:
+        return DoNotDoItAgain(), f"its retry policy cannot be rebuilt: {error}"
+
+
+def _is_last_retry(
+    policy: RetryPolicy, attempts: int, created_at: dt.datetime, now: dt.datetime
+) -> bool:
+    try:
+        return policy.is_last_retry(attempts, created_at, now)
+    except Exception:
+        logger.exception("retry policy %r failed in is_last_retry", policy)
+        return True
+
+
+def _decide(policy: RetryPolicy, attempt: FailedAttempt, now: dt.datetime) -> Decision:
+    try:
+        return policy.decide(attempt, now)
+    except Exception:
+        logger.exception("retry policy %r failed to decide; the job is archived", policy)
+        return GiveUp(Why.NOT_SCHEDULED_BY_RETRY_POLICY)
+
+
+def describe(execution: Execution) -> Mapping[str, Any]:
+    """A plain summary of an execution, for reports and ``--json`` output."""
+    return {
+        "job_id": str(execution.job_id),
+        "outcome": execution.outcome.value,
+        "attempts": execution.attempts,
+        "why": execution.why,
+        "retry_at": execution.retry_at.isoformat() if execution.retry_at else None,
+        "error": None
+        if execution.failure is None
+        else f"{execution.failure.exception_class}: {execution.failure.message}",
+    }

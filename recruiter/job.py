@@ -1,0 +1,303 @@
+"""Jobs: the spec an application schedules, and the record read back from the database.
+
+A :class:`JobSpec` is an immutable description of work to schedule, validated when it
+is built so that bad input fails at the edge with nothing written. A :class:`Job` is a
+frozen snapshot of a stored document; reading one never raises, because a hand-edited
+document must not crash what reads it: what is wrong is listed in ``Job.problems``.
+
+The document fields keep the names of the original Recruiter (see ``docs/jobs.md``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import bson
+from bson import ObjectId
+
+from recruiter.clock import to_millis
+from recruiter.duration import Duration, to_timedelta
+from recruiter.errors import InvalidJob, InvalidParameters, InvalidRetryPolicy
+from recruiter.policies import DoNotDoItAgain, RetriableExceptionFilter
+from recruiter.retry import RetryPolicy
+
+DEFAULT_GROUP = "generic"
+DEFAULT_METHOD = "execute"
+ANY_GROUP = "*"
+"""What a worker that takes jobs of every group works on; not a valid job group."""
+HISTORY_LIMIT = 20
+"""Attempts kept in a job's ``history``; older ones are dropped (``last_execution`` stays)."""
+TRACE_LIMIT = 8192
+"""Characters of a traceback kept per attempt."""
+
+
+def check_bson(workable: str, parameters: Any) -> dict[str, Any]:
+    """Return ``parameters`` if they can be stored as a BSON document, else raise."""
+    if not isinstance(parameters, Mapping):
+        raise InvalidParameters(workable, f"expected a mapping, got {type(parameters).__name__}")
+    _check_keys(workable, parameters)
+    try:
+        bson.encode({"parameters": parameters})
+    except (bson.errors.InvalidDocument, OverflowError, TypeError) as error:
+        raise InvalidParameters(workable, f"not BSON-serializable: {error}") from error
+    return dict(parameters)
+
+
+def _check_keys(workable: str, value: Any, path: str = "") -> None:
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidParameters(workable, f"key {key!r} at {path or 'top'} is not a string")
+            if key.startswith("$") or "." in key or "\x00" in key:
+                raise InvalidParameters(workable, f"key {key!r} may not start with $ or hold '.'")
+            _check_keys(workable, item, f"{path}.{key}" if path else key)
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            _check_keys(workable, item, f"{path}[{index}]")
+
+
+def check_group(group: Any) -> str:
+    if not isinstance(group, str) or not group.strip():
+        raise InvalidJob(f"group must be a non-empty string, got {group!r}")
+    if group == ANY_GROUP:
+        raise InvalidJob(f"{ANY_GROUP!r} means 'any group' to workers and cannot be a job's group")
+    return group
+
+
+def _check_tags(tags: tuple[Any, ...]) -> tuple[str, ...]:
+    for tag in tags:
+        if not isinstance(tag, str) or not tag.strip():
+            raise InvalidJob(f"tags must be non-empty strings, got {tag!r}")
+    return tuple(dict.fromkeys(tags))
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A job to schedule: which workable, with which parameters, where, when, how retried.
+
+    Build one from a registered workable (``send_email.job(...)`` or
+    ``Report(...).as_job()``), refine it with the builder methods, each of which returns
+    a new spec, and schedule it with :meth:`recruiter.Queue.schedule`.
+
+    >>> spec = JobSpec("emails.send", {"to": "a@example.com"}).in_group("mail").run_in("5m")
+    >>> spec.group, spec.delay
+    ('mail', datetime.timedelta(seconds=300))
+    """
+
+    workable: str
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+    method: str = DEFAULT_METHOD
+    group: str = DEFAULT_GROUP
+    tags: tuple[str, ...] = ()
+    retry_policy: RetryPolicy = field(default_factory=DoNotDoItAgain)
+    scheduled_at: dt.datetime | None = None
+    """An absolute time to run at; when ``None`` the job runs ``delay`` after scheduling."""
+    delay: dt.timedelta = dt.timedelta(0)
+    urn: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.workable, str) or not self.workable:
+            raise InvalidJob(f"workable name must be a non-empty string, got {self.workable!r}")
+        if not isinstance(self.method, str) or not self.method.isidentifier():
+            raise InvalidJob(f"method must be a method name, got {self.method!r}")
+        object.__setattr__(self, "parameters", check_bson(self.workable, self.parameters))
+        check_group(self.group)
+        object.__setattr__(self, "tags", _check_tags(tuple(self.tags)))
+        if not isinstance(self.retry_policy, RetryPolicy):
+            raise InvalidJob(f"retry policy must be a RetryPolicy, got {self.retry_policy!r}")
+        if self.scheduled_at is not None:
+            if not isinstance(self.scheduled_at, dt.datetime) or self.scheduled_at.tzinfo is None:
+                raise InvalidJob(
+                    f"run_at needs a timezone-aware datetime, got {self.scheduled_at!r}: "
+                    "use datetime.now(timezone.utc) or attach a tzinfo"
+                )
+            object.__setattr__(self, "scheduled_at", to_millis(self.scheduled_at))
+        if self.urn is not None and (not isinstance(self.urn, str) or not self.urn):
+            raise InvalidJob(f"urn must be a non-empty string, got {self.urn!r}")
+
+    def in_group(self, group: str) -> JobSpec:
+        """Run on workers of ``group`` (default ``generic``)."""
+        return dataclasses.replace(self, group=group)
+
+    def tagged(self, *tags: str) -> JobSpec:
+        """Add tags, for finding jobs later; tags do not route jobs."""
+        return dataclasses.replace(self, tags=(*self.tags, *tags))
+
+    def retry_with(
+        self,
+        policy: RetryPolicy,
+        retriable: tuple[type[BaseException] | str, ...] | type[BaseException] = (),
+    ) -> JobSpec:
+        """Retry with ``policy``; with ``retriable``, only when the failure is one of them."""
+        if isinstance(retriable, type):
+            retriable = (retriable,)
+        if retriable:
+            try:
+                policy = RetriableExceptionFilter(policy, retriable)
+            except InvalidRetryPolicy as error:
+                raise InvalidJob(str(error)) from error
+        return dataclasses.replace(self, retry_policy=policy)
+
+    def run_at(self, when: dt.datetime) -> JobSpec:
+        """Run at ``when`` (timezone-aware). Replaces an earlier ``run_in``."""
+        return dataclasses.replace(self, scheduled_at=when, delay=dt.timedelta(0))
+
+    def run_in(self, delay: Duration) -> JobSpec:
+        """Run ``delay`` after scheduling (seconds, timedelta or ``"5m"``). Replaces ``run_at``."""
+        try:
+            delta = to_timedelta(delay, name="delay")
+        except ValueError as error:
+            raise InvalidJob(str(error)) from error
+        return dataclasses.replace(self, scheduled_at=None, delay=delta)
+
+    def with_urn(self, urn: str) -> JobSpec:
+        """Attach an identifier of what the job is about, shown in history and listings."""
+        return dataclasses.replace(self, urn=urn)
+
+    def to_document(self, job_id: ObjectId, now: dt.datetime) -> dict[str, Any]:
+        """The document inserted into ``scheduled``."""
+        document: dict[str, Any] = {
+            "_id": job_id,
+            "done": False,
+            "created_at": now,
+            "locked": False,
+            "attempts": 0,
+            "group": self.group,
+            "workable": {
+                "class": self.workable,
+                "parameters": dict(self.parameters),
+                "method": self.method,
+            },
+            "retry_policy": self.retry_policy.to_document(),
+            "scheduled_at": self.scheduled_at or to_millis(now + self.delay),
+        }
+        if self.tags:
+            document["tags"] = list(self.tags)
+        if self.urn is not None:
+            document["urn"] = self.urn
+        return document
+
+
+@dataclass(frozen=True)
+class Job:
+    """A stored job, as read: every field parsed, never raising on a damaged document."""
+
+    id: Any
+    group: str
+    workable: str
+    parameters: Mapping[str, Any]
+    method: str
+    retry_policy: Mapping[str, Any]
+    attempts: int
+    created_at: dt.datetime | None
+    scheduled_at: dt.datetime | None
+    locked: bool
+    lock_token: ObjectId | None
+    done: bool
+    why: str | None
+    tags: tuple[str, ...]
+    urn: str | None
+    last_execution: Mapping[str, Any] | None
+    history: tuple[Mapping[str, Any], ...]
+    problems: tuple[str, ...]
+    """What is wrong with the stored document; empty for a healthy one."""
+
+    @property
+    def finished(self) -> bool:
+        """Whether the job reached its end (it has an archive reason)."""
+        return self.why is not None
+
+    @classmethod
+    def from_document(cls, document: Mapping[str, Any]) -> Job:
+        reader = _Reader(document)
+        workable = reader.mapping("workable")
+        lock = reader.mapping("lock", required=False)
+        token = lock.get("token")
+        return cls(
+            id=document.get("_id"),
+            group=reader.text("group", DEFAULT_GROUP),
+            workable=reader.text_in(workable, "workable.class", ""),
+            parameters=reader.mapping_in(workable, "workable.parameters"),
+            method=reader.text_in(workable, "workable.method", DEFAULT_METHOD),
+            retry_policy=reader.mapping("retry_policy"),
+            attempts=reader.integer("attempts"),
+            created_at=reader.moment("created_at"),
+            scheduled_at=reader.moment("scheduled_at", required=False),
+            locked=reader.boolean("locked"),
+            lock_token=token if isinstance(token, ObjectId) else None,
+            done=reader.boolean("done"),
+            why=document.get("why") if isinstance(document.get("why"), str) else None,
+            tags=tuple(t for t in reader.array("tags") if isinstance(t, str)),
+            urn=document.get("urn") if isinstance(document.get("urn"), str) else None,
+            last_execution=reader.mapping("last_execution", required=False) or None,
+            history=tuple(h for h in reader.array("history") if isinstance(h, Mapping)),
+            problems=tuple(reader.problems),
+        )
+
+
+class _Reader:
+    """Reads fields of a possibly damaged document, noting each problem and defaulting."""
+
+    def __init__(self, document: Mapping[str, Any]) -> None:
+        self.document = document
+        self.problems: list[str] = []
+
+    def _get(self, source: Mapping[str, Any], path: str, required: bool) -> Any:
+        leaf = path.rsplit(".", 1)[-1]
+        if leaf not in source:
+            if required:
+                self.problems.append(f"{path} is missing")
+            return None
+        return source[leaf]
+
+    def _typed(
+        self,
+        source: Mapping[str, Any],
+        path: str,
+        kind: type | tuple[type, ...],
+        what: str,
+        required: bool = True,
+    ) -> Any:
+        value = self._get(source, path, required)
+        if value is None:
+            return None
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            self.problems.append(f"{path} should be {what}, found {value!r}")
+            return None
+        return value
+
+    def text(self, path: str, default: str) -> str:
+        return self.text_in(self.document, path, default)
+
+    def text_in(self, source: Mapping[str, Any], path: str, default: str) -> str:
+        value = self._typed(source, path, str, "a string")
+        return value if value else default
+
+    def mapping(self, path: str, required: bool = True) -> Mapping[str, Any]:
+        return self.mapping_in(self.document, path, required)
+
+    def mapping_in(
+        self, source: Mapping[str, Any], path: str, required: bool = True
+    ) -> Mapping[str, Any]:
+        return self._typed(source, path, Mapping, "a document", required) or {}
+
+    def array(self, path: str) -> list[Any]:
+        """An optional array field; anything else there is a problem."""
+        return self._typed(self.document, path, list, "a list", required=False) or []
+
+    def integer(self, path: str) -> int:
+        value = self._typed(self.document, path, int, "an integer")
+        return value if value is not None else 0
+
+    def boolean(self, path: str) -> bool:
+        return bool(self._typed(self.document, path, bool, "a boolean"))
+
+    def moment(self, path: str, required: bool = True) -> dt.datetime | None:
+        value = self._typed(self.document, path, dt.datetime, "a date", required)
+        if value is not None and value.tzinfo is None:
+            value = value.replace(tzinfo=dt.UTC)
+        return value  # type: ignore[no-any-return]

@@ -1,0 +1,79 @@
+"""The database layout: collections, indexes and the schema version.
+
+The schema version lives in ``metadata`` as ``{_id: "schema", version: N}``. A process
+refuses a database whose version is newer than it knows, and upgrades an older one by
+running each migration in turn; migrations are idempotent, so two processes upgrading
+at once do no harm. Only :mod:`recruiter.store` calls into this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pymongo import ASCENDING, IndexModel
+from pymongo.database import Database
+
+from recruiter.errors import RecruiterError, SchemaTooNew
+
+SCHEMA_VERSION = 1
+SCHEMA_DOCUMENT_ID = "schema"
+
+Migration = Callable[[Database[Any]], None]
+
+INDEXES: Mapping[str, tuple[IndexModel, ...]] = {
+    "scheduled": (
+        # the recruiter's ready query for a group: equality on group and locked, then
+        # the range on scheduled_at, which also gives the FIFO order
+        IndexModel(
+            [("group", ASCENDING), ("locked", ASCENDING), ("scheduled_at", ASCENDING)],
+            name="ready_in_group",
+        ),
+        # the same for workers that take any group
+        IndexModel([("locked", ASCENDING), ("scheduled_at", ASCENDING)], name="ready"),
+        # finished jobs not yet moved to archived (only those have a why)
+        IndexModel([("why", ASCENDING)], name="finished", sparse=True),
+        IndexModel([("tags", ASCENDING)], name="tags", sparse=True),
+    ),
+    "archived": (
+        # purge by age, throughput over recent minutes
+        IndexModel([("archived_at", ASCENDING)], name="archived_at"),
+        IndexModel([("group", ASCENDING), ("archived_at", ASCENDING)], name="group_archived_at"),
+        IndexModel([("tags", ASCENDING)], name="tags", sparse=True),
+    ),
+}
+
+
+def _initial(database: Database[Any]) -> None:
+    """Version 1: the first layout; there is nothing to convert."""
+
+
+MIGRATIONS: Mapping[int, Migration] = {1: _initial}
+
+
+def ensure_indexes(database: Database[Any]) -> None:
+    for collection, indexes in INDEXES.items():
+        database[collection].create_indexes(list(indexes))
+
+
+def ensure_schema(
+    database: Database[Any],
+    migrations: Mapping[int, Migration] = MIGRATIONS,
+    target: int = SCHEMA_VERSION,
+) -> int:
+    """Check the stored schema version, upgrade it to ``target``; return the old version."""
+    document = database.metadata.find_one({"_id": SCHEMA_DOCUMENT_ID})
+    found = 0 if document is None else document.get("version")
+    if isinstance(found, bool) or not isinstance(found, int):
+        raise RecruiterError(
+            f"metadata document {SCHEMA_DOCUMENT_ID!r} has version {found!r}, not an integer: "
+            "fix or remove it by hand"
+        )
+    if found > target:
+        raise SchemaTooNew(found, target)
+    for version in range(found + 1, target + 1):
+        migrations[version](database)
+        database.metadata.update_one(
+            {"_id": SCHEMA_DOCUMENT_ID}, {"$max": {"version": version}}, upsert=True
+        )
+    return found

@@ -1,0 +1,228 @@
+"""The storage seam: the only module that queries MongoDB (with :mod:`recruiter.schema`).
+
+Each method is one state transition, named after what the database does atomically,
+with its guard in the name: ``lock_jobs`` locks only unlocked ready jobs,
+``finish_if_owned`` finishes a job only for the holder of its lock token. Every write
+is a conditional update whose filter states its precondition, so a process that lost
+its claim (a worker declared dead, a recruiter that lost its lease) cannot change a job
+it no longer owns. Methods return frozen records, never live cursors; they never decide
+retry timing nor call user code. Times are always passed in: the store reads no clock.
+
+Finishing a job is crash-safe without transactions: the conditional update that sets
+``why`` is the commit point; moving the finished document from ``scheduled`` to
+``archived`` comes after, and :meth:`Store.archive_finished` completes a move that a
+crash interrupted. A job is never in neither collection.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from bson import ObjectId
+from bson.codec_options import CodecOptions
+from pymongo import ReturnDocument
+from pymongo.collection import Collection
+from pymongo.database import Database
+from pymongo.errors import BulkWriteError, OperationFailure
+
+from recruiter.job import HISTORY_LIMIT, Job
+from recruiter.schema import ensure_indexes, ensure_schema
+
+DUPLICATE_KEY = 11000
+ARCHIVE_BATCH = 500
+
+Document = dict[str, Any]
+
+
+def _recording(update: Document, execution: Document, reset: bool = False) -> Document:
+    """``update`` plus appending ``execution`` to the bounded history.
+
+    With ``reset``, the history is replaced instead: for a hand-damaged document whose
+    ``history`` is not an array, where appending fails.
+    """
+    if reset:
+        return {**update, "$set": {**update["$set"], "history": [execution]}}
+    return {**update, "$push": {"history": {"$each": [execution], "$slice": -HISTORY_LIMIT}}}
+
+
+def as_object_id(job_id: ObjectId | str) -> ObjectId | str:
+    """An ObjectId from its hex form; other ids are returned as given."""
+    if isinstance(job_id, str) and ObjectId.is_valid(job_id):
+        return ObjectId(job_id)
+    return job_id
+
+
+class Store:
+    """Every collection recruiter uses, and every operation on them."""
+
+    def __init__(self, database: Database[Any]) -> None:
+        self.database: Database[Document] = database.client.get_database(
+            database.name, codec_options=CodecOptions(tz_aware=True)
+        )
+        self.scheduled: Collection[Document] = self.database.scheduled
+        self.archived: Collection[Document] = self.database.archived
+        self.roster: Collection[Document] = self.database.roster
+        self.metadata: Collection[Document] = self.database.metadata
+        self.schedulers: Collection[Document] = self.database.schedulers
+
+    def ensure_ready(self) -> None:
+        """Check and upgrade the schema version, create missing indexes (idempotent)."""
+        ensure_schema(self.database)
+        ensure_indexes(self.database)
+
+    # --- scheduling -----------------------------------------------------------------
+
+    def insert_jobs(self, documents: Sequence[Document]) -> list[Any]:
+        """Insert new jobs in one round trip, in order; return their ids."""
+        if not documents:
+            return []
+        return list(self.scheduled.insert_many(list(documents), ordered=True).inserted_ids)
+
+    def find_job(self, job_id: ObjectId | str) -> Job | None:
+        """The job with this id, from ``scheduled`` or else ``archived``."""
+        job_id = as_object_id(job_id)
+        for collection in (self.scheduled, self.archived):
+            document = collection.find_one({"_id": job_id})
+            if document is not None:
+                return Job.from_document(document)
+        return None
+
+    # --- the recruiter's side -------------------------------------------------------
+
+    def ready_job_ids(self, now: dt.datetime, group: str | None, limit: int) -> list[Any]:
+        """Up to ``limit`` unlocked jobs due by ``now``, oldest first (any group if None).
+
+        Jobs due in the same millisecond come in index order.
+        """
+        query: Document = {"locked": False, "scheduled_at": {"$lte": now}}
+        if group is not None:
+            query["group"] = group
+        cursor = self.scheduled.find(query, {"_id": 1}).sort("scheduled_at", 1).limit(limit)
+        return [document["_id"] for document in cursor]
+
+    def lock_jobs(self, job_ids: Sequence[Any], token: ObjectId, now: dt.datetime) -> list[Any]:
+        """Lock those of ``job_ids`` that are still unlocked and due, under ``token``.
+
+        Returns the ids actually locked: a job cancelled or locked by someone else since
+        it was read is left alone.
+        """
+        if not job_ids:
+            return []
+        result = self.scheduled.update_many(
+            {"_id": {"$in": list(job_ids)}, "locked": False, "scheduled_at": {"$lte": now}},
+            {"$set": {"locked": True, "lock": {"token": token, "since": now}}},
+        )
+        if result.modified_count == len(job_ids):
+            return list(job_ids)
+        locked = {
+            document["_id"]
+            for document in self.scheduled.find(
+                {"_id": {"$in": list(job_ids)}, "lock.token": token}, {"_id": 1}
+            )
+        }
+        return [job_id for job_id in job_ids if job_id in locked]
+
+    # --- the worker's side: every write fenced by the lock token ---------------------
+
+    def start_if_owned(self, job_id: Any, token: ObjectId, started: Document) -> Job | None:
+        """Count a new attempt and record its start, if ``token`` still holds the job.
+
+        Returns the job as it was before this attempt (so ``last_execution`` is the
+        previous attempt's), with ``attempts`` already counting this one; ``None`` when
+        the job is no longer held with ``token``.
+        """
+        owned = {"_id": job_id, "lock.token": token}
+        try:
+            before = self.scheduled.find_one_and_update(
+                owned,
+                {"$inc": {"attempts": 1}, "$set": {"last_execution": started}},
+                return_document=ReturnDocument.BEFORE,
+            )
+        except OperationFailure:
+            # a hand-damaged document (attempts not a number): read it as it is, so the
+            # job fails through its policy with what is wrong, instead of crashing here
+            damaged = self.scheduled.find_one(owned)
+            return None if damaged is None else Job.from_document(damaged)
+        if before is None:
+            return None
+        attempts = before.get("attempts")
+        before["attempts"] = (attempts if isinstance(attempts, int) else 0) + 1
+        return Job.from_document(before)
+
+    def reschedule_if_owned(
+        self, job_id: Any, token: ObjectId, at: dt.datetime, execution: Document
+    ) -> bool:
+        """Unlock the job to run again at ``at``, recording the attempt, if still owned."""
+        update = {
+            "$set": {"locked": False, "scheduled_at": at, "last_execution": execution},
+            "$unset": {"lock": ""},
+        }
+        owned = {"_id": job_id, "lock.token": token}
+        try:
+            result = self.scheduled.update_one(owned, _recording(update, execution))
+        except OperationFailure:
+            result = self.scheduled.update_one(owned, _recording(update, execution, reset=True))
+        return result.modified_count == 1
+
+    def finish_if_owned(
+        self, job_id: Any, token: ObjectId, why: str, execution: Document, now: dt.datetime
+    ) -> bool:
+        """End the job with reason ``why`` and move it to ``archived``, if still owned.
+
+        The conditional update is the commit; the move follows and is completed by
+        :meth:`archive_finished` if this process dies in between.
+        """
+        update = {
+            "$set": {
+                "locked": False,
+                "done": why == "done",
+                "why": why,
+                "archived_at": now,
+                "last_execution": execution,
+            },
+            "$unset": {"lock": "", "scheduled_at": ""},
+        }
+        owned = {"_id": job_id, "lock.token": token}
+        after = ReturnDocument.AFTER
+        try:
+            finished = self.scheduled.find_one_and_update(
+                owned, _recording(update, execution), return_document=after
+            )
+        except OperationFailure:
+            finished = self.scheduled.find_one_and_update(
+                owned, _recording(update, execution, reset=True), return_document=after
+            )
+        if finished is None:
+            return False
+        self._move_to_archive([finished])
+        return True
+
+    def archive_finished(self, limit: int = ARCHIVE_BATCH) -> int:
+        """Move up to ``limit`` finished jobs still in ``scheduled`` to ``archived``."""
+        finished = list(self.scheduled.find({"why": {"$exists": True}}).limit(limit))
+        self._move_to_archive(finished)
+        return len(finished)
+
+    def _move_to_archive(self, documents: Sequence[Document]) -> None:
+        if not documents:
+            return
+        try:
+            self.archived.insert_many(list(documents), ordered=False)
+        except BulkWriteError as error:
+            # a copy already archived by an interrupted move is the same final document
+            others = [e for e in error.details["writeErrors"] if e["code"] != DUPLICATE_KEY]
+            if others:
+                raise
+        self.scheduled.delete_many(
+            {"_id": {"$in": [d["_id"] for d in documents]}, "why": {"$exists": True}}
+        )
+
+    # --- reading ----------------------------------------------------------------------
+
+    def count_jobs(self, collection: str, query: Mapping[str, Any] | None = None) -> int:
+        """How many documents of ``scheduled`` or ``archived`` match ``query``."""
+        if collection not in ("scheduled", "archived"):
+            raise ValueError(f"no job collection named {collection!r}")
+        return self.database[collection].count_documents(dict(query or {}))

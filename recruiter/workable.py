@@ -1,0 +1,280 @@
+"""Workables: the code a job runs, registered under a stable name.
+
+A job document names its workable (``workable.class``) and holds its parameters as BSON
+data. A worker runs only workables registered in the :class:`Registry` of the
+application it was started with; nothing named in the database is ever imported.
+Registering under an explicit name means renaming the Python function or class does
+not orphan the jobs already stored.
+
+Two kinds of workables:
+
+- a function, decorated with ``@registry.workable("name")``; its arguments are bound to
+  its signature when the job is built, so mypy checks them (``send.job(to="x")``);
+- a subclass of :class:`Workable`, decorated the same way; it exports its parameters and
+  is rebuilt from them, and a job may call any of its public methods (default
+  ``execute``), as in the original Recruiter.
+
+A running job asks for its retry statistics with :func:`retry_statistics`.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, ParamSpec, Self, TypeVar, overload
+
+from recruiter.errors import (
+    DuplicateRegistration,
+    InvalidJob,
+    InvalidParameters,
+    NotInAJob,
+    UnknownWorkable,
+)
+from recruiter.job import DEFAULT_METHOD, JobSpec
+
+P = ParamSpec("P")
+R = TypeVar("R")
+W = TypeVar("W", bound="Workable")
+
+
+@dataclass(frozen=True)
+class RetryStatistics:
+    """What a running job may know about its own attempts."""
+
+    job_id: str
+    retry_number: int
+    """This attempt's number: 1 on the first run."""
+    is_last_retry: bool
+    """Whether the retry policy gives up if this attempt fails."""
+    last_execution: Mapping[str, Any] | None
+    """The previous attempt's record, or ``None`` on the first run."""
+
+
+_current: contextvars.ContextVar[RetryStatistics | None] = contextvars.ContextVar(
+    "recruiter_retry_statistics", default=None
+)
+
+
+def retry_statistics() -> RetryStatistics:
+    """The retry statistics of the job running in this context.
+
+    >>> @registry.workable("reports.build")  # doctest: +SKIP
+    ... def build() -> None:
+    ...     if retry_statistics().is_last_retry:
+    ...         notify_someone()
+    """
+    statistics = _current.get()
+    if statistics is None:
+        raise NotInAJob("retry_statistics() can only be called from a running job")
+    return statistics
+
+
+@contextmanager
+def running_as(statistics: RetryStatistics) -> Iterator[None]:
+    """Make ``statistics`` what :func:`retry_statistics` returns while the job runs."""
+    token = _current.set(statistics)
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
+class WorkableRebuildError(Exception):
+    """A stored job's workable could not be rebuilt; the job fails through its policy."""
+
+
+class Workable:
+    """Base class of class-based workables.
+
+    The parameters given to the constructor as keywords are exported as they are;
+    override :meth:`export` and :meth:`from_parameters` to store something else.
+
+    >>> registry = Registry()
+    >>> @registry.workable("reports.monthly")
+    ... class MonthlyReport(Workable):
+    ...     def execute(self) -> None:
+    ...         print("report for", self.parameters["month"])
+    >>> MonthlyReport(month="2026-11").as_job().parameters
+    {'month': '2026-11'}
+    """
+
+    workable_name: ClassVar[str] = ""
+
+    def __init__(self, **parameters: Any) -> None:
+        self.parameters = parameters
+
+    def export(self) -> dict[str, Any]:
+        """The BSON-safe parameters this workable is rebuilt from."""
+        return dict(self.parameters)
+
+    @classmethod
+    def from_parameters(cls, parameters: Mapping[str, Any]) -> Self:
+        """Rebuild the workable from what :meth:`export` returned."""
+        return cls(**parameters)
+
+    def execute(self) -> Any:
+        """The default method a job calls."""
+        raise NotImplementedError(f"{type(self).__name__}.execute() must be implemented")
+
+    def as_job(self, method: str = DEFAULT_METHOD) -> JobSpec:
+        """A job calling ``method`` (default ``execute``) on this workable."""
+        if not self.workable_name:
+            raise InvalidJob(
+                f"{type(self).__name__} is not registered: decorate it with @registry.workable"
+            )
+        if method.startswith("_") or not callable(getattr(type(self), method, None)):
+            raise InvalidJob(f"unknown method {method!r} on workable {self.workable_name!r}")
+        return JobSpec(self.workable_name, self.export(), method=method)
+
+
+class FunctionWorkable(Generic[P, R]):
+    """A registered function: call it directly, or build a job of it with :meth:`job`."""
+
+    def __init__(self, name: str, function: Callable[P, R]) -> None:
+        self.name = name
+        self.function = function
+        self.signature = inspect.signature(function)
+        self.__doc__ = function.__doc__
+        self.__wrapped__ = function
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.function(*args, **kwargs)
+
+    def job(self, *args: P.args, **kwargs: P.kwargs) -> JobSpec:
+        """A job calling this function with these arguments (checked against its signature)."""
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError as error:
+            raise InvalidParameters(self.name, str(error)) from error
+        parameters = {
+            name: list(value) if isinstance(value, tuple) else value
+            for name, value in bound.arguments.items()
+        }
+        return JobSpec(self.name, parameters)
+
+    def rebuild(self, parameters: Mapping[str, Any]) -> Callable[[], Any]:
+        unknown = set(parameters) - set(self.signature.parameters)
+        if unknown:
+            raise WorkableRebuildError(f"unexpected parameters {sorted(unknown)}")
+        arguments: OrderedDict[str, Any] = OrderedDict()
+        for name, parameter in self.signature.parameters.items():
+            if name in parameters:
+                value = parameters[name]
+                is_var_positional = parameter.kind is inspect.Parameter.VAR_POSITIONAL
+                arguments[name] = tuple(value) if is_var_positional else value
+        bound = inspect.BoundArguments(self.signature, arguments)
+        try:
+            self.signature.bind(*bound.args, **bound.kwargs)
+        except TypeError as error:
+            raise WorkableRebuildError(str(error)) from error
+        return lambda: self.function(*bound.args, **bound.kwargs)
+
+    def __repr__(self) -> str:
+        return f"<workable {self.name!r}: {self.function.__qualname__}>"
+
+
+class Registry:
+    """The workables an application can run, by name.
+
+    >>> registry = Registry()
+    >>> @registry.workable("emails.send")
+    ... def send(to: str, subject: str = "hello") -> None: ...
+    >>> send.job("a@example.com").parameters
+    {'to': 'a@example.com'}
+    """
+
+    def __init__(self) -> None:
+        self._workables: dict[str, FunctionWorkable[..., Any] | type[Workable]] = {}
+
+    @overload
+    def workable(self, name: str) -> _Decorator: ...
+
+    @overload
+    def workable(self, name: str, target: type[W]) -> type[W]: ...  # type: ignore[overload-overlap]
+
+    @overload
+    def workable(self, name: str, target: Callable[P, R]) -> FunctionWorkable[P, R]: ...
+
+    def workable(self, name: str, target: Any = None) -> Any:
+        """Register a function or a :class:`Workable` subclass under ``name``.
+
+        Use as a decorator, ``@registry.workable("name")``, or call
+        ``registry.workable("name", function)``.
+        """
+        if not isinstance(name, str) or not name.strip():
+            raise InvalidJob(f"a workable name must be a non-empty string, got {name!r}")
+        decorator = _Decorator(self, name)
+        return decorator if target is None else decorator(target)
+
+    def _register(self, name: str, entry: FunctionWorkable[..., Any] | type[Workable]) -> None:
+        existing = self._workables.get(name)
+        if existing is not None and _target(existing) is not _target(entry):
+            raise DuplicateRegistration("workable", name)
+        self._workables[name] = entry
+
+    def names(self) -> list[str]:
+        """The registered names, sorted."""
+        return sorted(self._workables)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._workables
+
+    def rebuild(self, name: str, parameters: Mapping[str, Any], method: str) -> Callable[[], Any]:
+        """The zero-argument callable that runs a stored job.
+
+        Raises :class:`recruiter.errors.UnknownWorkable` when ``name`` is not registered
+        and :class:`WorkableRebuildError` when the parameters or method do not fit.
+        """
+        entry = self._workables.get(name)
+        if entry is None:
+            raise UnknownWorkable(name)
+        if isinstance(entry, FunctionWorkable):
+            if method != DEFAULT_METHOD:
+                raise WorkableRebuildError(f"function workable {name!r} has no method {method!r}")
+            return entry.rebuild(parameters)
+        if method.startswith("_") or not callable(getattr(entry, method, None)):
+            raise WorkableRebuildError(f"workable {name!r} has no method {method!r}")
+        try:
+            instance = entry.from_parameters(parameters)
+        except Exception as error:
+            raise WorkableRebuildError(
+                f"{entry.__qualname__}.from_parameters failed: {type(error).__name__}: {error}"
+            ) from error
+        bound_method: Callable[[], Any] = getattr(instance, method)
+        return bound_method
+
+
+def _target(entry: FunctionWorkable[..., Any] | type[Workable]) -> object:
+    return entry.function if isinstance(entry, FunctionWorkable) else entry
+
+
+class _Decorator:
+    def __init__(self, registry: Registry, name: str) -> None:
+        self.registry = registry
+        self.name = name
+
+    @overload
+    def __call__(self, target: type[W]) -> type[W]: ...  # type: ignore[overload-overlap]
+
+    @overload
+    def __call__(self, target: Callable[P, R]) -> FunctionWorkable[P, R]: ...
+
+    def __call__(self, target: Any) -> Any:
+        if isinstance(target, type):
+            if not issubclass(target, Workable):
+                raise InvalidJob(
+                    f"class {target.__qualname__} must subclass recruiter.Workable to be "
+                    "registered; or register a function"
+                )
+            self.registry._register(self.name, target)
+            target.workable_name = self.name
+            return target
+        if not callable(target):
+            raise InvalidJob(f"only functions and Workable classes can be registered: {target!r}")
+        entry: FunctionWorkable[..., Any] = FunctionWorkable(self.name, target)
+        self.registry._register(self.name, entry)
+        return entry

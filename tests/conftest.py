@@ -1,0 +1,85 @@
+"""Fixtures: databases on mongomock and on a real MongoDB wire-protocol server.
+
+The real server is SecantusDB, started once per test session as a separate process,
+or the MongoDB named by ``MONGODB_URI`` when it is set. Each test gets a database of
+its own, dropped afterwards, so collections stay small (SecantusDB's updates scan the
+documents they match).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import mongomock
+import pytest
+from pymongo import MongoClient
+from pymongo.database import Database
+
+from recruiter import FrozenClock, Queue, Registry
+from recruiter.embedded import start_server
+from recruiter.store import Store
+
+START = dt.datetime(2026, 11, 22, 9, 0, tzinfo=dt.UTC)
+
+
+@pytest.fixture(scope="session")
+def real_server_uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The URI of the real server shared by the whole session."""
+    uri = os.environ.get("MONGODB_URI")
+    if uri:
+        yield uri
+        return
+    directory: Path = tmp_path_factory.mktemp("secantus")
+    server = start_server(directory / "data", durable=False, log_path=directory / "server.log")
+    yield server.uri
+    server.stop()
+
+
+@pytest.fixture
+def real_database(real_server_uri: str) -> Iterator[Database[Any]]:
+    client: MongoClient[dict[str, Any]] = MongoClient(real_server_uri, tz_aware=True)
+    database = client[f"t_{uuid.uuid4().hex[:12]}"]
+    yield database
+    client.drop_database(database.name)
+    client.close()
+
+
+@pytest.fixture
+def mongomock_database() -> Database[Any]:
+    database: Database[Any] = mongomock.MongoClient(tz_aware=True)["test"]
+    return database
+
+
+@pytest.fixture(params=["mongomock", pytest.param("real", marks=pytest.mark.real_server)])
+def database(request: pytest.FixtureRequest) -> Database[Any]:
+    """A fresh database, once on mongomock and once on the real server."""
+    name = "mongomock_database" if request.param == "mongomock" else "real_database"
+    result: Database[Any] = request.getfixturevalue(name)
+    return result
+
+
+@pytest.fixture
+def clock() -> FrozenClock:
+    return FrozenClock(START)
+
+
+@pytest.fixture
+def store(database: Database[Any]) -> Store:
+    store = Store(database)
+    store.ensure_ready()
+    return store
+
+
+@pytest.fixture
+def queue(database: Database[Any], clock: FrozenClock) -> Queue:
+    return Queue(database, clock)
+
+
+@pytest.fixture
+def registry() -> Registry:
+    return Registry()

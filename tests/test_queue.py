@@ -1,0 +1,106 @@
+"""Scheduling through the Python API."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from bson import ObjectId
+
+from recruiter import (
+    ExponentialBackoff,
+    InvalidJob,
+    JobNotFound,
+    JobSpec,
+    Queue,
+    Registry,
+    RetriableExceptionFilter,
+)
+from recruiter.clock import FrozenClock
+
+
+def test_schedule_stores_the_recruiter_document(
+    queue: Queue, registry: Registry, clock: FrozenClock
+) -> None:
+    @registry.workable("emails.send")
+    def send(to: str) -> None: ...
+
+    spec = (
+        send.job("a@example.com")
+        .in_group("mail")
+        .tagged("welcome")
+        .retry_with(ExponentialBackoff(3, 10), retriable=ConnectionError)
+        .with_urn("user:42")
+        .run_in("90s")
+    )
+    job_id = queue.schedule(spec)
+    assert isinstance(job_id, ObjectId)
+    document = queue.store.scheduled.find_one({"_id": job_id})
+    assert document is not None
+    assert document == {
+        "_id": job_id,
+        "done": False,
+        "created_at": clock.now(),
+        "locked": False,
+        "attempts": 0,
+        "group": "mail",
+        "tags": ["welcome"],
+        "urn": "user:42",
+        "workable": {
+            "class": "emails.send",
+            "parameters": {"to": "a@example.com"},
+            "method": "execute",
+        },
+        "retry_policy": RetriableExceptionFilter(
+            ExponentialBackoff(3, 10), (ConnectionError,)
+        ).to_document(),
+        "scheduled_at": clock.now() + dt.timedelta(seconds=90),
+    }
+    job = queue.job(job_id)
+    assert (job.workable, job.group, job.tags, job.problems) == (
+        "emails.send",
+        "mail",
+        ("welcome",),
+        (),
+    )
+
+
+def test_a_job_runs_now_by_default_or_at_a_given_time(queue: Queue, clock: FrozenClock) -> None:
+    now_id = queue.schedule(JobSpec("w"))
+    when = dt.datetime(2030, 5, 1, 12, 30, 15, 123456, tzinfo=dt.timezone(dt.timedelta(hours=2)))
+    at_id = queue.schedule(JobSpec("w").run_at(when))
+    assert queue.job(now_id).scheduled_at == clock.now()
+    assert queue.job(at_id).scheduled_at == dt.datetime(
+        2030, 5, 1, 10, 30, 15, 123000, tzinfo=dt.UTC
+    )
+
+
+def test_schedule_many_writes_all_in_one_round_trip(queue: Queue) -> None:
+    ids = queue.schedule_many([JobSpec("w", {"n": n}) for n in range(5)])
+    assert len(set(ids)) == 5
+    assert [queue.job(i).parameters["n"] for i in ids] == list(range(5))
+    assert queue.schedule_many([]) == []
+
+
+def test_schedule_many_writes_nothing_when_one_is_invalid(queue: Queue) -> None:
+    with pytest.raises(InvalidJob):
+        queue.schedule_many([JobSpec("w"), "not a spec"])  # type: ignore[list-item]
+    assert queue.store.count_jobs("scheduled") == 0
+
+
+def test_a_missing_job_is_reported(queue: Queue) -> None:
+    with pytest.raises(JobNotFound):
+        queue.job(ObjectId())
+    with pytest.raises(JobNotFound):
+        queue.job("not-an-id")
+
+
+@pytest.mark.real_server
+def test_connect_uses_the_database_of_the_uri(real_server_uri: str) -> None:
+    queue = Queue.connect(real_server_uri, database="t_connect")
+    try:
+        job_id = queue.schedule(JobSpec("w"))
+        assert queue.job(job_id).id == job_id
+    finally:
+        queue.store.database.client.drop_database("t_connect")
+        queue.close()

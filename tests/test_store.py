@@ -1,0 +1,156 @@
+"""The storage contract: every verb, on mongomock and on the real server."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from bson import ObjectId
+
+from recruiter.clock import FrozenClock
+from recruiter.job import HISTORY_LIMIT
+from recruiter.store import Store
+from tests.factories import locked_job, queued_job
+
+MS = dt.timedelta(milliseconds=1)
+
+
+def record(attempt: int, now: dt.datetime) -> dict[str, object]:
+    return {"attempt": attempt, "started_at": now, "ended_at": now, "outcome": "retry"}
+
+
+def test_insert_jobs_returns_ids_in_order_and_find_job_reads_them(
+    store: Store, clock: FrozenClock
+) -> None:
+    assert store.insert_jobs([]) == []
+    first, second = queued_job(store, clock.now()), queued_job(store, clock.now(), group="mail")
+    job = store.find_job(second)
+    assert job is not None
+    assert (job.id, job.group, job.attempts, job.locked, job.problems) == (
+        second,
+        "mail",
+        0,
+        False,
+        (),
+    )
+    assert store.find_job(str(first)) is not None, "a hex string finds the job too"
+    assert store.find_job(ObjectId()) is None
+
+
+def test_ready_job_ids_are_due_unlocked_oldest_first(store: Store, clock: FrozenClock) -> None:
+    now = clock.now()
+    late = queued_job(store, now, due=now)
+    early = queued_job(store, now, due=now - dt.timedelta(minutes=1))
+    queued_job(store, now, due=now + MS)
+    other_group = queued_job(store, now, due=now - dt.timedelta(hours=1), group="mail")
+    locked_job(store, now, ObjectId(), due=now - dt.timedelta(days=1))
+    assert store.ready_job_ids(now, None, 10) == [other_group, early, late]
+    assert store.ready_job_ids(now, "generic", 10) == [early, late]
+    assert store.ready_job_ids(now, "generic", 1) == [early]
+    assert store.ready_job_ids(now - dt.timedelta(minutes=1) - MS, None, 10) == [other_group]
+
+
+def test_lock_jobs_takes_only_unlocked_due_jobs(store: Store, clock: FrozenClock) -> None:
+    now = clock.now()
+    free, future = queued_job(store, now), queued_job(store, now, due=now + MS)
+    taken = locked_job(store, now, ObjectId())
+    token = ObjectId()
+    assert store.lock_jobs([free, future, taken], token, now) == [free]
+    job = store.find_job(free)
+    assert job is not None
+    assert (job.locked, job.lock_token) == (True, token)
+    assert store.lock_jobs([free], ObjectId(), now) == [], "a locked job is not locked twice"
+    assert store.lock_jobs([], token, now) == []
+
+
+def test_start_if_owned_counts_the_attempt_only_for_the_token_holder(
+    store: Store, clock: FrozenClock
+) -> None:
+    token = ObjectId()
+    job_id = locked_job(store, clock.now(), token)
+    assert store.start_if_owned(job_id, ObjectId(), {"started_at": clock.now()}) is None
+    job = store.find_job(job_id)
+    assert job is not None
+    assert job.attempts == 0
+    started = store.start_if_owned(job_id, token, {"started_at": clock.now()})
+    assert started is not None
+    assert (started.attempts, started.last_execution) == (1, None)
+    again = store.start_if_owned(job_id, token, {"started_at": clock.advance(5)})
+    assert again is not None
+    assert again.attempts == 2
+    assert again.last_execution == {"started_at": clock.now() - dt.timedelta(seconds=5)}
+
+
+def test_reschedule_if_owned_unlocks_records_and_keeps_history_bounded(
+    store: Store, clock: FrozenClock
+) -> None:
+    now = clock.now()
+    job_id = queued_job(store, now)
+    for attempt in range(1, HISTORY_LIMIT + 3):
+        token = ObjectId()
+        assert store.lock_jobs([job_id], token, clock.now()) == [job_id]
+        assert not store.reschedule_if_owned(job_id, ObjectId(), now, record(attempt, now))
+        assert store.reschedule_if_owned(job_id, token, clock.now(), record(attempt, clock.now()))
+    job = store.find_job(job_id)
+    assert job is not None
+    assert (job.locked, job.lock_token, job.scheduled_at) == (False, None, clock.now())
+    assert len(job.history) == HISTORY_LIMIT
+    assert job.history[-1]["attempt"] == HISTORY_LIMIT + 2
+    assert job.last_execution is not None
+    assert job.last_execution["attempt"] == HISTORY_LIMIT + 2
+
+
+def test_finish_if_owned_archives_only_for_the_token_holder(
+    store: Store, clock: FrozenClock
+) -> None:
+    token = ObjectId()
+    job_id = locked_job(store, clock.now(), token)
+    assert not store.finish_if_owned(
+        job_id, ObjectId(), "done", record(1, clock.now()), clock.now()
+    )
+    assert store.count_jobs("archived") == 0
+    assert store.finish_if_owned(job_id, token, "done", record(1, clock.now()), clock.now())
+    assert store.count_jobs("scheduled") == 0
+    job = store.find_job(job_id)
+    assert job is not None
+    assert (job.done, job.why, job.locked, job.scheduled_at, job.lock_token) == (
+        True,
+        "done",
+        False,
+        None,
+        None,
+    )
+    assert not store.finish_if_owned(job_id, token, "done", record(1, clock.now()), clock.now())
+
+
+def test_a_failed_job_is_archived_not_done(store: Store, clock: FrozenClock) -> None:
+    token = ObjectId()
+    job_id = locked_job(store, clock.now(), token)
+    assert store.finish_if_owned(
+        job_id, token, "tried-too-many-times", record(1, clock.now()), clock.now()
+    )
+    job = store.find_job(job_id)
+    assert job is not None
+    assert (job.done, job.why) == (False, "tried-too-many-times")
+
+
+def test_archive_finished_completes_an_interrupted_move(store: Store, clock: FrozenClock) -> None:
+    now = clock.now()
+    moved_halfway, committed_only = queued_job(store, now), queued_job(store, now)
+    finished = {"$set": {"why": "done", "done": True}, "$unset": {"scheduled_at": ""}}
+    for job_id in (moved_halfway, committed_only):
+        store.scheduled.update_one({"_id": job_id}, finished)
+    # a crash after copying to archived, before deleting from scheduled
+    copy = store.scheduled.find_one({"_id": moved_halfway})
+    assert copy is not None
+    store.archived.insert_one(copy)
+    assert store.ready_job_ids(now, None, 10) == [], "finished jobs are never ready"
+    assert store.archive_finished() == 2
+    assert store.count_jobs("scheduled") == 0
+    assert store.count_jobs("archived") == 2
+    assert store.archive_finished() == 0
+
+
+def test_count_jobs_refuses_other_collections(store: Store) -> None:
+    with pytest.raises(ValueError, match="roster"):
+        store.count_jobs("roster")
