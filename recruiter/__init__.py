@@ -4,6 +4,8 @@ and whose whole history can be read back.
 >>> from recruiter import Queue, Registry, ExponentialBackoff
 """
 
+from importlib.metadata import PackageNotFoundError, version
+
 from recruiter.clock import Clock, FrozenClock, SystemClock
 from recruiter.errors import (
     DuplicateRegistration,
@@ -45,6 +47,11 @@ from recruiter.workable import (
     Workable,
     retry_statistics,
 )
+
+try:
+    __version__ = version("recruiter")
+except PackageNotFoundError:  # running from a source tree that is not installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "Clock",

@@ -90,3 +90,15 @@ class NotInAJob(RecruiterError):
 
 class WorkerDied(Exception):
     """The worker running the attempt died before finishing it (recorded, never raised)."""
+
+
+class DatabaseUnreachable(RecruiterError):
+    """The database does not answer."""
+
+    def __init__(self, uri: str, reason: str) -> None:
+        super().__init__(
+            f"no MongoDB answers at {uri}: {reason}. Check --mongodb-uri / MONGODB_URI, "
+            "or leave both unset to use the embedded database"
+        )
+        self.uri = uri
+        self.reason = reason

@@ -213,7 +213,7 @@ class TimeTable(RetryPolicy):
     and no longer than its window.
 
     >>> TimeTable({"5m": "1m", "1h": "5m", "24h": "1h"}).how_many_retries
-    40
+    39
     """
 
     def __init__(

@@ -83,3 +83,30 @@ def queue(database: Database[Any], clock: FrozenClock) -> Queue:
 @pytest.fixture
 def registry() -> Registry:
     return Registry()
+
+
+# --- in CI, the real-server tests must run, never skip -----------------------------------
+
+_real_server_outcomes: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if "real_server" in report.keywords and (report.when == "call" or report.skipped):
+        _real_server_outcomes.append(report.outcome)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if not os.environ.get("CI") or exitstatus != 0:
+        return
+    ran = _real_server_outcomes.count("passed")
+    skipped = _real_server_outcomes.count("skipped")
+    if ran == 0 or skipped:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.ensure_newline()
+            reporter.write_line(
+                f"CI: {ran} real-server tests passed and {skipped} skipped; "
+                "they must all run in CI",
+                red=True,
+            )
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -1,0 +1,20 @@
+"""The Python examples of the docs run as written, each page's blocks in order."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+DOCS = Path(__file__).parent.parent / "docs"
+BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
+
+
+@pytest.mark.parametrize("page", ["api.md", "retry-policies.md"])
+def test_the_examples_of_a_page_run(page: str, capsys: pytest.CaptureFixture[str]) -> None:
+    blocks = BLOCK.findall((DOCS / page).read_text())
+    assert blocks, f"{page} has no Python example"
+    namespace: dict[str, object] = {"__name__": f"docs_{page}"}
+    for block in blocks:
+        exec(compile(block, f"{DOCS / page}", "exec"), namespace)
