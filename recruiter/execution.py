@@ -23,16 +23,15 @@ from bson import ObjectId
 from recruiter.clock import Clock
 from recruiter.errors import RecruiterError
 from recruiter.job import TRACE_LIMIT, Job
-from recruiter.policies import DoNotDoItAgain
 from recruiter.retry import (
-    Decision,
     FailedAttempt,
     Failure,
     GiveUp,
     RetryAt,
-    RetryPolicy,
     Why,
-    policy_from_document,
+    decide_safely,
+    is_last_retry_safely,
+    policy_or_default,
 )
 from recruiter.store import Store
 from recruiter.workable import Registry, RetryStatistics, running_as
@@ -113,12 +112,12 @@ class Executor:
         if job is None:
             logger.warning("job %s is no longer held with token %s: not run", job_id, token)
             return Execution(job_id, Outcome.FENCED)
-        policy, policy_problem = _policy_of(job)
+        policy, policy_problem = policy_or_default(job.retry_policy)
         created_at = job.created_at or started_at
         statistics = RetryStatistics(
             job_id=str(job.id),
             retry_number=job.attempts,
-            is_last_retry=_is_last_retry(policy, job.attempts, created_at, started_at),
+            is_last_retry=is_last_retry_safely(policy, job.attempts, created_at, started_at),
             last_execution=job.last_execution,
         )
         failure, trace = _run(self.registry, job, statistics, policy_problem)
@@ -142,7 +141,7 @@ class Executor:
             str(job.id), job.attempts, created_at, failure, started_at, ended_at
         )
         failed = _Failed(job, token, record, attempt, trace)
-        decision = _decide(policy, attempt, ended_at)
+        decision = decide_safely(policy, attempt, ended_at)
         if isinstance(decision, RetryAt):
             return self._retry(failed, decision)
         return self._give_up(failed, decision)
@@ -206,32 +205,6 @@ def _fenced(job: Job) -> Execution:
         "job %s was released while attempt %d ran: its result is discarded", job.id, job.attempts
     )
     return Execution(job.id, Outcome.FENCED, job.attempts)
-
-
-def _policy_of(job: Job) -> tuple[RetryPolicy, str | None]:
-    """The job's policy; a damaged one is replaced by DoNotDoItAgain and reported."""
-    try:
-        return policy_from_document(job.retry_policy), None
-    except RecruiterError as error:
-        return DoNotDoItAgain(), f"its retry policy cannot be rebuilt: {error}"
-
-
-def _is_last_retry(
-    policy: RetryPolicy, attempts: int, created_at: dt.datetime, now: dt.datetime
-) -> bool:
-    try:
-        return policy.is_last_retry(attempts, created_at, now)
-    except Exception:
-        logger.exception("retry policy %r failed in is_last_retry", policy)
-        return True
-
-
-def _decide(policy: RetryPolicy, attempt: FailedAttempt, now: dt.datetime) -> Decision:
-    try:
-        return policy.decide(attempt, now)
-    except Exception:
-        logger.exception("retry policy %r failed to decide; the job is archived", policy)
-        return GiveUp(Why.NOT_SCHEDULED_BY_RETRY_POLICY)
 
 
 def describe(execution: Execution) -> Mapping[str, Any]:

@@ -197,6 +197,10 @@ class Job:
     scheduled_at: dt.datetime | None
     locked: bool
     lock_token: ObjectId | None
+    lock_since: dt.datetime | None
+    """When the job was locked; ``None`` when it is not."""
+    lock_started_at: dt.datetime | None
+    """When the worker holding the lock started the job; ``None`` if not started."""
     done: bool
     why: str | None
     tags: tuple[str, ...]
@@ -216,7 +220,7 @@ class Job:
         reader = _Reader(document)
         workable = reader.mapping("workable")
         lock = reader.mapping("lock", required=False)
-        token = lock.get("token")
+        token, since, started = lock.get("token"), lock.get("since"), lock.get("started_at")
         return cls(
             id=document.get("_id"),
             group=reader.text("group", DEFAULT_GROUP),
@@ -229,6 +233,8 @@ class Job:
             scheduled_at=reader.moment("scheduled_at", required=False),
             locked=reader.boolean("locked"),
             lock_token=token if isinstance(token, ObjectId) else None,
+            lock_since=since if isinstance(since, dt.datetime) else None,
+            lock_started_at=started if isinstance(started, dt.datetime) else None,
             done=reader.boolean("done"),
             why=document.get("why") if isinstance(document.get("why"), str) else None,
             tags=tuple(t for t in reader.array("tags") if isinstance(t, str)),

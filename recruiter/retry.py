@@ -15,6 +15,7 @@ a policy can be stored and evaluated without importing anything named in the dat
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
@@ -28,6 +29,8 @@ from recruiter.errors import (
     UnknownRetryPolicy,
     WorkerDied,
 )
+
+logger = logging.getLogger(__name__)
 
 MAX_WAIT = dt.timedelta(days=365)
 """No policy schedules a retry further than this; it keeps runaway backoff representable."""
@@ -249,3 +252,31 @@ def exponential_delay(
 def jitter_draw(job_id: str, attempt: int) -> float:
     """A number in [0, 1) fixed by the job and attempt, so a decision can be replayed."""
     return random.Random(f"{job_id}:{attempt}").random()
+
+
+def policy_or_default(document: Any) -> tuple[RetryPolicy, str | None]:
+    """The stored policy, or ``DoNotDoItAgain`` and what was wrong if it cannot be rebuilt."""
+    try:
+        return policy_from_document(document), None
+    except (InvalidRetryPolicy, UnknownRetryPolicy) as error:
+        fallback = policy_from_document({"class": "DoNotDoItAgain", "parameters": {}})
+        return fallback, f"its retry policy cannot be rebuilt: {error}"
+
+
+def decide_safely(policy: RetryPolicy, attempt: FailedAttempt, now: dt.datetime) -> Decision:
+    """The policy's decision; a policy that raises gives up, so the job is archived, not lost."""
+    try:
+        return policy.decide(attempt, now)
+    except Exception:
+        logger.exception("retry policy %r failed to decide on job %s", policy, attempt.job_id)
+        return GiveUp(Why.NOT_SCHEDULED_BY_RETRY_POLICY)
+
+
+def is_last_retry_safely(
+    policy: RetryPolicy, attempts: int, created_at: dt.datetime, now: dt.datetime
+) -> bool:
+    try:
+        return policy.is_last_retry(attempts, created_at, now)
+    except Exception:
+        logger.exception("retry policy %r failed in is_last_retry", policy)
+        return True

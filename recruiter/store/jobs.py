@@ -1,12 +1,4 @@
-"""The storage seam: the only module that queries MongoDB (with :mod:`recruiter.schema`).
-
-Each method is one state transition, named after what the database does atomically,
-with its guard in the name: ``lock_jobs`` locks only unlocked ready jobs,
-``finish_if_owned`` finishes a job only for the holder of its lock token. Every write
-is a conditional update whose filter states its precondition, so a process that lost
-its claim (a worker declared dead, a recruiter that lost its lease) cannot change a job
-it no longer owns. Methods return frozen records, never live cursors; they never decide
-retry timing nor call user code. Times are always passed in: the store reads no clock.
+"""The job verbs of the store: ``scheduled`` and ``archived``.
 
 Finishing a job is crash-safe without transactions: the conditional update that sets
 ``why`` is the commit point; moving the finished document from ``scheduled`` to
@@ -21,19 +13,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bson import ObjectId
-from bson.codec_options import CodecOptions
 from pymongo import ReturnDocument
 from pymongo.collection import Collection
 from pymongo.database import Database
 from pymongo.errors import BulkWriteError, OperationFailure
 
 from recruiter.job import HISTORY_LIMIT, Job
-from recruiter.schema import ensure_indexes, ensure_schema
+from recruiter.store.base import Document
 
 DUPLICATE_KEY = 11000
 ARCHIVE_BATCH = 500
-
-Document = dict[str, Any]
 
 
 def _recording(update: Document, execution: Document, reset: bool = False) -> Document:
@@ -54,23 +43,12 @@ def as_object_id(job_id: ObjectId | str) -> ObjectId | str:
     return job_id
 
 
-class Store:
-    """Every collection recruiter uses, and every operation on them."""
+class JobVerbs:
+    """Operations on ``scheduled`` and ``archived``."""
 
-    def __init__(self, database: Database[Any]) -> None:
-        self.database: Database[Document] = database.client.get_database(
-            database.name, codec_options=CodecOptions(tz_aware=True)
-        )
-        self.scheduled: Collection[Document] = self.database.scheduled
-        self.archived: Collection[Document] = self.database.archived
-        self.roster: Collection[Document] = self.database.roster
-        self.metadata: Collection[Document] = self.database.metadata
-        self.schedulers: Collection[Document] = self.database.schedulers
-
-    def ensure_ready(self) -> None:
-        """Check and upgrade the schema version, create missing indexes (idempotent)."""
-        ensure_schema(self.database)
-        ensure_indexes(self.database)
+    database: Database[Document]
+    scheduled: Collection[Document]
+    archived: Collection[Document]
 
     # --- scheduling -----------------------------------------------------------------
 
@@ -137,7 +115,10 @@ class Store:
         try:
             before = self.scheduled.find_one_and_update(
                 owned,
-                {"$inc": {"attempts": 1}, "$set": {"last_execution": started}},
+                {
+                    "$inc": {"attempts": 1},
+                    "$set": {"last_execution": started, "lock.started_at": started["started_at"]},
+                },
                 return_document=ReturnDocument.BEFORE,
             )
         except OperationFailure:
@@ -150,6 +131,38 @@ class Store:
         attempts = before.get("attempts")
         before["attempts"] = (attempts if isinstance(attempts, int) else 0) + 1
         return Job.from_document(before)
+
+    def unlock_if_not_started(self, job_ids: Sequence[Any], token: ObjectId) -> int:
+        """Put back in the queue, uncounted, jobs locked with ``token`` that never started.
+
+        A job whose worker started it meanwhile is left alone: its attempt counts, and only
+        its retry policy may release it.
+        """
+        if not job_ids:
+            return 0
+        result = self.scheduled.update_many(
+            {
+                "_id": {"$in": list(job_ids)},
+                "lock.token": token,
+                "lock.started_at": {"$exists": False},
+            },
+            {"$set": {"locked": False}, "$unset": {"lock": ""}},
+        )
+        return result.modified_count
+
+    def locked_jobs(self, limit: int) -> list[Job]:
+        """Jobs currently locked (handed out or running), oldest lock first."""
+        cursor = self.scheduled.find({"locked": True}).sort("lock.since", 1).limit(limit)
+        return [Job.from_document(d) for d in cursor]
+
+    def find_locked_job(self, job_id: Any, token: ObjectId) -> Job | None:
+        """The job, if it is still locked with ``token``."""
+        document = self.scheduled.find_one({"_id": job_id, "lock.token": token})
+        return None if document is None else Job.from_document(document)
+
+    def purge_archived(self, archived_before: dt.datetime) -> int:
+        """Delete archived jobs finished before ``archived_before``, in one command."""
+        return self.archived.delete_many({"archived_at": {"$lt": archived_before}}).deleted_count
 
     def reschedule_if_owned(
         self, job_id: Any, token: ObjectId, at: dt.datetime, execution: Document

@@ -1,0 +1,3 @@
+from recruiter.cli import main
+
+main()

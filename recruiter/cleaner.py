@@ -1,0 +1,105 @@
+"""The cleaner: recovers what dead workers held, and keeps ``archived`` from growing forever.
+
+Each round it:
+
+1. finds workers not seen for ``considered_dead_after``; releases the job each one held
+   through the job's retry policy (a started job is a crashed attempt, ``WorkerDied``;
+   one never started goes back uncounted); then removes the worker, only if it is
+   still not seen;
+2. releases *orphans*, jobs locked for longer than ``considered_dead_after`` that no
+   worker on the roster holds;
+3. completes moves to ``archived`` that a crash interrupted;
+4. purges archived jobs that finished more than ``clean_after`` ago, in one command,
+   crashed ones included.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+
+from recruiter.recovery import Released, release_job
+from recruiter.store import Store
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_CONSIDERED_DEAD_AFTER = dt.timedelta(seconds=30)
+DEFAULT_CLEAN_AFTER = dt.timedelta(days=5)
+DEFAULT_LEASE = dt.timedelta(seconds=15)
+ORPHAN_SCAN_LIMIT = 10_000
+
+
+@dataclass(frozen=True)
+class CleanerConfig:
+    considered_dead_after: dt.timedelta = DEFAULT_CONSIDERED_DEAD_AFTER
+    """A worker whose last heartbeat is older than this is dead; keep it several
+    heartbeat intervals long (workers beat every 2 s by default)."""
+    clean_after: dt.timedelta = DEFAULT_CLEAN_AFTER
+    lease: dt.timedelta = DEFAULT_LEASE
+    idle_wait_min: float = 0.5
+    idle_wait_max: float = 5.0
+
+    def validate(self) -> CleanerConfig:
+        if self.considered_dead_after < dt.timedelta(seconds=1):
+            raise ValueError("--considered-dead-after must be at least 1s")
+        if self.clean_after <= dt.timedelta(0):
+            raise ValueError("--clean-after must be positive")
+        if self.lease < dt.timedelta(seconds=1):
+            raise ValueError("--lease must be at least 1s")
+        return self
+
+
+@dataclass(frozen=True)
+class CleanResult:
+    dead_workers: int = 0
+    released: Counter[str] = field(default_factory=Counter)
+    archived_moves: int = 0
+    purged: int = 0
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.dead_workers or sum(self.released.values()) or self.purged)
+
+
+class Cleaner:
+    """The cleaning process's work; leadership and the loop wrap it (see ``cli``)."""
+
+    def __init__(self, store: Store, config: CleanerConfig | None = None) -> None:
+        self.store = store
+        self.config = (config or CleanerConfig()).validate()
+
+    def run_once(self, now: dt.datetime) -> CleanResult:
+        seen_before = now - self.config.considered_dead_after
+        released: Counter[str] = Counter()
+        dead = self.store.dead_workers(seen_before)
+        for worker in dead:
+            if worker.assignment is not None:
+                reason = f"worker {worker.id} (pid {worker.pid} on {worker.hostname}) died"
+                assignment = worker.assignment
+                released[
+                    release_job(self.store, assignment.job_id, assignment.token, now, reason)
+                ] += 1
+            if self.store.remove_worker_if_dead(worker.id, seen_before):
+                logger.warning(
+                    "cleaner: removed worker %s, not seen since %s", worker.id, worker.last_seen_at
+                )
+        for outcome, count in self.release_orphans(now, seen_before).items():
+            released[outcome] += count
+        released.pop(Released.GONE, None)
+        moved = self.store.archive_finished()
+        purged = self.store.purge_archived(now - self.config.clean_after)
+        if purged:
+            logger.info("cleaner: purged %d archived jobs", purged)
+        return CleanResult(len(dead), released, moved, purged)
+
+    def release_orphans(self, now: dt.datetime, locked_before: dt.datetime) -> Counter[str]:
+        held = self.store.held_job_ids()
+        released: Counter[str] = Counter()
+        for job in self.store.locked_jobs(ORPHAN_SCAN_LIMIT):
+            since = job.lock_since
+            if job.id in held or job.lock_token is None or since is None or since >= locked_before:
+                continue
+            released[release_job(self.store, job.id, job.lock_token, now, "held by no worker")] += 1
+        return released

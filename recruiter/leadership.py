@@ -1,0 +1,59 @@
+"""Leadership: a lease in ``metadata`` so that one recruiter (and one cleaner) leads.
+
+The leader renews its lease well before it expires; a standby takes it over once it
+has expired, so a dead leader is replaced within the lease duration. Leadership wraps
+a process's loop: it is not woven into the work, which stays correct even with two
+leaders for a moment (every write the work does is conditional).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import socket
+import uuid
+
+from recruiter.store import Store
+
+logger = logging.getLogger(__name__)
+
+RENEW_AFTER = 1 / 3
+"""The share of the lease after which the leader renews it."""
+
+
+def holder_name() -> str:
+    """A name unique to this process: host, pid and a random part (pids are reused)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class Leadership:
+    """Holds the lease ``name`` for ``holder``, renewing it as time passes."""
+
+    def __init__(self, store: Store, name: str, holder: str, duration: dt.timedelta) -> None:
+        self.store = store
+        self.name = name
+        self.holder = holder
+        self.duration = duration
+        self._renew_at: dt.datetime | None = None
+        self.leading = False
+
+    def hold(self, now: dt.datetime) -> bool:
+        """Whether this process leads at ``now``; renews or takes the lease when due."""
+        if self.leading and self._renew_at is not None and now < self._renew_at:
+            return True
+        leading = self.store.acquire_or_renew(self.name, self.holder, now, self.duration)
+        if leading != self.leading:
+            if leading:
+                logger.info("%s %s: became the leader", self.name, self.holder)
+            else:
+                logger.warning("%s %s: not the leader, standing by", self.name, self.holder)
+        self.leading = leading
+        self._renew_at = now + self.duration * RENEW_AFTER if leading else None
+        return leading
+
+    def release(self, now: dt.datetime) -> None:
+        if self.leading:
+            self.store.release_lease(self.name, self.holder, now)
+            self.leading = False
+            logger.info("%s %s: stepped down", self.name, self.holder)

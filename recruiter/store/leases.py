@@ -1,0 +1,77 @@
+"""The lease verbs of the store: who leads, kept in ``metadata``.
+
+A lease is ``{_id: "lease:<name>", holder, acquired_at, expires_at}``. Its holder renews
+it before it expires; anyone may take it once it has expired. Every takeover is also
+appended to the lease's bounded ``history``, so who led when can be read back.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+from pymongo.collection import Collection
+from pymongo.errors import DuplicateKeyError
+
+from recruiter.store.base import Document
+
+LEASE_HISTORY_LIMIT = 100
+
+
+@dataclass(frozen=True)
+class Lease:
+    name: str
+    holder: str
+    acquired_at: dt.datetime
+    expires_at: dt.datetime
+    history: tuple[dict[str, Any], ...]
+
+
+class LeaseVerbs:
+    """Operations on the leases in ``metadata``."""
+
+    metadata: Collection[Document]
+
+    def acquire_or_renew(
+        self, name: str, holder: str, now: dt.datetime, duration: dt.timedelta
+    ) -> bool:
+        """Renew the lease if ``holder`` holds it, else take it if free or expired."""
+        lease_id = f"lease:{name}"
+        expires_at = now + duration
+        renewed = self.metadata.update_one(
+            {"_id": lease_id, "holder": holder}, {"$set": {"expires_at": expires_at}}
+        )
+        if renewed.matched_count == 1:
+            return True
+        taken = {"holder": holder, "acquired_at": now, "expires_at": expires_at}
+        entry = {"$push": {"history": {"$each": [taken], "$slice": -LEASE_HISTORY_LIMIT}}}
+        result = self.metadata.update_one(
+            {"_id": lease_id, "expires_at": {"$lte": now}}, {"$set": taken, **entry}
+        )
+        if result.matched_count == 1:
+            return True
+        try:
+            self.metadata.insert_one({"_id": lease_id, **taken, "history": [taken]})
+        except DuplicateKeyError:
+            return False
+        return True
+
+    def release_lease(self, name: str, holder: str, now: dt.datetime) -> bool:
+        """Give the lease up at once, if ``holder`` holds it."""
+        result = self.metadata.update_one(
+            {"_id": f"lease:{name}", "holder": holder}, {"$set": {"expires_at": now}}
+        )
+        return result.modified_count == 1
+
+    def find_lease(self, name: str) -> Lease | None:
+        document = self.metadata.find_one({"_id": f"lease:{name}"})
+        if document is None:
+            return None
+        return Lease(
+            name,
+            str(document.get("holder")),
+            document["acquired_at"],
+            document["expires_at"],
+            tuple(document.get("history") or ()),
+        )

@@ -1,0 +1,169 @@
+"""The roster verbs of the store: one document per live worker.
+
+A worker's document is written by the worker itself (register, heartbeat, release),
+by the recruiter (assign, only while the worker is available) and by the cleaner
+(remove, only while the worker is still not seen). The recruiter assigns a whole round
+in one ``update_many``: every assigned worker gets the same worker-keyed
+``assigned_to`` map and finds its own job under its own id.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from bson import ObjectId
+from pymongo.collection import Collection
+
+from recruiter.store.base import Document
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """A job handed to a worker, and the lock token that fences it."""
+
+    job_id: Any
+    token: ObjectId
+
+
+@dataclass(frozen=True)
+class WorkerRecord:
+    """A roster document, as read."""
+
+    id: ObjectId
+    work_on: str
+    available: bool
+    last_seen_at: dt.datetime | None
+    created_at: dt.datetime | None
+    pid: int | None
+    hostname: str | None
+    assignment: Assignment | None
+
+    @classmethod
+    def from_document(cls, document: Mapping[str, Any]) -> WorkerRecord:
+        worker_id = document["_id"]
+        assigned_to = document.get("assigned_to")
+        lock = document.get("assignment")
+        assignment = None
+        if isinstance(assigned_to, Mapping) and isinstance(lock, Mapping):
+            job_id = assigned_to.get(str(worker_id))
+            if job_id is not None and isinstance(lock.get("token"), ObjectId):
+                assignment = Assignment(job_id, lock["token"])
+        last_seen, created = document.get("last_seen_at"), document.get("created_at")
+        pid, hostname = document.get("pid"), document.get("hostname")
+        return cls(
+            id=worker_id,
+            work_on=str(document.get("work_on", "*")),
+            available=document.get("available") is True,
+            last_seen_at=last_seen if isinstance(last_seen, dt.datetime) else None,
+            created_at=created if isinstance(created, dt.datetime) else None,
+            pid=pid if isinstance(pid, int) else None,
+            hostname=hostname if isinstance(hostname, str) else None,
+            assignment=assignment,
+        )
+
+
+class RosterVerbs:
+    """Operations on ``roster``."""
+
+    roster: Collection[Document]
+
+    def register_worker(self, work_on: str, pid: int, hostname: str, now: dt.datetime) -> ObjectId:
+        """Add an available worker; return its id."""
+        worker_id = ObjectId()
+        self.roster.insert_one(
+            {
+                "_id": worker_id,
+                "work_on": work_on,
+                "available": True,
+                "available_since": now,
+                "last_seen_at": now,
+                "created_at": now,
+                "pid": pid,
+                "hostname": hostname,
+            }
+        )
+        return worker_id
+
+    def heartbeat(self, worker_ids: list[ObjectId], now: dt.datetime) -> set[ObjectId]:
+        """Record that these workers are alive; return those still on the roster."""
+        result = self.roster.update_many(
+            {"_id": {"$in": worker_ids}}, {"$set": {"last_seen_at": now}}
+        )
+        if result.matched_count == len(worker_ids):
+            return set(worker_ids)
+        return {d["_id"] for d in self.roster.find({"_id": {"$in": worker_ids}}, {"_id": 1})}
+
+    def find_worker(self, worker_id: ObjectId) -> WorkerRecord | None:
+        """A worker's own document: how a worker learns what it was assigned."""
+        document = self.roster.find_one({"_id": worker_id})
+        return None if document is None else WorkerRecord.from_document(document)
+
+    def workers(self) -> list[WorkerRecord]:
+        return [WorkerRecord.from_document(d) for d in self.roster.find().sort("created_at", 1)]
+
+    def available_workers(self) -> list[WorkerRecord]:
+        """Workers waiting for a job, longest waiting first."""
+        cursor = self.roster.find({"available": True}).sort("available_since", 1)
+        return [WorkerRecord.from_document(d) for d in cursor]
+
+    def assign(
+        self, jobs_by_worker: Mapping[ObjectId, Any], token: ObjectId, now: dt.datetime
+    ) -> set[ObjectId]:
+        """Hand each worker its job in one write, if it is still available.
+
+        Returns the workers actually assigned: one that retired meanwhile is not.
+        """
+        if not jobs_by_worker:
+            return set()
+        workers = list(jobs_by_worker)
+        result = self.roster.update_many(
+            {"_id": {"$in": workers}, "available": True},
+            {
+                "$set": {
+                    "available": False,
+                    "assigned_to": {str(w): j for w, j in jobs_by_worker.items()},
+                    "assignment": {"token": token, "since": now},
+                    "assigned_since": now,
+                }
+            },
+        )
+        if result.modified_count == len(workers):
+            return set(workers)
+        query = {"_id": {"$in": workers}, "assignment.token": token}
+        return {d["_id"] for d in self.roster.find(query, {"_id": 1})}
+
+    def release_worker(self, worker_id: ObjectId, token: ObjectId, now: dt.datetime) -> bool:
+        """Make the worker available again after the job it was assigned with ``token``."""
+        result = self.roster.update_one(
+            {"_id": worker_id, "assignment.token": token},
+            {
+                "$set": {"available": True, "available_since": now, "last_seen_at": now},
+                "$unset": {"assigned_to": "", "assignment": "", "assigned_since": ""},
+            },
+        )
+        return result.modified_count == 1
+
+    def unregister_if_idle(self, worker_id: ObjectId) -> bool:
+        """Remove the worker only if nothing is assigned to it."""
+        return self.roster.delete_one({"_id": worker_id, "available": True}).deleted_count == 1
+
+    def dead_workers(self, seen_before: dt.datetime) -> list[WorkerRecord]:
+        """Workers whose last heartbeat is older than ``seen_before``."""
+        cursor = self.roster.find({"last_seen_at": {"$lt": seen_before}})
+        return [WorkerRecord.from_document(d) for d in cursor]
+
+    def remove_worker_if_dead(self, worker_id: ObjectId, seen_before: dt.datetime) -> bool:
+        """Remove the worker only if it has still not been seen since ``seen_before``."""
+        result = self.roster.delete_one({"_id": worker_id, "last_seen_at": {"$lt": seen_before}})
+        return result.deleted_count == 1
+
+    def held_job_ids(self) -> set[Any]:
+        """The jobs that some worker on the roster was assigned."""
+        return {
+            w.assignment.job_id
+            for w in map(WorkerRecord.from_document, self.roster.find({"available": False}))
+            if w.assignment is not None
+        }

@@ -1,0 +1,200 @@
+"""Workers: register in ``roster``, run what they are assigned, heartbeat throughout.
+
+A worker process has one or more *slots* (``--concurrency``), each a roster document of
+its own that runs one job at a time in its own thread. A slot polls only its own
+document, fast while work flows and backing off to a fraction of a second when idle.
+A heartbeat thread keeps every slot's ``last_seen_at`` fresh, also while jobs run, so
+a long job is never mistaken for a dead worker.
+
+Stopping (SIGTERM, SIGINT): each slot finishes the job it holds or was just assigned,
+then leaves the roster; a second signal stops at once. A memory limit makes the worker
+stop the same way after the job that crossed it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import resource
+import threading
+import time
+from dataclasses import dataclass
+
+from bson import ObjectId
+from pymongo.errors import PyMongoError
+
+from recruiter.clock import Clock
+from recruiter.execution import Execution, Executor, Identity
+from recruiter.job import ANY_GROUP
+from recruiter.loop import Backoff
+from recruiter.store import Store
+from recruiter.workable import Registry
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_HEARTBEAT = dt.timedelta(seconds=2)
+DATABASE_ERROR_WAIT = 1.0
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    group: str = ANY_GROUP
+    """The group to work on; ``*`` for any."""
+    concurrency: int = 1
+    heartbeat_every: dt.timedelta = DEFAULT_HEARTBEAT
+    poll_wait_min: float = 0.002
+    poll_wait_max: float = 0.2
+    memory_limit: int | None = None
+    """Bytes of resident memory after which the worker retires, after its current job."""
+
+    def validate(self) -> WorkerConfig:
+        if not isinstance(self.group, str) or not self.group.strip():
+            raise ValueError("--group must be a non-empty group name, or * for any")
+        if self.concurrency < 1:
+            raise ValueError("--concurrency must be at least 1")
+        if self.heartbeat_every <= dt.timedelta(0):
+            raise ValueError("--heartbeat-every must be positive")
+        if self.memory_limit is not None and self.memory_limit <= 0:
+            raise ValueError("--memory-limit must be positive")
+        return self
+
+
+@dataclass(frozen=True)
+class SlotResult:
+    ran: Execution | None = None
+    registered_again: bool = False
+
+
+class WorkerSlot:
+    """One roster document and the jobs assigned to it."""
+
+    def __init__(self, store: Store, registry: Registry, clock: Clock, group: str) -> None:
+        self.store = store
+        self.registry = registry
+        self.clock = clock
+        self.group = group
+        self.id: ObjectId | None = None
+
+    def register(self) -> ObjectId:
+        identity = Identity.of_this_process()
+        self.id = self.store.register_worker(
+            self.group, identity.pid, identity.hostname, self.clock.now()
+        )
+        logger.info("worker %s: registered, working on %s", self.id, self.group)
+        return self.id
+
+    def run_once(self) -> SlotResult:
+        """Run the job assigned to this slot, if any."""
+        if self.id is None:
+            self.register()
+        assert self.id is not None
+        record = self.store.find_worker(self.id)
+        if record is None:
+            logger.warning("worker %s: was declared dead and removed; registering again", self.id)
+            self.register()
+            return SlotResult(registered_again=True)
+        if record.assignment is None:
+            return SlotResult()
+        job_id, token = record.assignment.job_id, record.assignment.token
+        executor = Executor(
+            self.store, self.registry, self.clock, Identity.of_this_process(self.id)
+        )
+        execution = executor.execute(job_id, token)
+        self.store.release_worker(self.id, token, self.clock.now())
+        return SlotResult(ran=execution)
+
+    def retire(self) -> bool:
+        """Leave the roster if nothing is assigned; ``False`` when a job is waiting."""
+        if self.id is None or self.store.unregister_if_idle(self.id):
+            logger.info("worker %s: retired", self.id)
+            self.id = None
+            return True
+        return False
+
+
+class WorkerProcess:
+    """The slots, the heartbeat and the stop request of one ``recruiter worker``."""
+
+    def __init__(
+        self, store: Store, registry: Registry, clock: Clock, config: WorkerConfig
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.config = config.validate()
+        self.slots = [
+            WorkerSlot(store, registry, clock, config.group) for _ in range(config.concurrency)
+        ]
+        self.stop = threading.Event()
+        self.backoff = Backoff(config.poll_wait_min, config.poll_wait_max)
+
+    def beat(self) -> None:
+        """Record every registered slot as alive."""
+        ids = [slot.id for slot in self.slots if slot.id is not None]
+        if ids:
+            self.store.heartbeat(ids, self.clock.now())
+
+    def run(self) -> None:
+        """Register the slots and run them until stopped and every slot has retired."""
+        for slot in self.slots:
+            slot.register()
+        done = threading.Event()
+        heart = threading.Thread(
+            target=self._heartbeat, args=(done,), name="heartbeat", daemon=True
+        )
+        heart.start()
+        threads = [
+            threading.Thread(target=self._serve, args=(slot,), name=f"slot-{n}")
+            for n, slot in enumerate(self.slots)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        done.set()
+        heart.join()
+
+    def _heartbeat(self, done: threading.Event) -> None:
+        interval = self.config.heartbeat_every.total_seconds()
+        while not done.wait(interval):
+            try:
+                self.beat()
+            except PyMongoError as error:
+                logger.error("worker: heartbeat failed, retrying: %s", error)
+
+    def _serve(self, slot: WorkerSlot) -> None:
+        wait = 0.0
+        while True:
+            try:
+                if self.stop.is_set() and slot.retire():
+                    return
+                result = slot.run_once()
+            except PyMongoError as error:
+                logger.error("worker %s: database error, retrying: %s", slot.id, error)
+                time.sleep(DATABASE_ERROR_WAIT)
+                continue
+            if result.ran is not None:
+                wait = 0.0
+                self._check_memory()
+                continue
+            if not self.stop.is_set():
+                wait = self.backoff.after(wait)
+                self.stop.wait(wait)
+
+    def _check_memory(self) -> None:
+        limit = self.config.memory_limit
+        if limit is None or self.stop.is_set():
+            return
+        used = resident_memory()
+        if used > limit:
+            logger.warning("worker: %d bytes used, over the limit of %d: retiring", used, limit)
+            self.stop.set()
+
+
+def resident_memory() -> int:
+    """Bytes of resident memory of this process now (peak where /proc is missing)."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -1,0 +1,278 @@
+"""The recruiter, the worker and the cleaner, one round at a time, on a frozen clock."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+from bson import ObjectId
+
+from recruiter import JobSpec, Queue, Registry, RetryManyTimes, retry_statistics
+from recruiter.cleaner import Cleaner, CleanerConfig
+from recruiter.clock import FrozenClock
+from recruiter.execution import Outcome
+from recruiter.leadership import Leadership
+from recruiter.recruiter import Recruiter
+from recruiter.store import Store
+from recruiter.testing import drain
+from recruiter.worker import WorkerSlot
+
+DEAD_AFTER = dt.timedelta(seconds=30)
+
+
+@pytest.fixture
+def app(registry: Registry) -> Registry:
+    @registry.workable("tests.noop")
+    def noop() -> None: ...
+
+    return registry
+
+
+@pytest.fixture
+def recruiter(queue: Queue) -> Recruiter:
+    return Recruiter(queue.store)
+
+
+@pytest.fixture
+def cleaner(queue: Queue) -> Cleaner:
+    return Cleaner(queue.store, CleanerConfig(considered_dead_after=DEAD_AFTER))
+
+
+def slot(queue: Queue, registry: Registry, clock: FrozenClock, group: str = "*") -> WorkerSlot:
+    worker = WorkerSlot(queue.store, registry, clock, group)
+    worker.register()
+    return worker
+
+
+def test_a_round_hands_each_available_worker_one_job_oldest_first(
+    queue: Queue, app: Registry, clock: FrozenClock, recruiter: Recruiter
+) -> None:
+    old = queue.schedule(JobSpec("tests.noop").run_at(clock.now() - dt.timedelta(minutes=1)))
+    new = queue.schedule(JobSpec("tests.noop"))
+    queue.schedule(JobSpec("tests.noop").run_in("1m"))
+    first, second, third = (slot(queue, app, clock) for _ in range(3))
+    result = recruiter.run_once(clock.now())
+    assert (result.available_workers, result.assigned) == (3, 2)
+    held: dict[Any, Any] = {w.id: w.assignment for w in queue.store.workers()}
+    assert {a.job_id for a in held.values() if a} == {old, new}
+    document = queue.store.roster.find_one({"_id": first.id})
+    assert document is not None
+    assert set(document["assigned_to"]) == {str(first.id), str(second.id)}, "one map per round"
+    assert held[third.id] is None
+    assert recruiter.run_once(clock.now()).assigned == 0, "no job is assigned twice"
+
+
+def test_workers_of_a_group_get_its_jobs_before_any_group_workers(
+    queue: Queue, app: Registry, clock: FrozenClock, recruiter: Recruiter
+) -> None:
+    mail = queue.schedule(JobSpec("tests.noop").in_group("mail"))
+    other = queue.schedule(JobSpec("tests.noop").run_at(clock.now() - dt.timedelta(1)))
+    anyone, mailer = slot(queue, app, clock), slot(queue, app, clock, "mail")
+    recruiter.run_once(clock.now())
+    assignments: dict[Any, Any] = {w.id: w.assignment for w in queue.store.workers()}
+    assert assignments[mailer.id].job_id == mail
+    assert assignments[anyone.id].job_id == other
+
+
+def test_a_worker_runs_its_job_and_becomes_available(
+    queue: Queue, app: Registry, clock: FrozenClock, recruiter: Recruiter
+) -> None:
+    job_id = queue.schedule(JobSpec("tests.noop"))
+    worker = slot(queue, app, clock)
+    assert worker.run_once().ran is None, "nothing assigned yet"
+    recruiter.run_once(clock.now())
+    result = worker.run_once()
+    assert result.ran is not None
+    assert (result.ran.job_id, result.ran.outcome) == (job_id, Outcome.DONE)
+    job = queue.job(job_id)
+    assert job.last_execution is not None
+    assert job.last_execution["worker"] == worker.id
+    record = queue.store.find_worker(worker.id)
+    assert record is not None
+    assert (record.available, record.assignment) == (True, None)
+    assert worker.retire()
+
+
+def test_a_worker_that_retired_before_assignment_leaves_its_job_queued(
+    queue: Queue, app: Registry, clock: FrozenClock, recruiter: Recruiter, monkeypatch: Any
+) -> None:
+    job_id = queue.schedule(JobSpec("tests.noop"))
+    worker = slot(queue, app, clock)
+    stale = queue.store.available_workers()
+    assert worker.retire()
+    monkeypatch.setattr(queue.store, "available_workers", lambda: stale)
+    assert recruiter.run_once(clock.now()).assigned == 0
+    job = queue.job(job_id)
+    assert (job.locked, job.attempts) == (False, 0)
+
+
+def test_a_new_leader_requeues_jobs_locked_but_never_assigned(
+    queue: Queue, app: Registry, clock: FrozenClock
+) -> None:
+    job_id = queue.schedule(JobSpec("tests.noop"))
+    # the previous leader died between locking and assigning
+    assert queue.store.lock_jobs([job_id], ObjectId(), clock.now()) == [job_id]
+    worker = slot(queue, app, clock)
+    result = Recruiter(queue.store).run_once(clock.now())
+    assert (result.rolled_back, result.assigned) == (1, 1)
+    executed = worker.run_once().ran
+    assert executed is not None
+    assert (executed.outcome, executed.attempts) == (Outcome.DONE, 1), "not counted, then run"
+
+
+def test_a_worker_stopping_after_assignment_runs_its_job_first(
+    queue: Queue, app: Registry, clock: FrozenClock, recruiter: Recruiter
+) -> None:
+    job_id = queue.schedule(JobSpec("tests.noop"))
+    worker = slot(queue, app, clock)
+    recruiter.run_once(clock.now())
+    assert not worker.retire(), "a worker with an assigned job does not leave"
+    assert worker.run_once().ran is not None
+    assert worker.retire()
+    assert queue.job(job_id).why == "done"
+
+
+def test_the_cleaner_releases_a_dead_workers_started_job_through_its_policy(
+    queue: Queue, registry: Registry, clock: FrozenClock, recruiter: Recruiter, cleaner: Cleaner
+) -> None:
+    @registry.workable("tests.dies")
+    def dies() -> None:
+        raise SystemExit("simulated: the process is killed mid-job")
+
+    retried = queue.schedule(JobSpec("tests.dies").retry_with(RetryManyTimes(1, 10)))
+    worker = slot(queue, registry, clock)
+    recruiter.run_once(clock.now())
+    assignment = queue.store.find_worker(worker.id).assignment  # type: ignore[arg-type, union-attr]
+    assert assignment is not None
+    # the worker starts the job and dies: the start is recorded, nothing else
+    queue.store.start_if_owned(retried, assignment.token, {"started_at": clock.now()})
+    clock.advance(DEAD_AFTER.total_seconds())
+    assert cleaner.run_once(clock.now()).dead_workers == 0, "not dead at exactly the timeout"
+    clock.advance(0.001)
+    result = cleaner.run_once(clock.now())
+    assert (result.dead_workers, dict(result.released)) == (1, {"retry": 1})
+    job = queue.job(retried)
+    assert (job.locked, job.attempts, job.scheduled_at) == (
+        False,
+        1,
+        clock.now() + dt.timedelta(seconds=10),
+    )
+    assert job.last_execution is not None
+    assert job.last_execution["crashed"] is True
+    assert job.last_execution["class"] == "recruiter.errors.WorkerDied"
+    assert queue.store.workers() == []
+
+
+def test_a_crash_on_the_last_retry_archives_the_job(
+    queue: Queue, app: Registry, clock: FrozenClock, recruiter: Recruiter, cleaner: Cleaner
+) -> None:
+    job_id = queue.schedule(JobSpec("tests.noop"))
+    worker = slot(queue, app, clock)
+    recruiter.run_once(clock.now())
+    assignment = queue.store.find_worker(worker.id).assignment  # type: ignore[arg-type, union-attr]
+    assert assignment is not None
+    queue.store.start_if_owned(job_id, assignment.token, {"started_at": clock.now()})
+    clock.advance(DEAD_AFTER.total_seconds() + 1)
+    assert dict(cleaner.run_once(clock.now()).released) == {"archived": 1}
+    job = queue.job(job_id)
+    assert (job.why, job.attempts) == ("not-scheduled-by-retry-policy", 1)
+
+
+def test_a_dead_workers_unstarted_job_goes_back_uncounted(
+    queue: Queue, app: Registry, clock: FrozenClock, recruiter: Recruiter, cleaner: Cleaner
+) -> None:
+    job_id = queue.schedule(JobSpec("tests.noop"))
+    slot(queue, app, clock)
+    recruiter.run_once(clock.now())
+    clock.advance(DEAD_AFTER.total_seconds() + 1)
+    assert dict(cleaner.run_once(clock.now()).released) == {"requeued": 1}
+    job = queue.job(job_id)
+    assert (job.locked, job.attempts, job.why) == (False, 0, None)
+
+
+def test_a_live_worker_is_left_alone_however_long_its_job(
+    queue: Queue, app: Registry, clock: FrozenClock, recruiter: Recruiter, cleaner: Cleaner
+) -> None:
+    queue.schedule(JobSpec("tests.noop"))
+    worker = slot(queue, app, clock)
+    recruiter.run_once(clock.now())
+    for _ in range(10):
+        clock.advance(DEAD_AFTER.total_seconds() / 2)
+        queue.store.heartbeat([worker.id], clock.now())  # type: ignore[list-item]
+        assert cleaner.run_once(clock.now()).dead_workers == 0
+    assert worker.run_once().ran is not None
+
+
+def test_a_worker_declared_dead_mid_job_cannot_finish_it(
+    queue: Queue, registry: Registry, clock: FrozenClock, recruiter: Recruiter, cleaner: Cleaner
+) -> None:
+    @registry.workable("tests.paused")
+    def paused() -> None:
+        if retry_statistics().retry_number == 1:
+            # the worker is paused (SIGSTOP) past the timeout; the cleaner acts meanwhile
+            clock.advance(DEAD_AFTER.total_seconds() + 1)
+            assert cleaner.run_once(clock.now()).dead_workers == 1
+
+    job_id = queue.schedule(JobSpec("tests.paused").retry_with(RetryManyTimes(3, 0)))
+    worker = slot(queue, registry, clock)
+    recruiter.run_once(clock.now())
+    result = worker.run_once().ran
+    assert result is not None
+    assert result.outcome is Outcome.FENCED
+    job = queue.job(job_id)
+    assert (job.why, job.locked, job.attempts) == (None, False, 1)
+    assert [h["outcome"] for h in job.history] == ["retry"], "only the crash is recorded"
+    assert worker.run_once().registered_again, "it comes back as a new worker"
+
+
+def test_the_cleaner_releases_orphans_held_by_no_worker(
+    queue: Queue, app: Registry, clock: FrozenClock, cleaner: Cleaner
+) -> None:
+    job_id = queue.schedule(JobSpec("tests.noop"))
+    queue.store.lock_jobs([job_id], ObjectId(), clock.now())
+    assert sum(cleaner.run_once(clock.now()).released.values()) == 0, "recent locks are left"
+    clock.advance(DEAD_AFTER.total_seconds() + 1)
+    assert dict(cleaner.run_once(clock.now()).released) == {"requeued": 1}
+
+
+def test_the_cleaner_purges_archived_jobs_older_than_clean_after(
+    queue: Queue, app: Registry, clock: FrozenClock
+) -> None:
+    cleaner = Cleaner(queue.store, CleanerConfig(clean_after=dt.timedelta(days=5)))
+    old = queue.schedule(JobSpec("tests.noop"))
+    drain(queue, app)
+    clock.advance(days=5)
+    recent = queue.schedule(JobSpec("tests.noop"))
+    drain(queue, app)
+    assert cleaner.run_once(clock.now()).purged == 0, "exactly five days old is kept"
+    clock.advance(0.001)
+    assert cleaner.run_once(clock.now()).purged == 1
+    assert queue.store.find_job(old) is None
+    assert queue.store.find_job(recent) is not None
+
+
+def test_one_leader_at_a_time_until_the_lease_expires(store: Store, clock: FrozenClock) -> None:
+    lease = dt.timedelta(seconds=15)
+    first = Leadership(store, "recruiter", "first", lease)
+    second = Leadership(store, "recruiter", "second", lease)
+    assert first.hold(clock.now())
+    assert not second.hold(clock.now())
+    clock.advance(15)
+    assert not second.hold(clock.now() - dt.timedelta(milliseconds=1)), "not before expiry"
+    assert second.hold(clock.now()), "a dead leader is replaced once its lease expires"
+    assert not first.hold(clock.now())
+    second.release(clock.now())
+    assert first.hold(clock.now())
+    lease_record = store.find_lease("recruiter")
+    assert lease_record is not None
+    assert [entry["holder"] for entry in lease_record.history] == ["first", "second", "first"]
+
+
+def test_a_leader_renews_its_lease_before_it_expires(store: Store, clock: FrozenClock) -> None:
+    leader = Leadership(store, "cleaner", "me", dt.timedelta(seconds=15))
+    other = Leadership(store, "cleaner", "other", dt.timedelta(seconds=15))
+    for _ in range(10):
+        assert leader.hold(clock.now())
+        clock.advance(6)
+        assert not other.hold(clock.now())
