@@ -20,7 +20,7 @@ import logging
 from collections import Counter
 from dataclasses import dataclass, field
 
-from recruiter.recovery import Released, release_job
+from recruiter.recovery import Released, release_job, release_unheld
 from recruiter.store import Store
 
 logger = logging.getLogger(__name__)
@@ -28,7 +28,6 @@ logger = logging.getLogger(__name__)
 DEFAULT_CONSIDERED_DEAD_AFTER = dt.timedelta(seconds=30)
 DEFAULT_CLEAN_AFTER = dt.timedelta(days=5)
 DEFAULT_LEASE = dt.timedelta(seconds=15)
-ORPHAN_SCAN_LIMIT = 10_000
 
 
 @dataclass(frozen=True)
@@ -85,21 +84,10 @@ class Cleaner:
                 logger.warning(
                     "cleaner: removed worker %s, not seen since %s", worker.id, worker.last_seen_at
                 )
-        for outcome, count in self.release_orphans(now, seen_before).items():
-            released[outcome] += count
+        released.update(release_unheld(self.store, now, "held by no worker", seen_before))
         released.pop(Released.GONE, None)
         moved = self.store.archive_finished()
         purged = self.store.purge_archived(now - self.config.clean_after)
         if purged:
             logger.info("cleaner: purged %d archived jobs", purged)
         return CleanResult(len(dead), released, moved, purged)
-
-    def release_orphans(self, now: dt.datetime, locked_before: dt.datetime) -> Counter[str]:
-        held = self.store.held_job_ids()
-        released: Counter[str] = Counter()
-        for job in self.store.locked_jobs(ORPHAN_SCAN_LIMIT):
-            since = job.lock_since
-            if job.id in held or job.lock_token is None or since is None or since >= locked_before:
-                continue
-            released[release_job(self.store, job.id, job.lock_token, now, "held by no worker")] += 1
-        return released

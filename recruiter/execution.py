@@ -13,7 +13,6 @@ import logging
 import os
 import socket
 import traceback
-from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -205,17 +204,3 @@ def _fenced(job: Job) -> Execution:
         "job %s was released while attempt %d ran: its result is discarded", job.id, job.attempts
     )
     return Execution(job.id, Outcome.FENCED, job.attempts)
-
-
-def describe(execution: Execution) -> Mapping[str, Any]:
-    """A plain summary of an execution, for reports and ``--json`` output."""
-    return {
-        "job_id": str(execution.job_id),
-        "outcome": execution.outcome.value,
-        "attempts": execution.attempts,
-        "why": execution.why,
-        "retry_at": execution.retry_at.isoformat() if execution.retry_at else None,
-        "error": None
-        if execution.failure is None
-        else f"{execution.failure.exception_class}: {execution.failure.message}",
-    }

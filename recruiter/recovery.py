@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections import Counter
 from enum import StrEnum
 from typing import Any
 
@@ -56,6 +57,30 @@ def release_job(
         if job is None:
             return Released.GONE
     return _crashed(store, job, token, now, reason)
+
+
+LOCKED_SCAN_LIMIT = 10_000
+
+
+def release_unheld(
+    store: Store, now: dt.datetime, reason: str, locked_before: dt.datetime | None = None
+) -> Counter[Released]:
+    """Release locked jobs that no worker on the roster holds (locked before ``locked_before``).
+
+    Returns how many jobs each outcome had; jobs gone meanwhile are not counted.
+    """
+    held = store.held_job_ids()
+    released: Counter[Released] = Counter()
+    for job in store.locked_jobs(LOCKED_SCAN_LIMIT):
+        if job.id in held or job.lock_token is None:
+            continue
+        if locked_before is not None and (
+            job.lock_since is None or job.lock_since >= locked_before
+        ):
+            continue
+        released[release_job(store, job.id, job.lock_token, now, reason)] += 1
+    released.pop(Released.GONE, None)
+    return released
 
 
 def _crashed(store: Store, job: Job, token: ObjectId, now: dt.datetime, reason: str) -> Released:

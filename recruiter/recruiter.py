@@ -21,14 +21,13 @@ from typing import Any
 from bson import ObjectId
 
 from recruiter.job import ANY_GROUP
-from recruiter.recovery import Released, release_job
+from recruiter.recovery import release_unheld
 from recruiter.store import Store, WorkerRecord
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_LEASE = dt.timedelta(seconds=15)
 DEFAULT_ROLLBACK_EVERY = dt.timedelta(seconds=30)
-LOCKED_SCAN_LIMIT = 10_000
 
 
 @dataclass(frozen=True)
@@ -111,19 +110,7 @@ class Recruiter:
 
     def rollback(self, now: dt.datetime) -> int:
         """Release jobs locked but held by no worker (a round cut short by a crash)."""
-        held = self.store.held_job_ids()
-        orphans = [
-            job
-            for job in self.store.locked_jobs(LOCKED_SCAN_LIMIT)
-            if job.id not in held and job.lock_token is not None
-        ]
-        released = 0
-        for job in orphans:
-            assert job.lock_token is not None
-            outcome = release_job(
-                self.store, job.id, job.lock_token, now, "locked but not assigned"
-            )
-            released += outcome is not Released.GONE
+        released = sum(release_unheld(self.store, now, "locked but not assigned").values())
         if released:
             logger.warning("recruiter: released %d jobs locked but never assigned", released)
         return released
