@@ -37,18 +37,20 @@ class Leadership:
         self.duration = duration
         self._renew_at: dt.datetime | None = None
         self.leading = False
+        self._known = False
+        """Whether ``leading`` was ever established, so the first verdict is logged too."""
 
     def hold(self, now: dt.datetime) -> bool:
         """Whether this process leads at ``now``; renews or takes the lease when due."""
         if self.leading and self._renew_at is not None and now < self._renew_at:
             return True
         leading = self.store.acquire_or_renew(self.name, self.holder, now, self.duration)
-        if leading != self.leading:
+        if leading != self.leading or not self._known:
             if leading:
                 logger.info("%s %s: became the leader", self.name, self.holder)
             else:
-                logger.warning("%s %s: not the leader, standing by", self.name, self.holder)
-        self.leading = leading
+                logger.warning("%s %s: another process leads, standing by", self.name, self.holder)
+        self.leading, self._known = leading, True
         self._renew_at = now + self.duration * RENEW_AFTER if leading else None
         return leading
 

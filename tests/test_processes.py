@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from typing import Any
 
 import pytest
@@ -276,3 +277,21 @@ def test_a_leader_renews_its_lease_before_it_expires(store: Store, clock: Frozen
         assert leader.hold(clock.now())
         clock.advance(6)
         assert not other.hold(clock.now())
+
+
+def test_a_standby_says_so_once_and_a_new_leader_says_so(
+    store: Store, clock: FrozenClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    lease = dt.timedelta(seconds=15)
+    Leadership(store, "recruiter", "first", lease).hold(clock.now())
+    standby = Leadership(store, "recruiter", "second", lease)
+    with caplog.at_level(logging.INFO, logger="recruiter.leadership"):
+        for _ in range(3):
+            assert not standby.hold(clock.now())
+            clock.advance(1)
+        clock.advance(15)
+        assert standby.hold(clock.now())
+    assert [r.getMessage() for r in caplog.records] == [
+        "recruiter second: another process leads, standing by",
+        "recruiter second: became the leader",
+    ]
