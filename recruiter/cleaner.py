@@ -20,8 +20,10 @@ import logging
 from collections import Counter
 from dataclasses import dataclass, field
 
+from pymongo.errors import PyMongoError
+
 from recruiter.recovery import Released, release_job, release_unheld
-from recruiter.store import Store
+from recruiter.store import Store, WorkerRecord
 
 logger = logging.getLogger(__name__)
 
@@ -68,11 +70,27 @@ class Cleaner:
     def __init__(self, store: Store, config: CleanerConfig | None = None) -> None:
         self.store = store
         self.config = (config or CleanerConfig()).validate()
+        self._watching_since: dt.datetime | None = None
+        """Since when rounds have run without a database error; ``None``: not yet."""
+
+    def became_leader(self) -> None:
+        """Watch for a full timeout before declaring any worker dead."""
+        self._watching_since = None
 
     def run_once(self, now: dt.datetime) -> CleanResult:
+        """One round: dead workers, orphans, interrupted moves, the purge."""
+        if self._watching_since is None:
+            self._watching_since = now
+        try:
+            return self._round(now)
+        except PyMongoError:
+            self._watching_since = None
+            raise
+
+    def _round(self, now: dt.datetime) -> CleanResult:
         seen_before = now - self.config.considered_dead_after
         released: Counter[str] = Counter()
-        dead = self.store.dead_workers(seen_before)
+        dead = self._dead_workers(now, seen_before)
         for worker in dead:
             if worker.assignment is not None:
                 reason = f"worker {worker.id} (pid {worker.pid} on {worker.hostname}) died"
@@ -91,3 +109,9 @@ class Cleaner:
         if purged:
             logger.info("cleaner: purged %d archived jobs", purged)
         return CleanResult(len(dead), released, moved, purged)
+
+    def _dead_workers(self, now: dt.datetime, seen_before: dt.datetime) -> list[WorkerRecord]:
+        assert self._watching_since is not None
+        if now - self._watching_since < self.config.considered_dead_after:
+            return []  # not watched long enough to tell a dead worker from an outage
+        return self.store.dead_workers(seen_before)

@@ -299,6 +299,8 @@ def clean(
     cleaner = Cleaner(store, config)
 
     def work(now: dt.datetime, became_leader: bool) -> bool:
+        if became_leader:
+            cleaner.became_leader()
         return cleaner.run_once(now).busy
 
     lead(store, "cleaner", config.lease, work, Backoff(config.idle_wait_min, config.idle_wait_max))

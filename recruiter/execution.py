@@ -4,6 +4,11 @@ Workers and the synchronous test runner both run jobs through :class:`Executor`,
 a job behaves the same in a test as in production. Every write is fenced by the lock
 token the job was assigned with: if the job was released meanwhile (its worker was
 declared dead), the attempt's result is discarded and reported as ``fenced``.
+
+When the database stops answering, the executor keeps the attempt's result and retries
+its write until the database is back, so a job that ran is not run again for want of
+a reply. A write retried after a lost reply may already have landed: the executor then
+reads the job back to tell (every write is conditional, so landing twice is impossible).
 """
 
 from __future__ import annotations
@@ -13,11 +18,13 @@ import logging
 import os
 import socket
 import traceback
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from bson import ObjectId
+from pymongo.errors import ConnectionFailure
 
 from recruiter.clock import Clock
 from recruiter.errors import RecruiterError
@@ -36,6 +43,13 @@ from recruiter.store import Store
 from recruiter.workable import Registry, RetryStatistics, running_as
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+WRITE_RETRY_FIRST = 0.1
+"""Seconds before a write the database did not answer is tried again; doubles each time."""
+WRITE_RETRY_MAX = 5.0
+RECORD_KEYS = ("attempt", "started_at", "worker", "pid", "hostname", "outcome")
+"""What identifies an attempt's record, to recognize one's own write that landed."""
 
 
 class DamagedJob(RecruiterError):
@@ -105,8 +119,12 @@ class Executor:
     def execute(self, job_id: Any, token: ObjectId) -> Execution:
         """Run the job held with ``token``: start, call the workable, record, finish or retry."""
         started_at = self.clock.now()
-        job = self.store.start_if_owned(
-            job_id, token, {"started_at": started_at, **self.identity.fields()}
+        started = {"started_at": started_at, **self.identity.fields()}
+        job = self._durably(
+            job_id,
+            "start",
+            lambda: self.store.start_if_owned(job_id, token, started),
+            lambda: self.store.find_started(job_id, token, started_at),
         )
         if job is None:
             logger.warning("job %s is no longer held with token %s: not run", job_id, token)
@@ -130,7 +148,12 @@ class Executor:
         }
         if failure is None:
             record["outcome"] = Outcome.DONE.value
-            if not self.store.finish_if_owned(job.id, token, Why.DONE, record, ended_at):
+            if not self._durably(
+                job.id,
+                "success",
+                lambda: self.store.finish_if_owned(job.id, token, Why.DONE, record, ended_at),
+                lambda: self._recorded(job.id, record),
+            ):
                 return _fenced(job)
             logger.info("job %s done (attempt %d)", job.id, job.attempts)
             return Execution(job.id, Outcome.DONE, job.attempts)
@@ -148,7 +171,12 @@ class Executor:
     def _retry(self, failed: _Failed, decision: RetryAt) -> Execution:
         job, token, record, trace = failed.job, failed.token, failed.record, failed.trace
         record["outcome"] = Outcome.RETRY.value
-        if not self.store.reschedule_if_owned(job.id, token, decision.at, record):
+        if not self._durably(
+            job.id,
+            "retry",
+            lambda: self.store.reschedule_if_owned(job.id, token, decision.at, record),
+            lambda: self._recorded(job.id, record),
+        ):
             return _fenced(job)
         failure = failed.attempt.failure
         logger.info(
@@ -166,7 +194,13 @@ class Executor:
     def _give_up(self, failed: _Failed, decision: GiveUp) -> Execution:
         job, token, record, trace = failed.job, failed.token, failed.record, failed.trace
         record["outcome"] = Outcome.ARCHIVED.value
-        if not self.store.finish_if_owned(job.id, token, decision.why, record, record["ended_at"]):
+        ended_at = record["ended_at"]
+        if not self._durably(
+            job.id,
+            "failure",
+            lambda: self.store.finish_if_owned(job.id, token, decision.why, record, ended_at),
+            lambda: self._recorded(job.id, record),
+        ):
             return _fenced(job)
         failure = failed.attempt.failure
         logger.warning(
@@ -179,6 +213,41 @@ class Executor:
         )
         return Execution(
             job.id, Outcome.ARCHIVED, job.attempts, why=decision.why, failure=failure, trace=trace
+        )
+
+    def _durably(
+        self, job_id: Any, what: str, write: Callable[[], T], landed: Callable[[], T]
+    ) -> T:
+        """``write()`` until the database answers; a falsy answer to a retry asks ``landed()``.
+
+        A retry that matches nothing may mean an earlier try landed before its reply was
+        lost: ``landed()`` reads the job back and answers as ``write()`` would have.
+        """
+        wait, retried = WRITE_RETRY_FIRST, False
+        while True:
+            try:
+                result = write()
+                return result if result or not retried else landed()
+            except ConnectionFailure as error:
+                logger.error(
+                    "job %s: the database does not answer, %s not recorded yet (%s); "
+                    "retrying in %.1fs",
+                    job_id,
+                    what,
+                    error,
+                    wait,
+                )
+                self.clock.sleep(wait)
+                wait, retried = min(wait * 2, WRITE_RETRY_MAX), True
+
+    def _recorded(self, job_id: Any, record: Mapping[str, Any]) -> bool:
+        """Whether this attempt's ``record`` is in the job: its write landed."""
+        job = self.store.find_job(job_id)
+        if job is None:
+            return False
+        return any(
+            all(entry.get(key) == record.get(key) for key in RECORD_KEYS)
+            for entry in (job.last_execution or {}, *job.history)
         )
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bson import ObjectId
+from pymongo.errors import PyMongoError
 
 from recruiter.job import ANY_GROUP
 from recruiter.recovery import release_unheld
@@ -67,6 +68,15 @@ class Recruiter:
         self._next_rollback = None
 
     def run_once(self, now: dt.datetime) -> RoundResult:
+        """One round: hand ready jobs to the available workers."""
+        try:
+            return self._round(now)
+        except PyMongoError:
+            # the round may have stopped between locking and assigning: look at once
+            self._next_rollback = None
+            raise
+
+    def _round(self, now: dt.datetime) -> RoundResult:
         rolled_back = 0
         if self._next_rollback is None or now >= self._next_rollback:
             rolled_back = self.rollback(now)

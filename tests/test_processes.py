@@ -36,8 +36,11 @@ def recruiter(queue: Queue) -> Recruiter:
 
 
 @pytest.fixture
-def cleaner(queue: Queue) -> Cleaner:
-    return Cleaner(queue.store, CleanerConfig(considered_dead_after=DEAD_AFTER))
+def cleaner(queue: Queue, clock: FrozenClock) -> Cleaner:
+    """A cleaner that has been watching since the test started."""
+    cleaner = Cleaner(queue.store, CleanerConfig(considered_dead_after=DEAD_AFTER))
+    cleaner.run_once(clock.now())
+    return cleaner
 
 
 def slot(queue: Queue, registry: Registry, clock: FrozenClock, group: str = "*") -> WorkerSlot:

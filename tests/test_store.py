@@ -75,10 +75,27 @@ def test_start_if_owned_counts_the_attempt_only_for_the_token_holder(
     started = store.start_if_owned(job_id, token, {"started_at": clock.now()})
     assert started is not None
     assert (started.attempts, started.last_execution) == (1, None)
-    again = store.start_if_owned(job_id, token, {"started_at": clock.advance(5)})
-    assert again is not None
-    assert again.attempts == 2
-    assert again.last_execution == {"started_at": clock.now() - dt.timedelta(seconds=5)}
+    assert store.start_if_owned(job_id, token, {"started_at": clock.advance(5)}) is None, (
+        "an attempt starts once per lock"
+    )
+    job = store.find_job(job_id)
+    assert job is not None
+    assert job.attempts == 1
+
+
+def test_find_started_tells_a_worker_whether_its_unanswered_start_landed(
+    store: Store, clock: FrozenClock
+) -> None:
+    token = ObjectId()
+    job_id = locked_job(store, clock.now(), token)
+    started_at = clock.now()
+    assert store.find_started(job_id, token, started_at) is None, "not started yet"
+    assert store.start_if_owned(job_id, token, {"started_at": started_at}) is not None
+    assert store.find_started(job_id, ObjectId(), started_at) is None, "another lock"
+    assert store.find_started(job_id, token, clock.advance(1)) is None, "another start"
+    landed = store.find_started(job_id, token, started_at)
+    assert landed is not None
+    assert (landed.attempts, landed.last_execution) == (1, None), "as start_if_owned said"
 
 
 def test_reschedule_if_owned_unlocks_records_and_keeps_history_bounded(

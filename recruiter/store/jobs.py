@@ -109,9 +109,11 @@ class JobVerbs:
 
         Returns the job as it was before this attempt (so ``last_execution`` is the
         previous attempt's), with ``attempts`` already counting this one; ``None`` when
-        the job is no longer held with ``token``.
+        the job is no longer held with ``token``, or was already started under it.
         """
-        owned = {"_id": job_id, "lock.token": token}
+        # an attempt starts once per lock: a start retried after a lost reply must not
+        # count the attempt twice (see find_started)
+        owned = {"_id": job_id, "lock.token": token, "lock.started_at": {"$exists": False}}
         try:
             before = self.scheduled.find_one_and_update(
                 owned,
@@ -131,6 +133,21 @@ class JobVerbs:
         attempts = before.get("attempts")
         before["attempts"] = (attempts if isinstance(attempts, int) else 0) + 1
         return Job.from_document(before)
+
+    def find_started(self, job_id: Any, token: ObjectId, started_at: dt.datetime) -> Job | None:
+        """The job as :meth:`start_if_owned` returned it, if that start took effect.
+
+        For a worker whose start got no reply (the connection dropped): if the job is
+        held with ``token`` and was started at ``started_at``, the start landed.
+        """
+        document = self.scheduled.find_one(
+            {"_id": job_id, "lock.token": token, "lock.started_at": started_at}
+        )
+        if document is None:
+            return None
+        history = document.get("history")
+        previous = history[-1] if isinstance(history, list) and history else None
+        return Job.from_document({**document, "last_execution": previous})
 
     def unlock_if_not_started(self, job_ids: Sequence[Any], token: ObjectId) -> int:
         """Put back in the queue, uncounted, jobs locked with ``token`` that never started.
