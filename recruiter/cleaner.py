@@ -41,6 +41,12 @@ class CleanerConfig:
     lease: dt.timedelta = DEFAULT_LEASE
     idle_wait_min: float = 0.5
     idle_wait_max: float = 5.0
+    """At most this long between idle rounds, and at most a quarter of the dead timeout:
+    an outage shorter than one wait goes unnoticed, so it must be too short to matter."""
+
+    @property
+    def idle_wait_cap(self) -> float:
+        return min(self.idle_wait_max, self.considered_dead_after.total_seconds() / 4)
 
     def validate(self) -> CleanerConfig:
         if self.considered_dead_after < dt.timedelta(seconds=1):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -10,13 +12,26 @@ from pymongo import MongoClient
 from pymongo.database import Database
 from pymongo.errors import ConfigurationError, PyMongoError
 
+from recruiter.clock import Clock, SystemClock
 from recruiter.embedded import DEFAULT_DIRECTORY, ensure_local_server
 from recruiter.errors import DatabaseUnreachable
 from recruiter.queue import DEFAULT_DATABASE
 
 logger = logging.getLogger(__name__)
 
-CONNECT_TIMEOUT_MS = 5000
+SERVER_SELECTION_TIMEOUT_MS = 5000
+"""How long one attempt to reach the database lasts, unless the URI says otherwise."""
+WAIT_PAUSE_MAX = 10.0
+_PASSWORD = re.compile(r"(://[^:/@]+:)[^@/]*@")
+
+
+def redact(uri: str) -> str:
+    """``uri`` with its password hidden, for messages and logs.
+
+    >>> redact("mongodb://app:s3cret@db.example.com/shop")
+    'mongodb://app:***@db.example.com/shop'
+    """
+    return _PASSWORD.sub(r"\1***@", uri)
 
 
 def resolve_uri(uri: str | None, directory: Path = DEFAULT_DIRECTORY) -> tuple[str, bool]:
@@ -33,17 +48,48 @@ def resolve_uri(uri: str | None, directory: Path = DEFAULT_DIRECTORY) -> tuple[s
     return server.uri, True
 
 
-def open_database(uri: str, database: str | None = None) -> Database[Any]:
-    """The database named by ``database``, or in the URI, or ``recruiter``; checked to answer."""
+def open_database(
+    uri: str,
+    database: str | None = None,
+    *,
+    wait: dt.timedelta = dt.timedelta(0),
+    clock: Clock | None = None,
+) -> Database[Any]:
+    """The database named by ``database``, or in the URI, or ``recruiter``; checked to answer.
+
+    When it does not answer, tries again for up to ``wait`` (pausing longer each time)
+    before raising :class:`DatabaseUnreachable`.
+    """
+    clock = clock or SystemClock()
+    options: dict[str, Any] = {"tz_aware": True}
+    if "serverselectiontimeoutms" not in uri.lower():
+        options["serverSelectionTimeoutMS"] = SERVER_SELECTION_TIMEOUT_MS
     try:
-        client: MongoClient[dict[str, Any]] = MongoClient(
-            uri, tz_aware=True, serverSelectionTimeoutMS=CONNECT_TIMEOUT_MS
-        )
+        client: MongoClient[dict[str, Any]] = MongoClient(uri, **options)
     except (ConfigurationError, ValueError) as error:
-        raise DatabaseUnreachable(uri, f"invalid URI ({error})") from error
-    try:
-        client.admin.command("ping")
-    except PyMongoError as error:
-        client.close()
-        raise DatabaseUnreachable(uri, type(error).__name__) from error
+        raise DatabaseUnreachable(redact(uri), f"invalid URI ({error})") from error
+    deadline = clock.monotonic() + wait.total_seconds()
+    pause = 0.5
+    while True:
+        try:
+            client.admin.command("ping")
+            break
+        except PyMongoError as error:
+            remaining = deadline - clock.monotonic()
+            if remaining <= 0:
+                client.close()
+                raise DatabaseUnreachable(redact(uri), _reason(error)) from error
+            logger.warning(
+                "no database answers at %s yet (%s); trying again for %.0fs more",
+                redact(uri),
+                _reason(error),
+                remaining,
+            )
+            clock.sleep(min(pause, remaining))
+            pause = min(pause * 2, WAIT_PAUSE_MAX)
     return client[database or client.get_default_database(DEFAULT_DATABASE).name]
+
+
+def _reason(error: PyMongoError) -> str:
+    """The useful head of a pymongo error (its tail is a long topology description)."""
+    return str(error).split(" (configured timeouts", 1)[0].split(", Timeout:", 1)[0][:300]

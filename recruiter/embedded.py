@@ -178,9 +178,17 @@ def ensure_local_server(directory: Path = DEFAULT_DIRECTORY) -> EmbeddedServer:
         return server
 
 
+def find_local_server(directory: Path = DEFAULT_DIRECTORY) -> EmbeddedServer | None:
+    """The local server of ``directory`` if one runs and answers, without starting one."""
+    server = _read_state(directory / "server.json")
+    return server if server is not None and server.is_alive() else None
+
+
 def stop_local_server(directory: Path = DEFAULT_DIRECTORY) -> bool:
     """Stop the local server of ``directory`` if one runs; return whether one did."""
     state = directory / "server.json"
+    if not directory.is_dir():
+        return False
     with _locked(directory / "server.lock"):
         server = _read_state(state)
         state.unlink(missing_ok=True)

@@ -14,6 +14,8 @@ import os
 import socket
 import uuid
 
+from pymongo.errors import PyMongoError
+
 from recruiter.store import Store
 
 logger = logging.getLogger(__name__)
@@ -44,7 +46,13 @@ class Leadership:
         """Whether this process leads at ``now``; renews or takes the lease when due."""
         if self.leading and self._renew_at is not None and now < self._renew_at:
             return True
-        leading = self.store.acquire_or_renew(self.name, self.holder, now, self.duration)
+        try:
+            leading = self.store.acquire_or_renew(self.name, self.holder, now, self.duration)
+        except PyMongoError:
+            # who leads is unknown until the database answers: leading again after that
+            # counts as becoming the leader, so the work starts afresh
+            self.leading, self._renew_at = False, None
+            raise
         if leading != self.leading or not self._known:
             if leading:
                 logger.info("%s %s: became the leader", self.name, self.holder)

@@ -19,6 +19,7 @@ from recruiter import JobSpec, Queue, Registry, RetryManyTimes
 from recruiter.cleaner import Cleaner, CleanerConfig
 from recruiter.clock import FrozenClock
 from recruiter.execution import Outcome
+from recruiter.leadership import Leadership
 from recruiter.loop import Backoff, run_forever
 from recruiter.recruiter import Recruiter
 from recruiter.store import Store
@@ -221,3 +222,22 @@ def test_the_loop_survives_database_errors_and_resumes() -> None:
 
     run_forever(step, stop=stop, backoff=Backoff(0.0001, 0.001), name="test")
     assert outcomes == ["error", "error", "work", "idle", "stop"]
+
+
+def test_a_leader_that_could_not_renew_becomes_leader_anew_when_the_database_returns(
+    store: Store, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    leadership = Leadership(store, "cleaner", "me", dt.timedelta(seconds=15))
+    assert leadership.hold(clock.now())
+    drop_connection(monkeypatch, store, "acquire_or_renew", landed=False)
+    with pytest.raises(AutoReconnect):
+        leadership.hold(clock.advance(6))
+    assert not leadership.leading, "unknown while the database is away"
+    assert leadership.hold(clock.advance(1)), "the lease is still its own: it leads again"
+    assert leadership.leading
+
+
+def test_the_cleaner_rounds_come_often_enough_to_notice_an_outage() -> None:
+    config = CleanerConfig(considered_dead_after=dt.timedelta(seconds=8))
+    assert config.idle_wait_cap == 2.0, "a quarter of the dead timeout"
+    assert CleanerConfig().idle_wait_cap == 5.0

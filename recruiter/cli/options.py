@@ -1,0 +1,139 @@
+"""The options the commands share, and turning their text into values.
+
+Every option has help text and a default; the database URI also comes from
+``MONGODB_URI``. A value that does not parse is refused with a message naming the
+option (exit code 2), before anything runs.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib
+import re
+from typing import Annotated, Any, Protocol, TypeVar
+
+import typer
+
+from recruiter.connection import open_database, resolve_uri
+from recruiter.duration import parse_duration
+from recruiter.logs import Level
+from recruiter.store import Store
+from recruiter.workable import Registry
+
+
+def duration_option(text: str) -> dt.timedelta:
+    try:
+        return parse_duration(text)
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from error
+
+
+_SIZE = re.compile(r"^\s*(\d+)\s*(b|kb|mb|gb|kib|mib|gib)?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+}
+
+
+def size_option(text: str) -> int:
+    match = _SIZE.match(text)
+    if match is None:
+        raise typer.BadParameter(f"invalid size {text!r}: write e.g. 512MB, 1GiB")
+    return int(match.group(1)) * _SIZE_UNITS[(match.group(2) or "b").lower()]
+
+
+MongoUri = Annotated[
+    str | None,
+    typer.Option(
+        "--mongodb-uri",
+        envvar="MONGODB_URI",
+        help="MongoDB URI; when unset, a local embedded database in .recruiter/ is used.",
+        show_default=False,
+    ),
+]
+DatabaseName = Annotated[
+    str | None,
+    typer.Option("--database", help="Database name; default: the URI's, else 'recruiter'."),
+]
+WaitForDatabase = Annotated[
+    dt.timedelta,
+    typer.Option(
+        "--wait-for-database",
+        parser=duration_option,
+        envvar="RECRUITER_WAIT_FOR_DATABASE",
+        help="Keep trying this long for the database to answer at start (0s: fail at once).",
+    ),
+]
+LogLevel = Annotated[
+    Level,
+    typer.Option("--log-level", envvar="RECRUITER_LOG_LEVEL", help="How much to log."),
+]
+JsonLogs = Annotated[
+    bool,
+    typer.Option(
+        "--json-logs",
+        envvar="RECRUITER_JSON_LOGS",
+        help="Log one JSON object per line, for machines.",
+    ),
+]
+Lease = Annotated[
+    dt.timedelta,
+    typer.Option(parser=duration_option, help="Leader lease; a standby takes over within it."),
+]
+App = Annotated[
+    str,
+    typer.Option(
+        "--app",
+        "--bootstrap",
+        help="The application's Registry of workables, as module:attribute.",
+    ),
+]
+DEMO_APP = "recruiter.demo:registry"
+
+
+def load_registry(spec: str) -> Registry:
+    """The Registry named ``module`` or ``module:attribute`` (default attribute ``registry``)."""
+    module_name, _, attribute = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise typer.BadParameter(
+            f"cannot import {module_name!r}: {error}", param_hint="--app"
+        ) from error
+    registry = getattr(module, attribute or "registry", None)
+    if not isinstance(registry, Registry):
+        raise typer.BadParameter(
+            f"{spec!r} is not a recruiter.Registry: name it as module:attribute", param_hint="--app"
+        )
+    return registry
+
+
+def connect_store(
+    mongodb_uri: str | None, database: str | None, wait: dt.timedelta = dt.timedelta(0)
+) -> Store:
+    """The store of the named database (the embedded one without a URI), ready to use."""
+    uri, _ = resolve_uri(mongodb_uri)
+    store = Store(open_database(uri, database, wait=wait))
+    store.ensure_ready()
+    return store
+
+
+class Validating(Protocol):
+    def validate(self) -> Any: ...
+
+
+C = TypeVar("C", bound=Validating)
+
+
+def validated(config: C) -> C:
+    """``config.validate()``, its ``ValueError`` turned into a usage error naming the option."""
+    try:
+        config.validate()
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from error
+    return config

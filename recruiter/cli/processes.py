@@ -1,0 +1,183 @@
+"""The three long-running commands: ``recruiter run``, ``recruiter worker``, ``recruiter clean``.
+
+Each is thin: parse, validate the config, connect, then run the process's ``run_once``
+in a loop (under a lease for the recruiter and the cleaner) until a signal stops it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import Annotated
+
+import typer
+
+from recruiter.cleaner import Cleaner, CleanerConfig
+from recruiter.cli.options import (
+    DEMO_APP,
+    App,
+    DatabaseName,
+    JsonLogs,
+    Lease,
+    LogLevel,
+    MongoUri,
+    WaitForDatabase,
+    connect_store,
+    duration_option,
+    load_registry,
+    size_option,
+    validated,
+)
+from recruiter.clock import SystemClock
+from recruiter.leadership import Leadership, holder_name
+from recruiter.logs import Level, setup_logging
+from recruiter.loop import Backoff, run_forever
+from recruiter.recruiter import Recruiter, RecruiterConfig
+from recruiter.store import Store
+from recruiter.worker import WorkerConfig, WorkerProcess
+
+logger = logging.getLogger(__name__)
+
+
+def stop_on_signals(stop: threading.Event, name: str) -> None:
+    """First SIGTERM/SIGINT: stop after the current work; a second one: stop now.
+
+    Stopping now is ``os._exit``: the threads running jobs would otherwise keep the
+    process alive until their jobs end. The cleaner recovers what was left running.
+    """
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        if stop.is_set():
+            logger.warning("%s: second signal, stopping now", name)
+            sys.stderr.flush()
+            os._exit(128 + signum)
+        logger.info("%s: signal %d, stopping after the current work", name, signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handle)
+    signal.signal(signal.SIGINT, handle)
+
+
+def lead(
+    store: Store,
+    name: str,
+    lease: dt.timedelta,
+    work: Callable[[dt.datetime, bool], bool],
+    backoff: Backoff,
+) -> None:
+    """Run ``work(now, just_became_leader)`` while leading the lease ``name``, until stopped."""
+    clock, stop = SystemClock(), threading.Event()
+    stop_on_signals(stop, name)
+    leadership = Leadership(store, name, holder_name(), lease)
+    standby_wait = max(0.5, lease.total_seconds() / 5)
+
+    def step() -> bool:
+        now = clock.now()
+        was_leading = leadership.leading
+        if not leadership.hold(now):
+            stop.wait(standby_wait)
+            return False
+        return work(now, not was_leading)
+
+    try:
+        run_forever(step, stop=stop, backoff=backoff, name=name)
+    finally:
+        leadership.release(clock.now())
+    logger.info("%s: stopped", name)
+
+
+def run(
+    lease: Lease = "15s",  # type: ignore[assignment]
+    mongodb_uri: MongoUri = None,
+    database: DatabaseName = None,
+    wait_for_database: WaitForDatabase = "0s",  # type: ignore[assignment]
+    log_level: LogLevel = Level.INFO,
+    json_logs: JsonLogs = False,
+) -> None:
+    """The recruiter: hand ready jobs to available workers (one leads; others stand by)."""
+    setup_logging("recruiter", log_level, json_logs)
+    config = validated(RecruiterConfig(lease=lease))
+    store = connect_store(mongodb_uri, database, wait_for_database)
+    recruiter = Recruiter(store, config)
+
+    def work(now: dt.datetime, became_leader: bool) -> bool:
+        if became_leader:
+            recruiter.became_leader()
+        return recruiter.run_once(now).assigned > 0
+
+    backoff = Backoff(config.idle_wait_min, config.idle_wait_max)
+    lead(store, "recruiter", config.lease, work, backoff)
+
+
+def worker(
+    app_spec: App = DEMO_APP,
+    group: Annotated[str, typer.Option(help="The group to work on; * for any.")] = "*",
+    concurrency: Annotated[int, typer.Option(min=1, help="Jobs run at once (worker slots).")] = 1,
+    heartbeat_every: Annotated[
+        dt.timedelta, typer.Option(parser=duration_option, help="Heartbeat interval.")
+    ] = "2s",  # type: ignore[assignment]
+    memory_limit: Annotated[
+        int | None,
+        typer.Option(
+            parser=size_option, help="Retire after the job that crosses this (e.g. 512MB)."
+        ),
+    ] = None,
+    mongodb_uri: MongoUri = None,
+    database: DatabaseName = None,
+    wait_for_database: WaitForDatabase = "0s",  # type: ignore[assignment]
+    log_level: LogLevel = Level.INFO,
+    json_logs: JsonLogs = False,
+) -> None:
+    """A worker: register in the roster, run what is assigned, heartbeat throughout."""
+    setup_logging("worker", log_level, json_logs)
+    registry = load_registry(app_spec)
+    config = validated(
+        WorkerConfig(
+            group=group,
+            concurrency=concurrency,
+            heartbeat_every=heartbeat_every,
+            memory_limit=memory_limit,
+        )
+    )
+    store = connect_store(mongodb_uri, database, wait_for_database)
+    process = WorkerProcess(store, registry, SystemClock(), config)
+    stop_on_signals(process.stop, "worker")
+    process.run()
+    logger.info("worker: stopped")
+
+
+def clean(
+    considered_dead_after: Annotated[
+        dt.timedelta,
+        typer.Option(parser=duration_option, help="A worker not seen for this long is dead."),
+    ] = "30s",  # type: ignore[assignment]
+    clean_after: Annotated[
+        dt.timedelta,
+        typer.Option(parser=duration_option, help="Purge archived jobs finished this long ago."),
+    ] = "5d",  # type: ignore[assignment]
+    lease: Lease = "15s",  # type: ignore[assignment]
+    mongodb_uri: MongoUri = None,
+    database: DatabaseName = None,
+    wait_for_database: WaitForDatabase = "0s",  # type: ignore[assignment]
+    log_level: LogLevel = Level.INFO,
+    json_logs: JsonLogs = False,
+) -> None:
+    """The cleaner: release the jobs of dead workers, purge old archived jobs."""
+    setup_logging("cleaner", log_level, json_logs)
+    config = validated(CleanerConfig(considered_dead_after, clean_after, lease))
+    store = connect_store(mongodb_uri, database, wait_for_database)
+    cleaner = Cleaner(store, config)
+
+    def work(now: dt.datetime, became_leader: bool) -> bool:
+        if became_leader:
+            cleaner.became_leader()
+        return cleaner.run_once(now).busy
+
+    backoff = Backoff(min(config.idle_wait_min, config.idle_wait_cap), config.idle_wait_cap)
+    lead(store, "cleaner", config.lease, work, backoff)

@@ -1,0 +1,184 @@
+"""Everything at once on one machine: ``recruiter up`` and ``recruiter demo``.
+
+Both start the real commands as separate processes through a
+:class:`recruiter.supervisor.Supervisor`: a recruiter, a cleaner and some workers.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+from collections import Counter
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from recruiter.cli.options import (
+    DEMO_APP,
+    App,
+    DatabaseName,
+    JsonLogs,
+    LogLevel,
+    MongoUri,
+    duration_option,
+    load_registry,
+)
+from recruiter.cli.processes import stop_on_signals
+from recruiter.clock import SystemClock
+from recruiter.connection import open_database, resolve_uri
+from recruiter.demo import sample_jobs
+from recruiter.embedded import DEFAULT_DIRECTORY
+from recruiter.errors import RecruiterError
+from recruiter.logs import Level, setup_logging
+from recruiter.queue import Queue
+from recruiter.supervisor import Child, Supervisor
+
+logger = logging.getLogger(__name__)
+console = Console()
+
+DEMO_DATABASE = "recruiter_demo"
+DEMO_LOGS = DEFAULT_DIRECTORY / "demo-logs"
+
+
+class DemoTimeout(RecruiterError):
+    """The demo's jobs did not all finish in time."""
+
+
+def team(
+    workers: int,
+    *,
+    app: str = DEMO_APP,
+    group: str = "*",
+    concurrency: int = 1,
+    extra: tuple[str, ...] = (),
+    recruiter: tuple[str, ...] = (),
+    cleaner: tuple[str, ...] = (),
+) -> list[Child]:
+    """A recruiter, a cleaner and ``workers`` workers, each with the ``extra`` arguments."""
+    children = [
+        Child("recruiter", ("run", *recruiter, *extra)),
+        Child("cleaner", ("clean", *cleaner, *extra)),
+    ]
+    worker = ("worker", "--app", app, "--group", group, "--concurrency", str(concurrency))
+    children += [Child(f"worker-{n}", (*worker, *extra)) for n in range(1, workers + 1)]
+    return children
+
+
+def common_arguments(database: str | None, log_level: Level, json_logs: bool) -> tuple[str, ...]:
+    arguments: tuple[str, ...] = ("--log-level", log_level.value)
+    if database:
+        arguments += ("--database", database)
+    return (*arguments, "--json-logs") if json_logs else arguments
+
+
+def up(
+    workers: Annotated[int, typer.Option(min=1, help="How many worker processes.")] = 2,
+    concurrency: Annotated[int, typer.Option(min=1, help="Jobs each worker runs at once.")] = 1,
+    app_spec: App = DEMO_APP,
+    group: Annotated[str, typer.Option(help="The group the workers work on; * for any.")] = "*",
+    mongodb_uri: MongoUri = None,
+    database: DatabaseName = None,
+    log_level: LogLevel = Level.INFO,
+    json_logs: JsonLogs = False,
+) -> None:
+    """The recruiter, the cleaner and workers together, for a quick try (Ctrl-C stops all)."""
+    setup_logging("up", log_level, json_logs)
+    load_registry(app_spec)  # a wrong --app fails here, once, not in every worker
+    uri, _ = resolve_uri(mongodb_uri)
+    open_database(uri, database).client.close()
+    children = team(
+        workers,
+        app=app_spec,
+        group=group,
+        concurrency=concurrency,
+        extra=common_arguments(database, log_level, json_logs),
+    )
+    supervisor = Supervisor(children, environment={"MONGODB_URI": uri})
+    stop = threading.Event()
+    stop_on_signals(stop, "up")
+    supervisor.start()
+    logger.info("up: %d processes running; Ctrl-C stops them all", len(children))
+    try:
+        supervisor.watch(stop)
+    finally:
+        codes = supervisor.stop()
+    failed = {name: code for name, code in codes.items() if code != 0}
+    if failed:
+        logger.warning("up: processes that did not stop cleanly: %s", failed)
+
+
+def demo(
+    jobs: Annotated[int, typer.Option(min=1, max=1000, help="How many sample jobs.")] = 20,
+    workers: Annotated[int, typer.Option(min=1, max=16, help="How many worker processes.")] = 2,
+    timeout: Annotated[
+        dt.timedelta,
+        typer.Option(parser=duration_option, help="Give up if the jobs are not done by then."),
+    ] = "2m",  # type: ignore[assignment]
+    mongodb_uri: MongoUri = None,
+    database: Annotated[
+        str, typer.Option("--database", help="The database the demo writes to.")
+    ] = DEMO_DATABASE,
+    log_level: LogLevel = Level.INFO,
+) -> None:
+    """Schedule sample jobs, run them on real recruiter, cleaner and workers, show what happened."""
+    setup_logging("demo", Level.WARNING)
+    uri, _ = resolve_uri(mongodb_uri)
+    queue = Queue(open_database(uri, database))
+    ids = queue.schedule_many(sample_jobs(jobs))
+    console.print(
+        f"scheduled {len(ids)} jobs in database [bold]{database}[/]; starting a recruiter, "
+        f"a cleaner and {workers} workers (their logs: {DEMO_LOGS}/)"
+    )
+    children = team(
+        workers,
+        extra=("--database", database, "--log-level", log_level.value),
+        recruiter=("--lease", "5s"),
+        cleaner=("--considered-dead-after", "10s"),
+    )
+    supervisor = Supervisor(children, environment={"MONGODB_URI": uri}, logs=DEMO_LOGS)
+    supervisor.start()
+    try:
+        _wait_until_archived(queue, ids, timeout)
+    finally:
+        supervisor.stop()
+    _show(queue, ids)
+    queue.close()
+
+
+def _wait_until_archived(queue: Queue, ids: list[Any], timeout: dt.timedelta) -> None:
+    clock = SystemClock()
+    deadline = clock.monotonic() + timeout.total_seconds()
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("running", total=len(ids))
+        while True:
+            done = queue.store.count_jobs("archived", {"_id": {"$in": ids}})
+            progress.update(task, completed=done)
+            if done == len(ids):
+                return
+            if clock.monotonic() > deadline:
+                raise DemoTimeout(
+                    f"{len(ids) - done} of {len(ids)} jobs not finished after {timeout}: "
+                    f"see the processes' logs in {DEMO_LOGS}/"
+                )
+            clock.sleep(0.2)
+
+
+def _show(queue: Queue, ids: list[Any]) -> None:
+    table = Table("workable", "attempts", "why", "ran by", "last error")
+    table.add_column("job", no_wrap=True)
+    outcomes: Counter[str] = Counter()
+    for job_id in ids:
+        job = queue.job(job_id)
+        outcomes[job.why or "still queued"] += 1
+        last = job.last_execution or {}
+        error = last.get("message", "") if job.why != "done" else ""
+        ran_by = f"pid {last['pid']}" if "pid" in last else ""
+        table.add_row(job.workable, str(job.attempts), job.why, ran_by, error, str(job.id))
+    console.print(table)
+    console.print(", ".join(f"{count} {why}" for why, count in sorted(outcomes.items())))
+    pids = {(queue.job(i).last_execution or {}).get("pid") for i in ids} - {None}
+    console.print(f"run by {len(pids)} worker processes; every attempt is in each job's history")

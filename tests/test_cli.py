@@ -1,0 +1,116 @@
+"""The command line's edge: bad options, an unreachable database, exit codes, log formats."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from recruiter.cli import ExitCode, app
+from recruiter.embedded import free_port
+
+
+def said(result: Result) -> str:
+    """The command's output as one line of words, without rich's box drawing."""
+    return " ".join(result.output.replace("│", " ").split())
+
+
+def recruiter(*arguments: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run the real ``recruiter`` entry point, as a user would."""
+    return subprocess.run(
+        [sys.executable, "-m", "recruiter", *arguments],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def closed_port_uri(password: str = "") -> str:
+    credentials = f"app:{password}@" if password else ""
+    return f"mongodb://{credentials}127.0.0.1:{free_port()}/?serverSelectionTimeoutMS=200"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["run", "--lease", "5"], "Invalid value for '--lease': invalid duration '5' (maybe '5s'"),
+        (["run", "--lease", "0.5s"], "--lease must be at least 1s"),
+        (["clean", "--considered-dead-after", "0s"], "--considered-dead-after must be at least"),
+        (["clean", "--clean-after", "soon"], "Invalid value for '--clean-after'"),
+        (["worker", "--concurrency", "0"], "Invalid value for '--concurrency'"),
+        (["worker", "--group", " "], "--group must be a non-empty group name"),
+        (["worker", "--memory-limit", "lots"], "Invalid value for '--memory-limit'"),
+        (["worker", "--app", "no_such_module"], "cannot import 'no_such_module'"),
+        (["worker", "--app", "recruiter.demo:nothing"], "is not a recruiter.Registry"),
+        (["worker", "--heartbeat-every", "2"], "Invalid value for '--heartbeat-every'"),
+        (["run", "--wait-for-database", "forever"], "Invalid value for '--wait-for-database'"),
+        (["up", "--workers", "0"], "Invalid value for '--workers'"),
+        (["demo", "--jobs", "0"], "Invalid value for '--jobs'"),
+    ],
+)
+def test_an_invalid_option_is_refused_with_a_message_naming_it(
+    arguments: list[str], message: str
+) -> None:
+    result = CliRunner().invoke(app, [*arguments, "--mongodb-uri", closed_port_uri()])
+    assert result.exit_code == ExitCode.USAGE, said(result)
+    assert message in said(result)
+
+
+def test_an_unreachable_database_at_start_is_a_clear_error_without_the_password() -> None:
+    result = recruiter("run", "--mongodb-uri", closed_port_uri(password="s3cret"))
+    assert result.returncode == ExitCode.DATABASE_UNREACHABLE, result.stderr
+    message = " ".join(result.stderr.split())
+    assert "error: no MongoDB answers at mongodb://app:***@127.0.0.1" in message
+    assert "Connection refused" in message
+    assert "Check --mongodb-uri / MONGODB_URI" in message
+    assert "s3cret" not in result.stderr
+
+
+def test_waiting_for_the_database_tries_again_then_gives_up_in_json_logs() -> None:
+    result = recruiter(
+        "worker",
+        "--mongodb-uri",
+        closed_port_uri(),
+        "--wait-for-database",
+        "1s",
+        "--json-logs",
+    )
+    assert result.returncode == ExitCode.DATABASE_UNREACHABLE, result.stderr
+    logged = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
+    assert logged, result.stderr
+    assert {entry["process"] for entry in logged} == {"worker"}
+    assert {entry["level"] for entry in logged} == {"warning"}
+    assert "no database answers at" in logged[0]["message"]
+    assert "trying again" in logged[0]["message"]
+
+
+def test_an_invalid_uri_is_a_clear_error() -> None:
+    result = recruiter("clean", "--mongodb-uri", "mongodb://")
+    assert result.returncode == ExitCode.DATABASE_UNREACHABLE
+    assert "invalid URI" in result.stderr
+
+
+def test_embedded_status_and_stop_when_none_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert "no embedded database runs" in said(CliRunner().invoke(app, ["embedded", "status"]))
+    assert "no embedded database was running" in said(CliRunner().invoke(app, ["embedded", "stop"]))
+
+
+def test_every_option_of_every_command_has_help_text() -> None:
+    for command in ("run", "worker", "clean", "up", "demo"):
+        result = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "200"})
+        assert result.exit_code == 0
+        options = [
+            line for line in result.output.splitlines() if line.lstrip("│ ").startswith("--")
+        ]
+        assert options, result.output
+        for line in options:
+            words = line.strip("│ ").split()
+            assert len(words) >= 3, f"{command}: an option without help: {line.strip()}"
