@@ -1,4 +1,4 @@
-"""How the commands log: rich lines for people, or one JSON object per line for machines.
+"""How the commands log: rich lines on a terminal, plain lines elsewhere, or JSON lines.
 
 The library itself adds no handler; only the CLI calls :func:`setup_logging`. Every line
 names the process (``recruiter``, ``worker``, ``cleaner``…), and the messages name the
@@ -57,13 +57,31 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
+class UtcFormatter(logging.Formatter):
+    """Times as ISO 8601 UTC with milliseconds, whatever the machine's time zone."""
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        moment = dt.datetime.fromtimestamp(record.created, dt.UTC)
+        return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def setup_logging(process: str, level: Level, json_lines: bool = False) -> None:
-    """Log to standard error at ``level``, as rich text or (``json_lines``) JSON lines."""
+    """Log to standard error at ``level``: rich on a terminal, else plain or JSON lines.
+
+    ``level`` applies to recruiter and to the application's jobs; pymongo logs at most
+    at INFO, its debug lines being one per command.
+    """
     handler: logging.Handler
+    prefix = f"{process}[{os.getpid()}]: %(message)s"
     if json_lines:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(JsonFormatter(process))
-    else:
+    elif sys.stderr.isatty():
         handler = RichHandler(console=Console(stderr=True), show_path=False, rich_tracebacks=True)
-        handler.setFormatter(logging.Formatter(f"{process}[{os.getpid()}]: %(message)s"))
+        handler.setFormatter(logging.Formatter(prefix))
+    else:  # a file, a pipe, journald: one plain line per record, never wrapped
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(UtcFormatter(f"%(asctime)s %(levelname)s {prefix}"))
     logging.basicConfig(level=level.value.upper(), handlers=[handler], force=True)
+    # the driver's debug lines (every command, every heartbeat) would drown the rest
+    logging.getLogger("pymongo").setLevel(max(logging.INFO, logging.getLogger().level))

@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pymongo import MongoClient
 from pymongo.database import Database
 
 from recruiter import JobSpec, Queue, RetryManyTimes
 from recruiter.clock import SystemClock
+from recruiter.embedded import start_server
 
 pytestmark = pytest.mark.real_server
 
@@ -33,7 +35,7 @@ class Processes:
         log = (self.logs / f"{len(self.started)}-{arguments[0]}.log").open("wb")
         command = [sys.executable, "-m", "recruiter", *arguments]
         command += ["--mongodb-uri", self.uri, "--database", self.database, "--log-level", "debug"]
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=self.logs)
         log.close()
         self.started.append(process)
         return process
@@ -56,7 +58,7 @@ class Processes:
 
     def dump_logs(self) -> str:
         return "\n".join(
-            f"== {p.name}\n{p.read_text()[-3000:]}" for p in sorted(self.logs.iterdir())
+            f"== {p.name}\n{p.read_text()[-3000:]}" for p in sorted(self.logs.glob("*.log"))
         )
 
 
@@ -134,3 +136,78 @@ def test_sigterm_mid_job_finishes_the_job_before_exiting(
     job = queue.job(job_id)
     assert (job.why, job.attempts) == ("done", 1)
     assert queue.store.workers() == []
+
+
+def test_a_second_sigterm_stops_a_worker_at_once(processes: Processes, queue: Queue) -> None:
+    processes.start("run")
+    worker = processes.worker()
+    job_id = queue.schedule(JobSpec("demo.sleep", {"milliseconds": 60_000}))
+    wait_for(lambda: queue.job(job_id).lock_started_at is not None, processes)
+    worker.send_signal(signal.SIGTERM)
+    # signals do not queue: send the second once the first was handled, as a person would
+    wait_for(lambda: "stopping after the current work" in processes.dump_logs(), processes)
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=15) == 128 + signal.SIGTERM, processes.dump_logs()
+
+
+def test_up_runs_everything_and_one_ctrl_c_stops_it_all(processes: Processes, queue: Queue) -> None:
+    up = processes.start("up", "--workers", "2", "--concurrency", "2")
+    ids = queue.schedule_many(JobSpec("demo.greet", {"name": f"n{n}"}) for n in range(12))
+    wait_for(lambda: queue.store.count_jobs("archived", {"why": "done"}) == 12, processes)
+    pids = {queue.job(i).last_execution["pid"] for i in ids}  # type: ignore[index]
+    assert len(pids) == 2, "both worker processes took jobs"
+    up.send_signal(signal.SIGINT)
+    assert up.wait(timeout=30) == 0, processes.dump_logs()
+    assert queue.store.workers() == [], "every worker left the roster"
+    lease = queue.store.find_lease("recruiter")
+    assert lease is not None
+    assert lease.expires_at <= SystemClock().now(), "the recruiter gave its lease up"
+
+
+def test_the_demo_runs_its_jobs_on_real_processes(processes: Processes, queue: Queue) -> None:
+    demo = processes.start("demo", "--jobs", "6", "--workers", "2")
+    assert demo.wait(timeout=90) == 0, processes.dump_logs()
+    output = processes.dump_logs()
+    assert "scheduled 6 jobs" in output
+    assert "run by" in output
+    assert queue.store.count_jobs("archived") == 6
+    assert queue.store.count_jobs("scheduled") == 0
+
+
+def test_a_database_crash_mid_run_loses_nothing_and_reruns_nothing(tmp_path: Path) -> None:
+    # a server of its own, durable, so that it can be killed and started again
+    data, logs = tmp_path / "data", tmp_path / "logs"
+    logs.mkdir()
+    server = start_server(data, durable=True, log_path=tmp_path / "server.log")
+    client: MongoClient[dict[str, Any]] = MongoClient(server.uri, tz_aware=True)
+    queue = Queue(client.outage, SystemClock())
+    processes = Processes(server.uri, "outage", logs)
+    try:
+        processes.start("run")
+        processes.start("clean", "--considered-dead-after", DEAD_AFTER)
+        for _ in range(2):
+            # heartbeats at a third of the dead timeout: after the outage, a cleaner that
+            # did not wait would find every worker's last beat too old
+            processes.worker("--concurrency", "2", "--heartbeat-every", "1s")
+        ids = queue.schedule_many(JobSpec("demo.sleep", {"milliseconds": 150}) for _ in range(40))
+        wait_for(lambda: queue.store.count_jobs("archived") >= 8, processes)
+        server.kill()  # mid-run: jobs are running, others queued
+        # the outage outlasts the driver's 5 s wait for a server, so every process gets
+        # errors, and the dead timeout, so heartbeats are older than it when it ends
+        time.sleep(6.0)
+        server = start_server(data, port=server.port, durable=True, log_path=tmp_path / "s.log")
+        wait_for(lambda: queue.store.count_jobs("archived") == 40, processes, seconds=120)
+        jobs = [queue.job(i) for i in ids]
+        assert {(j.why, j.attempts) for j in jobs} == {("done", 1)}, "none lost, none rerun"
+        assert all(p.poll() is None for p in processes.started), "every process survived"
+        processes.stop_all()
+        assert [p.returncode for p in processes.started] == [0] * 4, processes.dump_logs()
+        recruiter_log = next(logs.glob("*-run.log")).read_text()
+        assert "database error, retrying" in recruiter_log
+        assert "the database answers again" in recruiter_log
+        cleaner_log = next(logs.glob("*-clean.log")).read_text()
+        assert "removed worker" not in cleaner_log, "no live worker was declared dead"
+    finally:
+        processes.stop_all()
+        client.close()
+        server.stop()
