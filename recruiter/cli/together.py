@@ -24,6 +24,7 @@ from recruiter.cli.options import (
     JsonLogs,
     LogLevel,
     MongoUri,
+    WaitForDatabase,
     duration_option,
     load_registry,
 )
@@ -123,12 +124,20 @@ def demo(
         str, typer.Option("--database", help="The database the demo writes to.")
     ] = DEMO_DATABASE,
     log_level: LogLevel = Level.INFO,
+    schedule_only: Annotated[
+        bool,
+        typer.Option(help="Only schedule the jobs, for processes running elsewhere."),
+    ] = False,
+    wait_for_database: WaitForDatabase = "0s",  # type: ignore[assignment]
 ) -> None:
     """Schedule sample jobs, run them on real recruiter, cleaner and workers, show what happened."""
     setup_logging("demo", Level.WARNING)
     uri, _ = resolve_uri(mongodb_uri)
-    queue = Queue(open_database(uri, database))
+    queue = Queue(open_database(uri, database, wait=wait_for_database))
     ids = queue.schedule_many(sample_jobs(jobs))
+    if schedule_only:
+        console.print(f"scheduled {len(ids)} sample jobs in database {database}")
+        return
     console.print(
         f"scheduled {len(ids)} jobs in database [bold]{database}[/]; starting a recruiter, "
         f"a cleaner and {workers} workers (their logs: {DEMO_LOGS}/)"
