@@ -96,6 +96,10 @@ def test_jobs_scheduled_from_python_are_all_done_by_real_processes(
     ids = queue.schedule_many(JobSpec("demo.greet", {"name": f"n{n}"}) for n in range(30))
     wait_for(lambda: queue.store.count_jobs("archived", {"why": "done"}) == 30, processes)
     assert {queue.job(i).attempts for i in ids} == {1}
+    leader, standby = (p.read_text() for p in sorted(processes.logs.glob("*-run.log")))
+    assert "became the leader" in leader
+    assert "another process leads, standing by" in standby
+    assert "became the leader" not in standby
     processes.stop_all()
     assert [p.returncode for p in processes.started] == [0] * 5, processes.dump_logs()
     assert queue.store.workers() == [], "stopped workers leave the roster"
@@ -211,3 +215,18 @@ def test_a_database_crash_mid_run_loses_nothing_and_reruns_nothing(tmp_path: Pat
         processes.stop_all()
         client.close()
         server.stop()
+
+
+def test_a_worker_over_its_memory_limit_retires_after_its_job(
+    processes: Processes, queue: Queue
+) -> None:
+    processes.start("run")
+    worker = processes.worker("--memory-limit", "1MB")  # any Python process is over it
+    ids = queue.schedule_many(JobSpec("demo.greet", {"name": f"n{n}"}) for n in range(5))
+    assert worker.wait(timeout=60) == 0, processes.dump_logs()
+    assert "over the limit" in processes.dump_logs()
+    jobs = [queue.job(i) for i in ids]
+    done = [j for j in jobs if j.why == "done"]
+    assert 1 <= len(done) <= 2, "its job, and one handed to it before it could retire"
+    assert not any(j.locked for j in jobs), "it left nothing locked"
+    assert queue.store.workers() == []

@@ -1,0 +1,44 @@
+"""The supervisor of ``recruiter up``: starts commands, restarts those that exit, stops all."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from pymongo.database import Database
+
+from recruiter.clock import FrozenClock
+from recruiter.supervisor import RESTART_PAUSE_MIN, Child, Supervisor
+
+
+def test_a_child_that_exits_is_restarted_after_a_pause_that_grows() -> None:
+    clock = FrozenClock()
+    supervisor = Supervisor([Child("quick", ("version",))], clock=clock)
+    supervisor.start()
+    entry = supervisor.running[0]
+    first = entry.process
+    assert first.wait(timeout=30) == 0
+    supervisor.restart_exited()
+    assert entry.process is first, "not before its pause"
+    assert entry.pause == RESTART_PAUSE_MIN * 2, "it lived less than 10 s: the pause grows"
+    clock.advance(entry.pause)
+    supervisor.restart_exited()
+    assert entry.process is not first, "restarted"
+    assert entry.process.wait(timeout=30) == 0
+    assert supervisor.stop() == {"quick": 0}
+
+
+@pytest.mark.real_server
+def test_stop_lets_each_child_finish_cleanly(
+    real_server_uri: str, real_database: Database[Any]
+) -> None:
+    worker = Child("worker", ("worker", "--database", real_database.name))
+    supervisor = Supervisor([worker], environment={"MONGODB_URI": real_server_uri})
+    supervisor.start()
+    deadline = time.monotonic() + 30
+    while real_database.roster.count_documents({}) == 0:  # registered: it handles SIGTERM
+        assert time.monotonic() < deadline, "the worker never registered"
+        time.sleep(0.05)
+    assert supervisor.stop(timeout=30) == {"worker": 0}
+    assert real_database.roster.count_documents({}) == 0, "it left the roster"
