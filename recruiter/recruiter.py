@@ -54,6 +54,11 @@ class RoundResult:
     assigned: int
     rolled_back: int = 0
 
+    @property
+    def busy(self) -> bool:
+        """Whether the round handed work out: the next one comes at once."""
+        return self.assigned > 0
+
 
 class Recruiter:
     """The assigning process's work; leadership and the loop wrap it (see ``cli``)."""

@@ -12,9 +12,8 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
 from types import FrameType
-from typing import Annotated
+from typing import Annotated, Protocol
 
 import typer
 
@@ -64,14 +63,21 @@ def stop_on_signals(stop: threading.Event, name: str) -> None:
     signal.signal(signal.SIGINT, handle)
 
 
-def lead(
-    store: Store,
-    name: str,
-    lease: dt.timedelta,
-    work: Callable[[dt.datetime, bool], bool],
-    backoff: Backoff,
-) -> None:
-    """Run ``work(now, just_became_leader)`` while leading the lease ``name``, until stopped."""
+class Leading(Protocol):
+    """A process that works only while it leads: the recruiter, the cleaner."""
+
+    def became_leader(self) -> None: ...
+
+    def run_once(self, now: dt.datetime) -> Busy: ...
+
+
+class Busy(Protocol):
+    @property
+    def busy(self) -> bool: ...
+
+
+def lead(store: Store, name: str, lease: dt.timedelta, process: Leading, backoff: Backoff) -> None:
+    """Run ``process`` one round at a time while leading the lease ``name``, until stopped."""
     clock, stop = SystemClock(), threading.Event()
     stop_on_signals(stop, name)
     leadership = Leadership(store, name, holder_name(), lease)
@@ -83,7 +89,9 @@ def lead(
         if not leadership.hold(now):
             stop.wait(standby_wait)
             return False
-        return work(now, not was_leading)
+        if not was_leading:
+            process.became_leader()
+        return process.run_once(now).busy
 
     try:
         run_forever(step, stop=stop, backoff=backoff, name=name)
@@ -104,15 +112,8 @@ def run(
     setup_logging("recruiter", log_level, json_logs)
     config = validated(RecruiterConfig(lease=lease))
     store = connect_store(mongodb_uri, database, wait_for_database)
-    recruiter = Recruiter(store, config)
-
-    def work(now: dt.datetime, became_leader: bool) -> bool:
-        if became_leader:
-            recruiter.became_leader()
-        return recruiter.run_once(now).assigned > 0
-
     backoff = Backoff(config.idle_wait_min, config.idle_wait_max)
-    lead(store, "recruiter", config.lease, work, backoff)
+    lead(store, "recruiter", config.lease, Recruiter(store, config), backoff)
 
 
 def worker(
@@ -172,12 +173,5 @@ def clean(
     setup_logging("cleaner", log_level, json_logs)
     config = validated(CleanerConfig(considered_dead_after, clean_after, lease))
     store = connect_store(mongodb_uri, database, wait_for_database)
-    cleaner = Cleaner(store, config)
-
-    def work(now: dt.datetime, became_leader: bool) -> bool:
-        if became_leader:
-            cleaner.became_leader()
-        return cleaner.run_once(now).busy
-
     backoff = Backoff(min(config.idle_wait_min, config.idle_wait_cap), config.idle_wait_cap)
-    lead(store, "cleaner", config.lease, work, backoff)
+    lead(store, "cleaner", config.lease, Cleaner(store, config), backoff)
