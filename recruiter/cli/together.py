@@ -177,8 +177,10 @@ def _wait_until_archived(queue: Queue, ids: list[Any], timeout: dt.timedelta) ->
 
 
 def _show(queue: Queue, ids: list[Any]) -> None:
-    table = Table("workable", "attempts", "why", "ran by", "last error")
-    table.add_column("job", no_wrap=True)
+    table = Table()
+    for column in ("workable", "attempts", "why", "ran by"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("last error")
     outcomes: Counter[str] = Counter()
     for job_id in ids:
         job = queue.job(job_id)
@@ -186,8 +188,11 @@ def _show(queue: Queue, ids: list[Any]) -> None:
         last = job.last_execution or {}
         error = last.get("message", "") if job.why != "done" else ""
         ran_by = f"pid {last['pid']}" if "pid" in last else ""
-        table.add_row(job.workable, str(job.attempts), job.why, ran_by, error, str(job.id))
+        table.add_row(job.workable, str(job.attempts), job.why, ran_by, error)
     console.print(table)
     console.print(", ".join(f"{count} {why}" for why, count in sorted(outcomes.items())))
     pids = {(queue.job(i).last_execution or {}).get("pid") for i in ids} - {None}
-    console.print(f"run by {len(pids)} worker processes; every attempt is in each job's history")
+    console.print(
+        f"run by {len(pids)} worker processes; each job, with every attempt in its history, "
+        f"is in the collection 'archived' of database {queue.store.database.name!r}"
+    )
