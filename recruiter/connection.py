@@ -15,13 +15,15 @@ from pymongo.errors import ConfigurationError, PyMongoError
 from recruiter.clock import Clock, SystemClock
 from recruiter.embedded import DEFAULT_DIRECTORY, ensure_local_server
 from recruiter.errors import DatabaseUnreachable
+from recruiter.loop import Backoff
 from recruiter.queue import DEFAULT_DATABASE
 
 logger = logging.getLogger(__name__)
 
 SERVER_SELECTION_TIMEOUT_MS = 5000
 """How long one attempt to reach the database lasts, unless the URI says otherwise."""
-WAIT_PAUSE_MAX = 10.0
+WAIT_PAUSES = Backoff(0.5, 10.0)
+"""Pauses between tries while waiting for the database at start: 0.5 s, 1 s, 2 s… 10 s."""
 _PASSWORD = re.compile(r"(://[^:/@]+:)[^@/]*@")
 
 
@@ -69,7 +71,7 @@ def open_database(
     except (ConfigurationError, ValueError) as error:
         raise DatabaseUnreachable(redact(uri), f"invalid URI ({error})") from error
     deadline = clock.monotonic() + wait.total_seconds()
-    pause = 0.5
+    pause = 0.0
     while True:
         try:
             client.admin.command("ping")
@@ -85,8 +87,8 @@ def open_database(
                 _reason(error),
                 remaining,
             )
+            pause = WAIT_PAUSES.after(pause)
             clock.sleep(min(pause, remaining))
-            pause = min(pause * 2, WAIT_PAUSE_MAX)
     return client[database or client.get_default_database(DEFAULT_DATABASE).name]
 
 

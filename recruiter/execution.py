@@ -29,6 +29,7 @@ from pymongo.errors import ConnectionFailure
 from recruiter.clock import Clock
 from recruiter.errors import RecruiterError
 from recruiter.job import TRACE_LIMIT, Job
+from recruiter.loop import Backoff
 from recruiter.retry import (
     FailedAttempt,
     Failure,
@@ -45,9 +46,8 @@ from recruiter.workable import Registry, RetryStatistics, running_as
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-WRITE_RETRY_FIRST = 0.1
-"""Seconds before a write the database did not answer is tried again; doubles each time."""
-WRITE_RETRY_MAX = 5.0
+WRITE_RETRIES = Backoff(0.1, 5.0)
+"""Pauses before a write the database did not answer is tried again: 0.1 s, 0.2 s… 5 s."""
 RECORD_KEYS = ("attempt", "started_at", "worker", "pid", "hostname", "outcome")
 """What identifies an attempt's record, to recognize one's own write that landed."""
 
@@ -223,12 +223,13 @@ class Executor:
         A retry that matches nothing may mean an earlier try landed before its reply was
         lost: ``landed()`` reads the job back and answers as ``write()`` would have.
         """
-        wait, retried = WRITE_RETRY_FIRST, False
+        wait, retried = 0.0, False
         while True:
             try:
                 result = write()
                 return result if result or not retried else landed()
             except ConnectionFailure as error:
+                wait, retried = WRITE_RETRIES.after(wait), True
                 logger.error(
                     "job %s: the database does not answer, %s not recorded yet (%s); "
                     "retrying in %.1fs",
@@ -238,7 +239,6 @@ class Executor:
                     wait,
                 )
                 self.clock.sleep(wait)
-                wait, retried = min(wait * 2, WRITE_RETRY_MAX), True
 
     def _recorded(self, job_id: Any, record: Mapping[str, Any]) -> bool:
         """Whether this attempt's ``record`` is in the job: its write landed."""

@@ -26,11 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from recruiter.clock import Clock, SystemClock
+from recruiter.loop import Backoff
 
 logger = logging.getLogger(__name__)
 
-RESTART_PAUSE_MIN = 1.0
-RESTART_PAUSE_MAX = 30.0
+RESTART_PAUSES = Backoff(1.0, 30.0)
+"""Pauses before restarting a child that keeps exiting: 1 s, 2 s, 4 s… 30 s."""
 STABLE_AFTER = 10.0
 """A child that ran this many seconds before exiting is restarted after the shortest pause."""
 STOP_TIMEOUT = 60.0
@@ -52,7 +53,7 @@ class _Running:
         self.child = child
         self.process = process
         self.started = started
-        self.pause = RESTART_PAUSE_MIN
+        self.pause = RESTART_PAUSES.minimum
         self.restart_at: float | None = None
 
 
@@ -103,9 +104,9 @@ class Supervisor:
             if entry.restart_at is None:
                 lived = now - entry.started
                 entry.pause = (
-                    RESTART_PAUSE_MIN
+                    RESTART_PAUSES.minimum
                     if lived >= STABLE_AFTER
-                    else min(entry.pause * 2, RESTART_PAUSE_MAX)
+                    else RESTART_PAUSES.after(entry.pause)
                 )
                 entry.restart_at = now + entry.pause
                 logger.warning(

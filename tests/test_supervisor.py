@@ -9,7 +9,7 @@ import pytest
 from pymongo.database import Database
 
 from recruiter.clock import FrozenClock
-from recruiter.supervisor import RESTART_PAUSE_MIN, Child, Supervisor
+from recruiter.supervisor import RESTART_PAUSES, Child, Supervisor
 
 
 def test_a_child_that_exits_is_restarted_after_a_pause_that_grows() -> None:
@@ -21,7 +21,7 @@ def test_a_child_that_exits_is_restarted_after_a_pause_that_grows() -> None:
     assert first.wait(timeout=30) == 0
     supervisor.restart_exited()
     assert entry.process is first, "not before its pause"
-    assert entry.pause == RESTART_PAUSE_MIN * 2, "it lived less than 10 s: the pause grows"
+    assert entry.pause == RESTART_PAUSES.minimum * 2, "it lived less than 10 s: the pause grows"
     clock.advance(entry.pause)
     supervisor.restart_exited()
     assert entry.process is not first, "restarted"
