@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from pymongo.errors import PyMongoError
 
+from recruiter.loop import Backoff
 from recruiter.recovery import Released, release_job, release_unheld
 from recruiter.store import Store, WorkerRecord
 
@@ -45,8 +46,10 @@ class CleanerConfig:
     an outage shorter than one wait goes unnoticed, so it must be too short to matter."""
 
     @property
-    def idle_wait_cap(self) -> float:
-        return min(self.idle_wait_max, self.considered_dead_after.total_seconds() / 4)
+    def idle_waits(self) -> Backoff:
+        """The waits between idle rounds, capped at a quarter of the dead timeout."""
+        cap = min(self.idle_wait_max, self.considered_dead_after.total_seconds() / 4)
+        return Backoff(min(self.idle_wait_min, cap), cap)
 
     def validate(self) -> CleanerConfig:
         if self.considered_dead_after < dt.timedelta(seconds=1):

@@ -22,6 +22,7 @@ from bson import ObjectId
 from pymongo.errors import PyMongoError
 
 from recruiter.job import ANY_GROUP
+from recruiter.loop import Backoff
 from recruiter.recovery import release_unheld
 from recruiter.store import Store, WorkerRecord
 
@@ -39,6 +40,11 @@ class RecruiterConfig:
     """How often to look for jobs locked but never assigned (also on becoming leader)."""
     idle_wait_min: float = 0.005
     idle_wait_max: float = 0.25
+
+    @property
+    def idle_waits(self) -> Backoff:
+        """The waits between rounds that handed nothing out."""
+        return Backoff(self.idle_wait_min, self.idle_wait_max)
 
     def validate(self) -> RecruiterConfig:
         if self.lease < dt.timedelta(seconds=1):

@@ -239,5 +239,5 @@ def test_a_leader_that_could_not_renew_becomes_leader_anew_when_the_database_ret
 
 def test_the_cleaner_rounds_come_often_enough_to_notice_an_outage() -> None:
     config = CleanerConfig(considered_dead_after=dt.timedelta(seconds=8))
-    assert config.idle_wait_cap == 2.0, "a quarter of the dead timeout"
-    assert CleanerConfig().idle_wait_cap == 5.0
+    assert config.idle_waits.maximum == 2.0, "a quarter of the dead timeout"
+    assert CleanerConfig().idle_waits.maximum == 5.0

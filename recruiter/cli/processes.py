@@ -112,8 +112,7 @@ def run(
     setup_logging("recruiter", log_level, json_logs)
     config = validated(RecruiterConfig(lease=lease))
     store = connect_store(mongodb_uri, database, wait_for_database)
-    backoff = Backoff(config.idle_wait_min, config.idle_wait_max)
-    lead(store, "recruiter", config.lease, Recruiter(store, config), backoff)
+    lead(store, "recruiter", config.lease, Recruiter(store, config), config.idle_waits)
 
 
 def worker(
@@ -173,5 +172,4 @@ def clean(
     setup_logging("cleaner", log_level, json_logs)
     config = validated(CleanerConfig(considered_dead_after, clean_after, lease))
     store = connect_store(mongodb_uri, database, wait_for_database)
-    backoff = Backoff(min(config.idle_wait_min, config.idle_wait_cap), config.idle_wait_cap)
-    lead(store, "cleaner", config.lease, Cleaner(store, config), backoff)
+    lead(store, "cleaner", config.lease, Cleaner(store, config), config.idle_waits)

@@ -144,7 +144,7 @@ def demo(
     )
     children = team(
         workers,
-        extra=("--database", database, "--log-level", log_level.value),
+        extra=common_arguments(database, log_level, json_logs=False),
         recruiter=("--lease", "5s"),
         cleaner=("--considered-dead-after", "10s"),
     )
