@@ -136,6 +136,7 @@ class Executor:
             retry_number=job.attempts,
             is_last_retry=is_last_retry_safely(policy, job.attempts, created_at, started_at),
             last_execution=job.last_execution,
+            worker_id=None if self.identity.worker_id is None else str(self.identity.worker_id),
         )
         failure, trace = _run(self.registry, job, statistics, policy_problem)
         ended_at = self.clock.now()

@@ -52,6 +52,8 @@ class RetryStatistics:
     """Whether the retry policy gives up if this attempt fails."""
     last_execution: Mapping[str, Any] | None
     """The previous attempt's record, or ``None`` on the first run."""
+    worker_id: str | None = None
+    """The roster id of the worker slot running this attempt (``None`` outside a worker)."""
 
 
 _current: contextvars.ContextVar[RetryStatistics | None] = contextvars.ContextVar(

@@ -9,6 +9,12 @@ a long job is never mistaken for a dead worker.
 Stopping (SIGTERM, SIGINT): each slot finishes the job it holds or was just assigned,
 then leaves the roster; a second signal stops at once. A memory limit makes the worker
 stop the same way after the job that crossed it.
+
+A worker that learns from a heartbeat that it was declared dead while running a job
+(it was frozen, or cut off from the database, for longer than the dead timeout) exits
+at once with :data:`DECLARED_DEAD_EXIT`: its job was released and may be running on
+another worker already, so running on would run it twice at the same time. Whatever
+it would still write is fenced out anyway; exiting stops the job's code too.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import os
 import resource
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from bson import ObjectId
@@ -35,6 +42,14 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_HEARTBEAT = dt.timedelta(seconds=2)
 DATABASE_ERROR_WAIT = 1.0
+DECLARED_DEAD_EXIT = 8
+"""The exit status of a worker that stopped because it was declared dead mid-job."""
+
+
+def exit_at_once() -> None:
+    """Stop the process now, job threads included (``sys.exit`` would wait for them)."""
+    logging.shutdown()
+    os._exit(DECLARED_DEAD_EXIT)
 
 
 @dataclass(frozen=True)
@@ -75,6 +90,8 @@ class WorkerSlot:
         self.clock = clock
         self.group = group
         self.id: ObjectId | None = None
+        self.running: object | None = None
+        """The id of the job this slot runs now, if any."""
 
     def register(self) -> ObjectId:
         identity = Identity.of_this_process()
@@ -100,7 +117,11 @@ class WorkerSlot:
         executor = Executor(
             self.store, self.registry, self.clock, Identity.of_this_process(self.id)
         )
-        execution = executor.execute(job_id, token)
+        self.running = job_id
+        try:
+            execution = executor.execute(job_id, token)
+        finally:
+            self.running = None
         self.store.release_worker(self.id, token, self.clock.now())
         return SlotResult(ran=execution)
 
@@ -117,9 +138,15 @@ class WorkerProcess:
     """The slots, the heartbeat and the stop request of one ``recruiter worker``."""
 
     def __init__(
-        self, store: Store, registry: Registry, clock: Clock, config: WorkerConfig
+        self,
+        store: Store,
+        registry: Registry,
+        clock: Clock,
+        config: WorkerConfig,
+        on_declared_dead: Callable[[], None] = exit_at_once,
     ) -> None:
         self.store = store
+        self.on_declared_dead = on_declared_dead
         self.clock = clock
         self.config = config.validate()
         self.slots = [
@@ -129,10 +156,22 @@ class WorkerProcess:
         self.backoff = Backoff(config.poll_wait_min, config.poll_wait_max)
 
     def beat(self) -> None:
-        """Record every registered slot as alive."""
-        ids = [slot.id for slot in self.slots if slot.id is not None]
-        if ids:
-            self.store.heartbeat(ids, self.clock.now())
+        """Record every registered slot as alive; stop if one was declared dead mid-job."""
+        registered = {slot.id: slot for slot in self.slots if slot.id is not None}
+        if not registered:
+            return
+        alive = self.store.heartbeat(list(registered), self.clock.now())
+        for worker_id, slot in registered.items():
+            job_id = slot.running
+            if worker_id not in alive and job_id is not None:
+                logger.critical(
+                    "worker %s: declared dead while running job %s, which was released and "
+                    "may run elsewhere now: exiting at once",
+                    worker_id,
+                    job_id,
+                )
+                self.on_declared_dead()
+                return
 
     def run(self) -> None:
         """Register the slots and run them until stopped and every slot has retired."""

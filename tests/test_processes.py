@@ -17,7 +17,7 @@ from recruiter.leadership import Leadership
 from recruiter.recruiter import Recruiter
 from recruiter.store import Store
 from recruiter.testing import drain
-from recruiter.worker import WorkerSlot
+from recruiter.worker import WorkerConfig, WorkerProcess, WorkerSlot
 
 DEAD_AFTER = dt.timedelta(seconds=30)
 
@@ -230,6 +230,36 @@ def test_a_worker_declared_dead_mid_job_cannot_finish_it(
     assert worker.run_once().registered_again, "it comes back as a new worker"
 
 
+def test_a_worker_declared_dead_mid_job_stops_at_its_next_heartbeat(
+    queue: Queue, registry: Registry, clock: FrozenClock, recruiter: Recruiter, cleaner: Cleaner
+) -> None:
+    stops: list[str] = []
+
+    @registry.workable("tests.paused")
+    def paused() -> None:
+        clock.advance(DEAD_AFTER.total_seconds() + 1)  # paused past the dead timeout
+        idle.beat()
+        stops.append(f"{cleaner.run_once(clock.now()).dead_workers} dead")
+        worker.beat()  # the first heartbeat after the pause, while the job still runs
+        stops.append("the job went on")
+
+    worker = WorkerProcess(
+        queue.store, registry, clock, WorkerConfig(), lambda: stops.append("declared dead")
+    )
+    idle = WorkerProcess(queue.store, registry, clock, WorkerConfig(), lambda: stops.append("idle"))
+    for each in (worker, idle):
+        each.slots[0].register()
+    queue.schedule(JobSpec("tests.paused").in_group("lane"))
+    worker.slots[0].group = "lane"
+    queue.store.roster.update_one({"_id": worker.slots[0].id}, {"$set": {"work_on": "lane"}})
+    recruiter.run_once(clock.now())
+    worker.slots[0].run_once()
+    assert stops == ["1 dead", "declared dead", "the job went on"], "it stops the process"
+    queue.store.roster.delete_one({"_id": idle.slots[0].id})
+    idle.beat()
+    assert stops[-1] == "the job went on", "an idle worker found removed is not stopped"
+
+
 def test_the_cleaner_releases_orphans_held_by_no_worker(
     queue: Queue, app: Registry, clock: FrozenClock, cleaner: Cleaner
 ) -> None:
@@ -271,6 +301,9 @@ def test_one_leader_at_a_time_until_the_lease_expires(store: Store, clock: Froze
     lease_record = store.find_lease("recruiter")
     assert lease_record is not None
     assert [entry["holder"] for entry in lease_record.history] == ["first", "second", "first"]
+    takeovers = lease_record.history[1:]
+    assert [entry["previous_holder"] for entry in takeovers] == ["first", "second"]
+    assert all(e["acquired_at"] >= e["previous_expires_at"] for e in takeovers), "one at a time"
 
 
 def test_a_leader_renews_its_lease_before_it_expires(store: Store, clock: FrozenClock) -> None:

@@ -22,6 +22,7 @@ from recruiter.embedded import (
     stop_local_server,
 )
 from recruiter.errors import DatabaseUnreachable, RecruiterError, SchemaTooNew
+from recruiter.worker import DECLARED_DEAD_EXIT
 
 app = typer.Typer(
     name="recruiter",
@@ -47,6 +48,7 @@ class ExitCode(IntEnum):
     EMBEDDED_SERVER = 5
     INVALID = 6
     TIMEOUT = 7
+    DECLARED_DEAD = DECLARED_DEAD_EXIT
 
 
 def exit_code_of(error: RecruiterError) -> ExitCode:

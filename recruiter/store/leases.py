@@ -2,7 +2,8 @@
 
 A lease is ``{_id: "lease:<name>", holder, acquired_at, expires_at}``. Its holder renews
 it before it expires; anyone may take it once it has expired. Every takeover is also
-appended to the lease's bounded ``history``, so who led when can be read back.
+appended to the lease's bounded ``history`` with the holder it replaced and when that
+holder's lease expired, so who led when can be read back and checked.
 """
 
 from __future__ import annotations
@@ -45,17 +46,25 @@ class LeaseVerbs:
         if renewed.matched_count == 1:
             return True
         taken = {"holder": holder, "acquired_at": now, "expires_at": expires_at}
-        entry = {"$push": {"history": {"$each": [taken], "$slice": -LEASE_HISTORY_LIMIT}}}
-        result = self.metadata.update_one(
-            {"_id": lease_id, "expires_at": {"$lte": now}}, {"$set": taken, **entry}
-        )
-        if result.matched_count == 1:
+        current = self.metadata.find_one({"_id": lease_id})
+        if current is None:
+            try:
+                self.metadata.insert_one({"_id": lease_id, **taken, "history": [taken]})
+            except DuplicateKeyError:
+                return False
             return True
-        try:
-            self.metadata.insert_one({"_id": lease_id, **taken, "history": [taken]})
-        except DuplicateKeyError:
+        expired = current.get("expires_at")
+        if isinstance(expired, dt.datetime) and expired > now:
             return False
-        return True
+        # compare-and-swap on what was read: the history names whom this took over from
+        # and when that lease expired, so one leader at a time can be checked afterwards
+        entry = {**taken, "previous_holder": current.get("holder"), "previous_expires_at": expired}
+        history = {"$push": {"history": {"$each": [entry], "$slice": -LEASE_HISTORY_LIMIT}}}
+        result = self.metadata.update_one(
+            {"_id": lease_id, "holder": current.get("holder"), "expires_at": expired},
+            {"$set": taken, **history},
+        )
+        return result.matched_count == 1
 
     def release_lease(self, name: str, holder: str, now: dt.datetime) -> bool:
         """Give the lease up at once, if ``holder`` holds it."""

@@ -1,0 +1,51 @@
+"""The workables of the fault scenarios: each records its executions in the ledger.
+
+Start a worker on them with ``recruiter worker --app tests.faults.app:registry`` and
+``RECRUITER_FAULT_LEDGER`` naming the ledger directory.
+"""
+
+from __future__ import annotations
+
+import time
+
+from recruiter import Registry, retry_statistics
+from tests.faults import ledger
+
+registry = Registry()
+
+
+class Planned(Exception):
+    """The failure a job was told to raise."""
+
+
+def _run(kind: str, milliseconds: int, fail: bool) -> None:
+    statistics = retry_statistics()
+    run = {
+        "job": statistics.job_id,
+        "attempt": statistics.retry_number,
+        "worker": statistics.worker_id,
+        "kind": kind,
+    }
+    ledger.write("start", **run)
+    time.sleep(milliseconds / 1000)
+    ledger.write("end", effect=not fail, **run)
+    if fail:
+        raise Planned(f"{kind} fails attempt {statistics.retry_number}")
+
+
+@registry.workable("faults.succeed")
+def succeed(milliseconds: int) -> None:
+    """Does its effect after ``milliseconds``."""
+    _run("succeed", milliseconds, fail=False)
+
+
+@registry.workable("faults.flaky")
+def flaky(milliseconds: int, fail_times: int) -> None:
+    """Fails its first ``fail_times`` attempts (crashed ones count), then succeeds."""
+    _run("flaky", milliseconds, fail=retry_statistics().retry_number <= fail_times)
+
+
+@registry.workable("faults.broken")
+def broken(milliseconds: int) -> None:
+    """Always fails."""
+    _run("broken", milliseconds, fail=True)

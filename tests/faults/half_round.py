@@ -1,0 +1,48 @@
+"""A recruiter that dies between locking jobs and assigning them.
+
+``python -m tests.faults.half_round URI DATABASE LEASE_SECONDS`` waits until it leads,
+runs the real :meth:`recruiter.Recruiter.plan` (which locks the jobs of the round), and
+kills itself with SIGKILL before the assignment is written: the state a recruiter
+crashing at the worst moment leaves behind.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import sys
+import time
+
+from bson import ObjectId
+from pymongo import MongoClient
+
+from recruiter.clock import SystemClock
+from recruiter.leadership import Leadership, holder_name
+from recruiter.recruiter import Recruiter
+from recruiter.store import Store
+
+GIVE_UP_AFTER = 60.0
+
+
+def main(uri: str, database: str, lease_seconds: float) -> int:
+    client: MongoClient[dict[str, object]] = MongoClient(uri, tz_aware=True)
+    store = Store(client[database])
+    clock = SystemClock()
+    leadership = Leadership(store, "recruiter", holder_name(), dt.timedelta(seconds=lease_seconds))
+    recruiter = Recruiter(store)
+    deadline = time.monotonic() + GIVE_UP_AFTER
+    while time.monotonic() < deadline:
+        now = clock.now()
+        if leadership.hold(now):
+            workers = store.available_workers()
+            if workers and recruiter.plan(workers, ObjectId(), now):
+                print("half round: jobs locked, dying before the assignment", flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(0.02)
+    print("half round: never led with work to hand out", flush=True)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], sys.argv[2], float(sys.argv[3])))

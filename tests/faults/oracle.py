@@ -1,0 +1,421 @@
+"""The oracle: judges a fault scenario from the database, the ledger and the fault log.
+
+Nothing here trusts what the recruiter says about itself alone: each job's history is
+checked against the ledger its own code wrote, against its retry policy replayed
+attempt by attempt, and against the faults the runner injected. See
+``docs/reliability.md`` for the invariants in plain words.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from recruiter.errors import WorkerDied
+from recruiter.job import HISTORY_LIMIT
+from recruiter.retry import FailedAttempt, Failure, GiveUp, RetryAt, policy_from_document
+from recruiter.worker import DECLARED_DEAD_EXIT
+from tests.faults.app import Planned
+from tests.faults.ledger import Run
+from tests.faults.scenario import DATABASE_FAULTS, Fault, Record, faults_by_kind
+
+RESUME_GRACE = 1.0
+"""Seconds a frozen worker's job may run on after SIGCONT before its worker notices it
+was declared dead (and exits): one heartbeat round trip, generously."""
+CLOCK_TOLERANCE = dt.timedelta(milliseconds=2)
+"""Stored dates have millisecond precision."""
+FAILURES = {"tests.faults.app.Planned": Planned, "recruiter.errors.WorkerDied": WorkerDied}
+
+
+@dataclass
+class Report:
+    """What a scenario did and whether every invariant held."""
+
+    jobs: int
+    seconds: float
+    faults: Counter[str]
+    violations: list[str] = field(default_factory=list)
+    lost: int = 0
+    crashed_attempts: int = 0
+    unacknowledged_runs: Counter[str] = field(default_factory=Counter)
+    """Runs of a job's code whose result did not count, by cause."""
+    duplicated_effects: Counter[str] = field(default_factory=Counter)
+    """Side effects done a second time, by the cause of the first one not counting."""
+    recoveries: list[float] = field(default_factory=list)
+    """Seconds from a worker's death (or freeze) to its running job back in the queue."""
+    delayed_recoveries: list[float] = field(default_factory=list)
+    """The same, when another fault (the cleaner or the database down) slowed it."""
+    resumed_overlaps: list[float] = field(default_factory=list)
+    """Seconds a thawed worker's job ran on while another worker ran the same job."""
+    leaders: Counter[str] = field(default_factory=Counter)
+    """Takeovers of each lease."""
+    skipped: int = 0
+    """Faults not injected: no target at the time (no running job, say)."""
+    self_fenced: int = 0
+    """Thawed workers that found they were declared dead mid-job and exited."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def figures(self) -> dict[str, Any]:
+        return {
+            "jobs": self.jobs,
+            "seconds": round(self.seconds, 1),
+            "faults": dict(sorted(self.faults.items())),
+            "faults_skipped": self.skipped,
+            "lost": self.lost,
+            "violations": len(self.violations),
+            "crashed_attempts": self.crashed_attempts,
+            "unacknowledged_runs": dict(self.unacknowledged_runs),
+            "duplicated_effects": dict(self.duplicated_effects),
+            "worst_recovery_s": round(max(self.recoveries, default=0.0), 2),
+            "worst_delayed_recovery_s": round(max(self.delayed_recoveries, default=0.0), 2),
+            "worst_resumed_overlap_s": round(max(self.resumed_overlaps, default=0.0), 3),
+            "lease_takeovers": dict(self.leaders),
+            "thawed_workers_exited": self.self_fenced,
+        }
+
+
+def judge(record: Record) -> Report:
+    report = Report(len(record.planned), record.seconds, faults_by_kind(record))
+    report.skipped = sum(1 for fault in record.faults if fault.kind == "skipped")
+    timeline = Timeline(record.faults)
+    _completion(record, report)
+    runs = defaultdict(list)
+    for run in record.runs:
+        runs[run.job].append(run)
+    for document in record.archived:
+        job_id = str(document["_id"])
+        kind = record.planned.get(job_id)
+        if kind is None:
+            report.violations.append(f"job {job_id} archived but never scheduled")
+            continue
+        JobJudge(document, kind, runs.pop(job_id, []), timeline, record, report).judge()
+    for job_id in runs:
+        report.violations.append(f"the ledger has runs of job {job_id}, which is not archived")
+    _leases(record, report)
+    _recoveries(record, timeline, report)
+    _exits(record, report)
+    return report
+
+
+def _completion(record: Record, report: Report) -> None:
+    if not record.finished:
+        report.violations.append(
+            f"the run did not settle in {record.scenario.give_up_after}s (see faults.jsonl)"
+        )
+    archived = {str(d["_id"]) for d in record.archived}
+    lost = set(record.planned) - archived
+    report.lost = len(lost)
+    if lost:
+        report.violations.append(f"{len(lost)} jobs never archived: {sorted(lost)[:5]}")
+    for document in record.scheduled:
+        report.violations.append(
+            f"job {document['_id']} still in scheduled (locked: {document.get('locked')})"
+        )
+    for worker in record.roster:
+        report.violations.append(f"worker {worker['_id']} (pid {worker.get('pid')}) left on roster")
+
+
+class Timeline:
+    """The faults of a run, by process."""
+
+    def __init__(self, faults: Iterable[Fault]) -> None:
+        self.faults = list(faults)
+        self.by_pid: dict[int, list[Fault]] = defaultdict(list)
+        for fault in self.faults:
+            if fault.pid is not None:
+                self.by_pid[fault.pid].append(fault)
+
+    def death(self, pid: int) -> float | None:
+        """When the process was killed, or exited on its own."""
+        return next(
+            (f.t for f in self.by_pid[pid] if f.kind.startswith("kill-") or f.kind == "exited"),
+            None,
+        )
+
+    def frozen(self, pid: int) -> list[tuple[float, float]]:
+        """The intervals the process spent stopped."""
+        frozen: list[tuple[float, float]] = []
+        start: float | None = None
+        for fault in self.by_pid[pid]:
+            if fault.kind == "freeze-worker":
+                start = fault.t
+            elif fault.kind == "thaw-worker" and start is not None:
+                frozen.append((start, fault.t))
+                start = None
+        if start is not None:
+            frozen.append((start, float("inf")))
+        return frozen
+
+    def cause(self, pid: int, run: Run | None = None) -> str | None:
+        """What we did to the process during ``run`` (ever, without one) that stopped
+        its attempt counting."""
+        for fault in self.by_pid[pid]:
+            if run is not None and fault.t < run.started:
+                continue
+            if fault.kind.startswith("kill-worker"):
+                return "worker killed"
+            if fault.kind == "freeze-worker":
+                if run is not None and run.effect and run.ended and run.ended > fault.t:
+                    return "worker frozen past the dead timeout, resumed its released job"
+                return "worker frozen past the dead timeout"
+        return None
+
+
+class JobJudge:
+    """Checks one archived job against its policy, its kind and the ledger."""
+
+    def __init__(
+        self,
+        document: Mapping[str, Any],
+        kind: str,
+        runs: list[Run],
+        timeline: Timeline,
+        record: Record,
+        report: Report,
+    ) -> None:
+        self.document = document
+        self.id = str(document["_id"])
+        self.kind = kind
+        self.runs = runs
+        self.timeline = timeline
+        self.record = record
+        self.report = report
+        self.history: list[dict[str, Any]] = list(document.get("history") or [])
+
+    def fail(self, message: str) -> None:
+        self.report.violations.append(f"job {self.id} ({self.kind}): {message}")
+
+    def judge(self) -> None:
+        self.report.crashed_attempts += sum(1 for r in self.history if r.get("crashed"))
+        if not self._history_is_whole():
+            return
+        self._policy()
+        self._kind()
+        self._ledger()
+        self._overlaps()
+
+    def _history_is_whole(self) -> bool:
+        attempts = self.document.get("attempts")
+        numbers = [r.get("attempt") for r in self.history]
+        if attempts is None or attempts > HISTORY_LIMIT:
+            self.fail(f"attempts {attempts!r} cannot be checked")
+            return False
+        if numbers != list(range(1, attempts + 1)):
+            self.fail(f"attempts {attempts} but history records attempts {numbers}")
+            return False
+        return True
+
+    def _policy(self) -> None:
+        """Replay the retry policy on each recorded failure: same verdicts, same times."""
+        policy = policy_from_document(self.document.get("retry_policy"))
+        created_at = self.document["created_at"]
+        why = self.document.get("why")
+        for index, entry in enumerate(self.history):
+            last = index == len(self.history) - 1
+            outcome = entry.get("outcome")
+            if outcome == "done":
+                if not last or why != "done" or entry.get("crashed"):
+                    self.fail(f"attempt {entry['attempt']} done, yet the job went on ({why})")
+                continue
+            decision = policy.decide(_failed_attempt(self.id, created_at, entry), entry["ended_at"])
+            if isinstance(decision, RetryAt):
+                if last or outcome != "retry":
+                    self.fail(f"attempt {entry['attempt']} {outcome}: its policy says retry")
+                    continue
+                expected, actual = decision.at, self.history[index + 1]["scheduled_at"]
+                if abs(actual - expected) > CLOCK_TOLERANCE:
+                    self.fail(f"attempt {entry['attempt'] + 1} due {expected}, ran as due {actual}")
+            elif not last or outcome != "archived" or why != GiveUp(decision.why).why:
+                self.fail(
+                    f"attempt {entry['attempt']} {outcome}, job {why}: policy says {decision}"
+                )
+
+    def _kind(self) -> None:
+        fail_times = self.document.get("workable", {}).get("parameters", {}).get("fail_times", 0)
+        for entry in self.history:
+            if entry.get("crashed"):
+                continue
+            raised = entry.get("outcome") != "done"
+            should_raise = self.kind == "broken" or (
+                self.kind == "flaky" and entry["attempt"] <= fail_times
+            )
+            if raised != should_raise:
+                self.fail(f"attempt {entry['attempt']} {entry.get('outcome')}, not as planned")
+
+    def _ledger(self) -> None:
+        """Every counted attempt ran, and every run that did not count has a cause."""
+        counted = {
+            (r["attempt"], str(r.get("worker"))): r for r in self.history if not r.get("crashed")
+        }
+        attempts = Counter(run.attempt for run in self.runs)
+        for attempt, times in attempts.items():
+            if times > 1:
+                self.fail(f"attempt {attempt} ran {times} times")
+        self._counted_attempts_ran(counted)
+        self._uncounted_runs_have_a_cause(counted)
+        if self.document.get("why") == "done" and not any(run.effect for run in self.runs):
+            self.fail("done, but its side effect never happened")
+
+    def _counted_attempts_ran(self, counted: Mapping[tuple[int, str], Mapping[str, Any]]) -> None:
+        for key, entry in counted.items():
+            run = next((r for r in self.runs if (r.attempt, r.worker) == key), None)
+            if run is None or not run.finished:
+                self.fail(f"attempt {key[0]} recorded as {entry.get('outcome')}, never ran")
+            elif run.effect != (entry.get("outcome") == "done"):
+                self.fail(f"attempt {key[0]} recorded as {entry.get('outcome')}, ran otherwise")
+
+    def _uncounted_runs_have_a_cause(
+        self, counted: Mapping[tuple[int, str], Mapping[str, Any]]
+    ) -> None:
+        for entry in self.history:
+            if entry.get("crashed") and self.timeline.cause(entry.get("pid") or 0) is None:
+                self.fail(
+                    f"attempt {entry['attempt']} taken from a live worker (pid {entry.get('pid')})"
+                )
+        for run in self.runs:
+            if (run.attempt, run.worker) in counted:
+                continue
+            cause = self.timeline.cause(run.pid, run)
+            if cause is None:
+                self.fail(f"attempt {run.attempt} ran on pid {run.pid} and did not count, no fault")
+                continue
+            self.report.unacknowledged_runs[cause] += 1
+            if run.effect and sum(r.effect for r in self.runs) > 1:
+                self.report.duplicated_effects[cause] += 1
+
+    def _overlaps(self) -> None:
+        """No two workers ran the job at once, except a thawed one for a moment."""
+        segments = [(run, self._live(run)) for run in self.runs]
+        for n, (first, first_live) in enumerate(segments):
+            for second, second_live in segments[n + 1 :]:
+                overlap = _intersection(first_live, second_live)
+                if overlap <= 0:
+                    continue
+                thawed = any(self.timeline.frozen(r.pid) for r in (first, second))
+                if thawed and overlap <= RESUME_GRACE:
+                    self.report.resumed_overlaps.append(overlap)
+                    continue
+                self.fail(
+                    f"attempts {first.attempt} (pid {first.pid}) and {second.attempt} "
+                    f"(pid {second.pid}) ran at once for {overlap:.3f}s"
+                )
+
+    def _live(self, run: Run) -> list[tuple[float, float]]:
+        """When ``run`` was actually running: from its start to its end or its process's
+        death, minus the time its process was stopped."""
+        end = run.ended or self.timeline.death(run.pid) or self.record.seconds + run.started
+        segments = [(run.started, end)]
+        for stop, cont in self.timeline.frozen(run.pid):
+            segments = [
+                piece
+                for start, finish in segments
+                for piece in ((start, min(finish, stop)), (max(start, cont), finish))
+                if piece[1] > piece[0]
+            ]
+        return segments
+
+
+def _failed_attempt(
+    job_id: str, created_at: dt.datetime, entry: Mapping[str, Any]
+) -> FailedAttempt:
+    exception = FAILURES[entry["class"]](entry.get("message", ""))
+    failure = Failure.from_exception(exception)
+    if entry.get("crashed"):
+        failure = Failure.worker_died(entry.get("message", ""))
+    return FailedAttempt(
+        job_id, entry["attempt"], created_at, failure, entry.get("started_at"), entry["ended_at"]
+    )
+
+
+def _intersection(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
+    return sum(max(0.0, min(e1, e2) - max(s1, s2)) for s1, e1 in a for s2, e2 in b)
+
+
+def _leases(record: Record, report: Report) -> None:
+    """Each takeover of a lease came after the previous holder's lease expired."""
+    for lease in record.leases:
+        history = lease.get("history") or []
+        report.leaders[lease["_id"]] = len(history)
+        for previous, entry in itertools.pairwise(history):
+            if entry.get("previous_holder") != previous["holder"]:
+                report.violations.append(
+                    f"{lease['_id']}: history skips a holder between {previous['holder']} "
+                    f"and {entry['holder']}"
+                )
+            expired = entry.get("previous_expires_at")
+            if expired is None or entry["acquired_at"] < expired:
+                report.violations.append(
+                    f"{lease['_id']}: {entry['holder']} took over at {entry['acquired_at']}, "
+                    f"before {previous['holder']}'s lease expired ({expired})"
+                )
+
+
+def _recoveries(record: Record, timeline: Timeline, report: Report) -> None:
+    """A dead (or frozen) worker's running job is released within twice the dead timeout."""
+    scenario = record.scenario
+    limit = 2 * scenario.dead_after
+    crashed = [
+        entry
+        for document in record.archived
+        for entry in document.get("history") or []
+        if entry.get("crashed")
+    ]
+    for fault in timeline.faults:
+        if fault.kind not in ("kill-worker-busy", "freeze-worker"):
+            continue
+        for entry in crashed:
+            started = entry.get("started_at")
+            if entry.get("pid") != fault.pid or started is None or started.timestamp() > fault.t:
+                continue
+            seconds = entry["ended_at"].timestamp() - fault.t
+            allowance = limit + _disturbance(timeline, fault.t, limit, record)
+            if allowance > limit:
+                report.delayed_recoveries.append(seconds)
+            else:
+                report.recoveries.append(seconds)
+            if seconds > allowance:
+                report.violations.append(
+                    f"the job of pid {fault.pid} ({fault.kind} at {fault.t:.1f}) came back "
+                    f"after {seconds:.1f}s, over {allowance:.1f}s"
+                )
+
+
+def _disturbance(timeline: Timeline, t: float, limit: float, record: Record) -> float:
+    """Extra seconds a recovery may take because the cleaner or the database was down."""
+    scenario = record.scenario
+    extra = 0.0
+    for fault in timeline.faults:
+        if not t - scenario.lease - limit <= fault.t <= t + limit:
+            continue
+        if fault.kind == "kill-cleaner":
+            extra += scenario.lease + scenario.dead_after
+        elif fault.kind in DATABASE_FAULTS:
+            outage = float(fault.note.rsplit("down for ", 1)[1].rstrip("s"))
+            extra += outage + scenario.dead_after + 5.0
+    return extra
+
+
+def _exits(record: Record, report: Report) -> None:
+    """Every process we did not kill stopped cleanly at the end."""
+    killed = {f.pid for f in record.faults if f.kind.startswith("kill-") or f.kind == "make-way"}
+    exited = {f.pid for f in record.faults if f.kind == "exited"}
+    for pid, (role, code) in record.exits.items():
+        if pid in exited or pid in killed or role == "half-round":
+            continue
+        if code != 0:
+            report.violations.append(f"{role} pid {pid} exited with {code} at the end")
+    frozen = {f.pid for f in record.faults if f.kind == "freeze-worker"}
+    for fault in record.faults:
+        if fault.kind != "exited":
+            continue
+        if fault.pid in frozen and fault.note == f"worker exited with code {DECLARED_DEAD_EXIT}":
+            report.self_fenced += 1  # it found it was declared dead, as it should
+        else:
+            report.violations.append(f"pid {fault.pid}: {fault.note} during the run")

@@ -1,0 +1,559 @@
+"""One fault scenario: real processes, a seeded mix of jobs and seeded faults.
+
+:func:`run_scenario` starts a durable SecantusDB server (or uses ``MONGODB_URI``), a
+recruiter, a cleaner and workers as ``python -m recruiter`` processes, schedules the
+jobs in batches, and injects faults at seeded random times until the jobs are all
+archived. Like a supervisor, it restarts every process that dies. Everything it does
+to the processes is written to ``faults.jsonl`` with its wall-clock time, so a failing
+seed can be read and replayed. The oracle (:mod:`tests.faults.oracle`) then judges.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pymongo import MongoClient
+from pymongo.database import Database
+from pymongo.errors import PyMongoError
+
+from recruiter import ExponentialBackoff, JobSpec, Queue, RetryManyTimes
+from recruiter.clock import SystemClock
+from recruiter.embedded import EmbeddedServer, start_server
+from tests.faults import ledger
+from tests.faults.app import Planned, broken, flaky, succeed
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = "tests.faults.app:registry"
+
+WORKER_FAULTS = ("kill-worker-busy", "kill-worker-idle", "freeze-worker")
+LEADER_FAULTS = (
+    "kill-recruiter",
+    "kill-recruiter-between-lock-and-assign",
+    "kill-cleaner",
+    "second-recruiter",
+    "second-cleaner",
+)
+DATABASE_FAULTS = ("restart-database", "kill-database")
+ALL_FAULTS = WORKER_FAULTS + LEADER_FAULTS + DATABASE_FAULTS
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What to run: every random choice comes from ``seed``."""
+
+    seed: int
+    jobs: int = 60
+    workers: int = 3
+    faults: int = len(ALL_FAULTS)
+    """How many faults to inject; the first ones cover every kind once, in seeded order."""
+    kinds: tuple[str, ...] = ALL_FAULTS
+    dead_after: float = 2.0
+    """The cleaner's ``--considered-dead-after``, in seconds."""
+    lease: float = 2.0
+    heartbeat: float = 0.4
+    batch: int = 15
+    """Jobs are scheduled in batches of this many, whenever fewer are queued (the test
+    server's updates scan the queue, so it is kept short), spread over the faults."""
+    gap: tuple[float, float] = (0.5, 2.0)
+    """Seconds between two faults, drawn at random."""
+    give_up_after: float = 300.0
+    """Seconds after which a run that has not archived every job is a failure."""
+
+
+@dataclass
+class Member:
+    """One process of the cast."""
+
+    role: str
+    arguments: list[str]
+    process: subprocess.Popen[bytes]
+    started: float
+    fate: str | None = None
+    """What we did to it: ``killed``, ``frozen``; ``None`` while we left it alone."""
+
+
+@dataclass
+class Fault:
+    t: float
+    kind: str
+    pid: int | None = None
+    note: str = ""
+
+
+@dataclass
+class Record:
+    """Everything the oracle needs, gathered at the end of a run."""
+
+    scenario: Scenario
+    planned: dict[str, str]
+    """Job id → its kind (``succeed``, ``slow``, ``flaky``, ``broken``)."""
+    archived: list[dict[str, Any]]
+    scheduled: list[dict[str, Any]]
+    roster: list[dict[str, Any]]
+    leases: list[dict[str, Any]]
+    runs: list[ledger.Run]
+    faults: list[Fault]
+    exits: dict[int, tuple[str, int | None]]
+    """pid → (role, exit code) of every process, ``None`` if it was still running."""
+    directory: Path
+    finished: bool
+    seconds: float
+
+
+def plan_jobs(chooser: random.Random, count: int) -> list[tuple[str, JobSpec]]:
+    """A seeded mix of jobs, several retry policies, two groups."""
+    jobs: list[tuple[str, JobSpec]] = []
+    for _ in range(count):
+        roll = chooser.random()
+        if roll < 0.45:
+            policy = chooser.choice([RetryManyTimes(4, 0.05), ExponentialBackoff(4, 0.05)])
+            jobs.append(("succeed", succeed.job(chooser.randint(0, 30)).retry_with(policy)))
+        elif roll < 0.55:
+            jobs.append(("succeed", succeed.job(chooser.randint(0, 30))))  # no retry at all
+        elif roll < 0.7:
+            jobs.append(("slow", slow_job(chooser)))
+        elif roll < 0.9:
+            job = flaky.job(chooser.randint(0, 50), chooser.randint(1, 2))
+            policy = ExponentialBackoff(3, 0.05, jitter=0.5)
+            retriable = Planned if chooser.random() < 0.5 else ()
+            jobs.append(("flaky", job.retry_with(policy, retriable)))
+        else:
+            jobs.append(
+                ("broken", broken.job(chooser.randint(0, 30)).retry_with(RetryManyTimes(2, 0.05)))
+            )
+    return jobs
+
+
+def slow_job(chooser: random.Random) -> JobSpec:
+    job = succeed.job(chooser.randint(500, 1500)).in_group("slow")
+    return job.retry_with(RetryManyTimes(3, 0.1))
+
+
+class Run:
+    """The running scenario: its server, its processes, its faults."""
+
+    def __init__(self, scenario: Scenario, directory: Path, uri: str | None) -> None:
+        self.scenario = scenario
+        self.chooser = random.Random(scenario.seed)
+        self.directory = directory
+        self.logs = directory / "logs"
+        self.ledger = directory / "ledger"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.ledger.mkdir(exist_ok=True)
+        self.server: EmbeddedServer | None = None
+        if uri is None:
+            self.server = self._start_server()
+            uri = self.server.uri
+        self.uri = uri
+        self.database_name = f"faults_{scenario.seed}_{uuid.uuid4().hex[:6]}"
+        self.client: MongoClient[dict[str, Any]] = MongoClient(
+            uri, tz_aware=True, serverSelectionTimeoutMS=2000
+        )
+        self.database: Database[dict[str, Any]] = self.client[self.database_name]
+        self.queue = Queue(self.database, SystemClock())
+        self.members: list[Member] = []
+        self.faults: list[Fault] = []
+        self.later: list[tuple[float, str, Callable[[], None]]] = []
+        """Actions due at a time: a frozen worker thawed, a database back up."""
+        self.database_down = False
+
+    # --- the cast ------------------------------------------------------------------------
+
+    def start(self, role: str, *arguments: str) -> Member:
+        log = (self.logs / f"{len(self.members):03d}-{role}.log").open("wb")
+        command = [sys.executable, "-m", "recruiter", *arguments]
+        command += ["--mongodb-uri", self.uri, "--database", self.database_name]
+        command += ["--log-level", "debug", "--wait-for-database", "5m"]
+        return self._spawn(role, list(arguments), command, log)
+
+    def _spawn(self, role: str, arguments: list[str], command: list[str], log: Any) -> Member:
+        environment = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            ledger.LEDGER_VARIABLE: str(self.ledger),
+        }
+        process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, cwd=self.directory, env=environment
+        )
+        log.close()
+        member = Member(role, arguments, process, time.time())
+        self.members.append(member)
+        return member
+
+    def start_recruiter(self) -> Member:
+        return self.start("recruiter", "run", "--lease", f"{self.scenario.lease}s")
+
+    def start_cleaner(self) -> Member:
+        scenario = self.scenario
+        return self.start(
+            "cleaner",
+            "clean",
+            "--considered-dead-after",
+            f"{scenario.dead_after}s",
+            "--lease",
+            f"{scenario.lease}s",
+        )
+
+    def start_worker(self, group: str, concurrency: int) -> Member:
+        heartbeat = f"{self.scenario.heartbeat}s"
+        return self.start(
+            "worker",
+            "worker",
+            "--app",
+            APP,
+            "--group",
+            group,
+            "--concurrency",
+            str(concurrency),
+            "--heartbeat-every",
+            heartbeat,
+        )
+
+    def start_cast(self) -> None:
+        self.start_recruiter()
+        self.start_cleaner()
+        for n in range(self.scenario.workers):
+            self.start_worker("slow" if n == 0 else "*", 2 if n % 2 == 0 else 1)
+
+    def live(self, role: str) -> list[Member]:
+        return [m for m in self.members if m.role == role and m.process.poll() is None]
+
+    def replace_dead(self) -> None:
+        """Restart what died, as a supervisor would; a death we did not cause is logged."""
+        for member in list(self.members):
+            code = member.process.poll()
+            if code is None or member.fate == "replaced":
+                continue
+            if member.fate not in ("killed", "dies by itself"):
+                self.log("exited", member.process.pid, f"{member.role} exited with code {code}")
+            member.fate = "replaced"
+            if member.role in ("recruiter", "half-round") and not self.live("recruiter"):
+                self.start_recruiter()
+            elif member.role == "cleaner" and not self.live("cleaner"):
+                self.start_cleaner()
+            elif member.role == "worker":
+                self.start(member.role, *member.arguments)
+
+    # --- the faults ----------------------------------------------------------------------
+
+    def log(self, kind: str, pid: int | None = None, note: str = "") -> None:
+        fault = Fault(time.time(), kind, pid, note)
+        self.faults.append(fault)
+        with (self.directory / "faults.jsonl").open("a") as out:
+            out.write(json.dumps(fault.__dict__) + "\n")
+
+    def fault_plan(self) -> list[str]:
+        kinds = list(self.scenario.kinds)
+        self.chooser.shuffle(kinds)
+        while len(kinds) < self.scenario.faults:
+            kinds.append(self.chooser.choice(self.scenario.kinds))
+        return kinds[: self.scenario.faults]
+
+    def inject(self, kind: str) -> bool:
+        """Inject ``kind`` now; ``False`` when it cannot be done at this moment."""
+        injectors: dict[str, Callable[[], bool]] = {
+            "kill-worker-busy": lambda: self._kill_worker(busy=True),
+            "kill-worker-idle": lambda: self._kill_worker(busy=False),
+            "freeze-worker": self._freeze_worker,
+            "kill-recruiter": lambda: self._kill_leader("recruiter"),
+            "kill-recruiter-between-lock-and-assign": self._half_round,
+            "kill-cleaner": lambda: self._kill_leader("cleaner"),
+            "second-recruiter": lambda: self._second("recruiter"),
+            "second-cleaner": lambda: self._second("cleaner"),
+            "restart-database": lambda: self._stop_database(kill=False),
+            "kill-database": lambda: self._stop_database(kill=True),
+        }
+        return injectors[kind]()
+
+    def _running_pids(self, group: str | None = None) -> set[int]:
+        """pids of workers running a job (of ``group``) now: started, not finished."""
+        query: dict[str, Any] = {"locked": True, "lock.started_at": {"$exists": True}}
+        if group is not None:
+            query["group"] = group
+        running = self.database.scheduled.find(query, {"last_execution.pid": 1})
+        return {d["last_execution"]["pid"] for d in running if d.get("last_execution")}
+
+    def _assigned_pids(self) -> set[int]:
+        roster = self.database.roster.find({"assignment": {"$exists": True}}, {"pid": 1})
+        return {d.get("pid", 0) for d in roster}
+
+    def _kill_worker(self, busy: bool) -> bool:
+        workers = self.live("worker")
+        if busy:
+            running = self._running_pids()
+            targets = [m for m in workers if m.process.pid in running]
+        else:
+            assigned = self._assigned_pids() | self._running_pids()
+            targets = [m for m in workers if m.process.pid not in assigned]
+        if not targets:
+            return False
+        member = self.chooser.choice(targets)
+        self._kill(member, "kill-worker-busy" if busy else "kill-worker-idle")
+        return True
+
+    def _kill(self, member: Member, kind: str, note: str = "") -> None:
+        member.process.send_signal(signal.SIGKILL)
+        member.fate = "killed"
+        self.log(kind, member.process.pid, note or member.role)
+        member.process.wait()
+
+    def _freeze_worker(self) -> bool:
+        # a slow job is likely to be still running when its worker thaws
+        running = self._running_pids("slow") or self._running_pids()
+        targets = [m for m in self.live("worker") if m.process.pid in running and m.fate is None]
+        if not targets:
+            return False
+        member = self.chooser.choice(targets)
+        member.process.send_signal(signal.SIGSTOP)
+        member.fate = "frozen"
+        pause = self.scenario.dead_after * self.chooser.uniform(1.5, 3.0)
+        self.log("freeze-worker", member.process.pid, f"SIGSTOP for {pause:.1f}s")
+
+        def thaw() -> None:
+            member.process.send_signal(signal.SIGCONT)
+            member.fate = "thawed"
+            self.log("thaw-worker", member.process.pid, "SIGCONT")
+
+        self.later.append((time.time() + pause, "thaw", thaw))
+        return True
+
+    def _leader(self, role: str) -> Member | None:
+        name = "recruiter" if role == "recruiter" else "cleaner"
+        lease = self.database.metadata.find_one({"_id": f"lease:{name}"})
+        candidates = self.live(role)
+        if lease is not None:
+            pid = int(str(lease["holder"]).split(":")[1])
+            candidates = [m for m in candidates if m.process.pid == pid] or candidates
+        return candidates[0] if candidates else None
+
+    def _kill_leader(self, role: str) -> bool:
+        leader = self._leader(role)
+        if leader is None:
+            return False
+        self._kill(leader, f"kill-{role}")
+        self.replace_dead()
+        return True
+
+    def _half_round(self) -> bool:
+        """Kill every recruiter; one that will die between its lock and its assignment
+        takes their place (a new recruiter follows it, as a supervisor would)."""
+        if not self.database.scheduled.count_documents({"locked": False}, limit=1):
+            return False
+        for member in self.live("recruiter"):
+            self._kill(member, "make-way", "a recruiter, to make way for a half round")
+            member.fate = "replaced"  # by the half round, then by a recruiter after it
+        command = [sys.executable, "-m", "tests.faults.half_round", self.uri, self.database_name]
+        command.append(str(self.scenario.lease))
+        log = (self.logs / f"{len(self.members):03d}-half-round.log").open("wb")
+        member = self._spawn("half-round", [], command, log)
+        member.fate = "dies by itself"
+        self.log("kill-recruiter-between-lock-and-assign", member.process.pid, "half round started")
+        return True
+
+    def _second(self, role: str) -> bool:
+        if len(self.live(role)) >= 2:
+            return False
+        member = self.start_recruiter() if role == "recruiter" else self.start_cleaner()
+        self.log(f"second-{role}", member.process.pid, "started while one leads")
+        return True
+
+    def _stop_database(self, kill: bool) -> bool:
+        server = self.server
+        if server is None or self.database_down:
+            return False
+        if kill:
+            server.kill()
+        else:
+            server.stop()
+        self.database_down = True
+        outage = self.chooser.uniform(0.5, 6.0)
+        kind = "kill-database" if kill else "restart-database"
+        self.log(kind, server.pid, f"{'SIGKILL' if kill else 'SIGTERM'}, down for {outage:.1f}s")
+
+        def restart() -> None:
+            self.server = start_server(
+                server.storage_path,
+                port=server.port,
+                durable=True,
+                log_path=self.directory / "server.log",
+            )
+            self.database_down = False
+            self.log("database-up", self.server.pid, "started again on the same storage")
+
+        self.later.append((time.time() + outage, "database", restart))
+        return True
+
+    def _start_server(self) -> EmbeddedServer:
+        return start_server(
+            self.directory / "data", durable=True, log_path=self.directory / "server.log"
+        )
+
+    # --- the run -------------------------------------------------------------------------
+
+    def due_actions(self) -> None:
+        now = time.time()
+        due = [action for action in self.later if action[0] <= now]
+        self.later = [action for action in self.later if action[0] > now]
+        for _, _, action in due:
+            action()
+
+    def stop_all(self) -> dict[int, tuple[str, int | None]]:
+        """SIGTERM to every process still running; pid → (role, exit code) of each."""
+        for member in self.members:
+            if member.process.poll() is None:
+                member.process.send_signal(signal.SIGTERM)
+        exits: dict[int, tuple[str, int | None]] = {}
+        for member in self.members:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                member.process.wait(timeout=30)
+            exits[member.process.pid] = (member.role, member.process.poll())
+        return exits
+
+    def close(self) -> None:
+        for member in self.members:
+            if member.process.poll() is None:
+                member.process.send_signal(signal.SIGCONT)
+                member.process.send_signal(signal.SIGKILL)
+                member.process.wait()
+        self.client.close()
+        if self.server is not None:
+            self.server.stop()
+
+
+def run_scenario(scenario: Scenario, directory: Path, uri: str | None = None) -> Record:
+    """Run ``scenario`` to the end; its files go to ``directory``."""
+    if scenario.kinds != tuple(k for k in scenario.kinds if k in ALL_FAULTS):
+        raise ValueError(f"unknown fault kinds in {scenario.kinds}")
+    kinds = (
+        scenario.kinds
+        if uri is None
+        else tuple(k for k in scenario.kinds if k not in DATABASE_FAULTS)
+    )
+    scenario = Scenario(**{**scenario.__dict__, "kinds": kinds})
+    run = Run(scenario, directory, uri)
+    try:
+        return Driver(run).drive()
+    finally:
+        run.close()
+
+
+WAIT_FOR_TARGET = 50
+"""Ticks (0.1 s each) a fault waits for a target, such as a running job, before it is
+skipped; after 10 the next batch of jobs is scheduled early (or a slow job added, when
+none is left) to give it one."""
+
+
+class Driver:
+    """The runner's loop: jobs arriving in batches, faults at seeded times."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.scenario = run.scenario
+        self.started = time.time()
+        self.jobs = plan_jobs(run.chooser, self.scenario.jobs)
+        self.planned: dict[str, str] = {}
+        self.faults = run.fault_plan()
+        self.next_fault = self.started + 2.0 + run.chooser.uniform(*self.scenario.gap)
+        self.waited = 0
+
+    def drive(self) -> Record:
+        self.run.start_cast()
+        while time.time() - self.started < self.scenario.give_up_after:
+            self.run.due_actions()
+            self.run.replace_dead()
+            if self.run.database_down:
+                time.sleep(0.05)
+                continue
+            try:
+                if self.step():
+                    break
+            except PyMongoError as error:
+                self.run.log("runner-database-error", None, str(error)[:200])
+            time.sleep(0.1)
+        finished = not self.jobs and _settle(self.run)
+        return self.record(finished, self.run.stop_all())
+
+    def step(self) -> bool:
+        """Schedule a batch if one is due, inject a fault if one is due; ``True`` at the end."""
+        queued = self.run.database.scheduled.count_documents({})
+        if self.waited == 10 and not self.jobs:
+            # a fault waits for a running job and none is left to come: add one
+            self.jobs.append(("slow", slow_job(self.run.chooser)))
+        if self.jobs and queued < self.scenario.batch and (self.batch_due() or self.waited > 10):
+            batch = self.jobs[: self.scenario.batch]
+            ids = self.run.queue.schedule_many(spec for _, spec in batch)
+            self.jobs = self.jobs[self.scenario.batch :]
+            self.planned.update((str(i), kind) for i, (kind, _) in zip(ids, batch, strict=True))
+        elif not (self.jobs or queued or self.run.later or self.faults):
+            return True
+        if self.faults and time.time() >= self.next_fault:
+            self.fault()
+        return False
+
+    def batch_due(self) -> bool:
+        """Jobs arrive as the faults go on, so that each fault finds work in flight; the
+        last batch comes just before the last fault."""
+        injected = self.scenario.faults - len(self.faults)
+        room = max(self.scenario.jobs - self.scenario.batch, 1)
+        return len(self.planned) * max(self.scenario.faults - 1, 1) <= injected * room
+
+    def fault(self) -> None:
+        kind = self.faults[0]
+        if not self.run.inject(kind):
+            self.waited += 1
+            if self.waited < WAIT_FOR_TARGET:
+                return
+            self.run.log("skipped", None, f"{kind}: no target in time")
+        self.faults.pop(0)
+        self.waited = 0
+        self.next_fault = time.time() + self.run.chooser.uniform(*self.scenario.gap)
+
+    def record(self, finished: bool, exits: dict[int, tuple[str, int | None]]) -> Record:
+        database = self.run.database
+        return Record(
+            scenario=self.scenario,
+            planned=self.planned,
+            archived=list(database.archived.find()),
+            scheduled=list(database.scheduled.find()),
+            roster=list(database.roster.find()),
+            leases=list(database.metadata.find({"_id": {"$regex": "^lease:"}})),
+            runs=ledger.read(self.run.ledger),
+            faults=self.run.faults,
+            exits=exits,
+            directory=self.run.directory,
+            finished=finished,
+            seconds=time.time() - self.started,
+        )
+
+
+def _settle(run: Run) -> bool:
+    """Wait until the cleaner has reaped every dead worker; ``False`` if it never does."""
+    deadline = time.time() + run.scenario.dead_after * 4 + run.scenario.lease * 2
+    while time.time() < deadline:
+        run.replace_dead()
+        live = {m.process.pid for m in run.live("worker")}
+        try:
+            pids = {d.get("pid", 0) for d in run.database.roster.find({}, {"pid": 1})}
+        except PyMongoError:
+            pids = {0}
+        if pids <= live:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def faults_by_kind(record: Record) -> Counter[str]:
+    return Counter(f.kind for f in record.faults if f.kind in ALL_FAULTS)

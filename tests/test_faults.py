@@ -1,0 +1,164 @@
+"""The fault-injection suite: short seeded runs in CI, the soak on demand.
+
+The runner, its jobs and its oracle live in ``tests/faults``; ``docs/reliability.md``
+explains the invariants and records the last soak's figures.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bson import ObjectId
+
+from recruiter import RetryManyTimes
+from tests.faults.ledger import Run
+from tests.faults.oracle import Report, judge
+from tests.faults.scenario import ALL_FAULTS, DATABASE_FAULTS, Fault, Record, Scenario, run_scenario
+
+
+def explain(report: Report, directory: Path) -> str:
+    faults = (
+        (directory / "faults.jsonl").read_text() if (directory / "faults.jsonl").exists() else ""
+    )
+    return "\n".join(
+        [json.dumps(report.figures()), *report.violations[:20], f"files: {directory}", faults]
+    )
+
+
+@pytest.mark.real_server
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("seed", [1, 2])
+def test_no_job_is_lost_or_run_twice_under_every_kind_of_fault(seed: int, tmp_path: Path) -> None:
+    uri = os.environ.get("MONGODB_URI")
+    report = judge(run_scenario(Scenario(seed, jobs=60), tmp_path, uri))
+    assert report.ok, explain(report, tmp_path)
+    expected = set(ALL_FAULTS) - (set(DATABASE_FAULTS) if uri else set())
+    assert set(report.faults) == expected, explain(report, tmp_path)
+    assert report.lost == 0
+
+
+@pytest.mark.soak
+@pytest.mark.real_server
+@pytest.mark.timeout(7200)
+def test_soak(tmp_path: Path) -> None:
+    """``pytest -m soak``: SOAK_JOBS (1000), SOAK_FAULTS (80), SOAK_SEED (1)."""
+    scenario = Scenario(
+        int(os.environ.get("SOAK_SEED", "1")),
+        jobs=int(os.environ.get("SOAK_JOBS", "1000")),
+        faults=int(os.environ.get("SOAK_FAULTS", "80")),
+        give_up_after=3600,
+    )
+    report = judge(run_scenario(scenario, tmp_path, os.environ.get("MONGODB_URI")))
+    print(json.dumps(report.figures(), indent=2))
+    assert report.ok, explain(report, tmp_path)
+
+
+# --- the oracle catches what it must: judged on hand-made records ------------------------
+
+T0 = 1_800_000_000.0
+
+
+def at(seconds: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(T0 + seconds, dt.UTC)
+
+
+def attempt(
+    number: int, worker: str, pid: int, start: float, end: float, **fields: Any
+) -> dict[str, Any]:
+    return {
+        "attempt": number,
+        "worker": ObjectId(worker),
+        "pid": pid,
+        "scheduled_at": at(0),
+        "started_at": at(start),
+        "ended_at": at(end),
+        "outcome": "done",
+        **fields,
+    }
+
+
+W1, W2 = "6b0300000000000000000001", "6b0300000000000000000002"
+JOB = ObjectId("6b0300000000000000000100")
+
+
+def record(
+    history: list[dict[str, Any]], runs: list[Run], faults: list[Fault] | None = None
+) -> Record:
+    job = {
+        "_id": JOB,
+        "attempts": len(history),
+        "created_at": at(0),
+        "retry_policy": RetryManyTimes(3, 0).to_document(),
+        "workable": {"class": "faults.succeed", "parameters": {"milliseconds": 0}},
+        "why": "done",
+        "history": history,
+    }
+    return Record(
+        scenario=Scenario(0),
+        planned={str(JOB): "succeed"},
+        archived=[job],
+        scheduled=[],
+        roster=[],
+        leases=[],
+        runs=runs,
+        faults=faults or [],
+        exits={},
+        directory=Path("."),
+        finished=True,
+        seconds=10.0,
+    )
+
+
+def run(number: int, worker: str, pid: int, start: float, end: float | None) -> Run:
+    return Run(str(JOB), number, worker, pid, T0 + start, None if end is None else T0 + end, True)
+
+
+def test_the_oracle_accepts_a_clean_run() -> None:
+    report = judge(record([attempt(1, W1, 10, 1, 2)], [run(1, W1, 10, 1, 2)]))
+    assert report.ok, report.violations
+
+
+def test_the_oracle_catches_an_attempt_recorded_but_never_run() -> None:
+    report = judge(record([attempt(1, W1, 10, 1, 2)], []))
+    assert any("never ran" in v for v in report.violations), report.violations
+
+
+def test_the_oracle_catches_a_job_taken_from_a_live_worker() -> None:
+    crashed = attempt(1, W1, 10, 1, 4, crashed=True, outcome="retry")
+    crashed.update({"class": "recruiter.errors.WorkerDied", "message": "died"})
+    history = [crashed, attempt(2, W2, 11, 5, 6, scheduled_at=at(4))]
+    report = judge(record(history, [run(1, W1, 10, 1, 3), run(2, W2, 11, 5, 6)]))
+    assert any("taken from a live worker" in v for v in report.violations), report.violations
+    assert any("did not count, no fault" in v for v in report.violations), report.violations
+
+
+def test_the_oracle_catches_two_workers_running_a_job_at_once() -> None:
+    crashed = attempt(1, W1, 10, 1, 4, crashed=True, outcome="retry")
+    crashed.update({"class": "recruiter.errors.WorkerDied", "message": "died"})
+    history = [crashed, attempt(2, W2, 11, 5, 9, scheduled_at=at(4))]
+    frozen = [Fault(T0 + 1.5, "freeze-worker", 10), Fault(T0 + 6, "thaw-worker", 10)]
+    runs = [run(1, W1, 10, 1, 8), run(2, W2, 11, 5, 9)]  # it ran on 2 s after its thaw
+    report = judge(record(history, runs, frozen))
+    assert any("ran at once for 2.000s" in v for v in report.violations), report.violations
+    assert report.duplicated_effects, "the thawed run's effect is counted as a duplicate"
+
+
+def test_the_oracle_catches_two_leaders_at_once() -> None:
+    history = [
+        {"holder": "a", "acquired_at": at(0), "expires_at": at(15)},
+        {
+            "holder": "b",
+            "acquired_at": at(10),
+            "previous_holder": "a",
+            "previous_expires_at": at(15),
+        },
+    ]
+    clean = record([attempt(1, W1, 10, 1, 2)], [run(1, W1, 10, 1, 2)])
+    clean.leases.append({"_id": "lease:recruiter", "history": history})
+    report = judge(clean)
+    assert any("before a's lease expired" in v for v in report.violations), report.violations
