@@ -37,7 +37,11 @@ def main(argv: list[str] | None = None) -> int:
     reports: list[Report] = []
     for seed in arguments.seeds:
         scenario = Scenario(
-            seed, jobs=arguments.jobs, faults=arguments.faults, workers=arguments.workers
+            seed,
+            jobs=arguments.jobs,
+            faults=arguments.faults,
+            workers=arguments.workers,
+            give_up_after=max(300.0, 4.0 * (arguments.jobs + arguments.faults)),
         )
         report = judge(run_scenario(scenario, base / f"seed-{seed}", uri))
         reports.append(report)
