@@ -406,12 +406,14 @@ def _exits(record: Record, report: Report) -> None:
     """Every process we did not kill stopped cleanly at the end."""
     killed = {f.pid for f in record.faults if f.kind.startswith("kill-") or f.kind == "make-way"}
     exited = {f.pid for f in record.faults if f.kind == "exited"}
+    frozen = {f.pid for f in record.faults if f.kind == "freeze-worker"}
     for pid, (role, code) in record.exits.items():
         if pid in exited or pid in killed or role == "half-round":
             continue
-        if code != 0:
+        if pid in frozen and code == DECLARED_DEAD_EXIT:
+            report.self_fenced += 1  # thawed as the run ended: it stopped as it should
+        elif code != 0:
             report.violations.append(f"{role} pid {pid} exited with {code} at the end")
-    frozen = {f.pid for f in record.faults if f.kind == "freeze-worker"}
     for fault in record.faults:
         if fault.kind != "exited":
             continue

@@ -138,7 +138,8 @@ def plan_jobs(chooser: random.Random, count: int) -> list[tuple[str, JobSpec]]:
 
 
 def slow_job(chooser: random.Random) -> JobSpec:
-    job = succeed.job(chooser.randint(500, 1500)).in_group("slow")
+    """Some outlast the dead timeout: their workers must not be taken for dead."""
+    job = succeed.job(chooser.randint(500, 3500)).in_group("slow")
     return job.retry_with(RetryManyTimes(3, 0.1))
 
 
@@ -313,7 +314,9 @@ class Run:
     def _freeze_worker(self) -> bool:
         # a slow job is likely to be still running when its worker thaws
         running = self._running_pids("slow") or self._running_pids()
-        targets = [m for m in self.live("worker") if m.process.pid in running and m.fate is None]
+        targets = [
+            m for m in self.live("worker") if m.process.pid in running and m.fate != "frozen"
+        ]
         if not targets:
             return False
         member = self.chooser.choice(targets)
@@ -323,6 +326,8 @@ class Run:
         self.log("freeze-worker", member.process.pid, f"SIGSTOP for {pause:.1f}s")
 
         def thaw() -> None:
+            if member.fate != "frozen":
+                return  # killed while frozen
             member.process.send_signal(signal.SIGCONT)
             member.fate = "thawed"
             self.log("thaw-worker", member.process.pid, "SIGCONT")
