@@ -18,6 +18,14 @@ class Planned(Exception):
     """The failure a job was told to raise."""
 
 
+def work(milliseconds: int) -> None:
+    """Work that needs ``milliseconds`` of running time, in 10 ms steps: like real work,
+    and unlike one long sleep, it makes no progress while its process is stopped."""
+    for _ in range(milliseconds // 10):
+        time.sleep(0.01)
+    time.sleep(milliseconds % 10 / 1000)
+
+
 def _run(kind: str, milliseconds: int, fail: bool) -> None:
     statistics = retry_statistics()
     run = {
@@ -27,7 +35,7 @@ def _run(kind: str, milliseconds: int, fail: bool) -> None:
         "kind": kind,
     }
     ledger.write("start", **run)
-    time.sleep(milliseconds / 1000)
+    work(milliseconds)
     ledger.write("end", effect=not fail, **run)
     if fail:
         raise Planned(f"{kind} fails attempt {statistics.retry_number}")
