@@ -148,6 +148,20 @@ def test_the_oracle_catches_two_workers_running_a_job_at_once() -> None:
     assert report.duplicated_effects, "the thawed run's effect is counted as a duplicate"
 
 
+def test_the_oracle_knows_a_worker_frozen_before_its_job_code_began() -> None:
+    # the attempt's start was recorded at 1 s; the process froze at 1.5 s, before the
+    # job's code wrote its first ledger line, which it wrote on thawing at 6 s
+    crashed = attempt(1, W1, 10, 1, 4, crashed=True, outcome="retry")
+    crashed.update({"class": "recruiter.errors.WorkerDied", "message": "died"})
+    history = [crashed, attempt(2, W2, 11, 5, 5.5, scheduled_at=at(4))]
+    frozen = [Fault(T0 + 1.5, "freeze-worker", 10), Fault(T0 + 6, "thaw-worker", 10)]
+    runs = [run(1, W1, 10, 6, None), run(2, W2, 11, 5, 5.5)]
+    runs[0].effect = False
+    report = judge(record(history, runs, frozen))
+    assert report.ok, report.violations
+    assert report.unacknowledged_runs == {"worker frozen past the dead timeout": 1}
+
+
 def test_the_oracle_catches_two_leaders_at_once() -> None:
     history = [
         {"holder": "a", "acquired_at": at(0), "expires_at": at(15)},

@@ -6,6 +6,8 @@ Uses ``MONGODB_URI`` when it is set (database faults are then left out: the runn
 cannot restart your server), else a durable SecantusDB server of its own. Prints the
 figures of each seed and their total, writes them as JSON with ``--json``, and exits 1
 if any invariant was broken (the violations and the run's directory are printed).
+``--judge DIRECTORY`` judges a finished run again from its ``record.json`` (after a
+change to the oracle, say).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.faults.oracle import Report, judge
-from tests.faults.scenario import Scenario, run_scenario
+from tests.faults.scenario import Scenario, load, run_scenario
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,7 +33,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=Scenario.workers)
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--directory", type=Path, help="keep each run's files here")
+    parser.add_argument("--judge", type=Path, help="judge a finished run's directory again")
     arguments = parser.parse_args(argv)
+    if arguments.judge:
+        report = judge(load(arguments.judge))
+        print(json.dumps(report.figures()))
+        for violation in report.violations:
+            print(f"  VIOLATION {violation}")
+        return 0 if report.ok else 1
     uri = os.environ.get("MONGODB_URI")
     base = arguments.directory or Path(tempfile.mkdtemp(prefix="recruiter-faults-"))
     reports: list[Report] = []

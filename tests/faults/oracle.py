@@ -153,11 +153,10 @@ class Timeline:
             frozen.append((start, float("inf")))
         return frozen
 
-    def cause(self, pid: int, run: Run | None = None) -> str | None:
-        """What we did to the process during ``run`` (ever, without one) that stopped
-        its attempt counting."""
+    def cause(self, pid: int, run: Run | None = None, since: float = 0.0) -> str | None:
+        """What we did to the process after ``since`` that stopped ``run`` counting."""
         for fault in self.by_pid[pid]:
-            if run is not None and fault.t < run.started:
+            if fault.t < since:
                 continue
             if fault.kind.startswith("kill-worker"):
                 return "worker killed"
@@ -282,7 +281,11 @@ class JobJudge:
         for run in self.runs:
             if (run.attempt, run.worker) in counted:
                 continue
-            cause = self.timeline.cause(run.pid, run)
+            # the attempt began when its start was recorded, which may be before the
+            # ledger's start line: a worker frozen between the two writes it on thawing
+            recorded = next((r for r in self.history if r["attempt"] == run.attempt), {})
+            since = min(run.started, _timestamp(recorded.get("started_at"), run.started))
+            cause = self.timeline.cause(run.pid, run, since)
             if cause is None:
                 self.fail(f"attempt {run.attempt} ran on pid {run.pid} and did not count, no fault")
                 continue
@@ -332,6 +335,10 @@ def _failed_attempt(
     return FailedAttempt(
         job_id, entry["attempt"], created_at, failure, entry.get("started_at"), entry["ended_at"]
     )
+
+
+def _timestamp(moment: Any, default: float) -> float:
+    return moment.timestamp() if isinstance(moment, dt.datetime) else default
 
 
 def _intersection(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:

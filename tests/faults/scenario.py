@@ -11,6 +11,7 @@ seed can be read and replayed. The oracle (:mod:`tests.faults.oracle`) then judg
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import os
 import random
@@ -21,10 +22,11 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from bson import json_util
 from pymongo import MongoClient
 from pymongo.database import Database
 from pymongo.errors import PyMongoError
@@ -111,6 +113,42 @@ class Record:
     directory: Path
     finished: bool
     seconds: float
+
+
+JSON = json_util.JSONOptions(json_mode=json_util.JSONMode.CANONICAL, tz_aware=True, tzinfo=dt.UTC)
+
+
+def save(record: Record) -> Path:
+    """Write ``record`` to ``record.json`` in its directory, to be judged again later."""
+    document = {
+        **{f.name: getattr(record, f.name) for f in fields(record)},
+        "scenario": asdict(record.scenario),
+        "runs": [asdict(run) for run in record.runs],
+        "faults": [asdict(fault) for fault in record.faults],
+        "exits": {str(pid): list(exit) for pid, exit in record.exits.items()},
+        "directory": str(record.directory),
+    }
+    path = record.directory / "record.json"
+    path.write_text(json_util.dumps(document, json_options=JSON))
+    return path
+
+
+def load(directory: Path) -> Record:
+    """The record :func:`save` wrote in ``directory``."""
+    document = json_util.loads((directory / "record.json").read_text(), json_options=JSON)
+    scenario = document["scenario"]
+    return Record(
+        **{
+            **document,
+            "scenario": Scenario(
+                **{**scenario, "kinds": tuple(scenario["kinds"]), "gap": tuple(scenario["gap"])}
+            ),
+            "runs": [ledger.Run(**run) for run in document["runs"]],
+            "faults": [Fault(**fault) for fault in document["faults"]],
+            "exits": {int(pid): tuple(exit) for pid, exit in document["exits"].items()},
+            "directory": Path(document["directory"]),
+        }
+    )
 
 
 def plan_jobs(chooser: random.Random, count: int) -> list[tuple[str, JobSpec]]:
@@ -450,9 +488,11 @@ def run_scenario(scenario: Scenario, directory: Path, uri: str | None = None) ->
     scenario = Scenario(**{**scenario.__dict__, "kinds": kinds})
     run = Run(scenario, directory, uri)
     try:
-        return Driver(run).drive()
+        record = Driver(run).drive()
     finally:
         run.close()
+    save(record)
+    return record
 
 
 WAIT_FOR_TARGET = 50
