@@ -84,11 +84,20 @@ class SlotResult:
 class WorkerSlot:
     """One roster document and the jobs assigned to it."""
 
-    def __init__(self, store: Store, registry: Registry, clock: Clock, group: str) -> None:
+    def __init__(
+        self,
+        store: Store,
+        registry: Registry,
+        clock: Clock,
+        group: str,
+        on_removed: Callable[[], None] | None = None,
+    ) -> None:
         self.store = store
         self.registry = registry
         self.clock = clock
         self.group = group
+        self.on_removed = on_removed
+        """Called when this slot finds it was declared dead, before it registers again."""
         self.id: ObjectId | None = None
         self.running: object | None = None
         """The id of the job this slot runs now, if any."""
@@ -109,6 +118,8 @@ class WorkerSlot:
         record = self.store.find_worker(self.id)
         if record is None:
             logger.warning("worker %s: was declared dead and removed; registering again", self.id)
+            if self.on_removed is not None:
+                self.on_removed()
             self.register()
             return SlotResult(registered_again=True)
         if record.assignment is None:
@@ -150,7 +161,8 @@ class WorkerProcess:
         self.clock = clock
         self.config = config.validate()
         self.slots = [
-            WorkerSlot(store, registry, clock, config.group) for _ in range(config.concurrency)
+            WorkerSlot(store, registry, clock, config.group, self._slot_removed)
+            for _ in range(config.concurrency)
         ]
         self.stop = threading.Event()
         self.backoff = Backoff(config.poll_wait_min, config.poll_wait_max)
@@ -161,14 +173,21 @@ class WorkerProcess:
         if not registered:
             return
         alive = self.store.heartbeat(list(registered), self.clock.now())
-        for worker_id, slot in registered.items():
-            job_id = slot.running
-            if worker_id not in alive and job_id is not None:
+        removed = [slot for worker_id, slot in registered.items() if worker_id not in alive]
+        if any(slot.running is not None for slot in removed):
+            self._slot_removed()
+
+    def _slot_removed(self) -> None:
+        """A slot found it was declared dead: so was this whole process, frozen or cut
+        off. If another slot still runs a job, that job was released too: stop before
+        the removed slot registers again and takes new work, only to be killed with it."""
+        for slot in self.slots:
+            if slot.running is not None:
                 logger.critical(
                     "worker %s: declared dead while running job %s, which was released and "
                     "may run elsewhere now: exiting at once",
-                    worker_id,
-                    job_id,
+                    slot.id,
+                    slot.running,
                 )
                 self.on_declared_dead()
                 return

@@ -260,6 +260,34 @@ def test_a_worker_declared_dead_mid_job_stops_at_its_next_heartbeat(
     assert stops[-1] == "the job went on", "an idle worker found removed is not stopped"
 
 
+def test_a_thawed_worker_stops_before_an_idle_slot_takes_new_work(
+    queue: Queue, registry: Registry, clock: FrozenClock, recruiter: Recruiter, cleaner: Cleaner
+) -> None:
+    # found by the fault suite: the idle slot of a thawed worker registered again and was
+    # handed a job, which the worker's exit (for its busy slot) then killed
+    stops: list[str] = []
+
+    @registry.workable("tests.paused")
+    def paused() -> None:
+        clock.advance(DEAD_AFTER.total_seconds() + 1)  # the whole process was frozen
+        cleaner.run_once(clock.now())
+        worker.slots[1].run_once()  # the idle slot thaws first and finds itself removed
+
+    worker = WorkerProcess(
+        queue.store,
+        registry,
+        clock,
+        WorkerConfig(concurrency=2),
+        lambda: stops.append(f"declared dead, {len(queue.store.workers())} on the roster"),
+    )
+    worker.slots[0].register()
+    queue.schedule(JobSpec("tests.paused"))
+    recruiter.run_once(clock.now())
+    worker.slots[1].register()  # after the round: it stays idle
+    worker.slots[0].run_once()
+    assert stops == ["declared dead, 0 on the roster"], "it stops before registering again"
+
+
 def test_the_cleaner_releases_orphans_held_by_no_worker(
     queue: Queue, app: Registry, clock: FrozenClock, cleaner: Cleaner
 ) -> None:
