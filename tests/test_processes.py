@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -230,6 +231,18 @@ def test_a_worker_declared_dead_mid_job_cannot_finish_it(
     assert worker.run_once().registered_again, "it comes back as a new worker"
 
 
+def process(
+    queue: Queue,
+    registry: Registry,
+    clock: FrozenClock,
+    on_declared_dead: Callable[[], None],
+    concurrency: int = 1,
+) -> WorkerProcess:
+    """A worker process whose slots are driven by hand, reporting instead of exiting."""
+    config = WorkerConfig(concurrency=concurrency)
+    return WorkerProcess(queue.store, registry, clock, config, on_declared_dead)
+
+
 def test_a_worker_declared_dead_mid_job_stops_at_its_next_heartbeat(
     queue: Queue, registry: Registry, clock: FrozenClock, recruiter: Recruiter, cleaner: Cleaner
 ) -> None:
@@ -243,16 +256,12 @@ def test_a_worker_declared_dead_mid_job_stops_at_its_next_heartbeat(
         worker.beat()  # the first heartbeat after the pause, while the job still runs
         stops.append("the job went on")
 
-    worker = WorkerProcess(
-        queue.store, registry, clock, WorkerConfig(), lambda: stops.append("declared dead")
-    )
-    idle = WorkerProcess(queue.store, registry, clock, WorkerConfig(), lambda: stops.append("idle"))
-    for each in (worker, idle):
-        each.slots[0].register()
-    queue.schedule(JobSpec("tests.paused").in_group("lane"))
-    worker.slots[0].group = "lane"
-    queue.store.roster.update_one({"_id": worker.slots[0].id}, {"$set": {"work_on": "lane"}})
+    worker = process(queue, registry, clock, lambda: stops.append("declared dead"))
+    idle = process(queue, registry, clock, lambda: stops.append("idle"))
+    worker.slots[0].register()
+    queue.schedule(JobSpec("tests.paused"))
     recruiter.run_once(clock.now())
+    idle.slots[0].register()  # after the round: it stays idle
     worker.slots[0].run_once()
     assert stops == ["1 dead", "declared dead", "the job went on"], "it stops the process"
     queue.store.roster.delete_one({"_id": idle.slots[0].id})
@@ -273,12 +282,12 @@ def test_a_thawed_worker_stops_before_an_idle_slot_takes_new_work(
         cleaner.run_once(clock.now())
         worker.slots[1].run_once()  # the idle slot thaws first and finds itself removed
 
-    worker = WorkerProcess(
-        queue.store,
+    worker = process(
+        queue,
         registry,
         clock,
-        WorkerConfig(concurrency=2),
         lambda: stops.append(f"declared dead, {len(queue.store.workers())} on the roster"),
+        concurrency=2,
     )
     worker.slots[0].register()
     queue.schedule(JobSpec("tests.paused"))
