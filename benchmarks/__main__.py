@@ -1,0 +1,159 @@
+"""Run the benchmarks: ``python -m benchmarks`` (``bin/bench`` installs what it needs first).
+
+For each worker count, each system burns down a backlog of no-op jobs, then picks up
+jobs one at a time with its workers idle; then the recruiter's round is measured
+against growing backlogs. Prints a table, writes JSON, and draws PNG plots when
+matplotlib is installed. Uses ``MONGODB_URI`` when it is set, else a SecantusDB server
+of its own (whose wall-clock figures say nothing about MongoDB's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+from rich.console import Console
+from rich.table import Table
+
+from benchmarks.harness import Figures, NaiveSystem, RecruiterSystem, percentiles
+from benchmarks.rounds import round_cost
+from recruiter.embedded import EmbeddedServer, start_server
+
+SYSTEMS = ("recruiter", "naive", "rq")
+
+
+class System(Protocol):
+    def start(self) -> None: ...
+
+    def burn_down(self, jobs: int) -> Figures: ...
+
+    def latency(self, samples: int, chooser: Callable[[], float]) -> list[float]: ...
+
+    def stop(self) -> None: ...
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    parser.add_argument("--jobs", type=int, default=1000, help="backlog burnt down per run")
+    parser.add_argument("--latency-samples", type=int, default=50)
+    parser.add_argument("--backlogs", type=int, nargs="*", default=[1_000, 10_000, 100_000])
+    parser.add_argument("--round-workers", type=int, default=16)
+    parser.add_argument("--json", type=Path, default=Path("benchmarks/results/latest.json"))
+    parser.add_argument("--plots", type=Path, help="write PNG plots to this directory")
+    arguments = parser.parse_args(argv)
+    console = Console()
+    directory = Path(tempfile.mkdtemp(prefix="recruiter-bench-"))
+    uri = os.environ.get("MONGODB_URI")
+    server: EmbeddedServer | None = None
+    if uri is None:
+        server = start_server(directory / "data", durable=False, log_path=directory / "db.log")
+        uri = server.uri
+    try:
+        runs = [
+            measure(system, uri, directory, workers, arguments)
+            for workers in arguments.workers
+            for system in arguments.systems
+        ]
+        rounds = [
+            round_cost(uri, backlog, arguments.round_workers, rounds=5)
+            for backlog in arguments.backlogs
+        ]
+    finally:
+        if server is not None:
+            server.stop()
+    results = {
+        "database": "MONGODB_URI" if server is None else "SecantusDB (embedded test server)",
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}",
+        "command": " ".join(["python -m benchmarks", *(argv or sys.argv[1:])]),
+        "runs": [run.as_dict() for run in runs],
+        "rounds": rounds,
+    }
+    arguments.json.parent.mkdir(parents=True, exist_ok=True)
+    arguments.json.write_text(json.dumps(results, indent=2))
+    console.print(table(runs))
+    console.print(rounds_table(rounds))
+    console.print(f"JSON: {arguments.json}   files: {directory}")
+    if arguments.plots:
+        from benchmarks.plots import draw  # noqa: PLC0415 (matplotlib: the optional extra)
+
+        for path in draw(results, arguments.plots):
+            console.print(f"plot: {path}")
+    return 0
+
+
+def measure(
+    system_name: str, uri: str, directory: Path, workers: int, arguments: argparse.Namespace
+) -> Figures:
+    place = directory / f"{system_name}-{workers}"
+    system: System
+    if system_name == "recruiter":
+        system = RecruiterSystem(uri, place, workers)
+    elif system_name == "naive":
+        system = NaiveSystem(uri, place, workers)
+    else:
+        from benchmarks.rq_system import RQSystem  # noqa: PLC0415 (the optional extra)
+
+        system = RQSystem(place, workers)
+    system.start()
+    try:
+        figures = system.burn_down(arguments.jobs)
+        gaps = random.Random(workers)
+        samples = system.latency(arguments.latency_samples, lambda: gaps.uniform(0.05, 0.3))
+        figures.latency_ms = percentiles(samples)
+        return figures
+    finally:
+        system.stop()
+
+
+def table(runs: list[Figures]) -> Table:
+    out = Table(title="Burn-down of a backlog of no-op jobs, then pickup with idle workers")
+    for column in (
+        "system",
+        "workers",
+        "jobs/s",
+        "commands/job",
+        "CPU ms/job",
+        "pickup p50/p95/p99 ms",
+    ):
+        out.add_column(column, justify="right")
+    for run in runs:
+        latency = run.latency_ms
+        out.add_row(
+            run.system,
+            str(run.workers),
+            f"{run.throughput:.0f}",
+            f"{run.commands_per_job:.2f}",
+            f"{run.cpu_ms_per_job:.2f}",
+            " / ".join(f"{latency.get(p, 0):.1f}" for p in ("p50", "p95", "p99")),
+        )
+    return out
+
+
+def rounds_table(rounds: list[dict[str, Any]]) -> Table:
+    out = Table(title="The recruiter's round against the backlog")
+    for column in ("queued jobs", "workers", "commands/round", "round ms", "ready-jobs query plan"):
+        out.add_column(column, justify="right")
+    for row in rounds:
+        out.add_row(
+            f"{row['backlog']:,}",
+            str(row["workers"]),
+            str(row["round_commands"]),
+            f"{row['round_ms']:.1f}",
+            row["plan"],
+        )
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())

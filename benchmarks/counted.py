@@ -1,0 +1,72 @@
+"""Counts the database commands a process sends, for the harness to read.
+
+``python -m benchmarks.counted <recruiter arguments>`` runs the ``recruiter`` command
+with a pymongo command listener. On SIGUSR1 it writes the counts so far to
+``$RECRUITER_BENCH_COUNTS/<pid>.json``, so the harness can take the difference over
+the window it measures. :func:`install` does the same for the naive baseline's workers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+from collections import Counter
+from pathlib import Path
+from types import FrameType
+
+from pymongo import monitoring
+
+COUNTS_VARIABLE = "RECRUITER_BENCH_COUNTS"
+
+
+class CommandCounter(monitoring.CommandListener):
+    """Counts every command started, by name."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self.lock = threading.Lock()
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        with self.lock:
+            self.counts[event.command_name] += 1
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+    def snapshot(self) -> dict[str, int]:
+        with self.lock:
+            return dict(self.counts)
+
+
+def install() -> CommandCounter:
+    """Count this process's commands (before any client is made); dump them on SIGUSR1."""
+    counter = CommandCounter()
+    monitoring.register(counter)
+    directory = Path(os.environ[COUNTS_VARIABLE])
+
+    def dump(signum: int, frame: FrameType | None) -> None:
+        path = directory / f"{os.getpid()}.json"
+        path.with_suffix(".tmp").write_text(json.dumps(counter.snapshot()))
+        path.with_suffix(".tmp").replace(path)
+
+    signal.signal(signal.SIGUSR1, dump)
+    return counter
+
+
+def read(directory: Path, pid: int) -> dict[str, int]:
+    path = directory / f"{pid}.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+if __name__ == "__main__":
+    install()
+    from recruiter.cli import main
+
+    sys.argv[0] = "recruiter"
+    main()

@@ -1,0 +1,271 @@
+"""Measurements: burn-down throughput, pickup latency, commands and CPU per job.
+
+Every system is measured the same way: its processes are started and left to settle,
+then a window opens (command counters and CPU times read), the backlog is inserted at
+once, and the window closes when the last job is done. Throughput is jobs over the
+window; commands per job are the commands every process of the system sent during the
+window (the harness's own are not counted), over the jobs; CPU per job is the user and
+system CPU time of those processes (not the database server's) over the jobs.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pymongo import ASCENDING, MongoClient
+from pymongo.database import Database
+
+from benchmarks import counted
+from benchmarks.app import noop
+from recruiter import Queue
+from recruiter.clock import SystemClock
+from recruiter.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+TICKS = os.sysconf("SC_CLK_TCK")
+POLL = 0.02
+MILLISECOND = dt.timedelta(milliseconds=1)
+
+
+@dataclass
+class Figures:
+    """One system, one worker count, one backlog."""
+
+    system: str
+    workers: int
+    jobs: int
+    seconds: float = 0.0
+    commands: dict[str, int] = field(default_factory=dict)
+    cpu_seconds: float = 0.0
+    latency_ms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def throughput(self) -> float:
+        return self.jobs / self.seconds if self.seconds else 0.0
+
+    @property
+    def commands_per_job(self) -> float:
+        return sum(self.commands.values()) / self.jobs if self.jobs else 0.0
+
+    @property
+    def cpu_ms_per_job(self) -> float:
+        return 1000 * self.cpu_seconds / self.jobs if self.jobs else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            **asdict(self),
+            "throughput": round(self.throughput, 1),
+            "commands_per_job": round(self.commands_per_job, 2),
+            "cpu_ms_per_job": round(self.cpu_ms_per_job, 3),
+        }
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User and system CPU time of these processes so far, all their threads included."""
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / TICKS
+
+
+def percentiles(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    cuts = statistics.quantiles(ordered, n=100, method="inclusive")
+    return {
+        "p50": round(cuts[49], 2),
+        "p95": round(cuts[94], 2),
+        "p99": round(cuts[98], 2),
+        "max": round(ordered[-1], 2),
+    }
+
+
+class Cast:
+    """Processes of one system, with their logs and command counts in ``directory``."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.counts = directory / "counts"
+        self.counts.mkdir(parents=True, exist_ok=True)
+        self.processes: list[subprocess.Popen[bytes]] = []
+
+    def start(self, name: str, command: list[str]) -> subprocess.Popen[bytes]:
+        environment = {**os.environ, "PYTHONPATH": str(ROOT)}
+        environment[counted.COUNTS_VARIABLE] = str(self.counts)
+        with (self.directory / f"{len(self.processes):02d}-{name}.log").open("wb") as log:
+            process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, env=environment, cwd=self.directory
+            )
+        self.processes.append(process)
+        return process
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.processes]
+
+    def commands(self) -> Counter[str]:
+        """Every process's command counts now (asked for with SIGUSR1)."""
+        for pid in self.pids:
+            (self.counts / f"{pid}.json").unlink(missing_ok=True)
+            os.kill(pid, signal.SIGUSR1)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if all((self.counts / f"{pid}.json").exists() for pid in self.pids):
+                break
+            time.sleep(0.01)
+        total: Counter[str] = Counter()
+        for pid in self.pids:
+            total.update(counted.read(self.counts, pid))
+        return total
+
+    def stop(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in self.processes:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+@contextmanager
+def window(cast: Cast, figures: Figures) -> Iterator[None]:
+    """Measure what ``cast`` does (commands, CPU, wall time) while the block runs."""
+    commands, cpu, start = cast.commands(), cpu_seconds(cast.pids), time.perf_counter()
+    yield
+    figures.seconds = time.perf_counter() - start
+    figures.cpu_seconds = cpu_seconds(cast.pids) - cpu
+    after = cast.commands()
+    after.subtract(commands)
+    figures.commands = {name: n for name, n in after.items() if n}
+
+
+def wait_until(condition: Callable[[], bool], seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not done in {seconds}s")
+        time.sleep(POLL)
+
+
+# --- recruiter ---------------------------------------------------------------------------
+
+
+class RecruiterSystem:
+    """A recruiter, a cleaner and ``workers`` worker processes (one slot each)."""
+
+    name = "recruiter"
+
+    def __init__(self, uri: str, directory: Path, workers: int) -> None:
+        self.uri, self.workers = uri, workers
+        self.client: MongoClient[dict[str, Any]] = MongoClient(uri, tz_aware=True)
+        self.database: Database[dict[str, Any]] = self.client[f"bench_{uuid.uuid4().hex[:8]}"]
+        self.store = Store(self.database)
+        self.store.ensure_ready()
+        self.queue = Queue(self.database, SystemClock())
+        self.cast = Cast(directory)
+
+    def start(self) -> None:
+        common = ["--mongodb-uri", self.uri, "--database", self.database.name]
+        common += ["--log-level", "warning"]
+        launcher = [sys.executable, "-m", "benchmarks.counted"]
+        self.cast.start("recruiter", [*launcher, "run", *common])
+        self.cast.start("cleaner", [*launcher, "clean", *common])
+        for n in range(self.workers):
+            app = ["--app", "benchmarks.app:registry"]
+            self.cast.start(f"worker{n}", [*launcher, "worker", *app, *common])
+        wait_until(lambda: len(self.store.workers()) == self.workers, 60, "workers registered")
+        time.sleep(1.0)  # every process settles into its idle rhythm
+
+    def burn_down(self, jobs: int) -> Figures:
+        figures = Figures(self.name, self.workers, jobs)
+        with window(self.cast, figures):
+            self.queue.schedule_many(noop.job() for _ in range(jobs))
+            wait_until(lambda: self.store.count_jobs("archived") >= jobs, 600, "burn-down")
+        return figures
+
+    def latency(self, samples: int, chooser: Callable[[], float]) -> list[float]:
+        """Milliseconds from ``scheduled_at`` to the start, one job at a time, workers idle."""
+        latencies = []
+        for _ in range(samples):
+            time.sleep(chooser())
+            job_id = self.queue.schedule(noop.job())
+            wait_until(lambda: self.queue.job(job_id).why is not None, 60, "pickup")  # noqa: B023
+            job = self.queue.job(job_id)
+            first = job.history[0]
+            latencies.append((first["started_at"] - first["scheduled_at"]) / MILLISECOND)
+        return latencies
+
+    def stop(self) -> None:
+        self.cast.stop()
+        self.client.drop_database(self.database.name)
+        self.client.close()
+
+
+# --- the naive baseline ------------------------------------------------------------------
+
+
+class NaiveSystem:
+    """``workers`` processes each claiming jobs with ``find_one_and_update``."""
+
+    name = "naive"
+
+    def __init__(self, uri: str, directory: Path, workers: int) -> None:
+        self.uri, self.workers = uri, workers
+        self.client: MongoClient[dict[str, Any]] = MongoClient(uri, tz_aware=True)
+        self.database: Database[dict[str, Any]] = self.client[f"naive_{uuid.uuid4().hex[:8]}"]
+        self.jobs = self.database.jobs
+        self.jobs.create_index([("status", ASCENDING), ("scheduled_at", ASCENDING)])
+        self.cast = Cast(directory)
+
+    def start(self) -> None:
+        for n in range(self.workers):
+            command = [sys.executable, "-m", "benchmarks.naive", self.uri, self.database.name]
+            self.cast.start(f"naive{n}", command)
+        time.sleep(2.0)  # imported, connected, polling
+
+    def schedule(self, count: int) -> list[Any]:
+        now = dt.datetime.now(dt.UTC)
+        documents = [{"status": "queued", "scheduled_at": now} for _ in range(count)]
+        return list(self.jobs.insert_many(documents).inserted_ids)
+
+    def burn_down(self, jobs: int) -> Figures:
+        figures = Figures(self.name, self.workers, jobs)
+        with window(self.cast, figures):
+            self.schedule(jobs)
+            done = {"status": "done"}
+            wait_until(lambda: self.jobs.count_documents(done) >= jobs, 600, "burn-down")
+        return figures
+
+    def latency(self, samples: int, chooser: Callable[[], float]) -> list[float]:
+        latencies = []
+        for _ in range(samples):
+            time.sleep(chooser())
+            (job_id,) = self.schedule(1)
+            query = {"_id": job_id, "status": "done"}
+            wait_until(lambda: self.jobs.count_documents(query) == 1, 60, "pickup")  # noqa: B023
+            job = self.jobs.find_one({"_id": job_id})
+            assert job is not None
+            latencies.append((job["started_at"] - job["scheduled_at"]) / MILLISECOND)
+        return latencies
+
+    def stop(self) -> None:
+        self.cast.stop()
+        self.client.drop_database(self.database.name)
+        self.client.close()

@@ -1,0 +1,41 @@
+"""The benchmark harness still runs: a tiny burn-down of each MongoDB system.
+
+It checks that the harness measures something coherent, never how fast: timings belong
+to ``python -m benchmarks`` (docs/performance.md), not to tests.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from benchmarks.harness import NaiveSystem, RecruiterSystem
+from benchmarks.rounds import round_cost
+
+pytestmark = pytest.mark.real_server
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("system_class", [RecruiterSystem, NaiveSystem])
+def test_a_burn_down_counts_every_job_command_and_cpu_second(
+    system_class: type[RecruiterSystem] | type[NaiveSystem], real_server_uri: str, tmp_path: Path
+) -> None:
+    system = system_class(real_server_uri, tmp_path, 2)
+    system.start()
+    try:
+        figures = system.burn_down(20)
+        latencies = system.latency(3, lambda: 0.05)
+    finally:
+        system.stop()
+    assert figures.jobs == 20
+    assert figures.seconds > 0
+    assert figures.commands_per_job >= 2, "at least a claim and a completion per job"
+    assert figures.cpu_seconds >= 0
+    assert len(latencies) == 3
+    assert all(latency >= 0 for latency in latencies)
+
+
+def test_a_round_costs_the_same_commands_whatever_the_backlog(real_server_uri: str) -> None:
+    small, large = (round_cost(real_server_uri, backlog, 4, rounds=2) for backlog in (50, 500))
+    assert small["round_commands"] == large["round_commands"]
