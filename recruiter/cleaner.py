@@ -8,7 +8,8 @@ Each round it:
    still not seen;
 2. releases *orphans*, jobs locked for longer than ``considered_dead_after`` that no
    worker on the roster holds;
-3. completes moves to ``archived`` that a crash interrupted;
+3. moves finished jobs from ``scheduled`` to ``archived``, up to 500 in three commands
+   (workers only mark a job finished; a crash in the middle of a move is completed too);
 4. purges archived jobs that finished more than ``clean_after`` ago, in one command,
    crashed ones included.
 """
@@ -25,6 +26,7 @@ from pymongo.errors import PyMongoError
 from recruiter.loop import Backoff
 from recruiter.recovery import Released, release_job, release_unheld
 from recruiter.store import Store, WorkerRecord
+from recruiter.store.jobs import ARCHIVE_BATCH
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +72,11 @@ class CleanResult:
 
     @property
     def busy(self) -> bool:
-        return bool(self.dead_workers or sum(self.released.values()) or self.purged)
+        """Whether to start the next round at once: work was found, or more to move."""
+        more_to_archive = self.archived_moves >= ARCHIVE_BATCH
+        return bool(self.dead_workers or sum(self.released.values()) or self.purged) or (
+            more_to_archive
+        )
 
 
 class Cleaner:

@@ -232,9 +232,10 @@ class WorkerProcess:
                 time.sleep(DATABASE_ERROR_WAIT)
                 continue
             if result.ran is not None:
+                # the slot was just made available: no job can be assigned to it before
+                # the recruiter's next round, so even the first look waits a little
                 wait = 0.0
                 self._check_memory()
-                continue
             if not self.stop.is_set():
                 wait = self.backoff.after(wait)
                 self.stop.wait(wait)

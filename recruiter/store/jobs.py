@@ -1,9 +1,10 @@
 """The job verbs of the store: ``scheduled`` and ``archived``.
 
 Finishing a job is crash-safe without transactions: the conditional update that sets
-``why`` is the commit point; moving the finished document from ``scheduled`` to
-``archived`` comes after, and :meth:`Store.archive_finished` completes a move that a
-crash interrupted. A job is never in neither collection.
+``why`` is the commit point; moving finished documents from ``scheduled`` to
+``archived`` comes after, in batches (:meth:`Store.archive_finished`, run by the
+cleaner), as an insert then a delete, so a crash in between leaves a copy in both,
+never in neither.
 """
 
 from __future__ import annotations
@@ -199,10 +200,12 @@ class JobVerbs:
     def finish_if_owned(
         self, job_id: Any, token: ObjectId, why: str, execution: Document, now: dt.datetime
     ) -> bool:
-        """End the job with reason ``why`` and move it to ``archived``, if still owned.
+        """End the job with reason ``why``, if still owned: the commit of a finished job.
 
-        The conditional update is the commit; the move follows and is completed by
-        :meth:`archive_finished` if this process dies in between.
+        The job stays in ``scheduled``, finished (it has ``why`` and no ``scheduled_at``,
+        so it is never picked up again), until :meth:`archive_finished` moves it to
+        ``archived`` with others in one batch: a worker spends one command to finish a
+        job, not three.
         """
         update = {
             "$set": {
@@ -215,22 +218,15 @@ class JobVerbs:
             "$unset": {"lock": "", "scheduled_at": ""},
         }
         owned = {"_id": job_id, "lock.token": token}
-        after = ReturnDocument.AFTER
         try:
-            finished = self.scheduled.find_one_and_update(
-                owned, _recording(update, execution), return_document=after
-            )
+            result = self.scheduled.update_one(owned, _recording(update, execution))
         except OperationFailure:
-            finished = self.scheduled.find_one_and_update(
-                owned, _recording(update, execution, reset=True), return_document=after
-            )
-        if finished is None:
-            return False
-        self._move_to_archive([finished])
-        return True
+            result = self.scheduled.update_one(owned, _recording(update, execution, reset=True))
+        return result.modified_count == 1
 
     def archive_finished(self, limit: int = ARCHIVE_BATCH) -> int:
-        """Move up to ``limit`` finished jobs still in ``scheduled`` to ``archived``."""
+        """Move up to ``limit`` finished jobs from ``scheduled`` to ``archived``, in three
+        commands (read, insert, delete); return how many."""
         finished = list(self.scheduled.find({"why": {"$exists": True}}).limit(limit))
         self._move_to_archive(finished)
         return len(finished)
