@@ -117,7 +117,7 @@ def test_reschedule_if_owned_unlocks_records_and_keeps_history_bounded(
     assert job.last_execution["attempt"] == HISTORY_LIMIT + 2
 
 
-def test_finish_if_owned_archives_only_for_the_token_holder(
+def test_finish_if_owned_finishes_only_for_the_token_holder_and_a_batch_archives(
     store: Store, clock: FrozenClock
 ) -> None:
     token = ObjectId()
@@ -125,9 +125,11 @@ def test_finish_if_owned_archives_only_for_the_token_holder(
     assert not store.finish_if_owned(
         job_id, ObjectId(), "done", record(1, clock.now()), clock.now()
     )
-    assert store.count_jobs("archived") == 0
     assert store.finish_if_owned(job_id, token, "done", record(1, clock.now()), clock.now())
-    assert store.count_jobs("scheduled") == 0
+    assert store.ready_job_ids(clock.now(), None, 10) == [], "finished: never picked up again"
+    assert store.count_jobs("archived") == 0, "moved later, in a batch"
+    assert store.archive_finished() == 1
+    assert (store.count_jobs("scheduled"), store.count_jobs("archived")) == (0, 1)
     job = store.find_job(job_id)
     assert job is not None
     assert (job.done, job.why, job.locked, job.scheduled_at, job.lock_token) == (

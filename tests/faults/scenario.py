@@ -550,7 +550,9 @@ class Driver:
 
     def batch_due(self) -> bool:
         """Jobs arrive as the faults go on, so that each fault finds work in flight; the
-        last batch comes just before the last fault."""
+        last batch comes just before the last fault (and whatever is left, after it)."""
+        if not self.faults:
+            return True
         injected = self.scenario.faults - len(self.faults)
         room = max(self.scenario.jobs - self.scenario.batch, 1)
         return len(self.planned) * max(self.scenario.faults - 1, 1) <= injected * room
