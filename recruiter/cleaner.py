@@ -73,9 +73,11 @@ class CleanResult:
     @property
     def busy(self) -> bool:
         """Whether to start the next round at once: work was found, or more to move."""
-        more_to_archive = self.archived_moves >= ARCHIVE_BATCH
-        return bool(self.dead_workers or sum(self.released.values()) or self.purged) or (
-            more_to_archive
+        return bool(
+            self.dead_workers
+            or sum(self.released.values())
+            or self.purged
+            or self.archived_moves >= ARCHIVE_BATCH
         )
 
 

@@ -18,3 +18,15 @@ def test_the_examples_of_a_page_run(page: str, capsys: pytest.CaptureFixture[str
     namespace: dict[str, object] = {"__name__": f"docs_{page}"}
     for block in blocks:
         exec(compile(block, f"{DOCS / page}", "exec"), namespace)
+
+
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+
+
+@pytest.mark.parametrize(
+    "page", [DOCS.parent / "README.md", *sorted(DOCS.glob("*.md"))], ids=lambda p: p.name
+)
+def test_every_relative_link_of_a_page_leads_to_a_file(page: Path) -> None:
+    targets = [t for t in LINK.findall(page.read_text()) if "://" not in t]
+    missing = [t for t in targets if not (page.parent / t).exists()]
+    assert not missing, f"{page.name} links to missing files: {missing}"

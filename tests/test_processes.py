@@ -11,12 +11,13 @@ import pytest
 from bson import ObjectId
 
 from recruiter import JobSpec, Queue, Registry, RetryManyTimes, retry_statistics
-from recruiter.cleaner import Cleaner, CleanerConfig
+from recruiter.cleaner import Cleaner, CleanerConfig, CleanResult
 from recruiter.clock import FrozenClock
 from recruiter.execution import Outcome
 from recruiter.leadership import Leadership
 from recruiter.recruiter import Recruiter
 from recruiter.store import Store
+from recruiter.store.jobs import ARCHIVE_BATCH
 from recruiter.testing import drain
 from recruiter.worker import WorkerConfig, WorkerProcess, WorkerSlot
 
@@ -305,6 +306,23 @@ def test_the_cleaner_releases_orphans_held_by_no_worker(
     assert sum(cleaner.run_once(clock.now()).released.values()) == 0, "recent locks are left"
     clock.advance(DEAD_AFTER.total_seconds() + 1)
     assert dict(cleaner.run_once(clock.now()).released) == {"requeued": 1}
+
+
+def test_the_cleaner_moves_finished_jobs_in_batches_and_hurries_while_they_are_full(
+    queue: Queue, app: Registry, clock: FrozenClock, cleaner: Cleaner
+) -> None:
+    ids = queue.schedule_many(JobSpec("tests.noop") for _ in range(3))
+    recruiter = Recruiter(queue.store)
+    worker = slot(queue, app, clock)
+    for _ in ids:
+        recruiter.run_once(clock.now())
+        worker.run_once()
+    assert queue.store.count_jobs("archived") == 0, "a worker only marks its job finished"
+    assert {queue.job(i).why for i in ids} == {"done"}
+    result = cleaner.run_once(clock.now())
+    assert (result.archived_moves, queue.store.count_jobs("archived")) == (3, 3)
+    assert not result.busy, "a batch that was not full: the next round can wait"
+    assert CleanResult(archived_moves=ARCHIVE_BATCH).busy, "a full one: more may be waiting"
 
 
 def test_the_cleaner_purges_archived_jobs_older_than_clean_after(
