@@ -21,6 +21,7 @@ from benchmarks.counted import CommandCounter
 from recruiter.clock import SystemClock
 from recruiter.recruiter import Recruiter
 from recruiter.store import Store
+from recruiter.store.jobs import READY_ORDER, ready_query
 
 INSERT_BATCH = 5_000
 
@@ -67,12 +68,13 @@ def round_cost(uri: str, backlog: int, workers: int, rounds: int) -> dict[str, A
 
 
 def ready_query_plan(database: Any, limit: int) -> str:
-    """The winning plan's stages for the round's read of ready jobs, or why not known."""
-    query = {"locked": False, "scheduled_at": {"$lte": SystemClock().now()}}
+    """The winning plan's stages for the round's read of ready jobs (the store's own
+    filter and order), or why it is not known."""
+    query = ready_query(SystemClock().now())
     try:
         explained = database.command(
             "explain",
-            {"find": "scheduled", "filter": query, "sort": {"scheduled_at": 1}, "limit": limit},
+            {"find": "scheduled", "filter": query, "sort": READY_ORDER, "limit": limit},
         )
     except Exception as error:  # any server may refuse explain: say so, measure anyway
         return f"explain unsupported: {str(error)[:80]}"

@@ -44,6 +44,21 @@ def as_object_id(job_id: ObjectId | str) -> ObjectId | str:
     return job_id
 
 
+READY_ORDER = {"scheduled_at": 1}
+"""The order ready jobs are handed out in: oldest due first."""
+
+
+def ready_query(now: dt.datetime, group: str | None = None) -> Document:
+    """The filter of unlocked jobs due by ``now`` (of ``group``, or any group if None).
+
+    Finished jobs waiting to be archived have no ``scheduled_at``, so they never match.
+    """
+    query: Document = {"locked": False, "scheduled_at": {"$lte": now}}
+    if group is not None:
+        query["group"] = group
+    return query
+
+
 class JobVerbs:
     """Operations on ``scheduled`` and ``archived``."""
 
@@ -75,10 +90,8 @@ class JobVerbs:
 
         Jobs due in the same millisecond come in index order.
         """
-        query: Document = {"locked": False, "scheduled_at": {"$lte": now}}
-        if group is not None:
-            query["group"] = group
-        cursor = self.scheduled.find(query, {"_id": 1}).sort("scheduled_at", 1).limit(limit)
+        cursor = self.scheduled.find(ready_query(now, group), {"_id": 1})
+        cursor = cursor.sort(READY_ORDER).limit(limit)
         return [document["_id"] for document in cursor]
 
     def lock_jobs(self, job_ids: Sequence[Any], token: ObjectId, now: dt.datetime) -> list[Any]:

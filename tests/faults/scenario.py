@@ -393,7 +393,7 @@ class Run:
     def _half_round(self) -> bool:
         """Kill every recruiter; one that will die between its lock and its assignment
         takes their place (a new recruiter follows it, as a supervisor would)."""
-        if not self.database.scheduled.count_documents({"locked": False}, limit=1):
+        if not self.queue.store.ready_job_ids(SystemClock().now(), None, 1):
             return False
         for member in self.live("recruiter"):
             self._kill(member, "make-way", "a recruiter, to make way for a half round")
