@@ -123,6 +123,7 @@ def table(runs: list[Figures]) -> Table:
         "workers",
         "jobs/s",
         "commands/job",
+        "empty feed reads/job",
         "CPU ms/job",
         "pickup p50/p95/p99 ms",
     ):
@@ -134,6 +135,7 @@ def table(runs: list[Figures]) -> Table:
             str(run.workers),
             f"{run.throughput:.0f}",
             f"{run.commands_per_job:.2f}",
+            f"{run.empty_feed_reads_per_job:.2f}",
             f"{run.cpu_ms_per_job:.2f}",
             " / ".join(f"{latency.get(p, 0):.1f}" for p in ("p50", "p95", "p99")),
         )

@@ -5,7 +5,8 @@ Each round it:
 1. finds workers not seen for ``considered_dead_after``; releases the job each one held
    through the job's retry policy (a started job is a crashed attempt, ``WorkerDied``;
    one never started goes back uncounted); then removes the worker, only if it is
-   still not seen;
+   still not seen. Only a cleaner that has watched for the whole timeout, without a
+   database error and without a gap between rounds, declares a worker dead;
 2. releases *orphans*, jobs locked for longer than ``considered_dead_after`` that no
    worker on the roster holds;
 3. moves finished jobs from ``scheduled`` to ``archived``, up to 500 in three commands
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 
 from pymongo.errors import PyMongoError
 
-from recruiter.loop import Backoff
+from recruiter.loop import AT_ONCE, IDLE, Backoff
 from recruiter.recovery import Released, release_job, release_unheld
 from recruiter.store import Store, WorkerRecord
 from recruiter.store.jobs import ARCHIVE_BATCH
@@ -44,8 +45,13 @@ class CleanerConfig:
     lease: dt.timedelta = DEFAULT_LEASE
     idle_wait_min: float = 0.5
     idle_wait_max: float = 5.0
-    """At most this long between idle rounds, and at most a quarter of the dead timeout:
-    an outage shorter than one wait goes unnoticed, so it must be too short to matter."""
+    """At most this long between idle rounds, and at most a quarter of the dead timeout,
+    so that rounds further apart than :attr:`longest_gap` mean the cleaner was blind."""
+
+    @property
+    def longest_gap(self) -> dt.timedelta:
+        """Rounds further apart than this were not watching: the watch starts over."""
+        return self.considered_dead_after / 2
 
     @property
     def idle_waits(self) -> Backoff:
@@ -80,6 +86,10 @@ class CleanResult:
             or self.archived_moves >= ARCHIVE_BATCH
         )
 
+    def pause(self, now: dt.datetime) -> float:
+        """The longest wait before the next round: none when busy, else the backoff's."""
+        return AT_ONCE if self.busy else IDLE
+
 
 class Cleaner:
     """The cleaning process's work; leadership and the loop wrap it (see ``cli``)."""
@@ -88,7 +98,8 @@ class Cleaner:
         self.store = store
         self.config = (config or CleanerConfig()).validate()
         self._watching_since: dt.datetime | None = None
-        """Since when rounds have run without a database error; ``None``: not yet."""
+        """Since when rounds have run without a database error or a gap; ``None``: not yet."""
+        self._last_round: dt.datetime | None = None
 
     def became_leader(self) -> None:
         """Watch for a full timeout before declaring any worker dead."""
@@ -96,6 +107,11 @@ class Cleaner:
 
     def run_once(self, now: dt.datetime) -> CleanResult:
         """One round: dead workers, orphans, interrupted moves, the purge."""
+        if self._last_round is not None and now - self._last_round > self.config.longest_gap:
+            # blind meanwhile (a round blocked on an unreachable database, the process
+            # frozen): heartbeats may have been kept from landing by the same cause
+            self._watching_since = None
+        self._last_round = now
         if self._watching_since is None:
             self._watching_since = now
         try:

@@ -22,7 +22,7 @@ from bson import ObjectId
 from pymongo.errors import PyMongoError
 
 from recruiter.job import ANY_GROUP
-from recruiter.loop import Backoff
+from recruiter.loop import AT_ONCE, IDLE, Backoff
 from recruiter.recovery import release_unheld
 from recruiter.store import Store, WorkerRecord
 
@@ -30,6 +30,8 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_LEASE = dt.timedelta(seconds=15)
 DEFAULT_ROLLBACK_EVERY = dt.timedelta(seconds=30)
+DEFAULT_FOLLOWED_WAIT = 1.0
+MINIMUM_PAUSE = 0.001
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,10 @@ class RecruiterConfig:
     """How often to look for jobs locked but never assigned (also on becoming leader)."""
     idle_wait_min: float = 0.005
     idle_wait_max: float = 0.25
+    watch: bool = True
+    """Be woken by a change feed of new jobs and available workers (polling as fallback)."""
+    followed_wait: float = DEFAULT_FOLLOWED_WAIT
+    """The longest wait between idle rounds while the change feed is followed."""
 
     @property
     def idle_waits(self) -> Backoff:
@@ -51,6 +57,8 @@ class RecruiterConfig:
             raise ValueError("--lease must be at least 1s")
         if not 0 < self.idle_wait_min <= self.idle_wait_max:
             raise ValueError("idle waits must be positive, the minimum at most the maximum")
+        if self.followed_wait <= 0:
+            raise ValueError("the followed wait must be positive")
         return self
 
 
@@ -59,11 +67,21 @@ class RoundResult:
     available_workers: int
     assigned: int
     rolled_back: int = 0
+    next_due: dt.datetime | None = None
+    """When workers were left idle: when the next job not yet due will be."""
 
     @property
     def busy(self) -> bool:
         """Whether the round handed work out: the next one comes at once."""
         return self.assigned > 0
+
+    def pause(self, now: dt.datetime) -> float:
+        """The longest wait before the next round (news of work may end it sooner)."""
+        if self.busy:
+            return AT_ONCE
+        if self.next_due is None:
+            return IDLE
+        return max(MINIMUM_PAUSE, (self.next_due - now).total_seconds())
 
 
 class Recruiter:
@@ -97,8 +115,6 @@ class Recruiter:
             return RoundResult(0, 0, rolled_back)
         token = ObjectId()
         plan = self.plan(workers, token, now)
-        if not plan:
-            return RoundResult(len(workers), 0, rolled_back)
         assigned = self.store.assign(plan, token, now)
         unassigned = [job_id for worker, job_id in plan.items() if worker not in assigned]
         if unassigned:
@@ -106,7 +122,9 @@ class Recruiter:
             logger.info("recruiter: %d workers left before assignment", len(unassigned))
         for worker in assigned:
             logger.debug("recruiter: assigned job %s to worker %s", plan[worker], worker)
-        return RoundResult(len(workers), len(assigned), rolled_back)
+        # workers left idle: the job that will be due next is worth waking for
+        next_due = self.store.next_due(now) if len(plan) < len(workers) else None
+        return RoundResult(len(workers), len(assigned), rolled_back, next_due)
 
     def plan(
         self, workers: list[WorkerRecord], token: ObjectId, now: dt.datetime

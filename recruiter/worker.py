@@ -1,10 +1,13 @@
 """Workers: register in ``roster``, run what they are assigned, heartbeat throughout.
 
 A worker process has one or more *slots* (``--concurrency``), each a roster document of
-its own that runs one job at a time in its own thread. A slot polls only its own
-document, fast while work flows and backing off to a fraction of a second when idle.
-A heartbeat thread keeps every slot's ``last_seen_at`` fresh, also while jobs run, so
-a long job is never mistaken for a dead worker.
+its own that runs one job at a time in its own thread. The process follows a change
+feed of its slots' documents (:meth:`Store.watch_assignments`): an assignment arrives
+with its job and token, and the slot runs it at once, without reading anything. Where
+the feed is not available (or while it is down) a slot polls its own document instead,
+fast while work flows and backing off to a fraction of a second when idle. A heartbeat
+thread keeps every slot's ``last_seen_at`` fresh, also while jobs run, so a long job is
+never mistaken for a dead worker.
 
 Stopping (SIGTERM, SIGINT): each slot finishes the job it holds or was just assigned,
 then leaves the roster; a second signal stops at once. A memory limit makes the worker
@@ -34,8 +37,9 @@ from pymongo.errors import PyMongoError
 from recruiter.clock import Clock
 from recruiter.execution import Execution, Executor, Identity
 from recruiter.job import ANY_GROUP
-from recruiter.loop import Backoff
-from recruiter.store import Store
+from recruiter.loop import Backoff, StopRequest
+from recruiter.store import Assignment, ChangeFeed, RosterChange, Store
+from recruiter.watcher import Watcher
 from recruiter.workable import Registry
 
 logger = logging.getLogger(__name__)
@@ -62,6 +66,8 @@ class WorkerConfig:
     poll_wait_max: float = 0.2
     memory_limit: int | None = None
     """Bytes of resident memory after which the worker retires, after its current job."""
+    watch: bool = True
+    """Be handed assignments by a change feed; poll only while it is not available."""
 
     def validate(self) -> WorkerConfig:
         if not isinstance(self.group, str) or not self.group.strip():
@@ -90,7 +96,9 @@ class WorkerSlot:
         registry: Registry,
         clock: Clock,
         group: str,
+        *,
         on_removed: Callable[[], None] | None = None,
+        bell: threading.Event | None = None,
     ) -> None:
         self.store = store
         self.registry = registry
@@ -98,9 +106,21 @@ class WorkerSlot:
         self.group = group
         self.on_removed = on_removed
         """Called when this slot finds it was declared dead, before it registers again."""
+        self.bell = bell or threading.Event()
+        """Rung when there is news for this slot (and on a stop request)."""
         self.id: ObjectId | None = None
         self.running: object | None = None
         """The id of the job this slot runs now, if any."""
+        self._news: Assignment | None = None
+        self._last_token: ObjectId | None = None
+
+    def deliver(self, change: RosterChange) -> None:
+        """News from the change feed: an assignment to run, or a change to read."""
+        if change.worker_id != self.id:
+            return
+        if change.assignment is not None:
+            self._news = change.assignment
+        self.bell.set()
 
     def register(self) -> ObjectId:
         identity = Identity.of_this_process()
@@ -115,26 +135,36 @@ class WorkerSlot:
         if self.id is None:
             self.register()
         assert self.id is not None
-        record = self.store.find_worker(self.id)
-        if record is None:
-            logger.warning("worker %s: was declared dead and removed; registering again", self.id)
-            if self.on_removed is not None:
-                self.on_removed()
-            self.register()
-            return SlotResult(registered_again=True)
-        if record.assignment is None:
+        # news read here may be overwritten meanwhile: the bell rang too, so it is read
+        # from the document at the next call instead
+        assignment, self._news = self._news, None
+        if assignment is None or assignment.token == self._last_token:
+            record = self.store.find_worker(self.id)
+            if record is None:
+                logger.warning(
+                    "worker %s: was declared dead and removed; registering again", self.id
+                )
+                if self.on_removed is not None:
+                    self.on_removed()
+                self.register()
+                return SlotResult(registered_again=True)
+            assignment = record.assignment
+        if assignment is None:
             return SlotResult()
-        job_id, token = record.assignment.job_id, record.assignment.token
+        return SlotResult(ran=self._run(assignment))
+
+    def _run(self, assignment: Assignment) -> Execution:
+        assert self.id is not None
         executor = Executor(
             self.store, self.registry, self.clock, Identity.of_this_process(self.id)
         )
-        self.running = job_id
+        self.running, self._last_token = assignment.job_id, assignment.token
         try:
-            execution = executor.execute(job_id, token)
+            execution = executor.execute(assignment.job_id, assignment.token)
         finally:
             self.running = None
-        self.store.release_worker(self.id, token, self.clock.now())
-        return SlotResult(ran=execution)
+        self.store.release_worker(self.id, assignment.token, self.clock.now())
+        return execution
 
     def retire(self) -> bool:
         """Leave the roster if nothing is assigned; ``False`` when a job is waiting."""
@@ -160,12 +190,22 @@ class WorkerProcess:
         self.on_declared_dead = on_declared_dead
         self.clock = clock
         self.config = config.validate()
+        self.stop = StopRequest()
         self.slots = [
-            WorkerSlot(store, registry, clock, config.group, self._slot_removed)
+            WorkerSlot(
+                store,
+                registry,
+                clock,
+                config.group,
+                on_removed=self._slot_removed,
+                bell=self.stop.bell(),
+            )
             for _ in range(config.concurrency)
         ]
-        self.stop = threading.Event()
         self.backoff = Backoff(config.poll_wait_min, config.poll_wait_max)
+        self.watcher: Watcher[RosterChange] | None = None
+        self._followed: frozenset[ObjectId] = frozenset()
+        """The slots the change feed follows now (a slot registered again is not, yet)."""
 
     def beat(self) -> None:
         """Record every registered slot as alive; stop if one was declared dead mid-job."""
@@ -196,6 +236,9 @@ class WorkerProcess:
         """Register the slots and run them until stopped and every slot has retired."""
         for slot in self.slots:
             slot.register()
+        if self.config.watch:
+            self.watcher = Watcher("worker feed", self._open_feed, self._deliver, self._ring_all)
+            self.watcher.start()
         done = threading.Event()
         heart = threading.Thread(
             target=self._heartbeat, args=(done,), name="heartbeat", daemon=True
@@ -209,8 +252,28 @@ class WorkerProcess:
             thread.start()
         for thread in threads:
             thread.join()
+        if self.watcher is not None:
+            self.watcher.close()
         done.set()
         heart.join()
+
+    def _open_feed(self) -> ChangeFeed[RosterChange]:
+        ids = frozenset(slot.id for slot in self.slots if slot.id is not None)
+        feed = self.store.watch_assignments(sorted(ids))
+        self._followed = ids
+        return feed
+
+    def _deliver(self, change: RosterChange) -> None:
+        for slot in self.slots:
+            slot.deliver(change)
+
+    def _ring_all(self) -> None:
+        for slot in self.slots:
+            slot.bell.set()
+
+    def _is_followed(self, slot: WorkerSlot) -> bool:
+        watcher = self.watcher
+        return watcher is not None and watcher.following and slot.id in self._followed
 
     def _heartbeat(self, done: threading.Event) -> None:
         interval = self.config.heartbeat_every.total_seconds()
@@ -223,6 +286,7 @@ class WorkerProcess:
     def _serve(self, slot: WorkerSlot) -> None:
         wait = 0.0
         while True:
+            slot.bell.clear()  # before reading: news from here on rings it again
             try:
                 if self.stop.is_set() and slot.retire():
                     return
@@ -231,14 +295,21 @@ class WorkerProcess:
                 logger.error("worker %s: database error, retrying: %s", slot.id, error)
                 time.sleep(DATABASE_ERROR_WAIT)
                 continue
+            if result.registered_again and self.watcher is not None:
+                self.watcher.reopen()
             if result.ran is not None:
                 # the slot was just made available: no job can be assigned to it before
                 # the recruiter's next round, so even the first look waits a little
                 wait = 0.0
                 self._check_memory()
-            if not self.stop.is_set():
+            if self.stop.is_set():
+                continue
+            if self._is_followed(slot):
+                # the feed brings the next assignment; reading now and then is a safety net
+                wait = self.config.heartbeat_every.total_seconds()
+            else:
                 wait = self.backoff.after(wait)
-                self.stop.wait(wait)
+            slot.bell.wait(wait)
 
     def _check_memory(self) -> None:
         limit = self.config.memory_limit

@@ -20,7 +20,7 @@ from recruiter.cleaner import Cleaner, CleanerConfig
 from recruiter.clock import FrozenClock
 from recruiter.execution import Outcome
 from recruiter.leadership import Leadership
-from recruiter.loop import Backoff, run_forever
+from recruiter.loop import AT_ONCE, IDLE, Backoff, run_forever
 from recruiter.recruiter import Recruiter
 from recruiter.store import Store
 from recruiter.worker import WorkerSlot
@@ -175,35 +175,53 @@ def test_a_round_cut_between_locking_and_assigning_is_rolled_back_at_the_next(
 def test_after_an_outage_the_cleaner_waits_a_full_timeout_before_declaring_deaths(
     queue: Queue, registry: Registry, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    half = DEAD_AFTER.total_seconds() / 2
     cleaner = Cleaner(queue.store, CleanerConfig(considered_dead_after=DEAD_AFTER))
     cleaner.run_once(clock.now())
     live = WorkerSlot(queue.store, registry, clock, "*")
     live.register()
-    drop_connection(monkeypatch, queue.store, "dead_workers", landed=True)
-    clock.advance(DEAD_AFTER.total_seconds() + 1)  # the outage: no heartbeat gets through
+    drop_connection(monkeypatch, queue.store, "archive_finished", landed=True)
     with pytest.raises(AutoReconnect):
-        cleaner.run_once(clock.now())
+        cleaner.run_once(clock.advance(half))  # the outage: no heartbeat gets through
+    assert cleaner.run_once(clock.advance(half)).dead_workers == 0
     assert cleaner.run_once(clock.advance(1)).dead_workers == 0, "back: watch first"
-    clock.advance(DEAD_AFTER.total_seconds() / 2)
     queue.store.heartbeat([live.id], clock.now())  # type: ignore[list-item]
     gone = WorkerSlot(queue.store, registry, clock, "*")
     gone.register()  # registers, then dies at once
-    assert cleaner.run_once(clock.advance(DEAD_AFTER.total_seconds() / 2)).dead_workers == 0
-    clock.advance(DEAD_AFTER.total_seconds() / 2 + 1)
+    assert cleaner.run_once(clock.advance(half)).dead_workers == 0
     queue.store.heartbeat([live.id], clock.now())  # type: ignore[list-item]
-    assert cleaner.run_once(clock.now()).dead_workers == 1, "the live one beat meanwhile"
+    assert cleaner.run_once(clock.advance(half)).dead_workers == 0, "not dead at the timeout"
+    assert cleaner.run_once(clock.advance(1)).dead_workers == 1, "the live one beat meanwhile"
     assert [w.id for w in queue.store.workers()] == [live.id]
+
+
+def test_a_cleaner_blind_for_a_while_without_an_error_watches_a_full_timeout_first(
+    queue: Queue, registry: Registry, clock: FrozenClock
+) -> None:
+    # found by the fault suite: the database was killed; a cleaner round waited for it
+    # (no error: it came back within the server selection timeout), and so did every
+    # worker's heartbeat, which then landed with the time it was sent
+    half = DEAD_AFTER.total_seconds() / 2
+    cleaner = Cleaner(queue.store, CleanerConfig(considered_dead_after=DEAD_AFTER))
+    cleaner.run_once(clock.now())
+    WorkerSlot(queue.store, registry, clock, "*").register()
+    clock.advance(DEAD_AFTER.total_seconds() + 1)
+    assert cleaner.run_once(clock.now()).dead_workers == 0, "rounds far apart: watch first"
+    assert cleaner.run_once(clock.advance(half)).dead_workers == 0
+    assert cleaner.run_once(clock.advance(half)).dead_workers == 1, "watched a whole timeout"
 
 
 def test_a_new_leading_cleaner_watches_a_full_timeout_first(
     queue: Queue, registry: Registry, clock: FrozenClock
 ) -> None:
+    half = DEAD_AFTER.total_seconds() / 2
     WorkerSlot(queue.store, registry, clock, "*").register()
     clock.advance(DEAD_AFTER.total_seconds() * 10)  # stale since long before it leads
     cleaner = Cleaner(queue.store, CleanerConfig(considered_dead_after=DEAD_AFTER))
     cleaner.became_leader()
     assert cleaner.run_once(clock.now()).dead_workers == 0
-    assert cleaner.run_once(clock.advance(DEAD_AFTER.total_seconds())).dead_workers == 1
+    assert cleaner.run_once(clock.advance(half)).dead_workers == 0
+    assert cleaner.run_once(clock.advance(half)).dead_workers == 1
 
 
 def test_the_loop_survives_database_errors_and_resumes() -> None:
@@ -211,14 +229,14 @@ def test_the_loop_survives_database_errors_and_resumes() -> None:
     outcomes: list[str] = []
     script = iter(["error", "error", "work", "idle", "stop"])
 
-    def step() -> bool:
+    def step() -> float:
         outcome = next(script)
         outcomes.append(outcome)
         if outcome == "error":
             raise AutoReconnect("the database went away (simulated)")
         if outcome == "stop":
             stop.set()
-        return outcome == "work"
+        return AT_ONCE if outcome == "work" else IDLE
 
     run_forever(step, stop=stop, backoff=Backoff(0.0001, 0.001), name="test")
     assert outcomes == ["error", "error", "work", "idle", "stop"]

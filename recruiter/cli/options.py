@@ -81,6 +81,15 @@ JsonLogs = Annotated[
         help="Log one JSON object per line, for machines.",
     ),
 ]
+Watch = Annotated[
+    bool,
+    typer.Option(
+        "--watch/--poll",
+        envvar="RECRUITER_WATCH",
+        help="Be woken by MongoDB change streams (polling only while they are down), "
+        "or only poll (for servers where many change streams are unwelcome).",
+    ),
+]
 Lease = Annotated[
     dt.timedelta,
     typer.Option(parser=duration_option, help="Leader lease; a standby takes over within it."),

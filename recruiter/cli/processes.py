@@ -12,8 +12,10 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 from types import FrameType
-from typing import Annotated, Protocol
+from typing import Annotated, Any, Protocol
 
 import typer
 
@@ -27,6 +29,7 @@ from recruiter.cli.options import (
     LogLevel,
     MongoUri,
     WaitForDatabase,
+    Watch,
     connect_store,
     duration_option,
     load_registry,
@@ -36,9 +39,10 @@ from recruiter.cli.options import (
 from recruiter.clock import SystemClock
 from recruiter.leadership import Leadership, holder_name
 from recruiter.logs import Level, setup_logging
-from recruiter.loop import Backoff, run_forever
+from recruiter.loop import IDLE, Backoff, StopRequest, Wakeups, run_forever
 from recruiter.recruiter import Recruiter, RecruiterConfig
-from recruiter.store import Store
+from recruiter.store import ChangeFeed, Store
+from recruiter.watcher import Watcher
 from recruiter.worker import WorkerConfig, WorkerProcess
 
 logger = logging.getLogger(__name__)
@@ -68,40 +72,95 @@ class Leading(Protocol):
 
     def became_leader(self) -> None: ...
 
-    def run_once(self, now: dt.datetime) -> Busy: ...
+    def run_once(self, now: dt.datetime) -> Round: ...
 
 
-class Busy(Protocol):
-    @property
-    def busy(self) -> bool: ...
+class Round(Protocol):
+    def pause(self, now: dt.datetime) -> float: ...
 
 
-def lead(store: Store, name: str, lease: dt.timedelta, process: Leading, backoff: Backoff) -> None:
-    """Run ``process`` one round at a time while leading the lease ``name``, until stopped."""
-    clock, stop = SystemClock(), threading.Event()
+@dataclass(frozen=True)
+class Follow:
+    """A change feed that wakes the leader, and its longest wait while it is followed."""
+
+    open_feed: Callable[[], ChangeFeed[Any]]
+    longest_wait: float
+
+
+def lead(
+    store: Store,
+    name: str,
+    lease: dt.timedelta,
+    process: Leading,
+    backoff: Backoff,
+    follow: Follow | None = None,
+) -> None:
+    """Run ``process`` one round at a time while leading the lease ``name``, until stopped.
+
+    With ``follow``, the leader (only) follows the change feed, and waits for it to ring
+    between idle rounds instead of backing off.
+    """
+    clock, stop = SystemClock(), StopRequest()
     stop_on_signals(stop, name)
     leadership = Leadership(store, name, holder_name(), lease)
     standby_wait = max(0.5, lease.total_seconds() / 5)
+    feed = Feed(name, follow, stop.bell())
 
-    def step() -> bool:
+    def step() -> float:
         now = clock.now()
         was_leading = leadership.leading
         if not leadership.hold(now):
+            feed.unfollow()
             stop.wait(standby_wait)
-            return False
+            return IDLE
         if not was_leading:
             process.became_leader()
-        return process.run_once(now).busy
+            feed.follow()
+        return process.run_once(now).pause(now)
 
     try:
-        run_forever(step, stop=stop, backoff=backoff, name=name)
+        run_forever(step, stop=stop, backoff=backoff, name=name, wakeups=feed.wakeups)
     finally:
+        feed.unfollow()
         leadership.release(clock.now())
     logger.info("%s: stopped", name)
 
 
+class Feed:
+    """The leader's watcher: started on taking the lead, closed on losing it."""
+
+    def __init__(self, name: str, follow: Follow | None, bell: threading.Event) -> None:
+        self.name = name
+        self.config = follow
+        self.bell = bell
+        self.watcher: Watcher[Any] | None = None
+        self.wakeups = None
+        if follow is not None:
+            self.wakeups = Wakeups(bell, self.following, follow.longest_wait)
+
+    def following(self) -> bool:
+        return self.watcher is not None and self.watcher.following
+
+    def follow(self) -> None:
+        if self.config is None or self.watcher is not None:
+            return
+        self.watcher = Watcher(
+            f"{self.name} feed",
+            self.config.open_feed,
+            on_change=lambda change: self.bell.set(),
+            on_gap=self.bell.set,
+        )
+        self.watcher.start()
+
+    def unfollow(self) -> None:
+        if self.watcher is not None:
+            self.watcher.close()
+            self.watcher = None
+
+
 def run(
     lease: Lease = "15s",  # type: ignore[assignment]
+    watch: Watch = True,
     mongodb_uri: MongoUri = None,
     database: DatabaseName = None,
     wait_for_database: WaitForDatabase = "0s",  # type: ignore[assignment]
@@ -110,9 +169,10 @@ def run(
 ) -> None:
     """The recruiter: hand ready jobs to available workers (one leads; others stand by)."""
     setup_logging("recruiter", log_level, json_logs)
-    config = validated(RecruiterConfig(lease=lease))
+    config = validated(RecruiterConfig(lease=lease, watch=watch))
     store = connect_store(mongodb_uri, database, wait_for_database)
-    lead(store, "recruiter", config.lease, Recruiter(store, config), config.idle_waits)
+    follow = Follow(store.watch_for_work, config.followed_wait) if config.watch else None
+    lead(store, "recruiter", config.lease, Recruiter(store, config), config.idle_waits, follow)
 
 
 def worker(
@@ -128,6 +188,7 @@ def worker(
             parser=size_option, help="Retire after the job that crosses this (e.g. 512MB)."
         ),
     ] = None,
+    watch: Watch = True,
     mongodb_uri: MongoUri = None,
     database: DatabaseName = None,
     wait_for_database: WaitForDatabase = "0s",  # type: ignore[assignment]
@@ -143,6 +204,7 @@ def worker(
             concurrency=concurrency,
             heartbeat_every=heartbeat_every,
             memory_limit=memory_limit,
+            watch=watch,
         )
     )
     store = connect_store(mongodb_uri, database, wait_for_database)

@@ -22,11 +22,21 @@ from recruiter.store.base import Document
 from recruiter.store.jobs import JobVerbs, as_object_id
 from recruiter.store.leases import LeaseVerbs
 from recruiter.store.roster import Assignment, RosterVerbs, WorkerRecord
+from recruiter.store.watch import ChangeFeed, ChangeStreamsUnavailable, RosterChange, WatchVerbs
 
-__all__ = ["Assignment", "Document", "Store", "WorkerRecord", "as_object_id"]
+__all__ = [
+    "Assignment",
+    "ChangeFeed",
+    "ChangeStreamsUnavailable",
+    "Document",
+    "RosterChange",
+    "Store",
+    "WorkerRecord",
+    "as_object_id",
+]
 
 
-class Store(JobVerbs, RosterVerbs, LeaseVerbs):
+class Store(JobVerbs, RosterVerbs, LeaseVerbs, WatchVerbs):
     """Every collection recruiter uses, and every operation on them."""
 
     def __init__(self, database: Database[Any]) -> None:

@@ -94,6 +94,13 @@ class JobVerbs:
         cursor = cursor.sort(READY_ORDER).limit(limit)
         return [document["_id"] for document in cursor]
 
+    def next_due(self, now: dt.datetime) -> dt.datetime | None:
+        """When the first unlocked job not due by ``now`` will be due, if there is one."""
+        query = {"locked": False, "scheduled_at": {"$gt": now}}
+        cursor = self.scheduled.find(query, {"scheduled_at": 1}).sort(READY_ORDER).limit(1)
+        due = next((document["scheduled_at"] for document in cursor), None)
+        return due if isinstance(due, dt.datetime) else None
+
     def lock_jobs(self, job_ids: Sequence[Any], token: ObjectId, now: dt.datetime) -> list[Any]:
         """Lock those of ``job_ids`` that are still unlocked and due, under ``token``.
 

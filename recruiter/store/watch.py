@@ -1,0 +1,141 @@
+"""The change feeds of the store: being told of a write instead of polling for it.
+
+Two feeds, both MongoDB change streams filtered on the server so that only the changes
+that call for action travel:
+
+- a worker process follows the roster documents of its own slots: an assignment comes
+  with the job and its token (no read needed), a removal (declared dead) as a change
+  with no assignment, which tells the slot to read its document;
+- the recruiter follows what may make a round worth running: jobs inserted or
+  rescheduled in ``scheduled``, workers registered or made available in ``roster``.
+
+A feed only wakes a process sooner: every decision is still taken on what the process
+reads or writes conditionally, so a missed or stale change costs time, never
+correctness. A server without change streams (a standalone ``mongod``, mongomock)
+raises :class:`ChangeStreamsUnavailable` at opening, and the processes poll instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Generic, TypeVar
+
+from bson import ObjectId
+from pymongo.change_stream import ChangeStream
+from pymongo.collection import Collection
+from pymongo.database import Database
+from pymongo.errors import OperationFailure
+
+from recruiter.errors import RecruiterError
+from recruiter.store.base import Document
+from recruiter.store.roster import Assignment
+
+T = TypeVar("T")
+
+FEED_WAIT_MS = 1000
+"""How long one read of a feed waits on the server for a change before it returns empty."""
+NOT_A_REPLICA_SET = 40573
+"""MongoDB's error code for ``$changeStream`` on a standalone server."""
+
+
+class ChangeStreamsUnavailable(RecruiterError):
+    """The database cannot follow changes (a standalone ``mongod``, mongomock): poll."""
+
+
+@dataclass(frozen=True)
+class RosterChange:
+    """A change to one of a worker process's roster documents."""
+
+    worker_id: ObjectId
+    assignment: Assignment | None
+    """The job handed over, or ``None``: the document changed otherwise (it was
+    removed, or the assignment could not be read from the change): read it."""
+
+
+class ChangeFeed(Generic[T]):
+    """An open change stream, read one change at a time; close it with ``with``."""
+
+    def __init__(self, stream: ChangeStream[Document], read: Callable[[Document], T]) -> None:
+        self._stream = stream
+        self._read = read
+
+    def next_change(self) -> T | None:
+        """The next change, or ``None`` if none came within :data:`FEED_WAIT_MS`."""
+        event = self._stream.try_next()
+        return None if event is None else self._read(event)
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def __enter__(self) -> ChangeFeed[T]:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _open(
+    source: Collection[Document] | Database[Document],
+    match: Document,
+    read: Callable[[Document], T],
+) -> ChangeFeed[T]:
+    if getattr(type(source), "watch", None) is None:  # mongomock has no change streams
+        raise ChangeStreamsUnavailable("this database client cannot watch for changes")
+    try:
+        stream = source.watch([{"$match": match}], max_await_time_ms=FEED_WAIT_MS)
+    except OperationFailure as error:
+        if error.code == NOT_A_REPLICA_SET:
+            raise ChangeStreamsUnavailable(str(error)) from error
+        raise
+    return ChangeFeed(stream, read)
+
+
+def _roster_change(event: Mapping[str, Any]) -> RosterChange:
+    worker_id = event["documentKey"]["_id"]
+    fields = (event.get("updateDescription") or {}).get("updatedFields") or {}
+    assigned_to, lock = fields.get("assigned_to"), fields.get("assignment")
+    assignment = None
+    if isinstance(assigned_to, Mapping) and isinstance(lock, Mapping):
+        job_id, token = assigned_to.get(str(worker_id)), lock.get("token")
+        if job_id is not None and isinstance(token, ObjectId):
+            assignment = Assignment(job_id, token)
+    return RosterChange(worker_id, assignment)
+
+
+class WatchVerbs:
+    """Opening the change feeds."""
+
+    database: Database[Document]
+    roster: Collection[Document]
+
+    def watch_assignments(self, worker_ids: Sequence[ObjectId]) -> ChangeFeed[RosterChange]:
+        """Follow these workers' roster documents: assignments and removals."""
+        match = {
+            "documentKey._id": {"$in": list(worker_ids)},
+            "$or": [
+                {"operationType": {"$in": ["delete", "replace"]}},
+                {"updateDescription.updatedFields.assignment": {"$exists": True}},
+            ],
+        }
+        return _open(self.roster, match, _roster_change)
+
+    def watch_for_work(self) -> ChangeFeed[str]:
+        """Follow the changes that may give the recruiter something to hand out; each
+        change is told as the name of the collection it was in."""
+        updated = "updateDescription.updatedFields"
+        match = {
+            "$or": [
+                {"ns.coll": {"$in": ["scheduled", "roster"]}, "operationType": "insert"},
+                {"ns.coll": "scheduled", f"{updated}.scheduled_at": {"$exists": True}},
+                {"ns.coll": "scheduled", f"{updated}.locked": False, f"{updated}.why": None},
+                {"ns.coll": "roster", f"{updated}.available": True},
+            ]
+        }
+        return _open(self.database, match, lambda event: str(event["ns"]["coll"]))

@@ -1,0 +1,92 @@
+"""Following a change feed in a thread of its own, so that a process is woken, not polling.
+
+The watcher hands each change to ``on_change`` and calls ``on_gap`` whenever changes
+may have been missed: when the feed is (re)opened, and when it is lost. A process
+answers a gap by reading what it would otherwise have been told, and by polling for as
+long as :attr:`Watcher.following` is false. A lost feed (the database restarted, the
+connection dropped) is reopened after a pause; a server that cannot follow changes at
+all leaves the process polling, as it did before change feeds existed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+from pymongo.errors import PyMongoError
+
+from recruiter.store import ChangeFeed, ChangeStreamsUnavailable
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+REOPEN_WAIT = 1.0
+"""Seconds between attempts to reopen a lost feed."""
+
+
+class Watcher(Generic[T]):
+    """Follows the feed ``open_feed`` returns, until :meth:`close`."""
+
+    def __init__(
+        self,
+        name: str,
+        open_feed: Callable[[], ChangeFeed[T]],
+        on_change: Callable[[T], None],
+        on_gap: Callable[[], None],
+    ) -> None:
+        self.name = name
+        self.open_feed = open_feed
+        self.on_change = on_change
+        self.on_gap = on_gap
+        self.following = False
+        """Whether the feed is open now: while it is, no change goes unreported."""
+        self._closed = threading.Event()
+        self._reopen = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lost = False
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._follow, name=self.name, daemon=True)
+            self._thread.start()
+
+    def reopen(self) -> None:
+        """Open the feed again, within one feed read: what it follows has changed."""
+        self._reopen.set()
+
+    def close(self) -> None:
+        """Stop following, within one feed read."""
+        self._closed.set()
+
+    def _follow(self) -> None:
+        while not self._closed.is_set():
+            try:
+                self._follow_once()
+            except ChangeStreamsUnavailable as error:
+                logger.info("%s: cannot follow changes (%s): polling instead", self.name, error)
+                return
+            except PyMongoError as error:
+                if not self._lost:
+                    logger.warning("%s: change feed lost, polling meanwhile: %s", self.name, error)
+                self._lost = True
+                self._closed.wait(REOPEN_WAIT)
+
+    def _follow_once(self) -> None:
+        self._reopen.clear()
+        with self.open_feed() as feed:
+            self.following = True
+            if self._lost:
+                logger.info("%s: following changes again", self.name)
+                self._lost = False
+            self.on_gap()  # what changed before the feed opened is read, not told
+            try:
+                while not self._closed.is_set() and not self._reopen.is_set():
+                    change = feed.next_change()
+                    if change is not None:
+                        self.on_change(change)
+            finally:
+                self.following = False
+                self.on_gap()

@@ -1,0 +1,339 @@
+"""Change feeds: what each one tells, the watcher that follows it, the loops it wakes.
+
+What a feed reports is checked on the real server (mongomock has no change streams,
+and says so). The watcher and the loops are checked with a scripted feed; then a
+worker and a recruiter whose polls are minutes apart are shown to be woken by the
+real feeds within seconds.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from bson import ObjectId
+from pymongo.database import Database
+from pymongo.errors import AutoReconnect
+
+from recruiter import JobSpec, Queue, Registry
+from recruiter.clock import FrozenClock, SystemClock
+from recruiter.loop import AT_ONCE, IDLE, Backoff, StopRequest, Wakeups, run_forever
+from recruiter.recruiter import Recruiter, RecruiterConfig, RoundResult
+from recruiter.store import (
+    Assignment,
+    ChangeFeed,
+    ChangeStreamsUnavailable,
+    RosterChange,
+    Store,
+    WorkerRecord,
+)
+from recruiter.watcher import Watcher
+from recruiter.worker import WorkerConfig, WorkerProcess, WorkerSlot
+from tests.factories import queued_job
+
+PATIENCE = 10.0
+"""Seconds a test waits for what a feed should bring in milliseconds."""
+
+
+def changes(feed: ChangeFeed[Any], expected: int) -> list[Any]:
+    """Read ``expected`` changes, then make sure no other one comes."""
+    seen: list[Any] = []
+    deadline = time.monotonic() + PATIENCE
+    while len(seen) < expected and time.monotonic() < deadline:
+        change = feed.next_change()
+        if change is not None:
+            seen.append(change)
+    assert feed.next_change() is None, f"only {expected} changes expected, after {seen}"
+    return seen
+
+
+@pytest.fixture
+def real_store(real_database: Database[Any]) -> Store:
+    store = Store(real_database)
+    store.ensure_ready()
+    return store
+
+
+# --- what the feeds tell ------------------------------------------------------------
+
+
+def test_mongomock_cannot_follow_changes_and_says_so(mongomock_database: Database[Any]) -> None:
+    store = Store(mongomock_database)
+    with pytest.raises(ChangeStreamsUnavailable):
+        store.watch_for_work()
+    with pytest.raises(ChangeStreamsUnavailable):
+        store.watch_assignments([ObjectId()])
+
+
+@pytest.mark.real_server
+def test_a_worker_is_told_its_assignment_with_the_token_and_its_removal(
+    real_store: Store, clock: FrozenClock
+) -> None:
+    now = clock.now()
+    mine = real_store.register_worker("*", 1, "here", now)
+    other = real_store.register_worker("*", 2, "here", now)
+    token = ObjectId()
+    with real_store.watch_assignments([mine]) as feed:
+        real_store.heartbeat([mine, other], now)
+        real_store.assign({mine: "job-1", other: "job-2"}, token, now)
+        real_store.release_worker(mine, token, now)
+        real_store.remove_worker_if_dead(mine, now + dt.timedelta(seconds=1))
+        assert changes(feed, 2) == [
+            RosterChange(mine, Assignment("job-1", token)),
+            RosterChange(mine, None),
+        ], "its own assignment and its removal; not heartbeats, releases, other workers"
+
+
+@pytest.mark.real_server
+def test_the_recruiter_is_told_of_new_jobs_and_available_workers_only(
+    real_store: Store, clock: FrozenClock
+) -> None:
+    now = clock.now()
+    with real_store.watch_for_work() as feed:
+        job_id = queued_job(real_store, now)
+        worker = real_store.register_worker("*", 1, "here", now)
+        assert changes(feed, 2) == ["scheduled", "roster"]
+        token = ObjectId()
+        real_store.lock_jobs([job_id], token, now)
+        real_store.assign({worker: job_id}, token, now)
+        real_store.heartbeat([worker], now)
+        real_store.start_if_owned(job_id, token, {"started_at": now})
+        assert changes(feed, 0) == [], "the round's own writes and the worker's start"
+        real_store.reschedule_if_owned(job_id, token, now, {"started_at": now})
+        real_store.release_worker(worker, token, now)
+        assert changes(feed, 2) == ["scheduled", "roster"], "a job to retry, a worker free"
+        real_store.lock_jobs([job_id], token, now)
+        real_store.unlock_if_not_started([job_id], token)
+        assert changes(feed, 1) == ["scheduled"], "a job put back"
+        real_store.lock_jobs([job_id], token, now)
+        real_store.finish_if_owned(job_id, token, "done", {"started_at": now}, now)
+        assert changes(feed, 0) == [], "a finished job gives no work"
+
+
+# --- the watcher ---------------------------------------------------------------------
+
+
+class ScriptedFeed(ChangeFeed[str]):
+    """A feed that tells the given changes, then fails with ``then`` (if any)."""
+
+    def __init__(self, script: list[str], then: Exception | None = None) -> None:
+        self.script, self.then = list(script), then
+        self.closed = False
+
+    def next_change(self) -> str | None:
+        if self.script:
+            return self.script.pop(0)
+        if self.then is not None:
+            raise self.then
+        time.sleep(0.01)
+        return None
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def wait_for(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + PATIENCE
+    while not condition():
+        assert time.monotonic() < deadline, f"still waiting for {what}"
+        time.sleep(0.01)
+
+
+def test_the_watcher_tells_a_gap_on_opening_and_on_losing_the_feed_then_reopens_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("recruiter.watcher.REOPEN_WAIT", 0.01)
+    feeds = [ScriptedFeed(["a", "b"], then=AutoReconnect("gone")), ScriptedFeed(["c"])]
+    opened = list(feeds)
+    told: list[str] = []
+    watcher = Watcher("test feed", lambda: opened.pop(0), told.append, lambda: told.append("gap"))
+    watcher.start()
+    try:
+        wait_for(lambda: told[-1:] == ["c"], "the second feed's change")
+        assert told == ["gap", "a", "b", "gap", "gap", "c"]
+        assert watcher.following
+        assert feeds[0].closed, "a lost feed is closed"
+    finally:
+        watcher.close()
+    wait_for(lambda: not watcher.following, "the watcher to stop")
+    assert told[-1] == "gap", "closing is a gap too: polling takes over"
+
+
+def test_a_watcher_of_a_server_without_change_streams_stops_and_leaves_polling() -> None:
+    def unavailable() -> ChangeFeed[str]:
+        raise ChangeStreamsUnavailable("standalone server (simulated)")
+
+    told: list[str] = []
+    watcher = Watcher("test feed", unavailable, told.append, lambda: told.append("gap"))
+    watcher.start()
+    assert watcher._thread is not None
+    watcher._thread.join(PATIENCE)
+    assert not watcher._thread.is_alive()
+    assert (watcher.following, told) == (False, [])
+
+
+# --- the loop it wakes ---------------------------------------------------------------
+
+
+def test_a_loop_following_a_feed_waits_for_its_bell_even_after_a_busy_step() -> None:
+    stop = StopRequest()
+    bell = stop.bell()
+    following = True
+    steps: list[float] = []
+    answers = iter([AT_ONCE, IDLE, 0.01])
+
+    def step() -> float:
+        steps.append(time.monotonic())
+        answer = next(answers, None)
+        if answer is None:
+            stop.set()
+            return IDLE
+        return answer
+
+    wakeups = Wakeups(bell, lambda: following, longest_wait=60.0)
+    thread = threading.Thread(
+        target=lambda: run_forever(
+            step, stop=stop, backoff=Backoff(60, 60), name="test", wakeups=wakeups
+        )
+    )
+    thread.start()
+    wait_for(lambda: len(steps) == 1, "the first step")
+    time.sleep(0.1)
+    assert len(steps) == 1, "busy, but the feed tells when there is more"
+    bell.set()
+    wait_for(lambda: len(steps) == 2, "the step the bell rang for")
+    bell.set()
+    wait_for(lambda: len(steps) == 3, "the third step")
+    wait_for(lambda: len(steps) == 4, "the step due 10 ms later, without a bell")
+    thread.join(PATIENCE)
+    assert not thread.is_alive(), "a stop request ends the wait"
+
+
+def test_a_round_that_leaves_workers_idle_tells_when_the_next_job_is_due(
+    queue: Queue, clock: FrozenClock
+) -> None:
+    recruiter = Recruiter(queue.store)
+    now = clock.now()
+    assert recruiter.run_once(now).pause(now) == IDLE, "no worker: nothing to wait for"
+    queue.store.register_worker("*", 1, "here", now)
+    queue.schedule(JobSpec("tests.noop").run_in("90s"))
+    result = recruiter.run_once(now)
+    assert result.next_due == now + dt.timedelta(seconds=90)
+    assert result.pause(now) == 90.0
+    assert result.pause(now + dt.timedelta(seconds=100)) > 0, "a late wake-up is at once"
+    assert RoundResult(1, 1).pause(now) == AT_ONCE
+
+
+# --- a worker slot acting on news -----------------------------------------------------
+
+
+def test_a_slot_runs_the_assignment_it_is_told_without_reading_its_document(
+    queue: Queue, registry: Registry, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ran: list[str] = []
+    registry.workable("tests.noop")(lambda: ran.append("ran"))
+    slot = WorkerSlot(queue.store, registry, clock, "*")
+    slot.register()
+    queue.schedule(JobSpec("tests.noop"))
+    Recruiter(queue.store).run_once(clock.now())
+    record = queue.store.find_worker(slot.id)  # type: ignore[arg-type]
+    assert record is not None
+    assert record.assignment is not None
+    reads: list[ObjectId] = []
+    find_worker = queue.store.find_worker
+
+    def counted_find_worker(worker_id: ObjectId) -> WorkerRecord | None:
+        reads.append(worker_id)
+        return find_worker(worker_id)
+
+    monkeypatch.setattr(queue.store, "find_worker", counted_find_worker)
+    slot.deliver(RosterChange(ObjectId(), record.assignment))
+    assert not slot.bell.is_set(), "news for another slot is not for this one"
+    slot.deliver(RosterChange(slot.id, record.assignment))  # type: ignore[arg-type]
+    assert slot.bell.is_set()
+    assert slot.run_once().ran is not None
+    assert (ran, reads) == (["ran"], []), "run from the news alone"
+    slot.deliver(RosterChange(slot.id, record.assignment))  # type: ignore[arg-type]
+    assert slot.run_once().ran is None, "news of a job already run is checked, not rerun"
+    assert (ran, len(reads)) == (["ran"], 1)
+
+
+# --- real processes' threads, woken by the real feeds ----------------------------------
+
+
+@pytest.fixture
+def system_queue(real_database: Database[Any]) -> Queue:
+    return Queue(real_database, SystemClock())
+
+
+def finished(queue: Queue, job_id: Any) -> bool:
+    job = queue.store.find_job(job_id)
+    return job is not None and job.why == "done"
+
+
+@pytest.mark.real_server
+def test_a_worker_polling_once_a_minute_is_handed_its_job_by_the_feed(
+    system_queue: Queue, registry: Registry
+) -> None:
+    registry.workable("tests.noop")(lambda: None)
+    minute = dt.timedelta(minutes=1)
+    config = WorkerConfig(poll_wait_min=60, poll_wait_max=60, heartbeat_every=minute)
+    worker = WorkerProcess(system_queue.store, registry, SystemClock(), config)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        wait_for(lambda: worker.watcher is not None and worker.watcher.following, "the feed")
+        time.sleep(0.2)  # the slot has read its document, and waits
+        job_id = system_queue.schedule(JobSpec("tests.noop"))
+        Recruiter(system_queue.store).run_once(SystemClock().now())
+        wait_for(lambda: finished(system_queue, job_id), "the job, told by the feed")
+    finally:
+        worker.stop.set()
+        thread.join(PATIENCE)
+    assert not thread.is_alive(), "a stop request wakes the waiting slot"
+
+
+@pytest.mark.real_server
+def test_a_recruiter_waiting_a_minute_between_rounds_is_woken_by_new_work(
+    system_queue: Queue, registry: Registry
+) -> None:
+    store, clock = system_queue.store, SystemClock()
+    recruiter = Recruiter(store, RecruiterConfig(followed_wait=60))
+    stop = StopRequest()
+    bell = stop.bell()
+    watcher: Watcher[str] = Watcher(
+        "test feed", store.watch_for_work, lambda _: bell.set(), bell.set
+    )
+    wakeups = Wakeups(bell, lambda: watcher.following, longest_wait=60)
+    watcher.start()
+    loop = threading.Thread(
+        target=lambda: run_forever(
+            lambda: recruiter.run_once(clock.now()).pause(clock.now()),
+            stop=stop,
+            backoff=Backoff(60, 60),
+            name="test",
+            wakeups=wakeups,
+        )
+    )
+    try:
+        wait_for(lambda: watcher.following, "the feed")
+        loop.start()
+        time.sleep(0.2)  # an idle round has run, and the loop waits
+        worker = store.register_worker("*", 1, "here", clock.now())
+        time.sleep(0.2)  # a round for the new worker, which finds nothing
+        job_id = system_queue.schedule(JobSpec("tests.noop"))
+
+        def assigned() -> Any:
+            record = store.find_worker(worker)
+            return record is not None and record.assignment is not None and record.assignment.job_id
+
+        wait_for(lambda: assigned() == job_id, "the new job's assignment")
+    finally:
+        stop.set()
+        watcher.close()
+        loop.join(PATIENCE)
+    assert not loop.is_alive()
