@@ -1,8 +1,9 @@
 """Run the benchmarks: ``python -m benchmarks`` (``bin/bench`` installs what it needs first).
 
 For each worker count, each system burns down a backlog of no-op jobs, then picks up
-jobs one at a time with its workers idle; then the recruiter's round is measured
-against growing backlogs. Prints a table, writes JSON, and draws PNG plots when
+jobs one at a time with its workers idle, then runs under steady load (jobs arriving
+at half its burn-down throughput); then the recruiter's round is measured against
+growing backlogs. Prints a table, writes JSON, and draws PNG plots when
 matplotlib is installed. Uses ``MONGODB_URI`` when it is set, else a SecantusDB server
 of its own (whose wall-clock figures say nothing about MongoDB's).
 """
@@ -37,6 +38,8 @@ class System(Protocol):
 
     def latency(self, samples: int, chooser: Callable[[], float]) -> list[float]: ...
 
+    def steady(self, rate: float, seconds: float) -> Figures: ...
+
     def stop(self) -> None: ...
 
 
@@ -46,6 +49,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     parser.add_argument("--jobs", type=int, default=1000, help="backlog burnt down per run")
     parser.add_argument("--latency-samples", type=int, default=50)
+    parser.add_argument(
+        "--steady-seconds", type=float, default=10.0, help="how long jobs arrive (0: skip)"
+    )
+    parser.add_argument(
+        "--steady-share",
+        type=float,
+        default=0.5,
+        help="the arrival rate, as a share of the system's own burn-down throughput",
+    )
     parser.add_argument("--backlogs", type=int, nargs="*", default=[1_000, 10_000, 100_000])
     parser.add_argument("--round-workers", type=int, default=16)
     parser.add_argument("--json", type=Path, default=Path("benchmarks/results/latest.json"))
@@ -59,11 +71,13 @@ def main(argv: list[str] | None = None) -> int:
         server = start_server(directory / "data", durable=False, log_path=directory / "db.log")
         uri = server.uri
     try:
-        runs = [
+        measured = [
             measure(system, uri, directory, workers, arguments)
             for workers in arguments.workers
             for system in arguments.systems
         ]
+        runs = [burn_down for burn_down, _ in measured]
+        steady = [load for _, load in measured if load is not None]
         rounds = [
             round_cost(uri, backlog, arguments.round_workers, rounds=5)
             for backlog in arguments.backlogs
@@ -77,11 +91,14 @@ def main(argv: list[str] | None = None) -> int:
         f"Python {platform.python_version()}",
         "command": " ".join(["python -m benchmarks", *(argv or sys.argv[1:])]),
         "runs": [run.as_dict() for run in runs],
+        "steady": [load.as_dict() for load in steady],
         "rounds": rounds,
     }
     arguments.json.parent.mkdir(parents=True, exist_ok=True)
     arguments.json.write_text(json.dumps(results, indent=2))
     console.print(table(runs))
+    if steady:
+        console.print(steady_table(steady))
     console.print(rounds_table(rounds))
     console.print(f"JSON: {arguments.json}   files: {directory}")
     if arguments.plots:
@@ -94,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def measure(
     system_name: str, uri: str, directory: Path, workers: int, arguments: argparse.Namespace
-) -> Figures:
+) -> tuple[Figures, Figures | None]:
     place = directory / f"{system_name}-{workers}"
     system: System
     if system_name == "recruiter":
@@ -111,7 +128,11 @@ def measure(
         gaps = random.Random(workers)
         samples = system.latency(arguments.latency_samples, lambda: gaps.uniform(0.05, 0.3))
         figures.latency_ms = percentiles(samples)
-        return figures
+        load = None
+        if arguments.steady_seconds > 0:
+            rate = arguments.steady_share * figures.throughput
+            load = system.steady(rate, arguments.steady_seconds)
+        return figures, load
     finally:
         system.stop()
 
@@ -137,6 +158,35 @@ def table(runs: list[Figures]) -> Table:
             f"{run.commands_per_job:.2f}",
             f"{run.empty_feed_reads_per_job:.2f}",
             f"{run.cpu_ms_per_job:.2f}",
+            " / ".join(f"{latency.get(p, 0):.1f}" for p in ("p50", "p95", "p99")),
+        )
+    return out
+
+
+def steady_table(loads: list[Figures]) -> Table:
+    out = Table(title="Steady load: jobs arriving one at a time, at half the burn-down rate")
+    for column in (
+        "system",
+        "workers",
+        "offered jobs/s",
+        "done jobs/s",
+        "commands/job",
+        "empty feed reads/job",
+        "CPU ms/job",
+        "pickup p50/p95/p99 ms",
+    ):
+        out.add_column(column, justify="right")
+    for load in loads:
+        latency = load.latency_ms
+        counted = bool(load.commands)
+        out.add_row(
+            load.system,
+            str(load.workers),
+            f"{load.offered:.1f}",
+            f"{load.throughput:.1f}",
+            f"{load.commands_per_job:.2f}" if counted else "-",
+            f"{load.empty_feed_reads_per_job:.2f}" if counted else "-",
+            f"{load.cpu_ms_per_job:.2f}",
             " / ".join(f"{latency.get(p, 0):.1f}" for p in ("p50", "p95", "p99")),
         )
     return out

@@ -1,4 +1,4 @@
-"""Measurements: burn-down throughput, pickup latency, commands and CPU per job.
+"""Measurements: burn-down throughput, steady load, pickup latency, commands and CPU per job.
 
 Every system is measured the same way: its processes are started and left to settle,
 then a window opens (command counters and CPU times read), the backlog is inserted at
@@ -6,6 +6,11 @@ once, and the window closes when the last job is done. Throughput is jobs over t
 window; commands per job are the commands every process of the system sent during the
 window (the harness's own are not counted), over the jobs; CPU per job is the user and
 system CPU time of those processes (not the database server's) over the jobs.
+
+Under *steady load* the jobs arrive one at a time at a fixed rate instead (half the
+system's own burn-down throughput, see :func:`offer`), and the window closes when the
+last one is done: the same figures, with each job's pickup latency, at the load a queue
+usually runs at.
 """
 
 from __future__ import annotations
@@ -52,6 +57,8 @@ class Figures:
     commands: dict[str, int] = field(default_factory=dict)
     cpu_seconds: float = 0.0
     latency_ms: dict[str, float] = field(default_factory=dict)
+    offered: float = 0.0
+    """Jobs per second offered under steady load; 0 for a burn-down."""
 
     @property
     def throughput(self) -> float:
@@ -93,6 +100,8 @@ def cpu_seconds(pids: list[int]) -> float:
 
 def percentiles(samples: list[float]) -> dict[str, float]:
     ordered = sorted(samples)
+    if len(ordered) < 2:  # quantiles need two points
+        ordered = ordered * 2
     cuts = statistics.quantiles(ordered, n=100, method="inclusive")
     return {
         "p50": round(cuts[49], 2),
@@ -164,6 +173,18 @@ def window(cast: Cast, figures: Figures) -> Iterator[None]:
     figures.commands = {name: n for name, n in after.items() if n}
 
 
+def offer(rate: float, seconds: float, submit: Callable[[], Any]) -> list[Any]:
+    """Call ``submit`` ``rate`` times a second for ``seconds``, on a fixed timetable (one
+    late call does not push the next ones back); return what it returned."""
+    returned, start = [], time.perf_counter()
+    for n in range(max(1, round(rate * seconds))):
+        pause = start + n / rate - time.perf_counter()
+        if pause > 0:
+            time.sleep(pause)
+        returned.append(submit())
+    return returned
+
+
 def wait_until(condition: Callable[[], bool], seconds: float, what: str) -> None:
     deadline = time.monotonic() + seconds
     while not condition():
@@ -211,6 +232,20 @@ class RecruiterSystem:
             wait_until(lambda: self.unfinished() == 0, 600, "burn-down")
         return figures
 
+    def steady(self, rate: float, seconds: float) -> Figures:
+        """Jobs scheduled one at a time, ``rate`` a second, until the last one is done."""
+        figures = Figures(self.name, self.workers, 0, offered=rate)
+        with window(self.cast, figures):
+            ids = offer(rate, seconds, lambda: self.queue.schedule(noop.job()))
+            wait_until(lambda: self.unfinished() == 0, 600, "steady load")
+        figures.jobs = len(ids)
+        figures.latency_ms = percentiles([self._pickup_ms(job_id) for job_id in ids])
+        return figures
+
+    def _pickup_ms(self, job_id: Any) -> float:
+        first = self.queue.job(job_id).history[0]
+        return float((first["started_at"] - first["scheduled_at"]) / MILLISECOND)
+
     def unfinished(self) -> int:
         """Jobs not finished yet. (Counting finished ones in both collections would count
         twice a job caught between the cleaner's insert into ``archived`` and its delete.)"""
@@ -223,9 +258,7 @@ class RecruiterSystem:
             time.sleep(chooser())
             job_id = self.queue.schedule(noop.job())
             wait_until(lambda: self.queue.job(job_id).why is not None, 60, "pickup")  # noqa: B023
-            job = self.queue.job(job_id)
-            first = job.history[0]
-            latencies.append((first["started_at"] - first["scheduled_at"]) / MILLISECOND)
+            latencies.append(self._pickup_ms(job_id))
         return latencies
 
     def stop(self) -> None:
@@ -276,10 +309,24 @@ class NaiveSystem:
             (job_id,) = self.schedule(1)
             query = {"_id": job_id, "status": "done"}
             wait_until(lambda: self.jobs.count_documents(query) == 1, 60, "pickup")  # noqa: B023
-            job = self.jobs.find_one({"_id": job_id})
-            assert job is not None
-            latencies.append((job["started_at"] - job["scheduled_at"]) / MILLISECOND)
+            latencies.append(self._pickup_ms(job_id))
         return latencies
+
+    def steady(self, rate: float, seconds: float) -> Figures:
+        """Jobs inserted one at a time, ``rate`` a second, until the last one is done."""
+        figures = Figures(self.name, self.workers, 0, offered=rate)
+        with window(self.cast, figures):
+            ids = offer(rate, seconds, lambda: self.schedule(1)[0])
+            done = {"_id": {"$in": ids}, "status": "done"}
+            wait_until(lambda: self.jobs.count_documents(done) == len(ids), 600, "steady load")
+        figures.jobs = len(ids)
+        figures.latency_ms = percentiles([self._pickup_ms(job_id) for job_id in ids])
+        return figures
+
+    def _pickup_ms(self, job_id: Any) -> float:
+        job = self.jobs.find_one({"_id": job_id})
+        assert job is not None
+        return float((job["started_at"] - job["scheduled_at"]) / MILLISECOND)
 
     def stop(self) -> None:
         self.cast.stop()

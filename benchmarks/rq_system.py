@@ -11,11 +11,20 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import redis
 from rq import Queue as RQQueue
 
-from benchmarks.harness import MILLISECOND, Cast, Figures, cpu_seconds, wait_until
+from benchmarks.harness import (
+    MILLISECOND,
+    Cast,
+    Figures,
+    cpu_seconds,
+    offer,
+    percentiles,
+    wait_until,
+)
 from recruiter.embedded import free_port
 
 
@@ -97,11 +106,33 @@ class RQSystem:
             time.sleep(chooser())
             job = queue.enqueue("benchmarks.app.rq_noop")
             wait_until(lambda: job.get_status(refresh=True) == "finished", 60, "pickup")  # noqa: B023
-            job.refresh()  # type: ignore[no-untyped-call, unused-ignore]  # typed only with rq installed
-            assert job.started_at is not None
-            assert job.enqueued_at is not None
-            latencies.append((job.started_at - job.enqueued_at) / MILLISECOND)
+            latencies.append(self._pickup_ms(job))
         return latencies
+
+    def steady(self, rate: float, seconds: float) -> Figures:
+        """Jobs enqueued one at a time, ``rate`` a second, until the last one is done.
+
+        Redis commands are not counted here: the producer's enqueues cannot be told
+        apart from the workers' commands in ``INFO commandstats`` while both run.
+        """
+        figures = Figures(self.name, self.workers, 0, offered=rate)
+        queue = RQQueue("bench", connection=self.redis)
+        before = self.done()
+        cpu, start = cpu_seconds(self.cast.pids), time.perf_counter()
+        jobs = offer(rate, seconds, lambda: queue.enqueue("benchmarks.app.rq_noop"))
+        wait_until(lambda: self.done() >= before + len(jobs), 600, "steady load")
+        figures.seconds = time.perf_counter() - start
+        figures.cpu_seconds = cpu_seconds(self.cast.pids) - cpu
+        figures.jobs = len(jobs)
+        figures.latency_ms = percentiles([self._pickup_ms(job) for job in jobs])
+        return figures
+
+    @staticmethod
+    def _pickup_ms(job: Any) -> float:
+        job.refresh()
+        assert job.started_at is not None
+        assert job.enqueued_at is not None
+        return float((job.started_at - job.enqueued_at) / MILLISECOND)
 
     def stop(self) -> None:
         self.cast.stop()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import threading
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +33,7 @@ DEFAULT_LEASE = dt.timedelta(seconds=15)
 DEFAULT_ROLLBACK_EVERY = dt.timedelta(seconds=30)
 DEFAULT_FOLLOWED_WAIT = 1.0
 MINIMUM_PAUSE = 0.001
+NEVER = dt.datetime.max.replace(tzinfo=dt.UTC)
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,8 @@ class RoundResult:
     rolled_back: int = 0
     next_due: dt.datetime | None = None
     """When workers were left idle: when the next job not yet due will be."""
+    skipped: bool = False
+    """Nothing could be handed out, as the change feed told: no command was sent."""
 
     @property
     def busy(self) -> bool:
@@ -84,17 +88,58 @@ class RoundResult:
         return max(MINIMUM_PAUSE, (self.next_due - now).total_seconds())
 
 
-class Recruiter:
-    """The assigning process's work; leadership and the loop wrap it (see ``cli``)."""
+GAP = "?"
+"""What :class:`News` holds when changes may have gone untold."""
 
-    def __init__(self, store: Store, config: RecruiterConfig | None = None) -> None:
+
+class News:
+    """What the change feed told since the last round: the collections that changed.
+
+    Written by the feed's watcher thread, read by the round.
+    """
+
+    def __init__(self) -> None:
+        self._told: set[str] = set()
+        self._lock = threading.Lock()
+
+    def tell(self, collection: str) -> None:
+        with self._lock:
+            self._told.add(collection)
+
+    def gap(self) -> None:
+        """The feed was opened or lost: anything may have changed."""
+        self.tell(GAP)
+
+    def take(self) -> set[str]:
+        with self._lock:
+            told, self._told = self._told, set()
+        return told
+
+
+class Recruiter:
+    """The assigning process's work; leadership and the loop wrap it (see ``cli``).
+
+    With ``news`` from a change feed, a round is skipped when all the feed told since
+    the last one is workers made available, and that round found nothing ready for a
+    worker of any group (so none of them could be handed anything until a job arrives,
+    which the feed would tell, or the next one falls due).
+    """
+
+    def __init__(
+        self, store: Store, config: RecruiterConfig | None = None, news: News | None = None
+    ) -> None:
         self.store = store
         self.config = (config or RecruiterConfig()).validate()
+        self.news = news
         self._next_rollback: dt.datetime | None = None
+        self._nothing_ready_before: dt.datetime | None = None
+        """Set by a round that left a worker of any group idle: until then (the next job
+        due, or the end of time), only a new job can give a worker something."""
 
     def became_leader(self) -> None:
         """Look for half-done rounds of a previous leader at the next round."""
         self._next_rollback = None
+        self._nothing_ready_before = None
 
     def run_once(self, now: dt.datetime) -> RoundResult:
         """One round: hand ready jobs to the available workers."""
@@ -103,11 +148,24 @@ class Recruiter:
         except PyMongoError:
             # the round may have stopped between locking and assigning: look at once
             self._next_rollback = None
+            self._nothing_ready_before = None
             raise
 
     def _round(self, now: dt.datetime) -> RoundResult:
+        told = self.news.take() if self.news is not None else set()
+        rollback_due = self._next_rollback is None or now >= self._next_rollback
+        nothing_ready_before = self._nothing_ready_before
+        if (
+            told == {"roster"}
+            and not rollback_due
+            and nothing_ready_before is not None
+            and now < nothing_ready_before
+        ):
+            due = None if nothing_ready_before == NEVER else nothing_ready_before
+            return RoundResult(0, 0, next_due=due, skipped=True)
+        self._nothing_ready_before = None
         rolled_back = 0
-        if self._next_rollback is None or now >= self._next_rollback:
+        if rollback_due:
             rolled_back = self.rollback(now)
             self._next_rollback = now + self.config.rollback_every
         workers = self.store.available_workers()
@@ -124,6 +182,9 @@ class Recruiter:
             logger.debug("recruiter: assigned job %s to worker %s", plan[worker], worker)
         # workers left idle: the job that will be due next is worth waking for
         next_due = self.store.next_due(now) if len(plan) < len(workers) else None
+        if any(w.work_on == ANY_GROUP and w.id not in plan for w in workers):
+            # the read of any group's ready jobs came back short: none is left
+            self._nothing_ready_before = next_due or NEVER
         return RoundResult(len(workers), len(assigned), rolled_back, next_due)
 
     def plan(

@@ -1,4 +1,4 @@
-"""The benchmark harness still runs: a tiny burn-down of each MongoDB system.
+"""The benchmark harness still runs: a tiny burn-down and steady load of each MongoDB system.
 
 It checks that the harness measures something coherent, never how fast: timings belong
 to ``python -m benchmarks`` (docs/performance.md), not to tests.
@@ -26,6 +26,7 @@ def test_a_burn_down_counts_every_job_command_and_cpu_second(
     try:
         figures = system.burn_down(20)
         latencies = system.latency(3, lambda: 0.05)
+        load = system.steady(10, 0.5)
     finally:
         system.stop()
     assert figures.jobs == 20
@@ -34,6 +35,9 @@ def test_a_burn_down_counts_every_job_command_and_cpu_second(
     assert figures.cpu_seconds >= 0
     assert len(latencies) == 3
     assert all(latency >= 0 for latency in latencies)
+    assert (load.jobs, load.offered) == (5, 10)
+    assert load.commands_per_job >= 2
+    assert set(load.latency_ms) >= {"p50", "p99"}
 
 
 def test_a_round_costs_the_same_commands_whatever_the_backlog(real_server_uri: str) -> None:

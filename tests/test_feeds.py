@@ -22,7 +22,7 @@ from pymongo.errors import AutoReconnect
 from recruiter import JobSpec, Queue, Registry
 from recruiter.clock import FrozenClock, SystemClock
 from recruiter.loop import AT_ONCE, IDLE, Backoff, StopRequest, Wakeups, run_forever
-from recruiter.recruiter import Recruiter, RecruiterConfig, RoundResult
+from recruiter.recruiter import GAP, News, Recruiter, RecruiterConfig, RoundResult
 from recruiter.store import (
     Assignment,
     ChangeFeed,
@@ -226,6 +226,43 @@ def test_a_round_that_leaves_workers_idle_tells_when_the_next_job_is_due(
     assert result.pause(now) == 90.0
     assert result.pause(now + dt.timedelta(seconds=100)) > 0, "a late wake-up is at once"
     assert RoundResult(1, 1).pause(now) == AT_ONCE
+
+
+def test_news_of_workers_only_skips_a_round_when_nothing_was_left_ready(
+    queue: Queue, clock: FrozenClock
+) -> None:
+    news = News()
+    recruiter = Recruiter(queue.store, news=news)
+    now = clock.now()
+    queue.store.register_worker("*", 1, "here", now)
+    later = queue.schedule(JobSpec("tests.noop").run_in("1m"))
+    assert not recruiter.run_once(now).skipped, "the first round runs, and finds nothing"
+    news.tell("roster")  # another worker made available
+    skipped = recruiter.run_once(clock.advance(1))
+    assert (skipped.skipped, skipped.next_due) == (True, now + dt.timedelta(minutes=1))
+    assert not recruiter.run_once(clock.now()).skipped, "no news: a round, as a safety net"
+    for told in (["scheduled"], ["roster", "scheduled"], [GAP]):
+        for collection in told:
+            news.tell(collection)
+        assert not recruiter.run_once(clock.now()).skipped, f"{told}: a job may be ready"
+    news.tell("roster")
+    assert recruiter.run_once(clock.now()).skipped
+    news.tell("roster")
+    result = recruiter.run_once(clock.advance(60))
+    assert (result.skipped, result.assigned) == (False, 1), "the next job fell due"
+    assert queue.job(later).locked
+
+
+def test_news_of_workers_does_not_skip_a_round_when_only_named_groups_were_idle(
+    queue: Queue, clock: FrozenClock
+) -> None:
+    news = News()
+    recruiter = Recruiter(queue.store, news=news)
+    queue.store.register_worker("mail", 1, "here", clock.now())
+    queue.schedule(JobSpec("tests.noop").in_group("sms"))
+    recruiter.run_once(clock.now())
+    news.tell("roster")  # it may be a worker of group sms, whose job is ready
+    assert not recruiter.run_once(clock.now()).skipped
 
 
 # --- a worker slot acting on news -----------------------------------------------------

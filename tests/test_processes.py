@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 from bson import ObjectId
+from pymongo import MongoClient, monitoring
+from pymongo.database import Database
 
 from recruiter import JobSpec, Queue, Registry, RetryManyTimes, retry_statistics
 from recruiter.cleaner import Cleaner, CleanerConfig, CleanResult
@@ -20,6 +22,7 @@ from recruiter.store import Store
 from recruiter.store.jobs import ARCHIVE_BATCH
 from recruiter.testing import drain
 from recruiter.worker import WorkerConfig, WorkerProcess, WorkerSlot
+from tests.factories import queued_job
 
 DEAD_AFTER = dt.timedelta(seconds=30)
 
@@ -80,6 +83,40 @@ def test_a_round_hands_each_available_worker_one_job_oldest_first(
     assert set(document["assigned_to"]) == {str(first.id), str(second.id)}, "one map per round"
     assert held[third.id] is None
     assert recruiter.run_once(clock.now()).assigned == 0, "no job is assigned twice"
+
+
+@pytest.mark.real_server
+def test_a_round_serves_any_number_of_workers_of_a_group_in_four_commands(
+    real_server_uri: str, real_database: Database[Any], clock: FrozenClock
+) -> None:
+    # the original capped a round at 42 workers per group
+    commands: list[str] = []
+
+    class Listener(monitoring.CommandListener):
+        def started(self, event: monitoring.CommandStartedEvent) -> None:
+            commands.append(event.command_name)
+
+        def succeeded(self, event: monitoring.CommandSucceededEvent) -> None: ...
+
+        def failed(self, event: monitoring.CommandFailedEvent) -> None: ...
+
+    store = Store(real_database)
+    store.ensure_ready()
+    now = clock.now()
+    for _ in range(100):
+        store.register_worker("mail", 1, "here", now)
+    client: MongoClient[dict[str, Any]] = MongoClient(real_server_uri, event_listeners=[Listener()])
+    try:
+        recruiter = Recruiter(Store(client[real_database.name]))
+        recruiter.run_once(now)  # a first round also looks for orphans: not measured
+        for _ in range(100):
+            queued_job(store, now, group="mail")
+        commands.clear()
+        assert recruiter.run_once(now).assigned == 100
+        round_commands = list(commands)
+    finally:
+        client.close()
+    assert round_commands == ["find", "find", "update", "update"], "workers, jobs, lock, assign"
 
 
 def test_workers_of_a_group_get_its_jobs_before_any_group_workers(

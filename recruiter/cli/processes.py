@@ -40,7 +40,7 @@ from recruiter.clock import SystemClock
 from recruiter.leadership import Leadership, holder_name
 from recruiter.logs import Level, setup_logging
 from recruiter.loop import IDLE, Backoff, StopRequest, Wakeups, run_forever
-from recruiter.recruiter import Recruiter, RecruiterConfig
+from recruiter.recruiter import News, Recruiter, RecruiterConfig
 from recruiter.store import ChangeFeed, Store
 from recruiter.watcher import Watcher
 from recruiter.worker import WorkerConfig, WorkerProcess
@@ -85,6 +85,8 @@ class Follow:
 
     open_feed: Callable[[], ChangeFeed[Any]]
     longest_wait: float
+    news: News | None = None
+    """Where to tell the leader what changed, besides waking it."""
 
 
 def lead(
@@ -145,12 +147,19 @@ class Feed:
         if self.config is None or self.watcher is not None:
             return
         self.watcher = Watcher(
-            f"{self.name} feed",
-            self.config.open_feed,
-            on_change=lambda change: self.bell.set(),
-            on_gap=self.bell.set,
+            f"{self.name} feed", self.config.open_feed, self._changed, on_gap=self._gap
         )
         self.watcher.start()
+
+    def _changed(self, collection: Any) -> None:
+        if self.config is not None and self.config.news is not None:
+            self.config.news.tell(str(collection))
+        self.bell.set()
+
+    def _gap(self) -> None:
+        if self.config is not None and self.config.news is not None:
+            self.config.news.gap()
+        self.bell.set()
 
     def unfollow(self) -> None:
         if self.watcher is not None:
@@ -171,8 +180,10 @@ def run(
     setup_logging("recruiter", log_level, json_logs)
     config = validated(RecruiterConfig(lease=lease, watch=watch))
     store = connect_store(mongodb_uri, database, wait_for_database)
-    follow = Follow(store.watch_for_work, config.followed_wait) if config.watch else None
-    lead(store, "recruiter", config.lease, Recruiter(store, config), config.idle_waits, follow)
+    news = News() if config.watch else None
+    follow = Follow(store.watch_for_work, config.followed_wait, news) if news else None
+    recruiter = Recruiter(store, config, news)
+    lead(store, "recruiter", config.lease, recruiter, config.idle_waits, follow)
 
 
 def worker(
