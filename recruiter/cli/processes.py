@@ -106,7 +106,7 @@ def lead(
     stop_on_signals(stop, name)
     leadership = Leadership(store, name, holder_name(), lease)
     standby_wait = max(0.5, lease.total_seconds() / 5)
-    feed = Feed(name, follow, stop.bell())
+    feed = LeaderFeed(name, follow, stop.bell())
 
     def step() -> float:
         now = clock.now()
@@ -128,8 +128,9 @@ def lead(
     logger.info("%s: stopped", name)
 
 
-class Feed:
-    """The leader's watcher: started on taking the lead, closed on losing it."""
+class LeaderFeed:
+    """The leader's watcher of its change feed: started on taking the lead, closed on
+    losing it; each change rings the bell, and is told to the leader's news."""
 
     def __init__(self, name: str, follow: Follow | None, bell: threading.Event) -> None:
         self.name = name
@@ -146,20 +147,20 @@ class Feed:
     def follow(self) -> None:
         if self.config is None or self.watcher is not None:
             return
-        self.watcher = Watcher(
-            f"{self.name} feed", self.config.open_feed, self._changed, on_gap=self._gap
-        )
+        news = self.config.news
+
+        def changed(collection: Any) -> None:
+            if news is not None:
+                news.tell(str(collection))
+            self.bell.set()
+
+        def gap() -> None:
+            if news is not None:
+                news.gap()
+            self.bell.set()
+
+        self.watcher = Watcher(f"{self.name} feed", self.config.open_feed, changed, gap)
         self.watcher.start()
-
-    def _changed(self, collection: Any) -> None:
-        if self.config is not None and self.config.news is not None:
-            self.config.news.tell(str(collection))
-        self.bell.set()
-
-    def _gap(self) -> None:
-        if self.config is not None and self.config.news is not None:
-            self.config.news.gap()
-        self.bell.set()
 
     def unfollow(self) -> None:
         if self.watcher is not None:
