@@ -40,6 +40,7 @@ from recruiter.retry import (
     Why,
     register_retry_policy,
 )
+from recruiter.schedule import Cron, Every, InvalidSchedule
 from recruiter.workable import (
     FunctionWorkable,
     Registry,
@@ -55,9 +56,11 @@ except PackageNotFoundError:  # running from a source tree that is not installed
 
 __all__ = [
     "Clock",
+    "Cron",
     "Decision",
     "DoNotDoItAgain",
     "DuplicateRegistration",
+    "Every",
     "ExponentialBackoff",
     "FailedAttempt",
     "Failure",
@@ -67,6 +70,7 @@ __all__ = [
     "InvalidJob",
     "InvalidParameters",
     "InvalidRetryPolicy",
+    "InvalidSchedule",
     "Job",
     "JobNotFound",
     "JobSpec",

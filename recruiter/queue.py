@@ -20,10 +20,12 @@ from bson import ObjectId
 from pymongo import MongoClient
 from pymongo.database import Database
 
-from recruiter.clock import Clock, SystemClock
+from recruiter.clock import Clock, SystemClock, to_millis
 from recruiter.errors import InvalidJob, JobNotFound
 from recruiter.job import Job, JobSpec
-from recruiter.store import Store
+from recruiter.schedule import Cron, Every, InvalidSchedule, Schedule
+from recruiter.schedulers import job_template
+from recruiter.store import SchedulerRecord, Store
 
 DEFAULT_DATABASE = "recruiter"
 
@@ -64,6 +66,44 @@ class Queue:
         now = self.clock.now()
         documents = [spec.to_document(ObjectId(), now) for spec in specs]
         return self.store.insert_jobs(documents)
+
+    def repeat(
+        self, urn: str, job: JobSpec, schedule: Schedule | str, *, unique: bool = False
+    ) -> bool:
+        """Create ``job`` at each occurrence of ``schedule`` (a cron expression, or a
+        :class:`~recruiter.schedule.Cron` or :class:`~recruiter.schedule.Every`), from the
+        next one on; return whether the scheduler ``urn`` is new.
+
+        Declaring ``urn`` again changes its job and schedule (a changed schedule starts
+        again from its next occurrence). With ``unique``, no occurrence is created while
+        the job of the last one is still queued or running.
+        """
+        if not isinstance(urn, str) or not urn.strip():
+            raise InvalidJob(f"a scheduler needs a non-empty urn, got {urn!r}")
+        if not isinstance(job, JobSpec):
+            raise InvalidJob(f"expected a JobSpec (from workable.job(...)), got {job!r}")
+        if job.scheduled_at is not None or job.delay:
+            raise InvalidJob(
+                "a repeatable job runs at its schedule's occurrences: drop run_at / run_in"
+            )
+        if isinstance(schedule, str):
+            schedule = Cron(schedule)
+        if not isinstance(schedule, Cron | Every):
+            raise InvalidSchedule(f"expected a cron expression, Cron or Every, got {schedule!r}")
+        now = self.clock.now()
+        template = job_template(job.to_document(ObjectId(), now))
+        first = to_millis(schedule.next_after(now))
+        return self.store.upsert_scheduler(
+            urn, template, schedule.to_document(), unique=unique is True, first_at=first, now=now
+        )
+
+    def stop_repeating(self, urn: str) -> bool:
+        """Remove the scheduler ``urn``; the jobs it created stay. ``False`` if unknown."""
+        return self.store.remove_scheduler(urn)
+
+    def schedulers(self) -> list[SchedulerRecord]:
+        """Every scheduler, by urn."""
+        return self.store.scheduler_records()
 
     def job(self, job_id: ObjectId | str) -> Job:
         """The job with this id, queued, running or archived."""

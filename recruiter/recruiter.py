@@ -25,6 +25,7 @@ from pymongo.errors import PyMongoError
 from recruiter.job import ANY_GROUP
 from recruiter.loop import AT_ONCE, IDLE, Backoff
 from recruiter.recovery import release_unheld
+from recruiter.schedulers import create_due_occurrences
 from recruiter.store import Store, WorkerRecord
 
 logger = logging.getLogger(__name__)
@@ -34,6 +35,9 @@ DEFAULT_ROLLBACK_EVERY = dt.timedelta(seconds=30)
 DEFAULT_FOLLOWED_WAIT = 1.0
 MINIMUM_PAUSE = 0.001
 NEVER = dt.datetime.max.replace(tzinfo=dt.UTC)
+SCHEDULERS_REFRESH = dt.timedelta(seconds=5)
+"""How often schedulers are looked at when none is due sooner: a scheduler declared
+meanwhile is seen then (or at once, when the change feed tells)."""
 
 
 @dataclass(frozen=True)
@@ -70,7 +74,8 @@ class RoundResult:
     assigned: int
     rolled_back: int = 0
     next_due: dt.datetime | None = None
-    """When workers were left idle: when the next job not yet due will be."""
+    """When the recruiter has work without being told: the next job due (when workers
+    were left idle), or the next occurrence of a repeatable job."""
     skipped: bool = False
     """Nothing could be handed out, as the change feed told: no command was sent."""
 
@@ -135,42 +140,53 @@ class Recruiter:
         self._nothing_ready_before: dt.datetime | None = None
         """Set by a round that left a worker of any group idle: until then (the next job
         due, or the end of time), only a new job can give a worker something."""
+        self._next_scheduling: dt.datetime | None = None
+        """When to look at the schedulers next (their next occurrence, or a refresh)."""
 
     def became_leader(self) -> None:
         """Look for half-done rounds of a previous leader at the next round."""
         self._next_rollback = None
         self._nothing_ready_before = None
+        self._next_scheduling = None
 
     def run_once(self, now: dt.datetime) -> RoundResult:
-        """One round: hand ready jobs to the available workers."""
+        """One round: create the repeatable jobs due, hand ready jobs to available workers."""
         try:
             return self._round(now)
         except PyMongoError:
             # the round may have stopped between locking and assigning: look at once
             self._next_rollback = None
             self._nothing_ready_before = None
+            self._next_scheduling = None
             raise
 
     def _round(self, now: dt.datetime) -> RoundResult:
         told = self.news.take() if self.news is not None else set()
         rollback_due = self._next_rollback is None or now >= self._next_rollback
+        scheduling_due = (
+            self._next_scheduling is None
+            or now >= self._next_scheduling
+            or bool(told & {"schedulers", GAP})
+        )
         nothing_ready_before = self._nothing_ready_before
         if (
             told == {"roster"}
             and not rollback_due
+            and not scheduling_due
             and nothing_ready_before is not None
             and now < nothing_ready_before
         ):
-            due = None if nothing_ready_before == NEVER else nothing_ready_before
-            return RoundResult(0, 0, next_due=due, skipped=True)
+            return RoundResult(0, 0, next_due=self._wake_at(nothing_ready_before), skipped=True)
         self._nothing_ready_before = None
+        if scheduling_due:
+            self._schedule(now)
         rolled_back = 0
         if rollback_due:
             rolled_back = self.rollback(now)
             self._next_rollback = now + self.config.rollback_every
         workers = self.store.available_workers()
         if not workers:
-            return RoundResult(0, 0, rolled_back)
+            return RoundResult(0, 0, rolled_back, next_due=self._wake_at(None))
         token = ObjectId()
         plan = self.plan(workers, token, now)
         assigned = self.store.assign(plan, token, now)
@@ -185,7 +201,23 @@ class Recruiter:
         if any(w.work_on == ANY_GROUP and w.id not in plan for w in workers):
             # the read of any group's ready jobs came back short: none is left
             self._nothing_ready_before = next_due or NEVER
-        return RoundResult(len(workers), len(assigned), rolled_back, next_due)
+        return RoundResult(len(workers), len(assigned), rolled_back, self._wake_at(next_due))
+
+    def _schedule(self, now: dt.datetime) -> None:
+        result = create_due_occurrences(self.store, now)
+        if result.created or result.skipped:
+            logger.info(
+                "recruiter: %d repeatable jobs created, %d occurrences skipped",
+                result.created,
+                result.skipped,
+            )
+        refresh = now + SCHEDULERS_REFRESH
+        self._next_scheduling = min(refresh, result.next_due or refresh)
+
+    def _wake_at(self, due: dt.datetime | None) -> dt.datetime | None:
+        """The earlier of ``due`` and the next scheduler pass."""
+        times = [t for t in (due, self._next_scheduling) if t is not None and t != NEVER]
+        return min(times, default=None)
 
     def plan(
         self, workers: list[WorkerRecord], token: ObjectId, now: dt.datetime

@@ -35,6 +35,10 @@ INDEXES: Mapping[str, tuple[IndexModel, ...]] = {
         IndexModel([("why", ASCENDING)], name="finished", sparse=True),
         IndexModel([("tags", ASCENDING)], name="tags", sparse=True),
     ),
+    "schedulers": (
+        # the recruiter's read of due schedulers, and of the next one due
+        IndexModel([("next_at", ASCENDING)], name="next_at"),
+    ),
     "archived": (
         # purge by age, throughput over recent minutes
         IndexModel([("archived_at", ASCENDING)], name="archived_at"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import signal
 import subprocess
@@ -18,6 +19,7 @@ from pymongo.database import Database
 from recruiter import JobSpec, Queue, RetryManyTimes
 from recruiter.clock import SystemClock
 from recruiter.embedded import start_server
+from recruiter.schedule import Every
 
 pytestmark = pytest.mark.real_server
 
@@ -127,6 +129,34 @@ def test_a_job_killed_with_its_worker_is_retried_after_the_dead_timeout(
     first, second = job.history
     assert (first["crashed"], first["class"]) == (True, "recruiter.errors.WorkerDied")
     assert second["outcome"] == "done"
+
+
+def test_a_repeatable_job_gets_one_occurrence_per_tick_across_a_recruiter_failover(
+    processes: Processes, queue: Queue
+) -> None:
+    queue.repeat("tick", JobSpec("demo.greet", {"name": "tick"}), Every("1s"))
+
+    def ticks() -> list[dt.datetime]:
+        return sorted(
+            d["scheduler"]["at"] for d in queue.store.scheduled.find({}, {"scheduler": 1})
+        )
+
+    leader = processes.start("run", "--lease", "2s")
+    wait_for(lambda: len(ticks()) >= 3, processes)
+    standby = processes.start("run", "--lease", "2s")
+    time.sleep(0.5)  # the standby is up and stands by
+    os.kill(leader.pid, signal.SIGKILL)  # perhaps between claiming an occurrence and settling it
+    leader.wait()
+    killed_at = len(ticks())
+    wait_for(lambda: len(ticks()) >= killed_at + 4, processes)
+    processes.stop_all()
+    assert standby.returncode == 0, processes.dump_logs()
+    times = ticks()
+    second = dt.timedelta(seconds=1)
+    assert times == [times[0] + n * second for n in range(len(times))], "none lost, none twice"
+    scheduler = queue.store.find_scheduler("tick")
+    assert scheduler is not None
+    assert (scheduler.pending, scheduler.created) == (None, len(times))
 
 
 def test_sigterm_mid_job_finishes_the_job_before_exiting(

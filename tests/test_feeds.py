@@ -22,7 +22,14 @@ from pymongo.errors import AutoReconnect
 from recruiter import JobSpec, Queue, Registry
 from recruiter.clock import FrozenClock, SystemClock
 from recruiter.loop import AT_ONCE, IDLE, Backoff, StopRequest, Wakeups, run_forever
-from recruiter.recruiter import GAP, News, Recruiter, RecruiterConfig, RoundResult
+from recruiter.recruiter import (
+    GAP,
+    SCHEDULERS_REFRESH,
+    News,
+    Recruiter,
+    RecruiterConfig,
+    RoundResult,
+)
 from recruiter.store import (
     Assignment,
     ChangeFeed,
@@ -218,14 +225,16 @@ def test_a_round_that_leaves_workers_idle_tells_when_the_next_job_is_due(
 ) -> None:
     recruiter = Recruiter(queue.store)
     now = clock.now()
-    assert recruiter.run_once(now).pause(now) == IDLE, "no worker: nothing to wait for"
+    refresh = SCHEDULERS_REFRESH.total_seconds()
+    assert recruiter.run_once(now).pause(now) == refresh, "no worker: the schedulers only"
     queue.store.register_worker("*", 1, "here", now)
-    queue.schedule(JobSpec("tests.noop").run_in("90s"))
+    queue.schedule(JobSpec("tests.noop").run_in("3s"))
     result = recruiter.run_once(now)
-    assert result.next_due == now + dt.timedelta(seconds=90)
-    assert result.pause(now) == 90.0
-    assert result.pause(now + dt.timedelta(seconds=100)) > 0, "a late wake-up is at once"
+    assert result.next_due == now + dt.timedelta(seconds=3)
+    assert result.pause(now) == 3.0
+    assert result.pause(now + dt.timedelta(seconds=4)) > 0, "a late wake-up is at once"
     assert RoundResult(1, 1).pause(now) == AT_ONCE
+    assert RoundResult(1, 0).pause(now) == IDLE
 
 
 def test_news_of_workers_only_skips_a_round_when_nothing_was_left_ready(
@@ -235,11 +244,11 @@ def test_news_of_workers_only_skips_a_round_when_nothing_was_left_ready(
     recruiter = Recruiter(queue.store, news=news)
     now = clock.now()
     queue.store.register_worker("*", 1, "here", now)
-    later = queue.schedule(JobSpec("tests.noop").run_in("1m"))
+    later = queue.schedule(JobSpec("tests.noop").run_in("3s"))
     assert not recruiter.run_once(now).skipped, "the first round runs, and finds nothing"
     news.tell("roster")  # another worker made available
     skipped = recruiter.run_once(clock.advance(1))
-    assert (skipped.skipped, skipped.next_due) == (True, now + dt.timedelta(minutes=1))
+    assert (skipped.skipped, skipped.next_due) == (True, now + dt.timedelta(seconds=3))
     assert not recruiter.run_once(clock.now()).skipped, "no news: a round, as a safety net"
     for told in (["scheduled"], ["roster", "scheduled"], [GAP]):
         for collection in told:
@@ -248,7 +257,7 @@ def test_news_of_workers_only_skips_a_round_when_nothing_was_left_ready(
     news.tell("roster")
     assert recruiter.run_once(clock.now()).skipped
     news.tell("roster")
-    result = recruiter.run_once(clock.advance(60))
+    result = recruiter.run_once(clock.advance(2))
     assert (result.skipped, result.assigned) == (False, 1), "the next job fell due"
     assert queue.job(later).locked
 

@@ -22,6 +22,7 @@ from recruiter.store.base import Document
 from recruiter.store.jobs import JobVerbs, as_object_id
 from recruiter.store.leases import LeaseVerbs
 from recruiter.store.roster import Assignment, RosterVerbs, WorkerRecord
+from recruiter.store.schedulers import SchedulerRecord, SchedulerVerbs
 from recruiter.store.watch import ChangeFeed, ChangeStreamsUnavailable, RosterChange, WatchVerbs
 
 __all__ = [
@@ -30,13 +31,14 @@ __all__ = [
     "ChangeStreamsUnavailable",
     "Document",
     "RosterChange",
+    "SchedulerRecord",
     "Store",
     "WorkerRecord",
     "as_object_id",
 ]
 
 
-class Store(JobVerbs, RosterVerbs, LeaseVerbs, WatchVerbs):
+class Store(JobVerbs, RosterVerbs, LeaseVerbs, SchedulerVerbs, WatchVerbs):
     """Every collection recruiter uses, and every operation on them."""
 
     def __init__(self, database: Database[Any]) -> None:

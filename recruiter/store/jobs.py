@@ -20,7 +20,7 @@ from pymongo.database import Database
 from pymongo.errors import BulkWriteError, OperationFailure
 
 from recruiter.job import HISTORY_LIMIT, Job
-from recruiter.store.base import Document
+from recruiter.store.base import Document, aware
 
 DUPLICATE_KEY = 11000
 ARCHIVE_BATCH = 500
@@ -99,7 +99,7 @@ class JobVerbs:
         query = {"locked": False, "scheduled_at": {"$gt": now}}
         cursor = self.scheduled.find(query, {"scheduled_at": 1}).sort(READY_ORDER).limit(1)
         due = next((document["scheduled_at"] for document in cursor), None)
-        return due if isinstance(due, dt.datetime) else None
+        return aware(due) if isinstance(due, dt.datetime) else None
 
     def lock_jobs(self, job_ids: Sequence[Any], token: ObjectId, now: dt.datetime) -> list[Any]:
         """Lock those of ``job_ids`` that are still unlocked and due, under ``token``.

@@ -7,7 +7,8 @@ that call for action travel:
   with the job and its token (no read needed), a removal (declared dead) as a change
   with no assignment, which tells the slot to read its document;
 - the recruiter follows what may make a round worth running: jobs inserted or
-  rescheduled in ``scheduled``, workers registered or made available in ``roster``.
+  rescheduled in ``scheduled``, workers registered or made available in ``roster``,
+  schedulers declared or given a new schedule in ``schedulers``.
 
 A feed only wakes a process sooner: every decision is still taken on what the process
 reads or writes conditionally, so a missed or stale change costs time, never
@@ -136,6 +137,8 @@ class WatchVerbs:
                 {"ns.coll": "scheduled", f"{updated}.scheduled_at": {"$exists": True}},
                 {"ns.coll": "scheduled", f"{updated}.locked": False, f"{updated}.why": None},
                 {"ns.coll": "roster", f"{updated}.available": True},
+                {"ns.coll": "schedulers", "operationType": "insert"},
+                {"ns.coll": "schedulers", f"{updated}.schedule": {"$exists": True}},
             ]
         }
         return _open(self.database, match, lambda event: str(event["ns"]["coll"]))

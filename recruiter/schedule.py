@@ -1,0 +1,92 @@
+"""When a repeatable job runs: a cron expression, or every so often.
+
+A schedule answers one question, :meth:`Schedule.next_after`: the first occurrence after
+a moment. It is stored in the scheduler's document as BSON data (``{"cron": ...,
+"timezone": ...}`` or ``{"every": seconds}``) and read back with :func:`schedule_from`.
+Cron expressions are parsed by croniter: five fields, or six with seconds last.
+
+>>> import datetime as dt
+>>> start = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+>>> Cron("*/15 * * * *").next_after(start)
+datetime.datetime(2026, 1, 1, 0, 15, tzinfo=datetime.timezone.utc)
+>>> Every("90s").next_after(start)
+datetime.datetime(2026, 1, 1, 0, 1, 30, tzinfo=datetime.timezone.utc)
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import croniter
+
+from recruiter.duration import Duration, to_timedelta
+from recruiter.errors import RecruiterError
+
+
+class InvalidSchedule(RecruiterError):
+    """A schedule that cannot be understood; nothing was written."""
+
+
+@dataclass(frozen=True)
+class Cron:
+    """Occurrences by a cron expression, read in ``timezone`` (an IANA name)."""
+
+    expression: str
+    timezone: str = "UTC"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.expression, str) or not croniter.is_valid(self.expression):
+            raise InvalidSchedule(
+                f"invalid cron expression {self.expression!r}: write five fields "
+                "(minute hour day month weekday), or six with seconds last"
+            )
+        try:
+            ZoneInfo(self.timezone)
+        except (ZoneInfoNotFoundError, ValueError, TypeError) as error:
+            raise InvalidSchedule(f"unknown time zone {self.timezone!r}") from error
+
+    def next_after(self, moment: dt.datetime) -> dt.datetime:
+        local = moment.astimezone(ZoneInfo(self.timezone))
+        following: dt.datetime = croniter(self.expression, local).get_next(dt.datetime)
+        return following.astimezone(dt.UTC)
+
+    def to_document(self) -> dict[str, Any]:
+        return {"cron": self.expression, "timezone": self.timezone}
+
+
+@dataclass(frozen=True, init=False)
+class Every:
+    """An occurrence every ``interval``, counted from the first one."""
+
+    interval: dt.timedelta
+
+    def __init__(self, interval: Duration) -> None:
+        try:
+            value = to_timedelta(interval)
+        except (TypeError, ValueError) as error:
+            raise InvalidSchedule(f"invalid interval {interval!r}: {error}") from error
+        if value < dt.timedelta(seconds=1):
+            raise InvalidSchedule(f"an interval must be at least 1s, not {interval!r}")
+        object.__setattr__(self, "interval", value)
+
+    def next_after(self, moment: dt.datetime) -> dt.datetime:
+        return moment + self.interval
+
+    def to_document(self) -> dict[str, Any]:
+        return {"every": self.interval.total_seconds()}
+
+
+Schedule = Cron | Every
+
+
+def schedule_from(document: Mapping[str, Any]) -> Schedule:
+    """The schedule a scheduler's document holds; :class:`InvalidSchedule` if damaged."""
+    if "cron" in document:
+        return Cron(document["cron"], document.get("timezone", "UTC"))
+    if "every" in document:
+        return Every(document["every"])
+    raise InvalidSchedule(f"a schedule has either cron or every, not {dict(document)!r}")

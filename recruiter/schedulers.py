@@ -1,0 +1,141 @@
+"""Repeatable jobs: a scheduler creates a job at each occurrence of its schedule.
+
+A scheduler is declared by the application with :meth:`recruiter.Queue.repeat`, under
+a name of its choosing (its *urn*): declaring it again changes it. The leading
+recruiter creates the occurrences (:func:`create_due_occurrences`), each a job due at
+the occurrence's time, by three conditional writes that a crash at any point neither
+loses nor doubles (see :mod:`recruiter.store.schedulers`).
+
+- **Missed occurrences** (no recruiter led for a while) are all created, in order, up
+  to :data:`PER_PASS` at each pass of each scheduler: none is lost.
+- **Unique** schedulers create no occurrence while the job of the last one is still
+  queued or running: the occurrences due meanwhile are skipped, and counted.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from bson import ObjectId
+
+from recruiter.schedule import InvalidSchedule, Schedule, schedule_from
+from recruiter.store import Document, Store
+from recruiter.store.schedulers import Occurrence, SchedulerRecord
+
+logger = logging.getLogger(__name__)
+
+PER_PASS = 100
+"""The most occurrences one pass creates for one scheduler."""
+SKIP_COUNT_LIMIT = 10_000
+"""Skipped occurrences beyond this many at once are not counted one by one."""
+TEMPLATE_FIELDS = ("group", "workable", "retry_policy", "tags", "urn")
+"""What a scheduler keeps of a job's document, to create each occurrence from."""
+
+
+@dataclass(frozen=True)
+class SchedulingResult:
+    created: int = 0
+    skipped: int = 0
+    next_due: dt.datetime | None = None
+    """When the next occurrence of any scheduler is due."""
+
+
+def job_template(document: Document) -> Document:
+    """The part of a new job's document that every occurrence repeats."""
+    return {key: document[key] for key in TEMPLATE_FIELDS if key in document}
+
+
+def occurrence_document(
+    scheduler: SchedulerRecord, occurrence: Occurrence, now: dt.datetime
+) -> Document:
+    """The job of one occurrence: due at its time, marked with its scheduler."""
+    return {
+        **scheduler.job,
+        "_id": occurrence.job_id,
+        "done": False,
+        "created_at": now,
+        "locked": False,
+        "attempts": 0,
+        "scheduled_at": occurrence.at,
+        "scheduler": {"urn": scheduler.urn, "at": occurrence.at},
+    }
+
+
+def create_due_occurrences(store: Store, now: dt.datetime) -> SchedulingResult:
+    """Create every occurrence due by ``now`` (finishing any a crash left pending)."""
+    created = skipped = 0
+    for scheduler in store.due_schedulers(now):
+        more_created, more_skipped = _pass(store, scheduler, now)
+        created, skipped = created + more_created, skipped + more_skipped
+    return SchedulingResult(created, skipped, store.next_scheduler_due())
+
+
+def _pass(store: Store, due: SchedulerRecord, now: dt.datetime) -> tuple[int, int]:
+    try:
+        schedule = schedule_from(due.schedule)
+    except InvalidSchedule as error:
+        logger.error("scheduler %s: %s; fix it with Queue.repeat", due.urn, error)
+        return 0, 0
+    if due.pending is None:
+        return _create(store, due, schedule, now)
+    completed = _complete(store, due, due.pending, now)
+    scheduler = store.find_scheduler(due.urn)
+    if scheduler is None or scheduler.pending is not None:
+        return completed, 0  # removed, or another leader is at it
+    created, skipped = _create(store, scheduler, schedule, now)
+    return completed + created, skipped
+
+
+def _complete(
+    store: Store, scheduler: SchedulerRecord, occurrence: Occurrence, now: dt.datetime
+) -> int:
+    """Finish an occurrence claimed by a leader that died before settling it."""
+    inserted = False
+    if not store.job_exists(occurrence.job_id):
+        inserted = store.insert_occurrence(occurrence_document(scheduler, occurrence, now))
+    store.settle_occurrence(scheduler.urn, occurrence)
+    if inserted:
+        logger.info("scheduler %s: created job %s, left pending", scheduler.urn, occurrence.job_id)
+    return int(inserted)
+
+
+def _create(
+    store: Store, scheduler: SchedulerRecord, schedule: Schedule, now: dt.datetime
+) -> tuple[int, int]:
+    created = skipped = 0
+    at, last = scheduler.next_at, scheduler.last
+    while at is not None and at <= now and created < PER_PASS:
+        following = schedule.next_after(at)
+        if scheduler.unique and last is not None and store.job_unfinished(last.job_id):
+            upto, count = _first_after(schedule, following, now)
+            if store.skip_occurrences(scheduler.urn, at, upto, count):
+                skipped += count
+                logger.info(
+                    "scheduler %s: %d occurrence(s) skipped, job %s still unfinished",
+                    scheduler.urn,
+                    count,
+                    last.job_id,
+                )
+            break
+        occurrence = Occurrence(at, ObjectId())
+        if not store.claim_occurrence(scheduler.urn, at, following, occurrence.job_id):
+            break  # changed or removed meanwhile, or another leader took it
+        store.insert_occurrence(occurrence_document(scheduler, occurrence, now))
+        store.settle_occurrence(scheduler.urn, occurrence)
+        logger.debug("scheduler %s: created job %s for %s", scheduler.urn, occurrence.job_id, at)
+        created, last, at = created + 1, occurrence, following
+    return created, skipped
+
+
+def _first_after(schedule: Schedule, following: dt.datetime, now: dt.datetime) -> tuple[Any, int]:
+    """The first occurrence after ``now`` from ``following`` on, and how many are skipped
+    to reach it (the one due now included)."""
+    count = 1
+    while following <= now:
+        if count >= SKIP_COUNT_LIMIT:
+            return schedule.next_after(now), count
+        following, count = schedule.next_after(following), count + 1
+    return following, count

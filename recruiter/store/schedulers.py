@@ -1,0 +1,187 @@
+"""The scheduler verbs of the store: ``schedulers``, one document per repeatable job.
+
+A scheduler holds the job to create (a template: workable, parameters, group, retry
+policy, tags), its schedule and ``next_at``, the next occurrence. Creating an
+occurrence takes three writes, so that a crash at any point neither loses nor doubles
+it:
+
+1. :meth:`claim_occurrence` moves ``next_at`` on, conditional on it still being the
+   occurrence's time, and records the occurrence as ``pending`` with the id its job
+   will have: from here the occurrence is owned;
+2. :meth:`insert_occurrence` inserts the job with that id (a second insert of it is
+   refused by ``_id``);
+3. :meth:`settle_occurrence` clears ``pending`` and records the occurrence as the last.
+
+A leader that finds a pending occurrence (its predecessor died between 1 and 3) inserts
+the job unless :meth:`job_exists`, then settles it. A job is in ``scheduled`` or in
+``archived`` at every moment (the archive moves a job by inserting its copy before
+deleting it), so reading ``scheduled`` then ``archived`` cannot miss it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from bson import ObjectId
+from pymongo.collection import Collection
+from pymongo.errors import DuplicateKeyError
+
+from recruiter.store.base import Document, aware
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    at: dt.datetime
+    job_id: Any
+
+
+@dataclass(frozen=True)
+class SchedulerRecord:
+    """A scheduler's document, as read (its schedule and job still as BSON data)."""
+
+    urn: str
+    job: Mapping[str, Any]
+    schedule: Mapping[str, Any]
+    unique: bool
+    next_at: dt.datetime | None
+    pending: Occurrence | None
+    last: Occurrence | None
+    created: int
+    skipped: int
+
+    @classmethod
+    def from_document(cls, document: Mapping[str, Any]) -> SchedulerRecord:
+        def occurrence(value: Any) -> Occurrence | None:
+            if isinstance(value, Mapping) and isinstance(value.get("at"), dt.datetime):
+                return Occurrence(aware(value["at"]), value.get("job_id"))
+            return None
+
+        next_at = document.get("next_at")
+        return cls(
+            urn=str(document["_id"]),
+            job=document.get("job") or {},
+            schedule=document.get("schedule") or {},
+            unique=document.get("unique") is True,
+            next_at=aware(next_at) if isinstance(next_at, dt.datetime) else None,
+            pending=occurrence(document.get("pending")),
+            last=occurrence(document.get("last")),
+            created=int(document.get("created") or 0),
+            skipped=int(document.get("skipped") or 0),
+        )
+
+
+class SchedulerVerbs:
+    """Operations on ``schedulers``, and the occurrences they create in ``scheduled``."""
+
+    schedulers: Collection[Document]
+    scheduled: Collection[Document]
+    archived: Collection[Document]
+
+    def upsert_scheduler(
+        self,
+        urn: str,
+        job: Document,
+        schedule: Document,
+        *,
+        unique: bool,
+        first_at: dt.datetime,
+        now: dt.datetime,
+    ) -> bool:
+        """Create the scheduler ``urn``, or change it; return whether it was new.
+
+        Its counts and last occurrence are kept. A changed schedule starts again at
+        ``first_at``; an unchanged one keeps its ``next_at``.
+        """
+        fields = {"job": job, "unique": unique, "updated_at": now}
+        same = self.schedulers.update_one({"_id": urn, "schedule": schedule}, {"$set": fields})
+        if same.matched_count:
+            return False
+        result = self.schedulers.update_one(
+            {"_id": urn},
+            {
+                "$set": {**fields, "schedule": schedule, "next_at": first_at},
+                "$setOnInsert": {"created_at": now, "created": 0, "skipped": 0},
+            },
+            upsert=True,
+        )
+        return result.upserted_id is not None
+
+    def find_scheduler(self, urn: str) -> SchedulerRecord | None:
+        document = self.schedulers.find_one({"_id": urn})
+        return None if document is None else SchedulerRecord.from_document(document)
+
+    def scheduler_records(self) -> list[SchedulerRecord]:
+        return [SchedulerRecord.from_document(d) for d in self.schedulers.find().sort("_id", 1)]
+
+    def remove_scheduler(self, urn: str) -> bool:
+        """Stop creating occurrences; the jobs already created stay."""
+        return self.schedulers.delete_one({"_id": urn}).deleted_count == 1
+
+    def due_schedulers(self, now: dt.datetime) -> list[SchedulerRecord]:
+        """Schedulers with an occurrence due by ``now``, or one left pending by a crash."""
+        cursor = self.schedulers.find(
+            {"$or": [{"next_at": {"$lte": now}}, {"pending": {"$exists": True}}]}
+        )
+        return [SchedulerRecord.from_document(d) for d in cursor]
+
+    def next_scheduler_due(self) -> dt.datetime | None:
+        """When the earliest occurrence of any scheduler is due."""
+        cursor = self.schedulers.find({}, {"next_at": 1}).sort("next_at", 1).limit(1)
+        due = next((document.get("next_at") for document in cursor), None)
+        return aware(due) if isinstance(due, dt.datetime) else None
+
+    def claim_occurrence(
+        self, urn: str, at: dt.datetime, following: dt.datetime, job_id: ObjectId
+    ) -> bool:
+        """Own the occurrence at ``at`` and move on to ``following``, if nobody did."""
+        result = self.schedulers.update_one(
+            {"_id": urn, "next_at": at, "pending": {"$exists": False}},
+            {"$set": {"next_at": following, "pending": {"at": at, "job_id": job_id}}},
+        )
+        return result.modified_count == 1
+
+    def skip_occurrences(
+        self, urn: str, at: dt.datetime, following: dt.datetime, count: int
+    ) -> bool:
+        """Move on from ``at`` to ``following`` without creating the ``count`` occurrences
+        in between (the scheduler is unique and its last job still runs)."""
+        result = self.schedulers.update_one(
+            {"_id": urn, "next_at": at, "pending": {"$exists": False}},
+            {"$set": {"next_at": following}, "$inc": {"skipped": count}},
+        )
+        return result.modified_count == 1
+
+    def insert_occurrence(self, document: Document) -> bool:
+        """Insert an occurrence's job; ``False`` if a job with its id exists already."""
+        try:
+            self.scheduled.insert_one(document)
+        except DuplicateKeyError:
+            return False
+        return True
+
+    def job_exists(self, job_id: Any) -> bool:
+        """Whether the job is in ``scheduled`` or ``archived`` (read in that order)."""
+        return any(
+            collection.find_one({"_id": job_id}, {"_id": 1}) is not None
+            for collection in (self.scheduled, self.archived)
+        )
+
+    def job_unfinished(self, job_id: Any) -> bool:
+        """Whether the job is still queued or running."""
+        query = {"_id": job_id, "why": {"$exists": False}}
+        return self.scheduled.find_one(query, {"_id": 1}) is not None
+
+    def settle_occurrence(self, urn: str, occurrence: Occurrence) -> bool:
+        """Record the pending occurrence as created, and as the last one."""
+        result = self.schedulers.update_one(
+            {"_id": urn, "pending.job_id": occurrence.job_id},
+            {
+                "$unset": {"pending": ""},
+                "$set": {"last": {"at": occurrence.at, "job_id": occurrence.job_id}},
+                "$inc": {"created": 1},
+            },
+        )
+        return result.modified_count == 1
