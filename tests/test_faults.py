@@ -6,9 +6,11 @@ explains the invariants and records the last soak's figures.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import os
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,16 @@ from bson import ObjectId
 from recruiter import RetryManyTimes
 from tests.faults.ledger import Run
 from tests.faults.oracle import Report, judge
-from tests.faults.scenario import ALL_FAULTS, DATABASE_FAULTS, Fault, Record, Scenario, run_scenario
+from tests.faults.oracle import _repeats as check_repeats
+from tests.faults.scenario import (
+    ALL_FAULTS,
+    DATABASE_FAULTS,
+    REPEATED,
+    Fault,
+    Record,
+    Scenario,
+    run_scenario,
+)
 
 
 def explain(report: Report, directory: Path) -> str:
@@ -176,3 +187,31 @@ def test_the_oracle_catches_two_leaders_at_once() -> None:
     clean.leases.append({"_id": "lease:recruiter", "history": history})
     report = judge(clean)
     assert any("before a's lease expired" in v for v in report.violations), report.violations
+
+
+def occurrences_record(seconds: list[float]) -> Record:
+    """A record whose repeatable job, every second from ``at(1)``, created these."""
+    archived = [
+        {"_id": ObjectId(), "scheduler": {"urn": REPEATED, "at": at(s)}, "why": "done"}
+        for s in seconds
+    ]
+    base = record([attempt(1, W1, 10, 1, 2)], [run(1, W1, 10, 1, 2)])
+    return dataclasses.replace(base, archived=archived, repeat_first=at(1))
+
+
+def test_the_oracle_checks_one_job_per_occurrence_of_the_repeatable_job() -> None:
+    cases: list[tuple[list[float], str | None]] = [
+        ([1, 2, 3, 4], None),
+        ([1, 2, 4], "1 occurrences never created"),
+        ([1, 2, 2, 3], "occurrences created twice"),
+        ([1, 2, 2.5, 3], "off the schedule"),
+        ([], "created no occurrence"),
+    ]
+    for seconds, caught in cases:
+        report = Report(0, 0.0, Counter())
+        check_repeats(occurrences_record(seconds), report)
+        if caught is None:
+            assert report.ok, report.violations
+            assert report.occurrences == 4
+        else:
+            assert any(caught in v for v in report.violations), (seconds, report.violations)

@@ -21,7 +21,7 @@ from recruiter.retry import FailedAttempt, Failure, GiveUp, RetryAt, policy_from
 from recruiter.worker import DECLARED_DEAD_EXIT
 from tests.faults.app import Planned
 from tests.faults.ledger import Run
-from tests.faults.scenario import DATABASE_FAULTS, Fault, Record, faults_by_kind
+from tests.faults.scenario import DATABASE_FAULTS, REPEATED, Fault, Record, faults_by_kind
 
 RESUME_GRACE = 1.0
 """Seconds a frozen worker's job may run on after SIGCONT before its worker notices it
@@ -57,6 +57,8 @@ class Report:
     """Faults not injected: no target at the time (no running job, say)."""
     self_fenced: int = 0
     """Thawed workers that found they were declared dead mid-job and exited."""
+    occurrences: int = 0
+    """Jobs the scenario's repeatable job created."""
 
     @property
     def ok(self) -> bool:
@@ -78,6 +80,7 @@ class Report:
             "worst_resumed_overlap_s": round(max(self.resumed_overlaps, default=0.0), 3),
             "lease_takeovers": dict(self.leaders),
             "thawed_workers_exited": self.self_fenced,
+            "repeated_occurrences": self.occurrences,
         }
 
 
@@ -91,7 +94,7 @@ def judge(record: Record) -> Report:
         runs[run.job].append(run)
     for document in record.archived:
         job_id = str(document["_id"])
-        kind = record.planned.get(job_id)
+        kind = record.planned.get(job_id) or ("succeed" if _occurrence_at(document) else None)
         if kind is None:
             report.violations.append(f"job {job_id} archived but never scheduled")
             continue
@@ -101,7 +104,39 @@ def judge(record: Record) -> Report:
     _leases(record, report)
     _recoveries(record, timeline, report)
     _exits(record, report)
+    _repeats(record, report)
     return report
+
+
+def _occurrence_at(document: Mapping[str, Any]) -> dt.datetime | None:
+    scheduler = document.get("scheduler")
+    if isinstance(scheduler, Mapping) and scheduler.get("urn") == REPEATED:
+        at = scheduler.get("at")
+        return at if isinstance(at, dt.datetime) else None
+    return None
+
+
+def _repeats(record: Record, report: Report) -> None:
+    """The repeatable job: one job per occurrence, none missing from the first to the last."""
+    first = record.repeat_first
+    if first is None:
+        return
+    times = sorted(t for t in map(_occurrence_at, record.archived) if t is not None)
+    report.occurrences = len(times)
+    if not times:
+        report.violations.append("the repeatable job created no occurrence")
+        return
+    doubled = sorted({t for t in times if times.count(t) > 1})
+    if doubled:
+        report.violations.append(f"occurrences created twice: {doubled[:5]}")
+    interval = dt.timedelta(seconds=record.scenario.repeat_every)
+    expected = [first + n * interval for n in range(int((times[-1] - first) / interval) + 1)]
+    missing = sorted(set(expected) - set(times))
+    if missing:
+        report.violations.append(f"{len(missing)} occurrences never created: {missing[:5]}")
+    strays = sorted(set(times) - set(expected))
+    if strays:
+        report.violations.append(f"occurrences off the schedule: {strays[:5]}")
 
 
 def _completion(record: Record, report: Report) -> None:

@@ -34,11 +34,14 @@ from pymongo.errors import PyMongoError
 from recruiter import ExponentialBackoff, JobSpec, Queue, RetryManyTimes
 from recruiter.clock import SystemClock
 from recruiter.embedded import EmbeddedServer, start_server
+from recruiter.schedule import Every
 from tests.faults import ledger
 from tests.faults.app import Planned, broken, flaky, succeed
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = "tests.faults.app:registry"
+REPEATED = "faults.tick"
+"""The urn of the scenario's repeatable job."""
 
 WORKER_FAULTS = ("kill-worker-busy", "kill-worker-idle", "freeze-worker")
 LEADER_FAULTS = (
@@ -73,6 +76,9 @@ class Scenario:
     """Seconds between two faults, drawn at random."""
     give_up_after: float = 300.0
     """Seconds after which a run that has not archived every job is a failure."""
+    repeat_every: float = 1.0
+    """Seconds between the occurrences of a repeatable job declared at the start (it is
+    stopped once every planned job is scheduled and every fault injected); 0: none."""
 
 
 @dataclass
@@ -113,6 +119,8 @@ class Record:
     directory: Path
     finished: bool
     seconds: float
+    repeat_first: dt.datetime | None = None
+    """The first occurrence of the repeatable job, as declared."""
 
 
 JSON = json_util.JSONOptions(json_mode=json_util.JSONMode.CANONICAL, tz_aware=True, tzinfo=dt.UTC)
@@ -513,8 +521,16 @@ class Driver:
         self.faults = run.fault_plan()
         self.next_fault = self.started + 2.0 + run.chooser.uniform(*self.scenario.gap)
         self.waited = 0
+        self.repeating = False
+        self.repeat_first: dt.datetime | None = None
 
     def drive(self) -> Record:
+        if self.scenario.repeat_every:
+            queue = self.run.queue
+            queue.repeat(REPEATED, succeed.job(0), Every(self.scenario.repeat_every))
+            scheduler = queue.store.find_scheduler(REPEATED)
+            self.repeat_first = None if scheduler is None else scheduler.next_at
+            self.repeating = True
         self.run.start_cast()
         while time.time() - self.started < self.scenario.give_up_after:
             self.run.due_actions()
@@ -542,8 +558,12 @@ class Driver:
             ids = self.run.queue.schedule_many(spec for _, spec in batch)
             self.jobs = self.jobs[self.scenario.batch :]
             self.planned.update((str(i), kind) for i, (kind, _) in zip(ids, batch, strict=True))
-        elif not (self.jobs or queued or self.run.later or self.faults):
-            return True
+        elif not (self.jobs or self.run.later or self.faults):
+            if self.repeating:
+                self.run.queue.stop_repeating(REPEATED)
+                self.repeating = False
+            elif not queued:
+                return True
         if self.faults and time.time() >= self.next_fault:
             self.fault()
         return False
@@ -583,6 +603,7 @@ class Driver:
             directory=self.run.directory,
             finished=finished,
             seconds=time.time() - self.started,
+            repeat_first=self.repeat_first,
         )
 
 
