@@ -29,6 +29,8 @@ from benchmarks.rounds import round_cost
 from recruiter.embedded import EmbeddedServer, start_server
 
 SYSTEMS = ("recruiter", "naive", "rq")
+BURN_DOWN_TITLE = "Burn-down of a backlog of no-op jobs, then pickup with idle workers"
+STEADY_TITLE = "Steady load: jobs arriving one at a time, at half the burn-down rate"
 
 
 class System(Protocol):
@@ -96,9 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     arguments.json.parent.mkdir(parents=True, exist_ok=True)
     arguments.json.write_text(json.dumps(results, indent=2))
-    console.print(table(runs))
+    console.print(figures_table(BURN_DOWN_TITLE, runs))
     if steady:
-        console.print(steady_table(steady))
+        console.print(figures_table(STEADY_TITLE, steady, steady=True))
     console.print(rounds_table(rounds))
     console.print(f"JSON: {arguments.json}   files: {directory}")
     if arguments.plots:
@@ -137,12 +139,14 @@ def measure(
         system.stop()
 
 
-def table(runs: list[Figures]) -> Table:
-    out = Table(title="Burn-down of a backlog of no-op jobs, then pickup with idle workers")
+def figures_table(title: str, runs: list[Figures], *, steady: bool = False) -> Table:
+    """Burn-down figures, or (``steady``) steady-load ones with the rate offered."""
+    out = Table(title=title)
+    rates = ["offered jobs/s", "done jobs/s"] if steady else ["jobs/s"]
     for column in (
         "system",
         "workers",
-        "jobs/s",
+        *rates,
         "commands/job",
         "empty feed reads/job",
         "CPU ms/job",
@@ -151,42 +155,17 @@ def table(runs: list[Figures]) -> Table:
         out.add_column(column, justify="right")
     for run in runs:
         latency = run.latency_ms
+        counted = bool(run.commands)  # RQ's are not counted under steady load
+        rate = (
+            [f"{run.offered:.1f}", f"{run.throughput:.1f}"] if steady else [f"{run.throughput:.0f}"]
+        )
         out.add_row(
             run.system,
             str(run.workers),
-            f"{run.throughput:.0f}",
-            f"{run.commands_per_job:.2f}",
-            f"{run.empty_feed_reads_per_job:.2f}",
+            *rate,
+            f"{run.commands_per_job:.2f}" if counted else "-",
+            f"{run.empty_feed_reads_per_job:.2f}" if counted else "-",
             f"{run.cpu_ms_per_job:.2f}",
-            " / ".join(f"{latency.get(p, 0):.1f}" for p in ("p50", "p95", "p99")),
-        )
-    return out
-
-
-def steady_table(loads: list[Figures]) -> Table:
-    out = Table(title="Steady load: jobs arriving one at a time, at half the burn-down rate")
-    for column in (
-        "system",
-        "workers",
-        "offered jobs/s",
-        "done jobs/s",
-        "commands/job",
-        "empty feed reads/job",
-        "CPU ms/job",
-        "pickup p50/p95/p99 ms",
-    ):
-        out.add_column(column, justify="right")
-    for load in loads:
-        latency = load.latency_ms
-        counted = bool(load.commands)
-        out.add_row(
-            load.system,
-            str(load.workers),
-            f"{load.offered:.1f}",
-            f"{load.throughput:.1f}",
-            f"{load.commands_per_job:.2f}" if counted else "-",
-            f"{load.empty_feed_reads_per_job:.2f}" if counted else "-",
-            f"{load.cpu_ms_per_job:.2f}",
             " / ".join(f"{latency.get(p, 0):.1f}" for p in ("p50", "p95", "p99")),
         )
     return out
