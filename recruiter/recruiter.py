@@ -1,10 +1,16 @@
 """The recruiter: hands ready jobs to available workers, in bulk, one round at a time.
 
-A round reads the available workers, grouped by what they work on; for each group it
-picks the oldest ready jobs (as many as there are workers), locks them with one
-conditional update, and then assigns the whole round with one ``update_many`` over
-``roster`` that writes the worker-keyed ``assigned_to`` map, conditional on each worker
-still being available. Jobs locked but not assigned go back to the queue at once.
+A round first creates the occurrences of repeatable jobs that are due
+(:mod:`recruiter.schedulers`). Then it reads the available workers, grouped by what they
+work on; for each group it picks the oldest ready jobs (as many as there are workers),
+locks them with one conditional update, and then assigns the whole round with one
+``update_many`` over ``roster`` that writes the worker-keyed ``assigned_to`` map,
+conditional on each worker still being available. Jobs locked but not assigned go back
+to the queue at once.
+
+A round's result says when the next one is due without news (the next job or
+occurrence due); news comes from the change feed (:class:`News`), which also lets a
+round that could hand nothing out be skipped.
 
 Which jobs a group gets is decided in one place, :meth:`Recruiter.plan`, so limits,
 priorities and fair share can be added there.
@@ -168,15 +174,12 @@ class Recruiter:
             or now >= self._next_scheduling
             or bool(told & {"schedulers", GAP})
         )
-        nothing_ready_before = self._nothing_ready_before
-        if (
-            told == {"roster"}
-            and not rollback_due
-            and not scheduling_due
-            and nothing_ready_before is not None
-            and now < nothing_ready_before
-        ):
-            return RoundResult(0, 0, next_due=self._wake_at(nothing_ready_before), skipped=True)
+        if told == {"roster"} and not (rollback_due or scheduling_due):
+            nothing_ready_before = self._nothing_ready_before
+            if nothing_ready_before is not None and now < nothing_ready_before:
+                # workers made available, and nothing ready for them since the last round
+                due = self._wake_at(nothing_ready_before)
+                return RoundResult(0, 0, next_due=due, skipped=True)
         self._nothing_ready_before = None
         if scheduling_due:
             self._schedule(now)
