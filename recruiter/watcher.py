@@ -73,6 +73,10 @@ class Watcher(Generic[T]):
                     logger.warning("%s: change feed lost, polling meanwhile: %s", self.name, error)
                 self._lost = True
                 self._closed.wait(REOPEN_WAIT)
+            except Exception:  # a bug: say so, and keep the process woken as well as can be
+                logger.exception("%s: change feed failed, polling meanwhile", self.name)
+                self._lost = True
+                self._closed.wait(REOPEN_WAIT)
 
     def _follow_once(self) -> None:
         self._reopen.clear()

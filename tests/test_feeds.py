@@ -170,6 +170,21 @@ def test_the_watcher_tells_a_gap_on_opening_and_on_losing_the_feed_then_reopens_
     assert told[-1] == "gap", "closing is a gap too: polling takes over"
 
 
+def test_a_watcher_whose_feed_fails_with_a_bug_logs_it_and_opens_the_feed_again(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr("recruiter.watcher.REOPEN_WAIT", 0.01)
+    opened = [ScriptedFeed([], then=ValueError("a bug (simulated)")), ScriptedFeed(["a"])]
+    told: list[str] = []
+    watcher = Watcher("test feed", lambda: opened.pop(0), told.append, lambda: None)
+    watcher.start()
+    try:
+        wait_for(lambda: told == ["a"], "the change of the feed opened again")
+    finally:
+        watcher.close()
+    assert "change feed failed" in caplog.text
+
+
 def test_a_watcher_of_a_server_without_change_streams_stops_and_leaves_polling() -> None:
     def unavailable() -> ChangeFeed[str]:
         raise ChangeStreamsUnavailable("standalone server (simulated)")
