@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from pymongo.errors import PyMongoError
 
-from recruiter.loop import AT_ONCE, IDLE, Backoff
+from recruiter.loop import Backoff, Pause
 from recruiter.recovery import Released, release_job, release_unheld
 from recruiter.store import Store, WorkerRecord
 from recruiter.store.jobs import ARCHIVE_BATCH
@@ -86,9 +86,9 @@ class CleanResult:
             or self.archived_moves >= ARCHIVE_BATCH
         )
 
-    def pause(self, now: dt.datetime) -> float:
-        """The longest wait before the next round: none when busy, else the backoff's."""
-        return AT_ONCE if self.busy else IDLE
+    def pause(self, now: dt.datetime) -> Pause:
+        """The next round comes at once when busy, else after the backoff's wait."""
+        return Pause(busy=self.busy)
 
 
 class Cleaner:

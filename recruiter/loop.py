@@ -19,10 +19,22 @@ from pymongo.errors import PyMongoError
 
 logger = logging.getLogger(__name__)
 
-AT_ONCE = 0.0
-"""A step's answer when it did some work: the next step comes at once."""
-IDLE = math.inf
-"""A step's answer when it found nothing to do and knows no time work will be due."""
+UNKNOWN = math.inf
+"""No time is known at which work will be due."""
+
+
+@dataclass(frozen=True)
+class Pause:
+    """A step's answer: whether it did some work, and when work will be due anyway."""
+
+    busy: bool = False
+    """It did some work: a polling loop takes the next step at once."""
+    due_in: float = UNKNOWN
+    """Seconds until work is due without news (a job, a repeatable job's occurrence)."""
+
+
+IDLE = Pause()
+"""Nothing done, nothing known to be due."""
 
 
 @dataclass(frozen=True)
@@ -75,7 +87,7 @@ class Wakeups:
 
 
 def run_forever(
-    step: Callable[[], float],
+    step: Callable[[], Pause],
     *,
     stop: threading.Event,
     backoff: Backoff,
@@ -84,12 +96,12 @@ def run_forever(
 ) -> None:
     """Call ``step`` until ``stop`` is set.
 
-    ``step`` returns how long the loop may wait before the next step: :data:`AT_ONCE`
-    after doing some work, else the time until work is due (:data:`IDLE` if unknown).
-    An idle loop backs off. While ``wakeups`` has its feed followed, the loop waits for
-    its bell after every step, busy or not: the feed tells when there is more to do (a
-    change during the step has rung it already). Every wait ends at once on a stop
-    request.
+    ``step`` returns a :class:`Pause`: a busy step is followed at once by the next, an
+    idle one after a backoff, and never later than its work is due. While ``wakeups``
+    has its feed followed, the loop waits for its bell after every step, busy or not:
+    the feed tells when there is more to do (a change during the step has rung it
+    already), and the wait still ends when work is due. Every wait ends at once on a
+    stop request.
     """
     wait = 0.0
     failing = False
@@ -104,15 +116,15 @@ def run_forever(
             failing, pause = True, IDLE
             wait = max(wait, 1.0)
         following = wakeups is not None and not failing and wakeups.following()
-        if pause <= AT_ONCE and not following:
+        if pause.busy and not following:
             wait = 0.0
             continue
         if following:
             # the feed tells when there is more: it rang already if news came meanwhile
             assert wakeups is not None
-            wait = wakeups.longest_wait if pause <= AT_ONCE else min(pause, wakeups.longest_wait)
+            wait = min(pause.due_in, wakeups.longest_wait)
         else:
-            wait = min(backoff.after(wait), pause)
+            wait = min(backoff.after(wait), pause.due_in)
         if wakeups is None:
             stop.wait(wait)
         else:

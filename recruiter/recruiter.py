@@ -29,7 +29,7 @@ from bson import ObjectId
 from pymongo.errors import PyMongoError
 
 from recruiter.job import ANY_GROUP
-from recruiter.loop import AT_ONCE, IDLE, Backoff
+from recruiter.loop import UNKNOWN, Backoff, Pause
 from recruiter.recovery import release_unheld
 from recruiter.schedulers import create_due_occurrences
 from recruiter.store import Store, WorkerRecord
@@ -90,13 +90,11 @@ class RoundResult:
         """Whether the round handed work out: the next one comes at once."""
         return self.assigned > 0
 
-    def pause(self, now: dt.datetime) -> float:
-        """The longest wait before the next round (news of work may end it sooner)."""
-        if self.busy:
-            return AT_ONCE
+    def pause(self, now: dt.datetime) -> Pause:
+        """When the next round is due (news of work may bring it sooner)."""
         if self.next_due is None:
-            return IDLE
-        return max(MINIMUM_PAUSE, (self.next_due - now).total_seconds())
+            return Pause(self.busy, UNKNOWN)
+        return Pause(self.busy, max(MINIMUM_PAUSE, (self.next_due - now).total_seconds()))
 
 
 GAP = "?"
@@ -148,6 +146,8 @@ class Recruiter:
         due, or the end of time), only a new job can give a worker something."""
         self._next_scheduling: dt.datetime | None = None
         """When to look at the schedulers next (their next occurrence, or a refresh)."""
+        self._drained = False
+        """Whether the last plan read fewer ready jobs of any group than it asked for."""
 
     def became_leader(self) -> None:
         """Look for half-done rounds of a previous leader at the next round."""
@@ -201,7 +201,7 @@ class Recruiter:
             logger.debug("recruiter: assigned job %s to worker %s", plan[worker], worker)
         # workers left idle: the job that will be due next is worth waking for
         next_due = self.store.next_due(now) if len(plan) < len(workers) else None
-        if any(w.work_on == ANY_GROUP and w.id not in plan for w in workers):
+        if self._drained:
             # the read of any group's ready jobs came back short: none is left
             self._nothing_ready_before = next_due or NEVER
         return RoundResult(len(workers), len(assigned), rolled_back, self._wake_at(next_due))
@@ -236,9 +236,12 @@ class Recruiter:
             by_group[worker.work_on].append(worker.id)
         groups = sorted(by_group, key=lambda g: (g == ANY_GROUP, g))
         plan: dict[ObjectId, Any] = {}
+        self._drained = False
         for group in groups:
             idle = by_group[group]
             ready = self.store.ready_job_ids(now, None if group == ANY_GROUP else group, len(idle))
+            if group == ANY_GROUP:
+                self._drained = len(ready) < len(idle)
             locked = self.store.lock_jobs(ready, token, now)
             plan.update(zip(idle, locked, strict=False))
         return plan

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
+from croniter import CroniterError, croniter
 
 from recruiter.duration import Duration, to_timedelta
 from recruiter.errors import RecruiterError
@@ -39,7 +39,11 @@ class Cron:
     timezone: str = "UTC"
 
     def __post_init__(self) -> None:
-        if not isinstance(self.expression, str) or not croniter.is_valid(self.expression):
+        if (
+            not isinstance(self.expression, str)
+            or len(self.expression.split()) not in (5, 6)
+            or not croniter.is_valid(self.expression)
+        ):
             raise InvalidSchedule(
                 f"invalid cron expression {self.expression!r}: write five fields "
                 "(minute hour day month weekday), or six with seconds last"
@@ -50,8 +54,15 @@ class Cron:
             raise InvalidSchedule(f"unknown time zone {self.timezone!r}") from error
 
     def next_after(self, moment: dt.datetime) -> dt.datetime:
-        local = moment.astimezone(ZoneInfo(self.timezone))
-        following: dt.datetime = croniter(self.expression, local).get_next(dt.datetime)
+        """The first occurrence after ``moment``; :class:`InvalidSchedule` if there is
+        none (``0 0 31 2 *``: February has no 31st)."""
+        try:
+            local = moment.astimezone(ZoneInfo(self.timezone))
+            following: dt.datetime = croniter(self.expression, local).get_next(dt.datetime)
+        except (CroniterError, ValueError, ZoneInfoNotFoundError) as error:
+            raise InvalidSchedule(
+                f"cron expression {self.expression!r} has no occurrence after {moment}: {error}"
+            ) from error
         return following.astimezone(dt.UTC)
 
     def to_document(self) -> dict[str, Any]:

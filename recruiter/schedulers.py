@@ -74,18 +74,23 @@ def create_due_occurrences(store: Store, now: dt.datetime) -> SchedulingResult:
 
 
 def _pass(store: Store, due: SchedulerRecord, now: dt.datetime) -> tuple[int, int]:
+    completed = 0
+    if due.pending is not None:
+        # its job comes from the template alone: finish it whatever the schedule says
+        completed = _complete(store, due, due.pending, now)
+        scheduler = store.find_scheduler(due.urn)
+        if scheduler is None or scheduler.pending is not None:
+            return completed, 0  # removed, or another leader is at it
+        due = scheduler
+    if due.next_at is None:
+        return completed, 0
     try:
-        schedule = schedule_from(due.schedule)
+        created, skipped = _create(store, due, schedule_from(due.schedule), now)
     except InvalidSchedule as error:
-        logger.error("scheduler %s: %s; fix it with Queue.repeat", due.urn, error)
-        return 0, 0
-    if due.pending is None:
-        return _create(store, due, schedule, now)
-    completed = _complete(store, due, due.pending, now)
-    scheduler = store.find_scheduler(due.urn)
-    if scheduler is None or scheduler.pending is not None:
-        return completed, 0  # removed, or another leader is at it
-    created, skipped = _create(store, scheduler, schedule, now)
+        # parked, so that it stops being due at every round: Queue.repeat revives it
+        store.park_scheduler(due.urn, due.next_at, str(error))
+        logger.error("scheduler %s: %s; parked until declared again", due.urn, error)
+        return completed, 0
     return completed + created, skipped
 
 

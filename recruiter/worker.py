@@ -28,6 +28,7 @@ import os
 import resource
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -46,6 +47,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_HEARTBEAT = dt.timedelta(seconds=2)
 DATABASE_ERROR_WAIT = 1.0
+RECENT_TOKENS = 16
 DECLARED_DEAD_EXIT = 8
 """The exit status of a worker that stopped because it was declared dead mid-job."""
 
@@ -112,7 +114,8 @@ class WorkerSlot:
         self.running: object | None = None
         """The id of the job this slot runs now, if any."""
         self._news: Assignment | None = None
-        self._last_token: ObjectId | None = None
+        self._ran: deque[ObjectId] = deque(maxlen=RECENT_TOKENS)
+        """The tokens of the last jobs run: news of one of them is late, not new."""
 
     def deliver(self, change: RosterChange) -> None:
         """News from the change feed: an assignment to run, or a change to read."""
@@ -138,7 +141,7 @@ class WorkerSlot:
         # news read here may be overwritten meanwhile: the bell rang too, so it is read
         # from the document at the next call instead
         assignment, self._news = self._news, None
-        if assignment is None or assignment.token == self._last_token:
+        if assignment is None or assignment.token in self._ran:
             record = self.store.find_worker(self.id)
             if record is None:
                 logger.warning(
@@ -158,7 +161,8 @@ class WorkerSlot:
         executor = Executor(
             self.store, self.registry, self.clock, Identity.of_this_process(self.id)
         )
-        self.running, self._last_token = assignment.job_id, assignment.token
+        self.running = assignment.job_id
+        self._ran.append(assignment.token)
         try:
             execution = executor.execute(assignment.job_id, assignment.token)
         finally:

@@ -21,7 +21,7 @@ from pymongo.errors import AutoReconnect
 
 from recruiter import JobSpec, Queue, Registry
 from recruiter.clock import FrozenClock, SystemClock
-from recruiter.loop import AT_ONCE, IDLE, Backoff, StopRequest, Wakeups, run_forever
+from recruiter.loop import IDLE, UNKNOWN, Backoff, Pause, StopRequest, Wakeups, run_forever
 from recruiter.recruiter import (
     GAP,
     SCHEDULERS_REFRESH,
@@ -206,9 +206,9 @@ def test_a_loop_following_a_feed_waits_for_its_bell_even_after_a_busy_step() -> 
     bell = stop.bell()
     following = True
     steps: list[float] = []
-    answers = iter([AT_ONCE, IDLE, 0.01])
+    answers = iter([Pause(busy=True), IDLE, Pause(due_in=0.01)])
 
-    def step() -> float:
+    def step() -> Pause:
         steps.append(time.monotonic())
         answer = next(answers, None)
         if answer is None:
@@ -241,15 +241,17 @@ def test_a_round_that_leaves_workers_idle_tells_when_the_next_job_is_due(
     recruiter = Recruiter(queue.store)
     now = clock.now()
     refresh = SCHEDULERS_REFRESH.total_seconds()
-    assert recruiter.run_once(now).pause(now) == refresh, "no worker: the schedulers only"
+    assert recruiter.run_once(now).pause(now) == Pause(False, refresh), "the schedulers only"
     queue.store.register_worker("*", 1, "here", now)
     queue.schedule(JobSpec("tests.noop").run_in("3s"))
     result = recruiter.run_once(now)
     assert result.next_due == now + dt.timedelta(seconds=3)
-    assert result.pause(now) == 3.0
-    assert result.pause(now + dt.timedelta(seconds=4)) > 0, "a late wake-up is at once"
-    assert RoundResult(1, 1).pause(now) == AT_ONCE
+    assert result.pause(now) == Pause(False, 3.0)
+    assert result.pause(now + dt.timedelta(seconds=4)).due_in > 0, "a late wake-up is at once"
+    assert RoundResult(1, 1).pause(now) == Pause(True, UNKNOWN)
     assert RoundResult(1, 0).pause(now) == IDLE
+    busy = RoundResult(2, 1, next_due=now + dt.timedelta(seconds=0.1)).pause(now)
+    assert busy == Pause(True, 0.1), "busy, and a job due soon: a followed loop wakes for it"
 
 
 def test_news_of_workers_only_skips_a_round_when_nothing_was_left_ready(

@@ -20,7 +20,7 @@ from recruiter.cleaner import Cleaner, CleanerConfig
 from recruiter.clock import FrozenClock
 from recruiter.execution import Outcome
 from recruiter.leadership import Leadership
-from recruiter.loop import AT_ONCE, IDLE, Backoff, run_forever
+from recruiter.loop import IDLE, Backoff, Pause, run_forever
 from recruiter.recruiter import Recruiter
 from recruiter.store import Store
 from recruiter.worker import WorkerSlot
@@ -229,14 +229,14 @@ def test_the_loop_survives_database_errors_and_resumes() -> None:
     outcomes: list[str] = []
     script = iter(["error", "error", "work", "idle", "stop"])
 
-    def step() -> float:
+    def step() -> Pause:
         outcome = next(script)
         outcomes.append(outcome)
         if outcome == "error":
             raise AutoReconnect("the database went away (simulated)")
         if outcome == "stop":
             stop.set()
-        return AT_ONCE if outcome == "work" else IDLE
+        return Pause(busy=True) if outcome == "work" else IDLE
 
     run_forever(step, stop=stop, backoff=Backoff(0.0001, 0.001), name="test")
     assert outcomes == ["error", "error", "work", "idle", "stop"]

@@ -63,6 +63,7 @@ def test_an_every_schedule_counts_from_the_last_occurrence() -> None:
         lambda: Cron("every minute"),
         lambda: Cron(""),
         lambda: Cron("* * * * *", "Mars/Olympus"),
+        lambda: Cron("0 0 1 1 * 0 2026"),  # croniter reads a seventh field as the year
         lambda: Every("0.5s"),
         lambda: Every("soon"),
         lambda: Every(-5),
@@ -121,6 +122,7 @@ def test_declaring_again_changes_the_job_and_restarts_only_a_changed_schedule(
         ("report", "reports.daily", "* * * * *", InvalidJob),
         ("report", JobSpec("reports.daily").run_in("5m"), "* * * * *", InvalidJob),
         ("report", JobSpec("reports.daily"), "61 * * * *", InvalidSchedule),
+        ("report", JobSpec("reports.daily"), "0 0 31 2 *", InvalidSchedule),  # no 31st
         ("report", JobSpec("reports.daily"), 60, InvalidSchedule),
     ],
 )
@@ -249,14 +251,38 @@ def test_a_pending_occurrence_already_run_and_archived_is_not_created_again(
     assert occurrences(queue.store) == [now]
 
 
-def test_a_damaged_scheduler_is_left_alone_and_the_others_go_on(
-    queue: Queue, clock: FrozenClock, report: JobSpec
+@pytest.mark.parametrize("schedule", [{"at": 1}, {"cron": "0 0 31 2 *", "timezone": "UTC"}])
+def test_a_scheduler_whose_schedule_cannot_be_read_is_parked_and_the_others_go_on(
+    queue: Queue, clock: FrozenClock, report: JobSpec, schedule: dict[str, Any]
 ) -> None:
     queue.repeat("broken", report, Every("1m"))
     queue.repeat("report", report, Every("1m"))
-    queue.store.schedulers.update_one({"_id": "broken"}, {"$set": {"schedule": {"at": 1}}})
+    queue.store.schedulers.update_one({"_id": "broken"}, {"$set": {"schedule": schedule}})
     assert create_due_occurrences(queue.store, clock.advance(60)).created == 1
     assert occurrences(queue.store, "broken") == []
+    parked = queue.store.find_scheduler("broken")
+    assert parked is not None
+    assert (parked.next_at, bool(parked.broken)) == (None, True), "no longer due every round"
+    result = create_due_occurrences(queue.store, clock.now())
+    assert result.next_due == clock.now() + MINUTE, "the next due is the working one's"
+    queue.repeat("broken", report, Every("1m"))  # declared again, as at the app's start
+    revived = queue.store.find_scheduler("broken")
+    assert revived is not None
+    assert (revived.next_at, revived.broken) == (clock.now() + MINUTE, None)
+
+
+def test_a_pending_occurrence_is_completed_even_if_its_schedule_broke_meanwhile(
+    queue: Queue, clock: FrozenClock, report: JobSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue.repeat("report", report, Every("1m"))
+    now = clock.advance(60)
+    with monkeypatch.context() as patched:
+        patched.setattr(queue.store, "insert_occurrence", crash)
+        with pytest.raises(AutoReconnect):
+            create_due_occurrences(queue.store, now)
+    queue.store.schedulers.update_one({"_id": "report"}, {"$set": {"schedule": {"at": 1}}})
+    assert create_due_occurrences(queue.store, now).created == 1
+    assert occurrences(queue.store) == [now]
 
 
 def test_stop_repeating_removes_the_scheduler_and_keeps_its_jobs(

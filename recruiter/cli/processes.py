@@ -39,7 +39,7 @@ from recruiter.cli.options import (
 from recruiter.clock import SystemClock
 from recruiter.leadership import Leadership, holder_name
 from recruiter.logs import Level, setup_logging
-from recruiter.loop import IDLE, Backoff, StopRequest, Wakeups, run_forever
+from recruiter.loop import IDLE, Backoff, Pause, StopRequest, Wakeups, run_forever
 from recruiter.recruiter import News, Recruiter, RecruiterConfig
 from recruiter.store import ChangeFeed, Store
 from recruiter.watcher import Watcher
@@ -76,7 +76,7 @@ class Leading(Protocol):
 
 
 class Round(Protocol):
-    def pause(self, now: dt.datetime) -> float: ...
+    def pause(self, now: dt.datetime) -> Pause: ...
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ def lead(
     standby_wait = max(0.5, lease.total_seconds() / 5)
     feed = LeaderFeed(name, follow, stop.bell())
 
-    def step() -> float:
+    def step() -> Pause:
         now = clock.now()
         was_leading = leadership.leading
         if not leadership.hold(now):

@@ -51,6 +51,8 @@ class SchedulerRecord:
     last: Occurrence | None
     created: int
     skipped: int
+    broken: str | None
+    """Why the recruiter parked it (its schedule could not be read), if it did."""
 
     @classmethod
     def from_document(cls, document: Mapping[str, Any]) -> SchedulerRecord:
@@ -70,6 +72,7 @@ class SchedulerRecord:
             last=occurrence(document.get("last")),
             created=int(document.get("created") or 0),
             skipped=int(document.get("skipped") or 0),
+            broken=str(document["broken"]) if "broken" in document else None,
         )
 
 
@@ -96,13 +99,16 @@ class SchedulerVerbs:
         ``first_at``; an unchanged one keeps its ``next_at``.
         """
         fields = {"job": job, "unique": unique, "updated_at": now}
-        same = self.schedulers.update_one({"_id": urn, "schedule": schedule}, {"$set": fields})
+        same = self.schedulers.update_one(
+            {"_id": urn, "schedule": schedule, "broken": {"$exists": False}}, {"$set": fields}
+        )
         if same.matched_count:
             return False
         result = self.schedulers.update_one(
             {"_id": urn},
             {
                 "$set": {**fields, "schedule": schedule, "next_at": first_at},
+                "$unset": {"broken": ""},
                 "$setOnInsert": {"created_at": now, "created": 0, "skipped": 0},
             },
             upsert=True,
@@ -129,7 +135,8 @@ class SchedulerVerbs:
 
     def next_scheduler_due(self) -> dt.datetime | None:
         """When the earliest occurrence of any scheduler is due."""
-        cursor = self.schedulers.find({}, {"next_at": 1}).sort("next_at", 1).limit(1)
+        query = {"next_at": {"$type": "date"}}
+        cursor = self.schedulers.find(query, {"next_at": 1}).sort("next_at", 1).limit(1)
         due = next((document.get("next_at") for document in cursor), None)
         return aware(due) if isinstance(due, dt.datetime) else None
 
@@ -140,6 +147,14 @@ class SchedulerVerbs:
         result = self.schedulers.update_one(
             {"_id": urn, "next_at": at, "pending": {"$exists": False}},
             {"$set": {"next_at": following, "pending": {"at": at, "job_id": job_id}}},
+        )
+        return result.modified_count == 1
+
+    def park_scheduler(self, urn: str, at: dt.datetime, reason: str) -> bool:
+        """Stop a scheduler whose schedule cannot be read from being due, saying why."""
+        result = self.schedulers.update_one(
+            {"_id": urn, "next_at": at, "pending": {"$exists": False}},
+            {"$unset": {"next_at": ""}, "$set": {"broken": reason}},
         )
         return result.modified_count == 1
 

@@ -86,11 +86,15 @@ def _open(
     source: Collection[Document] | Database[Document],
     match: Document,
     read: Callable[[Document], T],
+    keep: Document | None = None,
 ) -> ChangeFeed[T]:
     if getattr(type(source), "watch", None) is None:  # mongomock has no change streams
         raise ChangeStreamsUnavailable("this database client cannot watch for changes")
+    pipeline: list[Document] = [{"$match": match}]
+    if keep is not None:
+        pipeline.append({"$project": keep})  # the event's _id, its resume token, stays
     try:
-        stream = source.watch([{"$match": match}], max_await_time_ms=FEED_WAIT_MS)
+        stream = source.watch(pipeline, max_await_time_ms=FEED_WAIT_MS)
     except OperationFailure as error:
         if error.code == NOT_A_REPLICA_SET:
             raise ChangeStreamsUnavailable(str(error)) from error
@@ -141,4 +145,5 @@ class WatchVerbs:
                 {"ns.coll": "schedulers", f"{updated}.schedule": {"$exists": True}},
             ]
         }
-        return _open(self.database, match, lambda event: str(event["ns"]["coll"]))
+        # only where the change was: not a new job's whole document
+        return _open(self.database, match, lambda event: str(event["ns"]["coll"]), {"ns": 1})
