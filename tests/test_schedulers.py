@@ -35,6 +35,19 @@ def crash(*arguments: Any, **options: Any) -> None:
     raise AutoReconnect("the leader died here (simulated)")
 
 
+def leave_pending(
+    queue: Queue, clock: FrozenClock, report: JobSpec, monkeypatch: pytest.MonkeyPatch, verb: str
+) -> dt.datetime:
+    """A scheduler whose first occurrence's creation died before ``verb``; its time."""
+    queue.repeat("report", report, Every("1m"))
+    now = clock.advance(60)
+    with monkeypatch.context() as patched:
+        patched.setattr(queue.store, verb, crash)
+        with pytest.raises(AutoReconnect):
+            create_due_occurrences(queue.store, now)
+    return now
+
+
 @pytest.fixture
 def report() -> JobSpec:
     return JobSpec("reports.daily", {"kind": "sales"}).in_group("reports")
@@ -216,12 +229,7 @@ def test_an_occurrence_left_pending_by_a_crash_is_created_once_by_the_next_leade
     monkeypatch: pytest.MonkeyPatch,
     crash_before: str,
 ) -> None:
-    queue.repeat("report", report, Every("1m"))
-    now = clock.advance(60)
-    with monkeypatch.context() as patched:
-        patched.setattr(queue.store, crash_before, crash)
-        with pytest.raises(AutoReconnect):
-            create_due_occurrences(queue.store, now)
+    now = leave_pending(queue, clock, report, monkeypatch, crash_before)
     pending = queue.store.find_scheduler("report")
     assert pending is not None
     assert pending.pending is not None
@@ -237,12 +245,7 @@ def test_an_occurrence_left_pending_by_a_crash_is_created_once_by_the_next_leade
 def test_a_pending_occurrence_already_run_and_archived_is_not_created_again(
     queue: Queue, clock: FrozenClock, report: JobSpec, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    queue.repeat("report", report, Every("1m"))
-    now = clock.advance(60)
-    with monkeypatch.context() as patched:
-        patched.setattr(queue.store, "settle_occurrence", crash)
-        with pytest.raises(AutoReconnect):
-            create_due_occurrences(queue.store, now)
+    now = leave_pending(queue, clock, report, monkeypatch, "settle_occurrence")
     job = queue.store.scheduled.find_one({"scheduler.urn": "report"})
     assert job is not None
     queue.store.archived.insert_one({**job, "why": "done"})  # it ran, and was archived
@@ -274,12 +277,7 @@ def test_a_scheduler_whose_schedule_cannot_be_read_is_parked_and_the_others_go_o
 def test_a_pending_occurrence_is_completed_even_if_its_schedule_broke_meanwhile(
     queue: Queue, clock: FrozenClock, report: JobSpec, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    queue.repeat("report", report, Every("1m"))
-    now = clock.advance(60)
-    with monkeypatch.context() as patched:
-        patched.setattr(queue.store, "insert_occurrence", crash)
-        with pytest.raises(AutoReconnect):
-            create_due_occurrences(queue.store, now)
+    now = leave_pending(queue, clock, report, monkeypatch, "insert_occurrence")
     queue.store.schedulers.update_one({"_id": "report"}, {"$set": {"schedule": {"at": 1}}})
     assert create_due_occurrences(queue.store, now).created == 1
     assert occurrences(queue.store) == [now]
