@@ -11,7 +11,8 @@ Each round it:
    worker on the roster holds;
 3. moves finished jobs from ``scheduled`` to ``archived``, up to 500 in three commands
    (workers only mark a job finished; a crash in the middle of a move is completed too);
-4. purges archived jobs that finished more than ``clean_after`` ago, in one command,
+4. purges archived jobs that finished more than ``clean_after`` ago, up to 5,000 a round
+   in two commands (a round that purged a full batch is followed by another at once),
    crashed ones included.
 """
 
@@ -27,7 +28,7 @@ from pymongo.errors import PyMongoError
 from recruiter.loop import Backoff, Pause
 from recruiter.recovery import Released, release_job, release_unheld
 from recruiter.store import Store, WorkerRecord
-from recruiter.store.jobs import ARCHIVE_BATCH
+from recruiter.store.jobs import ARCHIVE_BATCH, PURGE_BATCH
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ class CleanResult:
         return bool(
             self.dead_workers
             or sum(self.released.values())
-            or self.purged
+            or self.purged >= PURGE_BATCH
             or self.archived_moves >= ARCHIVE_BATCH
         )
 

@@ -19,7 +19,7 @@ from recruiter.execution import Outcome
 from recruiter.leadership import Leadership
 from recruiter.recruiter import Recruiter
 from recruiter.store import Store
-from recruiter.store.jobs import ARCHIVE_BATCH
+from recruiter.store.jobs import ARCHIVE_BATCH, PURGE_BATCH
 from recruiter.testing import drain
 from recruiter.worker import WorkerConfig, WorkerProcess, WorkerSlot
 from tests.factories import queued_job
@@ -389,6 +389,20 @@ def test_the_cleaner_purges_archived_jobs_older_than_clean_after(
     assert cleaner.run_once(clock.now()).purged == 1
     assert queue.store.find_job(old) is None
     assert queue.store.find_job(recent) is not None
+
+
+def test_the_purge_goes_in_batches_oldest_first_and_hurries_while_they_are_full(
+    queue: Queue, app: Registry, clock: FrozenClock
+) -> None:
+    ids = []
+    for _ in range(3):  # archived a second apart
+        ids.append(queue.schedule(JobSpec("tests.noop")))
+        drain(queue, app)
+        clock.advance(1)
+    assert queue.store.purge_archived(clock.now(), limit=2) == 2
+    assert [queue.store.find_job(i) is None for i in ids] == [True, True, False], "oldest first"
+    assert not CleanResult(purged=PURGE_BATCH - 1).busy
+    assert CleanResult(purged=PURGE_BATCH).busy, "a full batch: more may be waiting"
 
 
 def test_one_leader_at_a_time_until_the_lease_expires(store: Store, clock: FrozenClock) -> None:

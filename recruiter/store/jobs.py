@@ -24,6 +24,7 @@ from recruiter.store.base import Document, aware
 
 DUPLICATE_KEY = 11000
 ARCHIVE_BATCH = 500
+PURGE_BATCH = 5_000
 
 
 def _recording(update: Document, execution: Document, reset: bool = False) -> Document:
@@ -198,9 +199,16 @@ class JobVerbs:
         document = self.scheduled.find_one({"_id": job_id, "lock.token": token})
         return None if document is None else Job.from_document(document)
 
-    def purge_archived(self, archived_before: dt.datetime) -> int:
-        """Delete archived jobs finished before ``archived_before``, in one command."""
-        return self.archived.delete_many({"archived_at": {"$lt": archived_before}}).deleted_count
+    def purge_archived(self, archived_before: dt.datetime, limit: int = PURGE_BATCH) -> int:
+        """Delete up to ``limit`` archived jobs finished before ``archived_before``, oldest
+        first, in two commands (read, delete): a round stays short however large the
+        archive to purge."""
+        old = {"archived_at": {"$lt": archived_before}}
+        cursor = self.archived.find(old, {"_id": 1}).sort("archived_at", 1).limit(limit)
+        ids = [document["_id"] for document in cursor]
+        if not ids:
+            return 0
+        return self.archived.delete_many({**old, "_id": {"$in": ids}}).deleted_count
 
     def reschedule_if_owned(
         self, job_id: Any, token: ObjectId, at: dt.datetime, execution: Document
