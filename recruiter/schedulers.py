@@ -17,7 +17,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 from bson import ObjectId
 
@@ -135,7 +134,9 @@ def _create(
     return created, skipped
 
 
-def _first_after(schedule: Schedule, following: dt.datetime, now: dt.datetime) -> tuple[Any, int]:
+def _first_after(
+    schedule: Schedule, following: dt.datetime, now: dt.datetime
+) -> tuple[dt.datetime, int]:
     """The first occurrence after ``now`` from ``following`` on, and how many are skipped
     to reach it (the one due now included)."""
     count = 1
