@@ -33,6 +33,8 @@ HISTORY_LIMIT = 20
 """Attempts kept in a job's ``history``; older ones are dropped (``last_execution`` stays)."""
 TRACE_LIMIT = 8192
 """Characters of a traceback kept per attempt."""
+PRIORITY_RANGE = range(-1000, 1001)
+"""Priorities a job may have; higher runs first within its group, 0 by default."""
 
 
 def check_bson(workable: str, parameters: Any) -> dict[str, Any]:
@@ -98,6 +100,8 @@ class JobSpec:
     """An absolute time to run at; when ``None`` the job runs ``delay`` after scheduling."""
     delay: dt.timedelta = dt.timedelta(0)
     urn: str | None = None
+    priority: int = 0
+    """Among the ready jobs of its group, a job of higher priority is handed out first."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.workable, str) or not self.workable:
@@ -118,6 +122,15 @@ class JobSpec:
             object.__setattr__(self, "scheduled_at", to_millis(self.scheduled_at))
         if self.urn is not None and (not isinstance(self.urn, str) or not self.urn):
             raise InvalidJob(f"urn must be a non-empty string, got {self.urn!r}")
+        if (
+            isinstance(self.priority, bool)
+            or not isinstance(self.priority, int)
+            or self.priority not in PRIORITY_RANGE
+        ):
+            raise InvalidJob(
+                f"priority must be an integer from {PRIORITY_RANGE.start} to "
+                f"{PRIORITY_RANGE.stop - 1}, got {self.priority!r}"
+            )
 
     def in_group(self, group: str) -> JobSpec:
         """Run on workers of ``group`` (default ``generic``)."""
@@ -154,6 +167,12 @@ class JobSpec:
             raise InvalidJob(str(error)) from error
         return dataclasses.replace(self, scheduled_at=None, delay=delta)
 
+    def with_priority(self, priority: int) -> JobSpec:
+        """Hand this job out before the ready jobs of its group with a lower priority
+        (-1000 to 1000, higher first; 0 by default). Jobs of equal priority go oldest
+        due first."""
+        return dataclasses.replace(self, priority=priority)
+
     def with_urn(self, urn: str) -> JobSpec:
         """Attach an identifier of what the job is about, shown in history and listings."""
         return dataclasses.replace(self, urn=urn)
@@ -167,6 +186,7 @@ class JobSpec:
             "locked": False,
             "attempts": 0,
             "group": self.group,
+            "priority": self.priority,
             "workable": {
                 "class": self.workable,
                 "parameters": dict(self.parameters),
@@ -193,6 +213,7 @@ class Job:
     method: str
     retry_policy: Mapping[str, Any]
     attempts: int
+    priority: int
     created_at: dt.datetime | None
     scheduled_at: dt.datetime | None
     locked: bool
@@ -229,6 +250,7 @@ class Job:
             method=reader.text_in(workable, "workable.method", DEFAULT_METHOD),
             retry_policy=reader.mapping("retry_policy"),
             attempts=reader.integer("attempts"),
+            priority=reader.integer("priority", required=False),
             created_at=reader.moment("created_at"),
             scheduled_at=reader.moment("scheduled_at", required=False),
             locked=reader.boolean("locked"),
@@ -295,8 +317,8 @@ class _Reader:
         """An optional array field; anything else there is a problem."""
         return self._typed(self.document, path, list, "a list", required=False) or []
 
-    def integer(self, path: str) -> int:
-        value = self._typed(self.document, path, int, "an integer")
+    def integer(self, path: str, required: bool = True) -> int:
+        value = self._typed(self.document, path, int, "an integer", required)
         return value if value is not None else 0
 
     def boolean(self, path: str) -> bool:

@@ -12,8 +12,8 @@ A round's result says when the next one is due without news (the next job or
 occurrence due); news comes from the change feed (:class:`News`), which also lets a
 round that could hand nothing out be skipped.
 
-Which jobs a group gets is decided in one place, :meth:`Recruiter.plan`, so limits,
-priorities and fair share can be added there.
+Which jobs each worker gets, under groups' limits, fair share and priorities, is
+decided in one place: :mod:`recruiter.planning`.
 """
 
 from __future__ import annotations
@@ -21,15 +21,14 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
-from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
 from bson import ObjectId
 from pymongo.errors import PyMongoError
 
-from recruiter.job import ANY_GROUP
 from recruiter.loop import UNKNOWN, Backoff, Pause
+from recruiter.planning import Planner
 from recruiter.recovery import release_unheld
 from recruiter.schedulers import create_due_occurrences
 from recruiter.store import Store, WorkerRecord
@@ -147,13 +146,17 @@ class Recruiter:
         self._next_scheduling: dt.datetime | None = None
         """When to look at the schedulers next (their next occurrence, or a refresh)."""
         self._drained = False
-        """Whether the last plan read fewer ready jobs of any group than it asked for."""
+        """Whether the last plan left a worker of any group idle with nothing ready."""
+        self._held_until: dt.datetime | None = None
+        """When a group held back by its rate limit may start a job again."""
+        self.planner = Planner(store)
 
     def became_leader(self) -> None:
         """Look for half-done rounds of a previous leader at the next round."""
         self._next_rollback = None
         self._nothing_ready_before = None
         self._next_scheduling = None
+        self.planner = Planner(self.store)
 
     def run_once(self, now: dt.datetime) -> RoundResult:
         """One round: create the repeatable jobs due, hand ready jobs to available workers."""
@@ -168,6 +171,8 @@ class Recruiter:
 
     def _round(self, now: dt.datetime) -> RoundResult:
         told = self.news.take() if self.news is not None else set()
+        if told & {"groups", GAP}:
+            self.planner.forget_settings()
         rollback_due = self._next_rollback is None or now >= self._next_rollback
         scheduling_due = (
             self._next_scheduling is None
@@ -190,6 +195,11 @@ class Recruiter:
         workers = self.store.available_workers()
         if not workers:
             return RoundResult(0, 0, rolled_back, next_due=self._wake_at(None))
+        return self._hand_out(workers, rolled_back, now)
+
+    def _hand_out(
+        self, workers: list[WorkerRecord], rolled_back: int, now: dt.datetime
+    ) -> RoundResult:
         token = ObjectId()
         plan = self.plan(workers, token, now)
         assigned = self.store.assign(plan, token, now)
@@ -199,10 +209,13 @@ class Recruiter:
             logger.info("recruiter: %d workers left before assignment", len(unassigned))
         for worker in assigned:
             logger.debug("recruiter: assigned job %s to worker %s", plan[worker], worker)
-        # workers left idle: the job that will be due next is worth waking for
+        # workers left idle: the job that will be due next is worth waking for, and so
+        # is the moment a group held back by its rate may start one again
         next_due = self.store.next_due(now) if len(plan) < len(workers) else None
+        if self._held_until is not None:
+            next_due = min(next_due or self._held_until, self._held_until)
         if self._drained:
-            # the read of any group's ready jobs came back short: none is left
+            # nothing of any group is ready for the idle workers of any group
             self._nothing_ready_before = next_due or NEVER
         return RoundResult(len(workers), len(assigned), rolled_back, self._wake_at(next_due))
 
@@ -225,26 +238,11 @@ class Recruiter:
     def plan(
         self, workers: list[WorkerRecord], token: ObjectId, now: dt.datetime
     ) -> dict[ObjectId, Any]:
-        """Lock jobs for the available workers; return the job each worker gets.
-
-        Workers of a named group are served before workers of any group, so a job of a
-        group is taken by its own workers first. Each group's jobs are locked before the
-        next group is queried, so no job is booked twice in a round.
-        """
-        by_group: dict[str, list[ObjectId]] = defaultdict(list)
-        for worker in workers:
-            by_group[worker.work_on].append(worker.id)
-        groups = sorted(by_group, key=lambda g: (g == ANY_GROUP, g))
-        plan: dict[ObjectId, Any] = {}
-        self._drained = False
-        for group in groups:
-            idle = by_group[group]
-            ready = self.store.ready_job_ids(now, None if group == ANY_GROUP else group, len(idle))
-            if group == ANY_GROUP:
-                self._drained = len(ready) < len(idle)
-            locked = self.store.lock_jobs(ready, token, now)
-            plan.update(zip(idle, locked, strict=False))
-        return plan
+        """Lock jobs for the available workers; return the job each worker gets (see
+        :mod:`recruiter.planning`)."""
+        plan = self.planner.plan(workers, token, now)
+        self._drained, self._held_until = plan.drained, plan.wake_at
+        return plan.jobs
 
     def rollback(self, now: dt.datetime) -> int:
         """Release jobs locked but held by no worker (a round cut short by a crash)."""

@@ -30,7 +30,7 @@ PER_PASS = 100
 """The most occurrences one pass creates for one scheduler."""
 SKIP_COUNT_LIMIT = 10_000
 """Skipped occurrences beyond this many at once are not counted one by one."""
-TEMPLATE_FIELDS = ("group", "workable", "retry_policy", "tags", "urn")
+TEMPLATE_FIELDS = ("group", "priority", "workable", "retry_policy", "tags", "urn")
 """What a scheduler keeps of a job's document, to create each occurrence from."""
 
 
@@ -52,6 +52,7 @@ def occurrence_document(
 ) -> Document:
     """The job of one occurrence: due at its time, marked with its scheduler."""
     return {
+        "priority": 0,  # a template stored before priorities had none
         **scheduler.job,
         "_id": occurrence.job_id,
         "done": False,

@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pymongo import ASCENDING, IndexModel
+from pymongo import ASCENDING, DESCENDING, IndexModel
 from pymongo.database import Database
 
 from recruiter.errors import RecruiterError, SchemaTooNew
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 SCHEMA_DOCUMENT_ID = "schema"
 
 Migration = Callable[[Database[Any]], None]
@@ -24,12 +24,19 @@ Migration = Callable[[Database[Any]], None]
 INDEXES: Mapping[str, tuple[IndexModel, ...]] = {
     "scheduled": (
         # the recruiter's ready query for a group: equality on group and locked, then
-        # the range on scheduled_at, which also gives the FIFO order
+        # the order (priority, then oldest due first), with the range on scheduled_at
+        # checked in the index; also the ready groups (distinct on its prefix), and the
+        # locked jobs of limited groups
         IndexModel(
-            [("group", ASCENDING), ("locked", ASCENDING), ("scheduled_at", ASCENDING)],
-            name="ready_in_group",
+            [
+                ("group", ASCENDING),
+                ("locked", ASCENDING),
+                ("priority", DESCENDING),
+                ("scheduled_at", ASCENDING),
+            ],
+            name="ready_by_priority",
         ),
-        # the same for workers that take any group
+        # the next job due, of any group
         IndexModel([("locked", ASCENDING), ("scheduled_at", ASCENDING)], name="ready"),
         # finished jobs not yet moved to archived (only those have a why)
         IndexModel([("why", ASCENDING)], name="finished", sparse=True),
@@ -52,7 +59,18 @@ def _initial(database: Database[Any]) -> None:
     """Version 1: the first layout; there is nothing to convert."""
 
 
-MIGRATIONS: Mapping[int, Migration] = {1: _initial}
+def _priorities(database: Database[Any]) -> None:
+    """Version 2: jobs have a priority (0 unless given), and the ready index orders by it.
+
+    A job without one would sort below every priority, so each gets 0; the old ready
+    index, replaced by ``ready_by_priority``, is dropped.
+    """
+    database.scheduled.update_many({"priority": {"$exists": False}}, {"$set": {"priority": 0}})
+    if "ready_in_group" in database.scheduled.index_information():
+        database.scheduled.drop_index("ready_in_group")
+
+
+MIGRATIONS: Mapping[int, Migration] = {1: _initial, 2: _priorities}
 
 
 def ensure_indexes(database: Database[Any]) -> None:

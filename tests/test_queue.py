@@ -31,6 +31,7 @@ def test_schedule_stores_the_recruiter_document(
         .tagged("welcome")
         .retry_with(ExponentialBackoff(3, 10), retriable=ConnectionError)
         .with_urn("user:42")
+        .with_priority(5)
         .run_in("90s")
     )
     job_id = queue.schedule(spec)
@@ -44,6 +45,7 @@ def test_schedule_stores_the_recruiter_document(
         "locked": False,
         "attempts": 0,
         "group": "mail",
+        "priority": 5,
         "tags": ["welcome"],
         "urn": "user:42",
         "workable": {

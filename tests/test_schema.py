@@ -20,7 +20,7 @@ def schema_version(database: Database[Any]) -> Any:
 def test_a_new_database_gets_the_current_version_and_indexes(database: Database[Any]) -> None:
     Store(database).ensure_ready()
     assert schema_version(database) == SCHEMA_VERSION
-    assert {"ready", "ready_in_group", "finished"} <= set(database.scheduled.index_information())
+    assert {"ready", "ready_by_priority", "finished"} <= set(database.scheduled.index_information())
     Store(database).ensure_ready()  # idempotent
 
 

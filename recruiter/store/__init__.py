@@ -19,6 +19,7 @@ from pymongo.database import Database
 
 from recruiter.schema import ensure_indexes, ensure_schema
 from recruiter.store.base import Document
+from recruiter.store.groups import GroupRecord, GroupVerbs
 from recruiter.store.jobs import JobVerbs, as_object_id
 from recruiter.store.leases import LeaseVerbs
 from recruiter.store.roster import Assignment, RosterVerbs, WorkerRecord
@@ -30,6 +31,7 @@ __all__ = [
     "ChangeFeed",
     "ChangeStreamsUnavailable",
     "Document",
+    "GroupRecord",
     "RosterChange",
     "SchedulerRecord",
     "Store",
@@ -38,7 +40,7 @@ __all__ = [
 ]
 
 
-class Store(JobVerbs, RosterVerbs, LeaseVerbs, SchedulerVerbs, WatchVerbs):
+class Store(JobVerbs, RosterVerbs, LeaseVerbs, SchedulerVerbs, GroupVerbs, WatchVerbs):
     """Every collection recruiter uses, and every operation on them."""
 
     def __init__(self, database: Database[Any]) -> None:
@@ -50,6 +52,7 @@ class Store(JobVerbs, RosterVerbs, LeaseVerbs, SchedulerVerbs, WatchVerbs):
         self.roster: Collection[Document] = self.database.roster
         self.metadata: Collection[Document] = self.database.metadata
         self.schedulers: Collection[Document] = self.database.schedulers
+        self.groups: Collection[Document] = self.database.groups
 
     def ensure_ready(self) -> None:
         """Check and upgrade the schema version, create missing indexes (idempotent)."""

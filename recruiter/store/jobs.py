@@ -45,8 +45,9 @@ def as_object_id(job_id: ObjectId | str) -> ObjectId | str:
     return job_id
 
 
-READY_ORDER = {"scheduled_at": 1}
-"""The order ready jobs are handed out in: oldest due first."""
+READY_ORDER = {"priority": -1, "scheduled_at": 1}
+"""The order ready jobs are handed out in: highest priority first, then oldest due."""
+DUE_ORDER = {"scheduled_at": 1}
 
 
 def ready_query(now: dt.datetime, group: str | None = None) -> Document:
@@ -87,9 +88,10 @@ class JobVerbs:
     # --- the recruiter's side -------------------------------------------------------
 
     def ready_job_ids(self, now: dt.datetime, group: str | None, limit: int) -> list[Any]:
-        """Up to ``limit`` unlocked jobs due by ``now``, oldest first (any group if None).
+        """Up to ``limit`` unlocked jobs due by ``now`` in :data:`READY_ORDER` (of any
+        group if None).
 
-        Jobs due in the same millisecond come in index order.
+        Jobs of the same priority due in the same millisecond come in index order.
         """
         cursor = self.scheduled.find(ready_query(now, group), {"_id": 1})
         cursor = cursor.sort(READY_ORDER).limit(limit)
@@ -98,7 +100,7 @@ class JobVerbs:
     def next_due(self, now: dt.datetime) -> dt.datetime | None:
         """When the first unlocked job not due by ``now`` will be due, if there is one."""
         query = {"locked": False, "scheduled_at": {"$gt": now}}
-        cursor = self.scheduled.find(query, {"scheduled_at": 1}).sort(READY_ORDER).limit(1)
+        cursor = self.scheduled.find(query, {"scheduled_at": 1}).sort(DUE_ORDER).limit(1)
         due = next((document["scheduled_at"] for document in cursor), None)
         return aware(due) if isinstance(due, dt.datetime) else None
 

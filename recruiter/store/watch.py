@@ -143,6 +143,9 @@ class WatchVerbs:
                 {"ns.coll": "roster", f"{updated}.available": True},
                 {"ns.coll": "schedulers", "operationType": "insert"},
                 {"ns.coll": "schedulers", f"{updated}.schedule": {"$exists": True}},
+                # a group's settings changed, not its starts (the recruiter's own writes)
+                {"ns.coll": "groups", "operationType": {"$in": ["insert", "delete"]}},
+                {"ns.coll": "groups", f"{updated}.changed_at": {"$exists": True}},
             ]
         }
         # only where the change was: not a new job's whole document

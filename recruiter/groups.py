@@ -1,0 +1,181 @@
+"""What a group may use: how many of its jobs run at once, how fast they start, its share.
+
+A group's settings are stored in the ``groups`` collection, one document per group, and
+read by the leading recruiter, which enforces them when it hands jobs out: limits are
+decided in one place, without distributed locks.
+
+- ``concurrency``: at most this many jobs of the group locked (handed out or running)
+  at once, across every worker;
+- ``rate``: at most ``limit`` jobs of the group handed out per ``per`` (a sliding
+  window, kept in the database so that a new leader honours its predecessor's starts);
+- ``weight``: the group's share of the workers that take any group (``*``), relative
+  to the other groups with ready jobs (1 by default).
+
+>>> GroupSettings("mail", concurrency=2, rate=Rate.parse("10/1m")).describe()
+'concurrency 2, rate 10/60s, weight 1'
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from recruiter.duration import Duration, to_timedelta
+from recruiter.errors import RecruiterError
+from recruiter.job import check_group
+
+MAX_WEIGHT = 1000
+MAX_RATE = 100_000
+"""Starts per window a rate may allow: each start is kept in the group's document."""
+
+
+class InvalidGroupSettings(RecruiterError):
+    """Group settings that cannot be enforced; nothing was written."""
+
+
+def _positive(name: str, value: Any, most: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidGroupSettings(f"{name} must be a positive integer, got {value!r}")
+    if most is not None and value > most:
+        raise InvalidGroupSettings(f"{name} may be at most {most}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Rate:
+    """At most ``limit`` starts per ``per``.
+
+    >>> Rate.parse("100/1m")
+    Rate(limit=100, per=datetime.timedelta(seconds=60))
+    """
+
+    limit: int
+    per: dt.timedelta
+
+    def __post_init__(self) -> None:
+        _positive("a rate's limit", self.limit, MAX_RATE)
+        if not isinstance(self.per, dt.timedelta) or self.per < dt.timedelta(milliseconds=1):
+            raise InvalidGroupSettings(f"a rate's window must be at least 1ms, got {self.per!r}")
+
+    @classmethod
+    def of(cls, limit: int, per: Duration) -> Rate:
+        try:
+            window = to_timedelta(per, name="a rate's window")
+        except ValueError as error:
+            raise InvalidGroupSettings(str(error)) from error
+        return cls(limit, window)
+
+    @classmethod
+    def parse(cls, text: str) -> Rate:
+        """``"<starts>/<window>"``, as in ``10/1s`` or ``500/1h``."""
+        limit, slash, window = str(text).partition("/")
+        if not slash or not limit.strip().isdigit():
+            raise InvalidGroupSettings(
+                f"invalid rate {text!r}: write starts/window, for example 10/1s or 500/1h"
+            )
+        return cls.of(int(limit), window.strip())
+
+    def __str__(self) -> str:
+        return f"{self.limit}/{self.per.total_seconds():g}s"
+
+
+@dataclass(frozen=True)
+class GroupSettings:
+    """A group's limits and share; ``None`` means no limit."""
+
+    group: str
+    concurrency: int | None = None
+    rate: Rate | None = None
+    weight: int = 1
+
+    def __post_init__(self) -> None:
+        try:
+            check_group(self.group)
+        except RecruiterError as error:
+            raise InvalidGroupSettings(str(error)) from error
+        if self.concurrency is not None:
+            _positive("concurrency", self.concurrency)
+        if self.rate is not None and not isinstance(self.rate, Rate):
+            raise InvalidGroupSettings(f"rate must be a Rate or '10/1s', got {self.rate!r}")
+        _positive("weight", self.weight, MAX_WEIGHT)
+
+    def describe(self) -> str:
+        concurrency = "unlimited" if self.concurrency is None else self.concurrency
+        rate = "unlimited" if self.rate is None else self.rate
+        return f"concurrency {concurrency}, rate {rate}, weight {self.weight}"
+
+    def to_document(self) -> dict[str, Any]:
+        """The settings' fields of the group's document (its ``_id`` is the group)."""
+        rate = None
+        if self.rate is not None:
+            per_ms = self.rate.per // dt.timedelta(milliseconds=1)
+            rate = {"limit": self.rate.limit, "per_ms": per_ms}
+        return {"concurrency": self.concurrency, "rate": rate, "weight": self.weight}
+
+    @classmethod
+    def from_document(cls, document: Mapping[str, Any]) -> GroupSettings:
+        """Read stored settings; a hand-damaged field reads as no limit, never raises."""
+        concurrency = document.get("concurrency")
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            concurrency = None
+        weight = document.get("weight")
+        if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= MAX_WEIGHT:
+            weight = 1
+        return cls(str(document["_id"]), concurrency, _stored_rate(document.get("rate")), weight)
+
+
+def _stored_rate(value: Any) -> Rate | None:
+    if not isinstance(value, Mapping):
+        return None
+    limit, per_ms = value.get("limit"), value.get("per_ms")
+    if not isinstance(limit, int) or not isinstance(per_ms, int):
+        return None
+    try:
+        return Rate(limit, dt.timedelta(milliseconds=per_ms))
+    except (InvalidGroupSettings, TypeError, OverflowError):
+        return None
+
+
+class FairShare:
+    """Which group the next worker of any group serves: weighted fair queuing.
+
+    Each group has a virtual time that grows by ``1 / weight`` per job it is handed; the
+    group that is furthest behind goes first. A group that was idle starts level with the
+    others instead of being owed its idle time, so a burst of a quiet group shares the
+    workers instead of taking them all. Kept in memory by the leader: a new leader starts
+    everyone level.
+
+    >>> share = FairShare()
+    >>> [share.serve(["a", "b"], {"a": 2}) for _ in range(6)]
+    ['a', 'b', 'a', 'a', 'b', 'a']
+    """
+
+    def __init__(self) -> None:
+        self._virtual: dict[str, float] = {}
+
+    def order(self, groups: Iterable[str]) -> list[str]:
+        """``groups`` from the most owed to the least (ties by name)."""
+        groups = list(groups)
+        known = [self._virtual[g] for g in groups if g in self._virtual]
+        level = min(known, default=0.0)
+        for group in groups:
+            if group not in self._virtual or self._virtual[group] < level:
+                self._virtual[group] = level
+        return sorted(groups, key=lambda g: (self._virtual[g], g))
+
+    def charge(self, group: str, weight: int) -> None:
+        """``group`` was handed one job."""
+        self._virtual[group] = self._virtual.get(group, 0.0) + 1 / weight
+
+    def serve(self, groups: Iterable[str], weights: Mapping[str, int]) -> str:
+        """The group to hand the next job from, charged for it."""
+        first = self.order(groups)[0]
+        self.charge(first, weights.get(first, 1))
+        return first
+
+    def forget(self, keep: Iterable[str]) -> None:
+        """Drop the groups not in ``keep``: they have no ready job."""
+        keep = set(keep)
+        self._virtual = {g: v for g, v in self._virtual.items() if g in keep}

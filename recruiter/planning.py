@@ -1,0 +1,190 @@
+"""Which job each available worker gets: the recruiter's plan for one round.
+
+The plan honours, in this order:
+
+1. **groups' limits** (:mod:`recruiter.groups`): a group gets no more jobs than its
+   concurrency limit leaves (its jobs locked now counted across every worker) and its
+   rate leaves (its starts in the sliding window);
+2. **workers' groups**: workers of a named group take that group's jobs, before the
+   workers that take any group (``*``);
+3. **fair share** for the workers of any group: among the groups with ready jobs,
+   the one furthest behind its weighted share goes next (:class:`FairShare`), so a
+   group with a deep backlog cannot starve the others;
+4. **priorities** within a group: higher first, then oldest due first.
+
+Each group's jobs are locked before the next group is read, so no job is booked twice
+in a round; a rate-limited group's starts are recorded before its jobs are locked, so a
+crash between the two leaves it under its limit, never over.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter, defaultdict, deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from bson import ObjectId
+
+from recruiter.groups import FairShare, GroupSettings
+from recruiter.job import ANY_GROUP
+from recruiter.store import Store, WorkerRecord
+
+SETTINGS_REFRESH = dt.timedelta(seconds=1)
+"""How long groups' settings are trusted without news of a change."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    jobs: dict[ObjectId, Any] = field(default_factory=dict)
+    """The job each worker gets, locked with the round's token."""
+    drained: bool = False
+    """A worker of any group was left idle because no job of any group is ready (and
+    none is held back by a limit): until a job arrives or falls due, no worker can be
+    given anything."""
+    wake_at: dt.datetime | None = None
+    """When a rate-limited group with waiting workers may start a job again."""
+
+
+class Allowances:
+    """How many more jobs each group may be handed this round (``None``: no limit)."""
+
+    def __init__(
+        self,
+        settings: dict[str, GroupSettings],
+        starts: dict[str, list[dt.datetime]],
+        locked: dict[str, int],
+        now: dt.datetime,
+    ) -> None:
+        self._left: dict[str, int] = {}
+        self._frees_at: dict[str, dt.datetime] = {}
+        for group, setting in settings.items():
+            limits = []
+            if setting.concurrency is not None:
+                limits.append(max(0, setting.concurrency - locked.get(group, 0)))
+            if setting.rate is not None:
+                window = [s for s in starts.get(group, []) if s > now - setting.rate.per]
+                limits.append(max(0, setting.rate.limit - len(window)))
+                if len(window) >= setting.rate.limit:
+                    # the oldest start in the window leaves it, freeing one
+                    self._frees_at[group] = window[-setting.rate.limit] + setting.rate.per
+            if limits:
+                self._left[group] = min(limits)
+        self.held: set[str] = set()
+        """Groups that wanted more than their limits left them."""
+
+    def cap(self, group: str, wanted: int) -> int:
+        left = self._left.get(group)
+        if left is None or wanted <= left:
+            return wanted
+        self.held.add(group)
+        return left
+
+    def take(self, group: str, count: int) -> None:
+        if group in self._left:
+            self._left[group] -= count
+
+    def wake_at(self) -> dt.datetime | None:
+        """When the first held rate-limited group may start again."""
+        return min((self._frees_at[g] for g in self.held if g in self._frees_at), default=None)
+
+
+class Planner:
+    """Plans rounds for one leading recruiter; keeps groups' settings and fair share."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.share = FairShare()
+        self._settings: dict[str, GroupSettings] = {}
+        self._starts: dict[str, list[dt.datetime]] = {}
+        self._refresh_at: dt.datetime | None = None
+
+    def forget_settings(self) -> None:
+        """Read groups' settings again at the next round (they changed, or may have)."""
+        self._refresh_at = None
+
+    def plan(self, workers: Sequence[WorkerRecord], token: ObjectId, now: dt.datetime) -> Plan:
+        """Lock jobs for the available workers; return the job each gets."""
+        by_group: dict[str, list[ObjectId]] = defaultdict(list)
+        for worker in workers:
+            by_group[worker.work_on].append(worker.id)
+        allowances = self._allowances(now)
+        jobs: dict[ObjectId, Any] = {}
+        for group in sorted(g for g in by_group if g != ANY_GROUP):
+            idle = by_group[group]
+            wanted = allowances.cap(group, len(idle))
+            ready = self.store.ready_job_ids(now, group, wanted) if wanted else []
+            jobs.update(zip(idle, self._lock(group, ready, allowances, token, now), strict=False))
+        drained = False
+        if by_group.get(ANY_GROUP):
+            drained = self._plan_any_group(by_group[ANY_GROUP], allowances, jobs, token, now)
+        return Plan(jobs, drained, allowances.wake_at())
+
+    def _plan_any_group(
+        self,
+        idle: list[ObjectId],
+        allowances: Allowances,
+        jobs: dict[ObjectId, Any],
+        token: ObjectId,
+        now: dt.datetime,
+    ) -> bool:
+        """Share the workers of any group among the groups with ready jobs; return
+        whether one was left idle because nothing at all is ready."""
+        ready_groups = self.store.ready_groups(now)
+        self.share.forget(ready_groups)
+        wanted = {g: allowances.cap(g, len(idle)) for g in ready_groups}
+        open_groups = [g for g in ready_groups if wanted[g]]
+        # the groups most owed first; one job each is all a worker could take
+        candidates = self.share.order(open_groups)[: len(idle)]
+        queues = {g: deque(self.store.ready_job_ids(now, g, wanted[g])) for g in candidates}
+        chosen: list[tuple[str, Any]] = []
+        while len(chosen) < len(idle) and any(queues.values()):
+            group = self.share.serve([g for g in candidates if queues[g]], self._weights)
+            chosen.append((group, queues[group].popleft()))
+        counts = Counter(group for group, _ in chosen)
+        for group, count in counts.items():
+            self._record_starts(group, count, now)
+        locked = self.store.lock_jobs([job for _, job in chosen], token, now)
+        for group, count in counts.items():
+            allowances.take(group, count)
+        jobs.update(zip(idle, locked, strict=False))
+        # a group read in part, or not at all, may have had a job for the idle worker
+        everything_read = len(candidates) == len(ready_groups)
+        held = any(wanted[g] < len(idle) for g in ready_groups)
+        return len(chosen) < len(idle) and everything_read and not held
+
+    def _lock(
+        self,
+        group: str,
+        ready: list[Any],
+        allowances: Allowances,
+        token: ObjectId,
+        now: dt.datetime,
+    ) -> list[Any]:
+        self._record_starts(group, len(ready), now)
+        allowances.take(group, len(ready))
+        return self.store.lock_jobs(ready, token, now)
+
+    @property
+    def _weights(self) -> dict[str, int]:
+        return {g: s.weight for g, s in self._settings.items()}
+
+    def _allowances(self, now: dt.datetime) -> Allowances:
+        if self._refresh_at is None or now >= self._refresh_at:
+            records = self.store.group_records()
+            self._settings = {r.settings.group: r.settings for r in records}
+            self._starts = {r.settings.group: list(r.starts) for r in records}
+            self._refresh_at = now + SETTINGS_REFRESH
+        limited = [g for g, s in self._settings.items() if s.concurrency is not None]
+        locked = self.store.locked_by_group(limited) if limited else {}
+        return Allowances(self._settings, self._starts, locked, now)
+
+    def _record_starts(self, group: str, count: int, now: dt.datetime) -> None:
+        setting = self._settings.get(group)
+        if setting is None or setting.rate is None or not count:
+            return
+        self.store.record_starts(group, [now] * count, keep=setting.rate.limit)
+        kept = self._starts.setdefault(group, [])
+        kept.extend([now] * count)
+        del kept[: -setting.rate.limit]

@@ -1,0 +1,92 @@
+"""The group verbs of the store: ``groups``, one document per group with settings.
+
+A group's document holds its settings (:class:`recruiter.groups.GroupSettings`) and,
+for a rate-limited group, ``starts``: the times of its latest hand-outs, newest last,
+at most the rate's limit of them. The leading recruiter appends to ``starts`` *before*
+it locks the jobs, so a crash in between can only leave the group with fewer starts
+than allowed, never more.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Collection as Sized
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pymongo.collection import Collection
+
+from recruiter.groups import GroupSettings
+from recruiter.store.base import Document, aware
+from recruiter.store.jobs import ready_query
+
+
+@dataclass(frozen=True)
+class GroupRecord:
+    """A group's stored settings and its latest starts (for its rate limit)."""
+
+    settings: GroupSettings
+    starts: tuple[dt.datetime, ...]
+    changed_at: dt.datetime | None
+
+    @classmethod
+    def from_document(cls, document: Document) -> GroupRecord:
+        starts = document.get("starts")
+        changed = document.get("changed_at")
+        return cls(
+            settings=GroupSettings.from_document(document),
+            starts=tuple(
+                aware(s)
+                for s in (starts if isinstance(starts, list) else [])
+                if isinstance(s, dt.datetime)
+            ),
+            changed_at=aware(changed) if isinstance(changed, dt.datetime) else None,
+        )
+
+
+class GroupVerbs:
+    """Operations on ``groups``, and the counts of ``scheduled`` that limits need."""
+
+    groups: Collection[Document]
+    scheduled: Collection[Document]
+
+    def set_group_settings(self, settings: GroupSettings, now: dt.datetime) -> bool:
+        """Replace the group's settings (its starts stay); return whether it is new."""
+        result = self.groups.update_one(
+            {"_id": settings.group},
+            {"$set": {**settings.to_document(), "changed_at": now}},
+            upsert=True,
+        )
+        return result.upserted_id is not None
+
+    def remove_group_settings(self, group: str) -> bool:
+        """Forget the group's settings: no limits, weight 1. ``False`` if it had none."""
+        return self.groups.delete_one({"_id": group}).deleted_count == 1
+
+    def group_records(self) -> list[GroupRecord]:
+        """Every group with settings, by name."""
+        return [GroupRecord.from_document(d) for d in self.groups.find().sort("_id", 1)]
+
+    def record_starts(self, group: str, times: Sequence[dt.datetime], keep: int) -> None:
+        """Append hand-outs to the group's starts, keeping the latest ``keep``."""
+        if times:
+            self.groups.update_one(
+                {"_id": group},
+                {"$push": {"starts": {"$each": list(times), "$slice": -keep}}},
+            )
+
+    def locked_by_group(self, groups: Sized[str]) -> dict[str, int]:
+        """How many jobs of each of ``groups`` are locked: handed out or running."""
+        if not groups:
+            return {}
+        pipeline: list[Document] = [
+            {"$match": {"group": {"$in": list(groups)}, "locked": True}},
+            {"$group": {"_id": "$group", "locked": {"$sum": 1}}},
+        ]
+        return {d["_id"]: d["locked"] for d in self.scheduled.aggregate(pipeline)}
+
+    def ready_groups(self, now: dt.datetime) -> list[str]:
+        """The groups with a job ready to run by ``now``."""
+        groups: list[Any] = self.scheduled.distinct("group", ready_query(now))
+        return sorted(g for g in groups if isinstance(g, str))
