@@ -19,6 +19,7 @@ from pymongo import MongoClient
 from benchmarks.app import noop
 from benchmarks.counted import CommandCounter
 from recruiter.clock import SystemClock
+from recruiter.job import DEFAULT_GROUP
 from recruiter.recruiter import Recruiter
 from recruiter.store import Store
 from recruiter.store.jobs import READY_ORDER, ready_query
@@ -68,9 +69,9 @@ def round_cost(uri: str, backlog: int, workers: int, rounds: int) -> dict[str, A
 
 
 def ready_query_plan(database: Any, limit: int) -> str:
-    """The winning plan's stages for the round's read of ready jobs (the store's own
-    filter and order), or why it is not known."""
-    query = ready_query(SystemClock().now())
+    """The winning plan's stages for the round's read of a group's ready jobs (the
+    store's own filter and order), or why it is not known."""
+    query = ready_query(SystemClock().now(), DEFAULT_GROUP)
     try:
         explained = database.command(
             "explain",

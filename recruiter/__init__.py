@@ -19,6 +19,7 @@ from recruiter.errors import (
     UnknownWorkable,
     WorkerDied,
 )
+from recruiter.groups import GroupSettings, InvalidGroupSettings, Rate
 from recruiter.job import Job, JobSpec
 from recruiter.policies import (
     DoNotDoItAgain,
@@ -67,6 +68,8 @@ __all__ = [
     "FrozenClock",
     "FunctionWorkable",
     "GiveUp",
+    "GroupSettings",
+    "InvalidGroupSettings",
     "InvalidJob",
     "InvalidParameters",
     "InvalidRetryPolicy",
@@ -75,6 +78,7 @@ __all__ = [
     "JobNotFound",
     "JobSpec",
     "Queue",
+    "Rate",
     "RecruiterError",
     "Registry",
     "RetriableExceptionFilter",

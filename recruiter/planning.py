@@ -32,7 +32,9 @@ from recruiter.job import ANY_GROUP
 from recruiter.store import Store, WorkerRecord
 
 SETTINGS_REFRESH = dt.timedelta(seconds=1)
-"""How long groups' settings are trusted without news of a change."""
+"""How long groups' settings are trusted when no change feed tells of their changes."""
+SETTINGS_REFRESH_FOLLOWED = dt.timedelta(seconds=30)
+"""The same, while a change feed tells of their changes: a safety net only."""
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,7 @@ class Plan:
 
 
 class Allowances:
-    """How many more jobs each group may be handed this round (``None``: no limit)."""
+    """How many more jobs each group may be handed this round (no entry: no limit)."""
 
     def __init__(
         self,
@@ -57,22 +59,23 @@ class Allowances:
         locked: dict[str, int],
         now: dt.datetime,
     ) -> None:
+        self._settings, self._starts, self._now = settings, starts, now
         self._left: dict[str, int] = {}
-        self._frees_at: dict[str, dt.datetime] = {}
         for group, setting in settings.items():
             limits = []
             if setting.concurrency is not None:
                 limits.append(max(0, setting.concurrency - locked.get(group, 0)))
             if setting.rate is not None:
-                window = [s for s in starts.get(group, []) if s > now - setting.rate.per]
-                limits.append(max(0, setting.rate.limit - len(window)))
-                if len(window) >= setting.rate.limit:
-                    # the oldest start in the window leaves it, freeing one
-                    self._frees_at[group] = window[-setting.rate.limit] + setting.rate.per
+                limits.append(max(0, setting.rate.limit - len(self._window(group))))
             if limits:
                 self._left[group] = min(limits)
         self.held: set[str] = set()
         """Groups that wanted more than their limits left them."""
+
+    def _window(self, group: str) -> list[dt.datetime]:
+        rate = self._settings[group].rate
+        assert rate is not None
+        return [s for s in self._starts.get(group, []) if s > self._now - rate.per]
 
     def cap(self, group: str, wanted: int) -> int:
         left = self._left.get(group)
@@ -86,15 +89,24 @@ class Allowances:
             self._left[group] -= count
 
     def wake_at(self) -> dt.datetime | None:
-        """When the first held rate-limited group may start again."""
-        return min((self._frees_at[g] for g in self.held if g in self._frees_at), default=None)
+        """When the first group held back by its rate may start a job again: when the
+        oldest start of its full window leaves it."""
+        times = []
+        for group in self.held:
+            rate = self._settings[group].rate
+            if rate is not None:
+                window = self._window(group)
+                if len(window) >= rate.limit:
+                    times.append(window[-rate.limit] + rate.per)
+        return min(times, default=None)
 
 
 class Planner:
     """Plans rounds for one leading recruiter; keeps groups' settings and fair share."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, settings_refresh: dt.timedelta = SETTINGS_REFRESH) -> None:
         self.store = store
+        self.settings_refresh = settings_refresh
         self.share = FairShare()
         self._settings: dict[str, GroupSettings] = {}
         self._starts: dict[str, list[dt.datetime]] = {}
@@ -175,7 +187,7 @@ class Planner:
             records = self.store.group_records()
             self._settings = {r.settings.group: r.settings for r in records}
             self._starts = {r.settings.group: list(r.starts) for r in records}
-            self._refresh_at = now + SETTINGS_REFRESH
+            self._refresh_at = now + self.settings_refresh
         limited = [g for g, s in self._settings.items() if s.concurrency is not None]
         locked = self.store.locked_by_group(limited) if limited else {}
         return Allowances(self._settings, self._starts, locked, now)

@@ -22,6 +22,7 @@ from pymongo.database import Database
 
 from recruiter.clock import Clock, SystemClock, to_millis
 from recruiter.errors import InvalidJob, JobNotFound
+from recruiter.groups import GroupSettings, InvalidGroupSettings, Rate
 from recruiter.job import Job, JobSpec
 from recruiter.schedule import Cron, Every, InvalidSchedule, Schedule
 from recruiter.schedulers import job_template
@@ -104,6 +105,43 @@ class Queue:
     def schedulers(self) -> list[SchedulerRecord]:
         """Every scheduler, by urn."""
         return self.store.scheduler_records()
+
+    def limit_group(
+        self,
+        group: str,
+        *,
+        concurrency: int | None = None,
+        rate: Rate | str | None = None,
+        weight: int = 1,
+    ) -> GroupSettings:
+        """Set ``group``'s settings, replacing any it had; return them.
+
+        ``concurrency``: at most this many of its jobs handed out or running at once;
+        ``rate``: at most so many hand-outs per window (``"10/1s"`` or a :class:`Rate`);
+        ``weight``: its share of the workers of any group. ``None`` means no limit. The
+        leading recruiter applies them from its next round (within a second when it
+        polls).
+
+        >>> import mongomock
+        >>> queue = Queue(mongomock.MongoClient().shop)
+        >>> queue.limit_group("mail", concurrency=2, rate="100/1m").describe()
+        'concurrency 2, rate 100/60s, weight 1'
+        """
+        if isinstance(rate, str):
+            rate = Rate.parse(rate)
+        settings = GroupSettings(group, concurrency, rate, weight)
+        self.store.set_group_settings(settings, self.clock.now())
+        return settings
+
+    def unlimit_group(self, group: str) -> bool:
+        """Remove ``group``'s settings: no limits, weight 1. ``False`` if it had none."""
+        if not isinstance(group, str):
+            raise InvalidGroupSettings(f"a group is a string, got {group!r}")
+        return self.store.remove_group_settings(group)
+
+    def group_settings(self) -> list[GroupSettings]:
+        """The settings of every group that has some, by group."""
+        return [record.settings for record in self.store.group_records()]
 
     def job(self, job_id: ObjectId | str) -> Job:
         """The job with this id, queued, running or archived."""

@@ -28,7 +28,7 @@ from bson import ObjectId
 from pymongo.errors import PyMongoError
 
 from recruiter.loop import UNKNOWN, Backoff, Pause
-from recruiter.planning import Planner
+from recruiter.planning import SETTINGS_REFRESH, SETTINGS_REFRESH_FOLLOWED, Planner
 from recruiter.recovery import release_unheld
 from recruiter.schedulers import create_due_occurrences
 from recruiter.store import Store, WorkerRecord
@@ -149,14 +149,18 @@ class Recruiter:
         """Whether the last plan left a worker of any group idle with nothing ready."""
         self._held_until: dt.datetime | None = None
         """When a group held back by its rate limit may start a job again."""
-        self.planner = Planner(store)
+        self.planner = self._new_planner()
 
     def became_leader(self) -> None:
         """Look for half-done rounds of a previous leader at the next round."""
         self._next_rollback = None
         self._nothing_ready_before = None
         self._next_scheduling = None
-        self.planner = Planner(self.store)
+        self.planner = self._new_planner()
+
+    def _new_planner(self) -> Planner:
+        followed = self.news is not None  # the feed tells of groups' changes
+        return Planner(self.store, SETTINGS_REFRESH_FOLLOWED if followed else SETTINGS_REFRESH)
 
     def run_once(self, now: dt.datetime) -> RoundResult:
         """One round: create the repeatable jobs due, hand ready jobs to available workers."""

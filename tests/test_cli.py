@@ -8,8 +8,10 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pymongo.database import Database
 from typer.testing import CliRunner, Result
 
 from recruiter.cli import ExitCode, app
@@ -116,8 +118,8 @@ def test_embedded_status_and_stop_when_none_runs(
 
 
 def test_every_option_of_every_command_has_help_text() -> None:
-    for command in ("run", "worker", "clean", "up", "demo"):
-        result = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "200"})
+    for command in ("run", "worker", "clean", "up", "demo", "group set", "group list"):
+        result = CliRunner().invoke(app, [*command.split(), "--help"], env={"COLUMNS": "200"})
         assert result.exit_code == 0
         options = [
             line for line in result.output.splitlines() if line.lstrip("│ ").startswith("--")
@@ -126,3 +128,46 @@ def test_every_option_of_every_command_has_help_text() -> None:
         for line in options:
             words = line.strip("│ ").split()
             assert len(words) >= 3, f"{command}: an option without help: {line.strip()}"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--concurrency", "0"], "concurrency must be a positive integer, got 0"),
+        (["--rate", "10"], "invalid rate '10': write starts/window, for example 10/1s"),
+        (["--weight", "5000"], "weight may be at most 1000"),
+    ],
+)
+def test_invalid_group_settings_are_refused_before_connecting(
+    arguments: list[str], message: str
+) -> None:
+    result = recruiter("group", "set", "mail", *arguments, "--mongodb-uri", closed_port_uri())
+    assert result.returncode == ExitCode.INVALID, result.stderr
+    assert message in " ".join(result.stderr.split())
+
+
+@pytest.mark.real_server
+def test_group_settings_are_set_listed_and_unset(
+    real_server_uri: str, real_database: Database[Any]
+) -> None:
+    where = ["--mongodb-uri", real_server_uri, "--database", real_database.name]
+    runner = CliRunner()
+    set_result = runner.invoke(app, ["group", "set", "mail", "--concurrency", "2", *where])
+    assert set_result.exit_code == 0, said(set_result)
+    assert "group mail: concurrency 2, rate unlimited, weight 1" in said(set_result)
+    runner.invoke(app, ["group", "set", "video", "--rate", "10/1m", "--weight", "3", *where])
+    listed = runner.invoke(app, ["group", "list", "--json", *where])
+    assert json.loads(listed.output) == [
+        {"group": "mail", "concurrency": 2, "rate": None, "weight": 1},
+        {
+            "group": "video",
+            "concurrency": None,
+            "rate": {"limit": 10, "per_ms": 60_000},
+            "weight": 3,
+        },
+    ]
+    assert "video - 10/60s 3" in said(runner.invoke(app, ["group", "list", *where]))
+    assert "settings removed" in said(runner.invoke(app, ["group", "unset", "mail", *where]))
+    assert "had no settings" in said(runner.invoke(app, ["group", "unset", "mail", *where]))
+    runner.invoke(app, ["group", "unset", "video", *where])
+    assert "every group is unlimited" in said(runner.invoke(app, ["group", "list", *where]))

@@ -261,3 +261,43 @@ def test_a_worker_over_its_memory_limit_retires_after_its_job(
     assert 1 <= len(done) <= 2, "its job, and one handed to it before it could retire"
     assert not any(j.locked for j in jobs), "it left nothing locked"
     assert queue.store.workers() == []
+
+
+def most_at_once(queue: Queue, job_ids: list[Any]) -> int:
+    """The most of these jobs running at one moment, from their attempts' history."""
+    moments: list[tuple[dt.datetime, int]] = []
+    for job_id in job_ids:
+        for attempt in queue.job(job_id).history:
+            moments += [(attempt["started_at"], 1), (attempt["ended_at"], -1)]
+    running = most = 0
+    for _, change in sorted(moments):  # an end sorts before a start at the same moment
+        running += change
+        most = max(most, running)
+    return most
+
+
+def test_a_concurrency_limit_holds_across_six_workers_and_changes_at_runtime(
+    processes: Processes, queue: Queue
+) -> None:
+    def group(*arguments: str) -> None:
+        command = [sys.executable, "-m", "recruiter", "group", *arguments]
+        command += ["--mongodb-uri", processes.uri, "--database", processes.database]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+        assert result.returncode == 0, result.stderr
+
+    group("set", "limited", "--concurrency", "2")
+    processes.start("run")
+    for _ in range(3):
+        processes.worker("--concurrency", "2")
+    wait_for(lambda: len(queue.store.available_workers()) == 6, processes)
+
+    def burst() -> list[Any]:
+        ids = queue.schedule_many(
+            JobSpec("demo.sleep", {"milliseconds": 300}).in_group("limited") for _ in range(12)
+        )
+        wait_for(lambda: all(queue.job(i).why == "done" for i in ids), processes)
+        return ids
+
+    assert most_at_once(queue, burst()) == 2, "never more than 2, and the 2 were used"
+    group("set", "limited", "--concurrency", "4")
+    assert most_at_once(queue, burst()) in (3, 4), "the new limit applies, without a restart"

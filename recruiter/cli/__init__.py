@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 
 from recruiter import __version__
+from recruiter.cli.groups import groups
 from recruiter.cli.processes import clean, run, worker
 from recruiter.cli.together import DemoTimeout, demo, up
 from recruiter.embedded import (
@@ -35,6 +36,7 @@ embedded = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(embedded, name="embedded")
+app.add_typer(groups, name="group")
 console = Console()
 errors = Console(stderr=True)
 

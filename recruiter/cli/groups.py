@@ -1,0 +1,99 @@
+"""``recruiter group``: read and change groups' limits and shares while the system runs."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from recruiter.cli.options import DatabaseName, MongoUri, connect_store
+from recruiter.groups import GroupSettings, Rate
+from recruiter.queue import Queue
+
+groups = typer.Typer(
+    help="Groups' concurrency and rate limits, and their shares of any-group workers.",
+    no_args_is_help=True,
+)
+console = Console()
+
+
+def _queue(mongodb_uri: str | None, database: str | None) -> Queue:
+    return Queue(connect_store(mongodb_uri, database).database)
+
+
+def _rate(text: str | None) -> Rate | None:
+    return None if text is None else Rate.parse(text)
+
+
+@groups.command("set")
+def set_group(
+    group: Annotated[str, typer.Argument(help="The group, as jobs name it.")],
+    concurrency: Annotated[
+        int | None,
+        typer.Option(help="At most this many of its jobs handed out or running at once."),
+    ] = None,
+    rate: Annotated[
+        str | None,
+        typer.Option(help="At most so many hand-outs per window, as starts/window: 10/1s."),
+    ] = None,
+    weight: Annotated[
+        int, typer.Option(help="Its share of the workers of any group, against others'.")
+    ] = 1,
+    mongodb_uri: MongoUri = None,
+    database: DatabaseName = None,
+) -> None:
+    """Set a group's settings, replacing the ones it had (an option left out: no limit).
+
+    The leading recruiter applies them from its next round.
+    """
+    settings = GroupSettings(group, concurrency, _rate(rate), weight)  # checked before connecting
+    queue = _queue(mongodb_uri, database)
+    try:
+        queue.limit_group(group, concurrency=concurrency, rate=settings.rate, weight=weight)
+    finally:
+        queue.close()
+    console.print(f"group {group}: {settings.describe()}", highlight=False)
+
+
+@groups.command("unset")
+def unset_group(
+    group: Annotated[str, typer.Argument(help="The group.")],
+    mongodb_uri: MongoUri = None,
+    database: DatabaseName = None,
+) -> None:
+    """Remove a group's settings: no limits, weight 1."""
+    queue = _queue(mongodb_uri, database)
+    try:
+        removed = queue.unlimit_group(group)
+    finally:
+        queue.close()
+    console.print(f"group {group}: " + ("settings removed" if removed else "had no settings"))
+
+
+@groups.command("list")
+def list_groups(
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON array, for scripts.")] = False,
+    mongodb_uri: MongoUri = None,
+    database: DatabaseName = None,
+) -> None:
+    """Show every group that has settings."""
+    queue = _queue(mongodb_uri, database)
+    try:
+        settings = queue.group_settings()
+    finally:
+        queue.close()
+    if as_json:
+        typer.echo(json.dumps([{"group": s.group, **s.to_document()} for s in settings]))
+        return
+    table = Table("group", "concurrency", "rate", "weight")
+    for setting in settings:
+        table.add_row(
+            setting.group,
+            "-" if setting.concurrency is None else str(setting.concurrency),
+            "-" if setting.rate is None else str(setting.rate),
+            str(setting.weight),
+        )
+    console.print(table if settings else "no group has settings: every group is unlimited")

@@ -1,0 +1,313 @@
+"""Groups' limits and shares, and jobs' priorities, as the recruiter applies them."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+from typing import Any
+
+import pytest
+from bson import ObjectId
+from pymongo.database import Database
+
+from recruiter import GroupSettings, InvalidGroupSettings, InvalidJob, JobSpec, Queue, Rate
+from recruiter.clock import FrozenClock
+from recruiter.groups import FairShare
+from recruiter.planning import SETTINGS_REFRESH, Planner
+from recruiter.recruiter import News, Recruiter
+from recruiter.schema import SCHEMA_VERSION
+from recruiter.store import Store
+
+SECOND = dt.timedelta(seconds=1)
+
+
+def workers(store: Store, count: int, now: dt.datetime, group: str = "*") -> list[ObjectId]:
+    return [store.register_worker(group, 1, "here", now) for _ in range(count)]
+
+
+def jobs(queue: Queue, count: int, group: str = "mail", **options: Any) -> list[ObjectId]:
+    return queue.schedule_many(JobSpec("tests.noop", group=group, **options) for _ in range(count))
+
+
+def assigned_jobs(store: Store) -> list[Any]:
+    return [w.assignment.job_id for w in store.workers() if w.assignment is not None]
+
+
+def finish(store: Store, job_id: Any, now: dt.datetime) -> None:
+    """The worker holding ``job_id`` finishes it and is made available again."""
+    holder = next(w for w in store.workers() if w.assignment and w.assignment.job_id == job_id)
+    assert holder.assignment is not None
+    token = holder.assignment.token
+    assert store.finish_if_owned(job_id, token, "done", {"ended_at": now}, now)
+    assert store.release_worker(holder.id, token, now)
+
+
+def group_of(queue: Queue, job_id: Any) -> str:
+    return queue.job(job_id).group
+
+
+# --- settings: checked at the edge, stored, replaced -------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"concurrency": 0}, "concurrency must be a positive integer"),
+        ({"concurrency": True}, "concurrency must be a positive integer"),
+        ({"concurrency": "2"}, "concurrency must be a positive integer"),
+        ({"weight": 0}, "weight must be a positive integer"),
+        ({"weight": 1001}, "weight may be at most 1000"),
+        ({"rate": "10"}, "write starts/window"),
+        ({"rate": "ten/1s"}, "write starts/window"),
+        ({"rate": "0/1s"}, "a rate's limit must be a positive integer"),
+        ({"rate": "10/soon"}, "invalid duration"),
+        ({"rate": "10/0s"}, "a rate's window must be at least 1ms"),
+        ({"rate": 10}, "rate must be a Rate"),
+    ],
+)
+def test_invalid_settings_are_refused_and_nothing_is_written(
+    queue: Queue, options: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(InvalidGroupSettings, match=message):
+        queue.limit_group("mail", **options)
+    assert queue.group_settings() == []
+
+
+@pytest.mark.parametrize("group", ["", " ", "*", None])
+def test_a_group_settings_need_a_real_group(queue: Queue, group: Any) -> None:
+    with pytest.raises(InvalidGroupSettings):
+        queue.limit_group(group, concurrency=1)
+
+
+def test_settings_are_stored_replaced_and_removed(queue: Queue) -> None:
+    queue.limit_group("mail", concurrency=2, rate="10/1m")
+    queue.limit_group("video", weight=3)
+    assert queue.group_settings() == [
+        GroupSettings("mail", 2, Rate(10, dt.timedelta(minutes=1))),
+        GroupSettings("video", weight=3),
+    ]
+    queue.limit_group("mail", concurrency=5)  # replaces: the rate is gone
+    assert queue.group_settings()[0] == GroupSettings("mail", concurrency=5)
+    assert queue.unlimit_group("mail") is True
+    assert queue.unlimit_group("mail") is False
+    assert [s.group for s in queue.group_settings()] == ["video"]
+
+
+def test_hand_damaged_settings_read_as_no_limit(queue: Queue) -> None:
+    queue.store.groups.insert_one(
+        {"_id": "mail", "concurrency": "two", "rate": {"limit": -1, "per_ms": 5}, "weight": 0}
+    )
+    assert queue.group_settings() == [GroupSettings("mail")]
+
+
+# --- concurrency limits --------------------------------------------------------------------
+
+
+def test_a_concurrency_limit_caps_the_jobs_handed_out_across_workers(
+    queue: Queue, clock: FrozenClock
+) -> None:
+    store, now = queue.store, clock.now()
+    queue.limit_group("mail", concurrency=2)
+    mail = jobs(queue, 5)
+    other = jobs(queue, 1, group="video")
+    workers(store, 3, now, group="mail")
+    workers(store, 3, now)
+    recruiter = Recruiter(store)
+    assert recruiter.run_once(now).assigned == 3
+    handed = assigned_jobs(store)
+    assert Counter(group_of(queue, j) for j in handed) == {"mail": 2, "video": 1}
+    assert recruiter.run_once(now).assigned == 0, "the limit holds in the next round"
+    finish(store, next(j for j in handed if j in mail), now)
+    assert recruiter.run_once(now).assigned == 1, "a finished job frees its place"
+    assert other[0] in handed
+
+
+def test_a_lowered_limit_hands_out_nothing_until_the_running_jobs_fall_below_it(
+    queue: Queue, clock: FrozenClock
+) -> None:
+    store, now = queue.store, clock.now()
+    jobs(queue, 6)
+    workers(store, 6, now)
+    news = News()
+    recruiter = Recruiter(store, news=news)
+    queue.limit_group("mail", concurrency=3)
+    assert recruiter.run_once(now).assigned == 3
+    queue.limit_group("mail", concurrency=1)
+    news.tell("groups")
+    handed = assigned_jobs(store)
+    finish(store, handed[0], now)
+    news.tell("roster")
+    assert recruiter.run_once(now).assigned == 0, "two still run, above the new limit of 1"
+    for job_id in handed[1:]:
+        finish(store, job_id, now)
+    news.tell("roster")
+    assert recruiter.run_once(now).assigned == 1
+
+
+def test_without_news_changed_settings_apply_within_the_refresh(
+    queue: Queue, clock: FrozenClock
+) -> None:
+    store = queue.store
+    jobs(queue, 3)
+    workers(store, 3, clock.now())
+    recruiter = Recruiter(store)
+    recruiter.run_once(clock.now())  # reads the (empty) settings
+    for worker in store.workers():
+        assert worker.assignment is not None
+        finish(store, worker.assignment.job_id, clock.now())
+    jobs(queue, 3)
+    queue.limit_group("mail", concurrency=1)
+    clock.advance(SETTINGS_REFRESH.total_seconds())
+    assert recruiter.run_once(clock.now()).assigned == 1
+
+
+def test_a_released_job_of_a_limited_group_is_not_lost_to_the_skip_rule(
+    queue: Queue, clock: FrozenClock
+) -> None:
+    # a round that held a group back must not let "only workers made available" skip
+    # the round in which the running job's end frees its place
+    store, now = queue.store, clock.now()
+    queue.limit_group("mail", concurrency=1)
+    jobs(queue, 2)
+    workers(store, 2, now)
+    news = News()
+    recruiter = Recruiter(store, news=news)
+    assert recruiter.run_once(now).assigned == 1
+    finish(store, assigned_jobs(store)[0], now)
+    news.tell("roster")
+    result = recruiter.run_once(now)
+    assert not result.skipped
+    assert result.assigned == 1
+
+
+# --- rate limits ---------------------------------------------------------------------------
+
+
+def test_a_rate_limit_caps_starts_per_window(queue: Queue, clock: FrozenClock) -> None:
+    store = queue.store
+    queue.limit_group("mail", rate="2/10s")
+    jobs(queue, 5)
+    workers(store, 5, clock.now())
+    recruiter = Recruiter(store)
+    assert recruiter.run_once(clock.now()).assigned == 2
+    clock.advance(9)
+    assert recruiter.run_once(clock.now()).assigned == 0
+    clock.advance(1)
+    assert recruiter.run_once(clock.now()).assigned == 2
+
+
+def test_a_group_held_by_its_rate_wakes_the_recruiter_when_its_window_frees(
+    queue: Queue, clock: FrozenClock
+) -> None:
+    store, now = queue.store, clock.now()
+    queue.limit_group("mail", rate="2/10s")
+    jobs(queue, 3)
+    workers(store, 3, now)
+    plan = Planner(store).plan(store.available_workers(), ObjectId(), now)
+    assert len(plan.jobs) == 2
+    assert plan.wake_at == now + 10 * SECOND
+
+
+def test_a_new_leader_honours_the_starts_of_the_one_before(
+    queue: Queue, clock: FrozenClock
+) -> None:
+    store = queue.store
+    queue.limit_group("mail", rate="3/1m")
+    jobs(queue, 6)
+    workers(store, 2, clock.now())
+    assert Recruiter(store).run_once(clock.now()).assigned == 2
+    workers(store, 4, clock.now())
+    clock.advance(1)
+    assert Recruiter(store).run_once(clock.now()).assigned == 1, "3 per minute, 2 already"
+
+
+# --- fair share across groups, for workers of any group ------------------------------------
+
+
+def test_a_deep_backlog_does_not_starve_another_group(queue: Queue, clock: FrozenClock) -> None:
+    store, now = queue.store, clock.now()
+    queue.schedule_many(
+        JobSpec("tests.noop", group="bulk").run_at(now - dt.timedelta(hours=1)) for _ in range(50)
+    )
+    (urgent,) = jobs(queue, 1, group="urgent")
+    workers(store, 2, now)
+    Recruiter(store).run_once(now)
+    handed = assigned_jobs(store)
+    assert urgent in handed, "FIFO across groups would hand out two hour-old bulk jobs"
+    assert Counter(group_of(queue, j) for j in handed) == {"bulk": 1, "urgent": 1}
+
+
+def test_one_worker_alternates_between_groups_over_rounds(queue: Queue, clock: FrozenClock) -> None:
+    store, now = queue.store, clock.now()
+    jobs(queue, 4, group="a")
+    jobs(queue, 4, group="b")
+    workers(store, 1, now)
+    recruiter = Recruiter(store)
+    served = []
+    for _ in range(6):
+        recruiter.run_once(now)
+        (job_id,) = assigned_jobs(store)
+        served.append(group_of(queue, job_id))
+        finish(store, job_id, now)
+    assert served == ["a", "b", "a", "b", "a", "b"]
+
+
+def test_weights_share_the_workers_of_any_group(queue: Queue, clock: FrozenClock) -> None:
+    store, now = queue.store, clock.now()
+    queue.limit_group("heavy", weight=3)
+    jobs(queue, 10, group="heavy")
+    jobs(queue, 10, group="light")
+    workers(store, 8, now)
+    Recruiter(store).run_once(now)
+    assert Counter(group_of(queue, j) for j in assigned_jobs(store)) == {"heavy": 6, "light": 2}
+
+
+def test_a_group_back_from_idle_is_not_owed_its_idle_time() -> None:
+    share = FairShare()
+    for _ in range(10):
+        share.serve(["busy"], {})
+    share.forget(["busy"])  # "quiet" had no ready job all along
+    served = [share.serve(["busy", "quiet"], {}) for _ in range(4)]
+    assert served.count("quiet") == 2, "it shares from now on, not takes ten in a row"
+
+
+# --- priorities ----------------------------------------------------------------------------
+
+
+def test_a_higher_priority_is_handed_out_first_then_the_oldest(
+    queue: Queue, clock: FrozenClock
+) -> None:
+    store, now = queue.store, clock.now()
+    old = queue.schedule(JobSpec("tests.noop", group="mail").run_at(now - 10 * SECOND))
+    (newer,) = jobs(queue, 1)
+    (urgent,) = jobs(queue, 1, priority=5)
+    (later,) = jobs(queue, 1, priority=-5)
+    recruiter = Recruiter(store)
+    order = []
+    workers(store, 1, now, group="mail")
+    for _ in range(4):
+        recruiter.run_once(now)
+        (job_id,) = assigned_jobs(store)
+        order.append(job_id)
+        finish(store, job_id, now)
+    assert order == [urgent, old, newer, later]
+
+
+@pytest.mark.parametrize("priority", [1001, -1001, 1.5, True, "high"])
+def test_a_priority_out_of_range_is_refused(priority: Any) -> None:
+    with pytest.raises(InvalidJob, match="priority must be an integer from -1000 to 1000"):
+        JobSpec("tests.noop").with_priority(priority)
+
+
+def test_schema_2_gives_old_jobs_priority_0_and_replaces_the_ready_index(
+    database: Database[Any],
+) -> None:
+    database.metadata.insert_one({"_id": "schema", "version": 1})
+    database.scheduled.create_index([("group", 1), ("locked", 1)], name="ready_in_group")
+    database.scheduled.insert_one({"_id": 1, "group": "old", "locked": False})
+    Store(database).ensure_ready()
+    assert (database.scheduled.find_one({"_id": 1}) or {})["priority"] == 0
+    indexes = database.scheduled.index_information()
+    assert "ready_in_group" not in indexes
+    assert "ready_by_priority" in indexes
+    assert (database.metadata.find_one({"_id": "schema"}) or {})["version"] == SCHEMA_VERSION
