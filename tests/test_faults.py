@@ -20,11 +20,13 @@ from bson import ObjectId
 from recruiter import RetryManyTimes
 from tests.faults.ledger import Run
 from tests.faults.oracle import Report, judge
+from tests.faults.oracle import _concurrency as check_concurrency
 from tests.faults.oracle import _repeats as check_repeats
 from tests.faults.scenario import (
     ALL_FAULTS,
     DATABASE_FAULTS,
     REPEATED,
+    SLOW_CONCURRENCY,
     Fault,
     Record,
     Scenario,
@@ -215,3 +217,22 @@ def test_the_oracle_checks_one_job_per_occurrence_of_the_repeatable_job() -> Non
             assert report.occurrences == 4
         else:
             assert any(caught in v for v in report.violations), (seconds, report.violations)
+
+
+def test_the_oracle_checks_the_concurrency_limit_of_group_slow() -> None:
+    def slow_job(*spans: tuple[float, float]) -> dict[str, Any]:
+        history = [attempt(n + 1, W1, 10, start, end) for n, (start, end) in enumerate(spans)]
+        return {"_id": ObjectId(), "group": "slow", "history": history, "why": "done"}
+
+    base = record([attempt(1, W1, 10, 1, 2)], [run(1, W1, 10, 1, 2)])
+    cases: list[tuple[list[tuple[float, float]], int]] = [
+        ([(1, 3), (3, 5), (2, 4)], 2),
+        ([(1, 3), (2, 4), (2.5, 5)], 3),
+    ]
+    for spans, most in cases:
+        report = Report(0, 0.0, Counter())
+        check_concurrency(
+            dataclasses.replace(base, archived=[slow_job(span) for span in spans]), report
+        )
+        assert report.most_slow_at_once == most, "an end and a start at once do not overlap"
+        assert report.ok == (most <= SLOW_CONCURRENCY), report.violations

@@ -21,7 +21,14 @@ from recruiter.retry import FailedAttempt, Failure, GiveUp, RetryAt, policy_from
 from recruiter.worker import DECLARED_DEAD_EXIT
 from tests.faults.app import Planned
 from tests.faults.ledger import Run
-from tests.faults.scenario import DATABASE_FAULTS, REPEATED, Fault, Record, faults_by_kind
+from tests.faults.scenario import (
+    DATABASE_FAULTS,
+    REPEATED,
+    SLOW_CONCURRENCY,
+    Fault,
+    Record,
+    faults_by_kind,
+)
 
 RESUME_GRACE = 1.0
 """Seconds a frozen worker's job may run on after SIGCONT before its worker notices it
@@ -59,6 +66,8 @@ class Report:
     """Thawed workers that found they were declared dead mid-job and exited."""
     occurrences: int = 0
     """Jobs the scenario's repeatable job created."""
+    most_slow_at_once: int = 0
+    """The most attempts of the concurrency-limited group ``slow`` running at once."""
 
     @property
     def ok(self) -> bool:
@@ -81,6 +90,7 @@ class Report:
             "lease_takeovers": dict(self.leaders),
             "thawed_workers_exited": self.self_fenced,
             "repeated_occurrences": self.occurrences,
+            "most_slow_at_once": self.most_slow_at_once,
         }
 
 
@@ -105,7 +115,30 @@ def judge(record: Record) -> Report:
     _recoveries(record, timeline, report)
     _exits(record, report)
     _repeats(record, report)
+    _concurrency(record, report)
     return report
+
+
+def _concurrency(record: Record, report: Report) -> None:
+    """The group ``slow`` never ran more attempts at once than its limit, by its jobs'
+    history (a crashed attempt ends when the cleaner released it)."""
+    moments: list[tuple[dt.datetime, int]] = []
+    for document in record.archived:
+        if document.get("group") != "slow":
+            continue
+        for attempt in document.get("history") or []:
+            started, ended = attempt.get("started_at"), attempt.get("ended_at")
+            if isinstance(started, dt.datetime) and isinstance(ended, dt.datetime):
+                moments += [(started, 1), (ended, -1)]
+    running = 0
+    for _, change in sorted(moments):  # at the same moment, an end before a start
+        running += change
+        report.most_slow_at_once = max(report.most_slow_at_once, running)
+    if report.most_slow_at_once > SLOW_CONCURRENCY:
+        report.violations.append(
+            f"{report.most_slow_at_once} jobs of group slow ran at once, "
+            f"above its limit of {SLOW_CONCURRENCY}"
+        )
 
 
 def _occurrence_at(document: Mapping[str, Any]) -> dt.datetime | None:

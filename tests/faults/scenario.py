@@ -42,6 +42,8 @@ ROOT = Path(__file__).resolve().parents[2]
 APP = "tests.faults.app:registry"
 REPEATED = "faults.tick"
 """The urn of the scenario's repeatable job."""
+SLOW_CONCURRENCY = 2
+"""The concurrency limit of the group ``slow``, set at the start of every run."""
 
 WORKER_FAULTS = ("kill-worker-busy", "kill-worker-idle", "freeze-worker")
 LEADER_FAULTS = (
@@ -160,7 +162,7 @@ def load(directory: Path) -> Record:
 
 
 def plan_jobs(chooser: random.Random, count: int) -> list[tuple[str, JobSpec]]:
-    """A seeded mix of jobs, several retry policies, two groups."""
+    """A seeded mix of jobs, several retry policies and priorities, two groups."""
     jobs: list[tuple[str, JobSpec]] = []
     for _ in range(count):
         roll = chooser.random()
@@ -168,7 +170,8 @@ def plan_jobs(chooser: random.Random, count: int) -> list[tuple[str, JobSpec]]:
             policy = chooser.choice([RetryManyTimes(4, 0.05), ExponentialBackoff(4, 0.05)])
             jobs.append(("succeed", succeed.job(chooser.randint(0, 30)).retry_with(policy)))
         elif roll < 0.55:
-            jobs.append(("succeed", succeed.job(chooser.randint(0, 30))))  # no retry at all
+            job = succeed.job(chooser.randint(0, 30)).with_priority(chooser.choice([-5, 5]))
+            jobs.append(("succeed", job))  # no retry at all
         elif roll < 0.7:
             jobs.append(("slow", slow_job(chooser)))
         elif roll < 0.9:
@@ -525,6 +528,7 @@ class Driver:
         self.repeat_first: dt.datetime | None = None
 
     def drive(self) -> Record:
+        self.run.queue.limit_group("slow", concurrency=SLOW_CONCURRENCY)
         if self.scenario.repeat_every:
             queue = self.run.queue
             queue.repeat(REPEATED, succeed.job(0), Every(self.scenario.repeat_every))
