@@ -74,7 +74,7 @@ def totals(reports: list[Report]) -> dict[str, Any]:
         values = [f[key] for f in figures]
         if isinstance(values[0], dict):
             total[key] = dict(sum((Counter(v) for v in values), Counter()))
-        elif key.startswith("worst"):
+        elif key.startswith(("worst", "most")):
             total[key] = max(values)
         else:
             total[key] = round(sum(values), 1)
