@@ -20,7 +20,7 @@ from recruiter.errors import (
     WorkerDied,
 )
 from recruiter.groups import GroupSettings, InvalidGroupSettings, Rate
-from recruiter.job import Job, JobSpec
+from recruiter.job import Job, JobSpec, Root
 from recruiter.policies import (
     DoNotDoItAgain,
     ExponentialBackoff,
@@ -47,6 +47,7 @@ from recruiter.workable import (
     Registry,
     RetryStatistics,
     Workable,
+    record_output,
     retry_statistics,
 )
 
@@ -87,6 +88,7 @@ __all__ = [
     "RetryManyTimes",
     "RetryPolicy",
     "RetryStatistics",
+    "Root",
     "SchemaTooNew",
     "SelectByException",
     "SystemClock",
@@ -96,6 +98,7 @@ __all__ = [
     "Why",
     "Workable",
     "WorkerDied",
+    "record_output",
     "register_retry_policy",
     "retry_statistics",
 ]

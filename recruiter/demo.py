@@ -6,6 +6,7 @@ Start a worker on it with ``recruiter worker --app recruiter.demo:registry``.
 from __future__ import annotations
 
 import random
+import sys
 import time
 
 from recruiter import ExponentialBackoff, JobSpec, Registry, RetryManyTimes, retry_statistics
@@ -37,6 +38,19 @@ def flaky(fail_times: int) -> None:
 def broken() -> None:
     """Always fails."""
     raise ValueError("this job always fails")
+
+
+report = registry.command(
+    "demo.report",
+    [sys.executable, "-c", "import sys; print('report', *sys.argv[1:])", "{job_id}", "{region}"],
+    timeout="1m",
+)
+"""A shell-command job: prints its job id and region, as a process of its own."""
+
+exit_with = registry.command(
+    "demo.exit", [sys.executable, "-c", "import sys; sys.exit(int(sys.argv[1]))", "{code}"]
+)
+"""A shell-command job that exits with the code it is given."""
 
 
 def sample_jobs(count: int, seed: int = 0) -> list[JobSpec]:

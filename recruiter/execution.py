@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, TypeVar
 
+import bson
 from bson import ObjectId
-from pymongo.errors import ConnectionFailure
+from pymongo.errors import ConnectionFailure, PyMongoError
 
 from recruiter.clock import Clock
 from recruiter.errors import RecruiterError
@@ -81,6 +82,8 @@ class Outcome(StrEnum):
     """It failed and its policy gave up: archived with the reason in ``why``."""
     FENCED = "fenced"
     """It was no longer held with this lock token: nothing this attempt wrote took effect."""
+    SKIPPED = "skipped"
+    """It was not run, as a duplicate or a superseded leaf: archived with the reason."""
 
 
 @dataclass(frozen=True)
@@ -137,16 +140,16 @@ class Executor:
             is_last_retry=is_last_retry_safely(policy, job.attempts, created_at, started_at),
             last_execution=job.last_execution,
             worker_id=None if self.identity.worker_id is None else str(self.identity.worker_id),
+            root=job.root,
         )
-        failure, trace = _run(self.registry, job, statistics, policy_problem)
+        skip = self._skip_reason(job)
+        if skip is not None:
+            return self._skip(job, token, started_at, *skip)
+        failure, trace, output = _run(self.registry, job, statistics, policy_problem)
         ended_at = self.clock.now()
-        record: dict[str, Any] = {
-            "attempt": job.attempts,
-            "scheduled_at": job.scheduled_at,
-            "started_at": started_at,
-            "ended_at": ended_at,
-            **self.identity.fields(),
-        }
+        record = self._record(job, started_at, ended_at)
+        if output:
+            record["output"] = output
         if failure is None:
             record["outcome"] = Outcome.DONE.value
             if not self._durably(
@@ -157,6 +160,7 @@ class Executor:
             ):
                 return _fenced(job)
             logger.info("job %s done (attempt %d)", job.id, job.attempts)
+            self._remember_success(job, started_at, ended_at)
             return Execution(job.id, Outcome.DONE, job.attempts)
         record.update({"class": failure.exception_class, "message": failure.message})
         record["trace"] = trace
@@ -168,6 +172,63 @@ class Executor:
         if isinstance(decision, RetryAt):
             return self._retry(failed, decision)
         return self._give_up(failed, decision)
+
+    def _record(self, job: Job, started_at: dt.datetime, ended_at: dt.datetime) -> dict[str, Any]:
+        return {
+            "attempt": job.attempts,
+            "scheduled_at": job.scheduled_at,
+            "started_at": started_at,
+            "ended_at": ended_at,
+            **self.identity.fields(),
+        }
+
+    def _skip_reason(self, job: Job) -> tuple[Why, str] | None:
+        """Why the job need not run: another run already did its work."""
+        key, created_at = job.dedup_key, job.created_at
+        if key is not None and job.attempts == 1 and created_at is not None:
+            ran = self.store.deduplicated_run_since(key)
+            if ran is not None and ran > created_at:
+                return Why.DUPLICATE, (
+                    f"a job with the same deduplication info started at {ran.isoformat()}, "
+                    "after this one was scheduled, and succeeded"
+                )
+        root = job.root
+        if job.is_leaf and root is not None:
+            latest = self.store.latest_root_run(root.signature)
+            if latest is not None and latest > root.at:
+                return Why.SUPERSEDED, (
+                    f"a newer root {root.signature!r}, scheduled at {latest.isoformat()}, has run"
+                )
+        return None
+
+    def _skip(
+        self, job: Job, token: ObjectId, started_at: dt.datetime, why: Why, message: str
+    ) -> Execution:
+        ended_at = self.clock.now()
+        record = self._record(job, started_at, ended_at)
+        record.update({"outcome": Outcome.SKIPPED.value, "message": message})
+        if not self._durably(
+            job.id,
+            "skip",
+            lambda: self.store.finish_if_owned(job.id, token, why, record, ended_at),
+            lambda: self._recorded(job.id, record),
+        ):
+            return _fenced(job)
+        logger.info("job %s not run, archived as %s: %s", job.id, why, message)
+        return Execution(job.id, Outcome.SKIPPED, job.attempts, why=why)
+
+    def _remember_success(self, job: Job, started_at: dt.datetime, ended_at: dt.datetime) -> None:
+        """Let the duplicates of a deduplicated job, and the leaves of older roots of a
+        root job, be skipped. Best effort: left unwritten, they only run."""
+        try:
+            if job.dedup_key is not None:
+                self.store.record_deduplicated_run(job.dedup_key, started_at, ended_at)
+            if job.root is not None and not job.is_leaf:
+                self.store.record_root_run(job.root.signature, job.root.at, ended_at)
+        except PyMongoError as error:
+            logger.warning(
+                "job %s: its run could not be remembered for deduplication: %s", job.id, error
+            )
 
     def _retry(self, failed: _Failed, decision: RetryAt) -> Execution:
         job, token, record, trace = failed.job, failed.token, failed.record, failed.trace
@@ -254,19 +315,32 @@ class Executor:
 
 def _run(
     registry: Registry, job: Job, statistics: RetryStatistics, policy_problem: str | None
-) -> tuple[Failure | None, str | None]:
+) -> tuple[Failure | None, str | None, dict[str, Any]]:
+    """Run the job's code: its failure and trace (``None`` when it succeeded), and the
+    output it recorded."""
+    output: dict[str, Any] = {}
     try:
         if job.problems:
             raise DamagedJob("the stored job document is damaged: " + "; ".join(job.problems))
         if policy_problem:
             raise DamagedJob(policy_problem)
         target = registry.rebuild(job.workable, job.parameters, job.method)
-        with running_as(statistics):
+        with running_as(statistics) as output:
             target()
     except (Exception, SystemExit) as error:
         trace = "".join(traceback.format_exception(error))[-TRACE_LIMIT:]
-        return Failure.from_exception(error), trace
-    return None, None
+        return Failure.from_exception(error), trace, _storable(output)
+    return None, None, _storable(output)
+
+
+def _storable(output: dict[str, Any]) -> dict[str, Any]:
+    """The output if it can be stored as BSON; else a note of why it was dropped (the
+    attempt's record must be written whatever the job recorded)."""
+    try:
+        bson.encode({"output": output})
+    except (bson.errors.InvalidDocument, OverflowError, TypeError) as error:
+        return {"dropped": f"the output recorded is not BSON: {error}"[:TRACE_LIMIT]}
+    return output
 
 
 def _fenced(job: Job) -> Execution:

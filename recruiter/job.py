@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import bson
-from bson import ObjectId
+from bson import ObjectId, json_util
 
 from recruiter.clock import to_millis
 from recruiter.duration import Duration, to_timedelta
@@ -62,6 +63,35 @@ def _check_keys(workable: str, value: Any, path: str = "") -> None:
             _check_keys(workable, item, f"{path}[{index}]")
 
 
+def dedup_key_of(workable: str, method: str, key: Mapping[str, Any]) -> str:
+    """The stored form of a job's deduplication info: a digest of its workable, method and
+    key (its parameters unless given), the same for equal BSON whatever the key order."""
+    canonical = json_util.dumps(
+        {"workable": workable, "method": method, "key": key},
+        sort_keys=True,
+        json_options=json_util.CANONICAL_JSON_OPTIONS,
+    )
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Root:
+    """A root job's signature and the time it was scheduled: what its leaves carry.
+
+    A leaf becomes a no-op once a root job of the same signature, scheduled after the
+    leaf's root, has run (see ``docs/deduplication.md``).
+    """
+
+    signature: str
+    at: dt.datetime
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.signature, str) or not self.signature.strip():
+            raise InvalidJob(f"a root signature is a non-empty string, got {self.signature!r}")
+        if not isinstance(self.at, dt.datetime) or self.at.tzinfo is None:
+            raise InvalidJob(f"a root's time is a timezone-aware datetime, got {self.at!r}")
+
+
 def check_group(group: Any) -> str:
     if not isinstance(group, str) or not group.strip():
         raise InvalidJob(f"group must be a non-empty string, got {group!r}")
@@ -102,6 +132,13 @@ class JobSpec:
     urn: str | None = None
     priority: int = 0
     """Among the ready jobs of its group, a job of higher priority is handed out first."""
+    dedup: Mapping[str, Any] | None = None
+    """Deduplication info: a job with the same workable, method and info is a duplicate
+    (``None``: no deduplication)."""
+    root_signature: str | None = None
+    """Set on a root job: its leaves are superseded when a newer root of it has run."""
+    leaf_of: Root | None = None
+    """Set on a leaf job: the root job it was fanned out from."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.workable, str) or not self.workable:
@@ -131,6 +168,37 @@ class JobSpec:
                 f"priority must be an integer from {PRIORITY_RANGE.start} to "
                 f"{PRIORITY_RANGE.stop - 1}, got {self.priority!r}"
             )
+        self._check_deduplication()
+
+    def _check_deduplication(self) -> None:
+        if self.dedup is not None:
+            try:
+                object.__setattr__(self, "dedup", check_bson(self.workable, self.dedup))
+            except InvalidParameters as error:
+                raise InvalidJob(
+                    f"the deduplication key of {self.workable!r} is invalid: {error.reason}"
+                ) from error
+        if self.root_signature is not None and (
+            not isinstance(self.root_signature, str) or not self.root_signature.strip()
+        ):
+            raise InvalidJob(f"a root signature is a non-empty string, got {self.root_signature!r}")
+        if self.leaf_of is not None and not isinstance(self.leaf_of, Root):
+            raise InvalidJob(f"a leaf needs the Root it comes from, got {self.leaf_of!r}")
+
+    def deduplicated(self, key: Mapping[str, Any] | None = None) -> JobSpec:
+        """Ignore this job if one with the same workable, method and ``key`` (its
+        parameters by default) is still queued, and skip it when it runs if one was
+        started after it was scheduled and succeeded. See ``docs/deduplication.md``."""
+        return dataclasses.replace(self, dedup=self.parameters if key is None else key)
+
+    def as_root(self, signature: str) -> JobSpec:
+        """Make this a root job: when it has run, the leaves of older roots with the same
+        ``signature`` that have not run yet are skipped."""
+        return dataclasses.replace(self, root_signature=signature, leaf_of=None)
+
+    def as_leaf_of(self, root: Root) -> JobSpec:
+        """Make this a leaf of ``root`` (a running root job's ``retry_statistics().root``)."""
+        return dataclasses.replace(self, leaf_of=root, root_signature=None)
 
     def in_group(self, group: str) -> JobSpec:
         """Run on workers of ``group`` (default ``generic``)."""
@@ -199,6 +267,15 @@ class JobSpec:
             document["tags"] = list(self.tags)
         if self.urn is not None:
             document["urn"] = self.urn
+        if self.dedup is not None:
+            key = dedup_key_of(self.workable, self.method, self.dedup)
+            document["dedup_key"] = key
+            document["queued_key"] = key  # unique while queued; removed when first locked
+        if self.root_signature is not None:
+            document["root"] = {"signature": self.root_signature, "at": to_millis(now)}
+        elif self.leaf_of is not None:
+            root = {"signature": self.leaf_of.signature, "at": to_millis(self.leaf_of.at)}
+            document["root"] = {**root, "leaf": True}
         return document
 
 
@@ -226,6 +303,10 @@ class Job:
     why: str | None
     tags: tuple[str, ...]
     urn: str | None
+    dedup_key: str | None
+    root: Root | None
+    """The root this job is, or is a leaf of (see ``is_leaf``)."""
+    is_leaf: bool
     last_execution: Mapping[str, Any] | None
     history: tuple[Mapping[str, Any], ...]
     problems: tuple[str, ...]
@@ -261,10 +342,34 @@ class Job:
             why=document.get("why") if isinstance(document.get("why"), str) else None,
             tags=tuple(t for t in reader.array("tags") if isinstance(t, str)),
             urn=document.get("urn") if isinstance(document.get("urn"), str) else None,
+            dedup_key=_text_or_none(document.get("dedup_key")),
+            root=_root(document.get("root")),
+            is_leaf=isinstance(document.get("root"), Mapping)
+            and document["root"].get("leaf") is True,
             last_execution=reader.mapping("last_execution", required=False) or None,
             history=tuple(h for h in reader.array("history") if isinstance(h, Mapping)),
             problems=tuple(reader.problems),
         )
+
+
+def _text_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _is_leaf(value: Any) -> bool:
+    return isinstance(value, Mapping) and value.get("leaf") is True
+
+
+def _root(value: Any) -> Root | None:
+    if not isinstance(value, Mapping):
+        return None
+    at = value.get("at")
+    if isinstance(at, dt.datetime) and at.tzinfo is None:
+        at = at.replace(tzinfo=dt.UTC)
+    try:
+        return Root(value.get("signature"), at)  # type: ignore[arg-type]
+    except InvalidJob:
+        return None
 
 
 class _Reader:

@@ -83,6 +83,11 @@ class Queue:
             raise InvalidJob(f"a scheduler needs a non-empty urn, got {urn!r}")
         if not isinstance(job, JobSpec):
             raise InvalidJob(f"expected a JobSpec (from workable.job(...)), got {job!r}")
+        if job.dedup is not None or job.root_signature is not None or job.leaf_of is not None:
+            raise InvalidJob(
+                "a repeatable job cannot be deduplicated, a root or a leaf: use "
+                "unique=True to skip an occurrence while the last one is queued or running"
+            )
         if job.scheduled_at is not None or job.delay:
             raise InvalidJob(
                 "a repeatable job runs at its schedule's occurrences: drop run_at / run_in"

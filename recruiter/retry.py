@@ -43,6 +43,11 @@ class Why(StrEnum):
     TRIED_TOO_MANY_TIMES = "tried-too-many-times"
     NON_RETRIABLE_EXCEPTION = "non-retriable-exception"
     NOT_SCHEDULED_BY_RETRY_POLICY = "not-scheduled-by-retry-policy"
+    DUPLICATE = "duplicate"
+    """Not run: a job with the same deduplication info started after it was scheduled,
+    and succeeded."""
+    SUPERSEDED = "superseded"
+    """Not run: a leaf whose root was followed by a newer root that has run."""
 
 
 def qualified_name(exception_type: type[BaseException]) -> str:

@@ -15,6 +15,7 @@ from pymongo import ASCENDING, DESCENDING, IndexModel
 from pymongo.database import Database
 
 from recruiter.errors import RecruiterError, SchemaTooNew
+from recruiter.store.dedup import DEDUP_MEMORY
 
 SCHEMA_VERSION = 2
 SCHEMA_DOCUMENT_ID = "schema"
@@ -41,6 +42,17 @@ INDEXES: Mapping[str, tuple[IndexModel, ...]] = {
         # finished jobs not yet moved to archived (only those have a why)
         IndexModel([("why", ASCENDING)], name="finished", sparse=True),
         IndexModel([("tags", ASCENDING)], name="tags", sparse=True),
+        # deduplication: one queued job per key (the key is removed at the first lock)
+        IndexModel([("queued_key", ASCENDING)], name="queued_key", unique=True, sparse=True),
+    ),
+    "dedup": (
+        # what ran lately is forgotten after a week: a forgotten run only means a
+        # possible duplicate runs, never that a job is skipped
+        IndexModel(
+            [("recorded_at", ASCENDING)],
+            name="forget",
+            expireAfterSeconds=int(DEDUP_MEMORY.total_seconds()),
+        ),
     ),
     "schedulers": (
         # the recruiter's read of due schedulers, and of the next one due

@@ -21,12 +21,15 @@ from __future__ import annotations
 
 import contextvars
 import inspect
+import os
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, ParamSpec, Self, TypeVar, overload
+from typing import Any, ClassVar, Generic, ParamSpec, Self, TypeAlias, TypeVar, overload
 
+from recruiter.command import Command, failure_of
+from recruiter.duration import Duration
 from recruiter.errors import (
     DuplicateRegistration,
     InvalidJob,
@@ -34,7 +37,7 @@ from recruiter.errors import (
     NotInAJob,
     UnknownWorkable,
 )
-from recruiter.job import DEFAULT_METHOD, JobSpec
+from recruiter.job import DEFAULT_METHOD, JobSpec, Root
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -54,6 +57,9 @@ class RetryStatistics:
     """The previous attempt's record, or ``None`` on the first run."""
     worker_id: str | None = None
     """The roster id of the worker slot running this attempt (``None`` outside a worker)."""
+    root: Root | None = None
+    """The root job this one is, or is a leaf of: what to give the leaves it schedules
+    (``spec.as_leaf_of(retry_statistics().root)``)."""
 
 
 _current: contextvars.ContextVar[RetryStatistics | None] = contextvars.ContextVar(
@@ -75,14 +81,31 @@ def retry_statistics() -> RetryStatistics:
     return statistics
 
 
+_output: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "recruiter_attempt_output", default=None
+)
+
+
+def record_output(**fields: Any) -> None:
+    """Add BSON-safe ``fields`` to the running attempt's record, under ``output`` (a
+    shell-command job records its exit code and output this way)."""
+    output = _output.get()
+    if output is None:
+        raise NotInAJob("record_output() can only be called from a running job")
+    output.update(fields)
+
+
 @contextmanager
-def running_as(statistics: RetryStatistics) -> Iterator[None]:
-    """Make ``statistics`` what :func:`retry_statistics` returns while the job runs."""
-    token = _current.set(statistics)
+def running_as(statistics: RetryStatistics) -> Iterator[dict[str, Any]]:
+    """Make ``statistics`` what :func:`retry_statistics` returns while the job runs;
+    yield the attempt's output, as :func:`record_output` fills it."""
+    output: dict[str, Any] = {}
+    token, output_token = _current.set(statistics), _output.set(output)
     try:
-        yield
+        yield output
     finally:
         _current.reset(token)
+        _output.reset(output_token)
 
 
 class WorkableRebuildError(Exception):
@@ -179,6 +202,9 @@ class FunctionWorkable(Generic[P, R]):
         return f"<workable {self.name!r}: {self.function.__qualname__}>"
 
 
+Entry: TypeAlias = "FunctionWorkable[..., Any] | type[Workable] | Command"
+
+
 class Registry:
     """The workables an application can run, by name.
 
@@ -190,7 +216,7 @@ class Registry:
     """
 
     def __init__(self) -> None:
-        self._workables: dict[str, FunctionWorkable[..., Any] | type[Workable]] = {}
+        self._workables: dict[str, Entry] = {}
 
     @overload
     def workable(self, name: str) -> _Decorator: ...
@@ -212,7 +238,24 @@ class Registry:
         decorator = _Decorator(self, name)
         return decorator if target is None else decorator(target)
 
-    def _register(self, name: str, entry: FunctionWorkable[..., Any] | type[Workable]) -> None:
+    def command(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        timeout: Duration | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> Command:
+        """Register a command line under ``name``: its jobs run it as a process of its own
+        (see :mod:`recruiter.command`). ``timeout`` stops it (SIGTERM, then SIGKILL)."""
+        if not isinstance(name, str) or not name.strip():
+            raise InvalidJob(f"a workable name must be a non-empty string, got {name!r}")
+        command = Command(name, argv, timeout=timeout, cwd=cwd, env=env)
+        self._register(name, command)
+        return command
+
+    def _register(self, name: str, entry: Entry) -> None:
         existing = self._workables.get(name)
         if existing is not None and _target(existing) is not _target(entry):
             raise DuplicateRegistration("workable", name)
@@ -234,9 +277,11 @@ class Registry:
         entry = self._workables.get(name)
         if entry is None:
             raise UnknownWorkable(name)
-        if isinstance(entry, FunctionWorkable):
+        if isinstance(entry, FunctionWorkable | Command):
             if method != DEFAULT_METHOD:
-                raise WorkableRebuildError(f"function workable {name!r} has no method {method!r}")
+                raise WorkableRebuildError(f"workable {name!r} has no method {method!r}")
+            if isinstance(entry, Command):
+                return _command_run(entry, parameters)
             return entry.rebuild(parameters)
         if method.startswith("_") or not callable(getattr(entry, method, None)):
             raise WorkableRebuildError(f"workable {name!r} has no method {method!r}")
@@ -250,8 +295,26 @@ class Registry:
         return bound_method
 
 
-def _target(entry: FunctionWorkable[..., Any] | type[Workable]) -> object:
+def _target(entry: Entry) -> object:
+    if isinstance(entry, Command):
+        return tuple(entry.argv)  # the same command line registered twice is one command
     return entry.function if isinstance(entry, FunctionWorkable) else entry
+
+
+def _command_run(command: Command, parameters: Mapping[str, Any]) -> Callable[[], None]:
+    try:
+        command.command_line("", parameters)
+    except InvalidParameters as error:
+        raise WorkableRebuildError(error.reason) from error
+
+    def run() -> None:
+        output = command.run(retry_statistics().job_id, parameters)
+        record_output(**output)
+        failure = failure_of(output, command.timeout)
+        if failure is not None:
+            raise failure
+
+    return run
 
 
 class _Decorator:

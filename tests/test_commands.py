@@ -16,7 +16,7 @@ import pytest
 from pymongo import MongoClient
 from pymongo.database import Database
 
-from recruiter import JobSpec, Queue, RetryManyTimes
+from recruiter import JobSpec, Queue, RetryManyTimes, Root
 from recruiter.clock import SystemClock
 from recruiter.embedded import start_server
 from recruiter.schedule import Every
@@ -301,3 +301,66 @@ def test_a_concurrency_limit_holds_across_six_workers_and_changes_at_runtime(
     assert most_at_once(queue, burst()) == 2, "never more than 2, and the 2 were used"
     group("set", "limited", "--concurrency", "4")
     assert most_at_once(queue, burst()) in (3, 4), "the new limit applies, without a restart"
+
+
+PRODUCER = """
+import sys
+from recruiter import JobSpec, Queue
+queue = Queue.connect(sys.argv[1], sys.argv[2])
+ids = {queue.schedule(JobSpec("demo.greet", {"name": "once"}).deduplicated()) for _ in range(40)}
+print(*ids)
+"""
+
+
+def test_processes_scheduling_the_same_deduplicated_job_at_once_store_one(
+    processes: Processes, queue: Queue
+) -> None:
+    producers = [
+        subprocess.Popen(
+            [sys.executable, "-c", PRODUCER, processes.uri, processes.database],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    told = {output for p in producers for output in p.communicate(timeout=120)[0].split()}
+    assert [p.returncode for p in producers] == [0] * 4
+    (job_id,) = told  # every producer was told the one job's id
+    assert queue.store.count_jobs("scheduled") == 1
+    processes.start("run")
+    processes.worker()
+    wait_for(lambda: queue.job(job_id).why == "done", processes)
+
+
+def test_leaves_of_an_older_root_are_skipped_by_real_workers(
+    processes: Processes, queue: Queue
+) -> None:
+    old = Root("pages:42", SystemClock().now() - dt.timedelta(minutes=1))
+    leaves = queue.schedule_many(
+        JobSpec("demo.greet", {"name": f"leaf {n}"}).in_group("leaves").as_leaf_of(old)
+        for n in range(3)
+    )
+    root = queue.schedule(
+        JobSpec("demo.greet", {"name": "root"}).in_group("roots").as_root(old.signature)
+    )
+    processes.start("run")
+    processes.worker("--group", "roots")
+    wait_for(lambda: queue.job(root).why == "done", processes)
+    processes.worker("--group", "leaves")
+    wait_for(lambda: all(queue.job(i).why is not None for i in leaves), processes)
+    assert {queue.job(i).why for i in leaves} == {"superseded"}
+
+
+def test_shell_command_jobs_run_on_real_workers_with_their_output_recorded(
+    processes: Processes, queue: Queue
+) -> None:
+    processes.start("run")
+    processes.worker()
+    done = queue.schedule(JobSpec("demo.report", {"region": "eu"}))
+    failed = queue.schedule(JobSpec("demo.exit", {"code": 4}).retry_with(RetryManyTimes(1, 0)))
+    wait_for(lambda: None not in (queue.job(done).why, queue.job(failed).why), processes)
+    output = queue.job(done).history[-1]["output"]
+    assert (output["exit_code"], output["stdout"]) == (0, f"report {done} eu\n")
+    job = queue.job(failed)
+    assert (job.why, job.attempts) == ("tried-too-many-times", 2)
+    assert [a["output"]["exit_code"] for a in job.history] == [4, 4]

@@ -11,7 +11,17 @@ DOCS = Path(__file__).parent.parent / "docs"
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
-@pytest.mark.parametrize("page", ["api.md", "retry-policies.md", "schedulers.md", "groups.md"])
+@pytest.mark.parametrize(
+    "page",
+    [
+        "api.md",
+        "retry-policies.md",
+        "schedulers.md",
+        "groups.md",
+        "deduplication.md",
+        "commands.md",
+    ],
+)
 def test_the_examples_of_a_page_run(page: str, capsys: pytest.CaptureFixture[str]) -> None:
     blocks = BLOCK.findall((DOCS / page).read_text())
     assert blocks, f"{page} has no Python example"

@@ -19,6 +19,7 @@ from pymongo.database import Database
 
 from recruiter.schema import ensure_indexes, ensure_schema
 from recruiter.store.base import Document
+from recruiter.store.dedup import DedupVerbs
 from recruiter.store.groups import GroupRecord, GroupVerbs
 from recruiter.store.jobs import JobVerbs, as_object_id
 from recruiter.store.leases import LeaseVerbs
@@ -40,7 +41,7 @@ __all__ = [
 ]
 
 
-class Store(JobVerbs, RosterVerbs, LeaseVerbs, SchedulerVerbs, GroupVerbs, WatchVerbs):
+class Store(JobVerbs, RosterVerbs, LeaseVerbs, SchedulerVerbs, GroupVerbs, DedupVerbs, WatchVerbs):
     """Every collection recruiter uses, and every operation on them."""
 
     def __init__(self, database: Database[Any]) -> None:
@@ -53,6 +54,7 @@ class Store(JobVerbs, RosterVerbs, LeaseVerbs, SchedulerVerbs, GroupVerbs, Watch
         self.metadata: Collection[Document] = self.database.metadata
         self.schedulers: Collection[Document] = self.database.schedulers
         self.groups: Collection[Document] = self.database.groups
+        self.dedup: Collection[Document] = self.database.dedup
 
     def ensure_ready(self) -> None:
         """Check and upgrade the schema version, create missing indexes (idempotent)."""

@@ -25,6 +25,7 @@ from recruiter.store.base import Document, aware
 DUPLICATE_KEY = 11000
 ARCHIVE_BATCH = 500
 PURGE_BATCH = 5_000
+DEDUP_INSERT_TRIES = 3
 
 
 def _recording(update: Document, execution: Document, reset: bool = False) -> Document:
@@ -71,10 +72,56 @@ class JobVerbs:
     # --- scheduling -----------------------------------------------------------------
 
     def insert_jobs(self, documents: Sequence[Document]) -> list[Any]:
-        """Insert new jobs in one round trip, in order; return their ids."""
+        """Insert new jobs in one round trip; return their ids, in order.
+
+        A job whose ``queued_key`` (its deduplication key, while it waits) is already
+        held by a queued job is not inserted: its place in the result holds the id of
+        the queued job, which will do its work.
+        """
         if not documents:
             return []
-        return list(self.scheduled.insert_many(list(documents), ordered=True).inserted_ids)
+        documents = list(documents)
+        ids = [document["_id"] for document in documents]
+        for _ in range(DEDUP_INSERT_TRIES):
+            duplicates = self._insert_unless_queued(documents)
+            if not duplicates:
+                return ids
+            queued = self._queued_by_key({documents[i]["queued_key"] for i in duplicates})
+            again = []
+            for index in duplicates:
+                held_by = queued.get(documents[index]["queued_key"])
+                if held_by is None:  # the queued one was locked meanwhile: its key is free
+                    again.append(index)
+                else:
+                    ids[index] = held_by
+            documents = [documents[i] for i in again]
+            if not documents:
+                return ids
+        raise RuntimeError("deduplicated jobs kept being locked while inserted: try again")
+
+    def _insert_unless_queued(self, documents: list[Document]) -> list[int]:
+        """Insert ``documents``; return the indexes of those refused as duplicates."""
+        try:
+            self.scheduled.insert_many(documents, ordered=False)
+        except BulkWriteError as error:
+            duplicates = []
+            for failure in error.details["writeErrors"]:
+                pattern = failure.get("keyPattern")
+                document = documents[failure["index"]]
+                if (
+                    failure["code"] == DUPLICATE_KEY
+                    and "queued_key" in document
+                    and (pattern is None or "queued_key" in pattern)
+                ):
+                    duplicates.append(failure["index"])
+                else:
+                    raise
+            return duplicates
+        return []
+
+    def _queued_by_key(self, keys: set[str]) -> dict[str, Any]:
+        cursor = self.scheduled.find({"queued_key": {"$in": list(keys)}}, {"queued_key": 1})
+        return {document["queued_key"]: document["_id"] for document in cursor}
 
     def find_job(self, job_id: ObjectId | str) -> Job | None:
         """The job with this id, from ``scheduled`` or else ``archived``."""
@@ -114,7 +161,11 @@ class JobVerbs:
             return []
         result = self.scheduled.update_many(
             {"_id": {"$in": list(job_ids)}, "locked": False, "scheduled_at": {"$lte": now}},
-            {"$set": {"locked": True, "lock": {"token": token, "since": now}}},
+            {
+                "$set": {"locked": True, "lock": {"token": token, "since": now}},
+                # from its first lock on, a deduplicated job no longer absorbs duplicates
+                "$unset": {"queued_key": ""},
+            },
         )
         if result.modified_count == len(job_ids):
             return list(job_ids)

@@ -1,0 +1,205 @@
+"""Shell-command jobs: a registered command line, run as a process of its own.
+
+A command is registered by the application, like any workable, so a worker only ever
+runs command lines its application declared: the database holds the values of the
+placeholders, never a command. Each argument of the template is formatted on its own
+(no shell is involved, so a value cannot inject anything): ``{job_id}`` is the job's
+id, any other ``{name}`` a parameter of the job.
+
+The attempt's record in the job's history gets the exit code, the terminating signal,
+whether it timed out, and the last :data:`OUTPUT_LIMIT` characters of stdout and
+stderr. A non-zero exit, a signal or a timeout fail the attempt with
+:class:`CommandFailed`, which the job's retry policy handles like any failure.
+
+>>> from recruiter import Registry
+>>> registry = Registry()
+>>> export = registry.command("reports.export", ["echo", "exporting", "{region}", "{job_id}"])
+>>> export.job(region="eu").parameters
+{'region': 'eu'}
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import os
+import shutil
+import signal
+import string
+import subprocess
+import tempfile
+from collections.abc import Mapping, Sequence
+from typing import IO, Any
+
+from recruiter.duration import Duration, to_timedelta
+from recruiter.errors import InvalidJob, InvalidParameters
+from recruiter.job import JobSpec
+
+OUTPUT_LIMIT = 8192
+"""Characters of stdout and of stderr kept per attempt (the last ones)."""
+KILL_GRACE = dt.timedelta(seconds=5)
+"""How long a timed-out command has between SIGTERM and SIGKILL."""
+JOB_ID = "job_id"
+VALUE_TYPES = (str, int, float)
+
+
+class CommandFailed(Exception):
+    """A command exited with a non-zero code, was killed by a signal, or timed out."""
+
+
+class Command:
+    """A registered command line; build jobs of it with :meth:`job`."""
+
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        timeout: Duration | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        if isinstance(argv, str) or not argv or not all(isinstance(a, str) for a in argv):
+            raise InvalidJob(
+                f"command {name!r}: give the command line as a list of strings, "
+                f"one per argument, got {argv!r}"
+            )
+        self.name = name
+        self.argv = list(argv)
+        self.placeholders = _placeholders(name, self.argv)
+        if "{" in self.argv[0] or shutil.which(self.argv[0], path=_path(env)) is None:
+            raise InvalidJob(
+                f"command {name!r}: {self.argv[0]!r} cannot be started here: "
+                "give an executable's path, or a name found on PATH"
+            )
+        try:
+            self.timeout = None if timeout is None else to_timedelta(timeout, name="timeout")
+        except ValueError as error:
+            raise InvalidJob(f"command {name!r}: {error}") from error
+        self.cwd = cwd
+        self.env = None if env is None else {**os.environ, **env}
+
+    def job(self, **values: Any) -> JobSpec:
+        """A job running the command with these values of its placeholders."""
+        return JobSpec(self.name, self._checked(values))
+
+    def command_line(self, job_id: str, parameters: Mapping[str, Any]) -> list[str]:
+        """The argv the job runs: every placeholder filled in."""
+        values = {**self._checked(parameters), JOB_ID: job_id}
+        return [argument.format_map(values) for argument in self.argv]
+
+    def _checked(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        wanted = self.placeholders - {JOB_ID}
+        if set(values) != wanted:
+            missing, unknown = sorted(wanted - set(values)), sorted(set(values) - wanted)
+            raise InvalidParameters(
+                self.name, f"expected {sorted(wanted)}: missing {missing}, unknown {unknown}"
+            )
+        for key, value in values.items():
+            if isinstance(value, bool) or not isinstance(value, VALUE_TYPES):
+                raise InvalidParameters(
+                    self.name, f"{key!r} must be a string or a number, got {value!r}"
+                )
+        return dict(values)
+
+    def run(self, job_id: str, parameters: Mapping[str, Any]) -> dict[str, Any]:
+        """Run the command to its end; return what the attempt's record keeps.
+
+        Raises :class:`CommandFailed` (after recording) when it did not exit with 0.
+        """
+        argv = self.command_line(job_id, parameters)
+        with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
+            try:
+                process = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=stdout,
+                    stderr=stderr,
+                    cwd=self.cwd,
+                    env=self.env,
+                    start_new_session=True,  # its own process group, killed as a whole
+                )
+            except OSError as error:
+                raise CommandFailed(f"{argv[0]!r} could not be started: {error}") from error
+            timed_out = self._wait(process)
+            return {
+                "command": argv,
+                "exit_code": process.returncode if process.returncode >= 0 else None,
+                "signal": _signal_name(process.returncode),
+                "timed_out": timed_out,
+                "stdout": _tail(stdout),
+                "stderr": _tail(stderr),
+            }
+
+    def _wait(self, process: subprocess.Popen[bytes]) -> bool:
+        """Wait for the process; on timeout, stop its group; return whether it timed out."""
+        timeout = None if self.timeout is None else self.timeout.total_seconds()
+        try:
+            process.wait(timeout)
+            return False
+        except subprocess.TimeoutExpired:
+            _signal_group(process, signal.SIGTERM)
+            try:
+                process.wait(KILL_GRACE.total_seconds())
+            except subprocess.TimeoutExpired:
+                _signal_group(process, signal.SIGKILL)
+                process.wait()
+            return True
+
+    def __repr__(self) -> str:
+        return f"<command {self.name!r}: {' '.join(self.argv)}>"
+
+
+def failure_of(output: Mapping[str, Any], timeout: dt.timedelta | None) -> CommandFailed | None:
+    """The failure a command's recorded output amounts to, if any."""
+    if output["timed_out"]:
+        return CommandFailed(f"timed out after {timeout}, stopped ({output['signal']})")
+    if output["signal"] is not None:
+        return CommandFailed(f"killed by {output['signal']}")
+    if output["exit_code"] != 0:
+        return CommandFailed(f"exited with code {output['exit_code']}")
+    return None
+
+
+def _placeholders(name: str, argv: list[str]) -> set[str]:
+    found: set[str] = set()
+    for argument in argv:
+        try:
+            fields = [f for _, f, spec, conv in string.Formatter().parse(argument) if f is not None]
+        except ValueError as error:
+            raise InvalidJob(
+                f"command {name!r}: bad placeholder in {argument!r}: {error}"
+            ) from error
+        for field in fields:
+            if not field.isidentifier():
+                raise InvalidJob(
+                    f"command {name!r}: placeholders are plain names like {{region}}, "
+                    f"got {{{field}}} in {argument!r}"
+                )
+            found.add(field)
+    return found
+
+
+def _path(env: Mapping[str, str] | None) -> str | None:
+    return (env or {}).get("PATH") or os.environ.get("PATH")
+
+
+def _signal_group(process: subprocess.Popen[bytes], which: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, which)
+
+
+def _signal_name(returncode: int) -> str | None:
+    if returncode >= 0:
+        return None
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+
+
+def _tail(stream: IO[bytes]) -> str:
+    size = stream.seek(0, os.SEEK_END)
+    stream.seek(max(0, size - 4 * OUTPUT_LIMIT))  # enough bytes for the last characters
+    text = stream.read().decode("utf-8", errors="replace")
+    return text[-OUTPUT_LIMIT:]
