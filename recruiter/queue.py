@@ -21,12 +21,15 @@ from pymongo import MongoClient
 from pymongo.database import Database
 
 from recruiter.clock import Clock, SystemClock, to_millis
+from recruiter.duration import Duration, to_timedelta
 from recruiter.errors import InvalidJob, JobNotFound
 from recruiter.groups import GroupSettings, InvalidGroupSettings, Rate
 from recruiter.job import Job, JobSpec
+from recruiter.manual import ManualRun, run_here, run_now, wait_for
 from recruiter.schedule import Cron, Every, InvalidSchedule, Schedule
 from recruiter.schedulers import job_template
 from recruiter.store import SchedulerRecord, Store
+from recruiter.workable import Registry
 
 DEFAULT_DATABASE = "recruiter"
 
@@ -147,6 +150,27 @@ class Queue:
     def group_settings(self) -> list[GroupSettings]:
         """The settings of every group that has some, by group."""
         return [record.settings for record in self.store.group_records()]
+
+    def run_now(self, *job_ids: ObjectId | str) -> list[ObjectId | str]:
+        """Make these waiting jobs due now: the workers take them at the next round.
+        Return those that were not waiting (handed out or finished: left as they are)."""
+        return run_now(self.store, job_ids, self.clock.now())
+
+    def wait(self, job_ids: Iterable[ObjectId | str], timeout: Duration = "1m") -> list[Job]:
+        """Wait until these jobs are finished; return them, in order.
+
+        Raises :class:`recruiter.manual.WaitTimeout` if some are not, within ``timeout``.
+        """
+        try:
+            limit = to_timedelta(timeout, name="timeout")
+        except ValueError as error:
+            raise InvalidJob(str(error)) from error
+        return wait_for(self.store, list(job_ids), limit, self.clock)
+
+    def run_here(self, registry: Registry, *job_ids: ObjectId | str) -> list[ManualRun]:
+        """Run these waiting jobs in this process, now, one after the other, with the
+        workables of ``registry``; return how each ended (see :mod:`recruiter.manual`)."""
+        return run_here(self.store, registry, self.clock, job_ids)
 
     def job(self, job_id: ObjectId | str) -> Job:
         """The job with this id, queued, running or archived."""

@@ -364,3 +364,40 @@ def test_shell_command_jobs_run_on_real_workers_with_their_output_recorded(
     job = queue.job(failed)
     assert (job.why, job.attempts) == ("tried-too-many-times", 2)
     assert [a["output"]["exit_code"] for a in job.history] == [4, 4]
+
+
+def job_command(processes: Processes, *arguments: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "recruiter", "job", *arguments]
+    command += ["--mongodb-uri", processes.uri, "--database", processes.database]
+    wide = {**os.environ, "COLUMNS": "200"}  # rich wraps its table to the terminal's width
+    return subprocess.run(
+        command, capture_output=True, text=True, timeout=120, check=False, env=wide
+    )
+
+
+def test_job_run_wait_makes_jobs_due_and_reports_how_they_ended(
+    processes: Processes, queue: Queue
+) -> None:
+    processes.start("run")
+    processes.worker()
+    later = queue.schedule(JobSpec("demo.greet", {"name": "later"}).run_in("1h"))
+    broken = queue.schedule(JobSpec("demo.broken").run_in("1h"))
+    ran = job_command(processes, "run", str(later), "--wait", "--timeout", "60s")
+    assert ran.returncode == 0, ran.stdout + ran.stderr + processes.dump_logs()
+    assert f"{later}" in ran.stdout
+    assert "done" in ran.stdout
+    failed = job_command(processes, "run", str(broken), "--wait")
+    assert failed.returncode == 9, failed.stdout + failed.stderr
+    assert "this job always fails" in failed.stdout
+
+
+def test_job_run_here_runs_a_job_no_worker_would_take(processes: Processes, queue: Queue) -> None:
+    nobody = queue.schedule(JobSpec("demo.report", {"region": "eu"}).in_group("nobody"))
+    ran = job_command(processes, "run", str(nobody), "--here", "--app", "recruiter.demo:registry")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    job = queue.job(nobody)
+    assert job.why == "done"
+    assert job.history[-1]["output"]["stdout"] == f"report {nobody} eu\n"
+    again = job_command(processes, "run", str(nobody), "--here")
+    assert again.returncode == 6, "a finished job is not run again"
+    assert "is finished (done): it was not run again" in " ".join(again.stderr.split())

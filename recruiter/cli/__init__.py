@@ -14,6 +14,7 @@ from rich.console import Console
 
 from recruiter import __version__
 from recruiter.cli.groups import groups
+from recruiter.cli.jobs import JOB_FAILED_EXIT, jobs
 from recruiter.cli.processes import clean, run, worker
 from recruiter.cli.together import DemoTimeout, demo, up
 from recruiter.embedded import (
@@ -23,6 +24,7 @@ from recruiter.embedded import (
     stop_local_server,
 )
 from recruiter.errors import DatabaseUnreachable, RecruiterError, SchemaTooNew
+from recruiter.manual import WaitTimeout
 from recruiter.worker import DECLARED_DEAD_EXIT
 
 app = typer.Typer(
@@ -37,6 +39,7 @@ embedded = typer.Typer(
 )
 app.add_typer(embedded, name="embedded")
 app.add_typer(groups, name="group")
+app.add_typer(jobs, name="job")
 console = Console()
 errors = Console(stderr=True)
 
@@ -51,6 +54,7 @@ class ExitCode(IntEnum):
     INVALID = 6
     TIMEOUT = 7
     DECLARED_DEAD = DECLARED_DEAD_EXIT
+    JOB_FAILED = JOB_FAILED_EXIT
 
 
 def exit_code_of(error: RecruiterError) -> ExitCode:
@@ -60,7 +64,7 @@ def exit_code_of(error: RecruiterError) -> ExitCode:
         return ExitCode.SCHEMA_TOO_NEW
     if isinstance(error, EmbeddedServerError):
         return ExitCode.EMBEDDED_SERVER
-    if isinstance(error, DemoTimeout):
+    if isinstance(error, DemoTimeout | WaitTimeout):
         return ExitCode.TIMEOUT
     return ExitCode.INVALID
 

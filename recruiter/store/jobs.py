@@ -177,6 +177,34 @@ class JobVerbs:
         }
         return [job_id for job_id in job_ids if job_id in locked]
 
+    def make_due_now(self, job_id: Any, now: dt.datetime) -> bool:
+        """Make a waiting job due at ``now`` (if it was due later), if it is still
+        waiting: not handed out, not finished."""
+        result = self.scheduled.update_one(
+            {"_id": job_id, "locked": False, "scheduled_at": {"$exists": True}},
+            {"$min": {"scheduled_at": now}},
+        )
+        return result.matched_count == 1
+
+    def lock_job_now(self, job_id: Any, token: ObjectId, now: dt.datetime) -> bool:
+        """Lock a waiting job under ``token`` whenever it is due: a manual run."""
+        result = self.scheduled.update_one(
+            {"_id": job_id, "locked": False, "scheduled_at": {"$exists": True}},
+            {
+                "$set": {"locked": True, "lock": {"token": token, "since": now}},
+                "$unset": {"queued_key": ""},
+            },
+        )
+        return result.modified_count == 1
+
+    def finished_jobs(self, job_ids: Sequence[Any]) -> list[Job]:
+        """Those of ``job_ids`` that are finished, archived or not yet."""
+        query = {"_id": {"$in": list(job_ids)}, "why": {"$exists": True}}
+        found = {d["_id"]: d for d in self.scheduled.find(query)}
+        for document in self.archived.find(query):
+            found.setdefault(document["_id"], document)
+        return [Job.from_document(d) for d in found.values()]
+
     # --- the worker's side: every write fenced by the lock token ---------------------
 
     def start_if_owned(self, job_id: Any, token: ObjectId, started: Document) -> Job | None:

@@ -87,6 +87,35 @@ class RosterVerbs:
         )
         return worker_id
 
+    def register_holder(
+        self, job_id: Any, token: ObjectId, now: dt.datetime, *, group: str, pid: int, hostname: str
+    ) -> ObjectId:
+        """Add a worker that already holds ``job_id`` (locked with ``token``) and never
+        takes assignments: a manual run in another process, which heartbeats like a
+        worker, so the cleaner takes its job back if it dies."""
+        worker_id = ObjectId()
+        self.roster.insert_one(
+            {
+                "_id": worker_id,
+                "work_on": group,
+                "available": False,
+                "manual": True,
+                "assigned_to": {str(worker_id): job_id},
+                "assignment": {"token": token, "since": now},
+                "assigned_since": now,
+                "last_seen_at": now,
+                "created_at": now,
+                "pid": pid,
+                "hostname": hostname,
+            }
+        )
+        return worker_id
+
+    def unregister_holder(self, worker_id: ObjectId, token: ObjectId) -> bool:
+        """Remove a manual run's worker once its job is finished or put back."""
+        result = self.roster.delete_one({"_id": worker_id, "assignment.token": token})
+        return result.deleted_count == 1
+
     def heartbeat(self, worker_ids: list[ObjectId], now: dt.datetime) -> set[ObjectId]:
         """Record that these workers are alive; return those still on the roster."""
         result = self.roster.update_many(

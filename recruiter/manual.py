@@ -1,0 +1,170 @@
+"""Manual jobs: run given jobs now, and wait for their results (jobd's ``run-manual``).
+
+Two ways, both starting from jobs already in the queue:
+
+- :func:`run_now` makes waiting jobs due now, so the workers take them at the next
+  round (with their group's limits and priorities, as any job); :func:`wait_for` then
+  waits until they are finished;
+- :func:`run_here` runs waiting jobs in this process, at once, whatever their due time
+  or group: the process locks each job, enters the roster as the job's holder (so that
+  if it dies, the cleaner releases the job through its retry policy, as for any worker),
+  heartbeats while the job runs, and leaves the roster after.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from bson import ObjectId
+from pymongo.errors import PyMongoError
+
+from recruiter.clock import Clock
+from recruiter.errors import JobNotFound, RecruiterError
+from recruiter.execution import Execution, Executor, Identity
+from recruiter.job import Job
+from recruiter.loop import Backoff
+from recruiter.store import Store, as_object_id
+from recruiter.workable import Registry
+
+logger = logging.getLogger(__name__)
+
+WAIT_POLLS = Backoff(0.05, 1.0)
+"""Pauses between two looks at the jobs waited for: 50 ms, 100 ms… 1 s."""
+HEARTBEAT = dt.timedelta(seconds=2)
+
+
+class WaitTimeout(RecruiterError):
+    """Jobs waited for were not finished in time; they go on, nothing was changed."""
+
+    def __init__(self, unfinished: Sequence[Any], timeout: dt.timedelta) -> None:
+        shown = ", ".join(str(j) for j in unfinished[:5])
+        more = f" and {len(unfinished) - 5} more" if len(unfinished) > 5 else ""
+        super().__init__(
+            f"{len(unfinished)} jobs not finished after {timeout}: {shown}{more}; they go on "
+            "(wait again, or look at them with queue.job(id))"
+        )
+        self.unfinished = list(unfinished)
+
+
+class NotWaiting(RecruiterError):
+    """A job asked to run now is already handed out or finished."""
+
+    def __init__(self, job: Job) -> None:
+        state = f"finished ({job.why})" if job.finished else "handed out to a worker already"
+        super().__init__(f"job {job.id} is {state}: it was not run again")
+        self.job = job
+
+
+@dataclass(frozen=True)
+class ManualRun:
+    """One job run by :func:`run_here`: how its attempt ended, and the job after."""
+
+    execution: Execution
+    job: Job
+
+
+def _waiting_ids(store: Store, job_ids: Sequence[Any]) -> list[Any]:
+    """The ids, each checked to be a known job (``JobNotFound`` otherwise)."""
+    ids = [as_object_id(job_id) for job_id in job_ids]
+    for job_id in ids:
+        if store.find_job(job_id) is None:
+            raise JobNotFound(job_id)
+    return ids
+
+
+def run_now(store: Store, job_ids: Sequence[Any], now: dt.datetime) -> list[Any]:
+    """Make the waiting jobs among ``job_ids`` due now; return those that were not
+    waiting (handed out or finished already: they are left as they are)."""
+    not_waiting = []
+    for job_id in _waiting_ids(store, job_ids):
+        if not store.make_due_now(job_id, now):
+            not_waiting.append(job_id)
+    return not_waiting
+
+
+def wait_for(
+    store: Store, job_ids: Sequence[Any], timeout: dt.timedelta, clock: Clock
+) -> list[Job]:
+    """Wait until every job of ``job_ids`` is finished; return them, in order.
+
+    Raises :class:`WaitTimeout` when some are not finished within ``timeout``.
+    """
+    ids = _waiting_ids(store, job_ids)
+    deadline, pause = clock.monotonic() + timeout.total_seconds(), 0.0
+    while True:
+        finished = {job.id: job for job in store.finished_jobs(ids)}
+        if len(finished) == len(set(ids)):
+            return [finished[job_id] for job_id in ids]
+        if clock.monotonic() >= deadline:
+            raise WaitTimeout([j for j in ids if j not in finished], timeout)
+        pause = WAIT_POLLS.after(pause)
+        clock.sleep(min(pause, max(0.0, deadline - clock.monotonic())))
+
+
+def run_here(
+    store: Store,
+    registry: Registry,
+    clock: Clock,
+    job_ids: Sequence[Any],
+    heartbeat: dt.timedelta = HEARTBEAT,
+) -> list[ManualRun]:
+    """Run each waiting job of ``job_ids`` in this process, one after the other.
+
+    Raises :class:`NotWaiting` at the first job that is handed out or finished already
+    (the jobs before it have run).
+    """
+    runs = []
+    for job_id in _waiting_ids(store, job_ids):
+        token, now = ObjectId(), clock.now()
+        if not store.lock_job_now(job_id, token, now):
+            job = store.find_job(job_id)
+            assert job is not None
+            raise NotWaiting(job)
+        job = store.find_job(job_id)
+        group = job.group if job is not None else "manual"
+        identity = Identity.of_this_process()
+        holder = store.register_holder(
+            job_id, token, now, group=group, pid=identity.pid, hostname=identity.hostname
+        )
+        try:
+            with _heartbeats(store, holder, heartbeat, clock):
+                executor = Executor(store, registry, clock, Identity.of_this_process(holder))
+                execution = executor.execute(job_id, token)
+        finally:
+            store.unregister_holder(holder, token)
+        after = store.find_job(job_id)
+        assert after is not None
+        logger.info("manual run of job %s: %s", job_id, execution.outcome)
+        runs.append(ManualRun(execution, after))
+    return runs
+
+
+@contextmanager
+def _heartbeats(
+    store: Store, worker_id: ObjectId, every: dt.timedelta, clock: Clock
+) -> Iterator[None]:
+    done = threading.Event()
+
+    def beat() -> None:
+        while not done.wait(every.total_seconds()):
+            try:
+                if not store.heartbeat([worker_id], clock.now()):
+                    logger.error(
+                        "manual run %s: declared dead; its result will not count", worker_id
+                    )
+            except PyMongoError as error:
+                logger.error("manual run %s: heartbeat failed, retrying: %s", worker_id, error)
+
+    thread = threading.Thread(target=beat, name="manual-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
