@@ -5,12 +5,23 @@ Start a worker on it with ``recruiter worker --app recruiter.demo:registry``.
 
 from __future__ import annotations
 
+import logging
 import random
 import sys
 import time
 
-from recruiter import ExponentialBackoff, JobSpec, Registry, RetryManyTimes, retry_statistics
+from recruiter import (
+    Every,
+    ExponentialBackoff,
+    JobSpec,
+    Queue,
+    Registry,
+    RetryManyTimes,
+    retry_statistics,
+)
+from recruiter.events import BECAME_LEADER, JOB_FAILURE_LAST, STEPPED_DOWN, JobEvent
 
+logger = logging.getLogger(__name__)
 registry = Registry()
 
 
@@ -51,6 +62,25 @@ exit_with = registry.command(
     "demo.exit", [sys.executable, "-c", "import sys; sys.exit(int(sys.argv[1]))", "{code}"]
 )
 """A shell-command job that exits with the code it is given."""
+
+
+@registry.on(JOB_FAILURE_LAST)
+def failed_for_good(event: JobEvent) -> None:
+    """Where an application would page someone: a job failed and will not run again."""
+    assert event.execution is not None
+    logger.warning("demo: job %s failed for good (%s)", event.job.id, event.execution.why)
+
+
+@registry.on(BECAME_LEADER)
+def declare_schedulers(queue: Queue) -> None:
+    """Declared by whichever ``recruiter run --app recruiter.demo:registry`` leads."""
+    queue.repeat("demo.tick", greet.job("tick"), Every("1m"))
+    logger.info("demo: became the leader, schedulers declared")
+
+
+@registry.on(STEPPED_DOWN)
+def stepped_down(queue: Queue) -> None:
+    logger.info("demo: stepped down")
 
 
 def sample_jobs(count: int, seed: int = 0) -> list[JobSpec]:

@@ -19,7 +19,7 @@ import os
 import socket
 import traceback
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeVar
 
@@ -29,6 +29,7 @@ from pymongo.errors import ConnectionFailure, PyMongoError
 
 from recruiter.clock import Clock
 from recruiter.errors import RecruiterError
+from recruiter.events import JOB_ENDED, JOB_FAILURE_LAST, JOB_STARTED, JobEvent, call_safely
 from recruiter.job import TRACE_LIMIT, Job
 from recruiter.loop import Backoff
 from recruiter.retry import (
@@ -36,13 +37,14 @@ from recruiter.retry import (
     Failure,
     GiveUp,
     RetryAt,
+    RetryPolicy,
     Why,
     decide_safely,
     is_last_retry_safely,
     policy_or_default,
 )
 from recruiter.store import Store
-from recruiter.workable import Registry, RetryStatistics, running_as
+from recruiter.workable import Registry, RetryStatistics, WorkableHooks, running_as
 
 logger = logging.getLogger(__name__)
 
@@ -142,14 +144,26 @@ class Executor:
             worker_id=None if self.identity.worker_id is None else str(self.identity.worker_id),
             root=job.root,
         )
+        self.registry.listeners.emit(JOB_STARTED, JobEvent(JOB_STARTED, job))
         skip = self._skip_reason(job)
         if skip is not None:
-            return self._skip(job, token, started_at, *skip)
-        failure, trace, output = _run(self.registry, job, statistics, policy_problem)
+            execution = self._skip(job, token, started_at, *skip)
+            self._ended(job, execution, _Ran())
+            return execution
+        ran = _run(self.registry, job, statistics, policy_problem)
+        execution = self._conclude(job, token, ran, started_at, policy)
+        self._ended(job, execution, ran)
+        return execution
+
+    def _conclude(
+        self, job: Job, token: ObjectId, ran: _Ran, started_at: dt.datetime, policy: RetryPolicy
+    ) -> Execution:
+        """Record the attempt's result: finish the job, or let its policy decide."""
         ended_at = self.clock.now()
         record = self._record(job, started_at, ended_at)
-        if output:
-            record["output"] = output
+        if ran.output:
+            record["output"] = ran.output
+        failure = ran.failure
         if failure is None:
             record["outcome"] = Outcome.DONE.value
             if not self._durably(
@@ -163,15 +177,33 @@ class Executor:
             self._remember_success(job, started_at, ended_at)
             return Execution(job.id, Outcome.DONE, job.attempts)
         record.update({"class": failure.exception_class, "message": failure.message})
-        record["trace"] = trace
+        record["trace"] = ran.trace
+        created_at = job.created_at or started_at
         attempt = FailedAttempt(
             str(job.id), job.attempts, created_at, failure, started_at, ended_at
         )
-        failed = _Failed(job, token, record, attempt, trace)
+        failed = _Failed(job, token, record, attempt, ran.trace)
         decision = decide_safely(policy, attempt, ended_at)
         if isinstance(decision, RetryAt):
             return self._retry(failed, decision)
         return self._give_up(failed, decision)
+
+    def _ended(self, job: Job, execution: Execution, ran: _Ran) -> None:
+        """Tell the listeners and the workable's hooks how the attempt ended, once that
+        is recorded (not when the result was fenced off: the attempt did not count)."""
+        if execution.outcome is Outcome.FENCED:
+            return
+        listeners, hooks, error = self.registry.listeners, ran.hooks, ran.error
+        listeners.emit(JOB_ENDED, JobEvent(JOB_ENDED, job, execution))
+        if execution.outcome is Outcome.DONE:
+            call_safely(f"job {job.id}: after_success", hooks.after_success)
+            call_safely(f"job {job.id}: finalize", hooks.finalize, None)
+        elif error is not None:
+            call_safely(f"job {job.id}: after_failure", hooks.after_failure, error)
+            if execution.outcome is Outcome.ARCHIVED:
+                listeners.emit(JOB_FAILURE_LAST, JobEvent(JOB_FAILURE_LAST, job, execution))
+                call_safely(f"job {job.id}: after_last_failure", hooks.after_last_failure, error)
+                call_safely(f"job {job.id}: finalize", hooks.finalize, error)
 
     def _record(self, job: Job, started_at: dt.datetime, ended_at: dt.datetime) -> dict[str, Any]:
         return {
@@ -313,24 +345,37 @@ class Executor:
         )
 
 
+@dataclass(frozen=True)
+class _Ran:
+    """What running a job's code gave."""
+
+    failure: Failure | None = None
+    trace: str | None = None
+    output: dict[str, Any] = field(default_factory=dict)
+    error: BaseException | None = None
+    hooks: WorkableHooks = field(default_factory=WorkableHooks)
+
+
 def _run(
     registry: Registry, job: Job, statistics: RetryStatistics, policy_problem: str | None
-) -> tuple[Failure | None, str | None, dict[str, Any]]:
-    """Run the job's code: its failure and trace (``None`` when it succeeded), and the
-    output it recorded."""
+) -> _Ran:
+    """Run the job's code: its failure and trace when it failed, the output it recorded,
+    and the workable's hooks (none when it could not even be rebuilt)."""
     output: dict[str, Any] = {}
+    hooks = WorkableHooks()
     try:
         if job.problems:
             raise DamagedJob("the stored job document is damaged: " + "; ".join(job.problems))
         if policy_problem:
             raise DamagedJob(policy_problem)
         target = registry.rebuild(job.workable, job.parameters, job.method)
+        hooks = registry.hooks_of(job.workable, target)
         with running_as(statistics) as output:
             target()
     except (Exception, SystemExit) as error:
         trace = "".join(traceback.format_exception(error))[-TRACE_LIMIT:]
-        return Failure.from_exception(error), trace, _storable(output)
-    return None, None, _storable(output)
+        return _Ran(Failure.from_exception(error), trace, _storable(output), error, hooks)
+    return _Ran(output=_storable(output), hooks=hooks)
 
 
 def _storable(output: dict[str, Any]) -> dict[str, Any]:

@@ -20,6 +20,7 @@ A running job asks for its retry statistics with :func:`retry_statistics`.
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import inspect
 import os
 from collections import OrderedDict
@@ -37,11 +38,13 @@ from recruiter.errors import (
     NotInAJob,
     UnknownWorkable,
 )
+from recruiter.events import Listeners
 from recruiter.job import DEFAULT_METHOD, JobSpec, Root
 
 P = ParamSpec("P")
 R = TypeVar("R")
 W = TypeVar("W", bound="Workable")
+L = TypeVar("L", bound=Callable[..., object])
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,20 @@ def running_as(statistics: RetryStatistics) -> Iterator[dict[str, Any]]:
         _output.reset(output_token)
 
 
+def _nothing(*arguments: Any) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class WorkableHooks:
+    """What to call as a job's attempt ends (see :class:`Workable` for when)."""
+
+    after_success: Callable[[], object] = _nothing
+    after_failure: Callable[[BaseException], object] = _nothing
+    after_last_failure: Callable[[BaseException], object] = _nothing
+    finalize: Callable[[BaseException | None], object] = _nothing
+
+
 class WorkableRebuildError(Exception):
     """A stored job's workable could not be rebuilt; the job fails through its policy."""
 
@@ -145,6 +162,21 @@ class Workable:
         """The default method a job calls."""
         raise NotImplementedError(f"{type(self).__name__}.execute() must be implemented")
 
+    # hooks, called on the instance that ran, after the attempt's result is recorded;
+    # one that raises is logged and changes nothing
+
+    def after_success(self) -> None:
+        """The job succeeded (it is done)."""
+
+    def after_failure(self, error: BaseException) -> None:
+        """The attempt failed (a retry may follow)."""
+
+    def after_last_failure(self, error: BaseException) -> None:
+        """The attempt failed and the job was archived: no retry will follow."""
+
+    def finalize(self, error: BaseException | None) -> None:
+        """The job reached its end: done (``error`` is ``None``) or archived."""
+
     def as_job(self, method: str = DEFAULT_METHOD) -> JobSpec:
         """A job calling ``method`` (default ``execute``) on this workable."""
         if not self.workable_name:
@@ -165,6 +197,27 @@ class FunctionWorkable(Generic[P, R]):
         self.signature = inspect.signature(function)
         self.__doc__ = function.__doc__
         self.__wrapped__ = function
+        self.hooks = WorkableHooks()
+
+    def after_success(self, hook: Callable[[], object]) -> Callable[[], object]:
+        """Decorate the function to call after the job succeeded."""
+        self.hooks = dataclasses.replace(self.hooks, after_success=hook)
+        return hook
+
+    def after_failure(self, hook: Callable[[BaseException], object]) -> Callable[..., object]:
+        """Decorate the function to call after an attempt failed (a retry may follow)."""
+        self.hooks = dataclasses.replace(self.hooks, after_failure=hook)
+        return hook
+
+    def after_last_failure(self, hook: Callable[[BaseException], object]) -> Callable[..., object]:
+        """Decorate the function to call when the job failed for good (archived)."""
+        self.hooks = dataclasses.replace(self.hooks, after_last_failure=hook)
+        return hook
+
+    def finalize(self, hook: Callable[[BaseException | None], object]) -> Callable[..., object]:
+        """Decorate the function to call when the job reached its end, done or archived."""
+        self.hooks = dataclasses.replace(self.hooks, finalize=hook)
+        return hook
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.function(*args, **kwargs)
@@ -217,6 +270,42 @@ class Registry:
 
     def __init__(self) -> None:
         self._workables: dict[str, Entry] = {}
+        self.listeners = Listeners()
+
+    @overload
+    def on(self, event: str) -> Callable[[L], L]: ...
+
+    @overload
+    def on(self, event: str, listener: L) -> L: ...
+
+    def on(self, event: str, listener: Any = None) -> Any:
+        """Call ``listener`` at each ``event`` (see :mod:`recruiter.events`); use as a
+        decorator, ``@registry.on("job.failure.last")``, or call it."""
+        if listener is None:
+
+            def decorate(function: L) -> L:
+                self.listeners.add(event, function)
+                return function
+
+            return decorate
+        self.listeners.add(event, listener)
+        return listener
+
+    def hooks_of(self, name: str, target: Callable[[], Any]) -> WorkableHooks:
+        """The hooks of the workable ``name``, whose job runs ``target`` (a method of
+        the instance that runs, for a class-based workable)."""
+        entry = self._workables.get(name)
+        if isinstance(entry, FunctionWorkable):
+            return entry.hooks
+        instance = getattr(target, "__self__", None)
+        if isinstance(instance, Workable):
+            return WorkableHooks(
+                instance.after_success,
+                instance.after_failure,
+                instance.after_last_failure,
+                instance.finalize,
+            )
+        return WorkableHooks()
 
     @overload
     def workable(self, name: str) -> _Decorator: ...

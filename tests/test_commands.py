@@ -401,3 +401,18 @@ def test_job_run_here_runs_a_job_no_worker_would_take(processes: Processes, queu
     again = job_command(processes, "run", str(nobody), "--here")
     assert again.returncode == 6, "a finished job is not run again"
     assert "is finished (done): it was not run again" in " ".join(again.stderr.split())
+
+
+def test_the_applications_listeners_hear_leadership_and_last_failures(
+    processes: Processes, queue: Queue
+) -> None:
+    leader = processes.start("run", "--app", "recruiter.demo:registry")
+    processes.worker()  # the demo registry: its listener logs a last failure
+    wait_for(lambda: [s.urn for s in queue.schedulers()] == ["demo.tick"], processes)
+    broken = queue.schedule(JobSpec("demo.broken"))
+    wait_for(lambda: queue.job(broken).why is not None, processes)
+    wait_for(lambda: f"demo: job {broken} failed for good" in processes.dump_logs(), processes)
+    leader.send_signal(signal.SIGTERM)
+    assert leader.wait(timeout=30) == 0
+    log = next(p for p in processes.logs.glob("*-run.log")).read_text()
+    assert log.index("became the leader, schedulers declared") < log.index("demo: stepped down")

@@ -37,9 +37,11 @@ from recruiter.cli.options import (
     validated,
 )
 from recruiter.clock import SystemClock
+from recruiter.events import BECAME_LEADER, STEPPED_DOWN, Listeners
 from recruiter.leadership import Leadership, holder_name
 from recruiter.logs import Level, setup_logging
 from recruiter.loop import IDLE, Backoff, Pause, StopRequest, Wakeups, run_forever
+from recruiter.queue import Queue
 from recruiter.recruiter import News, Recruiter, RecruiterConfig
 from recruiter.store import ChangeFeed, Store
 from recruiter.watcher import Watcher
@@ -89,6 +91,20 @@ class Follow:
     """Where to tell the leader what changed, besides waking it."""
 
 
+@dataclass(frozen=True)
+class Tell:
+    """Whom to tell when the process takes or loses the lead, and what to give them."""
+
+    listeners: Listeners
+    payload: Any
+
+    def became_leader(self) -> None:
+        self.listeners.emit(BECAME_LEADER, self.payload)
+
+    def stepped_down(self) -> None:
+        self.listeners.emit(STEPPED_DOWN, self.payload)
+
+
 def lead(
     store: Store,
     name: str,
@@ -96,11 +112,13 @@ def lead(
     process: Leading,
     backoff: Backoff,
     follow: Follow | None = None,
+    tell: Tell | None = None,
 ) -> None:
     """Run ``process`` one round at a time while leading the lease ``name``, until stopped.
 
     With ``follow``, the leader (only) follows the change feed, and waits for it to ring
-    between idle rounds instead of backing off.
+    between idle rounds instead of backing off. With ``tell``, its listeners hear of each
+    change of leadership.
     """
     clock, stop = SystemClock(), StopRequest()
     stop_on_signals(stop, name)
@@ -113,18 +131,25 @@ def lead(
         was_leading = leadership.leading
         if not leadership.hold(now):
             feed.unfollow()
+            if was_leading and tell is not None:
+                tell.stepped_down()
             stop.wait(standby_wait)
             return IDLE
         if not was_leading:
             process.became_leader()
             feed.follow()
+            if tell is not None:
+                tell.became_leader()
         return process.run_once(now).pause(now)
 
     try:
         run_forever(step, stop=stop, backoff=backoff, name=name, wakeups=feed.wakeups)
     finally:
         feed.unfollow()
+        was_leading = leadership.leading
         leadership.release(clock.now())
+        if was_leading and tell is not None:
+            tell.stepped_down()
     logger.info("%s: stopped", name)
 
 
@@ -170,6 +195,15 @@ class LeaderFeed:
 
 def run(
     lease: Lease = "15s",  # type: ignore[assignment]
+    app: Annotated[
+        str | None,
+        typer.Option(
+            "--app",
+            "--bootstrap",
+            help="A Registry (module:attribute) whose became-leader and stepped-down "
+            "listeners to call; none by default.",
+        ),
+    ] = None,
     watch: Watch = True,
     mongodb_uri: MongoUri = None,
     database: DatabaseName = None,
@@ -180,11 +214,15 @@ def run(
     """The recruiter: hand ready jobs to available workers (one leads; others stand by)."""
     setup_logging("recruiter", log_level, json_logs)
     config = validated(RecruiterConfig(lease=lease, watch=watch))
+    registry = None if app is None else load_registry(app)
     store = connect_store(mongodb_uri, database, wait_for_database)
     news = News() if config.watch else None
     follow = Follow(store.watch_for_work, config.followed_wait, news) if news else None
     recruiter = Recruiter(store, config, news)
-    lead(store, "recruiter", config.lease, recruiter, config.idle_waits, follow)
+    tell = None
+    if registry is not None:
+        tell = Tell(registry.listeners, Queue(store.database, SystemClock()))
+    lead(store, "recruiter", config.lease, recruiter, config.idle_waits, follow, tell)
 
 
 def worker(
