@@ -27,6 +27,7 @@ import shutil
 import signal
 import string
 import subprocess
+import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
@@ -40,6 +41,20 @@ OUTPUT_LIMIT = 8192
 KILL_GRACE = dt.timedelta(seconds=5)
 """How long a timed-out command has between SIGTERM and SIGKILL."""
 JOB_ID = "job_id"
+LAUNCHER = """
+import ctypes, os, signal, sys
+ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+if os.getppid() != int(sys.argv[1]):
+    sys.exit(137)  # the worker died before the line above: do not start at all
+try:
+    os.execvp(sys.argv[2], sys.argv[2:])
+except OSError as error:
+    print(f"{sys.argv[2]!r} could not be started: {error}", file=sys.stderr)
+    sys.exit(127)
+"""
+"""On Linux, commands start through this: the kernel kills the command if the worker
+dies (SIGKILL, out of memory, declared dead), so that a command never outlives the
+worker that would stop it at its timeout, while the cleaner gives its job to another."""
 VALUE_TYPES = (str, int, float)
 
 
@@ -111,7 +126,7 @@ class Command:
         with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
             try:
                 process = subprocess.Popen(
-                    argv,
+                    _launched(argv),
                     stdin=subprocess.DEVNULL,
                     stdout=stdout,
                     stderr=stderr,
@@ -178,6 +193,13 @@ def _placeholders(name: str, argv: list[str]) -> set[str]:
                 )
             found.add(field)
     return found
+
+
+def _launched(argv: list[str]) -> list[str]:
+    """``argv`` started so that it dies with this process, where the system allows."""
+    if sys.platform.startswith("linux"):
+        return [sys.executable, "-c", LAUNCHER, str(os.getpid()), *argv]
+    return argv
 
 
 def _path(env: Mapping[str, str] | None) -> str | None:

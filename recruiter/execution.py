@@ -51,6 +51,8 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 WRITE_RETRIES = Backoff(0.1, 5.0)
 """Pauses before a write the database did not answer is tried again: 0.1 s, 0.2 s… 5 s."""
+OUTPUT_BYTES = 100_000
+"""The most an attempt's recorded output may take (a command's two tails fit)."""
 RECORD_KEYS = ("attempt", "started_at", "worker", "pid", "hostname", "outcome")
 """What identifies an attempt's record, to recognize one's own write that landed."""
 
@@ -379,12 +381,15 @@ def _run(
 
 
 def _storable(output: dict[str, Any]) -> dict[str, Any]:
-    """The output if it can be stored as BSON; else a note of why it was dropped (the
-    attempt's record must be written whatever the job recorded)."""
+    """The output if it can be stored as BSON within :data:`OUTPUT_BYTES`; else a note
+    of why it was dropped (the attempt's record must be written whatever the job
+    recorded, and twice: in ``last_execution`` and in ``history``)."""
     try:
-        bson.encode({"output": output})
+        size = len(bson.encode({"output": output}))
     except (bson.errors.InvalidDocument, OverflowError, TypeError) as error:
         return {"dropped": f"the output recorded is not BSON: {error}"[:TRACE_LIMIT]}
+    if size > OUTPUT_BYTES:
+        return {"dropped": f"the output recorded takes {size} bytes, over {OUTPUT_BYTES}"}
     return output
 
 

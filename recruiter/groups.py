@@ -27,8 +27,10 @@ from recruiter.errors import RecruiterError
 from recruiter.job import check_group
 
 MAX_WEIGHT = 1000
+MAX_CONCURRENCY = 1_000_000
 MAX_RATE = 100_000
 """Starts per window a rate may allow: each start is kept in the group's document."""
+MAX_WINDOW = dt.timedelta(days=366)
 
 
 class InvalidGroupSettings(RecruiterError):
@@ -56,15 +58,19 @@ class Rate:
 
     def __post_init__(self) -> None:
         _positive("a rate's limit", self.limit, MAX_RATE)
-        if not isinstance(self.per, dt.timedelta) or self.per < dt.timedelta(milliseconds=1):
-            raise InvalidGroupSettings(f"a rate's window must be at least 1ms, got {self.per!r}")
+        if not isinstance(self.per, dt.timedelta) or not (
+            dt.timedelta(milliseconds=1) <= self.per <= MAX_WINDOW
+        ):
+            raise InvalidGroupSettings(
+                f"a rate's window must be from 1ms to 366d, got {self.per!r}"
+            )
 
     @classmethod
     def of(cls, limit: int, per: Duration) -> Rate:
         try:
             window = to_timedelta(per, name="a rate's window")
-        except ValueError as error:
-            raise InvalidGroupSettings(str(error)) from error
+        except (ValueError, OverflowError) as error:
+            raise InvalidGroupSettings(f"invalid rate window {per!r}: {error}") from error
         return cls(limit, window)
 
     @classmethod
@@ -96,7 +102,7 @@ class GroupSettings:
         except RecruiterError as error:
             raise InvalidGroupSettings(str(error)) from error
         if self.concurrency is not None:
-            _positive("concurrency", self.concurrency)
+            _positive("concurrency", self.concurrency, MAX_CONCURRENCY)
         if self.rate is not None and not isinstance(self.rate, Rate):
             raise InvalidGroupSettings(f"rate must be a Rate or '10/1s', got {self.rate!r}")
         _positive("weight", self.weight, MAX_WEIGHT)
@@ -118,7 +124,11 @@ class GroupSettings:
     def from_document(cls, document: Mapping[str, Any]) -> GroupSettings:
         """Read stored settings; a hand-damaged field reads as no limit, never raises."""
         concurrency = document.get("concurrency")
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        if (
+            isinstance(concurrency, bool)
+            or not isinstance(concurrency, int)
+            or not 1 <= concurrency <= MAX_CONCURRENCY
+        ):
             concurrency = None
         weight = document.get("weight")
         if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= MAX_WEIGHT:

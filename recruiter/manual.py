@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +31,7 @@ from recruiter.job import Job
 from recruiter.loop import Backoff
 from recruiter.store import Store, as_object_id
 from recruiter.workable import Registry
+from recruiter.worker import exit_at_once
 
 logger = logging.getLogger(__name__)
 
@@ -112,54 +113,85 @@ def run_here(
     registry: Registry,
     clock: Clock,
     job_ids: Sequence[Any],
+    *,
     heartbeat: dt.timedelta = HEARTBEAT,
+    on_declared_dead: Callable[[], None] = exit_at_once,
 ) -> list[ManualRun]:
     """Run each waiting job of ``job_ids`` in this process, one after the other.
 
     Raises :class:`NotWaiting` at the first job that is handed out or finished already
-    (the jobs before it have run).
+    (the jobs before it have run). If this process is declared dead while a job runs
+    (its heartbeats held back longer than the cleaner's dead timeout), the cleaner has
+    released the job, which may run elsewhere: like a worker, the process then exits
+    at once (``on_declared_dead``).
     """
     runs = []
     for job_id in _waiting_ids(store, job_ids):
-        token, now = ObjectId(), clock.now()
+        run = _run_one(
+            store, registry, clock, job_id, heartbeat=heartbeat, on_declared_dead=on_declared_dead
+        )
+        runs.append(run)
+    return runs
+
+
+def _run_one(
+    store: Store,
+    registry: Registry,
+    clock: Clock,
+    job_id: Any,
+    *,
+    heartbeat: dt.timedelta,
+    on_declared_dead: Callable[[], None],
+) -> ManualRun:
+    token, now = ObjectId(), clock.now()
+    job = store.find_job(job_id)
+    assert job is not None
+    identity = Identity.of_this_process()
+    # the holder first, the lock after: whoever sees the job locked sees its holder
+    holder = store.register_holder(
+        job_id, token, now, group=job.group, pid=identity.pid, hostname=identity.hostname
+    )
+    try:
         if not store.lock_job_now(job_id, token, now):
             job = store.find_job(job_id)
             assert job is not None
             raise NotWaiting(job)
-        job = store.find_job(job_id)
-        group = job.group if job is not None else "manual"
-        identity = Identity.of_this_process()
-        holder = store.register_holder(
-            job_id, token, now, group=group, pid=identity.pid, hostname=identity.hostname
-        )
-        try:
-            with _heartbeats(store, holder, heartbeat, clock):
-                executor = Executor(store, registry, clock, Identity.of_this_process(holder))
-                execution = executor.execute(job_id, token)
-        finally:
-            store.unregister_holder(holder, token)
-        after = store.find_job(job_id)
-        assert after is not None
-        logger.info("manual run of job %s: %s", job_id, execution.outcome)
-        runs.append(ManualRun(execution, after))
-    return runs
+        with _heartbeats(store, holder, heartbeat, clock, on_declared_dead):
+            executor = Executor(store, registry, clock, Identity.of_this_process(holder))
+            execution = executor.execute(job_id, token)
+    finally:
+        store.unregister_holder(holder, token)
+    after = store.find_job(job_id)
+    assert after is not None
+    logger.info("manual run of job %s: %s", job_id, execution.outcome)
+    return ManualRun(execution, after)
 
 
 @contextmanager
 def _heartbeats(
-    store: Store, worker_id: ObjectId, every: dt.timedelta, clock: Clock
+    store: Store,
+    worker_id: ObjectId,
+    every: dt.timedelta,
+    clock: Clock,
+    on_declared_dead: Callable[[], None],
 ) -> Iterator[None]:
     done = threading.Event()
 
     def beat() -> None:
         while not done.wait(every.total_seconds()):
             try:
-                if not store.heartbeat([worker_id], clock.now()):
-                    logger.error(
-                        "manual run %s: declared dead; its result will not count", worker_id
-                    )
+                alive = store.heartbeat([worker_id], clock.now())
             except PyMongoError as error:
                 logger.error("manual run %s: heartbeat failed, retrying: %s", worker_id, error)
+                continue
+            if not alive and not done.is_set():
+                logger.critical(
+                    "manual run %s: declared dead mid-job; its job was released and may run "
+                    "elsewhere now: exiting at once",
+                    worker_id,
+                )
+                on_declared_dead()
+                return
 
     thread = threading.Thread(target=beat, name="manual-heartbeat", daemon=True)
     thread.start()

@@ -69,9 +69,12 @@ def release_unheld(
 
     Returns how many jobs each outcome had; jobs gone meanwhile are not counted.
     """
+    # the locked jobs first, their holders after: a holder enters the roster before it
+    # locks its job (a manual run), so a job locked by then has its holder by now
+    locked = store.locked_jobs(LOCKED_SCAN_LIMIT)
     held = store.held_job_ids()
     released: Counter[Released] = Counter()
-    for job in store.locked_jobs(LOCKED_SCAN_LIMIT):
+    for job in locked:
         if job.id in held or job.lock_token is None:
             continue
         if locked_before is not None and (

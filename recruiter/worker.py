@@ -210,10 +210,18 @@ class WorkerProcess:
         self.watcher: Watcher[RosterChange] | None = None
         self._followed: frozenset[ObjectId] = frozenset()
         """The slots the change feed follows now (a slot registered again is not, yet)."""
+        self._broken: list[WorkerSlot] = []
+        """Slots whose thread stopped on an unexpected error (a bug)."""
 
     def beat(self) -> None:
-        """Record every registered slot as alive; stop if one was declared dead mid-job."""
-        registered = {slot.id: slot for slot in self.slots if slot.id is not None}
+        """Record every registered slot as alive; stop if one was declared dead mid-job.
+
+        A slot that crashed on a bug is not beaten for: the cleaner will declare it dead
+        and release its job through the job's retry policy.
+        """
+        registered = {
+            slot.id: slot for slot in self.slots if slot.id is not None and slot not in self._broken
+        }
         if not registered:
             return
         alive = self.store.heartbeat(list(registered), self.clock.now())
@@ -260,6 +268,9 @@ class WorkerProcess:
             self.watcher.close()
         done.set()
         heart.join()
+        if self._broken:
+            ids = ", ".join(str(slot.id) for slot in self._broken)
+            raise RuntimeError(f"worker slots {ids} stopped on an unexpected error: see above")
 
     def _open_feed(self) -> ChangeFeed[RosterChange]:
         ids = frozenset(slot.id for slot in self.slots if slot.id is not None)
@@ -288,6 +299,20 @@ class WorkerProcess:
                 logger.error("worker: heartbeat failed, retrying: %s", error)
 
     def _serve(self, slot: WorkerSlot) -> None:
+        try:
+            self._serve_until_retired(slot)
+        except Exception:
+            # a bug: the job this slot holds is in an unknown state; stop beating for the
+            # slot, so that the cleaner releases the job through its retry policy
+            logger.exception(
+                "worker %s: unexpected error, the slot stops (its job, %s, will be released "
+                "by the cleaner)",
+                slot.id,
+                slot.running,
+            )
+            self._broken.append(slot)
+
+    def _serve_until_retired(self, slot: WorkerSlot) -> None:
         wait = 0.0
         while True:
             slot.bell.clear()  # before reading: news from here on rings it again

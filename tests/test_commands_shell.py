@@ -3,7 +3,10 @@ the job's history, failures through the retry policy."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -129,3 +132,40 @@ def test_a_stored_job_whose_values_no_longer_fit_fails_without_running(
     job = queue.job(job_id)
     assert job.history[-1]["class"] == "recruiter.workable.WorkableRebuildError"
     assert "output" not in job.history[-1]
+
+
+RUNNER = """
+import sys
+from recruiter import Registry
+registry = Registry()
+code = "import os, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(60)"
+command = registry.command("tests.long", [sys.executable, "-c", "import sys; " + code, sys.argv[1]])
+command.run("job", {})
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            return "\\tZ" not in next(line for line in status if line.startswith("State:"))
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_command_dies_with_its_worker(tmp_path: Path) -> None:
+    # else it would run on past its timeout while the cleaner gives its job to another
+    pid_file = tmp_path / "pid"
+    worker = subprocess.Popen([PYTHON, "-c", RUNNER, str(pid_file)])
+    deadline = time.monotonic() + 30
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < deadline, "the command never started"
+        time.sleep(0.05)
+    command_pid = int(pid_file.read_text())
+    assert _alive(command_pid)
+    worker.kill()
+    worker.wait()
+    deadline = time.monotonic() + 5
+    while _alive(command_pid):
+        assert time.monotonic() < deadline, "the command outlived its worker"
+        time.sleep(0.05)

@@ -189,10 +189,30 @@ def test_a_repeatable_job_cannot_be_deduplicated(queue: Queue) -> None:
     assert queue.schedulers() == []
 
 
-def test_drain_skips_duplicates_like_a_worker(
+def test_duplicates_scheduled_together_run_once(
     queue: Queue, registry: Registry, clock: FrozenClock, ran: list[Any]
 ) -> None:
-    queue.schedule_many(refresh(n % 3).deduplicated() for n in range(9))
+    ids = queue.schedule_many(refresh(n % 3).deduplicated() for n in range(9))
+    assert len(set(ids)) == 3
     report = drain(queue, registry)
     assert sorted(ran) == [0, 1, 2]
     assert len(report.succeeded) == 3
+
+
+def test_a_duplicate_whose_queued_job_was_handed_out_meanwhile_keeps_its_place(
+    queue: Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the queued job holding the key was handed out between the refused insert and the
+    # lookup: the duplicate is tried again, and its id lands at its own position
+    holder = queue.schedule(refresh(2).deduplicated())
+    real, lookups = queue.store._queued_by_key, []
+
+    def handed_out_at_first(keys: set[str]) -> dict[str, Any]:
+        lookups.append(keys)
+        return {} if len(lookups) == 1 else real(keys)
+
+    monkeypatch.setattr(queue.store, "_queued_by_key", handed_out_at_first)
+    plain, duplicate = queue.schedule_many([refresh(1), refresh(2).deduplicated()])
+    assert len(lookups) == 2, "refused twice"
+    assert duplicate == holder
+    assert queue.job(plain).parameters["page"] == 1

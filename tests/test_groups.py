@@ -13,7 +13,7 @@ from pymongo.database import Database
 from recruiter import GroupSettings, InvalidGroupSettings, InvalidJob, JobSpec, Queue, Rate
 from recruiter.clock import FrozenClock
 from recruiter.groups import FairShare
-from recruiter.planning import SETTINGS_REFRESH, Planner
+from recruiter.planning import SETTINGS_REFRESH
 from recruiter.recruiter import News, Recruiter
 from recruiter.schema import SCHEMA_VERSION
 from recruiter.store import Store
@@ -61,7 +61,10 @@ def group_of(queue: Queue, job_id: Any) -> str:
         ({"rate": "ten/1s"}, "write starts/window"),
         ({"rate": "0/1s"}, "a rate's limit must be a positive integer"),
         ({"rate": "10/soon"}, "invalid duration"),
-        ({"rate": "10/0s"}, "a rate's window must be at least 1ms"),
+        ({"rate": "10/0s"}, "a rate's window must be from 1ms to 366d"),
+        ({"rate": "1/200000w"}, "a rate's window must be from 1ms to 366d"),
+        ({"rate": "1/99999999999d"}, "invalid rate window"),
+        ({"concurrency": 2**70}, "concurrency may be at most 1000000"),
         ({"rate": 10}, "rate must be a Rate"),
     ],
 )
@@ -93,11 +96,17 @@ def test_settings_are_stored_replaced_and_removed(queue: Queue) -> None:
     assert [s.group for s in queue.group_settings()] == ["video"]
 
 
-def test_hand_damaged_settings_read_as_no_limit(queue: Queue) -> None:
-    queue.store.groups.insert_one(
-        {"_id": "mail", "concurrency": "two", "rate": {"limit": -1, "per_ms": 5}, "weight": 0}
+def test_hand_damaged_settings_read_as_no_limit(queue: Queue, clock: FrozenClock) -> None:
+    queue.store.groups.insert_many(
+        [
+            {"_id": "mail", "concurrency": "two", "rate": {"limit": -1, "per_ms": 5}, "weight": 0},
+            {"_id": "video", "concurrency": 0, "rate": {"limit": 1, "per_ms": 10**14}},
+        ]
     )
-    assert queue.group_settings() == [GroupSettings("mail")]
+    assert queue.group_settings() == [GroupSettings("mail"), GroupSettings("video")]
+    jobs(queue, 1, group="video")
+    workers(queue.store, 1, clock.now())
+    assert Recruiter(queue.store).run_once(clock.now()).assigned == 1, "the recruiter goes on"
 
 
 # --- concurrency limits --------------------------------------------------------------------
@@ -200,12 +209,12 @@ def test_a_group_held_by_its_rate_wakes_the_recruiter_when_its_window_frees(
     queue: Queue, clock: FrozenClock
 ) -> None:
     store, now = queue.store, clock.now()
-    queue.limit_group("mail", rate="2/10s")
+    queue.limit_group("mail", rate="2/3s")
     jobs(queue, 3)
     workers(store, 3, now)
-    plan = Planner(store).plan(store.available_workers(), ObjectId(), now)
-    assert len(plan.jobs) == 2
-    assert plan.wake_at == now + 10 * SECOND
+    result = Recruiter(store).run_once(now)
+    assert result.assigned == 2
+    assert result.next_due == now + 3 * SECOND, "not polling: waking when one more may start"
 
 
 def test_a_new_leader_honours_the_starts_of_the_one_before(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import time
 from typing import Any
 
 import pytest
@@ -10,9 +11,10 @@ from bson import ObjectId
 
 from recruiter import JobNotFound, JobSpec, Queue, Registry, RetryManyTimes
 from recruiter.cleaner import Cleaner, CleanerConfig
-from recruiter.clock import FrozenClock
+from recruiter.clock import FrozenClock, SystemClock
 from recruiter.execution import Outcome
-from recruiter.manual import NotWaiting, WaitTimeout
+from recruiter.manual import NotWaiting, WaitTimeout, run_here
+from recruiter.recovery import release_unheld
 from recruiter.recruiter import Recruiter
 from recruiter.testing import drain
 
@@ -123,3 +125,55 @@ def test_the_recruiter_never_assigns_to_a_manual_run(queue: Queue, clock: Frozen
     recruiter = Recruiter(queue.store)
     result = recruiter.run_once(clock.now())
     assert (result.available_workers, result.rolled_back) == (0, 0), "held: not rolled back"
+
+
+@pytest.mark.parametrize("acts", ["before the locked jobs are read", "after"])
+def test_the_rollback_never_releases_a_manual_run_that_acts_during_its_reads(
+    queue: Queue, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch, acts: str
+) -> None:
+    # a manual run enters the roster, then locks; the rollback reads the locked jobs,
+    # then their holders: whenever the manual run acts, its job is not taken back
+    store = queue.store
+    job_id = queue.schedule(JobSpec("tests.noop"))
+    token = ObjectId()
+    read_locked = store.locked_jobs
+
+    def manual_run() -> None:
+        store.register_holder(job_id, token, clock.now(), group="generic", pid=1, hostname="h")
+        assert store.lock_job_now(job_id, token, clock.now())
+
+    def locked_jobs(limit: int) -> list[Any]:
+        if acts != "after":
+            manual_run()
+        found = read_locked(limit)
+        if acts == "after":
+            manual_run()
+        return found
+
+    monkeypatch.setattr(store, "locked_jobs", locked_jobs)
+    assert release_unheld(store, clock.now(), "locked but not assigned") == {}
+    assert queue.job(job_id).lock_token == token, "still the manual run's"
+
+
+def test_a_manual_run_declared_dead_mid_job_stops_like_a_worker(
+    queue: Queue, registry: Registry
+) -> None:
+    stopped: list[bool] = []
+
+    @registry.workable("tests.declared_dead")
+    def declared_dead() -> None:
+        queue.store.roster.delete_many({"manual": True})  # the cleaner removed its holder
+        deadline = time.monotonic() + 5
+        while not stopped and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    job_id = queue.schedule(JobSpec("tests.declared_dead"))
+    run_here(
+        queue.store,
+        registry,
+        SystemClock(),
+        [job_id],
+        heartbeat=dt.timedelta(milliseconds=50),
+        on_declared_dead=lambda: stopped.append(True),  # a worker exits at once (code 8)
+    )
+    assert stopped == [True]

@@ -12,7 +12,7 @@ from bson import ObjectId
 from pymongo import MongoClient, monitoring
 from pymongo.database import Database
 
-from recruiter import JobSpec, Queue, Registry, RetryManyTimes, retry_statistics
+from recruiter import JobSpec, Queue, Registry, RetryManyTimes, record_output, retry_statistics
 from recruiter.cleaner import Cleaner, CleanerConfig, CleanResult
 from recruiter.clock import FrozenClock
 from recruiter.execution import Outcome
@@ -450,3 +450,39 @@ def test_a_standby_says_so_once_and_a_new_leader_says_so(
         "recruiter second: another process leads, standing by",
         "recruiter second: became the leader",
     ]
+
+
+def test_a_slot_that_crashes_on_a_bug_stops_beating_so_its_job_is_released(
+    queue: Queue, app: Registry, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    process = WorkerProcess(queue.store, app, clock, WorkerConfig(concurrency=2, watch=False))
+    crashed, healthy = process.slots
+    for slot in process.slots:
+        slot.register()
+
+    def bug() -> None:
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(crashed, "run_once", bug)
+    process._serve(crashed)  # logs the traceback, returns instead of raising
+    clock.advance(5)
+    process.beat()
+    seen = {w.id: w.last_seen_at for w in queue.store.workers()}
+    assert seen == {
+        healthy.id: clock.now(),
+        crashed.id: clock.now() - dt.timedelta(seconds=5),  # the cleaner will declare it dead
+    }
+
+
+def test_output_too_large_to_record_is_dropped_and_the_job_still_finishes(
+    queue: Queue, registry: Registry
+) -> None:
+    @registry.workable("tests.chatty")
+    def chatty() -> None:
+        record_output(log="x" * 200_000)
+
+    job_id = queue.schedule(JobSpec("tests.chatty"))
+    drain(queue, registry).raise_for_failures()
+    job = queue.job(job_id)
+    assert job.why == "done"
+    assert "over 100000" in job.history[-1]["output"]["dropped"]

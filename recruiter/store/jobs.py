@@ -19,13 +19,14 @@ from pymongo.collection import Collection
 from pymongo.database import Database
 from pymongo.errors import BulkWriteError, OperationFailure
 
+from recruiter.errors import RecruiterError
 from recruiter.job import HISTORY_LIMIT, Job
 from recruiter.store.base import Document, aware
 
 DUPLICATE_KEY = 11000
 ARCHIVE_BATCH = 500
 PURGE_BATCH = 5_000
-DEDUP_INSERT_TRIES = 3
+DEDUP_INSERT_TRIES = 5
 
 
 def _recording(update: Document, execution: Document, reset: bool = False) -> Document:
@@ -80,24 +81,28 @@ class JobVerbs:
         """
         if not documents:
             return []
-        documents = list(documents)
         ids = [document["_id"] for document in documents]
+        pending = list(range(len(documents)))  # positions in ``documents`` still to store
         for _ in range(DEDUP_INSERT_TRIES):
-            duplicates = self._insert_unless_queued(documents)
-            if not duplicates:
+            batch = [documents[position] for position in pending]
+            refused = [pending[i] for i in self._insert_unless_queued(batch)]
+            if not refused:
                 return ids
-            queued = self._queued_by_key({documents[i]["queued_key"] for i in duplicates})
-            again = []
-            for index in duplicates:
-                held_by = queued.get(documents[index]["queued_key"])
+            queued = self._queued_by_key({documents[p]["queued_key"] for p in refused})
+            pending = []
+            for position in refused:
+                held_by = queued.get(documents[position]["queued_key"])
                 if held_by is None:  # the queued one was locked meanwhile: its key is free
-                    again.append(index)
+                    pending.append(position)
                 else:
-                    ids[index] = held_by
-            documents = [documents[i] for i in again]
-            if not documents:
+                    ids[position] = held_by
+            if not pending:
                 return ids
-        raise RuntimeError("deduplicated jobs kept being locked while inserted: try again")
+        raise RecruiterError(
+            f"{len(pending)} deduplicated jobs met a queued duplicate that was handed out "
+            f"at each of {DEDUP_INSERT_TRIES} tries; the other jobs were stored: schedule "
+            "those again"
+        )
 
     def _insert_unless_queued(self, documents: list[Document]) -> list[int]:
         """Insert ``documents``; return the indexes of those refused as duplicates."""
