@@ -21,6 +21,7 @@ from recruiter.errors import (
 )
 from recruiter.groups import GroupSettings, InvalidGroupSettings, Rate
 from recruiter.job import Job, JobSpec, Root
+from recruiter.manual import Cancellation
 from recruiter.policies import (
     DoNotDoItAgain,
     ExponentialBackoff,
@@ -42,6 +43,7 @@ from recruiter.retry import (
     register_retry_policy,
 )
 from recruiter.schedule import Cron, Every, InvalidSchedule
+from recruiter.stopping import JobCancelled, JobTimedOut
 from recruiter.workable import (
     FunctionWorkable,
     Registry,
@@ -57,6 +59,7 @@ except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0+unknown"
 
 __all__ = [
+    "Cancellation",
     "Clock",
     "Cron",
     "Decision",
@@ -76,8 +79,10 @@ __all__ = [
     "InvalidRetryPolicy",
     "InvalidSchedule",
     "Job",
+    "JobCancelled",
     "JobNotFound",
     "JobSpec",
+    "JobTimedOut",
     "Queue",
     "Rate",
     "RecruiterError",

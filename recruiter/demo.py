@@ -33,8 +33,11 @@ def greet(name: str) -> str:
 
 @registry.workable("demo.sleep")
 def sleep(milliseconds: int) -> None:
-    """Takes a while."""
-    time.sleep(milliseconds / 1000)
+    """Takes a while, in short steps: a timeout or a cancellation stops it at once (a
+    single long ``time.sleep`` would be stopped only when it returns)."""
+    deadline = time.monotonic() + milliseconds / 1000
+    while time.monotonic() < deadline:
+        time.sleep(min(0.01, max(0.0, deadline - time.monotonic())))
 
 
 @registry.workable("demo.flaky")

@@ -43,6 +43,7 @@ from recruiter.retry import (
     is_last_retry_safely,
     policy_or_default,
 )
+from recruiter.stopping import JobCancelled, Running, Stopped, Watch
 from recruiter.store import Store
 from recruiter.workable import Registry, RetryStatistics, WorkableHooks, running_as
 
@@ -117,11 +118,21 @@ class _Failed:
 class Executor:
     """Runs jobs for one process: a worker, or the synchronous test runner."""
 
-    def __init__(self, store: Store, registry: Registry, clock: Clock, identity: Identity) -> None:
+    def __init__(
+        self,
+        store: Store,
+        registry: Registry,
+        clock: Clock,
+        identity: Identity,
+        watch: Watch | None = None,
+    ) -> None:
         self.store = store
         self.registry = registry
         self.clock = clock
         self.identity = identity
+        self.watch = watch
+        """Where running jobs are watched for their timeout and cancellation (a worker's
+        watchdog); without one, a job runs to its end."""
 
     def execute(self, job_id: Any, token: ObjectId) -> Execution:
         """Run the job held with ``token``: start, call the workable, record, finish or retry."""
@@ -152,7 +163,12 @@ class Executor:
             execution = self._skip(job, token, started_at, *skip)
             self._ended(job, execution, _Ran())
             return execution
-        ran = _run(self.registry, job, statistics, policy_problem)
+        running = Running(job.id, job.timeout)
+        if self.watch is None:
+            ran = _run(self.registry, job, statistics, policy_problem, running)
+        else:
+            with self.watch.watching(running):
+                ran = _run(self.registry, job, statistics, policy_problem, running)
         execution = self._conclude(job, token, ran, started_at, policy)
         self._ended(job, execution, ran)
         return execution
@@ -185,7 +201,9 @@ class Executor:
             str(job.id), job.attempts, created_at, failure, started_at, ended_at
         )
         failed = _Failed(job, token, record, attempt, ran.trace)
-        decision = decide_safely(policy, attempt, ended_at)
+        decision: RetryAt | GiveUp = decide_safely(policy, attempt, ended_at)
+        if isinstance(ran.error, JobCancelled):
+            decision = GiveUp(Why.CANCELLED)  # a cancelled job is never retried
         if isinstance(decision, RetryAt):
             return self._retry(failed, decision)
         return self._give_up(failed, decision)
@@ -217,7 +235,9 @@ class Executor:
         }
 
     def _skip_reason(self, job: Job) -> tuple[Why, str] | None:
-        """Why the job need not run: another run already did its work."""
+        """Why the job need not run: it was cancelled, or another run did its work."""
+        if job.cancel_requested_at is not None:
+            return Why.CANCELLED, "cancelled after it was handed out, before it started"
         key, created_at = job.dedup_key, job.created_at
         if key is not None and job.attempts == 1 and created_at is not None:
             ran = self.store.deduplicated_run_since(key)
@@ -359,7 +379,11 @@ class _Ran:
 
 
 def _run(
-    registry: Registry, job: Job, statistics: RetryStatistics, policy_problem: str | None
+    registry: Registry,
+    job: Job,
+    statistics: RetryStatistics,
+    policy_problem: str | None,
+    running: Running,
 ) -> _Ran:
     """Run the job's code: its failure and trace when it failed, the output it recorded,
     and the workable's hooks (none when it could not even be rebuilt)."""
@@ -372,9 +396,9 @@ def _run(
             raise DamagedJob(policy_problem)
         target = registry.rebuild(job.workable, job.parameters, job.method)
         hooks = registry.hooks_of(job.workable, target)
-        with running_as(statistics) as output:
+        with running_as(statistics) as output, running.code():
             target()
-    except (Exception, SystemExit) as error:
+    except (Exception, SystemExit, Stopped) as error:
         trace = "".join(traceback.format_exception(error))[-TRACE_LIMIT:]
         return _Ran(Failure.from_exception(error), trace, _storable(output), error, hooks)
     return _Ran(output=_storable(output), hooks=hooks)

@@ -139,6 +139,8 @@ class JobSpec:
     """Set on a root job: its leaves are superseded when a newer root of it has run."""
     leaf_of: Root | None = None
     """Set on a leaf job: the root job it was fanned out from."""
+    timeout: dt.timedelta | None = None
+    """How long an attempt may run before it is stopped and fails with ``JobTimedOut``."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.workable, str) or not self.workable:
@@ -169,6 +171,11 @@ class JobSpec:
                 f"{PRIORITY_RANGE.stop - 1}, got {self.priority!r}"
             )
         self._check_deduplication()
+        shortest = dt.timedelta(milliseconds=1)
+        if self.timeout is not None and (
+            not isinstance(self.timeout, dt.timedelta) or self.timeout < shortest
+        ):
+            raise InvalidJob(f"a timeout must be at least 1ms, got {self.timeout!r}")
 
     def _check_deduplication(self) -> None:
         if self.dedup is not None:
@@ -235,6 +242,15 @@ class JobSpec:
             raise InvalidJob(str(error)) from error
         return dataclasses.replace(self, scheduled_at=None, delay=delta)
 
+    def with_timeout(self, timeout: Duration) -> JobSpec:
+        """Stop an attempt that runs longer than ``timeout`` (``"30s"``, a timedelta or
+        seconds): it fails with ``JobTimedOut``, handled by the retry policy."""
+        try:
+            delta = to_timedelta(timeout, name="timeout")
+        except ValueError as error:
+            raise InvalidJob(str(error)) from error
+        return dataclasses.replace(self, timeout=delta)
+
     def with_priority(self, priority: int) -> JobSpec:
         """Hand this job out before the ready jobs of its group with a lower priority
         (-1000 to 1000, higher first; 0 by default). Jobs of equal priority go oldest
@@ -271,6 +287,8 @@ class JobSpec:
             key = dedup_key_of(self.workable, self.method, self.dedup)
             document["dedup_key"] = key
             document["queued_key"] = key  # unique while queued; removed when first locked
+        if self.timeout is not None:
+            document["timeout_ms"] = self.timeout // dt.timedelta(milliseconds=1)
         if self.root_signature is not None:
             document["root"] = {"signature": self.root_signature, "at": to_millis(now)}
         elif self.leaf_of is not None:
@@ -307,6 +325,9 @@ class Job:
     root: Root | None
     """The root this job is, or is a leaf of (see ``is_leaf``)."""
     is_leaf: bool
+    timeout: dt.timedelta | None
+    cancel_requested_at: dt.datetime | None
+    """When a cancellation was asked for while the job was handed out or running."""
     last_execution: Mapping[str, Any] | None
     history: tuple[Mapping[str, Any], ...]
     problems: tuple[str, ...]
@@ -344,8 +365,9 @@ class Job:
             urn=document.get("urn") if isinstance(document.get("urn"), str) else None,
             dedup_key=_text_or_none(document.get("dedup_key")),
             root=_root(document.get("root")),
-            is_leaf=isinstance(document.get("root"), Mapping)
-            and document["root"].get("leaf") is True,
+            is_leaf=_is_leaf(document.get("root")),
+            timeout=_timeout(document.get("timeout_ms")),
+            cancel_requested_at=reader.moment("cancel_requested_at", required=False),
             last_execution=reader.mapping("last_execution", required=False) or None,
             history=tuple(h for h in reader.array("history") if isinstance(h, Mapping)),
             problems=tuple(reader.problems),
@@ -354,6 +376,15 @@ class Job:
 
 def _text_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
+
+
+def _timeout(value: Any) -> dt.timedelta | None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return None
+    try:
+        return dt.timedelta(milliseconds=value)
+    except OverflowError:
+        return None
 
 
 def _is_leaf(value: Any) -> bool:

@@ -19,6 +19,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from bson import ObjectId
@@ -29,6 +30,7 @@ from recruiter.errors import JobNotFound, RecruiterError
 from recruiter.execution import Execution, Executor, Identity
 from recruiter.job import Job
 from recruiter.loop import Backoff
+from recruiter.stopping import Watch
 from recruiter.store import Store, as_object_id
 from recruiter.workable import Registry
 from recruiter.worker import exit_at_once
@@ -38,6 +40,7 @@ logger = logging.getLogger(__name__)
 WAIT_POLLS = Backoff(0.05, 1.0)
 """Pauses between two looks at the jobs waited for: 50 ms, 100 ms… 1 s."""
 HEARTBEAT = dt.timedelta(seconds=2)
+CANCEL_TRIES = 5
 
 
 class WaitTimeout(RecruiterError):
@@ -60,6 +63,34 @@ class NotWaiting(RecruiterError):
         state = f"finished ({job.why})" if job.finished else "handed out to a worker already"
         super().__init__(f"job {job.id} is {state}: it was not run again")
         self.job = job
+
+
+class Cancellation(StrEnum):
+    """What cancelling a job did."""
+
+    CANCELLED = "cancelled"
+    """It was waiting: it is finished, as ``cancelled``, and will never run."""
+    STOPPING = "stopping"
+    """It was handed out or running: its worker stops it (at its next heartbeat) and
+    archives it as ``cancelled``; a job that ends first keeps its own result."""
+    FINISHED = "finished"
+    """It had finished already: nothing was changed."""
+
+
+def cancel(store: Store, job_id: Any, now: dt.datetime) -> Cancellation:
+    """Cancel one job, waiting or running (``JobNotFound`` if there is no such job)."""
+    (job_id,) = _waiting_ids(store, [job_id])
+    for _ in range(CANCEL_TRIES):  # a job may move between waiting and locked meanwhile
+        if store.cancel_if_waiting(job_id, now):
+            logger.info("job %s cancelled", job_id)
+            return Cancellation.CANCELLED
+        if store.request_cancel_if_locked(job_id, now):
+            logger.info("job %s: cancellation asked of its worker", job_id)
+            return Cancellation.STOPPING
+        job = store.find_job(job_id)
+        if job is None or job.finished:
+            return Cancellation.FINISHED
+    raise RecruiterError(f"job {job_id} kept changing state while being cancelled: try again")
 
 
 @dataclass(frozen=True)
@@ -156,9 +187,16 @@ def _run_one(
             job = store.find_job(job_id)
             assert job is not None
             raise NotWaiting(job)
-        with _heartbeats(store, holder, heartbeat, clock, on_declared_dead):
-            executor = Executor(store, registry, clock, Identity.of_this_process(holder))
-            execution = executor.execute(job_id, token)
+        watch = Watch()
+        watch.start()
+        try:
+            with _heartbeats(
+                store, holder, heartbeat, clock, on_declared_dead=on_declared_dead, watch=watch
+            ):
+                identity = Identity.of_this_process(holder)
+                execution = Executor(store, registry, clock, identity, watch).execute(job_id, token)
+        finally:
+            watch.close()
     finally:
         store.unregister_holder(holder, token)
     after = store.find_job(job_id)
@@ -173,7 +211,9 @@ def _heartbeats(
     worker_id: ObjectId,
     every: dt.timedelta,
     clock: Clock,
+    *,
     on_declared_dead: Callable[[], None],
+    watch: Watch,
 ) -> Iterator[None]:
     done = threading.Event()
 
@@ -181,6 +221,9 @@ def _heartbeats(
         while not done.wait(every.total_seconds()):
             try:
                 alive = store.heartbeat([worker_id], clock.now())
+                running = [r.job_id for r in watch.running()]
+                if running:
+                    watch.cancel(store.cancel_requested(running))
             except PyMongoError as error:
                 logger.error("manual run %s: heartbeat failed, retrying: %s", worker_id, error)
                 continue

@@ -25,7 +25,7 @@ from recruiter.duration import Duration, to_timedelta
 from recruiter.errors import InvalidJob, JobNotFound
 from recruiter.groups import GroupSettings, InvalidGroupSettings, Rate
 from recruiter.job import Job, JobSpec
-from recruiter.manual import ManualRun, run_here, run_now, wait_for
+from recruiter.manual import Cancellation, ManualRun, cancel, run_here, run_now, wait_for
 from recruiter.schedule import Cron, Every, InvalidSchedule, Schedule
 from recruiter.schedulers import job_template
 from recruiter.store import SchedulerRecord, Store
@@ -171,6 +171,11 @@ class Queue:
         """Run these waiting jobs in this process, now, one after the other, with the
         workables of ``registry``; return how each ended (see :mod:`recruiter.manual`)."""
         return run_here(self.store, registry, self.clock, job_ids)
+
+    def cancel(self, job_id: ObjectId | str) -> Cancellation:
+        """Cancel a job: a waiting one is finished as ``cancelled`` at once; a running one
+        is stopped by its worker within a heartbeat (see :mod:`recruiter.stopping`)."""
+        return cancel(self.store, job_id, self.clock.now())
 
     def job(self, job_id: ObjectId | str) -> Job:
         """The job with this id, queued, running or archived."""

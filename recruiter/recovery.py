@@ -22,7 +22,9 @@ from recruiter.job import Job
 from recruiter.retry import (
     FailedAttempt,
     Failure,
+    GiveUp,
     RetryAt,
+    Why,
     decide_safely,
     policy_or_default,
 )
@@ -94,6 +96,8 @@ def _crashed(store: Store, job: Job, token: ObjectId, now: dt.datetime, reason: 
         str(job.id), job.attempts, job.created_at or now, failure, started_at, now
     )
     decision = decide_safely(policy, attempt, now)
+    if job.cancel_requested_at is not None:
+        decision = GiveUp(Why.CANCELLED)  # it was being cancelled: never retried
     started = job.last_execution or {}
     record: dict[str, Any] = {
         "attempt": job.attempts,

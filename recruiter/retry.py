@@ -48,6 +48,8 @@ class Why(StrEnum):
     and succeeded."""
     SUPERSEDED = "superseded"
     """Not run: a leaf whose root was followed by a newer root that has run."""
+    CANCELLED = "cancelled"
+    """Cancelled: before it ran, or stopped while it ran (never retried)."""
 
 
 def qualified_name(exception_type: type[BaseException]) -> str:

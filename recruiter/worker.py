@@ -39,6 +39,7 @@ from recruiter.clock import Clock
 from recruiter.execution import Execution, Executor, Identity
 from recruiter.job import ANY_GROUP
 from recruiter.loop import Backoff, StopRequest
+from recruiter.stopping import Watch
 from recruiter.store import Assignment, ChangeFeed, RosterChange, Store
 from recruiter.watcher import Watcher
 from recruiter.workable import Registry
@@ -101,11 +102,14 @@ class WorkerSlot:
         *,
         on_removed: Callable[[], None] | None = None,
         bell: threading.Event | None = None,
+        watch: Watch | None = None,
     ) -> None:
         self.store = store
         self.registry = registry
         self.clock = clock
         self.group = group
+        self.watch = watch
+        """Where the jobs this slot runs are watched for their timeout and cancellation."""
         self.on_removed = on_removed
         """Called when this slot finds it was declared dead, before it registers again."""
         self.bell = bell or threading.Event()
@@ -159,7 +163,7 @@ class WorkerSlot:
     def _run(self, assignment: Assignment) -> Execution:
         assert self.id is not None
         executor = Executor(
-            self.store, self.registry, self.clock, Identity.of_this_process(self.id)
+            self.store, self.registry, self.clock, Identity.of_this_process(self.id), self.watch
         )
         self.running = assignment.job_id
         self._ran.append(assignment.token)
@@ -195,6 +199,8 @@ class WorkerProcess:
         self.clock = clock
         self.config = config.validate()
         self.stop = StopRequest()
+        self.watch = Watch()
+        """The jobs the slots run: stopped at their timeout, or when cancelled."""
         self.slots = [
             WorkerSlot(
                 store,
@@ -203,6 +209,7 @@ class WorkerProcess:
                 config.group,
                 on_removed=self._slot_removed,
                 bell=self.stop.bell(),
+                watch=self.watch,
             )
             for _ in range(config.concurrency)
         ]
@@ -228,6 +235,9 @@ class WorkerProcess:
         removed = [slot for worker_id, slot in registered.items() if worker_id not in alive]
         if any(slot.running is not None for slot in removed):
             self._slot_removed()
+        running = [r.job_id for r in self.watch.running()]
+        if running:  # one read, only while jobs run: which were cancelled meanwhile
+            self.watch.cancel(self.store.cancel_requested(running))
 
     def _slot_removed(self) -> None:
         """A slot found it was declared dead: so was this whole process, frozen or cut
@@ -248,6 +258,7 @@ class WorkerProcess:
         """Register the slots and run them until stopped and every slot has retired."""
         for slot in self.slots:
             slot.register()
+        self.watch.start()
         if self.config.watch:
             self.watcher = Watcher("worker feed", self._open_feed, self._deliver, self._ring_all)
             self.watcher.start()
@@ -268,6 +279,7 @@ class WorkerProcess:
             self.watcher.close()
         done.set()
         heart.join()
+        self.watch.close()
         if self._broken:
             ids = ", ".join(str(slot.id) for slot in self._broken)
             raise RuntimeError(f"worker slots {ids} stopped on an unexpected error: see above")

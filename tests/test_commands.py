@@ -416,3 +416,23 @@ def test_the_applications_listeners_hear_leadership_and_last_failures(
     assert leader.wait(timeout=30) == 0
     log = next(p for p in processes.logs.glob("*-run.log")).read_text()
     assert log.index("became the leader, schedulers declared") < log.index("demo: stepped down")
+
+
+def test_a_running_job_is_cancelled_from_the_command_line_and_a_timeout_stops_another(
+    processes: Processes, queue: Queue
+) -> None:
+    processes.start("run")
+    processes.worker("--concurrency", "2")
+    long = JobSpec("demo.sleep", {"milliseconds": 60_000}).retry_with(RetryManyTimes(3, 0))
+    cancelled = queue.schedule(long)
+    timed_out = queue.schedule(long.with_timeout("1s").retry_with(RetryManyTimes(1, 0)))
+    wait_for(lambda: queue.job(cancelled).lock_started_at is not None, processes)
+    said = job_command(processes, "cancel", str(cancelled))
+    assert said.returncode == 0, said.stderr
+    assert f"job {cancelled}: stopping" in said.stdout
+    wait_for(lambda: None not in (queue.job(cancelled).why, queue.job(timed_out).why), processes)
+    job = queue.job(cancelled)
+    assert (job.why, job.attempts) == ("cancelled", 1)
+    job = queue.job(timed_out)
+    assert (job.why, job.attempts) == ("tried-too-many-times", 2)
+    assert {a["class"] for a in job.history} == {"recruiter.stopping.JobTimedOut"}

@@ -22,6 +22,7 @@ BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
         "commands.md",
         "manual.md",
         "events.md",
+        "stopping.md",
     ],
 )
 def test_the_examples_of_a_page_run(page: str, capsys: pytest.CaptureFixture[str]) -> None:

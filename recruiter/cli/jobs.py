@@ -25,7 +25,10 @@ from recruiter.queue import Queue
 JOB_FAILED_EXIT = 9
 """The exit code of ``recruiter job run --wait`` when a job finished other than done."""
 
-jobs = typer.Typer(help="Act on given jobs: run them now, wait for their results.")
+jobs = typer.Typer(
+    help="Act on given jobs: run them now, wait for their results, cancel them.",
+    no_args_is_help=True,
+)
 console = Console()
 
 
@@ -75,6 +78,21 @@ def run_jobs(
     console.print(_results(finished))
     if any(job.why != "done" for job in finished):
         sys.exit(JOB_FAILED_EXIT)
+
+
+@jobs.command("cancel")
+def cancel_jobs(
+    job_ids: Annotated[list[str], typer.Argument(help="The ids of the jobs to cancel.")],
+    mongodb_uri: MongoUri = None,
+    database: DatabaseName = None,
+) -> None:
+    """Cancel jobs: a waiting one at once, a running one stopped by its worker."""
+    queue = Queue(connect_store(mongodb_uri, database).database, SystemClock())
+    try:
+        for job_id in job_ids:
+            console.print(f"job {job_id}: {queue.cancel(job_id)}", highlight=False)
+    finally:
+        queue.close()
 
 
 def _results(finished: list[Job]) -> Table:

@@ -202,6 +202,29 @@ class JobVerbs:
         )
         return result.modified_count == 1
 
+    def cancel_if_waiting(self, job_id: Any, now: dt.datetime) -> bool:
+        """Finish a waiting job as ``cancelled``: the commit, as for any finished job."""
+        result = self.scheduled.update_one(
+            {"_id": job_id, "locked": False, "scheduled_at": {"$exists": True}},
+            {
+                "$set": {"done": False, "why": "cancelled", "archived_at": now},
+                "$unset": {"scheduled_at": "", "queued_key": ""},
+            },
+        )
+        return result.modified_count == 1
+
+    def request_cancel_if_locked(self, job_id: Any, now: dt.datetime) -> bool:
+        """Ask the holder of a handed-out or running job to stop it."""
+        result = self.scheduled.update_one(
+            {"_id": job_id, "locked": True}, {"$set": {"cancel_requested_at": now}}
+        )
+        return result.matched_count == 1
+
+    def cancel_requested(self, job_ids: Sequence[Any]) -> set[Any]:
+        """Those of ``job_ids`` whose cancellation was asked for while they were locked."""
+        query = {"_id": {"$in": list(job_ids)}, "cancel_requested_at": {"$exists": True}}
+        return {document["_id"] for document in self.scheduled.find(query, {"_id": 1})}
+
     def finished_jobs(self, job_ids: Sequence[Any]) -> list[Job]:
         """Those of ``job_ids`` that are finished, archived or not yet."""
         query = {"_id": {"$in": list(job_ids)}, "why": {"$exists": True}}
@@ -302,7 +325,7 @@ class JobVerbs:
         """Unlock the job to run again at ``at``, recording the attempt, if still owned."""
         update = {
             "$set": {"locked": False, "scheduled_at": at, "last_execution": execution},
-            "$unset": {"lock": ""},
+            "$unset": {"lock": "", "cancel_requested_at": ""},
         }
         owned = {"_id": job_id, "lock.token": token}
         try:

@@ -1,0 +1,142 @@
+"""Stopping a running job: at its timeout, or when it is cancelled.
+
+A job's Python code runs in a worker's slot thread. To stop it, a watchdog raises an
+exception in that thread (``PyThreadState_SetAsyncExc``): :class:`JobTimedOut` or
+:class:`JobCancelled`, both :class:`BaseException` so that an ``except Exception`` in
+the job does not swallow them, while its ``finally`` blocks and context managers still
+run. The exception is raised only while the job's own code runs (never in recruiter's
+bookkeeping around it), at the thread's next Python instruction: a call blocked in C
+(a long ``time.sleep``, a socket read without a timeout) is stopped when it returns.
+Give such calls timeouts of their own; shell-command jobs are stopped by a signal.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import datetime as dt
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+WATCHDOG_TICK = 0.05
+"""Seconds between two looks at the running jobs' deadlines."""
+
+
+class Stopped(BaseException):
+    """A running job was stopped from outside; recorded as its attempt's failure."""
+
+
+class JobTimedOut(Stopped):
+    """The attempt ran longer than the job's timeout; its retry policy decides what next."""
+
+    def __str__(self) -> str:
+        return "the attempt ran longer than the job's timeout, and was stopped"
+
+
+class JobCancelled(Stopped):
+    """The job was cancelled while it ran; it is archived as ``cancelled``, not retried."""
+
+    def __str__(self) -> str:
+        return "the job was cancelled while it ran, and was stopped"
+
+
+def _raise_in(thread_id: int, exception: type[BaseException] | None) -> None:
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(thread_id), None if exception is None else ctypes.py_object(exception)
+    )
+
+
+class Running:
+    """One job's code running in one thread, which a watchdog may stop."""
+
+    def __init__(self, job_id: Any, timeout: dt.timedelta | None) -> None:
+        self.job_id = job_id
+        self.timeout = timeout
+        self.deadline: float | None = None
+        self.stopped: type[Stopped] | None = None
+        self._thread_id: int | None = None
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def code(self) -> Iterator[None]:
+        """Around the job's own code: the only place a stop may land."""
+        with self._lock:
+            self._thread_id = threading.get_ident()
+            if self.timeout is not None:
+                self.deadline = time.monotonic() + self.timeout.total_seconds()
+        try:
+            yield
+        finally:
+            with self._lock:
+                # a stop asked for just as the code returned must not land further on
+                _raise_in(threading.get_ident(), None)
+                self._thread_id = None
+
+    def stop(self, why: type[Stopped]) -> bool:
+        """Raise ``why`` in the job's code, if it runs and was not stopped already."""
+        with self._lock:
+            if self._thread_id is None or self.stopped is not None:
+                return False
+            self.stopped = why
+            _raise_in(self._thread_id, why)
+            return True
+
+
+class Watch:
+    """The jobs running in this process; a watchdog thread stops those past their
+    timeout, and :meth:`cancel` those cancelled."""
+
+    def __init__(self) -> None:
+        self._running: dict[int, Running] = {}
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @contextmanager
+    def watching(self, running: Running) -> Iterator[Running]:
+        with self._lock:
+            self._running[id(running)] = running
+        try:
+            yield running
+        finally:
+            with self._lock:
+                self._running.pop(id(running), None)
+
+    def running(self) -> list[Running]:
+        with self._lock:
+            return list(self._running.values())
+
+    def cancel(self, job_ids: set[Any]) -> None:
+        for running in self.running():
+            if running.job_id in job_ids and running.stop(JobCancelled):
+                logger.warning("job %s cancelled while it ran: stopping it", running.job_id)
+
+    def check_deadlines(self, now: float) -> None:
+        for running in self.running():
+            past = running.deadline is not None and now >= running.deadline
+            if past and running.stop(JobTimedOut):
+                logger.warning(
+                    "job %s ran past its timeout of %s: stopping it",
+                    running.job_id,
+                    running.timeout,
+                )
+
+    def start(self) -> None:
+        """Start the watchdog thread (until :meth:`close`)."""
+
+        def watchdog() -> None:
+            while not self._done.wait(WATCHDOG_TICK):
+                self.check_deadlines(time.monotonic())
+
+        self._thread = threading.Thread(target=watchdog, name="watchdog", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join()
