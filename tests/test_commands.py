@@ -436,3 +436,41 @@ def test_a_running_job_is_cancelled_from_the_command_line_and_a_timeout_stops_an
     job = queue.job(timed_out)
     assert (job.why, job.attempts) == ("tried-too-many-times", 2)
     assert {a["class"] for a in job.history} == {"recruiter.stopping.JobTimedOut"}
+
+
+def starts(queue: Queue, job_ids: list[Any]) -> list[dt.datetime]:
+    return sorted(queue.job(i).history[0]["started_at"] for i in job_ids)
+
+
+def test_a_rate_limit_holds_across_workers(processes: Processes, queue: Queue) -> None:
+    queue.limit_group("paced", rate="3/2s")
+    processes.start("run")
+    processes.worker("--concurrency", "4")
+    ids = queue.schedule_many(
+        JobSpec("demo.greet", {"name": "x"}).in_group("paced") for _ in range(9)
+    )
+    wait_for(lambda: all(queue.job(i).why == "done" for i in ids), processes)
+    times = starts(queue, ids)
+    window = dt.timedelta(seconds=2) - dt.timedelta(milliseconds=150)  # hand-out to start
+    assert max(sum(1 for t in times if s <= t < s + window) for s in times) == 3
+    assert times[-1] - times[0] >= dt.timedelta(seconds=3.8), "three windows for nine jobs"
+
+
+def test_one_worker_shares_itself_among_groups_and_honours_priorities(
+    processes: Processes, queue: Queue
+) -> None:
+    hour_ago = SystemClock().now() - dt.timedelta(hours=1)
+    bulk = queue.schedule_many(
+        JobSpec("demo.greet", {"name": f"bulk {n}"}).in_group("bulk").run_at(hour_ago)
+        for n in range(6)
+    )
+    important = queue.schedule(
+        JobSpec("demo.greet", {"name": "vip"}).in_group("bulk").with_priority(10)
+    )
+    urgent = queue.schedule(JobSpec("demo.greet", {"name": "urgent"}).in_group("urgent"))
+    processes.start("run")
+    processes.worker()
+    every = [*bulk, important, urgent]
+    wait_for(lambda: all(queue.job(i).why == "done" for i in every), processes)
+    order = sorted(every, key=lambda i: queue.job(i).history[0]["started_at"])
+    assert order[:2] == [important, urgent], "the newest of bulk first, then the other group"
