@@ -29,6 +29,7 @@ import string
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
@@ -39,6 +40,8 @@ from recruiter.job import JobSpec
 OUTPUT_LIMIT = 8192
 """Characters of stdout and of stderr kept per attempt (the last ones)."""
 KILL_GRACE = dt.timedelta(seconds=5)
+WAIT_SLICE = 0.05
+"""Seconds of each wait for a command, between which a stop may land."""
 """How long a timed-out command has between SIGTERM and SIGKILL."""
 JOB_ID = "job_id"
 LAUNCHER = """
@@ -147,19 +150,27 @@ class Command:
             }
 
     def _wait(self, process: subprocess.Popen[bytes]) -> bool:
-        """Wait for the process; on timeout, stop its group; return whether it timed out."""
-        timeout = None if self.timeout is None else self.timeout.total_seconds()
+        """Wait for the process; on timeout, stop its group; return whether it timed out.
+
+        It waits in short slices, so that a job timeout or a cancellation (raised in
+        this thread, see :mod:`recruiter.stopping`) lands here; the process group is
+        then stopped too, before the exception goes on: a command never runs on after
+        its attempt ended.
+        """
+        began = time.monotonic()
+        limit = None if self.timeout is None else self.timeout.total_seconds()
         try:
-            process.wait(timeout)
-            return False
-        except subprocess.TimeoutExpired:
-            _signal_group(process, signal.SIGTERM)
-            try:
-                process.wait(KILL_GRACE.total_seconds())
-            except subprocess.TimeoutExpired:
-                _signal_group(process, signal.SIGKILL)
-                process.wait()
-            return True
+            while True:
+                try:
+                    process.wait(WAIT_SLICE)
+                    return False
+                except subprocess.TimeoutExpired:
+                    if limit is not None and time.monotonic() - began >= limit:
+                        _stop_group(process)
+                        return True
+        except BaseException:
+            _stop_group(process)
+            raise
 
     def __repr__(self) -> str:
         return f"<command {self.name!r}: {' '.join(self.argv)}>"
@@ -204,6 +215,16 @@ def _launched(argv: list[str]) -> list[str]:
 
 def _path(env: Mapping[str, str] | None) -> str | None:
     return (env or {}).get("PATH") or os.environ.get("PATH")
+
+
+def _stop_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the command's process group; SIGKILL if it is not gone in time."""
+    _signal_group(process, signal.SIGTERM)
+    try:
+        process.wait(KILL_GRACE.total_seconds())
+    except subprocess.TimeoutExpired:
+        _signal_group(process, signal.SIGKILL)
+        process.wait()
 
 
 def _signal_group(process: subprocess.Popen[bytes], which: signal.Signals) -> None:

@@ -83,7 +83,7 @@ def call_safely(what: str, function: Callable[..., object], *arguments: Any) -> 
     """Call application code that must not change what recruiter does: log its error."""
     try:
         function(*arguments)
-    except Exception:
+    except (Exception, SystemExit):
         logger.exception("%s failed; ignored", what)
 
 

@@ -13,6 +13,7 @@ reads the job back to tell (every write is conditional, so landing twice is impo
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import os
@@ -202,7 +203,7 @@ class Executor:
         )
         failed = _Failed(job, token, record, attempt, ran.trace)
         decision: RetryAt | GiveUp = decide_safely(policy, attempt, ended_at)
-        if isinstance(ran.error, JobCancelled):
+        if ran.stopped is JobCancelled:
             decision = GiveUp(Why.CANCELLED)  # a cancelled job is never retried
         if isinstance(decision, RetryAt):
             return self._retry(failed, decision)
@@ -293,6 +294,9 @@ class Executor:
             lambda: self.store.reschedule_if_owned(job.id, token, decision.at, record),
             lambda: self._recorded(job.id, record),
         ):
+            if self.store.find_locked_job(job.id, token) is not None:
+                # still ours, so it was refused for a cancellation asked meanwhile
+                return self._give_up(failed, GiveUp(Why.CANCELLED))
             return _fenced(job)
         failure = failed.attempt.failure
         logger.info(
@@ -376,6 +380,8 @@ class _Ran:
     output: dict[str, Any] = field(default_factory=dict)
     error: BaseException | None = None
     hooks: WorkableHooks = field(default_factory=WorkableHooks)
+    stopped: type[Stopped] | None = None
+    """How a watchdog stopped the job's code, if it did (even if the code caught it)."""
 
 
 def _run(
@@ -399,9 +405,21 @@ def _run(
         with running_as(statistics) as output, running.code():
             target()
     except (Exception, SystemExit, Stopped) as error:
+        if isinstance(error, Stopped) and not _raised_in(target, error):
+            # the stop landed after the job's code had returned: the job succeeded
+            return _Ran(output=_storable(output), hooks=hooks)
         trace = "".join(traceback.format_exception(error))[-TRACE_LIMIT:]
-        return _Ran(Failure.from_exception(error), trace, _storable(output), error, hooks)
-    return _Ran(output=_storable(output), hooks=hooks)
+        ran = _Ran(Failure.from_exception(error), trace, _storable(output), error, hooks)
+        return dataclasses.replace(ran, stopped=running.stopped)
+    return _Ran(output=_storable(output), hooks=hooks, stopped=running.stopped)
+
+
+def _raised_in(target: Callable[[], Any], error: BaseException) -> bool:
+    """Whether ``error`` was raised inside ``target``'s call, not around it: the frame
+    ``_run`` called next, in the traceback, is ``target``'s."""
+    code = getattr(getattr(target, "__func__", target), "__code__", None)
+    callee = error.__traceback__.tb_next if error.__traceback__ is not None else None
+    return callee is not None and callee.tb_frame.f_code is code
 
 
 def _storable(output: dict[str, Any]) -> dict[str, Any]:

@@ -53,6 +53,9 @@ def release_job(
         return Released.GONE
     if job.lock_started_at is None:
         if store.unlock_if_not_started([job_id], token):
+            if job.cancel_requested_at is not None and store.cancel_if_waiting(job_id, now):
+                logger.info("job %s cancelled, never started (%s)", job_id, reason)
+                return Released.ARCHIVED
             logger.info("job %s requeued, never started (%s)", job_id, reason)
             return Released.REQUEUED
         job = store.find_locked_job(job_id, token)  # it started meanwhile
@@ -113,16 +116,18 @@ def _crashed(store: Store, job: Job, token: ObjectId, now: dt.datetime, reason: 
     }
     if isinstance(decision, RetryAt):
         record["outcome"] = "retry"
-        if not store.reschedule_if_owned(job.id, token, decision.at, record):
+        if store.reschedule_if_owned(job.id, token, decision.at, record):
+            logger.warning(
+                "job %s: attempt %d crashed (%s), retrying at %s",
+                job.id,
+                job.attempts,
+                reason,
+                decision.at,
+            )
+            return Released.RETRY
+        if store.find_locked_job(job.id, token) is None:
             return Released.GONE
-        logger.warning(
-            "job %s: attempt %d crashed (%s), retrying at %s",
-            job.id,
-            job.attempts,
-            reason,
-            decision.at,
-        )
-        return Released.RETRY
+        decision = GiveUp(Why.CANCELLED)  # refused: a cancellation was asked meanwhile
     record["outcome"] = "archived"
     if not store.finish_if_owned(job.id, token, decision.why, record, now):
         return Released.GONE

@@ -313,7 +313,7 @@ class WorkerProcess:
     def _serve(self, slot: WorkerSlot) -> None:
         try:
             self._serve_until_retired(slot)
-        except Exception:
+        except (Exception, SystemExit):
             # a bug: the job this slot holds is in an unknown state; stop beating for the
             # slot, so that the cleaner releases the job through its retry policy
             logger.exception(

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,10 +24,14 @@ from recruiter import (
     Registry,
     RetryForever,
     RetryManyTimes,
+    retry_statistics,
 )
 from recruiter.cleaner import Cleaner, CleanerConfig
+from recruiter.cli.processes import Tell
 from recruiter.clock import FrozenClock
+from recruiter.events import BECAME_LEADER, STEPPED_DOWN, Listeners
 from recruiter.execution import Executor, Identity, Outcome
+from recruiter.recovery import release_job
 from recruiter.stopping import JobTimedOut, Running, Watch
 from recruiter.testing import drain
 
@@ -162,3 +170,81 @@ def test_a_job_being_cancelled_whose_worker_died_is_archived_not_retried(
         cleaner.run_once(clock.now())
         clock.advance(10)
     assert queue.job(job_id).why == "cancelled"
+
+
+def test_a_stop_landing_after_the_jobs_code_returned_leaves_the_job_done(
+    queue: Queue, registry: Registry, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    @registry.workable("tests.quick")
+    def quick() -> None: ...
+
+    class StopLandsLate(Running):
+        @contextmanager
+        def code(self) -> Iterator[None]:
+            with super().code():
+                yield
+            self.stopped = JobTimedOut
+            raise JobTimedOut  # as if the watchdog's stop landed just after the return
+
+    monkeypatch.setattr("recruiter.execution.Running", StopLandsLate)
+    job_id = queue.schedule(JobSpec("tests.quick").retry_with(RetryForever(0)))
+    execution = drain(queue, registry).executions[0]
+    assert execution.outcome is Outcome.DONE
+    assert queue.job(job_id).why == "done"
+
+
+def test_a_cancellation_asked_while_a_job_fails_is_not_lost_to_its_retry(
+    queue: Queue, registry: Registry, clock: FrozenClock, watch: Watch
+) -> None:
+    @registry.workable("tests.cancelled_then_fails")
+    def cancelled_then_fails() -> None:
+        assert queue.cancel(retry_statistics().job_id) is Cancellation.STOPPING
+        raise ConnectionError("down")  # before any heartbeat saw the request
+
+    job_id = queue.schedule(JobSpec("tests.cancelled_then_fails").retry_with(RetryForever(0)))
+    execution = execute(queue, registry, clock, watch, job_id)
+    assert (execution.outcome, execution.why) == (Outcome.ARCHIVED, "cancelled")
+
+
+def test_a_job_cancelled_before_it_started_and_put_back_is_archived_not_requeued(
+    queue: Queue, clock: FrozenClock
+) -> None:
+    store = queue.store
+    job_id = queue.schedule(JobSpec("tests.noop"))
+    token = ObjectId()
+    store.lock_jobs([job_id], token, clock.now())  # handed out, its worker never started it
+    assert queue.cancel(job_id) is Cancellation.STOPPING
+    assert release_job(store, job_id, token, clock.now(), "worker died") == "archived"
+    job = queue.job(job_id)
+    assert (job.why, job.attempts) == ("cancelled", 0)
+
+
+def test_a_shell_command_is_stopped_with_its_jobs_timeout(
+    queue: Queue, registry: Registry, clock: FrozenClock, watch: Watch, tmp_path: Path
+) -> None:
+    pid_file = tmp_path / "pid"
+    code = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(30)"
+    slow = registry.command("tests.slow_command", [sys.executable, "-c", code, str(pid_file)])
+    job_id = queue.schedule(slow.job().with_timeout("500ms"))
+    began = time.monotonic()
+    execution = execute(queue, registry, clock, watch, job_id)
+    assert time.monotonic() - began < 10
+    assert execution.outcome is Outcome.ARCHIVED
+    assert queue.job(job_id).history[-1]["class"] == "recruiter.stopping.JobTimedOut"
+    pid = int(pid_file.read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # stopped, and reaped: it does not run on after its attempt
+
+
+def test_became_leader_and_stepped_down_are_told_in_pairs() -> None:
+    told: list[str] = []
+    listeners = Listeners()
+    listeners.add(BECAME_LEADER, lambda queue: told.append("became"))
+    listeners.add(STEPPED_DOWN, lambda queue: told.append("stepped down"))
+    tell = Tell(listeners, None)
+    tell.not_leading()  # a process that never led has nothing to tell
+    tell.leading()
+    tell.leading()  # still leading, after a database error say
+    tell.not_leading()
+    tell.not_leading()
+    assert told == ["became", "stepped down"]

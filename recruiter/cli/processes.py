@@ -18,6 +18,7 @@ from types import FrameType
 from typing import Annotated, Any, Protocol
 
 import typer
+from pymongo.errors import PyMongoError
 
 from recruiter.cleaner import Cleaner, CleanerConfig
 from recruiter.cli.options import (
@@ -91,18 +92,27 @@ class Follow:
     """Where to tell the leader what changed, besides waking it."""
 
 
-@dataclass(frozen=True)
 class Tell:
-    """Whom to tell when the process takes or loses the lead, and what to give them."""
+    """Whom to tell when the process takes or loses the lead, and what to give them.
 
-    listeners: Listeners
-    payload: Any
+    Each became-leader is paired with one stepped-down, whatever happens in between
+    (a database error while renewing the lease, a failed release at stop).
+    """
 
-    def became_leader(self) -> None:
-        self.listeners.emit(BECAME_LEADER, self.payload)
+    def __init__(self, listeners: Listeners, payload: Any) -> None:
+        self.listeners = listeners
+        self.payload = payload
+        self._told_leading = False
 
-    def stepped_down(self) -> None:
-        self.listeners.emit(STEPPED_DOWN, self.payload)
+    def leading(self) -> None:
+        if not self._told_leading:
+            self._told_leading = True
+            self.listeners.emit(BECAME_LEADER, self.payload)
+
+    def not_leading(self) -> None:
+        if self._told_leading:
+            self._told_leading = False
+            self.listeners.emit(STEPPED_DOWN, self.payload)
 
 
 def lead(
@@ -129,27 +139,34 @@ def lead(
     def step() -> Pause:
         now = clock.now()
         was_leading = leadership.leading
-        if not leadership.hold(now):
+        try:
+            holds = leadership.hold(now)
+        except PyMongoError:
+            if tell is not None:
+                tell.not_leading()  # who leads is unknown until the database answers
+            raise
+        if not holds:
             feed.unfollow()
-            if was_leading and tell is not None:
-                tell.stepped_down()
+            if tell is not None:
+                tell.not_leading()
             stop.wait(standby_wait)
             return IDLE
         if not was_leading:
             process.became_leader()
             feed.follow()
-            if tell is not None:
-                tell.became_leader()
+        if tell is not None:
+            tell.leading()
         return process.run_once(now).pause(now)
 
     try:
         run_forever(step, stop=stop, backoff=backoff, name=name, wakeups=feed.wakeups)
     finally:
         feed.unfollow()
-        was_leading = leadership.leading
-        leadership.release(clock.now())
-        if was_leading and tell is not None:
-            tell.stepped_down()
+        try:
+            leadership.release(clock.now())
+        finally:
+            if tell is not None:
+                tell.not_leading()
     logger.info("%s: stopped", name)
 
 

@@ -322,12 +322,17 @@ class JobVerbs:
     def reschedule_if_owned(
         self, job_id: Any, token: ObjectId, at: dt.datetime, execution: Document
     ) -> bool:
-        """Unlock the job to run again at ``at``, recording the attempt, if still owned."""
+        """Unlock the job to run again at ``at``, recording the attempt, if still owned
+        and not being cancelled (a cancelled job is never retried: finish it instead)."""
         update = {
             "$set": {"locked": False, "scheduled_at": at, "last_execution": execution},
-            "$unset": {"lock": "", "cancel_requested_at": ""},
+            "$unset": {"lock": ""},
         }
-        owned = {"_id": job_id, "lock.token": token}
+        owned = {
+            "_id": job_id,
+            "lock.token": token,
+            "cancel_requested_at": {"$exists": False},
+        }
         try:
             result = self.scheduled.update_one(owned, _recording(update, execution))
         except OperationFailure:
