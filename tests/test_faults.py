@@ -236,3 +236,14 @@ def test_the_oracle_checks_the_concurrency_limit_of_group_slow() -> None:
         )
         assert report.most_slow_at_once == most, "an end and a start at once do not overlap"
         assert report.ok == (most <= SLOW_CONCURRENCY), report.violations
+
+
+def test_the_oracle_catches_a_job_cancelled_that_nobody_cancelled() -> None:
+    base = record([attempt(1, W1, 10, 1, 2)], [run(1, W1, 10, 1, 2)])
+    cancelled = {**base.archived[0], "why": "cancelled", "attempts": 0, "history": []}
+    never_ran = dataclasses.replace(base, archived=[cancelled], runs=[])
+    report = judge(never_ran)
+    assert any("cancelled, but nobody asked for it" in v for v in report.violations)
+    report = judge(dataclasses.replace(never_ran, cancelled=[str(JOB)]))
+    assert report.ok, report.violations
+    assert report.cancelled == {"cancelled": 1}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 from recruiter import Registry, retry_statistics
+from recruiter.stopping import Stopped
 from tests.faults import ledger
 
 registry = Registry()
@@ -35,7 +36,11 @@ def _run(kind: str, milliseconds: int, fail: bool) -> None:
         "kind": kind,
     }
     ledger.write("start", **run)
-    work(milliseconds)
+    try:
+        work(milliseconds)
+    except Stopped:  # its timeout stopped it: it ended, without its effect
+        ledger.write("end", effect=False, **run)
+        raise
     ledger.write("end", effect=not fail, **run)
     if fail:
         raise Planned(f"{kind} fails attempt {statistics.retry_number}")

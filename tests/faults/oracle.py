@@ -18,6 +18,7 @@ from typing import Any
 from recruiter.errors import WorkerDied
 from recruiter.job import HISTORY_LIMIT
 from recruiter.retry import FailedAttempt, Failure, GiveUp, RetryAt, policy_from_document
+from recruiter.stopping import JobTimedOut
 from recruiter.worker import DECLARED_DEAD_EXIT
 from tests.faults.app import Planned
 from tests.faults.ledger import Run
@@ -35,7 +36,14 @@ RESUME_GRACE = 1.0
 was declared dead (and exits): one heartbeat round trip, generously."""
 CLOCK_TOLERANCE = dt.timedelta(milliseconds=2)
 """Stored dates have millisecond precision."""
-FAILURES = {"tests.faults.app.Planned": Planned, "recruiter.errors.WorkerDied": WorkerDied}
+TIMED_OUT = "recruiter.stopping.JobTimedOut"
+STOPPED = (TIMED_OUT, "recruiter.stopping.JobCancelled")
+"""Failures of attempts stopped from outside: the job's run ended early, effect or not."""
+FAILURES = {
+    "tests.faults.app.Planned": Planned,
+    "recruiter.errors.WorkerDied": WorkerDied,
+    TIMED_OUT: JobTimedOut,
+}
 
 
 @dataclass
@@ -66,6 +74,10 @@ class Report:
     """Thawed workers that found they were declared dead mid-job and exited."""
     occurrences: int = 0
     """Jobs the scenario's repeatable job created."""
+    timed_out_attempts: int = 0
+    """Attempts stopped at their job's timeout."""
+    cancelled: Counter[str] = field(default_factory=Counter)
+    """Jobs the runner asked to cancel, by how they ended."""
     most_slow_at_once: int = 0
     """The most attempts of the concurrency-limited group ``slow`` running at once."""
 
@@ -90,6 +102,8 @@ class Report:
             "lease_takeovers": dict(self.leaders),
             "thawed_workers_exited": self.self_fenced,
             "repeated_occurrences": self.occurrences,
+            "timed_out_attempts": self.timed_out_attempts,
+            "cancelled": dict(self.cancelled),
             "most_slow_at_once": self.most_slow_at_once,
         }
 
@@ -108,6 +122,8 @@ def judge(record: Record) -> Report:
         if kind is None:
             report.violations.append(f"job {job_id} archived but never scheduled")
             continue
+        if document.get("why") == "cancelled" and job_id not in record.cancelled:
+            report.violations.append(f"job {job_id} cancelled, but nobody asked for it")
         JobJudge(document, kind, runs.pop(job_id, []), timeline, record, report).judge()
     for job_id in runs:
         report.violations.append(f"the ledger has runs of job {job_id}, which is not archived")
@@ -116,6 +132,8 @@ def judge(record: Record) -> Report:
     _exits(record, report)
     _repeats(record, report)
     _concurrency(record, report)
+    ends = {str(d["_id"]): d.get("why") for d in record.archived}
+    report.cancelled = Counter(str(ends.get(job_id)) for job_id in record.cancelled)
     return report
 
 
@@ -261,6 +279,9 @@ class JobJudge:
 
     def judge(self) -> None:
         self.report.crashed_attempts += sum(1 for r in self.history if r.get("crashed"))
+        self.report.timed_out_attempts += sum(
+            1 for r in self.history if r.get("class") == TIMED_OUT
+        )
         if not self._history_is_whole():
             return
         self._policy()
@@ -286,6 +307,8 @@ class JobJudge:
         why = self.document.get("why")
         for index, entry in enumerate(self.history):
             last = index == len(self.history) - 1
+            if last and why == "cancelled":
+                continue  # cancelled: the policy has no say in how the job ended
             outcome = entry.get("outcome")
             if outcome == "done":
                 if not last or why != "done" or entry.get("crashed"):
@@ -307,7 +330,15 @@ class JobJudge:
     def _kind(self) -> None:
         fail_times = self.document.get("workable", {}).get("parameters", {}).get("fail_times", 0)
         for entry in self.history:
-            if entry.get("crashed"):
+            if entry.get("crashed") or entry.get("outcome") == "skipped":
+                continue
+            if entry.get("class") == "recruiter.stopping.JobCancelled":
+                continue
+            if entry.get("class") == TIMED_OUT:
+                # a frozen worker's watchdog wakes past any deadline: a job with a
+                # timeout may be stopped whatever its planned duration
+                if not self.document.get("timeout_ms"):
+                    self.fail(f"attempt {entry['attempt']} timed out, with no timeout")
                 continue
             raised = entry.get("outcome") != "done"
             should_raise = self.kind == "broken" or (
@@ -333,8 +364,16 @@ class JobJudge:
     def _counted_attempts_ran(self, counted: Mapping[tuple[int, str], Mapping[str, Any]]) -> None:
         for key, entry in counted.items():
             run = next((r for r in self.runs if (r.attempt, r.worker) == key), None)
+            if entry.get("outcome") == "skipped":  # cancelled before it started
+                if run is not None:
+                    self.fail(f"attempt {key[0]} skipped, yet it ran")
+                continue
             if run is None or not run.finished:
                 self.fail(f"attempt {key[0]} recorded as {entry.get('outcome')}, never ran")
+            elif entry.get("class") in STOPPED:
+                # stopped from outside: before its effect, or just after it
+                if run.effect and sum(r.effect for r in self.runs) > 1:
+                    self.report.duplicated_effects["stopped after its effect"] += 1
             elif run.effect != (entry.get("outcome") == "done"):
                 self.fail(f"attempt {key[0]} recorded as {entry.get('outcome')}, ran otherwise")
 

@@ -22,7 +22,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,10 @@ ROOT = Path(__file__).resolve().parents[2]
 APP = "tests.faults.app:registry"
 REPEATED = "faults.tick"
 """The urn of the scenario's repeatable job."""
+CANCEL_SHARE = 0.3
+"""The chance that a fault is followed by the cancellation of a job not finished."""
+TIMED_SHARE = 0.25
+"""The share of slow jobs with a timeout."""
 SLOW_CONCURRENCY = 2
 """The concurrency limit of the group ``slow``, set at the start of every run."""
 
@@ -123,6 +127,8 @@ class Record:
     seconds: float
     repeat_first: dt.datetime | None = None
     """The first occurrence of the repeatable job, as declared."""
+    cancelled: list[str] = field(default_factory=list)
+    """The planned jobs the runner asked to cancel (waiting or running at the time)."""
 
 
 JSON = json_util.JSONOptions(json_mode=json_util.JSONMode.CANONICAL, tz_aware=True, tzinfo=dt.UTC)
@@ -187,8 +193,11 @@ def plan_jobs(chooser: random.Random, count: int) -> list[tuple[str, JobSpec]]:
 
 
 def slow_job(chooser: random.Random) -> JobSpec:
-    """Some outlast the dead timeout: their workers must not be taken for dead."""
+    """Some outlast the dead timeout: their workers must not be taken for dead. A quarter
+    have a timeout, which some outlast too: stopped, and retried by their policy."""
     job = succeed.job(chooser.randint(500, 3500)).in_group("slow")
+    if chooser.random() < TIMED_SHARE:
+        job = job.with_timeout(chooser.choice(["1s", "2s", "5s"]))
     return job.retry_with(RetryManyTimes(3, 0.1))
 
 
@@ -526,6 +535,7 @@ class Driver:
         self.waited = 0
         self.repeating = False
         self.repeat_first: dt.datetime | None = None
+        self.cancelled: list[str] = []
 
     def drive(self) -> Record:
         self.run.queue.limit_group("slow", concurrency=SLOW_CONCURRENCY)
@@ -591,6 +601,25 @@ class Driver:
         self.faults.pop(0)
         self.waited = 0
         self.next_fault = time.time() + self.run.chooser.uniform(*self.scenario.gap)
+        if self.run.chooser.random() < CANCEL_SHARE:
+            self.cancel_one()
+
+    def cancel_one(self) -> None:
+        """Cancel a planned job not finished yet, running ones first."""
+        unfinished = self.run.database.scheduled.find(
+            {"why": {"$exists": False}}, {"_id": 1, "locked": 1}
+        )
+        candidates = sorted(
+            (not d.get("locked"), str(d["_id"]))
+            for d in unfinished
+            if str(d["_id"]) in self.planned and str(d["_id"]) not in self.cancelled
+        )
+        if not candidates:
+            return
+        _, job_id = candidates[self.run.chooser.randrange(min(3, len(candidates)))]
+        said = self.run.queue.cancel(job_id)
+        self.cancelled.append(job_id)
+        self.run.log("cancel-job", None, f"job {job_id}: {said}")
 
     def record(self, finished: bool, exits: dict[int, tuple[str, int | None]]) -> Record:
         database = self.run.database
@@ -608,6 +637,7 @@ class Driver:
             finished=finished,
             seconds=time.time() - self.started,
             repeat_first=self.repeat_first,
+            cancelled=self.cancelled,
         )
 
 
