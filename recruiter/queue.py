@@ -20,6 +20,7 @@ from bson import ObjectId
 from pymongo import MongoClient
 from pymongo.database import Database
 
+from recruiter.analytics import Analytics, analytics
 from recruiter.clock import Clock, SystemClock, to_millis
 from recruiter.duration import Duration, to_timedelta
 from recruiter.errors import InvalidJob, JobNotFound
@@ -176,6 +177,10 @@ class Queue:
         """Cancel a job: a waiting one is finished as ``cancelled`` at once; a running one
         is stopped by its worker within a heartbeat (see :mod:`recruiter.stopping`)."""
         return cancel(self.store, job_id, self.clock.now())
+
+    def analytics(self, group: str | None = None) -> Analytics:
+        """What the queue (or ``group``) holds now, and did in the last minute."""
+        return analytics(self.store, self.clock.now(), group)
 
     def job(self, job_id: ObjectId | str) -> Job:
         """The job with this id, queued, running or archived."""

@@ -52,6 +52,10 @@ class Why(StrEnum):
     """Cancelled: before it ran, or stopped while it ran (never retried)."""
 
 
+FAILED = (Why.TRIED_TOO_MANY_TIMES, Why.NON_RETRIABLE_EXCEPTION, Why.NOT_SCHEDULED_BY_RETRY_POLICY)
+"""The reasons of a job that failed for good (the others: done, or not run by design)."""
+
+
 def qualified_name(exception_type: type[BaseException]) -> str:
     """``module.QualName`` of an exception class, the form stored in policies and history."""
     return f"{exception_type.__module__}.{exception_type.__qualname__}"

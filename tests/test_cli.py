@@ -118,7 +118,9 @@ def test_embedded_status_and_stop_when_none_runs(
 
 
 def test_every_option_of_every_command_has_help_text() -> None:
-    for command in ("run", "worker", "clean", "up", "demo", "group set", "group list", "job run"):
+    commands = ("run", "worker", "clean", "up", "demo", "group set", "group list", "jobs run")
+    views = ("status", "analytics", "jobs list", "jobs show", "jobs cancel")
+    for command in (*commands, *views):
         result = CliRunner().invoke(app, [*command.split(), "--help"], env={"COLUMNS": "200"})
         assert result.exit_code == 0
         options = [

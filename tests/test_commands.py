@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import signal
 import subprocess
@@ -474,3 +475,29 @@ def test_one_worker_shares_itself_among_groups_and_honours_priorities(
     wait_for(lambda: all(queue.job(i).why == "done" for i in every), processes)
     order = sorted(every, key=lambda i: queue.job(i).history[0]["started_at"])
     assert order[:2] == [important, urgent], "the newest of bulk first, then the other group"
+
+
+def operator(processes: Processes, *arguments: str) -> Any:
+    command = [sys.executable, "-m", "recruiter", *arguments]
+    command += ["--mongodb-uri", processes.uri, "--database", processes.database]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_the_operator_sees_the_running_system(processes: Processes, queue: Queue) -> None:
+    processes.start("run")
+    processes.worker("--group", "mail")
+    ids = queue.schedule_many(
+        JobSpec("demo.greet", {"name": f"n{n}"}).in_group("mail") for n in range(5)
+    )
+    broken = queue.schedule(JobSpec("demo.broken").in_group("mail"))
+    wait_for(lambda: all(queue.job(i).why is not None for i in [*ids, broken]), processes)
+    status = operator(processes, "status", "--json")
+    assert status["leases"]["recruiter"]["holder"] is not None
+    assert [w["group"] for w in status["workers"]] == ["mail"]
+    assert [f["job"] for f in status["recent_failures"]] == [str(broken)]
+    listed = operator(processes, "jobs", "list", "--group", "mail", "--state", "done", "--json")
+    assert sorted(row["id"] for row in listed) == sorted(str(i) for i in ids)
+    figures = operator(processes, "analytics", "--group", "mail", "--json")
+    assert (figures["finished"], figures["failed"]) == (6, 1)

@@ -17,6 +17,7 @@ from recruiter.cli.groups import groups
 from recruiter.cli.jobs import JOB_FAILED_EXIT, jobs
 from recruiter.cli.processes import clean, run, worker
 from recruiter.cli.together import DemoTimeout, demo, up
+from recruiter.cli.views import analytics_command, status
 from recruiter.embedded import (
     DEFAULT_DIRECTORY,
     EmbeddedServerError,
@@ -39,7 +40,8 @@ embedded = typer.Typer(
 )
 app.add_typer(embedded, name="embedded")
 app.add_typer(groups, name="group")
-app.add_typer(jobs, name="job")
+app.add_typer(jobs, name="jobs")
+app.add_typer(jobs, name="job", hidden=True)  # the singular, as issue 6 named it
 console = Console()
 errors = Console(stderr=True)
 
@@ -74,6 +76,8 @@ app.command()(worker)
 app.command()(clean)
 app.command()(up)
 app.command()(demo)
+app.command()(status)
+app.command("analytics")(analytics_command)
 
 
 @app.command()

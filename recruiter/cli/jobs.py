@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import json
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -17,10 +19,12 @@ from recruiter.cli.options import (
     connect_store,
     duration_option,
     load_registry,
+    open_queue,
 )
 from recruiter.clock import SystemClock
 from recruiter.job import Job
 from recruiter.queue import Queue
+from recruiter.retry import FAILED as FAILED_WHYS
 
 JOB_FAILED_EXIT = 9
 """The exit code of ``recruiter job run --wait`` when a job finished other than done."""
@@ -93,6 +97,153 @@ def cancel_jobs(
             console.print(f"job {job_id}: {queue.cancel(job_id)}", highlight=False)
     finally:
         queue.close()
+
+
+FAILED = [str(why) for why in FAILED_WHYS]
+STATES = ("ready", "postponed", "running", "done", "failed", "cancelled", "finished")
+
+
+def _queries(state: str | None, now: dt.datetime) -> list[tuple[str, dict[str, Any]]]:
+    """Where jobs in ``state`` are, and the filter that finds them."""
+    finished = {"why": {"$exists": True}}
+    by_state: dict[str, list[tuple[str, dict[str, Any]]]] = {
+        "ready": [("scheduled", {"locked": False, "scheduled_at": {"$lte": now}})],
+        "postponed": [("scheduled", {"locked": False, "scheduled_at": {"$gt": now}})],
+        "running": [("scheduled", {"locked": True})],
+        "done": [("scheduled", {"why": "done"}), ("archived", {"why": "done"})],
+        "failed": [("scheduled", {"why": {"$in": FAILED}}), ("archived", {"why": {"$in": FAILED}})],
+        "cancelled": [("scheduled", {"why": "cancelled"}), ("archived", {"why": "cancelled"})],
+        "finished": [("scheduled", finished), ("archived", {})],
+    }
+    if state is None:
+        return [("scheduled", {}), ("archived", {})]
+    return by_state[state]
+
+
+@jobs.command("list")
+def list_jobs(
+    state: Annotated[
+        str | None, typer.Option(help=f"Only jobs in this state: {', '.join(STATES)}.")
+    ] = None,
+    group: Annotated[str | None, typer.Option(help="Only jobs of this group.")] = None,
+    tag: Annotated[str | None, typer.Option(help="Only jobs with this tag.")] = None,
+    since: Annotated[
+        dt.timedelta | None,
+        typer.Option(parser=duration_option, help="Only jobs finished this long ago at most."),
+    ] = None,
+    limit: Annotated[int, typer.Option(min=1, help="At most this many, newest first.")] = 20,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON array, for scripts.")] = False,
+    mongodb_uri: MongoUri = None,
+    database: DatabaseName = None,
+) -> None:
+    """List jobs, newest first, with filters."""
+    if state is not None and state not in STATES:
+        raise typer.BadParameter(
+            f"{state!r} is not one of {', '.join(STATES)}", param_hint="--state"
+        )
+    queue = open_queue(mongodb_uri, database)
+    try:
+        now = queue.clock.now()
+        found: dict[Any, Job] = {}
+        extra: dict[str, Any] = {}
+        if group is not None:
+            extra["group"] = group
+        if tag is not None:
+            extra["tags"] = tag
+        if since is not None:
+            extra["archived_at"] = {"$gte": now - since}
+        for collection, query in _queries(state, now):
+            for job in queue.store.find_jobs(collection, {**query, **extra}, limit):
+                found.setdefault(job.id, job)
+    finally:
+        queue.close()
+    listed = sorted(found.values(), key=lambda job: str(job.id), reverse=True)[:limit]
+    if as_json:
+        typer.echo(json.dumps([_summary(job, now) for job in listed], default=str))
+        return
+    table = Table("job", "workable", "group", "state", "attempts", "last attempt")
+    for job in listed:
+        summary = _summary(job, now)
+        table.add_row(
+            summary["id"],
+            job.workable,
+            job.group,
+            summary["state"],
+            str(job.attempts),
+            str(summary["last"] or "")[:60],
+        )
+    console.print(table if listed else "no job matches")
+
+
+@jobs.command("show")
+def show_job(
+    job_id: Annotated[str, typer.Argument(help="The job's id.")],
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One JSON document, for scripts.")
+    ] = False,
+    mongodb_uri: MongoUri = None,
+    database: DatabaseName = None,
+) -> None:
+    """Show a job: its fields and every attempt, with its error and traceback."""
+    queue = open_queue(mongodb_uri, database)
+    try:
+        job = queue.job(job_id)
+        now = queue.clock.now()
+    finally:
+        queue.close()
+    if as_json:
+        typer.echo(json.dumps(dataclasses.asdict(job), default=str))
+        return
+    summary = _summary(job, now)
+    fields = Table("", "", title=f"job {job.id}")
+    for name, value in [
+        ("state", summary["state"]),
+        ("workable", f"{job.workable}.{job.method}"),
+        ("parameters", json.dumps(dict(job.parameters), default=str)),
+        ("group", job.group),
+        ("priority", job.priority),
+        ("tags", ", ".join(job.tags) or "-"),
+        ("urn", job.urn or "-"),
+        ("created", job.created_at),
+        ("due", job.scheduled_at or "-"),
+        ("attempts", job.attempts),
+        ("retry policy", json.dumps(dict(job.retry_policy), default=str)),
+    ]:
+        fields.add_row(name, str(value))
+    if job.problems:
+        fields.add_row("problems", "; ".join(job.problems))
+    console.print(fields)
+    for attempt in job.history:
+        console.print(
+            f"[bold]attempt {attempt.get('attempt')}[/]: {attempt.get('outcome')}, "
+            f"started {attempt.get('started_at')}, ended {attempt.get('ended_at')}, "
+            f"worker {attempt.get('worker')} ({attempt.get('hostname')}:{attempt.get('pid')})",
+            highlight=False,
+        )
+        if attempt.get("class"):
+            console.print(f"  {attempt['class']}: {attempt.get('message')}", highlight=False)
+        if attempt.get("trace"):
+            console.print(str(attempt["trace"]).rstrip(), highlight=False, markup=False)
+
+
+def _summary(job: Job, now: dt.datetime) -> dict[str, Any]:
+    if job.why is not None:
+        state = job.why
+    elif job.locked:
+        state = "running" if job.lock_started_at else "handed out"
+    elif job.scheduled_at is not None and job.scheduled_at > now:
+        state = "postponed"
+    else:
+        state = "ready"
+    last = job.last_execution or {}
+    return {
+        "id": str(job.id),
+        "workable": job.workable,
+        "group": job.group,
+        "state": state,
+        "attempts": job.attempts,
+        "last": last.get("message") or last.get("outcome"),
+    }
 
 
 def _results(finished: list[Job]) -> Table:

@@ -14,9 +14,11 @@ from typing import Annotated, Any, Protocol, TypeVar
 
 import typer
 
+from recruiter.clock import SystemClock
 from recruiter.connection import open_database, resolve_uri
 from recruiter.duration import parse_duration
 from recruiter.logs import Level
+from recruiter.queue import Queue
 from recruiter.store import Store
 from recruiter.workable import Registry
 
@@ -130,6 +132,11 @@ def connect_store(
     store = Store(open_database(uri, database, wait=wait))
     store.ensure_ready()
     return store
+
+
+def open_queue(mongodb_uri: str | None, database: str | None) -> Queue:
+    """A queue on the named database, for the commands that read or steer it."""
+    return Queue(connect_store(mongodb_uri, database).database, SystemClock())
 
 
 class Validating(Protocol):

@@ -18,6 +18,7 @@ from pymongo.collection import Collection
 from pymongo.database import Database
 
 from recruiter.schema import ensure_indexes, ensure_schema
+from recruiter.store.analytics import AnalyticsVerbs
 from recruiter.store.base import Document
 from recruiter.store.dedup import DedupVerbs
 from recruiter.store.groups import GroupRecord, GroupVerbs
@@ -41,7 +42,16 @@ __all__ = [
 ]
 
 
-class Store(JobVerbs, RosterVerbs, LeaseVerbs, SchedulerVerbs, GroupVerbs, DedupVerbs, WatchVerbs):
+class Store(
+    JobVerbs,
+    RosterVerbs,
+    LeaseVerbs,
+    SchedulerVerbs,
+    GroupVerbs,
+    DedupVerbs,
+    AnalyticsVerbs,
+    WatchVerbs,
+):
     """Every collection recruiter uses, and every operation on them."""
 
     def __init__(self, database: Database[Any]) -> None:

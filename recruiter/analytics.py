@@ -1,0 +1,101 @@
+"""What the queue is doing: the original Recruiter's analytics, overall or for a group.
+
+>>> import mongomock
+>>> from recruiter import Queue
+>>> queue = Queue(mongomock.MongoClient(tz_aware=True).shop)
+>>> figures = queue.analytics()
+>>> figures.ready, figures.throughput_per_minute, figures.latency_average
+(0, 0.0, None)
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import statistics
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from recruiter.store import Store
+
+WINDOW = dt.timedelta(minutes=1)
+"""The recent history that throughput, latency and execution time are computed over."""
+
+
+@dataclass(frozen=True)
+class Analytics:
+    """The queue at one moment, and its last minute."""
+
+    at: dt.datetime
+    group: str | None
+    ready: int
+    """Due and waiting for a worker."""
+    postponed: int
+    """Waiting for a later due time (scheduled later, or a retry's backoff)."""
+    running: int
+    """Handed out to a worker, or running."""
+    orphans: int
+    """Handed out to no worker on the roster: a dead worker's, which the cleaner will
+    release (the original's *zombies*)."""
+    finished: int
+    """Jobs finished in the last minute."""
+    failed: int
+    """Of those, the ones that did not end ``done``."""
+    throughput_per_minute: float
+    latency_average: float | None
+    """Seconds from due to started, on average, over the last minute's jobs: high when
+    too few workers serve the group."""
+    execution_time_average: float | None
+    """Seconds from started to ended, on average, over the last minute's jobs."""
+
+    @property
+    def throughput_per_second(self) -> float:
+        return self.throughput_per_minute / 60
+
+    def to_document(self) -> dict[str, Any]:
+        """A JSON-friendly form (times as ISO text)."""
+        document = asdict(self)
+        document["at"] = self.at.isoformat()
+        document["throughput_per_second"] = self.throughput_per_second
+        return document
+
+
+def analytics(store: Store, now: dt.datetime, group: str | None = None) -> Analytics:
+    """The figures of ``group`` (or of every group) at ``now``."""
+    counts = store.count_waiting(now, group)
+    recent = store.recently_finished(now - WINDOW, group)
+    executions = [
+        d["last_execution"] for d in recent if isinstance(d.get("last_execution"), Mapping)
+    ]
+    return Analytics(
+        at=now,
+        group=group,
+        ready=counts["ready"],
+        postponed=counts["postponed"],
+        running=counts["locked"],
+        orphans=_orphans(store, group),
+        finished=len(recent),
+        failed=sum(1 for d in recent if d.get("why") != "done"),
+        throughput_per_minute=len(recent) * (dt.timedelta(minutes=1) / WINDOW),
+        latency_average=_average(executions, "scheduled_at", "started_at"),
+        execution_time_average=_average(executions, "started_at", "ended_at"),
+    )
+
+
+def _orphans(store: Store, group: str | None) -> int:
+    held = store.held_job_ids()
+    return sum(
+        1
+        for job in store.locked_jobs(10_000)
+        if job.id not in held and (group is None or job.group == group)
+    )
+
+
+def _average(executions: list[Mapping[str, Any]], start: str, end: str) -> float | None:
+    spans = [
+        (execution[end] - execution[start]).total_seconds()
+        for execution in executions
+        if isinstance(execution.get(start), dt.datetime)
+        and isinstance(execution.get(end), dt.datetime)
+    ]
+    return round(statistics.fmean(spans), 3) if spans else None

@@ -1,0 +1,179 @@
+"""``recruiter status`` and ``recruiter analytics``: what the system is doing, at a glance.
+
+Both read only; ``--json`` prints one JSON document for scripts instead of tables.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console, Group
+from rich.table import Table
+
+from recruiter.analytics import Analytics
+from recruiter.cli.options import DatabaseName, MongoUri, open_queue
+from recruiter.queue import Queue
+from recruiter.retry import FAILED
+
+console = Console()
+AsJson = Annotated[bool, typer.Option("--json", help="One JSON document, for scripts.")]
+RECENT_FAILURES = 5
+
+
+def analytics_command(
+    group: Annotated[str | None, typer.Option(help="Only this group.")] = None,
+    as_json: AsJson = False,
+    mongodb_uri: MongoUri = None,
+    database: DatabaseName = None,
+) -> None:
+    """Queued, postponed, running and orphaned jobs; throughput, latency and execution
+    time over the last minute."""
+    queue = open_queue(mongodb_uri, database)
+    try:
+        figures = queue.analytics(group)
+    finally:
+        queue.close()
+    if as_json:
+        typer.echo(json.dumps(figures.to_document()))
+        return
+    console.print(analytics_table(figures))
+
+
+def analytics_table(figures: Analytics) -> Table:
+    title = f"group {figures.group}" if figures.group else "all groups"
+    table = Table("", "", title=f"{title}, at {figures.at:%Y-%m-%d %H:%M:%S} UTC")
+    rows = [
+        ("ready", figures.ready),
+        ("postponed", figures.postponed),
+        ("running", figures.running),
+        ("orphans (the cleaner will release them)", figures.orphans),
+        ("finished, last minute", figures.finished),
+        ("failed, last minute", figures.failed),
+        ("throughput, jobs per minute", f"{figures.throughput_per_minute:g}"),
+        ("throughput, jobs per second", f"{figures.throughput_per_second:.2f}"),
+        ("latency, average seconds", _seconds(figures.latency_average)),
+        ("execution time, average seconds", _seconds(figures.execution_time_average)),
+    ]
+    for name, value in rows:
+        table.add_row(name, str(value))
+    return table
+
+
+def status(
+    as_json: AsJson = False,
+    mongodb_uri: MongoUri = None,
+    database: DatabaseName = None,
+) -> None:
+    """Who leads, the workers, the groups, and the latest failures."""
+    queue = open_queue(mongodb_uri, database)
+    try:
+        document = status_document(queue)
+    finally:
+        queue.close()
+    if as_json:
+        typer.echo(json.dumps(document, default=str))
+        return
+    console.print(status_view(document))
+
+
+def status_document(queue: Queue) -> dict[str, Any]:
+    """Everything ``recruiter status`` shows, as plain data."""
+    store, now = queue.store, queue.clock.now()
+    leases = {}
+    for name in ("recruiter", "cleaner"):
+        lease = store.find_lease(name)
+        leading = lease is not None and lease.expires_at > now
+        leases[name] = {
+            "holder": lease.holder if leading and lease else None,
+            "expires_at": lease.expires_at.isoformat() if leading and lease else None,
+        }
+    workers = [
+        {
+            "id": str(worker.id),
+            "group": worker.work_on,
+            "busy": worker.assignment is not None,
+            "job": None if worker.assignment is None else str(worker.assignment.job_id),
+            "pid": worker.pid,
+            "hostname": worker.hostname,
+            "last_seen_s": None
+            if worker.last_seen_at is None
+            else round((now - worker.last_seen_at).total_seconds(), 1),
+        }
+        for worker in store.workers()
+    ]
+    ready = store.count_by("scheduled", "group", {"locked": False, "scheduled_at": {"$lte": now}})
+    running = store.count_by("scheduled", "group", {"locked": True})
+    settings = {s.group: s for s in queue.group_settings()}
+    groups = [
+        {
+            "group": group,
+            "ready": ready.get(group, 0),
+            "running": running.get(group, 0),
+            "limits": settings[group].describe() if group in settings else "none",
+        }
+        for group in sorted({*ready, *running, *settings}, key=str)
+    ]
+    failed = {"why": {"$in": [str(why) for why in FAILED]}}
+    latest = sorted(
+        [
+            *store.find_jobs("scheduled", failed, RECENT_FAILURES),  # not yet moved
+            *store.find_jobs("archived", failed, RECENT_FAILURES),
+        ],
+        key=lambda job: job.last_execution.get("ended_at") or now if job.last_execution else now,
+        reverse=True,
+    )
+    unique = list({str(job.id): job for job in latest}.values())[:RECENT_FAILURES]
+    failures = [
+        {
+            "job": str(job.id),
+            "workable": job.workable,
+            "group": job.group,
+            "why": job.why,
+            "error": (job.last_execution or {}).get("message"),
+        }
+        for job in unique
+    ]
+    return {
+        "at": now.isoformat(),
+        "leases": leases,
+        "workers": workers,
+        "groups": groups,
+        "recent_failures": failures,
+    }
+
+
+def status_view(document: dict[str, Any]) -> Group:
+    leaders = Table("process", "leader", "lease expires", title="leaders")
+    for name, lease in document["leases"].items():
+        leaders.add_row(name, lease["holder"] or "none: nobody leads", lease["expires_at"] or "-")
+    workers = Table("worker", "group", "state", "job", "host:pid", "last seen", title="workers")
+    for worker in document["workers"]:
+        workers.add_row(
+            worker["id"],
+            worker["group"],
+            "busy" if worker["busy"] else "idle",
+            worker["job"] or "-",
+            f"{worker['hostname']}:{worker['pid']}",
+            f"{worker['last_seen_s']}s ago",
+        )
+    groups = Table("group", "ready", "running", "limits", title="groups")
+    for group in document["groups"]:
+        groups.add_row(
+            str(group["group"]), str(group["ready"]), str(group["running"]), group["limits"]
+        )
+    failures = Table("job", "workable", "group", "ended", "last error", title="latest failures")
+    for failure in document["recent_failures"]:
+        failures.add_row(
+            failure["job"],
+            failure["workable"],
+            failure["group"],
+            failure["why"],
+            str(failure["error"] or "")[:60],
+        )
+    return Group(leaders, workers, groups, failures)
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"

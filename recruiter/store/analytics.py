@@ -1,0 +1,74 @@
+"""The reading verbs behind analytics and the operator's views: counts and samples.
+
+Nothing here writes. Counts are ``count_documents`` on indexed fields; the recent
+history is a bounded sample of the archive, which the caller averages (date arithmetic
+stays in Python, the same on every server).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from typing import Any
+
+from pymongo.collection import Collection
+
+from recruiter.job import Job
+from recruiter.store.base import Document
+
+RECENT_SAMPLE = 10_000
+"""The most archived jobs read to compute the last minute's figures."""
+
+
+class AnalyticsVerbs:
+    """Counts and samples of ``scheduled`` and ``archived``."""
+
+    scheduled: Collection[Document]
+    archived: Collection[Document]
+
+    def count_waiting(self, now: dt.datetime, group: str | None = None) -> dict[str, int]:
+        """How many jobs are ready (due, not handed out), postponed (due later) and
+        locked (handed out or running), of ``group`` or of all groups."""
+        where: Document = {} if group is None else {"group": group}
+        return {
+            "ready": self.scheduled.count_documents(
+                {**where, "locked": False, "scheduled_at": {"$lte": now}}
+            ),
+            "postponed": self.scheduled.count_documents(
+                {**where, "locked": False, "scheduled_at": {"$gt": now}}
+            ),
+            "locked": self.scheduled.count_documents({**where, "locked": True}),
+        }
+
+    def recently_finished(
+        self, since: dt.datetime, group: str | None = None, limit: int = RECENT_SAMPLE
+    ) -> list[Document]:
+        """The last executions of jobs archived since ``since`` (at most ``limit``): what
+        throughput, latency and execution time are computed from."""
+        query: Document = {"archived_at": {"$gte": since}, "why": {"$exists": True}}
+        if group is not None:
+            query["group"] = group
+        fields = {"archived_at": 1, "last_execution": 1, "why": 1, "group": 1}
+        found: dict[Any, Document] = {}
+        # finished jobs wait in scheduled until the cleaner moves them: read both
+        for source in (self.scheduled, self.archived):
+            cursor = source.find(query, fields).sort("archived_at", -1).limit(limit)
+            found.update((document["_id"], document) for document in cursor)
+        return list(found.values())
+
+    def count_by(self, collection: str, field: str, query: Mapping[str, Any]) -> dict[Any, int]:
+        """How many documents of ``collection`` have each value of ``field``."""
+        pipeline: list[Document] = [
+            {"$match": dict(query)},
+            {"$group": {"_id": f"${field}", "count": {"$sum": 1}}},
+        ]
+        source = self.scheduled if collection == "scheduled" else self.archived
+        return {d["_id"]: d["count"] for d in source.aggregate(pipeline)}
+
+    def find_jobs(
+        self, collection: str, query: Mapping[str, Any], limit: int, newest_first: bool = True
+    ) -> list[Job]:
+        """Jobs of ``collection`` matching ``query``, newest first, at most ``limit``."""
+        source = self.scheduled if collection == "scheduled" else self.archived
+        cursor = source.find(dict(query)).sort("_id", -1 if newest_first else 1).limit(limit)
+        return [Job.from_document(document) for document in cursor]

@@ -1,0 +1,148 @@
+"""The operator's commands, driven with typer's CliRunner on mongomock: analytics,
+status, jobs list and jobs show."""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib
+import json
+from typing import Any
+
+import mongomock
+import pytest
+from bson import ObjectId
+from typer.testing import CliRunner
+
+from recruiter import JobSpec, Queue, Registry, RetryManyTimes
+from recruiter.cli import ExitCode, app
+from recruiter.clock import FrozenClock
+from recruiter.testing import drain
+
+
+class Unclosed(Queue):
+    """A queue whose ``close`` keeps the in-memory database for the test to read."""
+
+    def close(self) -> None: ...
+
+
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch, clock: FrozenClock) -> Queue:
+    """Every operator command reads this mongomock queue."""
+    queue = Unclosed(mongomock.MongoClient(tz_aware=True).shop, clock)
+    for name in ("recruiter.cli.views", "recruiter.cli.jobs"):
+        module = importlib.import_module(name)  # the package's `jobs` is the typer app
+        monkeypatch.setattr(module, "open_queue", lambda uri, database: queue)
+    return queue
+
+
+@pytest.fixture
+def app_registry(registry: Registry) -> Registry:
+    @registry.workable("tests.noop")
+    def noop() -> None: ...
+
+    @registry.workable("tests.boom")
+    def boom() -> None:
+        raise ValueError("boom")
+
+    return registry
+
+
+def invoke(*arguments: str) -> Any:
+    result = CliRunner().invoke(app, list(arguments), env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def test_analytics_counts_waiting_jobs_and_the_last_minute(
+    cli: Queue, app_registry: Registry, clock: FrozenClock
+) -> None:
+    cli.schedule_many(JobSpec("tests.noop") for _ in range(3))
+    cli.schedule(JobSpec("tests.boom"))
+    drain(cli, app_registry)  # 3 done, 1 failed, all this minute
+    cli.schedule(JobSpec("tests.noop"))
+    cli.schedule(JobSpec("tests.noop").run_in("1h"))
+    held = cli.schedule(JobSpec("tests.noop").in_group("mail"))
+    cli.store.lock_jobs([held], ObjectId(), clock.now())  # handed out to nobody: an orphan
+    figures = json.loads(invoke("analytics", "--json").output)
+    assert {k: figures[k] for k in ("ready", "postponed", "running", "orphans")} == {
+        "ready": 1,
+        "postponed": 1,
+        "running": 1,
+        "orphans": 1,
+    }
+    assert (figures["finished"], figures["failed"], figures["throughput_per_minute"]) == (4, 1, 4)
+    assert figures["latency_average"] == 0.0, "run at once by drain on a frozen clock"
+    mail = json.loads(invoke("analytics", "--group", "mail", "--json").output)
+    assert (mail["running"], mail["finished"]) == (1, 0)
+    assert "throughput, jobs per minute" in invoke("analytics").output
+
+
+def test_status_shows_leaders_workers_groups_and_failures(
+    cli: Queue, app_registry: Registry, clock: FrozenClock
+) -> None:
+    cli.limit_group("mail", concurrency=2)
+    failed = cli.schedule(JobSpec("tests.boom").in_group("mail"))
+    drain(cli, app_registry)
+    cli.store.archive_finished()
+    cli.schedule(JobSpec("tests.noop").in_group("mail"))
+    worker = cli.store.register_worker("mail", 42, "box", clock.now())
+    cli.store.acquire_or_renew("recruiter", "box:7", clock.now(), dt.timedelta(seconds=15))
+    status = json.loads(invoke("status", "--json").output)
+    assert status["leases"]["recruiter"]["holder"] == "box:7"
+    assert status["leases"]["cleaner"]["holder"] is None
+    assert [(w["id"], w["busy"], w["pid"]) for w in status["workers"]] == [(str(worker), False, 42)]
+    assert status["groups"] == [
+        {
+            "group": "mail",
+            "ready": 1,
+            "running": 0,
+            "limits": "concurrency 2, rate unlimited, weight 1",
+        }
+    ]
+    assert [(f["job"], f["error"]) for f in status["recent_failures"]] == [(str(failed), "boom")]
+    shown = invoke("status").output
+    assert "none: nobody leads" in shown
+    assert "latest failures" in shown
+
+
+def test_jobs_list_filters_by_state_group_and_tag(
+    cli: Queue, app_registry: Registry, clock: FrozenClock
+) -> None:
+    done = cli.schedule(JobSpec("tests.noop").tagged("nightly"))
+    failed = cli.schedule(JobSpec("tests.boom").retry_with(RetryManyTimes(0, 0)))
+    drain(cli, app_registry)
+    ready = cli.schedule(JobSpec("tests.noop").in_group("mail"))
+    later = cli.schedule(JobSpec("tests.noop").run_in("1h"))
+
+    def listed(*filters: str) -> list[tuple[str, str]]:
+        rows = json.loads(invoke("jobs", "list", "--json", *filters).output)
+        return [(row["id"], row["state"]) for row in rows]
+
+    assert listed("--state", "failed") == [(str(failed), "tried-too-many-times")]
+    assert listed("--state", "ready") == [(str(ready), "ready")]
+    assert listed("--state", "postponed") == [(str(later), "postponed")]
+    assert listed("--tag", "nightly") == [(str(done), "done")]
+    assert listed("--group", "mail") == [(str(ready), "ready")]
+    assert len(listed()) == 4
+    assert len(listed("--limit", "2")) == 2
+    clock.advance(120)
+    assert listed("--state", "finished", "--since", "1m") == []
+    result = CliRunner().invoke(app, ["jobs", "list", "--state", "lost"])
+    assert result.exit_code == ExitCode.USAGE
+    assert "is not one of ready" in result.output
+
+
+def test_jobs_show_prints_every_attempt_with_its_traceback(
+    cli: Queue, app_registry: Registry
+) -> None:
+    job_id = cli.schedule(JobSpec("tests.boom").retry_with(RetryManyTimes(1, 0)))
+    drain(cli, app_registry, with_scheduled=True)
+    shown = invoke("jobs", "show", str(job_id)).output
+    assert "attempt 1: retry" in shown
+    assert "attempt 2: archived" in shown
+    assert shown.count("builtins.ValueError: boom") == 2
+    assert 'raise ValueError("boom")' in shown, "the traceback"
+    document = json.loads(invoke("jobs", "show", str(job_id), "--json").output)
+    assert (document["attempts"], document["why"]) == (2, "tried-too-many-times")
+    missing = CliRunner().invoke(app, ["jobs", "show", str(ObjectId())])
+    assert missing.exit_code != 0
