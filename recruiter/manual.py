@@ -93,6 +93,61 @@ def cancel(store: Store, job_id: Any, now: dt.datetime) -> Cancellation:
     raise RecruiterError(f"job {job_id} kept changing state while being cancelled: try again")
 
 
+RECOVERED_FIELDS = (
+    "group",
+    "priority",
+    "workable",
+    "retry_policy",
+    "tags",
+    "urn",
+    "timeout_ms",
+    "dedup_key",
+    "root",
+)
+"""What a recovered job keeps of the finished one: what it runs, and how."""
+
+
+def recover(store: Store, job_id: Any, at: dt.datetime, now: dt.datetime) -> Any:
+    """Schedule a finished job again, at ``at``, as a new job (the original stays, as
+    the original Recruiter's ``job:recover``); return the new job's id.
+
+    Raises ``JobNotFound``, or :class:`NotFinished` for a job that has not finished (it
+    will run anyway).
+    """
+    (job_id,) = _waiting_ids(store, [job_id])
+    finished = store.finished_document(job_id)
+    if finished is None:
+        job = store.find_job(job_id)
+        assert job is not None
+        raise NotFinished(job)
+    document = {key: finished[key] for key in RECOVERED_FIELDS if key in finished}
+    new_id = ObjectId()
+    document.update(
+        {
+            "_id": new_id,
+            "done": False,
+            "created_at": now,
+            "locked": False,
+            "attempts": 0,
+            "scheduled_at": at,
+            "recovered_from": job_id,
+        }
+    )
+    if "dedup_key" in document:
+        document["queued_key"] = document["dedup_key"]
+    (stored,) = store.insert_jobs([document])
+    logger.info("job %s recovered as job %s, due at %s", job_id, stored, at)
+    return stored
+
+
+class NotFinished(RecruiterError):
+    """A job asked to be recovered has not finished; it will run anyway."""
+
+    def __init__(self, job: Job) -> None:
+        super().__init__(f"job {job.id} has not finished: it will run anyway, nothing was done")
+        self.job = job
+
+
 @dataclass(frozen=True)
 class ManualRun:
     """One job run by :func:`run_here`: how its attempt ended, and the job after."""

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterable
 from typing import Any
 
@@ -26,7 +27,15 @@ from recruiter.duration import Duration, to_timedelta
 from recruiter.errors import InvalidJob, JobNotFound
 from recruiter.groups import GroupSettings, InvalidGroupSettings, Rate
 from recruiter.job import Job, JobSpec
-from recruiter.manual import Cancellation, ManualRun, cancel, run_here, run_now, wait_for
+from recruiter.manual import (
+    Cancellation,
+    ManualRun,
+    cancel,
+    recover,
+    run_here,
+    run_now,
+    wait_for,
+)
 from recruiter.schedule import Cron, Every, InvalidSchedule, Schedule
 from recruiter.schedulers import job_template
 from recruiter.store import SchedulerRecord, Store
@@ -177,6 +186,15 @@ class Queue:
         """Cancel a job: a waiting one is finished as ``cancelled`` at once; a running one
         is stopped by its worker within a heartbeat (see :mod:`recruiter.stopping`)."""
         return cancel(self.store, job_id, self.clock.now())
+
+    def recover(self, job_id: ObjectId | str, at: dt.datetime | None = None) -> Any:
+        """Schedule a finished job again, as a new job due at ``at`` (now by default);
+        return its id. The finished one stays, and the new one names it in
+        ``recovered_from``."""
+        now = self.clock.now()
+        if at is not None and (not isinstance(at, dt.datetime) or at.tzinfo is None):
+            raise InvalidJob(f"recover at a timezone-aware datetime, got {at!r}")
+        return recover(self.store, job_id, to_millis(at) if at else now, now)
 
     def analytics(self, group: str | None = None) -> Analytics:
         """What the queue (or ``group``) holds now, and did in the last minute."""

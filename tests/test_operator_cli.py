@@ -146,3 +146,68 @@ def test_jobs_show_prints_every_attempt_with_its_traceback(
     assert (document["attempts"], document["why"]) == (2, "tried-too-many-times")
     missing = CliRunner().invoke(app, ["jobs", "show", str(ObjectId())])
     assert missing.exit_code != 0
+
+
+def test_a_finished_job_is_recovered_as_a_new_job(
+    cli: Queue, app_registry: Registry, clock: FrozenClock
+) -> None:
+    failed = cli.schedule(JobSpec("tests.boom").in_group("mail").tagged("nightly").with_priority(3))
+    drain(cli, app_registry)
+    said = invoke("jobs", "recover", str(failed), "--at", "2026-11-23T09:00").output
+    new_id = ObjectId(said.split()[-1])
+    job = cli.job(new_id)
+    assert (job.workable, job.group, job.tags, job.priority) == (
+        "tests.boom",
+        "mail",
+        ("nightly",),
+        3,
+    )
+    assert (job.attempts, job.why, job.history) == (0, None, ())
+    assert job.scheduled_at == dt.datetime(2026, 11, 23, 9, tzinfo=dt.UTC)
+    assert cli.store.scheduled.find_one({"_id": new_id}, {"recovered_from": 1}) == {
+        "_id": new_id,
+        "recovered_from": failed,
+    }
+    assert cli.job(failed).why == "not-scheduled-by-retry-policy", "the original stays"
+    waiting = cli.schedule(JobSpec("tests.noop").run_in("1h"))
+    refused = CliRunner().invoke(app, ["jobs", "recover", str(waiting)])
+    assert refused.exit_code != 0
+    bad = CliRunner().invoke(app, ["jobs", "recover", str(failed), "--at", "tomorrow"])
+    assert bad.exit_code == ExitCode.USAGE
+    assert "is not an ISO date and time" in bad.output
+
+
+def test_failed_jobs_are_retried_in_bulk_after_a_confirmation(
+    cli: Queue, app_registry: Registry, clock: FrozenClock
+) -> None:
+    failed = cli.schedule_many(JobSpec("tests.boom").in_group("mail") for _ in range(3))
+    cli.schedule(JobSpec("tests.boom").in_group("video"))
+    drain(cli, app_registry)
+    declined = CliRunner().invoke(
+        app, ["jobs", "retry", "--failed-since", "1h", "--group", "mail"], input="n\n"
+    )
+    assert declined.exit_code == 1
+    assert "retry 3 jobs?" in declined.output
+    assert cli.store.count_jobs("scheduled", {"why": {"$exists": False}}) == 0
+    invoke("jobs", "retry", "--failed-since", "1h", "--group", "mail", "--yes")
+    again = cli.store.scheduled.find({"recovered_from": {"$exists": True}})
+    assert sorted(d["recovered_from"] for d in again) == sorted(failed)
+    assert CliRunner().invoke(app, ["jobs", "retry"]).exit_code == ExitCode.USAGE
+
+
+def test_workers_and_schedulers_are_listed_and_a_scheduler_removed(
+    cli: Queue, clock: FrozenClock
+) -> None:
+    worker = cli.store.register_worker("mail", 7, "box", clock.now())
+    (listed,) = json.loads(invoke("workers", "--json").output)
+    assert (listed["id"], listed["group"], listed["busy"]) == (str(worker), "mail", False)
+    cli.repeat("nightly", JobSpec("tests.noop"), "0 2 * * *")
+    (scheduler,) = json.loads(invoke("schedulers", "list", "--json").output)
+    assert (scheduler["urn"], scheduler["workable"], scheduler["broken"]) == (
+        "nightly",
+        "tests.noop",
+        None,
+    )
+    assert "removed" in invoke("schedulers", "remove", "nightly", "--yes").output
+    assert cli.schedulers() == []
+    assert "no such scheduler" in invoke("schedulers", "remove", "nightly", "--yes").output

@@ -17,7 +17,7 @@ from recruiter.cli.groups import groups
 from recruiter.cli.jobs import JOB_FAILED_EXIT, jobs
 from recruiter.cli.processes import clean, run, worker
 from recruiter.cli.together import DemoTimeout, demo, up
-from recruiter.cli.views import analytics_command, status
+from recruiter.cli.views import analytics_command, schedulers, status, workers
 from recruiter.embedded import (
     DEFAULT_DIRECTORY,
     EmbeddedServerError,
@@ -78,6 +78,8 @@ app.command()(up)
 app.command()(demo)
 app.command()(status)
 app.command("analytics")(analytics_command)
+app.command()(workers)
+app.add_typer(schedulers, name="schedulers")
 
 
 @app.command()

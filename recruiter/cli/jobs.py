@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.progress import Progress
 from rich.table import Table
 
 from recruiter.cli.options import (
@@ -27,6 +28,8 @@ from recruiter.queue import Queue
 from recruiter.retry import FAILED as FAILED_WHYS
 
 JOB_FAILED_EXIT = 9
+BULK_LIMIT = 100_000
+"""The most jobs a bulk action takes at once."""
 """The exit code of ``recruiter job run --wait`` when a job finished other than done."""
 
 jobs = typer.Typer(
@@ -224,6 +227,79 @@ def show_job(
             console.print(f"  {attempt['class']}: {attempt.get('message')}", highlight=False)
         if attempt.get("trace"):
             console.print(str(attempt["trace"]).rstrip(), highlight=False, markup=False)
+
+
+def _moment(text: str) -> dt.datetime:
+    try:
+        moment = dt.datetime.fromisoformat(text)
+    except ValueError as error:
+        raise typer.BadParameter(
+            f"{text!r} is not an ISO date and time, like 2026-11-23T09:00 (UTC) or "
+            "2026-11-23T09:00+01:00"
+        ) from error
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=dt.UTC)
+
+
+@jobs.command("recover")
+def recover_job(
+    job_id: Annotated[str, typer.Argument(help="The id of a finished job.")],
+    at: Annotated[
+        dt.datetime | None,
+        typer.Option(parser=_moment, help="When the new job is due (ISO; UTC unless given)."),
+    ] = None,
+    mongodb_uri: MongoUri = None,
+    database: DatabaseName = None,
+) -> None:
+    """Schedule a finished job again, as a new job (the original's job:recover)."""
+    queue = open_queue(mongodb_uri, database)
+    try:
+        new_id = queue.recover(job_id, at)
+    finally:
+        queue.close()
+    console.print(f"job {job_id} recovered as job {new_id}", highlight=False)
+
+
+@jobs.command("retry")
+def retry_jobs(
+    job_ids: Annotated[
+        list[str] | None, typer.Argument(help="Failed jobs; or none, with --failed-since.")
+    ] = None,
+    failed_since: Annotated[
+        dt.timedelta | None,
+        typer.Option(parser=duration_option, help="Every job that failed this long ago at most."),
+    ] = None,
+    group: Annotated[str | None, typer.Option(help="With --failed-since: only this group.")] = None,
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask for a confirmation.")] = False,
+    mongodb_uri: MongoUri = None,
+    database: DatabaseName = None,
+) -> None:
+    """Run failed jobs again now, as new jobs: given ones, or all that failed lately."""
+    if not job_ids and failed_since is None:
+        raise typer.BadParameter("give job ids, or --failed-since 1h to retry many")
+    queue = open_queue(mongodb_uri, database)
+    try:
+        ids: list[Any] = list(job_ids or [])
+        if failed_since is not None:
+            since = queue.clock.now() - failed_since
+            query: dict[str, Any] = {"why": {"$in": FAILED}, "archived_at": {"$gte": since}}
+            if group is not None:
+                query["group"] = group
+            for collection in ("scheduled", "archived"):
+                ids += [job.id for job in queue.store.find_jobs(collection, query, BULK_LIMIT)]
+            ids = list(dict.fromkeys(ids))
+        if not ids:
+            console.print("no failed job matches")
+            return
+        if len(ids) > 1 and not yes and not typer.confirm(f"retry {len(ids)} jobs?"):
+            raise typer.Abort()
+        with Progress(console=console, transient=True) as progress:
+            task = progress.add_task("retrying", total=len(ids))
+            for job_id in ids:
+                queue.recover(job_id)
+                progress.advance(task)
+    finally:
+        queue.close()
+    console.print(f"{len(ids)} jobs scheduled again", highlight=False)
 
 
 def _summary(job: Job, now: dt.datetime) -> dict[str, Any]:

@@ -144,13 +144,98 @@ def status_document(queue: Queue) -> dict[str, Any]:
     }
 
 
-def status_view(document: dict[str, Any]) -> Group:
-    leaders = Table("process", "leader", "lease expires", title="leaders")
-    for name, lease in document["leases"].items():
-        leaders.add_row(name, lease["holder"] or "none: nobody leads", lease["expires_at"] or "-")
-    workers = Table("worker", "group", "state", "job", "host:pid", "last seen", title="workers")
-    for worker in document["workers"]:
-        workers.add_row(
+def workers(
+    as_json: AsJson = False,
+    mongodb_uri: MongoUri = None,
+    database: DatabaseName = None,
+) -> None:
+    """Every worker slot on the roster: group, busy or idle, its job, where, last seen."""
+    queue = open_queue(mongodb_uri, database)
+    try:
+        document = status_document(queue)
+    finally:
+        queue.close()
+    if as_json:
+        typer.echo(json.dumps(document["workers"]))
+        return
+    console.print(_workers_table(document["workers"]))
+
+
+schedulers = typer.Typer(help="Repeatable jobs: list them, remove one.", no_args_is_help=True)
+
+
+@schedulers.command("list")
+def list_schedulers(
+    as_json: AsJson = False,
+    mongodb_uri: MongoUri = None,
+    database: DatabaseName = None,
+) -> None:
+    """Every scheduler: its job, schedule, next occurrence and what it created."""
+    queue = open_queue(mongodb_uri, database)
+    try:
+        records = queue.schedulers()
+    finally:
+        queue.close()
+    rows: list[dict[str, Any]] = [
+        {
+            "urn": record.urn,
+            "workable": str(record.job.get("workable", {}).get("class")),
+            "group": str(record.job.get("group")),
+            "schedule": record.schedule,
+            "unique": record.unique,
+            "next_at": None if record.next_at is None else record.next_at.isoformat(),
+            "created": record.created,
+            "broken": record.broken,
+        }
+        for record in records
+    ]
+    if as_json:
+        typer.echo(json.dumps(rows, default=str))
+        return
+    table = Table("urn", "workable", "group", "schedule", "next", "created", "state")
+    for row in rows:
+        table.add_row(
+            str(row["urn"]),
+            str(row["workable"]),
+            str(row["group"]),
+            _schedule(row["schedule"]),
+            str(row["next_at"] or "-"),
+            str(row["created"]),
+            f"broken: {row['broken']}" if row["broken"] else "ok",
+        )
+    console.print(table if rows else "no scheduler")
+
+
+@schedulers.command("remove")
+def remove_scheduler(
+    urn: Annotated[str, typer.Argument(help="The scheduler's urn.")],
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask for a confirmation.")] = False,
+    mongodb_uri: MongoUri = None,
+    database: DatabaseName = None,
+) -> None:
+    """Remove a scheduler; the jobs it created stay."""
+    if not yes and not typer.confirm(f"remove the scheduler {urn!r}?"):
+        raise typer.Abort()
+    queue = open_queue(mongodb_uri, database)
+    try:
+        removed = queue.stop_repeating(urn)
+    finally:
+        queue.close()
+    console.print(f"scheduler {urn}: " + ("removed" if removed else "no such scheduler"))
+
+
+def _schedule(schedule: Any) -> str:
+    if isinstance(schedule, dict) and "cron" in schedule:
+        return f"cron {schedule['cron']} ({schedule.get('timezone', 'UTC')})"
+    if isinstance(schedule, dict) and "every" in schedule:
+        return f"every {schedule['every']:g}s"
+    return json.dumps(schedule, default=str)
+
+
+def _workers_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table("worker", "group", "state", "job", "host:pid", "last seen", title="workers")
+    for worker in rows:
+        table.add_row(
             worker["id"],
             worker["group"],
             "busy" if worker["busy"] else "idle",
@@ -158,6 +243,14 @@ def status_view(document: dict[str, Any]) -> Group:
             f"{worker['hostname']}:{worker['pid']}",
             f"{worker['last_seen_s']}s ago",
         )
+    return table
+
+
+def status_view(document: dict[str, Any]) -> Group:
+    leaders = Table("process", "leader", "lease expires", title="leaders")
+    for name, lease in document["leases"].items():
+        leaders.add_row(name, lease["holder"] or "none: nobody leads", lease["expires_at"] or "-")
+    workers_table = _workers_table(document["workers"])
     groups = Table("group", "ready", "running", "limits", title="groups")
     for group in document["groups"]:
         groups.add_row(
@@ -172,7 +265,7 @@ def status_view(document: dict[str, Any]) -> Group:
             failure["why"],
             str(failure["error"] or "")[:60],
         )
-    return Group(leaders, workers, groups, failures)
+    return Group(leaders, workers_table, groups, failures)
 
 
 def _seconds(value: float | None) -> str:

@@ -225,6 +225,14 @@ class JobVerbs:
         query = {"_id": {"$in": list(job_ids)}, "cancel_requested_at": {"$exists": True}}
         return {document["_id"] for document in self.scheduled.find(query, {"_id": 1})}
 
+    def finished_document(self, job_id: Any) -> Document | None:
+        """A finished job's document, archived or about to be."""
+        for collection in (self.archived, self.scheduled):
+            document = collection.find_one({"_id": job_id, "why": {"$exists": True}})
+            if document is not None:
+                return document
+        return None
+
     def finished_jobs(self, job_ids: Sequence[Any]) -> list[Job]:
         """Those of ``job_ids`` that are finished, archived or not yet."""
         query = {"_id": {"$in": list(job_ids)}, "why": {"$exists": True}}
