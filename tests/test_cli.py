@@ -120,7 +120,8 @@ def test_embedded_status_and_stop_when_none_runs(
 def test_every_option_of_every_command_has_help_text() -> None:
     processes = ["run", "worker", "clean", "up", "demo", "group set", "group list", "jobs run"]
     views = ["status", "analytics", "workers", "jobs list", "jobs show", "jobs cancel"]
-    actions = ["jobs recover", "jobs retry", "schedulers list", "schedulers remove"]
+    actions = ["jobs recover", "jobs retry", "schedulers list", "schedulers remove", "top"]
+    actions += ["metrics"]
     for command in (*processes, *views, *actions):
         result = CliRunner().invoke(app, [*command.split(), "--help"], env={"COLUMNS": "200"})
         assert result.exit_code == 0

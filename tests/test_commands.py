@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from pymongo.database import Database
 
 from recruiter import JobSpec, Queue, RetryManyTimes, Root
 from recruiter.clock import SystemClock
-from recruiter.embedded import start_server
+from recruiter.embedded import free_port, start_server
 from recruiter.schedule import Every
 
 pytestmark = pytest.mark.real_server
@@ -501,3 +502,30 @@ def test_the_operator_sees_the_running_system(processes: Processes, queue: Queue
     assert sorted(row["id"] for row in listed) == sorted(str(i) for i in ids)
     figures = operator(processes, "analytics", "--group", "mail", "--json")
     assert (figures["finished"], figures["failed"]) == (6, 1)
+
+
+def test_metrics_of_a_running_system_are_scraped_over_http(
+    processes: Processes, queue: Queue
+) -> None:
+    port = free_port()
+    processes.start("run")
+    processes.worker("--group", "mail")
+    processes.start("metrics", "--port", str(port), "--host", "127.0.0.1")
+    ids = queue.schedule_many(
+        JobSpec("demo.greet", {"name": f"n{n}"}).in_group("mail") for n in range(4)
+    )
+    wait_for(lambda: all(queue.job(i).why == "done" for i in ids), processes)
+
+    def scrape() -> set[str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+                return set(response.read().decode().splitlines())
+        except OSError:
+            return set()
+
+    wait_for(
+        lambda: 'recruiter_jobs_finished{group="mail",outcome="done"} 4.0' in scrape(), processes
+    )
+    lines = scrape()
+    assert 'recruiter_workers{state="idle"} 1.0' in lines
+    assert any(line.startswith("recruiter_leader{holder=") for line in lines)

@@ -6,16 +6,20 @@ from __future__ import annotations
 import datetime as dt
 import importlib
 import json
+import urllib.request
 from typing import Any
 
 import mongomock
 import pytest
 from bson import ObjectId
+from prometheus_client import CollectorRegistry, start_http_server
 from typer.testing import CliRunner
 
 from recruiter import JobSpec, Queue, Registry, RetryManyTimes
 from recruiter.cli import ExitCode, app
 from recruiter.clock import FrozenClock
+from recruiter.embedded import free_port
+from recruiter.metrics import QueueCollector
 from recruiter.testing import drain
 
 
@@ -211,3 +215,54 @@ def test_workers_and_schedulers_are_listed_and_a_scheduler_removed(
     assert "removed" in invoke("schedulers", "remove", "nightly", "--yes").output
     assert cli.schedulers() == []
     assert "no such scheduler" in invoke("schedulers", "remove", "nightly", "--yes").output
+
+
+def test_top_renders_a_frame_of_every_group(
+    cli: Queue, app_registry: Registry, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    top = importlib.import_module("recruiter.cli.top")
+    monkeypatch.setattr(top, "open_queue", lambda uri, database: cli)
+    cli.schedule_many(JobSpec("tests.noop").in_group("mail") for _ in range(2))
+    cli.schedule(JobSpec("tests.boom").in_group("video"))
+    drain(cli, app_registry)
+    cli.schedule_many(JobSpec("tests.noop").in_group("mail") for _ in range(3))
+    cli.schedule(JobSpec("tests.noop").in_group("video").run_in("1h"))
+    cli.store.register_worker("*", 1, "box", clock.now())
+    frame = invoke("top", "--once").output
+    cells = [line.replace("│", " ").split() for line in frame.splitlines()]
+    rows = {row[0]: row[1:] for row in cells if row and row[0] in ("mail", "video")}
+    # ready, postponed, running, done/min, failed/min, latency s, run time s
+    assert rows["mail"] == ["3", "0", "0", "2", "0", "0.000", "0.000"]
+    assert rows["video"] == ["0", "1", "0", "0", "1", "0.000", "0.000"]
+    assert "workers: 1 (0 busy, 1 idle)" in frame
+    assert "leader: nobody" in frame
+
+
+def test_metrics_are_scraped_over_http(
+    cli: Queue, app_registry: Registry, clock: FrozenClock
+) -> None:
+    cli.schedule_many(JobSpec("tests.noop").in_group("mail") for _ in range(2))
+    cli.schedule(JobSpec("tests.boom").in_group("mail"))
+    drain(cli, app_registry)
+    cli.schedule(JobSpec("tests.noop").in_group("mail"))
+    cli.store.register_worker("*", 1, "box", clock.now())
+    cli.store.acquire_or_renew("recruiter", "box:7", clock.now(), dt.timedelta(seconds=15))
+    registry = CollectorRegistry()
+    registry.register(QueueCollector(cli.store, clock))
+    port = free_port()
+    server, thread = start_http_server(port, "127.0.0.1", registry=registry)
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+            scraped = response.read().decode()
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+    lines = set(scraped.splitlines())
+    assert 'recruiter_jobs{group="mail",state="ready"} 1.0' in lines
+    assert 'recruiter_jobs_finished{group="mail",outcome="done"} 2.0' in lines
+    assert 'recruiter_jobs_finished{group="mail",outcome="failed"} 1.0' in lines
+    assert 'recruiter_latency_seconds_bucket{group="mail",le="0.01"} 3.0' in lines
+    assert 'recruiter_latency_seconds_gcount{group="mail"} 3.0' in lines
+    assert 'recruiter_workers{state="idle"} 1.0' in lines
+    assert 'recruiter_leader{holder="box:7",process="recruiter"} 1.0' in lines

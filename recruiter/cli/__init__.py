@@ -17,6 +17,7 @@ from recruiter.cli.groups import groups
 from recruiter.cli.jobs import JOB_FAILED_EXIT, jobs
 from recruiter.cli.processes import clean, run, worker
 from recruiter.cli.together import DemoTimeout, demo, up
+from recruiter.cli.top import metrics, top
 from recruiter.cli.views import analytics_command, schedulers, status, workers
 from recruiter.embedded import (
     DEFAULT_DIRECTORY,
@@ -79,6 +80,8 @@ app.command()(demo)
 app.command()(status)
 app.command("analytics")(analytics_command)
 app.command()(workers)
+app.command()(top)
+app.command()(metrics)
 app.add_typer(schedulers, name="schedulers")
 
 

@@ -1,0 +1,146 @@
+"""``recruiter top``, a live view of the queue refreshed every second, and
+``recruiter metrics``, the same figures for Prometheus.
+
+Each frame is built from a few reads (counts by group, the last minute's finished jobs,
+the roster), so it costs the database the same whatever the backlog's size, and can
+run from any machine.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import statistics
+import time
+from collections import defaultdict
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+import typer
+from prometheus_client import CollectorRegistry, start_http_server
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+
+from recruiter.analytics import WINDOW
+from recruiter.cli.options import (
+    DatabaseName,
+    JsonLogs,
+    LogLevel,
+    MongoUri,
+    duration_option,
+    open_queue,
+)
+from recruiter.logs import Level, setup_logging
+from recruiter.metrics import QueueCollector
+from recruiter.queue import Queue
+
+console = Console()
+logger = logging.getLogger(__name__)
+
+
+def top(
+    every: Annotated[
+        dt.timedelta,
+        typer.Option(parser=duration_option, help="How often the view is refreshed."),
+    ] = "1s",  # type: ignore[assignment]
+    once: Annotated[bool, typer.Option("--once", help="Print one frame and exit.")] = False,
+    mongodb_uri: MongoUri = None,
+    database: DatabaseName = None,
+) -> None:
+    """A live view: queue depth and throughput per group, latency, workers (Ctrl-C quits)."""
+    queue = open_queue(mongodb_uri, database)
+    try:
+        if once:
+            console.print(frame(queue))
+            return
+        with Live(frame(queue), console=console, screen=False, auto_refresh=False) as live:
+            while True:
+                time.sleep(every.total_seconds())
+                live.update(frame(queue), refresh=True)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        queue.close()
+
+
+def frame(queue: Queue) -> Group:
+    """One frame of ``recruiter top``."""
+    store, now = queue.store, queue.clock.now()
+    ready = store.count_by("scheduled", "group", {"locked": False, "scheduled_at": {"$lte": now}})
+    later = store.count_by("scheduled", "group", {"locked": False, "scheduled_at": {"$gt": now}})
+    running = store.count_by("scheduled", "group", {"locked": True})
+    finished: dict[Any, list[Mapping[str, Any]]] = defaultdict(list)
+    for document in store.recently_finished(now - WINDOW):
+        finished[document.get("group")].append(document)
+    groups = sorted({*ready, *later, *running, *finished}, key=str)
+    table = Table(
+        "group",
+        "ready",
+        "postponed",
+        "running",
+        "done/min",
+        "failed/min",
+        "latency s",
+        "run time s",
+        title=f"recruiter top, {now:%H:%M:%S} UTC (last minute for rates)",
+    )
+    for group in groups:
+        recent = finished.get(group, [])
+        table.add_row(
+            str(group),
+            str(ready.get(group, 0)),
+            str(later.get(group, 0)),
+            str(running.get(group, 0)),
+            str(sum(1 for d in recent if d.get("why") == "done")),
+            str(sum(1 for d in recent if d.get("why") != "done")),
+            _average(recent, "scheduled_at", "started_at"),
+            _average(recent, "started_at", "ended_at"),
+        )
+    workers = store.workers()
+    busy = sum(1 for worker in workers if worker.assignment is not None)
+    lease = store.find_lease("recruiter")
+    leader = lease.holder if lease is not None and lease.expires_at > now else "nobody"
+    summary = (
+        f"workers: {len(workers)} ({busy} busy, {len(workers) - busy} idle)   leader: {leader}"
+    )
+    return Group(table if groups else "the queue is empty", summary)
+
+
+def _average(documents: list[Mapping[str, Any]], start: str, end: str) -> str:
+    spans = []
+    for document in documents:
+        execution = document.get("last_execution")
+        if isinstance(execution, Mapping):
+            began, ended = execution.get(start), execution.get(end)
+            if isinstance(began, dt.datetime) and isinstance(ended, dt.datetime):
+                spans.append((ended - began).total_seconds())
+    return f"{statistics.fmean(spans):.3f}" if spans else "-"
+
+
+def metrics(
+    port: Annotated[
+        int, typer.Option(min=1, max=65535, help="The port to serve /metrics on.")
+    ] = 9187,
+    host: Annotated[str, typer.Option(help="The address to listen on.")] = "0.0.0.0",
+    mongodb_uri: MongoUri = None,
+    database: DatabaseName = None,
+    log_level: LogLevel = Level.INFO,
+    json_logs: JsonLogs = False,
+) -> None:
+    """Serve Prometheus metrics, read from the database at each scrape (Ctrl-C stops)."""
+    setup_logging("metrics", log_level, json_logs)
+    queue = open_queue(mongodb_uri, database)
+    registry = CollectorRegistry()
+    registry.register(QueueCollector(queue.store, queue.clock))
+    server, thread = start_http_server(port, host, registry=registry)
+    logger.info("metrics: serving on http://%s:%d/metrics", host, port)
+    try:
+        while thread.is_alive():
+            thread.join(1.0)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.shutdown()
+        server.server_close()
+        queue.close()

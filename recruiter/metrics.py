@@ -1,0 +1,147 @@
+"""Prometheus metrics, read from the database at each scrape.
+
+:class:`QueueCollector` turns what the database says now into metric families, so any
+number of ``recruiter metrics`` processes, on any machine, report the same figures and
+nothing is lost when one restarts. The last minute's latencies are a *gauge histogram*
+(a distribution at scrape time, not a cumulative counter: a scrape may see a job that
+the next one sees again).
+
+=========================================== ====================================
+``recruiter_jobs{group, state}``             ready, postponed or running jobs
+``recruiter_jobs_finished{group, outcome}``  jobs finished in the last minute,
+                                             ``done`` or ``failed``
+``recruiter_latency_seconds{group}``         gauge histogram: due to started, last minute
+``recruiter_execution_seconds{group}``       average started to ended, last minute
+``recruiter_workers{state}``                 worker slots, ``busy`` or ``idle``
+``recruiter_leader{process, holder}``        1 for the process holding each lease
+=========================================== ====================================
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import defaultdict
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from prometheus_client.core import GaugeHistogramMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from recruiter.analytics import WINDOW
+from recruiter.clock import Clock
+from recruiter.store import Store
+
+LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 60.0, 300.0)
+
+
+class QueueCollector(Collector):
+    """Collects the queue's metrics from ``store`` at each scrape."""
+
+    def __init__(self, store: Store, clock: Clock) -> None:
+        self.store = store
+        self.clock = clock
+
+    def collect(self) -> Iterator[Metric]:
+        now = self.clock.now()
+        recent: dict[Any, list[Mapping[str, Any]]] = defaultdict(list)
+        for document in self.store.recently_finished(now - WINDOW):
+            recent[str(document.get("group"))].append(document)
+        yield self._jobs(now, recent)
+        yield self._finished(recent)
+        yield self._latency(recent)
+        yield self._execution(recent)
+        yield self._workers()
+        yield self._leaders(now)
+
+    def _jobs(self, now: dt.datetime, recent: Mapping[str, Any]) -> Metric:
+        family = GaugeMetricFamily(
+            "recruiter_jobs", "Jobs by group and state.", labels=["group", "state"]
+        )
+        queries: dict[str, dict[str, Any]] = {
+            "ready": {"locked": False, "scheduled_at": {"$lte": now}},
+            "postponed": {"locked": False, "scheduled_at": {"$gt": now}},
+            "running": {"locked": True},
+        }
+        counts = {
+            state: {str(g): n for g, n in self.store.count_by("scheduled", "group", q).items()}
+            for state, q in queries.items()
+        }
+        # every group seen lately has every state, at 0 too: a series that vanishes
+        # when it reaches 0 would read as "no data" rather than "empty"
+        groups = {*recent, *(g for by_group in counts.values() for g in by_group)}
+        for group in sorted(groups):
+            for state, by_group in counts.items():
+                family.add_metric([group, state], by_group.get(group, 0))
+        return family
+
+    def _finished(self, recent: Mapping[str, list[Mapping[str, Any]]]) -> Metric:
+        family = GaugeMetricFamily(
+            "recruiter_jobs_finished",
+            "Jobs finished in the last minute, by group and outcome.",
+            labels=["group", "outcome"],
+        )
+        for group, documents in recent.items():
+            done = sum(1 for d in documents if d.get("why") == "done")
+            family.add_metric([group, "done"], done)
+            family.add_metric([group, "failed"], len(documents) - done)
+        return family
+
+    def _latency(self, recent: Mapping[str, list[Mapping[str, Any]]]) -> Metric:
+        family = GaugeHistogramMetricFamily(
+            "recruiter_latency_seconds",
+            "Seconds from due to started, over the last minute's jobs.",
+            labels=["group"],
+        )
+        for group, documents in recent.items():
+            spans = _spans(documents, "scheduled_at", "started_at")
+            buckets = [
+                (str(bound), sum(1 for s in spans if s <= bound)) for bound in LATENCY_BUCKETS
+            ]
+            buckets.append(("+Inf", len(spans)))
+            family.add_metric([group], buckets, sum(spans))
+        return family
+
+    def _execution(self, recent: Mapping[str, list[Mapping[str, Any]]]) -> Metric:
+        family = GaugeMetricFamily(
+            "recruiter_execution_seconds",
+            "Average seconds from started to ended, over the last minute's jobs.",
+            labels=["group"],
+        )
+        for group, documents in recent.items():
+            spans = _spans(documents, "started_at", "ended_at")
+            if spans:
+                family.add_metric([group], sum(spans) / len(spans))
+        return family
+
+    def _workers(self) -> Metric:
+        family = GaugeMetricFamily(
+            "recruiter_workers", "Worker slots on the roster.", labels=["state"]
+        )
+        workers = self.store.workers()
+        busy = sum(1 for worker in workers if worker.assignment is not None)
+        family.add_metric(["busy"], busy)
+        family.add_metric(["idle"], len(workers) - busy)
+        return family
+
+    def _leaders(self, now: dt.datetime) -> Metric:
+        family = GaugeMetricFamily(
+            "recruiter_leader",
+            "1 for the process that holds each lease.",
+            labels=["process", "holder"],
+        )
+        for process in ("recruiter", "cleaner"):
+            lease = self.store.find_lease(process)
+            if lease is not None and lease.expires_at > now:
+                family.add_metric([process, lease.holder], 1)
+        return family
+
+
+def _spans(documents: list[Mapping[str, Any]], start: str, end: str) -> list[float]:
+    spans = []
+    for document in documents:
+        execution = document.get("last_execution")
+        if isinstance(execution, Mapping):
+            began, ended = execution.get(start), execution.get(end)
+            if isinstance(began, dt.datetime) and isinstance(ended, dt.datetime):
+                spans.append((ended - began).total_seconds())
+    return spans
