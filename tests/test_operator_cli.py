@@ -266,3 +266,16 @@ def test_metrics_are_scraped_over_http(
     assert 'recruiter_latency_seconds_gcount{group="mail"} 3.0' in lines
     assert 'recruiter_workers{state="idle"} 1.0' in lines
     assert 'recruiter_leader{holder="box:7",process="recruiter"} 1.0' in lines
+
+
+def test_a_groups_waiting_jobs_are_cancelled_in_bulk(cli: Queue, clock: FrozenClock) -> None:
+    ready = cli.schedule_many(JobSpec("tests.noop").in_group("mail") for _ in range(3))
+    later = cli.schedule(JobSpec("tests.noop").in_group("mail").run_in("1h"))
+    other = cli.schedule(JobSpec("tests.noop").in_group("video"))
+    declined = CliRunner().invoke(app, ["jobs", "cancel", "--group", "mail"], input="n\n")
+    assert (declined.exit_code, "cancel 4 jobs?" in declined.output) == (1, True)
+    said = invoke("jobs", "cancel", "--group", "mail", "--state", "ready", "--yes").output
+    assert "3 cancelled" in said
+    assert {cli.job(i).why for i in ready} == {"cancelled"}
+    assert (cli.job(later).why, cli.job(other).why) == (None, None)
+    assert CliRunner().invoke(app, ["jobs", "cancel"]).exit_code == ExitCode.USAGE

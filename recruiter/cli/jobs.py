@@ -89,17 +89,52 @@ def run_jobs(
 
 @jobs.command("cancel")
 def cancel_jobs(
-    job_ids: Annotated[list[str], typer.Argument(help="The ids of the jobs to cancel.")],
+    job_ids: Annotated[
+        list[str] | None, typer.Argument(help="Jobs to cancel; or none, with --group.")
+    ] = None,
+    group: Annotated[
+        str | None, typer.Option(help="Every unfinished job of this group (with --state).")
+    ] = None,
+    state: Annotated[
+        str | None,
+        typer.Option(help="With --group: only jobs ready, postponed or running."),
+    ] = None,
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask for a confirmation.")] = False,
     mongodb_uri: MongoUri = None,
     database: DatabaseName = None,
 ) -> None:
     """Cancel jobs: a waiting one at once, a running one stopped by its worker."""
-    queue = Queue(connect_store(mongodb_uri, database).database, SystemClock())
+    if not job_ids and group is None:
+        raise typer.BadParameter("give job ids, or --group G to cancel many")
+    if state is not None and state not in ("ready", "postponed", "running"):
+        raise typer.BadParameter("one of ready, postponed, running", param_hint="--state")
+    queue = open_queue(mongodb_uri, database)
     try:
-        for job_id in job_ids:
-            console.print(f"job {job_id}: {queue.cancel(job_id)}", highlight=False)
+        ids: list[Any] = list(job_ids or [])
+        if group is not None:
+            now = queue.clock.now()
+            for collection, query in _queries(state, now) if state else [("scheduled", {})]:
+                unfinished = {**query, "group": group, "why": {"$exists": False}}
+                ids += [job.id for job in queue.store.find_jobs(collection, unfinished, BULK_LIMIT)]
+            ids = list(dict.fromkeys(ids))
+        if not ids:
+            console.print("no job matches")
+            return
+        if len(ids) > 1 and not yes and not typer.confirm(f"cancel {len(ids)} jobs?"):
+            raise typer.Abort()
+        said: dict[str, int] = {}
+        with Progress(console=console, transient=True) as progress:
+            task = progress.add_task("cancelling", total=len(ids))
+            for job_id in ids:
+                outcome = queue.cancel(job_id)
+                said[outcome] = said.get(outcome, 0) + 1
+                if len(ids) == 1:
+                    console.print(f"job {job_id}: {outcome}", highlight=False)
+                progress.advance(task)
     finally:
         queue.close()
+    if len(ids) > 1:
+        console.print(", ".join(f"{n} {outcome}" for outcome, n in sorted(said.items())))
 
 
 FAILED = [str(why) for why in FAILED_WHYS]
