@@ -16,9 +16,12 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from recruiter.retry import FAILED
 from recruiter.store import Store
 
 WINDOW = dt.timedelta(minutes=1)
+ORPHAN_GRACE = dt.timedelta(seconds=30)
+"""How long a job may be locked and held by no worker before it counts as an orphan."""
 """The recent history that throughput, latency and execution time are computed over."""
 
 
@@ -40,7 +43,8 @@ class Analytics:
     finished: int
     """Jobs finished in the last minute."""
     failed: int
-    """Of those, the ones that did not end ``done``."""
+    """Of those, the ones that failed for good (not the cancelled, duplicates,
+    superseded)."""
     throughput_per_minute: float
     latency_average: float | None
     """Seconds from due to started, on average, over the last minute's jobs: high when
@@ -73,21 +77,27 @@ def analytics(store: Store, now: dt.datetime, group: str | None = None) -> Analy
         ready=counts["ready"],
         postponed=counts["postponed"],
         running=counts["locked"],
-        orphans=_orphans(store, group),
+        orphans=_orphans(store, now, group),
         finished=len(recent),
-        failed=sum(1 for d in recent if d.get("why") != "done"),
+        failed=sum(1 for d in recent if d.get("why") in FAILED),
         throughput_per_minute=len(recent) * (dt.timedelta(minutes=1) / WINDOW),
         latency_average=_average(executions, "scheduled_at", "started_at"),
         execution_time_average=_average(executions, "started_at", "ended_at"),
     )
 
 
-def _orphans(store: Store, group: str | None) -> int:
+def _orphans(store: Store, now: dt.datetime, group: str | None) -> int:
+    # the locked jobs first, their holders after (as the cleaner reads them); a job
+    # locked in the last seconds may be in a round not yet assigned: not an orphan yet
+    locked = store.locked_jobs(10_000)
     held = store.held_job_ids()
+    settled = now - ORPHAN_GRACE
     return sum(
         1
-        for job in store.locked_jobs(10_000)
-        if job.id not in held and (group is None or job.group == group)
+        for job in locked
+        if job.id not in held
+        and (job.lock_since is None or job.lock_since < settled)
+        and (group is None or job.group == group)
     )
 
 

@@ -107,9 +107,15 @@ RECOVERED_FIELDS = (
 """What a recovered job keeps of the finished one: what it runs, and how."""
 
 
-def recover(store: Store, job_id: Any, at: dt.datetime, now: dt.datetime) -> Any:
+def recover(
+    store: Store, job_id: Any, at: dt.datetime, now: dt.datetime, *, once: bool = False
+) -> Any:
     """Schedule a finished job again, at ``at``, as a new job (the original stays, as
     the original Recruiter's ``job:recover``); return the new job's id.
+
+    With ``once``, a job already recovered is not recovered again (``None`` is
+    returned): the original is marked ``recovered_as`` the new job before the new job
+    is stored, so two retries at once, or one run twice, make one copy.
 
     Raises ``JobNotFound``, or :class:`NotFinished` for a job that has not finished (it
     will run anyway).
@@ -122,6 +128,9 @@ def recover(store: Store, job_id: Any, at: dt.datetime, now: dt.datetime) -> Any
         raise NotFinished(job)
     document = {key: finished[key] for key in RECOVERED_FIELDS if key in finished}
     new_id = ObjectId()
+    if once and not store.claim_recovery(job_id, new_id):
+        logger.info("job %s was recovered already: not again", job_id)
+        return None
     document.update(
         {
             "_id": new_id,

@@ -29,6 +29,8 @@ from prometheus_client.registry import Collector
 
 from recruiter.analytics import WINDOW
 from recruiter.clock import Clock
+from recruiter.job import ANY_GROUP
+from recruiter.retry import FAILED
 from recruiter.store import Store
 
 LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 60.0, 300.0)
@@ -46,14 +48,15 @@ class QueueCollector(Collector):
         recent: dict[Any, list[Mapping[str, Any]]] = defaultdict(list)
         for document in self.store.recently_finished(now - WINDOW):
             recent[str(document.get("group"))].append(document)
-        yield self._jobs(now, recent)
-        yield self._finished(recent)
+        jobs, groups = self._jobs(now, recent)
+        yield jobs
+        yield self._finished(recent, groups)
         yield self._latency(recent)
         yield self._execution(recent)
         yield self._workers()
         yield self._leaders(now)
 
-    def _jobs(self, now: dt.datetime, recent: Mapping[str, Any]) -> Metric:
+    def _jobs(self, now: dt.datetime, recent: Mapping[str, Any]) -> tuple[Metric, list[str]]:
         family = GaugeMetricFamily(
             "recruiter_jobs", "Jobs by group and state.", labels=["group", "state"]
         )
@@ -66,24 +69,28 @@ class QueueCollector(Collector):
             state: {str(g): n for g, n in self.store.count_by("scheduled", "group", q).items()}
             for state, q in queries.items()
         }
-        # every group seen lately has every state, at 0 too: a series that vanishes
-        # when it reaches 0 would read as "no data" rather than "empty"
-        groups = {*recent, *(g for by_group in counts.values() for g in by_group)}
-        for group in sorted(groups):
+        # every known group has every state, at 0 too: a series that vanishes when it
+        # reaches 0 would read as "no data" rather than "empty"
+        known = {s.settings.group for s in self.store.group_records()}
+        known |= {w.work_on for w in self.store.workers() if w.work_on != ANY_GROUP}
+        groups = sorted({*known, *recent, *(g for c in counts.values() for g in c)})
+        for group in groups:
             for state, by_group in counts.items():
                 family.add_metric([group, state], by_group.get(group, 0))
-        return family
+        return family, groups
 
-    def _finished(self, recent: Mapping[str, list[Mapping[str, Any]]]) -> Metric:
+    def _finished(self, recent: Mapping[str, list[Mapping[str, Any]]], groups: list[str]) -> Metric:
         family = GaugeMetricFamily(
             "recruiter_jobs_finished",
             "Jobs finished in the last minute, by group and outcome.",
             labels=["group", "outcome"],
         )
-        for group, documents in recent.items():
-            done = sum(1 for d in documents if d.get("why") == "done")
-            family.add_metric([group, "done"], done)
-            family.add_metric([group, "failed"], len(documents) - done)
+        for group in groups:
+            documents = recent.get(group, [])
+            family.add_metric([group, "done"], sum(1 for d in documents if d.get("why") == "done"))
+            family.add_metric(
+                [group, "failed"], sum(1 for d in documents if d.get("why") in FAILED)
+            )
         return family
 
     def _latency(self, recent: Mapping[str, list[Mapping[str, Any]]]) -> Metric:

@@ -187,14 +187,17 @@ class Queue:
         is stopped by its worker within a heartbeat (see :mod:`recruiter.stopping`)."""
         return cancel(self.store, job_id, self.clock.now())
 
-    def recover(self, job_id: ObjectId | str, at: dt.datetime | None = None) -> Any:
+    def recover(
+        self, job_id: ObjectId | str, at: dt.datetime | None = None, *, once: bool = False
+    ) -> Any:
         """Schedule a finished job again, as a new job due at ``at`` (now by default);
         return its id. The finished one stays, and the new one names it in
-        ``recovered_from``."""
+        ``recovered_from``. With ``once``, a job recovered before is not recovered again
+        (``None``)."""
         now = self.clock.now()
         if at is not None and (not isinstance(at, dt.datetime) or at.tzinfo is None):
             raise InvalidJob(f"recover at a timezone-aware datetime, got {at!r}")
-        return recover(self.store, job_id, to_millis(at) if at else now, now)
+        return recover(self.store, job_id, to_millis(at) if at else now, now, once=once)
 
     def analytics(self, group: str | None = None) -> Analytics:
         """What the queue (or ``group``) holds now, and did in the last minute."""

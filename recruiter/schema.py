@@ -62,6 +62,8 @@ INDEXES: Mapping[str, tuple[IndexModel, ...]] = {
         # purge by age, throughput over recent minutes
         IndexModel([("archived_at", ASCENDING)], name="archived_at"),
         IndexModel([("group", ASCENDING), ("archived_at", ASCENDING)], name="group_archived_at"),
+        # the latest failures (or cancellations…) of the operator's views
+        IndexModel([("why", ASCENDING), ("archived_at", ASCENDING)], name="why_archived_at"),
         IndexModel([("tags", ASCENDING)], name="tags", sparse=True),
     ),
 }

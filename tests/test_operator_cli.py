@@ -67,6 +67,9 @@ def test_analytics_counts_waiting_jobs_and_the_last_minute(
     cli.schedule(JobSpec("tests.noop").run_in("1h"))
     held = cli.schedule(JobSpec("tests.noop").in_group("mail"))
     cli.store.lock_jobs([held], ObjectId(), clock.now())  # handed out to nobody: an orphan
+    cli.cancel(cli.schedule(JobSpec("tests.noop").run_in("2h")))  # finished, not failed
+    assert json.loads(invoke("analytics", "--json").output)["orphans"] == 0, "a round's, maybe"
+    clock.advance(31)
     figures = json.loads(invoke("analytics", "--json").output)
     assert {k: figures[k] for k in ("ready", "postponed", "running", "orphans")} == {
         "ready": 1,
@@ -74,7 +77,7 @@ def test_analytics_counts_waiting_jobs_and_the_last_minute(
         "running": 1,
         "orphans": 1,
     }
-    assert (figures["finished"], figures["failed"], figures["throughput_per_minute"]) == (4, 1, 4)
+    assert (figures["finished"], figures["failed"], figures["throughput_per_minute"]) == (5, 1, 5)
     assert figures["latency_average"] == 0.0, "run at once by drain on a frozen clock"
     mail = json.loads(invoke("analytics", "--group", "mail", "--json").output)
     assert (mail["running"], mail["finished"]) == (1, 0)
@@ -197,6 +200,17 @@ def test_failed_jobs_are_retried_in_bulk_after_a_confirmation(
     again = cli.store.scheduled.find({"recovered_from": {"$exists": True}})
     assert sorted(d["recovered_from"] for d in again) == sorted(failed)
     assert CliRunner().invoke(app, ["jobs", "retry"]).exit_code == ExitCode.USAGE
+    again = invoke("jobs", "retry", "--failed-since", "1h", "--group", "mail", "--yes").output
+    assert "no failed job matches" in again, "each is retried once"
+    assert cli.store.count_jobs("scheduled", {"recovered_from": {"$exists": True}}) == 3
+    assert cli.store.count_jobs("scheduled", {"recovered_from": failed[0]}) == 1
+    twice = invoke("jobs", "retry", str(failed[0]), str(failed[0]), "--yes").output
+    assert "0 jobs scheduled again (1 retried already)" in twice
+    done = cli.schedule(JobSpec("tests.noop"))
+    drain(cli, app_registry)
+    refused = CliRunner().invoke(app, ["jobs", "retry", str(done)])
+    assert refused.exit_code == ExitCode.USAGE
+    assert "did not fail (done)" in refused.output
 
 
 def test_workers_and_schedulers_are_listed_and_a_scheduler_removed(

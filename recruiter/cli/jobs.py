@@ -26,6 +26,7 @@ from recruiter.clock import SystemClock
 from recruiter.job import Job
 from recruiter.queue import Queue
 from recruiter.retry import FAILED as FAILED_WHYS
+from recruiter.store import as_object_id
 
 JOB_FAILED_EXIT = 9
 BULK_LIMIT = 100_000
@@ -108,6 +109,8 @@ def cancel_jobs(
         raise typer.BadParameter("give job ids, or --group G to cancel many")
     if state is not None and state not in ("ready", "postponed", "running"):
         raise typer.BadParameter("one of ready, postponed, running", param_hint="--state")
+    if job_ids and (group is not None or state is not None):
+        raise typer.BadParameter("give job ids, or --group (and --state): not both")
     queue = open_queue(mongodb_uri, database)
     try:
         ids: list[Any] = list(job_ids or [])
@@ -122,19 +125,29 @@ def cancel_jobs(
             return
         if len(ids) > 1 and not yes and not typer.confirm(f"cancel {len(ids)} jobs?"):
             raise typer.Abort()
-        said: dict[str, int] = {}
-        with Progress(console=console, transient=True) as progress:
-            task = progress.add_task("cancelling", total=len(ids))
-            for job_id in ids:
-                outcome = queue.cancel(job_id)
-                said[outcome] = said.get(outcome, 0) + 1
-                if len(ids) == 1:
-                    console.print(f"job {job_id}: {outcome}", highlight=False)
-                progress.advance(task)
+        said = _cancel_each(queue, ids, state)
     finally:
         queue.close()
     if len(ids) > 1:
         console.print(", ".join(f"{n} {outcome}" for outcome, n in sorted(said.items())))
+
+
+def _cancel_each(queue: Queue, ids: list[Any], state: str | None) -> dict[str, int]:
+    """Cancel each job, with a progress bar; how many ended each way."""
+    said: dict[str, int] = {}
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("cancelling", total=len(ids))
+        for job_id in ids:
+            if state in ("ready", "postponed"):  # only if still waiting, as chosen
+                waiting = queue.store.cancel_if_waiting(job_id, queue.clock.now())
+                outcome = "cancelled" if waiting else "no longer waiting"
+            else:
+                outcome = str(queue.cancel(job_id))
+            said[outcome] = said.get(outcome, 0) + 1
+            if len(ids) == 1:
+                console.print(f"job {job_id}: {outcome}", highlight=False)
+            progress.advance(task)
+    return said
 
 
 FAILED = [str(why) for why in FAILED_WHYS]
@@ -175,6 +188,8 @@ def list_jobs(
     database: DatabaseName = None,
 ) -> None:
     """List jobs, newest first, with filters."""
+    if since is not None and state in ("ready", "postponed", "running"):
+        raise typer.BadParameter("--since selects finished jobs: not with --state " + state)
     if state is not None and state not in STATES:
         raise typer.BadParameter(
             f"{state!r} is not one of {', '.join(STATES)}", param_hint="--state"
@@ -311,30 +326,49 @@ def retry_jobs(
     """Run failed jobs again now, as new jobs: given ones, or all that failed lately."""
     if not job_ids and failed_since is None:
         raise typer.BadParameter("give job ids, or --failed-since 1h to retry many")
+    if job_ids and (failed_since is not None or group is not None):
+        raise typer.BadParameter("give job ids, or --failed-since (and --group): not both")
     queue = open_queue(mongodb_uri, database)
     try:
-        ids: list[Any] = list(job_ids or [])
-        if failed_since is not None:
-            since = queue.clock.now() - failed_since
-            query: dict[str, Any] = {"why": {"$in": FAILED}, "archived_at": {"$gte": since}}
-            if group is not None:
-                query["group"] = group
-            for collection in ("scheduled", "archived"):
-                ids += [job.id for job in queue.store.find_jobs(collection, query, BULK_LIMIT)]
-            ids = list(dict.fromkeys(ids))
+        ids = _failed_jobs(queue, job_ids or [], failed_since, group)
         if not ids:
             console.print("no failed job matches")
             return
         if len(ids) > 1 and not yes and not typer.confirm(f"retry {len(ids)} jobs?"):
             raise typer.Abort()
+        retried = 0
         with Progress(console=console, transient=True) as progress:
             task = progress.add_task("retrying", total=len(ids))
             for job_id in ids:
-                queue.recover(job_id)
+                retried += queue.recover(job_id, once=True) is not None
                 progress.advance(task)
     finally:
         queue.close()
-    console.print(f"{len(ids)} jobs scheduled again", highlight=False)
+    skipped = f" ({len(ids) - retried} retried already)" if retried < len(ids) else ""
+    console.print(f"{retried} jobs scheduled again{skipped}", highlight=False)
+
+
+def _failed_jobs(
+    queue: Queue, job_ids: list[str], failed_since: dt.timedelta | None, group: str | None
+) -> list[Any]:
+    """The jobs to retry: those given, each checked to have failed before any is
+    retried, or those that failed since, not retried yet."""
+    ids = [as_object_id(job_id) for job_id in job_ids]
+    for job_id in ids:
+        job = queue.job(job_id)
+        if job.why not in FAILED:
+            raise typer.BadParameter(f"job {job_id} did not fail ({job.why or 'unfinished'})")
+    if failed_since is not None:
+        query: dict[str, Any] = {
+            "why": {"$in": FAILED},
+            "archived_at": {"$gte": queue.clock.now() - failed_since},
+            "recovered_as": {"$exists": False},
+        }
+        if group is not None:
+            query["group"] = group
+        for collection in ("scheduled", "archived"):
+            ids += [job.id for job in queue.store.find_jobs(collection, query, BULK_LIMIT)]
+    return list(dict.fromkeys(ids))
 
 
 def _summary(job: Job, now: dt.datetime) -> dict[str, Any]:

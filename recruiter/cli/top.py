@@ -34,6 +34,7 @@ from recruiter.cli.options import (
 from recruiter.logs import Level, setup_logging
 from recruiter.metrics import QueueCollector
 from recruiter.queue import Queue
+from recruiter.retry import FAILED
 
 console = Console()
 logger = logging.getLogger(__name__)
@@ -49,6 +50,8 @@ def top(
     database: DatabaseName = None,
 ) -> None:
     """A live view: queue depth and throughput per group, latency, workers (Ctrl-C quits)."""
+    if every < dt.timedelta(milliseconds=100):
+        raise typer.BadParameter("refresh at most every 100ms", param_hint="--every")
     queue = open_queue(mongodb_uri, database)
     try:
         if once:
@@ -93,7 +96,7 @@ def frame(queue: Queue) -> Group:
             str(later.get(group, 0)),
             str(running.get(group, 0)),
             str(sum(1 for d in recent if d.get("why") == "done")),
-            str(sum(1 for d in recent if d.get("why") != "done")),
+            str(sum(1 for d in recent if d.get("why") in FAILED)),
             _average(recent, "scheduled_at", "started_at"),
             _average(recent, "started_at", "ended_at"),
         )
@@ -133,7 +136,11 @@ def metrics(
     queue = open_queue(mongodb_uri, database)
     registry = CollectorRegistry()
     registry.register(QueueCollector(queue.store, queue.clock))
-    server, thread = start_http_server(port, host, registry=registry)
+    try:
+        server, thread = start_http_server(port, host, registry=registry)
+    except OSError as error:
+        queue.close()
+        raise typer.BadParameter(f"cannot serve on {host}:{port}: {error}") from error
     logger.info("metrics: serving on http://%s:%d/metrics", host, port)
     try:
         while thread.is_alive():

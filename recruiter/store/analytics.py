@@ -68,7 +68,9 @@ class AnalyticsVerbs:
     def find_jobs(
         self, collection: str, query: Mapping[str, Any], limit: int, newest_first: bool = True
     ) -> list[Job]:
-        """Jobs of ``collection`` matching ``query``, newest first, at most ``limit``."""
+        """Jobs of ``collection`` matching ``query``, newest first (the archive's by when
+        they finished, on its indexes), at most ``limit``."""
         source = self.scheduled if collection == "scheduled" else self.archived
-        cursor = source.find(dict(query)).sort("_id", -1 if newest_first else 1).limit(limit)
+        order = "_id" if collection == "scheduled" else "archived_at"
+        cursor = source.find(dict(query)).sort(order, -1 if newest_first else 1).limit(limit)
         return [Job.from_document(document) for document in cursor]

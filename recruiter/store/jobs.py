@@ -233,6 +233,15 @@ class JobVerbs:
                 return document
         return None
 
+    def claim_recovery(self, job_id: Any, new_id: Any) -> bool:
+        """Mark a finished job as recovered as ``new_id``, if it was not already: the
+        guard that makes a retry of many jobs, run twice, create each copy once."""
+        guard = {"_id": job_id, "why": {"$exists": True}, "recovered_as": {"$exists": False}}
+        for collection in (self.archived, self.scheduled):
+            if collection.update_one(guard, {"$set": {"recovered_as": new_id}}).modified_count:
+                return True
+        return False
+
     def finished_jobs(self, job_ids: Sequence[Any]) -> list[Job]:
         """Those of ``job_ids`` that are finished, archived or not yet."""
         query = {"_id": {"$in": list(job_ids)}, "why": {"$exists": True}}
