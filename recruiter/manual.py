@@ -145,6 +145,11 @@ def recover(
     if "dedup_key" in document:
         document["queued_key"] = document["dedup_key"]
     (stored,) = store.insert_jobs([document])
+    if stored != new_id:  # an identical deduplicated job waits: it will do the work
+        logger.info("job %s: a waiting duplicate, job %s, will do its work", job_id, stored)
+        if once:
+            store.mark_recovered_as(job_id, stored)
+        return stored
     logger.info("job %s recovered as job %s, due at %s", job_id, stored, at)
     return stored
 

@@ -15,10 +15,11 @@ from bson import ObjectId
 from prometheus_client import CollectorRegistry, start_http_server
 from typer.testing import CliRunner
 
-from recruiter import JobSpec, Queue, Registry, RetryManyTimes
+from recruiter import JobNotFound, JobSpec, Queue, Registry, RetryManyTimes
 from recruiter.cli import ExitCode, app
 from recruiter.clock import FrozenClock
 from recruiter.embedded import free_port
+from recruiter.manual import NotFinished
 from recruiter.metrics import QueueCollector
 from recruiter.testing import drain
 
@@ -151,8 +152,12 @@ def test_jobs_show_prints_every_attempt_with_its_traceback(
     assert 'raise ValueError("boom")' in shown, "the traceback"
     document = json.loads(invoke("jobs", "show", str(job_id), "--json").output)
     assert (document["attempts"], document["why"]) == (2, "tried-too-many-times")
+    odd = cli.schedule(JobSpec("tests.noop", {"ratio": float("nan")}))
+    assert json.loads(invoke("jobs", "show", str(odd), "--json").output)["parameters"] == {
+        "ratio": {"$numberDouble": "NaN"}
+    }, "valid JSON, whatever BSON a job holds"
     missing = CliRunner().invoke(app, ["jobs", "show", str(ObjectId())])
-    assert missing.exit_code != 0
+    assert isinstance(missing.exception, JobNotFound), "exit code 6, said by recruiter's main"
 
 
 def test_a_finished_job_is_recovered_as_a_new_job(
@@ -178,7 +183,8 @@ def test_a_finished_job_is_recovered_as_a_new_job(
     assert cli.job(failed).why == "not-scheduled-by-retry-policy", "the original stays"
     waiting = cli.schedule(JobSpec("tests.noop").run_in("1h"))
     refused = CliRunner().invoke(app, ["jobs", "recover", str(waiting)])
-    assert refused.exit_code != 0
+    assert isinstance(refused.exception, NotFinished)
+    assert "has not finished: it will run anyway" in str(refused.exception)
     bad = CliRunner().invoke(app, ["jobs", "recover", str(failed), "--at", "tomorrow"])
     assert bad.exit_code == ExitCode.USAGE
     assert "is not an ISO date and time" in bad.output
@@ -293,3 +299,13 @@ def test_a_groups_waiting_jobs_are_cancelled_in_bulk(cli: Queue, clock: FrozenCl
     assert {cli.job(i).why for i in ready} == {"cancelled"}
     assert (cli.job(later).why, cli.job(other).why) == (None, None)
     assert CliRunner().invoke(app, ["jobs", "cancel"]).exit_code == ExitCode.USAGE
+
+
+def test_recovering_a_deduplicated_job_whose_duplicate_waits_names_that_job(
+    cli: Queue, app_registry: Registry
+) -> None:
+    failed = cli.schedule(JobSpec("tests.boom").deduplicated())
+    drain(cli, app_registry)
+    waiting = cli.schedule(JobSpec("tests.boom").deduplicated().run_in("1h"))
+    assert cli.recover(failed, once=True) == waiting, "the waiting one will do the work"
+    assert cli.recover(failed, once=True) is None, "and the failed one counts as retried"

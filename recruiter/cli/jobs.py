@@ -9,6 +9,8 @@ import sys
 from typing import Annotated, Any
 
 import typer
+from bson import json_util
+from bson.json_util import RELAXED_JSON_OPTIONS
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
@@ -245,7 +247,8 @@ def show_job(
     finally:
         queue.close()
     if as_json:
-        typer.echo(json.dumps(dataclasses.asdict(job), default=str))
+        # Extended JSON (relaxed): valid JSON whatever BSON a job holds (NaN, dates, ids)
+        typer.echo(json_util.dumps(dataclasses.asdict(job), json_options=RELAXED_JSON_OPTIONS))
         return
     summary = _summary(job, now)
     fields = Table("", "", title=f"job {job.id}")

@@ -242,6 +242,11 @@ class JobVerbs:
                 return True
         return False
 
+    def mark_recovered_as(self, job_id: Any, new_id: Any) -> None:
+        """Name the job that does a recovered job's work (a waiting duplicate, say)."""
+        for collection in (self.archived, self.scheduled):
+            collection.update_one({"_id": job_id}, {"$set": {"recovered_as": new_id}})
+
     def finished_jobs(self, job_ids: Sequence[Any]) -> list[Job]:
         """Those of ``job_ids`` that are finished, archived or not yet."""
         query = {"_id": {"$in": list(job_ids)}, "why": {"$exists": True}}
