@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -68,9 +68,6 @@ def analytics(store: Store, now: dt.datetime, group: str | None = None) -> Analy
     """The figures of ``group`` (or of every group) at ``now``."""
     counts = store.count_waiting(now, group)
     recent = store.recently_finished(now - WINDOW, group)
-    executions = [
-        d["last_execution"] for d in recent if isinstance(d.get("last_execution"), Mapping)
-    ]
     return Analytics(
         at=now,
         group=group,
@@ -81,8 +78,8 @@ def analytics(store: Store, now: dt.datetime, group: str | None = None) -> Analy
         finished=len(recent),
         failed=sum(1 for d in recent if d.get("why") in FAILED),
         throughput_per_minute=len(recent) * (dt.timedelta(minutes=1) / WINDOW),
-        latency_average=_average(executions, "scheduled_at", "started_at"),
-        execution_time_average=_average(executions, "started_at", "ended_at"),
+        latency_average=average(spans(recent, "scheduled_at", "started_at")),
+        execution_time_average=average(spans(recent, "started_at", "ended_at")),
     )
 
 
@@ -101,11 +98,19 @@ def _orphans(store: Store, now: dt.datetime, group: str | None) -> int:
     )
 
 
-def _average(executions: list[Mapping[str, Any]], start: str, end: str) -> float | None:
-    spans = [
-        (execution[end] - execution[start]).total_seconds()
-        for execution in executions
-        if isinstance(execution.get(start), dt.datetime)
-        and isinstance(execution.get(end), dt.datetime)
-    ]
-    return round(statistics.fmean(spans), 3) if spans else None
+def spans(finished: Sequence[Mapping[str, Any]], start: str, end: str) -> list[float]:
+    """Seconds from ``start`` to ``end`` in the last execution of each finished job's
+    document (``scheduled_at`` to ``started_at`` is the latency, ``started_at`` to
+    ``ended_at`` the execution time); documents missing either are left out."""
+    found = []
+    for document in finished:
+        execution = document.get("last_execution")
+        if isinstance(execution, Mapping):
+            began, ended = execution.get(start), execution.get(end)
+            if isinstance(began, dt.datetime) and isinstance(ended, dt.datetime):
+                found.append((ended - began).total_seconds())
+    return found
+
+
+def average(values: list[float]) -> float | None:
+    return round(statistics.fmean(values), 3) if values else None

@@ -27,7 +27,7 @@ from typing import Any
 from prometheus_client.core import GaugeHistogramMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from recruiter.analytics import WINDOW
+from recruiter.analytics import WINDOW, spans
 from recruiter.clock import Clock
 from recruiter.job import ANY_GROUP
 from recruiter.retry import FAILED
@@ -100,12 +100,12 @@ class QueueCollector(Collector):
             labels=["group"],
         )
         for group, documents in recent.items():
-            spans = _spans(documents, "scheduled_at", "started_at")
+            latencies = spans(documents, "scheduled_at", "started_at")
             buckets = [
-                (str(bound), sum(1 for s in spans if s <= bound)) for bound in LATENCY_BUCKETS
+                (str(bound), sum(1 for s in latencies if s <= bound)) for bound in LATENCY_BUCKETS
             ]
-            buckets.append(("+Inf", len(spans)))
-            family.add_metric([group], buckets, sum(spans))
+            buckets.append(("+Inf", len(latencies)))
+            family.add_metric([group], buckets, sum(latencies))
         return family
 
     def _execution(self, recent: Mapping[str, list[Mapping[str, Any]]]) -> Metric:
@@ -115,9 +115,9 @@ class QueueCollector(Collector):
             labels=["group"],
         )
         for group, documents in recent.items():
-            spans = _spans(documents, "started_at", "ended_at")
-            if spans:
-                family.add_metric([group], sum(spans) / len(spans))
+            durations = spans(documents, "started_at", "ended_at")
+            if durations:
+                family.add_metric([group], sum(durations) / len(durations))
         return family
 
     def _workers(self) -> Metric:
@@ -141,14 +141,3 @@ class QueueCollector(Collector):
             if lease is not None and lease.expires_at > now:
                 family.add_metric([process, lease.holder], 1)
         return family
-
-
-def _spans(documents: list[Mapping[str, Any]], start: str, end: str) -> list[float]:
-    spans = []
-    for document in documents:
-        execution = document.get("last_execution")
-        if isinstance(execution, Mapping):
-            began, ended = execution.get(start), execution.get(end)
-            if isinstance(began, dt.datetime) and isinstance(ended, dt.datetime):
-                spans.append((ended - began).total_seconds())
-    return spans

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import statistics
 import time
 from collections import defaultdict
 from collections.abc import Mapping
@@ -22,7 +21,7 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
-from recruiter.analytics import WINDOW
+from recruiter.analytics import WINDOW, average, spans
 from recruiter.cli.options import (
     DatabaseName,
     JsonLogs,
@@ -111,14 +110,8 @@ def frame(queue: Queue) -> Group:
 
 
 def _average(documents: list[Mapping[str, Any]], start: str, end: str) -> str:
-    spans = []
-    for document in documents:
-        execution = document.get("last_execution")
-        if isinstance(execution, Mapping):
-            began, ended = execution.get(start), execution.get(end)
-            if isinstance(began, dt.datetime) and isinstance(ended, dt.datetime):
-                spans.append((ended - began).total_seconds())
-    return f"{statistics.fmean(spans):.3f}" if spans else "-"
+    value = average(spans(documents, start, end))
+    return "-" if value is None else f"{value:.3f}"
 
 
 def metrics(
