@@ -66,14 +66,14 @@ class Analytics:
 
 def analytics(store: Store, now: dt.datetime, group: str | None = None) -> Analytics:
     """The figures of ``group`` (or of every group) at ``now``."""
-    counts = store.count_waiting(now, group)
+    counts = store.count_unfinished(now, group)
     recent = store.recently_finished(now - WINDOW, group)
     return Analytics(
         at=now,
         group=group,
         ready=counts["ready"],
         postponed=counts["postponed"],
-        running=counts["locked"],
+        running=counts["running"],
         orphans=_orphans(store, now, group),
         finished=len(recent),
         failed=sum(1 for d in recent if d.get("why") in FAILED),

@@ -31,7 +31,7 @@ from recruiter.analytics import WINDOW, spans
 from recruiter.clock import Clock
 from recruiter.job import ANY_GROUP
 from recruiter.retry import FAILED
-from recruiter.store import Store
+from recruiter.store import Store, WorkerRecord
 
 LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 60.0, 300.0)
 
@@ -48,31 +48,26 @@ class QueueCollector(Collector):
         recent: dict[Any, list[Mapping[str, Any]]] = defaultdict(list)
         for document in self.store.recently_finished(now - WINDOW):
             recent[str(document.get("group"))].append(document)
-        jobs, groups = self._jobs(now, recent)
+        workers = self.store.workers()  # read once: the known groups, and the slots
+        jobs, groups = self._jobs(now, recent, workers)
         yield jobs
         yield self._finished(recent, groups)
         yield self._latency(recent)
         yield self._execution(recent)
-        yield self._workers()
+        yield self._workers(workers)
         yield self._leaders(now)
 
-    def _jobs(self, now: dt.datetime, recent: Mapping[str, Any]) -> tuple[Metric, list[str]]:
+    def _jobs(
+        self, now: dt.datetime, recent: Mapping[str, Any], workers: list[WorkerRecord]
+    ) -> tuple[Metric, list[str]]:
         family = GaugeMetricFamily(
             "recruiter_jobs", "Jobs by group and state.", labels=["group", "state"]
         )
-        queries: dict[str, dict[str, Any]] = {
-            "ready": {"locked": False, "scheduled_at": {"$lte": now}},
-            "postponed": {"locked": False, "scheduled_at": {"$gt": now}},
-            "running": {"locked": True},
-        }
-        counts = {
-            state: {str(g): n for g, n in self.store.count_by("scheduled", "group", q).items()}
-            for state, q in queries.items()
-        }
+        counts = self.store.count_unfinished_by_group(now)
         # every known group has every state, at 0 too: a series that vanishes when it
         # reaches 0 would read as "no data" rather than "empty"
         known = {s.settings.group for s in self.store.group_records()}
-        known |= {w.work_on for w in self.store.workers() if w.work_on != ANY_GROUP}
+        known |= {w.work_on for w in workers if w.work_on != ANY_GROUP}
         groups = sorted({*known, *recent, *(g for c in counts.values() for g in c)})
         for group in groups:
             for state, by_group in counts.items():
@@ -120,11 +115,10 @@ class QueueCollector(Collector):
                 family.add_metric([group], sum(durations) / len(durations))
         return family
 
-    def _workers(self) -> Metric:
+    def _workers(self, workers: list[WorkerRecord]) -> Metric:
         family = GaugeMetricFamily(
             "recruiter_workers", "Worker slots on the roster.", labels=["state"]
         )
-        workers = self.store.workers()
         busy = sum(1 for worker in workers if worker.assignment is not None)
         family.add_metric(["busy"], busy)
         family.add_metric(["idle"], len(workers) - busy)

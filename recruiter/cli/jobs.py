@@ -29,6 +29,7 @@ from recruiter.job import Job
 from recruiter.queue import Queue
 from recruiter.retry import FAILED as FAILED_WHYS
 from recruiter.store import as_object_id
+from recruiter.store.analytics import unfinished_state_queries
 
 JOB_FAILED_EXIT = 9
 BULK_LIMIT = 100_000
@@ -160,9 +161,7 @@ def _queries(state: str | None, now: dt.datetime) -> list[tuple[str, dict[str, A
     """Where jobs in ``state`` are, and the filter that finds them."""
     finished = {"why": {"$exists": True}}
     by_state: dict[str, list[tuple[str, dict[str, Any]]]] = {
-        "ready": [("scheduled", {"locked": False, "scheduled_at": {"$lte": now}})],
-        "postponed": [("scheduled", {"locked": False, "scheduled_at": {"$gt": now}})],
-        "running": [("scheduled", {"locked": True})],
+        **{state: [("scheduled", q)] for state, q in unfinished_state_queries(now).items()},
         "done": [("scheduled", {"why": "done"}), ("archived", {"why": "done"})],
         "failed": [("scheduled", {"why": {"$in": FAILED}}), ("archived", {"why": {"$in": FAILED}})],
         "cancelled": [("scheduled", {"why": "cancelled"}), ("archived", {"why": "cancelled"})],

@@ -69,9 +69,8 @@ def top(
 def frame(queue: Queue) -> Group:
     """One frame of ``recruiter top``."""
     store, now = queue.store, queue.clock.now()
-    ready = store.count_by("scheduled", "group", {"locked": False, "scheduled_at": {"$lte": now}})
-    later = store.count_by("scheduled", "group", {"locked": False, "scheduled_at": {"$gt": now}})
-    running = store.count_by("scheduled", "group", {"locked": True})
+    counts = store.count_unfinished_by_group(now)
+    ready, later, running = counts["ready"], counts["postponed"], counts["running"]
     finished: dict[Any, list[Mapping[str, Any]]] = defaultdict(list)
     for document in store.recently_finished(now - WINDOW):
         finished[document.get("group")].append(document)

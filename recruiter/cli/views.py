@@ -78,18 +78,10 @@ def status(
     console.print(status_view(document))
 
 
-def status_document(queue: Queue) -> dict[str, Any]:
-    """Everything ``recruiter status`` shows, as plain data."""
-    store, now = queue.store, queue.clock.now()
-    leases = {}
-    for name in ("recruiter", "cleaner"):
-        lease = store.find_lease(name)
-        leading = lease is not None and lease.expires_at > now
-        leases[name] = {
-            "holder": lease.holder if leading and lease else None,
-            "expires_at": lease.expires_at.isoformat() if leading and lease else None,
-        }
-    workers = [
+def worker_rows(queue: Queue) -> list[dict[str, Any]]:
+    """Every worker slot on the roster, as plain data."""
+    now = queue.clock.now()
+    return [
         {
             "id": str(worker.id),
             "group": worker.work_on,
@@ -101,10 +93,24 @@ def status_document(queue: Queue) -> dict[str, Any]:
             if worker.last_seen_at is None
             else round((now - worker.last_seen_at).total_seconds(), 1),
         }
-        for worker in store.workers()
+        for worker in queue.store.workers()
     ]
-    ready = store.count_by("scheduled", "group", {"locked": False, "scheduled_at": {"$lte": now}})
-    running = store.count_by("scheduled", "group", {"locked": True})
+
+
+def status_document(queue: Queue) -> dict[str, Any]:
+    """Everything ``recruiter status`` shows, as plain data."""
+    store, now = queue.store, queue.clock.now()
+    leases = {}
+    for name in ("recruiter", "cleaner"):
+        lease = store.find_lease(name)
+        leading = lease is not None and lease.expires_at > now
+        leases[name] = {
+            "holder": lease.holder if leading and lease else None,
+            "expires_at": lease.expires_at.isoformat() if leading and lease else None,
+        }
+    workers = worker_rows(queue)
+    counts = store.count_unfinished_by_group(now, ("ready", "running"))
+    ready, running = counts["ready"], counts["running"]
     settings = {s.group: s for s in queue.group_settings()}
     groups = [
         {
@@ -152,13 +158,13 @@ def workers(
     """Every worker slot on the roster: group, busy or idle, its job, where, last seen."""
     queue = open_queue(mongodb_uri, database)
     try:
-        document = status_document(queue)
+        rows = worker_rows(queue)  # the roster only: not the rest of the status
     finally:
         queue.close()
     if as_json:
-        typer.echo(json.dumps(document["workers"]))
+        typer.echo(json.dumps(rows))
         return
-    console.print(_workers_table(document["workers"]))
+    console.print(_workers_table(rows))
 
 
 schedulers = typer.Typer(help="Repeatable jobs: list them, remove one.", no_args_is_help=True)

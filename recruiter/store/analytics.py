@@ -20,24 +20,44 @@ RECENT_SAMPLE = 10_000
 """The most archived jobs read to compute the last minute's figures."""
 
 
+UNFINISHED_STATES = ("ready", "postponed", "running")
+
+
+def unfinished_state_queries(now: dt.datetime) -> dict[str, Document]:
+    """The filter of ``scheduled`` for each state of an unfinished job at ``now``:
+    ready (due, not handed out), postponed (due later), running (handed out)."""
+    return {
+        "ready": {"locked": False, "scheduled_at": {"$lte": now}},
+        "postponed": {"locked": False, "scheduled_at": {"$gt": now}},
+        "running": {"locked": True},
+    }
+
+
 class AnalyticsVerbs:
     """Counts and samples of ``scheduled`` and ``archived``."""
 
     scheduled: Collection[Document]
     archived: Collection[Document]
 
-    def count_waiting(self, now: dt.datetime, group: str | None = None) -> dict[str, int]:
-        """How many jobs are ready (due, not handed out), postponed (due later) and
-        locked (handed out or running), of ``group`` or of all groups."""
+    def count_unfinished(self, now: dt.datetime, group: str | None = None) -> dict[str, int]:
+        """How many jobs are ready, postponed and running, of ``group`` or of all."""
         where: Document = {} if group is None else {"group": group}
         return {
-            "ready": self.scheduled.count_documents(
-                {**where, "locked": False, "scheduled_at": {"$lte": now}}
-            ),
-            "postponed": self.scheduled.count_documents(
-                {**where, "locked": False, "scheduled_at": {"$gt": now}}
-            ),
-            "locked": self.scheduled.count_documents({**where, "locked": True}),
+            state: self.scheduled.count_documents({**where, **query})
+            for state, query in unfinished_state_queries(now).items()
+        }
+
+    def count_unfinished_by_group(
+        self, now: dt.datetime, states: tuple[str, ...] = UNFINISHED_STATES
+    ) -> dict[str, dict[str, int]]:
+        """For each of ``states``, how many jobs of each group are in it (one aggregation
+        a state)."""
+        queries = unfinished_state_queries(now)
+        return {
+            state: {
+                str(g): n for g, n in self.count_by("scheduled", "group", queries[state]).items()
+            }
+            for state in states
         }
 
     def recently_finished(
