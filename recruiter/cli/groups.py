@@ -9,19 +9,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from recruiter.cli.options import DatabaseName, MongoUri, connect_store
+from recruiter.cli.options import DatabaseName, MongoUri, open_queue
 from recruiter.groups import GroupSettings, Rate
-from recruiter.queue import Queue
 
 groups = typer.Typer(
     help="Groups' concurrency and rate limits, and their shares of any-group workers.",
     no_args_is_help=True,
 )
 console = Console()
-
-
-def _queue(mongodb_uri: str | None, database: str | None) -> Queue:
-    return Queue(connect_store(mongodb_uri, database).database)
 
 
 def _rate(text: str | None) -> Rate | None:
@@ -50,7 +45,7 @@ def set_group(
     The leading recruiter applies them from its next round.
     """
     settings = GroupSettings(group, concurrency, _rate(rate), weight)  # checked before connecting
-    queue = _queue(mongodb_uri, database)
+    queue = open_queue(mongodb_uri, database)
     try:
         queue.limit_group(group, concurrency=concurrency, rate=settings.rate, weight=weight)
     finally:
@@ -65,7 +60,7 @@ def unset_group(
     database: DatabaseName = None,
 ) -> None:
     """Remove a group's settings: no limits, weight 1."""
-    queue = _queue(mongodb_uri, database)
+    queue = open_queue(mongodb_uri, database)
     try:
         removed = queue.unlimit_group(group)
     finally:
@@ -80,7 +75,7 @@ def list_groups(
     database: DatabaseName = None,
 ) -> None:
     """Show every group that has settings."""
-    queue = _queue(mongodb_uri, database)
+    queue = open_queue(mongodb_uri, database)
     try:
         settings = queue.group_settings()
     finally:

@@ -19,12 +19,10 @@ from recruiter.cli.options import (
     DEMO_APP,
     DatabaseName,
     MongoUri,
-    connect_store,
     duration_option,
     load_registry,
     open_queue,
 )
-from recruiter.clock import SystemClock
 from recruiter.job import Job
 from recruiter.queue import Queue
 from recruiter.retry import FAILED as FAILED_WHYS
@@ -73,7 +71,7 @@ def run_jobs(
     the wait timed out.
     """
     registry = load_registry(app) if here else None
-    queue = Queue(connect_store(mongodb_uri, database).database, SystemClock())
+    queue = open_queue(mongodb_uri, database)
     try:
         if registry is not None:
             finished = [run.job for run in queue.run_here(registry, *job_ids)]

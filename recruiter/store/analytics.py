@@ -15,6 +15,7 @@ from pymongo.collection import Collection
 
 from recruiter.job import Job
 from recruiter.store.base import Document
+from recruiter.store.jobs import ready_query
 
 RECENT_SAMPLE = 10_000
 """The most archived jobs read to compute the last minute's figures."""
@@ -27,7 +28,7 @@ def unfinished_state_queries(now: dt.datetime) -> dict[str, Document]:
     """The filter of ``scheduled`` for each state of an unfinished job at ``now``:
     ready (due, not handed out), postponed (due later), running (handed out)."""
     return {
-        "ready": {"locked": False, "scheduled_at": {"$lte": now}},
+        "ready": ready_query(now),
         "postponed": {"locked": False, "scheduled_at": {"$gt": now}},
         "running": {"locked": True},
     }
