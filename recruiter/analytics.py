@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from recruiter.recovery import unheld_locks
 from recruiter.retry import FAILED
 from recruiter.store import Store
 
@@ -84,17 +85,12 @@ def analytics(store: Store, now: dt.datetime, group: str | None = None) -> Analy
 
 
 def _orphans(store: Store, now: dt.datetime, group: str | None) -> int:
-    # the locked jobs first, their holders after (as the cleaner reads them); a job
-    # locked in the last seconds may be in a round not yet assigned: not an orphan yet
-    locked = store.locked_jobs(10_000)
-    held = store.held_job_ids()
-    settled = now - ORPHAN_GRACE
+    # read as the cleaner reads them; a job locked in the last seconds may be in a round
+    # not yet assigned: not an orphan yet
     return sum(
         1
-        for job in locked
-        if job.id not in held
-        and (job.lock_since is None or job.lock_since < settled)
-        and (group is None or job.group == group)
+        for lock in unheld_locks(store, now - ORPHAN_GRACE)
+        if group is None or lock.group == group
     )
 
 

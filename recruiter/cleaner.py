@@ -23,10 +23,9 @@ import logging
 from collections import Counter
 from dataclasses import dataclass, field
 
-from pymongo.errors import PyMongoError
-
+from recruiter.errors import DatabaseError
 from recruiter.loop import Backoff, Pause
-from recruiter.recovery import Released, release_job, release_unheld
+from recruiter.recovery import Released, release_unheld, take_back_from_dead
 from recruiter.store import Store, WorkerRecord
 from recruiter.store.jobs import ARCHIVE_BATCH, PURGE_BATCH
 
@@ -35,6 +34,10 @@ logger = logging.getLogger(__name__)
 DEFAULT_CONSIDERED_DEAD_AFTER = dt.timedelta(seconds=30)
 DEFAULT_CLEAN_AFTER = dt.timedelta(days=5)
 DEFAULT_LEASE = dt.timedelta(seconds=15)
+SILENT_BEATS = 5
+"""A worker is declared dead only after missing at least this many of its own
+heartbeats, whatever the cleaner's timeout: a worker started with a long heartbeat
+interval (recorded in its roster document) is given the time it asked for."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,12 @@ class CleanerConfig:
     idle_wait_max: float = 5.0
     """At most this long between idle rounds, and at most a quarter of the dead timeout,
     so that rounds further apart than :attr:`longest_gap` mean the cleaner was blind."""
+
+    def timeout_of(self, heartbeat_every: dt.timedelta | None) -> dt.timedelta:
+        """How long a worker beating every ``heartbeat_every`` may stay silent."""
+        if heartbeat_every is None:
+            return self.considered_dead_after
+        return max(self.considered_dead_after, heartbeat_every * SILENT_BEATS)
 
     @property
     def longest_gap(self) -> dt.timedelta:
@@ -117,35 +126,42 @@ class Cleaner:
             self._watching_since = now
         try:
             return self._round(now)
-        except PyMongoError:
+        except DatabaseError:
             self._watching_since = None
             raise
 
     def _round(self, now: dt.datetime) -> CleanResult:
         seen_before = now - self.config.considered_dead_after
         released: Counter[str] = Counter()
-        dead = self._dead_workers(now, seen_before)
-        for worker in dead:
-            if worker.assignment is not None:
-                reason = f"worker {worker.id} (pid {worker.pid} on {worker.hostname}) died"
-                assignment = worker.assignment
-                released[
-                    release_job(self.store, assignment.job_id, assignment.token, now, reason)
-                ] += 1
-            if self.store.remove_worker_if_dead(worker.id, seen_before):
-                logger.warning(
-                    "cleaner: removed worker %s, not seen since %s", worker.id, worker.last_seen_at
-                )
+        removed = 0
+        for worker, silent_since in self._dead_workers(now, seen_before):
+            outcome = take_back_from_dead(self.store, worker, silent_since, now)
+            if outcome is not None:  # removed: it was still silent
+                removed += 1
+                released[outcome] += 1
         released.update(release_unheld(self.store, now, "held by no worker", seen_before))
         released.pop(Released.GONE, None)
         moved = self.store.archive_finished()
         purged = self.store.purge_archived(now - self.config.clean_after)
         if purged:
             logger.info("cleaner: purged %d archived jobs", purged)
-        return CleanResult(len(dead), released, moved, purged)
+        return CleanResult(removed, released, moved, purged)
 
-    def _dead_workers(self, now: dt.datetime, seen_before: dt.datetime) -> list[WorkerRecord]:
+    def _dead_workers(
+        self, now: dt.datetime, seen_before: dt.datetime
+    ) -> list[tuple[WorkerRecord, dt.datetime]]:
+        """The workers to declare dead, each with the time it must still not have been
+        seen since when it is removed: its timeout is the cleaner's, or a safe multiple
+        of its own heartbeat interval if that is longer."""
         assert self._watching_since is not None
-        if now - self._watching_since < self.config.considered_dead_after:
+        watched = now - self._watching_since
+        if watched < self.config.considered_dead_after:
             return []  # not watched long enough to tell a dead worker from an outage
-        return self.store.dead_workers(seen_before)
+        dead = []
+        for worker in self.store.dead_workers(seen_before):
+            timeout = self.config.timeout_of(worker.heartbeat_every)
+            cutoff = now - timeout
+            seen = worker.last_seen_at
+            if watched >= timeout and seen is not None and seen < cutoff:
+                dead.append((worker, cutoff))
+        return dead

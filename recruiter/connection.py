@@ -16,10 +16,11 @@ from recruiter.clock import Clock, SystemClock
 from recruiter.embedded import DEFAULT_DIRECTORY, ensure_local_server
 from recruiter.errors import DatabaseUnreachable
 from recruiter.loop import Backoff
-from recruiter.queue import DEFAULT_DATABASE
 
 logger = logging.getLogger(__name__)
 
+DEFAULT_DATABASE = "recruiter"
+"""The database used when neither the URI nor an option names one."""
 SERVER_SELECTION_TIMEOUT_MS = 5000
 """How long one attempt to reach the database lasts, unless the URI says otherwise."""
 WAIT_PAUSES = Backoff(0.5, 10.0)
@@ -63,13 +64,7 @@ def open_database(
     before raising :class:`DatabaseUnreachable`.
     """
     clock = clock or SystemClock()
-    options: dict[str, Any] = {"tz_aware": True}
-    if "serverselectiontimeoutms" not in uri.lower():
-        options["serverSelectionTimeoutMS"] = SERVER_SELECTION_TIMEOUT_MS
-    try:
-        client: MongoClient[dict[str, Any]] = MongoClient(uri, **options)
-    except (ConfigurationError, ValueError) as error:
-        raise DatabaseUnreachable(redact(uri), f"invalid URI ({error})") from error
+    client = _client(uri)
     deadline = clock.monotonic() + wait.total_seconds()
     pause = 0.0
     while True:
@@ -90,6 +85,23 @@ def open_database(
             pause = WAIT_PAUSES.after(pause)
             clock.sleep(min(pause, remaining))
     return client[database or client.get_default_database(DEFAULT_DATABASE).name]
+
+
+def database_at(uri: str, database: str | None = None) -> Database[Any]:
+    """The database named by ``database``, or in the URI, or ``recruiter``, without
+    waiting for it to answer (the first operation will)."""
+    client = _client(uri)
+    return client[database or client.get_default_database(DEFAULT_DATABASE).name]
+
+
+def _client(uri: str) -> MongoClient[dict[str, Any]]:
+    options: dict[str, Any] = {"tz_aware": True}
+    if "serverselectiontimeoutms" not in uri.lower():
+        options["serverSelectionTimeoutMS"] = SERVER_SELECTION_TIMEOUT_MS
+    try:
+        return MongoClient(uri, **options)
+    except (ConfigurationError, ValueError) as error:
+        raise DatabaseUnreachable(redact(uri), f"invalid URI ({error})") from error
 
 
 def _reason(error: PyMongoError) -> str:

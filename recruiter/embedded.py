@@ -26,10 +26,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pymongo import MongoClient
-from pymongo.errors import PyMongoError
-
 from recruiter.errors import RecruiterError
+from recruiter.store.server import answers
 
 DEFAULT_DIRECTORY = Path(".recruiter")
 _detached: list[subprocess.Popen[bytes]] = []
@@ -65,7 +63,7 @@ class EmbeddedServer:
 
     def is_alive(self) -> bool:
         """Running and answering."""
-        return self.is_running() and _answers(self.uri, timeout=1.0)
+        return self.is_running() and answers(self.uri, timeout=1.0)
 
     def stop(self, timeout: float = STOP_TIMEOUT) -> None:
         """Stop cleanly (SIGTERM), killing it if it does not exit within ``timeout``."""
@@ -148,7 +146,7 @@ def start_server(
                 f"the embedded server exited with code {process.returncode} at start; "
                 f"see {log_path}"
             )
-        if _answers(server.uri, timeout=0.5):
+        if answers(server.uri, timeout=0.5):
             return server
         time.sleep(0.1)
     server.kill()
@@ -214,19 +212,6 @@ def _locked(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _answers(uri: str, timeout: float) -> bool:
-    client: MongoClient[dict[str, object]] = MongoClient(
-        uri, serverSelectionTimeoutMS=int(timeout * 1000), connectTimeoutMS=int(timeout * 1000)
-    )
-    try:
-        client.admin.command("ping")
-        return True
-    except PyMongoError:
-        return False
-    finally:
-        client.close()
 
 
 def _pid_alive(pid: int) -> bool:

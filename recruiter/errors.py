@@ -92,7 +92,27 @@ class WorkerDied(Exception):
     """The worker running the attempt died before finishing it (recorded, never raised)."""
 
 
-class DatabaseUnreachable(RecruiterError):
+class DatabaseError(RecruiterError):
+    """The database failed an operation; raised by the store only, in one of two kinds."""
+
+
+class DatabaseUnavailable(DatabaseError):
+    """The database did not answer, or cannot take the operation now (a dropped
+    connection, a timeout, a primary stepping down, a write concern not satisfied in
+    time). **A write may have landed**: try again, and check (every write is
+    conditional, so landing twice is impossible)."""
+
+
+class WriteRejected(DatabaseError):
+    """The database refused the operation as it is (a damaged document, an invalid
+    update): trying the same again fails the same way."""
+
+
+class DocumentTooLarge(WriteRejected):
+    """The document would exceed the database's size limit with this write."""
+
+
+class DatabaseUnreachable(DatabaseError):
     """The database does not answer."""
 
     def __init__(self, uri: str, reason: str) -> None:

@@ -26,10 +26,9 @@ from typing import Any, TypeVar
 
 import bson
 from bson import ObjectId
-from pymongo.errors import ConnectionFailure, PyMongoError
 
 from recruiter.clock import Clock
-from recruiter.errors import RecruiterError
+from recruiter.errors import DatabaseError, DatabaseUnavailable, RecruiterError
 from recruiter.events import JOB_ENDED, JOB_FAILURE_LAST, JOB_STARTED, JobEvent, call_safely
 from recruiter.job import TRACE_LIMIT, Job
 from recruiter.loop import Backoff
@@ -280,7 +279,7 @@ class Executor:
                 self.store.record_deduplicated_run(job.dedup_key, started_at, ended_at)
             if job.root is not None and not job.is_leaf:
                 self.store.record_root_run(job.root.signature, job.root.at, ended_at)
-        except PyMongoError as error:
+        except DatabaseError as error:
             logger.warning(
                 "job %s: its run could not be remembered for deduplication: %s", job.id, error
             )
@@ -348,7 +347,7 @@ class Executor:
             try:
                 result = write()
                 return result if result or not retried else landed()
-            except ConnectionFailure as error:
+            except DatabaseUnavailable as error:
                 wait, retried = WRITE_RETRIES.after(wait), True
                 logger.error(
                     "job %s: the database does not answer, %s not recorded yet (%s); "
@@ -404,7 +403,10 @@ def _run(
         hooks = registry.hooks_of(job.workable, target)
         with running_as(statistics) as output, running.code():
             target()
-    except (Exception, SystemExit, Stopped) as error:
+    except BaseException as error:
+        # any exception the job's code lets out fails the attempt, BaseExceptions too
+        # (asyncio.CancelledError from an asyncio.run inside it, KeyboardInterrupt,
+        # GeneratorExit): let out, it would leave the job locked and started for good
         if isinstance(error, Stopped) and not _raised_in(target, error):
             # the stop landed after the job's code had returned: the job succeeded
             return _Ran(output=_storable(output), hooks=hooks)

@@ -14,8 +14,7 @@ import os
 import socket
 import uuid
 
-from pymongo.errors import PyMongoError
-
+from recruiter.errors import DatabaseError
 from recruiter.store import Store
 
 logger = logging.getLogger(__name__)
@@ -48,7 +47,7 @@ class Leadership:
             return True
         try:
             leading = self.store.acquire_or_renew(self.name, self.holder, now, self.duration)
-        except PyMongoError:
+        except DatabaseError:
             # who leads is unknown until the database answers: leading again after that
             # counts as becoming the leader, so the work starts afresh
             self.leading, self._renew_at = False, None

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pymongo.errors import PyMongoError
+from recruiter.errors import DatabaseError
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ def run_forever(
             if failing:
                 logger.warning("%s: the database answers again", name)
                 failing = False
-        except PyMongoError as error:
+        except DatabaseError as error:
             logger.error("%s: database error, retrying: %s", name, error)
             failing, pause = True, IDLE
             wait = max(wait, 1.0)

@@ -23,10 +23,9 @@ from enum import StrEnum
 from typing import Any
 
 from bson import ObjectId
-from pymongo.errors import PyMongoError
 
 from recruiter.clock import Clock
-from recruiter.errors import JobNotFound, RecruiterError
+from recruiter.errors import DatabaseError, JobNotFound, RecruiterError
 from recruiter.execution import Execution, Executor, Identity
 from recruiter.job import Job
 from recruiter.loop import Backoff
@@ -249,7 +248,13 @@ def _run_one(
     identity = Identity.of_this_process()
     # the holder first, the lock after: whoever sees the job locked sees its holder
     holder = store.register_holder(
-        job_id, token, now, group=job.group, pid=identity.pid, hostname=identity.hostname
+        job_id,
+        token,
+        now,
+        group=job.group,
+        pid=identity.pid,
+        hostname=identity.hostname,
+        heartbeat_every=heartbeat,
     )
     try:
         if not store.lock_job_now(job_id, token, now):
@@ -271,6 +276,10 @@ def _run_one(
     after = store.find_job(job_id)
     assert after is not None
     logger.info("manual run of job %s: %s", job_id, execution.outcome)
+    failure = execution.failure
+    if failure is not None and "builtins.KeyboardInterrupt" in failure.exception_types:
+        # Ctrl-C while the job ran here: its attempt is recorded as failed; now obey it
+        raise KeyboardInterrupt(f"job {job_id} was interrupted")
     return ManualRun(execution, after)
 
 
@@ -293,7 +302,7 @@ def _heartbeats(
                 running = [r.job_id for r in watch.running()]
                 if running:
                     watch.cancel(store.cancel_requested(running))
-            except PyMongoError as error:
+            except DatabaseError as error:
                 logger.error("manual run %s: heartbeat failed, retrying: %s", worker_id, error)
                 continue
             if not alive and not done.is_set():

@@ -18,11 +18,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from bson import ObjectId
-from pymongo import MongoClient
-from pymongo.database import Database
 
 from recruiter.analytics import Analytics, analytics
 from recruiter.clock import Clock, SystemClock, to_millis
+from recruiter.connection import database_at
 from recruiter.duration import Duration, to_timedelta
 from recruiter.errors import InvalidJob, JobNotFound
 from recruiter.groups import GroupSettings, InvalidGroupSettings, Rate
@@ -38,10 +37,8 @@ from recruiter.manual import (
 )
 from recruiter.schedule import Cron, Every, InvalidSchedule, Schedule
 from recruiter.schedulers import job_template
-from recruiter.store import SchedulerRecord, Store
+from recruiter.store import Database, SchedulerRecord, Store
 from recruiter.workable import Registry
-
-DEFAULT_DATABASE = "recruiter"
 
 
 class Queue:
@@ -59,9 +56,7 @@ class Queue:
     @classmethod
     def connect(cls, uri: str, database: str | None = None, clock: Clock | None = None) -> Queue:
         """A queue on the database named in ``uri`` (or ``database``, or ``recruiter``)."""
-        client: MongoClient[dict[str, Any]] = MongoClient(uri, tz_aware=True)
-        name = database or client.get_default_database(DEFAULT_DATABASE).name
-        return cls(client[name], clock)
+        return cls(database_at(uri, database), clock)
 
     def close(self) -> None:
         """Close the connection of a queue made by :meth:`connect`."""

@@ -1,11 +1,26 @@
-"""Taking a job back from a worker that can no longer finish it.
+"""Taking a job back from a holder that can no longer finish it: the one take-back rule.
 
-Used by the cleaner (for the jobs of dead workers and orphaned jobs) and by the
-recruiter (for jobs it locked but never assigned). A job that was never started goes
-back to the queue uncounted. A job that was started is a crashed attempt: its retry
-policy decides, with the failure :class:`recruiter.errors.WorkerDied`, whether it runs
-again or is archived. Every write is conditional on the lock token, so a worker that
-wakes up afterwards cannot finish the job.
+A job is taken back in one of two ways, and no other:
+
+- **from a holder fenced out first** (:func:`take_back_from_dead`): the cleaner removes
+  a silent worker from the roster, on the condition that it is still silent, and only
+  then releases the job that worker held. A worker that heartbeats before the removal
+  keeps its job; one removed can never heartbeat again (its id is gone), learns it at
+  its next heartbeat and stops. So the job is never released while its holder may go
+  on believing it holds it.
+- **from nobody** (:func:`release_unheld`): a locked job that no roster document holds.
+  The locks are read first, their holders after. A lock read *started* had its holder
+  on the roster before that read (a worker is assigned before it starts; a manual run
+  enters the roster before it locks): if no holder is found after, it left for good,
+  and the job is a crashed attempt. A lock read *not started* is only ever put back
+  uncounted, with a write conditional on it still not being started: whoever starts it
+  meanwhile (an old leader's late assignment, a worker) keeps it, and a worker handed
+  a job put back finds its start refused.
+
+A job that was never started goes back to the queue uncounted. A job that was started
+is a crashed attempt: its retry policy decides, with the failure
+:class:`recruiter.errors.WorkerDied`, whether it runs again or is archived. Every write
+is conditional on the lock token.
 """
 
 from __future__ import annotations
@@ -28,7 +43,7 @@ from recruiter.retry import (
     decide_safely,
     policy_or_default,
 )
-from recruiter.store import Store
+from recruiter.store import LockRecord, Store, WorkerRecord
 
 logger = logging.getLogger(__name__)
 
@@ -39,32 +54,55 @@ class Released(StrEnum):
     RETRY = "retry"
     """It had started: a crashed attempt, scheduled again by its policy."""
     ARCHIVED = "archived"
-    """It had started: a crashed attempt, and its policy gave up."""
+    """It had started: a crashed attempt, and its policy gave up (or it was cancelled)."""
     GONE = "gone"
-    """It was no longer locked with that token: nothing to do."""
+    """It was no longer locked with that token, or it started under a live holder
+    meanwhile: nothing to do."""
 
 
-def release_job(
+def take_back_from_dead(
+    store: Store, worker: WorkerRecord, seen_before: dt.datetime, now: dt.datetime
+) -> Released | None:
+    """Remove ``worker`` if it was still not seen since ``seen_before``, then release the
+    job it held. ``None`` when it was seen meanwhile (it is alive and keeps its job)."""
+    removed = store.remove_worker_if_dead(worker.id, seen_before)
+    if removed is None:
+        return None
+    logger.warning("cleaner: removed worker %s, not seen since %s", worker.id, worker.last_seen_at)
+    if removed.assignment is None:
+        return Released.GONE
+    reason = f"worker {removed.id} (pid {removed.pid} on {removed.hostname}) died"
+    assignment = removed.assignment
+    return release_fenced(store, assignment.job_id, assignment.token, now, reason)
+
+
+def release_fenced(
     store: Store, job_id: Any, token: ObjectId, now: dt.datetime, reason: str
 ) -> Released:
-    """Take back the job locked with ``token``; ``reason`` says why, for its history."""
+    """Take back the job locked with ``token``, whose holder is fenced out already (it
+    was removed from the roster); ``reason`` says why, for its history."""
     job = store.find_locked_job(job_id, token)
     if job is None:
         return Released.GONE
     if job.lock_started_at is None:
-        if store.unlock_if_not_started([job_id], token):
-            if job.cancel_requested_at is not None and store.cancel_if_waiting(job_id, now):
-                logger.info("job %s cancelled, never started (%s)", job_id, reason)
-                return Released.ARCHIVED
-            logger.info("job %s requeued, never started (%s)", job_id, reason)
-            return Released.REQUEUED
-        job = store.find_locked_job(job_id, token)  # it started meanwhile
+        cancelled = job.cancel_requested_at is not None
+        requeued = _requeue(store, job_id, token, now, reason, cancelled=cancelled)
+        if requeued is not None:
+            return requeued
+        job = store.find_locked_job(job_id, token)  # its fenced holder started it meanwhile
         if job is None:
             return Released.GONE
     return _crashed(store, job, token, now, reason)
 
 
-LOCKED_SCAN_LIMIT = 10_000
+def unheld_locks(store: Store, locked_before: dt.datetime | None = None) -> list[LockRecord]:
+    """Locks (locked before ``locked_before``) that no roster document holds: the locks
+    are read first, their holders after (see the module's docstring)."""
+    locks = store.locks(locked_before)
+    if not locks:
+        return []
+    held = store.held_tokens()
+    return [lock for lock in locks if lock.token not in held]
 
 
 def release_unheld(
@@ -72,23 +110,37 @@ def release_unheld(
 ) -> Counter[Released]:
     """Release locked jobs that no worker on the roster holds (locked before ``locked_before``).
 
-    Returns how many jobs each outcome had; jobs gone meanwhile are not counted.
+    Returns how many jobs each outcome had; jobs gone or started meanwhile are not counted.
     """
-    # the locked jobs first, their holders after: a holder enters the roster before it
-    # locks its job (a manual run), so a job locked by then has its holder by now
-    locked = store.locked_jobs(LOCKED_SCAN_LIMIT)
-    held = store.held_job_ids()
     released: Counter[Released] = Counter()
-    for job in locked:
-        if job.id in held or job.lock_token is None:
+    for lock in unheld_locks(store, locked_before):
+        if not lock.started:
+            # never released as crashed: it may start under a holder that appears now
+            cancelled = lock.cancel_requested
+            outcome = _requeue(store, lock.job_id, lock.token, now, reason, cancelled=cancelled)
+            released[outcome or Released.GONE] += 1
             continue
-        if locked_before is not None and (
-            job.lock_since is None or job.lock_since >= locked_before
-        ):
+        job = store.find_locked_job(lock.job_id, lock.token)
+        if job is None:
+            released[Released.GONE] += 1
             continue
-        released[release_job(store, job.id, job.lock_token, now, reason)] += 1
+        # started when read, held by nobody after: its holder left the roster for good
+        released[_crashed(store, job, lock.token, now, reason)] += 1
     released.pop(Released.GONE, None)
     return released
+
+
+def _requeue(
+    store: Store, job_id: Any, token: ObjectId, now: dt.datetime, reason: str, *, cancelled: bool
+) -> Released | None:
+    """Put a job that was not started back, uncounted; ``None`` if it started meanwhile."""
+    if not store.unlock_if_not_started([job_id], token):
+        return None
+    if cancelled and store.cancel_if_waiting(job_id, now):
+        logger.info("job %s cancelled, never started (%s)", job_id, reason)
+        return Released.ARCHIVED
+    logger.info("job %s requeued, never started (%s)", job_id, reason)
+    return Released.REQUEUED
 
 
 def _crashed(store: Store, job: Job, token: ObjectId, now: dt.datetime, reason: str) -> Released:

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from bson import ObjectId
-from pymongo.errors import PyMongoError
 
+from recruiter.errors import DatabaseError
 from recruiter.loop import UNKNOWN, Backoff, Pause
 from recruiter.planning import SETTINGS_REFRESH, SETTINGS_REFRESH_FOLLOWED, Planner
 from recruiter.recovery import release_unheld
@@ -166,7 +166,7 @@ class Recruiter:
         """One round: create the repeatable jobs due, hand ready jobs to available workers."""
         try:
             return self._round(now)
-        except PyMongoError:
+        except DatabaseError:
             # the round may have stopped between locking and assigning: look at once
             self._next_rollback = None
             self._nothing_ready_before = None

@@ -15,8 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from pymongo.errors import PyMongoError
-
+from recruiter.errors import DatabaseError
 from recruiter.store import ChangeFeed, ChangeStreamsUnavailable
 
 logger = logging.getLogger(__name__)
@@ -68,7 +67,7 @@ class Watcher(Generic[T]):
             except ChangeStreamsUnavailable as error:
                 logger.info("%s: cannot follow changes (%s): polling instead", self.name, error)
                 return
-            except PyMongoError as error:
+            except DatabaseError as error:
                 if not self._lost:
                     logger.warning("%s: change feed lost, polling meanwhile: %s", self.name, error)
                 self._lost = True

@@ -33,9 +33,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from bson import ObjectId
-from pymongo.errors import PyMongoError
 
 from recruiter.clock import Clock
+from recruiter.errors import DatabaseError
 from recruiter.execution import Execution, Executor, Identity
 from recruiter.job import ANY_GROUP
 from recruiter.loop import Backoff, StopRequest
@@ -103,8 +103,11 @@ class WorkerSlot:
         on_removed: Callable[[], None] | None = None,
         bell: threading.Event | None = None,
         watch: Watch | None = None,
+        heartbeat_every: dt.timedelta = DEFAULT_HEARTBEAT,
     ) -> None:
         self.store = store
+        self.heartbeat_every = heartbeat_every
+        """Recorded in the roster: the cleaner gives the slot several of these to beat."""
         self.registry = registry
         self.clock = clock
         self.group = group
@@ -132,7 +135,7 @@ class WorkerSlot:
     def register(self) -> ObjectId:
         identity = Identity.of_this_process()
         self.id = self.store.register_worker(
-            self.group, identity.pid, identity.hostname, self.clock.now()
+            self.group, identity.pid, identity.hostname, self.clock.now(), self.heartbeat_every
         )
         logger.info("worker %s: registered, working on %s", self.id, self.group)
         return self.id
@@ -210,6 +213,7 @@ class WorkerProcess:
                 on_removed=self._slot_removed,
                 bell=self.stop.bell(),
                 watch=self.watch,
+                heartbeat_every=config.heartbeat_every,
             )
             for _ in range(config.concurrency)
         ]
@@ -307,15 +311,20 @@ class WorkerProcess:
         while not done.wait(interval):
             try:
                 self.beat()
-            except PyMongoError as error:
+            except DatabaseError as error:
                 logger.error("worker: heartbeat failed, retrying: %s", error)
+            except Exception:
+                # a bug: the heartbeat must go on, or every slot would be declared dead
+                # while it runs its job
+                logger.exception("worker: heartbeat failed on an unexpected error, retrying")
 
     def _serve(self, slot: WorkerSlot) -> None:
         try:
             self._serve_until_retired(slot)
-        except (Exception, SystemExit):
-            # a bug: the job this slot holds is in an unknown state; stop beating for the
-            # slot, so that the cleaner releases the job through its retry policy
+        except BaseException:
+            # a bug, or an exception no job should let out (KeyboardInterrupt,
+            # CancelledError): the job this slot holds is in an unknown state; stop beating
+            # for the slot, so that the cleaner releases the job through its retry policy
             logger.exception(
                 "worker %s: unexpected error, the slot stops (its job, %s, will be released "
                 "by the cleaner)",
@@ -332,7 +341,7 @@ class WorkerProcess:
                 if self.stop.is_set() and slot.retire():
                     return
                 result = slot.run_once()
-            except PyMongoError as error:
+            except DatabaseError as error:
                 logger.error("worker %s: database error, retrying: %s", slot.id, error)
                 time.sleep(DATABASE_ERROR_WAIT)
                 continue

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from bson import ObjectId
 from pymongo.database import Database
-from pymongo.errors import AutoReconnect
 
 from recruiter import JobSpec, Queue, Registry
 from recruiter.clock import FrozenClock, SystemClock
+from recruiter.errors import DatabaseUnavailable
 from recruiter.loop import IDLE, UNKNOWN, Backoff, Pause, StopRequest, Wakeups, run_forever
 from recruiter.recruiter import (
     GAP,
@@ -154,7 +154,7 @@ def test_the_watcher_tells_a_gap_on_opening_and_on_losing_the_feed_then_reopens_
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr("recruiter.watcher.REOPEN_WAIT", 0.01)
-    feeds = [ScriptedFeed(["a", "b"], then=AutoReconnect("gone")), ScriptedFeed(["c"])]
+    feeds = [ScriptedFeed(["a", "b"], then=DatabaseUnavailable("gone")), ScriptedFeed(["c"])]
     opened = list(feeds)
     told: list[str] = []
     watcher = Watcher("test feed", lambda: opened.pop(0), told.append, lambda: told.append("gap"))

@@ -15,8 +15,8 @@ from recruiter.clock import FrozenClock
 from recruiter.groups import FairShare
 from recruiter.planning import SETTINGS_REFRESH
 from recruiter.recruiter import News, Recruiter
-from recruiter.schema import SCHEMA_VERSION
 from recruiter.store import Store
+from recruiter.store.schema import SCHEMA_VERSION
 
 SECOND = dt.timedelta(seconds=1)
 

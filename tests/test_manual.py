@@ -136,21 +136,21 @@ def test_the_rollback_never_releases_a_manual_run_that_acts_during_its_reads(
     store = queue.store
     job_id = queue.schedule(JobSpec("tests.noop"))
     token = ObjectId()
-    read_locked = store.locked_jobs
+    read_locks = store.locks
 
     def manual_run() -> None:
         store.register_holder(job_id, token, clock.now(), group="generic", pid=1, hostname="h")
         assert store.lock_job_now(job_id, token, clock.now())
 
-    def locked_jobs(limit: int) -> list[Any]:
+    def locks(locked_before: Any = None) -> list[Any]:
         if acts != "after":
             manual_run()
-        found = read_locked(limit)
+        found = read_locks(locked_before)
         if acts == "after":
             manual_run()
         return found
 
-    monkeypatch.setattr(store, "locked_jobs", locked_jobs)
+    monkeypatch.setattr(store, "locks", locks)
     assert release_unheld(store, clock.now(), "locked but not assigned") == {}
     assert queue.job(job_id).lock_token == token, "still the manual run's"
 

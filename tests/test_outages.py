@@ -13,11 +13,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from pymongo.errors import AutoReconnect
 
 from recruiter import JobSpec, Queue, Registry, RetryManyTimes
 from recruiter.cleaner import Cleaner, CleanerConfig
 from recruiter.clock import FrozenClock
+from recruiter.errors import DatabaseUnavailable
 from recruiter.execution import Outcome
 from recruiter.leadership import Leadership
 from recruiter.loop import IDLE, Backoff, Pause, run_forever
@@ -44,7 +44,7 @@ def drop_connection(
         if len(calls) <= times:
             if landed:
                 real(*arguments, **options)
-            raise AutoReconnect("connection closed (simulated)")
+            raise DatabaseUnavailable("connection closed (simulated)")
         return real(*arguments, **options)
 
     monkeypatch.setattr(store, verb, flaky)
@@ -148,7 +148,7 @@ def test_a_worker_that_could_not_free_itself_does_not_rerun_its_job(
 ) -> None:
     slot, job_id = assigned_slot(queue, registry, clock, JobSpec("tests.counted"))
     drop_connection(monkeypatch, queue.store, "release_worker", landed=False)
-    with pytest.raises(AutoReconnect):
+    with pytest.raises(DatabaseUnavailable):
         slot.run_once()  # the worker's loop logs this and calls run_once again
     again = slot.run_once().ran
     assert again is not None
@@ -165,7 +165,7 @@ def test_a_round_cut_between_locking_and_assigning_is_rolled_back_at_the_next(
     job_id = queue.schedule(JobSpec("tests.noop"))
     WorkerSlot(queue.store, registry, clock, "*").register()
     drop_connection(monkeypatch, queue.store, "assign", landed=False)
-    with pytest.raises(AutoReconnect):
+    with pytest.raises(DatabaseUnavailable):
         recruiter.run_once(clock.now())
     assert queue.job(job_id).locked, "locked, never assigned"
     result = recruiter.run_once(clock.advance(0.1))
@@ -181,7 +181,7 @@ def test_after_an_outage_the_cleaner_waits_a_full_timeout_before_declaring_death
     live = WorkerSlot(queue.store, registry, clock, "*")
     live.register()
     drop_connection(monkeypatch, queue.store, "archive_finished", landed=True)
-    with pytest.raises(AutoReconnect):
+    with pytest.raises(DatabaseUnavailable):
         cleaner.run_once(clock.advance(half))  # the outage: no heartbeat gets through
     assert cleaner.run_once(clock.advance(half)).dead_workers == 0
     assert cleaner.run_once(clock.advance(1)).dead_workers == 0, "back: watch first"
@@ -233,7 +233,7 @@ def test_the_loop_survives_database_errors_and_resumes() -> None:
         outcome = next(script)
         outcomes.append(outcome)
         if outcome == "error":
-            raise AutoReconnect("the database went away (simulated)")
+            raise DatabaseUnavailable("the database went away (simulated)")
         if outcome == "stop":
             stop.set()
         return Pause(busy=True) if outcome == "work" else IDLE
@@ -248,7 +248,7 @@ def test_a_leader_that_could_not_renew_becomes_leader_anew_when_the_database_ret
     leadership = Leadership(store, "cleaner", "me", dt.timedelta(seconds=15))
     assert leadership.hold(clock.now())
     drop_connection(monkeypatch, store, "acquire_or_renew", landed=False)
-    with pytest.raises(AutoReconnect):
+    with pytest.raises(DatabaseUnavailable):
         leadership.hold(clock.advance(6))
     assert not leadership.leading, "unknown while the database is away"
     assert leadership.hold(clock.advance(1)), "the lease is still its own: it leads again"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import logging
 from collections.abc import Callable
@@ -486,3 +487,50 @@ def test_output_too_large_to_record_is_dropped_and_the_job_still_finishes(
     job = queue.job(job_id)
     assert job.why == "done"
     assert "over 100000" in job.history[-1]["output"]["dropped"]
+
+
+@pytest.mark.parametrize(
+    "exception", [asyncio.CancelledError, GeneratorExit, KeyboardInterrupt], ids=repr
+)
+def test_a_job_raising_a_base_exception_fails_through_its_policy(
+    queue: Queue, registry: Registry, clock: FrozenClock, exception: type[BaseException]
+) -> None:
+    # review case 3: asyncio.run inside a job may raise CancelledError, which is no
+    # Exception; it must fail the attempt, not kill the slot and leave the job locked
+    @registry.workable("tests.base")
+    def base() -> None:
+        raise exception("raised by the job's own code")
+
+    job_id = queue.schedule(JobSpec("tests.base").retry_with(RetryManyTimes(1, 60)))
+    worker = slot(queue, registry, clock)
+    Recruiter(queue.store).run_once(clock.now())
+    ran = worker.run_once().ran
+    assert ran is not None
+    assert ran.outcome is Outcome.RETRY
+    assert ran.failure is not None
+    assert ran.failure.exception_class.endswith(exception.__name__)
+    job = queue.job(job_id)
+    assert (job.locked, job.attempts) == (False, 1)
+    assert queue.store.find_worker(worker.id).available  # type: ignore[arg-type, union-attr]
+
+
+def test_a_slot_stopped_by_a_base_exception_stops_beating(
+    queue: Queue, app: Registry, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    process = WorkerProcess(queue.store, app, clock, WorkerConfig(concurrency=2, watch=False))
+    crashed, healthy = process.slots
+    for each in process.slots:
+        each.register()
+
+    def bug() -> None:
+        raise asyncio.CancelledError("from somewhere in recruiter's own code")
+
+    monkeypatch.setattr(crashed, "run_once", bug)
+    process._serve(crashed)
+    clock.advance(5)
+    process.beat()
+    seen = {w.id: w.last_seen_at for w in queue.store.workers()}
+    assert seen == {
+        healthy.id: clock.now(),
+        crashed.id: clock.now() - dt.timedelta(seconds=5),  # the cleaner will see it
+    }

@@ -7,11 +7,10 @@ import datetime as dt
 from typing import Any
 
 import pytest
-from pymongo.errors import AutoReconnect
 
 from recruiter import JobSpec, Queue, RetryManyTimes
 from recruiter.clock import FrozenClock
-from recruiter.errors import InvalidJob
+from recruiter.errors import DatabaseUnavailable, InvalidJob
 from recruiter.recruiter import Recruiter
 from recruiter.schedule import Cron, Every, InvalidSchedule, schedule_from
 from recruiter.schedulers import PER_PASS, create_due_occurrences
@@ -32,7 +31,7 @@ def occurrences(store: Store, urn: str = "report") -> list[dt.datetime]:
 
 
 def crash(*arguments: Any, **options: Any) -> None:
-    raise AutoReconnect("the leader died here (simulated)")
+    raise DatabaseUnavailable("the leader died here (simulated)")
 
 
 def leave_pending(
@@ -43,7 +42,7 @@ def leave_pending(
     now = clock.advance(60)
     with monkeypatch.context() as patched:
         patched.setattr(queue.store, verb, crash)
-        with pytest.raises(AutoReconnect):
+        with pytest.raises(DatabaseUnavailable):
             create_due_occurrences(queue.store, now)
     return now
 

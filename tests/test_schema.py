@@ -9,8 +9,8 @@ from pymongo.database import Database
 
 from recruiter import Queue, SchemaTooNew
 from recruiter.errors import RecruiterError
-from recruiter.schema import SCHEMA_VERSION, ensure_schema
 from recruiter.store import Store
+from recruiter.store.schema import SCHEMA_VERSION, ensure_schema
 
 
 def schema_version(database: Database[Any]) -> Any:

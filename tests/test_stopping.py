@@ -31,7 +31,7 @@ from recruiter.cli.processes import Tell
 from recruiter.clock import FrozenClock
 from recruiter.events import BECAME_LEADER, STEPPED_DOWN, Listeners
 from recruiter.execution import Executor, Identity, Outcome
-from recruiter.recovery import release_job
+from recruiter.recovery import release_fenced
 from recruiter.stopping import JobTimedOut, Running, Watch
 from recruiter.testing import drain
 
@@ -214,7 +214,7 @@ def test_a_job_cancelled_before_it_started_and_put_back_is_archived_not_requeued
     token = ObjectId()
     store.lock_jobs([job_id], token, clock.now())  # handed out, its worker never started it
     assert queue.cancel(job_id) is Cancellation.STOPPING
-    assert release_job(store, job_id, token, clock.now(), "worker died") == "archived"
+    assert release_fenced(store, job_id, token, clock.now(), "worker died") == "archived"
     job = queue.job(job_id)
     assert (job.why, job.attempts) == ("cancelled", 0)
 

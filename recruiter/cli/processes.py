@@ -18,7 +18,6 @@ from types import FrameType
 from typing import Annotated, Any, Protocol
 
 import typer
-from pymongo.errors import PyMongoError
 
 from recruiter.cleaner import Cleaner, CleanerConfig
 from recruiter.cli.options import (
@@ -38,6 +37,7 @@ from recruiter.cli.options import (
     validated,
 )
 from recruiter.clock import SystemClock
+from recruiter.errors import DatabaseError
 from recruiter.events import BECAME_LEADER, STEPPED_DOWN, Listeners
 from recruiter.leadership import Leadership, holder_name
 from recruiter.logs import Level, setup_logging
@@ -141,7 +141,7 @@ def lead(
         was_leading = leadership.leading
         try:
             holds = leadership.hold(now)
-        except PyMongoError:
+        except DatabaseError:
             if tell is not None:
                 tell.not_leading()  # who leads is unknown until the database answers
             raise

@@ -1,4 +1,4 @@
-"""The storage seam: the only package that queries MongoDB (with :mod:`recruiter.schema`).
+"""The storage seam: the only package that queries MongoDB (its schema: :mod:`.schema`).
 
 Each method is one state transition, named after what the database does atomically,
 with its guard in the name: ``lock_jobs`` locks only unlocked ready jobs,
@@ -7,6 +7,10 @@ is a conditional update whose filter states its precondition, so a process that 
 its claim (a worker declared dead, a recruiter that lost its lease) cannot change a job
 it no longer owns. Methods return frozen records, never live cursors; they never decide
 retry timing nor call user code. Times are always passed in: the store reads no clock.
+
+The store owns the driver's failures too: every method raises the project's kinds,
+:class:`recruiter.errors.DatabaseUnavailable` or :class:`recruiter.errors.WriteRejected`
+(:mod:`recruiter.store.failures`), so no other module knows pymongo.
 """
 
 from __future__ import annotations
@@ -17,23 +21,26 @@ from bson.codec_options import CodecOptions
 from pymongo.collection import Collection
 from pymongo.database import Database
 
-from recruiter.schema import ensure_indexes, ensure_schema
 from recruiter.store.analytics import AnalyticsVerbs
 from recruiter.store.base import Document
 from recruiter.store.dedup import DedupVerbs
+from recruiter.store.failures import translate_methods
 from recruiter.store.groups import GroupRecord, GroupVerbs
-from recruiter.store.jobs import JobVerbs, as_object_id
+from recruiter.store.jobs import JobVerbs, LockRecord, as_object_id
 from recruiter.store.leases import LeaseVerbs
 from recruiter.store.roster import Assignment, RosterVerbs, WorkerRecord
 from recruiter.store.schedulers import SchedulerRecord, SchedulerVerbs
+from recruiter.store.schema import ensure_indexes, ensure_schema
 from recruiter.store.watch import ChangeFeed, ChangeStreamsUnavailable, RosterChange, WatchVerbs
 
 __all__ = [
     "Assignment",
     "ChangeFeed",
     "ChangeStreamsUnavailable",
+    "Database",
     "Document",
     "GroupRecord",
+    "LockRecord",
     "RosterChange",
     "SchedulerRecord",
     "Store",
@@ -42,6 +49,7 @@ __all__ = [
 ]
 
 
+@translate_methods
 class Store(
     JobVerbs,
     RosterVerbs,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from bson import ObjectId
@@ -19,14 +20,62 @@ from pymongo.collection import Collection
 from pymongo.database import Database
 from pymongo.errors import BulkWriteError, OperationFailure
 
-from recruiter.errors import RecruiterError
+from recruiter.errors import DocumentTooLarge, RecruiterError, WriteRejected
 from recruiter.job import HISTORY_LIMIT, Job
 from recruiter.store.base import Document, aware
+from recruiter.store.failures import translate
 
 DUPLICATE_KEY = 11000
+LOCK_PAGE = 10_000
+LOCK_FIELDS = {"lock": 1, "group": 1, "cancel_requested_at": 1}
 ARCHIVE_BATCH = 500
 PURGE_BATCH = 5_000
 DEDUP_INSERT_TRIES = 5
+
+
+@dataclass(frozen=True)
+class LockRecord:
+    """A locked job, as a take-back reads it: who holds it with which token, since when,
+    and whether its attempt started."""
+
+    job_id: Any
+    token: ObjectId
+    since: dt.datetime | None
+    started: bool
+    group: str | None
+    cancel_requested: bool
+
+    @classmethod
+    def from_document(cls, document: Mapping[str, Any]) -> LockRecord | None:
+        """The lock of a locked job's document; ``None`` for a hand-damaged lock."""
+        lock = document.get("lock")
+        if not isinstance(lock, Mapping) or not isinstance(lock.get("token"), ObjectId):
+            return None
+        since, group = lock.get("since"), document.get("group")
+        return cls(
+            job_id=document["_id"],
+            token=lock["token"],
+            since=aware(since) if isinstance(since, dt.datetime) else None,
+            started="started_at" in lock,
+            group=group if isinstance(group, str) else None,
+            cancel_requested="cancel_requested_at" in document,
+        )
+
+
+TRIMMED_TEXT = 1024
+"""What is kept of an attempt's message and trace when its record is too large."""
+
+
+def _trimmed(execution: Document) -> Document:
+    """``execution`` cut down to fit: no output, a short message and trace."""
+    trimmed = {**execution}
+    if "output" in trimmed:
+        trimmed["output"] = {"dropped": "the job's document would exceed the size limit"}
+    for key in ("message", "trace"):
+        value = trimmed.get(key)
+        if isinstance(value, str) and len(value) > TRIMMED_TEXT:
+            trimmed[key] = value[:TRIMMED_TEXT] + " […]"
+    return trimmed
 
 
 def _recording(update: Document, execution: Document, reset: bool = False) -> Document:
@@ -276,7 +325,9 @@ class JobVerbs:
                 },
                 return_document=ReturnDocument.BEFORE,
             )
-        except OperationFailure:
+        except OperationFailure as error:
+            if not isinstance(translate(error), WriteRejected):
+                raise  # no answer, or not now: the caller tries again, and checks
             # a hand-damaged document (attempts not a number): read it as it is, so the
             # job fails through its policy with what is wrong, instead of crashing here
             damaged = self.scheduled.find_one(owned)
@@ -320,10 +371,20 @@ class JobVerbs:
         )
         return result.modified_count
 
-    def locked_jobs(self, limit: int) -> list[Job]:
-        """Jobs currently locked (handed out or running), oldest lock first."""
-        cursor = self.scheduled.find({"locked": True}).sort("lock.since", 1).limit(limit)
-        return [Job.from_document(d) for d in cursor]
+    def locks(self, locked_before: dt.datetime | None = None) -> list[LockRecord]:
+        """Every lock (of jobs locked before ``locked_before``), read in pages of
+        :data:`LOCK_PAGE` by id, on the ``locks`` index: only what a take-back needs."""
+        query: Document = {"locked": True}
+        if locked_before is not None:
+            query["lock.since"] = {"$lt": locked_before}
+        found: list[LockRecord] = []
+        while True:
+            cursor = self.scheduled.find(query, LOCK_FIELDS).sort("_id", 1).limit(LOCK_PAGE)
+            page = list(cursor)
+            found.extend(lock for lock in map(LockRecord.from_document, page) if lock)
+            if len(page) < LOCK_PAGE:
+                return found
+            query["_id"] = {"$gt": page[-1]["_id"]}
 
     def find_locked_job(self, job_id: Any, token: ObjectId) -> Job | None:
         """The job, if it is still locked with ``token``."""
@@ -346,20 +407,13 @@ class JobVerbs:
     ) -> bool:
         """Unlock the job to run again at ``at``, recording the attempt, if still owned
         and not being cancelled (a cancelled job is never retried: finish it instead)."""
-        update = {
-            "$set": {"locked": False, "scheduled_at": at, "last_execution": execution},
-            "$unset": {"lock": ""},
-        }
         owned = {
             "_id": job_id,
             "lock.token": token,
             "cancel_requested_at": {"$exists": False},
         }
-        try:
-            result = self.scheduled.update_one(owned, _recording(update, execution))
-        except OperationFailure:
-            result = self.scheduled.update_one(owned, _recording(update, execution, reset=True))
-        return result.modified_count == 1
+        fields = {"locked": False, "scheduled_at": at}
+        return self._record_attempt(owned, fields, {"lock": ""}, execution)
 
     def finish_if_owned(
         self, job_id: Any, token: ObjectId, why: str, execution: Document, now: dt.datetime
@@ -371,22 +425,41 @@ class JobVerbs:
         ``archived`` with others in one batch: a worker spends one command to finish a
         job, not three.
         """
-        update = {
-            "$set": {
-                "locked": False,
-                "done": why == "done",
-                "why": why,
-                "archived_at": now,
-                "last_execution": execution,
-            },
-            "$unset": {"lock": "", "scheduled_at": ""},
-        }
+        fields = {"locked": False, "done": why == "done", "why": why, "archived_at": now}
         owned = {"_id": job_id, "lock.token": token}
-        try:
-            result = self.scheduled.update_one(owned, _recording(update, execution))
-        except OperationFailure:
-            result = self.scheduled.update_one(owned, _recording(update, execution, reset=True))
-        return result.modified_count == 1
+        return self._record_attempt(owned, fields, {"lock": "", "scheduled_at": ""}, execution)
+
+    def _record_attempt(
+        self, owned: Document, fields: Document, unset: Document, execution: Document
+    ) -> bool:
+        """Set ``fields``, unset ``unset`` and record ``execution`` (as the last execution
+        and at the end of the bounded history), if the job is still ``owned``.
+
+        Refused as too large, the write is tried again with what this attempt added
+        trimmed (its output dropped, its message and trace cut); refused because a hand
+        damaged ``history`` is not an array, with the history started afresh. Any other
+        refusal, and any failure to answer, is the caller's (translated at the seam):
+        the history recorded so far is never dropped.
+        """
+        for _ in range(2):
+            update = {"$set": {**fields, "last_execution": execution}, "$unset": unset}
+            try:
+                result = self.scheduled.update_one(owned, _recording(update, execution))
+                return result.modified_count == 1
+            except OperationFailure as error:
+                kind = translate(error)
+                if isinstance(kind, DocumentTooLarge) and execution != _trimmed(execution):
+                    execution = _trimmed(execution)
+                    continue
+                if isinstance(kind, WriteRejected) and self._history_damaged(owned):
+                    reset = _recording(update, execution, reset=True)
+                    return self.scheduled.update_one(owned, reset).modified_count == 1
+                raise
+        raise DocumentTooLarge("the job's document is too large to record even a trimmed attempt")
+
+    def _history_damaged(self, owned: Document) -> bool:
+        document = self.scheduled.find_one(owned, {"history": 1})
+        return document is not None and not isinstance(document.get("history", []), list)
 
     def archive_finished(self, limit: int = ARCHIVE_BATCH) -> int:
         """Move up to ``limit`` finished jobs from ``scheduled`` to ``archived``, in three

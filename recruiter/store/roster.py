@@ -40,6 +40,8 @@ class WorkerRecord:
     pid: int | None
     hostname: str | None
     assignment: Assignment | None
+    heartbeat_every: dt.timedelta | None = None
+    """How often it said it would heartbeat (workers before this field: unknown)."""
 
     @classmethod
     def from_document(cls, document: Mapping[str, Any]) -> WorkerRecord:
@@ -53,6 +55,7 @@ class WorkerRecord:
                 assignment = Assignment(job_id, lock["token"])
         last_seen, created = document.get("last_seen_at"), document.get("created_at")
         pid, hostname = document.get("pid"), document.get("hostname")
+        heartbeat_ms = document.get("heartbeat_ms")
         return cls(
             id=worker_id,
             work_on=str(document.get("work_on", "*")),
@@ -62,7 +65,16 @@ class WorkerRecord:
             pid=pid if isinstance(pid, int) else None,
             hostname=hostname if isinstance(hostname, str) else None,
             assignment=assignment,
+            heartbeat_every=(
+                dt.timedelta(milliseconds=heartbeat_ms)
+                if isinstance(heartbeat_ms, int) and not isinstance(heartbeat_ms, bool)
+                else None
+            ),
         )
+
+
+def _millis(interval: dt.timedelta) -> int:
+    return interval // dt.timedelta(milliseconds=1)
 
 
 class RosterVerbs:
@@ -70,12 +82,21 @@ class RosterVerbs:
 
     roster: Collection[Document]
 
-    def register_worker(self, work_on: str, pid: int, hostname: str, now: dt.datetime) -> ObjectId:
-        """Add an available worker; return its id."""
+    def register_worker(
+        self,
+        work_on: str,
+        pid: int,
+        hostname: str,
+        now: dt.datetime,
+        heartbeat_every: dt.timedelta | None = None,
+    ) -> ObjectId:
+        """Add an available worker that heartbeats every ``heartbeat_every``; return its id."""
         worker_id = ObjectId()
+        beats = {} if heartbeat_every is None else {"heartbeat_ms": _millis(heartbeat_every)}
         self.roster.insert_one(
             {
                 "_id": worker_id,
+                **beats,
                 "work_on": work_on,
                 "available": True,
                 "available_since": now,
@@ -88,15 +109,25 @@ class RosterVerbs:
         return worker_id
 
     def register_holder(
-        self, job_id: Any, token: ObjectId, now: dt.datetime, *, group: str, pid: int, hostname: str
+        self,
+        job_id: Any,
+        token: ObjectId,
+        now: dt.datetime,
+        *,
+        group: str,
+        pid: int,
+        hostname: str,
+        heartbeat_every: dt.timedelta | None = None,
     ) -> ObjectId:
         """Add a worker that already holds ``job_id`` (locked with ``token``) and never
         takes assignments: a manual run in another process, which heartbeats like a
         worker, so the cleaner takes its job back if it dies."""
         worker_id = ObjectId()
+        beats = {} if heartbeat_every is None else {"heartbeat_ms": _millis(heartbeat_every)}
         self.roster.insert_one(
             {
                 "_id": worker_id,
+                **beats,
                 "work_on": group,
                 "available": False,
                 "manual": True,
@@ -184,15 +215,22 @@ class RosterVerbs:
         cursor = self.roster.find({"last_seen_at": {"$lt": seen_before}})
         return [WorkerRecord.from_document(d) for d in cursor]
 
-    def remove_worker_if_dead(self, worker_id: ObjectId, seen_before: dt.datetime) -> bool:
-        """Remove the worker only if it has still not been seen since ``seen_before``."""
-        result = self.roster.delete_one({"_id": worker_id, "last_seen_at": {"$lt": seen_before}})
-        return result.deleted_count == 1
+    def remove_worker_if_dead(
+        self, worker_id: ObjectId, seen_before: dt.datetime
+    ) -> WorkerRecord | None:
+        """Remove the worker only if it has still not been seen since ``seen_before``;
+        return it as it was when removed (what it held then is what to take back)."""
+        removed = self.roster.find_one_and_delete(
+            {"_id": worker_id, "last_seen_at": {"$lt": seen_before}}
+        )
+        return None if removed is None else WorkerRecord.from_document(removed)
 
-    def held_job_ids(self) -> set[Any]:
-        """The jobs that some worker on the roster was assigned."""
+    def held_tokens(self) -> set[ObjectId]:
+        """The lock tokens of the jobs held by workers on the roster."""
+        cursor = self.roster.find({"assignment.token": {"$exists": True}}, {"assignment": 1})
         return {
-            w.assignment.job_id
-            for w in map(WorkerRecord.from_document, self.roster.find({"available": False}))
-            if w.assignment is not None
+            document["assignment"]["token"]
+            for document in cursor
+            if isinstance(document.get("assignment"), Mapping)
+            and isinstance(document["assignment"].get("token"), ObjectId)
         }

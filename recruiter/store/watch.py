@@ -31,6 +31,7 @@ from pymongo.errors import OperationFailure
 
 from recruiter.errors import RecruiterError
 from recruiter.store.base import Document
+from recruiter.store.failures import translate_methods
 from recruiter.store.roster import Assignment
 
 T = TypeVar("T")
@@ -55,6 +56,7 @@ class RosterChange:
     removed, or the assignment could not be read from the change): read it."""
 
 
+@translate_methods
 class ChangeFeed(Generic[T]):
     """An open change stream, read one change at a time; close it with ``with``."""
 

@@ -1,0 +1,114 @@
+"""The driver's failures, translated into the project's two kinds at the seam.
+
+Every public method of the store raises :class:`recruiter.errors.DatabaseUnavailable`
+(no answer, or not now: it may have landed, so try again and check) or
+:class:`recruiter.errors.WriteRejected` (the database refused it as it is: do not
+retry), never a pymongo error: the processes decide what to do on either kind without
+knowing the driver (river's driver translates its errors the same way).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from bson.errors import BSONError
+from pymongo.errors import (
+    BulkWriteError,
+    ConnectionFailure,
+    CursorNotFound,
+    ExecutionTimeout,
+    OperationFailure,
+    PyMongoError,
+    WriteConcernError,
+)
+from pymongo.errors import DocumentTooLarge as DriverDocumentTooLarge
+
+from recruiter.errors import (
+    DatabaseError,
+    DatabaseUnavailable,
+    DocumentTooLarge,
+    WriteRejected,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+TRANSIENT_CODES = frozenset(
+    {
+        6,  # HostUnreachable
+        7,  # HostNotFound
+        24,  # LockTimeout
+        50,  # MaxTimeMSExpired
+        64,  # WriteConcernFailed
+        89,  # NetworkTimeout
+        91,  # ShutdownInProgress
+        112,  # WriteConflict
+        189,  # PrimarySteppedDown
+        262,  # ExceededTimeLimit
+        9001,  # SocketException
+        10107,  # NotWritablePrimary
+        11600,  # InterruptedAtShutdown
+        11602,  # InterruptedDueToReplStateChange
+        13435,  # NotPrimaryNoSecondaryOk
+        13436,  # NotPrimaryOrSecondary
+    }
+)
+"""Server error codes that say "not now", not "not this": the operation may be retried."""
+TOO_LARGE_CODES = frozenset({10334, 17419, 17420})
+"""BSONObjectTooLarge, and a document grown past the limit by an update."""
+TRANSIENT_LABELS = ("RetryableWriteError", "TransientTransactionError")
+
+
+def translate(error: PyMongoError | BSONError) -> DatabaseError:
+    """The project's kind of a driver's error (its message kept)."""
+    message = str(error).split(", full error:", 1)[0][:500]
+    if isinstance(error, ConnectionFailure | ExecutionTimeout | WriteConcernError | CursorNotFound):
+        return DatabaseUnavailable(message)
+    if isinstance(error, DriverDocumentTooLarge):
+        return DocumentTooLarge(message)
+    if isinstance(error, BulkWriteError):
+        return _bulk(error, message)
+    if isinstance(error, OperationFailure):
+        if error.code in TRANSIENT_CODES or any(map(error.has_error_label, TRANSIENT_LABELS)):
+            return DatabaseUnavailable(message)
+        if error.code in TOO_LARGE_CODES:
+            return DocumentTooLarge(message)
+    if isinstance(error, PyMongoError) and any(map(error.has_error_label, TRANSIENT_LABELS)):
+        return DatabaseUnavailable(message)
+    return WriteRejected(message)
+
+
+def _bulk(error: BulkWriteError, message: str) -> DatabaseError:
+    details = error.details or {}
+    write_errors = details.get("writeErrors") or []
+    if not write_errors:  # only the write concern failed: the writes landed on the primary
+        return DatabaseUnavailable(message)
+    codes = {failure.get("code") for failure in write_errors}
+    if codes <= TRANSIENT_CODES:
+        return DatabaseUnavailable(message)
+    if codes & TOO_LARGE_CODES:
+        return DocumentTooLarge(message)
+    return WriteRejected(message)
+
+
+def translated(method: F) -> F:
+    """``method``, raising the project's kinds instead of the driver's errors."""
+
+    @functools.wraps(method)
+    def wrapper(*arguments: Any, **options: Any) -> Any:
+        try:
+            return method(*arguments, **options)
+        except (PyMongoError, BSONError) as error:
+            raise translate(error) from error
+
+    return wrapper  # type: ignore[return-value]
+
+
+def translate_methods(cls: type[Any]) -> type[Any]:
+    """Wrap every public method of ``cls`` (inherited ones too) with :func:`translated`."""
+    for name, member in inspect.getmembers(cls, inspect.isfunction):
+        if not name.startswith("_"):
+            setattr(cls, name, translated(member))
+    return cls

@@ -1,0 +1,175 @@
+"""Taking a job back from its holder, with another process acting in between.
+
+Every take-back reads (dead workers, locked jobs, their holders), then writes. Each
+test here makes another process act between that read and that write, by hand, on a
+frozen clock: a frozen worker thawing and heartbeating, an old leader's assignment
+landing late, a worker starting the job it was just assigned.
+"""
+
+from __future__ import annotations
+
+import pytest
+from bson import ObjectId
+
+from recruiter import JobSpec, Queue, Registry, RetryManyTimes
+from recruiter.cleaner import Cleaner, CleanerConfig
+from recruiter.clock import FrozenClock
+from recruiter.execution import Execution, Outcome
+from recruiter.recruiter import Recruiter
+from recruiter.store import Store
+from recruiter.worker import WorkerConfig, WorkerProcess
+from tests.interleaving import after
+from tests.test_processes import DEAD_AFTER, WatchingCleaner
+
+WORKER = WorkerConfig(watch=False)
+
+
+@pytest.fixture
+def cleaner(queue: Queue, clock: FrozenClock) -> Cleaner:
+    cleaner = WatchingCleaner(queue.store, CleanerConfig(considered_dead_after=DEAD_AFTER))
+    cleaner.run_once(clock.now())
+    return cleaner
+
+
+def test_a_frozen_worker_that_heartbeats_before_the_cleaner_removes_it_keeps_its_job(
+    queue: Queue,
+    registry: Registry,
+    clock: FrozenClock,
+    cleaner: Cleaner,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # review case 1: the cleaner read the worker as dead; the worker thaws and beats
+    # before the cleaner acts; the job must stay with it, and run once
+    seen: list[object] = []
+
+    @registry.workable("tests.frozen")
+    def frozen() -> None:
+        clock.advance(DEAD_AFTER.total_seconds() + 1)  # the worker is frozen, then thaws
+        thawed = after(monkeypatch, queue.store, "dead_workers", worker.beat, when=bool)
+        cleaner.run_once(clock.now())
+        job = queue.job(job_id)
+        seen.extend([len(thawed), job.locked, job.lock_token, job.attempts])
+
+    worker = WorkerProcess(queue.store, registry, clock, WORKER, lambda: seen.append("dead"))
+    worker.slots[0].register()
+    job_id = queue.schedule(JobSpec("tests.frozen").retry_with(RetryManyTimes(3, 0)))
+    token = _assign(queue, clock)
+    ran = worker.slots[0].run_once().ran
+    assert seen == [1, True, token, 1], "the job stayed with its live worker"
+    assert ran is not None
+    assert ran.outcome is Outcome.DONE
+    job = queue.job(job_id)
+    assert (job.why, job.attempts, [h["outcome"] for h in job.history]) == ("done", 1, ["done"])
+    assert [w.id for w in queue.store.workers()] == [worker.slots[0].id]
+
+
+def test_a_new_leader_leaves_a_job_its_old_leader_assigned_and_a_worker_started_meanwhile(
+    queue: Queue,
+    registry: Registry,
+    clock: FrozenClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # review case 2: old leader A locked J and stalled before assigning it; new leader B
+    # reads J locked and held by nobody; A's assignment lands and the worker starts J;
+    # B must not take J back from its live worker
+    job_id, old_leader, worker_id = _half_round(queue, registry, clock)
+    token = old_leader.token
+    started = {"started_at": clock.now(), "worker": worker_id}
+
+    def assigned_and_started() -> object:
+        old_leader.finish_round()
+        return queue.store.start_if_owned(job_id, token, started)
+
+    meanwhile = after(monkeypatch, queue.store, "held_tokens", assigned_and_started)
+    new_leader = Recruiter(queue.store)
+    assert new_leader.run_once(clock.now()).rolled_back == 0
+    assert len(meanwhile) == 1
+    job = queue.job(job_id)
+    assert (job.locked, job.lock_token, job.attempts) == (True, token, 1), "left to its worker"
+    record = {"attempt": 1, "outcome": "done", **started}
+    assert queue.store.finish_if_owned(job_id, token, "done", record, clock.now())
+
+
+def test_the_cleaners_orphan_pass_leaves_a_job_assigned_and_started_meanwhile(
+    queue: Queue,
+    registry: Registry,
+    clock: FrozenClock,
+    cleaner: Cleaner,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the same window, for a lock older than the dead timeout: the orphan pass
+    job_id, old_leader, worker_id = _half_round(queue, registry, clock)
+    token = old_leader.token
+    for _ in range(2):  # the cleaner watches all along: its rounds come 15 s apart
+        clock.advance(DEAD_AFTER.total_seconds() / 2)
+        queue.store.heartbeat([worker_id], clock.now())
+        assert sum(cleaner.run_once(clock.now()).released.values()) == 0
+    clock.advance(1)  # the lock is older than the dead timeout now
+
+    def assigned_and_started() -> object:
+        old_leader.finish_round()
+        return queue.store.start_if_owned(job_id, token, {"started_at": clock.now()})
+
+    worker_alive = after(monkeypatch, queue.store, "held_tokens", assigned_and_started)
+    assert sum(cleaner.run_once(clock.now()).released.values()) == 0
+    assert len(worker_alive) == 1
+    job = queue.job(job_id)
+    assert (job.locked, job.lock_token, job.attempts) == (True, token, 1), "left to its worker"
+
+
+def test_a_job_rolled_back_before_its_old_leaders_late_assignment_is_not_run_by_it(
+    queue: Queue, registry: Registry, clock: FrozenClock
+) -> None:
+    # the other side of the window: B takes J back before A's assignment lands; the
+    # worker is then assigned a job it no longer holds, and must not run it
+    job_id, old_leader, _ = _half_round(queue, registry, clock)
+    assert Recruiter(queue.store).rollback(clock.now()) == 1
+    old_leader.finish_round()
+    ran = old_leader.slot_run()
+    assert ran is not None
+    assert ran.outcome is Outcome.FENCED
+    job = queue.job(job_id)
+    assert (job.locked, job.attempts) == (False, 0), "back in the queue, uncounted"
+
+
+class _OldLeader:
+    """A recruiter that locked a round's jobs and has not assigned them yet."""
+
+    def __init__(self, queue: Queue, registry: Registry, clock: FrozenClock) -> None:
+        self.store = Store(queue.store.database)  # its own connection to the database
+        self.clock = clock
+        self.worker = WorkerProcess(queue.store, registry, clock, WORKER, lambda: None)
+        self.worker.slots[0].register()
+        self.token = ObjectId()
+        self.plan = Recruiter(self.store).plan(
+            self.store.available_workers(), self.token, clock.now()
+        )
+
+    def finish_round(self) -> ObjectId:
+        assigned = self.store.assign(self.plan, self.token, self.clock.now())
+        assert assigned == set(self.plan)
+        return self.token
+
+    def slot_run(self) -> Execution | None:
+        return self.worker.slots[0].run_once().ran
+
+
+def _half_round(
+    queue: Queue, registry: Registry, clock: FrozenClock
+) -> tuple[ObjectId, _OldLeader, ObjectId]:
+    @registry.workable("tests.noop")
+    def noop() -> None: ...
+
+    job_id = queue.schedule(JobSpec("tests.noop").retry_with(RetryManyTimes(3, 0)))
+    old_leader = _OldLeader(queue, registry, clock)
+    assert list(old_leader.plan.values()) == [job_id]
+    worker_id = old_leader.worker.slots[0].id
+    assert worker_id is not None
+    return job_id, old_leader, worker_id
+
+
+def _assign(queue: Queue, clock: FrozenClock) -> ObjectId:
+    assert Recruiter(queue.store).run_once(clock.now()).assigned == 1
+    (worker,) = queue.store.workers()
+    assert worker.assignment is not None
+    return worker.assignment.token
