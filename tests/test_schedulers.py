@@ -4,6 +4,7 @@ creates, one per occurrence, whatever crashes in between."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 from typing import Any
 
 import pytest
@@ -305,3 +306,33 @@ def test_a_new_scheduler_is_seen_by_the_recruiter_within_its_refresh(
     assert recruiter.run_once(clock.advance(3)).next_due == start + dt.timedelta(seconds=10)
     recruiter.run_once(clock.advance(7))
     assert occurrences(queue.store) == [start + dt.timedelta(seconds=12)]
+
+
+# --- indexes -----------------------------------------------------------------------------
+
+
+def test_the_read_of_due_schedulers_uses_an_index_for_each_of_its_queries(
+    store: Store, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    indexes = store.schedulers.index_information()
+    assert (list(indexes["pending_at"]["key"]), indexes["pending_at"].get("sparse")) == (
+        [("pending.at", 1)],
+        True,
+    )
+    leading = {next(iter(index["key"]))[0] for index in indexes.values()}
+    queries: list[dict[str, Any]] = []
+    find = store.schedulers.find
+
+    def spy(query: dict[str, Any], *arguments: Any) -> Any:
+        queries.append(query)
+        return find(query, *arguments)
+
+    monkeypatch.setattr(store.schedulers, "find", spy)
+    store.due_schedulers(clock.now())
+    assert [set(query) for query in queries] == [{"pending.at"}, {"next_at"}]
+    assert all(set(query) <= leading for query in queries)
+    for query in queries:
+        cursor = find(query)
+        if hasattr(cursor, "explain"):  # the real server; mongomock cannot explain
+            plan = cursor.explain()["queryPlanner"]["winningPlan"]
+            assert "IXSCAN" in json.dumps(plan, default=str), plan

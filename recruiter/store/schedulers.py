@@ -127,11 +127,16 @@ class SchedulerVerbs:
         return self.schedulers.delete_one({"_id": urn}).deleted_count == 1
 
     def due_schedulers(self, now: dt.datetime) -> list[SchedulerRecord]:
-        """Schedulers with an occurrence due by ``now``, or one left pending by a crash."""
-        cursor = self.schedulers.find(
-            {"$or": [{"next_at": {"$lte": now}}, {"pending": {"$exists": True}}]}
-        )
-        return [SchedulerRecord.from_document(d) for d in cursor]
+        """Schedulers with an occurrence due by ``now``, or one left pending by a crash.
+
+        Two reads, each on its index (``pending_at``, sparse, then ``next_at``), rather
+        than one ``$or``, which a server may answer by a scan. A scheduler in both is read
+        twice and kept as read last; every write to it checks its state again anyway.
+        """
+        found: dict[Any, Document] = {}
+        for query in ({"pending.at": {"$exists": True}}, {"next_at": {"$lte": now}}):
+            found.update((document["_id"], document) for document in self.schedulers.find(query))
+        return [SchedulerRecord.from_document(d) for d in found.values()]
 
     def next_scheduler_due(self) -> dt.datetime | None:
         """When the earliest occurrence of any scheduler is due."""
