@@ -35,7 +35,15 @@ from recruiter.manual import (
     run_now,
     wait_for,
 )
-from recruiter.schedule import Cron, Every, InvalidSchedule, Schedule
+from recruiter.schedule import (
+    DEFAULT_MISSED,
+    Cron,
+    Every,
+    InvalidSchedule,
+    Missed,
+    Schedule,
+    missed_rule,
+)
 from recruiter.schedulers import job_template
 from recruiter.store import Database, SchedulerRecord, Store
 from recruiter.workable import Registry
@@ -77,7 +85,13 @@ class Queue:
         return self.store.insert_jobs(documents)
 
     def repeat(
-        self, urn: str, job: JobSpec, schedule: Schedule | str, *, unique: bool = False
+        self,
+        urn: str,
+        job: JobSpec,
+        schedule: Schedule | str,
+        *,
+        unique: bool = False,
+        missed: Missed = DEFAULT_MISSED,
     ) -> bool:
         """Create ``job`` at each occurrence of ``schedule`` (a cron expression, or a
         :class:`~recruiter.schedule.Cron` or :class:`~recruiter.schedule.Every`), from the
@@ -85,7 +99,10 @@ class Queue:
 
         Declaring ``urn`` again changes its job and schedule (a changed schedule starts
         again from its next occurrence). With ``unique``, no occurrence is created while
-        the job of the last one is still queued or running.
+        the job of the last one is still queued or running. ``missed`` says what to do
+        with occurrences missed while no recruiter led (due more than
+        :data:`~recruiter.schedulers.MISSED_GRACE` ago): ``"latest"`` creates only the
+        latest one due and skips the others, ``"all"`` creates every one.
         """
         if not isinstance(urn, str) or not urn.strip():
             raise InvalidJob(f"a scheduler needs a non-empty urn, got {urn!r}")
@@ -104,11 +121,18 @@ class Queue:
             schedule = Cron(schedule)
         if not isinstance(schedule, Cron | Every):
             raise InvalidSchedule(f"expected a cron expression, Cron or Every, got {schedule!r}")
+        rule = missed_rule(missed)
         now = self.clock.now()
         template = job_template(job.to_document(ObjectId(), now))
         first = to_millis(schedule.next_after(now))
         return self.store.upsert_scheduler(
-            urn, template, schedule.to_document(), unique=unique is True, first_at=first, now=now
+            urn,
+            template,
+            schedule.to_document(),
+            unique=unique is True,
+            missed=rule,
+            first_at=first,
+            now=now,
         )
 
     def stop_repeating(self, urn: str) -> bool:

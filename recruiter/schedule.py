@@ -1,8 +1,10 @@
 """When a repeatable job runs: a cron expression, or every so often.
 
-A schedule answers one question, :meth:`Schedule.next_after`: the first occurrence after
-a moment. It is stored in the scheduler's document as BSON data (``{"cron": ...,
-"timezone": ...}`` or ``{"every": seconds}``) and read back with :func:`schedule_from`.
+A schedule answers two questions: :meth:`Schedule.next_after`, the first occurrence after
+a moment, and :meth:`Schedule.latest_by`, the last one due by a moment (to catch up
+after missed occurrences, see :data:`Missed`). It is stored in the scheduler's document
+as BSON data (``{"cron": ..., "timezone": ...}`` or ``{"every": seconds}``) and read
+back with :func:`schedule_from`.
 Cron expressions are parsed by croniter: five fields, or six with seconds last.
 
 >>> import datetime as dt
@@ -18,7 +20,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterError, croniter
@@ -29,6 +31,25 @@ from recruiter.errors import RecruiterError
 
 class InvalidSchedule(RecruiterError):
     """A schedule that cannot be understood; nothing was written."""
+
+
+Missed = Literal["latest", "all"]
+"""What a scheduler does with occurrences missed while no recruiter led: create only the
+latest one due, or every one (see :mod:`recruiter.schedulers`)."""
+MISSED_RULES: tuple[Missed, ...] = ("latest", "all")
+DEFAULT_MISSED: Missed = "latest"
+"""The rule of a scheduler declared without one (or stored before there were rules)."""
+
+
+def missed_rule(value: object) -> Missed:
+    """``value`` as a catch-up rule; :class:`InvalidSchedule` if it is none."""
+    for rule in MISSED_RULES:
+        if isinstance(value, str) and value == rule:
+            return rule
+    raise InvalidSchedule(
+        f"missed must be 'latest' (only the latest missed occurrence is created) or "
+        f"'all' (every one is), not {value!r}"
+    )
 
 
 @dataclass(frozen=True)
@@ -65,6 +86,20 @@ class Cron:
             ) from error
         return following.astimezone(dt.UTC)
 
+    def latest_by(self, first: dt.datetime, moment: dt.datetime) -> dt.datetime:
+        """The last occurrence at or before ``moment``, ``first`` (an occurrence, at or
+        before ``moment``) if there is none after it."""
+        try:
+            # croniter's previous is strictly before its start; occurrences fall on whole
+            # seconds and moments on milliseconds, so one more millisecond includes moment
+            start = (moment + dt.timedelta(milliseconds=1)).astimezone(ZoneInfo(self.timezone))
+            previous: dt.datetime = croniter(self.expression, start).get_prev(dt.datetime)
+        except (CroniterError, ValueError, ZoneInfoNotFoundError) as error:
+            raise InvalidSchedule(
+                f"cron expression {self.expression!r} has no occurrence before {moment}: {error}"
+            ) from error
+        return max(first, previous.astimezone(dt.UTC))
+
     def to_document(self) -> dict[str, Any]:
         return {"cron": self.expression, "timezone": self.timezone}
 
@@ -86,6 +121,11 @@ class Every:
 
     def next_after(self, moment: dt.datetime) -> dt.datetime:
         return moment + self.interval
+
+    def latest_by(self, first: dt.datetime, moment: dt.datetime) -> dt.datetime:
+        """The last occurrence at or before ``moment``, counted from the occurrence
+        ``first`` (at or before ``moment``)."""
+        return first + (moment - first) // self.interval * self.interval
 
     def to_document(self) -> dict[str, Any]:
         return {"every": self.interval.total_seconds()}

@@ -6,8 +6,12 @@ recruiter creates the occurrences (:func:`create_due_occurrences`), each a job d
 the occurrence's time, by three conditional writes that a crash at any point neither
 loses nor doubles (see :mod:`recruiter.store.schedulers`).
 
-- **Missed occurrences** (no recruiter led for a while) are all created, in order, up
-  to :data:`PER_PASS` at each pass of each scheduler: none is lost.
+- **Missed occurrences**, due more than :data:`MISSED_GRACE` ago (no recruiter led for
+  a while), follow the scheduler's rule (:data:`~recruiter.schedule.Missed`). With
+  ``"latest"``, a pass that finds some creates only the latest occurrence due and skips
+  the others, counted; with ``"all"``, every one is created, in order, up to
+  :data:`PER_PASS` at each pass of each scheduler. Occurrences due within the grace
+  period are all created whatever the rule: a failover of the recruiter loses none.
 - **Unique** schedulers create no occurrence while the job of the last one is still
   queued or running: the occurrences due meanwhile are skipped, and counted.
 """
@@ -20,7 +24,7 @@ from dataclasses import dataclass
 
 from bson import ObjectId
 
-from recruiter.schedule import InvalidSchedule, Schedule, schedule_from
+from recruiter.schedule import Every, InvalidSchedule, Schedule, schedule_from
 from recruiter.store import Document, Store
 from recruiter.store.schedulers import Occurrence, SchedulerRecord
 
@@ -28,8 +32,11 @@ logger = logging.getLogger(__name__)
 
 PER_PASS = 100
 """The most occurrences one pass creates for one scheduler."""
+MISSED_GRACE = dt.timedelta(minutes=1)
+"""An occurrence due longer ago than this was missed (a failover takes seconds)."""
 SKIP_COUNT_LIMIT = 10_000
-"""Skipped occurrences beyond this many at once are not counted one by one."""
+"""Skipped occurrences beyond this many at once are not counted one by one (a cron
+schedule's are counted by stepping through them; an interval's are computed)."""
 TEMPLATE_FIELDS = ("group", "priority", "workable", "retry_policy", "tags", "urn")
 """What a scheduler keeps of a job's document, to create each occurrence from."""
 
@@ -110,8 +117,9 @@ def _complete(
 def _create(
     store: Store, scheduler: SchedulerRecord, schedule: Schedule, now: dt.datetime
 ) -> tuple[int, int]:
-    created = skipped = 0
-    at, last = scheduler.next_at, scheduler.last
+    created = 0
+    at, skipped = _skip_missed(store, scheduler, schedule, now)
+    last = scheduler.last
     while at is not None and at <= now and created < PER_PASS:
         following = schedule.next_after(at)
         if scheduler.unique and last is not None and store.job_unfinished(last.job_id):
@@ -133,6 +141,47 @@ def _create(
         logger.debug("scheduler %s: created job %s for %s", scheduler.urn, occurrence.job_id, at)
         created, last, at = created + 1, occurrence, following
     return created, skipped
+
+
+def _skip_missed(
+    store: Store, scheduler: SchedulerRecord, schedule: Schedule, now: dt.datetime
+) -> tuple[dt.datetime | None, int]:
+    """Apply the ``"latest"`` rule: skip the occurrences before the latest one due, if
+    the first due was missed. Return the occurrence to create from (``None`` if another
+    leader moved the scheduler on meanwhile) and how many were skipped.
+
+    Only the first due can be missed: once it is skipped or created, the next ones are
+    later. A crash after the skip leaves the latest as ``next_at``, created at the next
+    pass (it is the latest due then too, or a later one is, and it is skipped in turn).
+    """
+    at = scheduler.next_at
+    if scheduler.missed != "latest" or at is None or at >= now - MISSED_GRACE:
+        return at, 0
+    latest, count = _latest_due(schedule, at, now)
+    if not count:
+        return at, 0
+    if not store.skip_occurrences(scheduler.urn, at, latest, count):
+        return None, 0  # changed or removed meanwhile, or another leader moved it on
+    logger.warning(
+        "scheduler %s: %d missed occurrence(s) skipped, from %s; creating the latest, %s",
+        scheduler.urn,
+        count,
+        at,
+        latest,
+    )
+    return latest, count
+
+
+def _latest_due(schedule: Schedule, at: dt.datetime, now: dt.datetime) -> tuple[dt.datetime, int]:
+    """The latest occurrence due by ``now``, and how many come before it from ``at``
+    (the first due) on."""
+    latest = schedule.latest_by(at, now)
+    if isinstance(schedule, Every):
+        return latest, (latest - at) // schedule.interval
+    count = 0
+    while at < latest and count < SKIP_COUNT_LIMIT:
+        at, count = schedule.next_after(at), count + 1
+    return latest, count
 
 
 def _first_after(

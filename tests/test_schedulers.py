@@ -4,17 +4,22 @@ creates, one per occurrence, whatever crashes in between."""
 from __future__ import annotations
 
 import datetime as dt
+import json
+import logging
 from typing import Any
 
 import pytest
+from pymongo.database import Database
+from typer.testing import CliRunner
 
 from recruiter import JobSpec, Queue, RetryManyTimes
+from recruiter.cli import app, views
 from recruiter.clock import FrozenClock
 from recruiter.errors import DatabaseUnavailable, InvalidJob
 from recruiter.recruiter import Recruiter
-from recruiter.schedule import Cron, Every, InvalidSchedule, schedule_from
-from recruiter.schedulers import PER_PASS, create_due_occurrences
-from recruiter.store import Store
+from recruiter.schedule import Cron, Every, InvalidSchedule, Schedule, schedule_from
+from recruiter.schedulers import MISSED_GRACE, PER_PASS, SchedulingResult, create_due_occurrences
+from recruiter.store import SchedulerRecord, Store
 
 MINUTE = dt.timedelta(minutes=1)
 JAN_1 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -28,6 +33,13 @@ def occurrences(store: Store, urn: str = "report") -> list[dt.datetime]:
         for document in collection.find({"scheduler.urn": urn})
     ]
     return sorted(times)
+
+
+def stored(store: Store, urn: str = "report") -> SchedulerRecord:
+    """The scheduler ``urn`` as stored now."""
+    record = store.find_scheduler(urn)
+    assert record is not None
+    return record
 
 
 def crash(*arguments: Any, **options: Any) -> None:
@@ -45,6 +57,21 @@ def leave_pending(
         with pytest.raises(DatabaseUnavailable):
             create_due_occurrences(queue.store, now)
     return now
+
+
+OUTAGES = pytest.mark.parametrize(
+    ("schedule", "outage", "latest", "skipped"),
+    [
+        (Every("1s"), dt.timedelta(days=1), dt.timedelta(days=1), 86_399),
+        # from 9:00: 10:00, 11:00 and 12:00 are due at 12:30
+        (Cron("0 * * * *"), dt.timedelta(hours=3, minutes=30), dt.timedelta(hours=3), 2),
+        # the latest due, 6:00 two days on, is itself 7 hours old: still created
+        (Cron("0 6 * * *"), dt.timedelta(days=3, hours=4), dt.timedelta(days=2, hours=21), 2),
+    ],
+    ids=["every second, a day", "hourly cron", "daily cron"],
+)
+"""Outages with missed occurrences: (schedule, outage, time of the latest due, how many
+before it), times from the scheduler's declaration."""
 
 
 @pytest.fixture
@@ -172,10 +199,10 @@ def test_the_recruiter_creates_a_job_at_each_occurrence_due_at_its_time(
     assert (scheduler.created, scheduler.next_at) == (2, clock.now() + MINUTE)
 
 
-def test_missed_occurrences_are_all_created_in_order(
+def test_missed_occurrences_are_all_created_in_order_with_missed_all(
     queue: Queue, clock: FrozenClock, report: JobSpec
 ) -> None:
-    queue.repeat("report", report, Every("1m"))
+    queue.repeat("report", report, Every("1m"), missed="all")
     start = clock.now()
     create_due_occurrences(queue.store, clock.advance(5 * 60))  # no recruiter led meanwhile
     assert occurrences(queue.store) == [start + n * MINUTE for n in range(1, 6)]
@@ -184,7 +211,7 @@ def test_missed_occurrences_are_all_created_in_order(
 def test_a_pass_creates_at_most_a_bounded_number_per_scheduler(
     queue: Queue, clock: FrozenClock, report: JobSpec
 ) -> None:
-    queue.repeat("report", report, Every("1s"))
+    queue.repeat("report", report, Every("1s"), missed="all")
     now = clock.advance(PER_PASS + 10)
     assert create_due_occurrences(queue.store, now).created == PER_PASS
     assert create_due_occurrences(queue.store, now).created == 10, "the rest at the next pass"
@@ -193,7 +220,7 @@ def test_a_pass_creates_at_most_a_bounded_number_per_scheduler(
 def test_a_unique_scheduler_skips_occurrences_while_its_last_job_is_unfinished(
     queue: Queue, clock: FrozenClock, report: JobSpec
 ) -> None:
-    queue.repeat("report", report, Every("1m"), unique=True)
+    queue.repeat("report", report, Every("1m"), unique=True, missed="all")
     start = clock.now()
     result = create_due_occurrences(queue.store, clock.advance(3 * 60 + 1))
     assert (result.created, result.skipped) == (1, 2), "one created; two due meanwhile"
@@ -210,7 +237,7 @@ def test_a_unique_scheduler_skips_occurrences_while_its_last_job_is_unfinished(
 def test_two_leaders_at_once_create_each_occurrence_once(
     queue: Queue, clock: FrozenClock, report: JobSpec
 ) -> None:
-    queue.repeat("report", report, Every("1m"))
+    queue.repeat("report", report, Every("1m"), missed="all")
     now = clock.advance(3 * 60)
     first, second = (
         create_due_occurrences(queue.store, now),
@@ -304,3 +331,225 @@ def test_a_new_scheduler_is_seen_by_the_recruiter_within_its_refresh(
     assert recruiter.run_once(clock.advance(3)).next_due == start + dt.timedelta(seconds=10)
     recruiter.run_once(clock.advance(7))
     assert occurrences(queue.store) == [start + dt.timedelta(seconds=12)]
+
+
+# --- missed occurrences ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("late", "created", "skipped"),
+    [(0, 61, 0), (1, 1, 60)],
+    ids=["the first due exactly a grace period ago", "a millisecond more"],
+)
+def test_occurrences_due_within_the_grace_period_are_all_created(
+    queue: Queue, clock: FrozenClock, report: JobSpec, late: int, created: int, skipped: int
+) -> None:
+    queue.repeat("report", report, Every("1s"))  # missed="latest", the default
+    start = clock.now()
+    now = clock.advance(61, milliseconds=late)
+    assert now - (start + dt.timedelta(seconds=1)) == MISSED_GRACE + late * dt.timedelta(
+        milliseconds=1
+    )
+    result = create_due_occurrences(queue.store, now)
+    assert (result.created, result.skipped) == (created, skipped)
+    assert occurrences(queue.store)[-1] == start + dt.timedelta(seconds=61)
+    assert stored(queue.store).skipped == skipped
+
+
+@OUTAGES
+def test_after_an_outage_only_the_latest_occurrence_due_is_created(
+    queue: Queue,
+    clock: FrozenClock,
+    report: JobSpec,
+    caplog: pytest.LogCaptureFixture,
+    schedule: Schedule,
+    outage: dt.timedelta,
+    latest: dt.timedelta,
+    skipped: int,
+) -> None:
+    queue.repeat("report", report, schedule)
+    start = clock.now()
+    with caplog.at_level(logging.WARNING, logger="recruiter.schedulers"):
+        result = create_due_occurrences(queue.store, clock.advance(outage.total_seconds()))
+    assert (result.created, result.skipped) == (1, skipped)
+    assert f"scheduler report: {skipped} missed occurrence(s) skipped" in caplog.text
+    assert occurrences(queue.store) == [start + latest]
+    record = stored(queue.store)
+    assert (record.created, record.skipped, record.pending) == (1, skipped, None)
+    assert record.next_at == schedule.next_after(start + latest)
+    assert create_due_occurrences(queue.store, clock.now()).created == 0
+
+
+def test_with_missed_all_an_outage_s_occurrences_are_all_created_pass_by_pass(
+    queue: Queue, clock: FrozenClock, report: JobSpec
+) -> None:
+    queue.repeat("report", report, Every("1m"), missed="all")
+    start = clock.now()
+    now = clock.advance(6 * 3600)
+    passes = [create_due_occurrences(queue.store, now) for _ in range(5)]
+    assert [p.created for p in passes] == [PER_PASS, PER_PASS, PER_PASS, 60, 0]
+    assert occurrences(queue.store) == [start + n * MINUTE for n in range(1, 361)]
+    assert stored(queue.store).skipped == 0
+
+
+def test_a_unique_scheduler_skips_missed_occurrences_and_then_its_unfinished_ones(
+    queue: Queue, clock: FrozenClock, report: JobSpec
+) -> None:
+    queue.repeat("report", report, Every("1m"), unique=True)
+    start = clock.now()
+    first = create_due_occurrences(queue.store, clock.advance(10 * 60))
+    assert (first.created, first.skipped) == (1, 9), "the latest created, nine missed"
+    second = create_due_occurrences(queue.store, clock.advance(10 * 60))
+    assert (second.created, second.skipped) == (0, 10), "nine missed; the latest too: unique"
+    (job_id,) = [d["_id"] for d in queue.store.scheduled.find({"scheduler.urn": "report"})]
+    queue.store.scheduled.update_one({"_id": job_id}, {"$set": {"why": "done"}})
+    assert create_due_occurrences(queue.store, clock.advance(60)).created == 1
+    assert occurrences(queue.store) == [start + 10 * MINUTE, start + 21 * MINUTE]
+    record = stored(queue.store)
+    assert (record.created, record.skipped) == (2, 19)
+
+
+@OUTAGES
+@pytest.mark.parametrize("before", ["skip_occurrences", "claim_occurrence"])
+def test_two_leaders_catching_up_at_once_create_the_latest_once_and_count_the_skip_once(
+    queue: Queue,
+    clock: FrozenClock,
+    report: JobSpec,
+    monkeypatch: pytest.MonkeyPatch,
+    schedule: Schedule,
+    outage: dt.timedelta,
+    latest: dt.timedelta,
+    skipped: int,
+    before: str,
+) -> None:
+    """A second leader's whole pass runs just before the first leader's ``before``."""
+    queue.repeat("report", report, schedule)
+    start = clock.now()
+    now = clock.advance(outage.total_seconds())
+    other = Store(queue.store.database)  # the other recruiter, on the same database
+    theirs: list[SchedulingResult] = []
+    verb = getattr(queue.store, before)
+
+    def after_the_other_pass(*arguments: Any) -> Any:
+        if not theirs:
+            theirs.append(create_due_occurrences(other, now))
+        return verb(*arguments)
+
+    monkeypatch.setattr(queue.store, before, after_the_other_pass)
+    mine = create_due_occurrences(queue.store, now)
+    assert theirs, f"the first leader reached {before}"
+    assert mine.created + theirs[0].created == 1
+    assert mine.skipped + theirs[0].skipped == skipped
+    assert occurrences(queue.store) == [start + latest]
+    record = stored(queue.store)
+    assert (record.created, record.skipped, record.pending) == (1, skipped, None)
+
+
+@OUTAGES
+def test_a_crash_between_the_skip_and_the_claim_leaves_the_latest_to_the_next_pass(
+    queue: Queue,
+    clock: FrozenClock,
+    report: JobSpec,
+    monkeypatch: pytest.MonkeyPatch,
+    schedule: Schedule,
+    outage: dt.timedelta,
+    latest: dt.timedelta,
+    skipped: int,
+) -> None:
+    queue.repeat("report", report, schedule)
+    start = clock.now()
+    now = clock.advance(outage.total_seconds())
+    with monkeypatch.context() as patched:
+        patched.setattr(queue.store, "claim_occurrence", crash)
+        with pytest.raises(DatabaseUnavailable):
+            create_due_occurrences(queue.store, now)
+    record = stored(queue.store)
+    assert (record.next_at, record.skipped, record.created) == (start + latest, skipped, 0)
+    assert occurrences(queue.store) == []
+    result = create_due_occurrences(queue.store, now)  # the next leader's pass
+    assert (result.created, result.skipped) == (1, 0)
+    assert occurrences(queue.store) == [start + latest]
+    assert stored(queue.store).skipped == skipped
+
+
+def test_the_catch_up_rule_is_stored_and_changed_by_declaring_again(
+    queue: Queue, clock: FrozenClock, report: JobSpec
+) -> None:
+    assert queue.repeat("report", report, Every("1h"))
+    first = stored(queue.store)
+    assert first.missed == "latest"
+    assert not queue.repeat("report", report, Every("1h"), missed="all")
+    changed = stored(queue.store)
+    assert (changed.missed, changed.next_at) == ("all", first.next_at), "same timetable"
+
+
+def test_a_scheduler_stored_before_catch_up_rules_takes_the_default(
+    queue: Queue, clock: FrozenClock, report: JobSpec
+) -> None:
+    queue.repeat("report", report, Every("1m"))
+    queue.store.schedulers.update_one({"_id": "report"}, {"$unset": {"missed": ""}})
+    assert stored(queue.store).missed == "latest"
+    result = create_due_occurrences(queue.store, clock.advance(10 * 60))
+    assert (result.created, result.skipped) == (1, 9)
+
+
+@pytest.mark.parametrize("missed", ["none", "LATEST", "", None, True, ["all"]])
+def test_an_invalid_catch_up_rule_is_refused_and_nothing_is_written(
+    queue: Queue, report: JobSpec, missed: Any
+) -> None:
+    with pytest.raises(InvalidSchedule, match=r"missed must be 'latest' .* or 'all'"):
+        queue.repeat("report", report, Every("1m"), missed=missed)
+    assert queue.schedulers() == []
+
+
+def test_schedulers_list_shows_each_scheduler_s_catch_up_rule(
+    mongomock_database: Database[Any],
+    clock: FrozenClock,
+    report: JobSpec,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    queue = Queue(mongomock_database, clock)
+    queue.repeat("nightly", report, "0 2 * * *")
+    queue.repeat("tick", report, Every("1m"), missed="all")
+    monkeypatch.setattr(queue, "close", lambda: None)  # the in-memory database stays
+    monkeypatch.setattr(views, "open_queue", lambda uri, database: queue)
+    listed = CliRunner().invoke(app, ["schedulers", "list", "--json"])
+    assert listed.exit_code == 0, listed.output
+    rules = [(s["urn"], s["missed"]) for s in json.loads(listed.output)]
+    assert rules == [("nightly", "latest"), ("tick", "all")]
+    table = CliRunner().invoke(app, ["schedulers", "list"], env={"COLUMNS": "200"})
+    assert table.exit_code == 0, table.output
+    assert "missed" in table.output
+    rows = [line.strip("│").split("│") for line in table.output.splitlines()]
+    shown = {row[0].strip(): row[4].strip() for row in rows if len(row) > 4}
+    assert shown == {"nightly": "latest", "tick": "all"}, table.output
+
+
+# --- indexes -----------------------------------------------------------------------------
+
+
+def test_the_read_of_due_schedulers_uses_an_index_for_each_of_its_queries(
+    store: Store, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    indexes = store.schedulers.index_information()
+    assert (list(indexes["pending_at"]["key"]), indexes["pending_at"].get("sparse")) == (
+        [("pending.at", 1)],
+        True,
+    )
+    leading = {next(iter(index["key"]))[0] for index in indexes.values()}
+    queries: list[dict[str, Any]] = []
+    find = store.schedulers.find
+
+    def spy(query: dict[str, Any], *arguments: Any) -> Any:
+        queries.append(query)
+        return find(query, *arguments)
+
+    monkeypatch.setattr(store.schedulers, "find", spy)
+    store.due_schedulers(clock.now())
+    assert [set(query) for query in queries] == [{"pending.at"}, {"next_at"}]
+    assert all(set(query) <= leading for query in queries)
+    for query in queries:
+        cursor = find(query)
+        if hasattr(cursor, "explain"):  # the real server; mongomock cannot explain
+            plan = cursor.explain()["queryPlanner"]["winningPlan"]
+            assert "IXSCAN" in json.dumps(plan, default=str), plan

@@ -176,7 +176,8 @@ def list_schedulers(
     mongodb_uri: MongoUri = None,
     database: DatabaseName = None,
 ) -> None:
-    """Every scheduler: its job, schedule, next occurrence and what it created."""
+    """Every scheduler: its job, schedule, catch-up rule for missed occurrences (latest
+    or all), next occurrence and what it created."""
     queue = open_queue(mongodb_uri, database)
     try:
         records = queue.schedulers()
@@ -189,6 +190,7 @@ def list_schedulers(
             "group": str(record.job.get("group")),
             "schedule": record.schedule,
             "unique": record.unique,
+            "missed": record.missed,
             "next_at": None if record.next_at is None else record.next_at.isoformat(),
             "created": record.created,
             "broken": record.broken,
@@ -198,13 +200,14 @@ def list_schedulers(
     if as_json:
         typer.echo(json.dumps(rows, default=str))
         return
-    table = Table("urn", "workable", "group", "schedule", "next", "created", "state")
+    table = Table("urn", "workable", "group", "schedule", "missed", "next", "created", "state")
     for row in rows:
         table.add_row(
             str(row["urn"]),
             str(row["workable"]),
             str(row["group"]),
             _schedule(row["schedule"]),
+            str(row["missed"]),
             str(row["next_at"] or "-"),
             str(row["created"]),
             f"broken: {row['broken']}" if row["broken"] else "ok",

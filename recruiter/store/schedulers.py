@@ -29,6 +29,7 @@ from bson import ObjectId
 from pymongo.collection import Collection
 from pymongo.errors import DuplicateKeyError
 
+from recruiter.schedule import DEFAULT_MISSED, MISSED_RULES, Missed
 from recruiter.store.base import Document, aware
 
 
@@ -46,6 +47,8 @@ class SchedulerRecord:
     job: Mapping[str, Any]
     schedule: Mapping[str, Any]
     unique: bool
+    missed: Missed
+    """Its catch-up rule; the default for a scheduler stored before there were any."""
     next_at: dt.datetime | None
     pending: Occurrence | None
     last: Occurrence | None
@@ -62,11 +65,13 @@ class SchedulerRecord:
             return None
 
         next_at = document.get("next_at")
+        missed = next((r for r in MISSED_RULES if r == document.get("missed")), DEFAULT_MISSED)
         return cls(
             urn=str(document["_id"]),
             job=document.get("job") or {},
             schedule=document.get("schedule") or {},
             unique=document.get("unique") is True,
+            missed=missed,
             next_at=aware(next_at) if isinstance(next_at, dt.datetime) else None,
             pending=occurrence(document.get("pending")),
             last=occurrence(document.get("last")),
@@ -90,6 +95,7 @@ class SchedulerVerbs:
         schedule: Document,
         *,
         unique: bool,
+        missed: Missed,
         first_at: dt.datetime,
         now: dt.datetime,
     ) -> bool:
@@ -98,7 +104,7 @@ class SchedulerVerbs:
         Its counts and last occurrence are kept. A changed schedule starts again at
         ``first_at``; an unchanged one keeps its ``next_at``.
         """
-        fields = {"job": job, "unique": unique, "updated_at": now}
+        fields = {"job": job, "unique": unique, "missed": missed, "updated_at": now}
         same = self.schedulers.update_one(
             {"_id": urn, "schedule": schedule, "broken": {"$exists": False}}, {"$set": fields}
         )
@@ -127,11 +133,16 @@ class SchedulerVerbs:
         return self.schedulers.delete_one({"_id": urn}).deleted_count == 1
 
     def due_schedulers(self, now: dt.datetime) -> list[SchedulerRecord]:
-        """Schedulers with an occurrence due by ``now``, or one left pending by a crash."""
-        cursor = self.schedulers.find(
-            {"$or": [{"next_at": {"$lte": now}}, {"pending": {"$exists": True}}]}
-        )
-        return [SchedulerRecord.from_document(d) for d in cursor]
+        """Schedulers with an occurrence due by ``now``, or one left pending by a crash.
+
+        Two reads, each on its index (``pending_at``, sparse, then ``next_at``), rather
+        than one ``$or``, which a server may answer by a scan. A scheduler in both is read
+        twice and kept as read last; every write to it checks its state again anyway.
+        """
+        found: dict[Any, Document] = {}
+        for query in ({"pending.at": {"$exists": True}}, {"next_at": {"$lte": now}}):
+            found.update((document["_id"], document) for document in self.schedulers.find(query))
+        return [SchedulerRecord.from_document(d) for d in found.values()]
 
     def next_scheduler_due(self) -> dt.datetime | None:
         """When the earliest occurrence of any scheduler is due."""
@@ -162,7 +173,8 @@ class SchedulerVerbs:
         self, urn: str, at: dt.datetime, following: dt.datetime, count: int
     ) -> bool:
         """Move on from ``at`` to ``following`` without creating the ``count`` occurrences
-        in between (the scheduler is unique and its last job still runs)."""
+        in between (the scheduler is unique and its last job still runs, or they were
+        missed and only the latest is created)."""
         result = self.schedulers.update_one(
             {"_id": urn, "next_at": at, "pending": {"$exists": False}},
             {"$set": {"next_at": following}, "$inc": {"skipped": count}},

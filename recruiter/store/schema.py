@@ -57,6 +57,8 @@ INDEXES: Mapping[str, tuple[IndexModel, ...]] = {
     "schedulers": (
         # the recruiter's read of due schedulers, and of the next one due
         IndexModel([("next_at", ASCENDING)], name="next_at"),
+        # and of those with an occurrence left pending by a crash (rare: sparse)
+        IndexModel([("pending.at", ASCENDING)], name="pending_at", sparse=True),
     ),
     "archived": (
         # purge by age, throughput over recent minutes
