@@ -37,7 +37,6 @@ from benchmarks import counted
 from benchmarks.app import noop
 from benchmarks.counted import EMPTY_FEED_READ
 from recruiter import Queue
-from recruiter.clock import SystemClock
 from recruiter.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -207,7 +206,7 @@ class RecruiterSystem:
         self.database: Database[dict[str, Any]] = self.client[f"bench_{uuid.uuid4().hex[:8]}"]
         self.store = Store(self.database)
         self.store.ensure_ready()
-        self.queue = Queue(self.database, SystemClock())
+        self.queue = Queue(self.database)
         self.cast = Cast(directory)
 
     def start(self) -> None:

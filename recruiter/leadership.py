@@ -14,6 +14,7 @@ import os
 import socket
 import uuid
 
+from recruiter.clock import Clock
 from recruiter.errors import DatabaseError
 from recruiter.store import Store
 
@@ -31,19 +32,30 @@ def holder_name() -> str:
 class Leadership:
     """Holds the lease ``name`` for ``holder``, renewing it as time passes."""
 
-    def __init__(self, store: Store, name: str, holder: str, duration: dt.timedelta) -> None:
+    def __init__(
+        self, store: Store, name: str, holder: str, duration: dt.timedelta, clock: Clock
+    ) -> None:
         self.store = store
         self.name = name
         self.holder = holder
         self.duration = duration
-        self._renew_at: dt.datetime | None = None
+        self.clock = clock
+        """Its monotonic time says when to renew: never the wall clock, which may jump."""
+        self._renew_at: float | None = None
         self.leading = False
         self._known = False
         """Whether ``leading`` was ever established, so the first verdict is logged too."""
 
     def hold(self, now: dt.datetime) -> bool:
-        """Whether this process leads at ``now``; renews or takes the lease when due."""
-        if self.leading and self._renew_at is not None and now < self._renew_at:
+        """Whether this process leads at ``now`` (the database's time); renews or takes
+        the lease when due.
+
+        Between renewals it trusts the lease for a third of its duration, timed from
+        before the renewal was sent, on the monotonic clock: a renewal that took long to
+        answer, or a wall clock stepped back, never stretches it.
+        """
+        sent = self.clock.monotonic()
+        if self.leading and self._renew_at is not None and sent < self._renew_at:
             return True
         try:
             leading = self.store.acquire_or_renew(self.name, self.holder, now, self.duration)
@@ -58,7 +70,8 @@ class Leadership:
             else:
                 logger.warning("%s %s: another process leads, standing by", self.name, self.holder)
         self.leading, self._known = leading, True
-        self._renew_at = now + self.duration * RENEW_AFTER if leading else None
+        renew_in = self.duration.total_seconds() * RENEW_AFTER
+        self._renew_at = sent + renew_in if leading else None
         return leading
 
     def release(self, now: dt.datetime) -> None:

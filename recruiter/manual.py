@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
@@ -29,10 +29,9 @@ from recruiter.errors import DatabaseError, JobNotFound, RecruiterError
 from recruiter.execution import Execution, Executor, Identity
 from recruiter.job import Job
 from recruiter.loop import Backoff
-from recruiter.stopping import Watch
+from recruiter.stopping import HolderDeclaredDead, Watch
 from recruiter.store import Store, as_object_id
 from recruiter.workable import Registry
-from recruiter.worker import exit_at_once
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +52,20 @@ class WaitTimeout(RecruiterError):
             "(wait again, or look at them with queue.job(id))"
         )
         self.unfinished = list(unfinished)
+
+
+class DeclaredDead(RecruiterError):
+    """This process was declared dead while it ran a job here: the job was released and
+    may be running elsewhere now; its code here was stopped, and nothing it wrote after
+    counts. Usually a process frozen (or cut off from the database) past the cleaner's
+    timeout: look at what held it back."""
+
+    def __init__(self, job_id: Any) -> None:
+        super().__init__(
+            f"this process was declared dead while it ran job {job_id}: the job was released "
+            "(it may run elsewhere) and its code here was stopped"
+        )
+        self.job_id = job_id
 
 
 class NotWaiting(RecruiterError):
@@ -214,21 +227,19 @@ def run_here(
     job_ids: Sequence[Any],
     *,
     heartbeat: dt.timedelta = HEARTBEAT,
-    on_declared_dead: Callable[[], None] = exit_at_once,
 ) -> list[ManualRun]:
     """Run each waiting job of ``job_ids`` in this process, one after the other.
 
     Raises :class:`NotWaiting` at the first job that is handed out or finished already
     (the jobs before it have run). If this process is declared dead while a job runs
     (its heartbeats held back longer than the cleaner's dead timeout), the cleaner has
-    released the job, which may run elsewhere: like a worker, the process then exits
-    at once (``on_declared_dead``).
+    released the job, which may run elsewhere: its code is stopped here (as at a
+    timeout) and :class:`DeclaredDead` is raised, to the caller alone: a library does
+    not end the process it runs in (a worker process, whose own it is, exits).
     """
     runs = []
     for job_id in _waiting_ids(store, job_ids):
-        run = _run_one(
-            store, registry, clock, job_id, heartbeat=heartbeat, on_declared_dead=on_declared_dead
-        )
+        run = _run_one(store, registry, clock, job_id, heartbeat=heartbeat)
         runs.append(run)
     return runs
 
@@ -240,7 +251,6 @@ def _run_one(
     job_id: Any,
     *,
     heartbeat: dt.timedelta,
-    on_declared_dead: Callable[[], None],
 ) -> ManualRun:
     token, now = ObjectId(), clock.now()
     job = store.find_job(job_id)
@@ -263,14 +273,17 @@ def _run_one(
             raise NotWaiting(job)
         watch = Watch()
         watch.start()
+        declared_dead = threading.Event()
         try:
             with _heartbeats(
-                store, holder, heartbeat, clock, on_declared_dead=on_declared_dead, watch=watch
+                store, holder, heartbeat, clock, declared_dead=declared_dead, watch=watch
             ):
                 identity = Identity.of_this_process(holder)
                 execution = Executor(store, registry, clock, identity, watch).execute(job_id, token)
         finally:
             watch.close()
+        if declared_dead.is_set():
+            raise DeclaredDead(job_id)
     finally:
         store.unregister_holder(holder, token)
     after = store.find_job(job_id)
@@ -290,7 +303,7 @@ def _heartbeats(
     every: dt.timedelta,
     clock: Clock,
     *,
-    on_declared_dead: Callable[[], None],
+    declared_dead: threading.Event,
     watch: Watch,
 ) -> Iterator[None]:
     done = threading.Event()
@@ -308,10 +321,11 @@ def _heartbeats(
             if not alive and not done.is_set():
                 logger.critical(
                     "manual run %s: declared dead mid-job; its job was released and may run "
-                    "elsewhere now: exiting at once",
+                    "elsewhere now: stopping it",
                     worker_id,
                 )
-                on_declared_dead()
+                declared_dead.set()
+                watch.stop_all(HolderDeclaredDead)
                 return
 
     thread = threading.Thread(target=beat, name="manual-heartbeat", daemon=True)

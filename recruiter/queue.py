@@ -20,7 +20,7 @@ from typing import Any
 from bson import ObjectId
 
 from recruiter.analytics import Analytics, analytics
-from recruiter.clock import Clock, SystemClock, to_millis
+from recruiter.clock import Clock, to_millis
 from recruiter.connection import database_at
 from recruiter.duration import Duration, to_timedelta
 from recruiter.errors import InvalidJob, JobNotFound
@@ -45,6 +45,7 @@ from recruiter.schedule import (
     missed_rule,
 )
 from recruiter.schedulers import job_template
+from recruiter.schema_check import SchemaCheck
 from recruiter.store import Database, SchedulerRecord, Store
 from recruiter.workable import Registry
 
@@ -58,8 +59,9 @@ class Queue:
 
     def __init__(self, database: Database[Any], clock: Clock | None = None) -> None:
         self.store = Store(database)
-        self.clock: Clock = clock or SystemClock()
+        self.clock: Clock = clock or self.store.clock()
         self.store.ensure_ready()
+        self.check_schema = SchemaCheck(self.store, self.clock)
 
     @classmethod
     def connect(cls, uri: str, database: str | None = None, clock: Clock | None = None) -> Queue:
@@ -80,6 +82,7 @@ class Queue:
         for spec in specs:
             if not isinstance(spec, JobSpec):
                 raise InvalidJob(f"expected a JobSpec (from workable.job(...)), got {spec!r}")
+        self.check_schema()
         now = self.clock.now()
         documents = [spec.to_document(ObjectId(), now) for spec in specs]
         return self.store.insert_jobs(documents)

@@ -196,7 +196,9 @@ class Recruiter:
         if rollback_due:
             rolled_back = self.rollback(now)
             self._next_rollback = now + self.config.rollback_every
-        workers = self.store.available_workers()
+        # a worker that died idle waits longest: it would be handed the next job, which
+        # would then wait for the cleaner; one that missed several heartbeats gets none
+        workers = [w for w in self.store.available_workers() if not w.silent_at(now)]
         if not workers:
             return RoundResult(0, 0, rolled_back, next_due=self._wake_at(None))
         return self._hand_out(workers, rolled_back, now)

@@ -87,6 +87,15 @@ class Running:
             return True
 
 
+class HolderDeclaredDead(Stopped):
+    """The process running the job here was declared dead (a manual run whose heartbeats
+    were held back past the cleaner's timeout): its job was released and may run
+    elsewhere, so its code is stopped here."""
+
+    def __str__(self) -> str:
+        return "this process was declared dead while the job ran, and the job was stopped"
+
+
 class Watch:
     """The jobs running in this process; a watchdog thread stops those past their
     timeout, and :meth:`cancel` those cancelled."""
@@ -115,6 +124,12 @@ class Watch:
         for running in self.running():
             if running.job_id in job_ids and running.stop(JobCancelled):
                 logger.warning("job %s cancelled while it ran: stopping it", running.job_id)
+
+    def stop_all(self, why: type[Stopped]) -> None:
+        """Stop every running job's code with ``why``."""
+        for running in self.running():
+            if running.stop(why):
+                logger.warning("job %s: stopping it (%s)", running.job_id, why.__name__)
 
     def check_deadlines(self, now: float) -> None:
         for running in self.running():

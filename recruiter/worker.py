@@ -35,10 +35,11 @@ from dataclasses import dataclass
 from bson import ObjectId
 
 from recruiter.clock import Clock
-from recruiter.errors import DatabaseError
+from recruiter.errors import DatabaseError, SchemaTooNew
 from recruiter.execution import Execution, Executor, Identity
 from recruiter.job import ANY_GROUP
 from recruiter.loop import Backoff, StopRequest
+from recruiter.schema_check import SchemaCheck
 from recruiter.stopping import Watch
 from recruiter.store import Assignment, ChangeFeed, RosterChange, Store
 from recruiter.watcher import Watcher
@@ -196,12 +197,14 @@ class WorkerProcess:
         clock: Clock,
         config: WorkerConfig,
         on_declared_dead: Callable[[], None] = exit_at_once,
+        *,
+        stop: StopRequest | None = None,
     ) -> None:
         self.store = store
         self.on_declared_dead = on_declared_dead
         self.clock = clock
         self.config = config.validate()
-        self.stop = StopRequest()
+        self.stop = stop or StopRequest()
         self.watch = Watch()
         """The jobs the slots run: stopped at their timeout, or when cancelled."""
         self.slots = [
@@ -223,6 +226,8 @@ class WorkerProcess:
         """The slots the change feed follows now (a slot registered again is not, yet)."""
         self._broken: list[WorkerSlot] = []
         """Slots whose thread stopped on an unexpected error (a bug)."""
+        self.check_schema = SchemaCheck(store, clock)
+        self._schema_error: SchemaTooNew | None = None
 
     def beat(self) -> None:
         """Record every registered slot as alive; stop if one was declared dead mid-job.
@@ -230,6 +235,7 @@ class WorkerProcess:
         A slot that crashed on a bug is not beaten for: the cleaner will declare it dead
         and release its job through the job's retry policy.
         """
+        self.check_schema()
         registered = {
             slot.id: slot for slot in self.slots if slot.id is not None and slot not in self._broken
         }
@@ -284,6 +290,8 @@ class WorkerProcess:
         done.set()
         heart.join()
         self.watch.close()
+        if self._schema_error is not None:
+            raise self._schema_error
         if self._broken:
             ids = ", ".join(str(slot.id) for slot in self._broken)
             raise RuntimeError(f"worker slots {ids} stopped on an unexpected error: see above")
@@ -313,6 +321,10 @@ class WorkerProcess:
                 self.beat()
             except DatabaseError as error:
                 logger.error("worker: heartbeat failed, retrying: %s", error)
+            except SchemaTooNew as error:
+                logger.critical("worker: %s; stopping after the jobs it runs", error)
+                self._schema_error = error
+                self.stop.set()
             except Exception:
                 # a bug: the heartbeat must go on, or every slot would be declared dead
                 # while it runs its job

@@ -13,9 +13,10 @@ from recruiter import JobNotFound, JobSpec, Queue, Registry, RetryManyTimes
 from recruiter.cleaner import Cleaner, CleanerConfig
 from recruiter.clock import FrozenClock, SystemClock
 from recruiter.execution import Outcome
-from recruiter.manual import NotWaiting, WaitTimeout, run_here
+from recruiter.manual import DeclaredDead, NotWaiting, WaitTimeout, run_here
 from recruiter.recovery import release_unheld
 from recruiter.recruiter import Recruiter
+from recruiter.stopping import HolderDeclaredDead
 from recruiter.testing import drain
 
 
@@ -158,22 +159,25 @@ def test_the_rollback_never_releases_a_manual_run_that_acts_during_its_reads(
 def test_a_manual_run_declared_dead_mid_job_stops_like_a_worker(
     queue: Queue, registry: Registry
 ) -> None:
-    stopped: list[bool] = []
+    # a worker exits at once (code 8); a library raises to its caller instead, after
+    # stopping the job's code, and leaves the process it runs in alone
+    stopped: list[str] = []
 
     @registry.workable("tests.declared_dead")
     def declared_dead() -> None:
         queue.store.roster.delete_many({"manual": True})  # the cleaner removed its holder
         deadline = time.monotonic() + 5
-        while not stopped and time.monotonic() < deadline:
-            time.sleep(0.01)
+        try:
+            while time.monotonic() < deadline:
+                time.sleep(0.01)
+        except HolderDeclaredDead:
+            stopped.append("stopped")
+            raise
 
     job_id = queue.schedule(JobSpec("tests.declared_dead"))
-    run_here(
-        queue.store,
-        registry,
-        SystemClock(),
-        [job_id],
-        heartbeat=dt.timedelta(milliseconds=50),
-        on_declared_dead=lambda: stopped.append(True),  # a worker exits at once (code 8)
-    )
-    assert stopped == [True]
+    with pytest.raises(DeclaredDead) as raised:
+        run_here(
+            queue.store, registry, SystemClock(), [job_id], heartbeat=dt.timedelta(milliseconds=50)
+        )
+    assert raised.value.job_id == job_id
+    assert stopped == ["stopped"], "its code was stopped"

@@ -309,3 +309,23 @@ def test_recovering_a_deduplicated_job_whose_duplicate_waits_names_that_job(
     waiting = cli.schedule(JobSpec("tests.boom").deduplicated().run_in("1h"))
     assert cli.recover(failed, once=True) == waiting, "the waiting one will do the work"
     assert cli.recover(failed, once=True) is None, "and the failed one counts as retried"
+
+
+def test_a_recovery_mark_is_not_lost_to_an_archive_move_under_way(
+    queue: Queue, clock: FrozenClock
+) -> None:
+    # the cleaner reads a finished job to move it; a retry marks it recovered; the
+    # cleaner then copies what it read and deletes the original: the mark must survive
+    store = queue.store
+    job_id = queue.schedule(JobSpec("tests.noop"))
+    token = ObjectId()
+    store.lock_jobs([job_id], token, clock.now())
+    store.start_if_owned(job_id, token, {"started_at": clock.now()})
+    record = {"attempt": 1, "outcome": "archived"}
+    assert store.finish_if_owned(job_id, token, "tried-too-many-times", record, clock.now())
+    read_by_the_cleaner = list(store.scheduled.find({"why": {"$exists": True}}))
+    first = queue.recover(job_id, once=True)
+    store._move_to_archive(read_by_the_cleaner)  # the rest of the cleaner's move
+    assert first is not None
+    assert queue.recover(job_id, once=True) is None, "recovered once"
+    assert store.archived.find_one({"_id": job_id})["recovered_as"] == first  # type: ignore[index]

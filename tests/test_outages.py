@@ -245,7 +245,7 @@ def test_the_loop_survives_database_errors_and_resumes() -> None:
 def test_a_leader_that_could_not_renew_becomes_leader_anew_when_the_database_returns(
     store: Store, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    leadership = Leadership(store, "cleaner", "me", dt.timedelta(seconds=15))
+    leadership = Leadership(store, "cleaner", "me", dt.timedelta(seconds=15), clock)
     assert leadership.hold(clock.now())
     drop_connection(monkeypatch, store, "acquire_or_renew", landed=False)
     with pytest.raises(DatabaseUnavailable):

@@ -408,8 +408,8 @@ def test_the_purge_goes_in_batches_oldest_first_and_hurries_while_they_are_full(
 
 def test_one_leader_at_a_time_until_the_lease_expires(store: Store, clock: FrozenClock) -> None:
     lease = dt.timedelta(seconds=15)
-    first = Leadership(store, "recruiter", "first", lease)
-    second = Leadership(store, "recruiter", "second", lease)
+    first = Leadership(store, "recruiter", "first", lease, clock)
+    second = Leadership(store, "recruiter", "second", lease, clock)
     assert first.hold(clock.now())
     assert not second.hold(clock.now())
     clock.advance(15)
@@ -427,8 +427,8 @@ def test_one_leader_at_a_time_until_the_lease_expires(store: Store, clock: Froze
 
 
 def test_a_leader_renews_its_lease_before_it_expires(store: Store, clock: FrozenClock) -> None:
-    leader = Leadership(store, "cleaner", "me", dt.timedelta(seconds=15))
-    other = Leadership(store, "cleaner", "other", dt.timedelta(seconds=15))
+    leader = Leadership(store, "cleaner", "me", dt.timedelta(seconds=15), clock)
+    other = Leadership(store, "cleaner", "other", dt.timedelta(seconds=15), clock)
     for _ in range(10):
         assert leader.hold(clock.now())
         clock.advance(6)
@@ -439,8 +439,8 @@ def test_a_standby_says_so_once_and_a_new_leader_says_so(
     store: Store, clock: FrozenClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     lease = dt.timedelta(seconds=15)
-    Leadership(store, "recruiter", "first", lease).hold(clock.now())
-    standby = Leadership(store, "recruiter", "second", lease)
+    Leadership(store, "recruiter", "first", lease, clock).hold(clock.now())
+    standby = Leadership(store, "recruiter", "second", lease, clock)
     with caplog.at_level(logging.INFO, logger="recruiter.leadership"):
         for _ in range(3):
             assert not standby.hold(clock.now())
@@ -534,3 +534,19 @@ def test_a_slot_stopped_by_a_base_exception_stops_beating(
         healthy.id: clock.now(),
         crashed.id: clock.now() - dt.timedelta(seconds=5),  # the cleaner will see it
     }
+
+
+def test_a_worker_that_died_idle_is_not_handed_the_next_job(
+    queue: Queue, app: Registry, clock: FrozenClock, recruiter: Recruiter
+) -> None:
+    # it has waited longest, so it would come first, and its job would wait for the
+    # cleaner to notice; having missed several heartbeats, it is passed over
+    died_idle = slot(queue, app, clock)
+    clock.advance(10)  # five of its 2 s heartbeats missed
+    alive = slot(queue, app, clock)
+    job_id = queue.schedule(JobSpec("tests.noop"))
+    assert recruiter.run_once(clock.now()).assigned == 1
+    assignment = queue.store.find_worker(alive.id).assignment  # type: ignore[arg-type, union-attr]
+    assert assignment is not None
+    assert assignment.job_id == job_id
+    assert queue.store.find_worker(died_idle.id).available  # type: ignore[arg-type, union-attr]

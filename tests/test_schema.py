@@ -55,3 +55,46 @@ def test_an_older_schema_is_upgraded_one_version_at_a_time(database: Database[An
     assert schema_version(database) == 3
     assert ensure_schema(database, migrations, target=3) == 3
     assert applied == [2, 3], "an up-to-date database runs no migration"
+
+
+def test_a_producer_stops_writing_once_a_newer_recruiter_upgraded_the_database(
+    database: Database[Any],
+) -> None:
+    # a producer started before the upgrade would store jobs of the old layout forever
+    from recruiter import FrozenClock, JobSpec
+    from recruiter.schema_check import SCHEMA_RECHECK
+
+    clock = FrozenClock()
+    queue = Queue(database, clock)
+    queue.schedule(JobSpec("tests.noop"))
+    database.metadata.update_one({"_id": "schema"}, {"$set": {"version": SCHEMA_VERSION + 1}})
+    queue.schedule(JobSpec("tests.noop"))  # not looked at again yet
+    clock.advance(SCHEMA_RECHECK)
+    with pytest.raises(SchemaTooNew, match="upgrade recruiter"):
+        queue.schedule(JobSpec("tests.noop"))
+    assert database.scheduled.count_documents({}) == 2
+
+
+def test_a_worker_stops_once_a_newer_recruiter_upgraded_the_database(
+    database: Database[Any],
+) -> None:
+    from recruiter import FrozenClock, Registry
+    from recruiter.schema_check import SCHEMA_RECHECK
+    from recruiter.worker import WorkerConfig, WorkerProcess
+
+    clock = FrozenClock()
+    store = Store(database)
+    store.ensure_ready()
+    process = WorkerProcess(store, Registry(), clock, WorkerConfig(watch=False))
+    process.slots[0].register()
+    process.beat()
+    database.metadata.update_one({"_id": "schema"}, {"$set": {"version": SCHEMA_VERSION + 1}})
+    clock.advance(SCHEMA_RECHECK)
+    with pytest.raises(SchemaTooNew):
+        process.beat()
+
+
+def test_the_reads_that_decide_take_backs_are_indexed(database: Database[Any]) -> None:
+    Store(database).ensure_ready()
+    assert {"locks"} <= set(database.scheduled.index_information())
+    assert {"available", "last_seen_at", "holders"} <= set(database.roster.index_information())

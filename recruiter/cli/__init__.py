@@ -26,7 +26,7 @@ from recruiter.embedded import (
     stop_local_server,
 )
 from recruiter.errors import DatabaseUnreachable, RecruiterError, SchemaTooNew
-from recruiter.manual import WaitTimeout
+from recruiter.manual import DeclaredDead, WaitTimeout
 from recruiter.worker import DECLARED_DEAD_EXIT
 
 app = typer.Typer(
@@ -69,6 +69,8 @@ def exit_code_of(error: RecruiterError) -> ExitCode:
         return ExitCode.EMBEDDED_SERVER
     if isinstance(error, DemoTimeout | WaitTimeout):
         return ExitCode.TIMEOUT
+    if isinstance(error, DeclaredDead):
+        return ExitCode.DECLARED_DEAD
     return ExitCode.INVALID
 
 

@@ -14,7 +14,6 @@ from typing import Annotated, Any, Protocol, TypeVar
 
 import typer
 
-from recruiter.clock import SystemClock
 from recruiter.connection import open_database, resolve_uri
 from recruiter.duration import parse_duration
 from recruiter.logs import Level
@@ -136,7 +135,7 @@ def connect_store(
 
 def open_queue(mongodb_uri: str | None, database: str | None) -> Queue:
     """A queue on the named database, for the commands that read or steer it."""
-    return Queue(connect_store(mongodb_uri, database).database, SystemClock())
+    return Queue(connect_store(mongodb_uri, database).database)
 
 
 class Validating(Protocol):

@@ -36,7 +36,6 @@ from recruiter.cli.options import (
     size_option,
     validated,
 )
-from recruiter.clock import SystemClock
 from recruiter.errors import DatabaseError
 from recruiter.events import BECAME_LEADER, STEPPED_DOWN, Listeners
 from recruiter.leadership import Leadership, holder_name
@@ -44,6 +43,7 @@ from recruiter.logs import Level, setup_logging
 from recruiter.loop import IDLE, Backoff, Pause, StopRequest, Wakeups, run_forever
 from recruiter.queue import Queue
 from recruiter.recruiter import News, Recruiter, RecruiterConfig
+from recruiter.schema_check import SchemaCheck
 from recruiter.store import ChangeFeed, Store
 from recruiter.watcher import Watcher
 from recruiter.worker import WorkerConfig, WorkerProcess
@@ -68,6 +68,14 @@ def stop_on_signals(stop: threading.Event, name: str) -> None:
 
     signal.signal(signal.SIGTERM, handle)
     signal.signal(signal.SIGINT, handle)
+
+
+def signalled_stop(name: str) -> StopRequest:
+    """A stop request set by SIGTERM/SIGINT, installed before anything else: a process
+    signalled while it starts (connecting, creating indexes) stops cleanly too."""
+    stop = StopRequest()
+    stop_on_signals(stop, name)
+    return stop
 
 
 class Leading(Protocol):
@@ -121,18 +129,20 @@ def lead(
     lease: dt.timedelta,
     process: Leading,
     backoff: Backoff,
+    stop: StopRequest,
     follow: Follow | None = None,
     tell: Tell | None = None,
 ) -> None:
-    """Run ``process`` one round at a time while leading the lease ``name``, until stopped.
+    """Run ``process`` one round at a time while leading the lease ``name``, until
+    ``stop`` is set (its signal handlers are installed first thing, by the command).
 
     With ``follow``, the leader (only) follows the change feed, and waits for it to ring
     between idle rounds instead of backing off. With ``tell``, its listeners hear of each
     change of leadership.
     """
-    clock, stop = SystemClock(), StopRequest()
-    stop_on_signals(stop, name)
-    leadership = Leadership(store, name, holder_name(), lease)
+    clock = store.clock()
+    check_schema = SchemaCheck(store, clock)
+    leadership = Leadership(store, name, holder_name(), lease, clock)
     standby_wait = max(0.5, lease.total_seconds() / 5)
     feed = LeaderFeed(name, follow, stop.bell())
 
@@ -156,6 +166,7 @@ def lead(
             feed.follow()
         if tell is not None:
             tell.leading()
+        check_schema()  # a newer recruiter upgraded the database: stop (exit code 4)
         return process.run_once(now).pause(now)
 
     try:
@@ -230,6 +241,7 @@ def run(
 ) -> None:
     """The recruiter: hand ready jobs to available workers (one leads; others stand by)."""
     setup_logging("recruiter", log_level, json_logs)
+    stop = signalled_stop("recruiter")
     config = validated(RecruiterConfig(lease=lease, watch=watch))
     registry = None if app is None else load_registry(app)
     store = connect_store(mongodb_uri, database, wait_for_database)
@@ -238,8 +250,8 @@ def run(
     recruiter = Recruiter(store, config, news)
     tell = None
     if registry is not None:
-        tell = Tell(registry.listeners, Queue(store.database, SystemClock()))
-    lead(store, "recruiter", config.lease, recruiter, config.idle_waits, follow, tell)
+        tell = Tell(registry.listeners, Queue(store.database))
+    lead(store, "recruiter", config.lease, recruiter, config.idle_waits, stop, follow, tell)
 
 
 def worker(
@@ -264,6 +276,7 @@ def worker(
 ) -> None:
     """A worker: register in the roster, run what is assigned, heartbeat throughout."""
     setup_logging("worker", log_level, json_logs)
+    stop = signalled_stop("worker")
     registry = load_registry(app_spec)
     config = validated(
         WorkerConfig(
@@ -275,8 +288,7 @@ def worker(
         )
     )
     store = connect_store(mongodb_uri, database, wait_for_database)
-    process = WorkerProcess(store, registry, SystemClock(), config)
-    stop_on_signals(process.stop, "worker")
+    process = WorkerProcess(store, registry, store.clock(), config, stop=stop)
     process.run()
     logger.info("worker: stopped")
 
@@ -299,6 +311,7 @@ def clean(
 ) -> None:
     """The cleaner: release the jobs of dead workers, purge old archived jobs."""
     setup_logging("cleaner", log_level, json_logs)
+    stop = signalled_stop("cleaner")
     config = validated(CleanerConfig(considered_dead_after, clean_after, lease))
     store = connect_store(mongodb_uri, database, wait_for_database)
-    lead(store, "cleaner", config.lease, Cleaner(store, config), config.idle_waits)
+    lead(store, "cleaner", config.lease, Cleaner(store, config), config.idle_waits, stop)

@@ -11,6 +11,10 @@ retry timing nor call user code. Times are always passed in: the store reads no 
 The store owns the driver's failures too: every method raises the project's kinds,
 :class:`recruiter.errors.DatabaseUnavailable` or :class:`recruiter.errors.WriteRejected`
 (:mod:`recruiter.store.failures`), so no other module knows pymongo.
+
+Every read goes to the primary, whatever the URI's read preference (a lagging secondary
+would show a job unlocked, a worker silent, that are not), and every write is
+acknowledged by a majority unless the URI names a write concern (:func:`fate_write_concern`).
 """
 
 from __future__ import annotations
@@ -18,9 +22,11 @@ from __future__ import annotations
 from typing import Any
 
 from bson.codec_options import CodecOptions
+from pymongo import ReadPreference, WriteConcern
 from pymongo.collection import Collection
 from pymongo.database import Database
 
+from recruiter.clock import Clock, DatabaseClock, SystemClock
 from recruiter.store.analytics import AnalyticsVerbs
 from recruiter.store.base import Document
 from recruiter.store.dedup import DedupVerbs
@@ -30,7 +36,8 @@ from recruiter.store.jobs import JobVerbs, LockRecord, as_object_id
 from recruiter.store.leases import LeaseVerbs
 from recruiter.store.roster import Assignment, RosterVerbs, WorkerRecord
 from recruiter.store.schedulers import SchedulerRecord, SchedulerVerbs
-from recruiter.store.schema import ensure_indexes, ensure_schema
+from recruiter.store.schema import check_schema, ensure_indexes, ensure_schema
+from recruiter.store.server import ServerVerbs
 from recruiter.store.watch import ChangeFeed, ChangeStreamsUnavailable, RosterChange, WatchVerbs
 
 __all__ = [
@@ -49,6 +56,20 @@ __all__ = [
 ]
 
 
+def fate_write_concern(database: Database[Any]) -> WriteConcern:
+    """The write concern of every write: ``majority`` unless the URI says otherwise.
+
+    Every write the store makes decides a job's fate (its lock, its attempt, its end,
+    its holder's liveness). Acknowledged by the primary alone (``w=1``, the default of
+    a replica set with an arbiter), a write can be rolled back by a failover after the
+    process acted on it: a finished job would run again. A URI that names ``w`` (or
+    ``journal``) explicitly is obeyed: the operator chose.
+    """
+    chosen = database.write_concern  # (mongomock has none: a collection of that name)
+    explicit = isinstance(chosen, WriteConcern) and bool(chosen.document)
+    return chosen if explicit else WriteConcern("majority")
+
+
 @translate_methods
 class Store(
     JobVerbs,
@@ -59,12 +80,16 @@ class Store(
     DedupVerbs,
     AnalyticsVerbs,
     WatchVerbs,
+    ServerVerbs,
 ):
     """Every collection recruiter uses, and every operation on them."""
 
     def __init__(self, database: Database[Any]) -> None:
         self.database: Database[Document] = database.client.get_database(
-            database.name, codec_options=CodecOptions(tz_aware=True)
+            database.name,
+            codec_options=CodecOptions(tz_aware=True),
+            read_preference=ReadPreference.PRIMARY,
+            write_concern=fate_write_concern(database),
         )
         self.scheduled: Collection[Document] = self.database.scheduled
         self.archived: Collection[Document] = self.database.archived
@@ -74,7 +99,19 @@ class Store(
         self.groups: Collection[Document] = self.database.groups
         self.dedup: Collection[Document] = self.database.dedup
 
+    def clock(self, local: Clock | None = None) -> DatabaseClock:
+        """The server's time as this process will know it: read from the server now and
+        then, advanced by ``local``'s monotonic clock in between (see
+        :class:`recruiter.clock.DatabaseClock`)."""
+        return DatabaseClock(self.server_time, local or SystemClock())
+
     def ensure_ready(self) -> None:
         """Check and upgrade the schema version, create missing indexes (idempotent)."""
         ensure_schema(self.database)
         ensure_indexes(self.database)
+
+    def check_schema(self) -> None:
+        """Raise :class:`recruiter.errors.SchemaTooNew` if a newer recruiter upgraded the
+        database since :meth:`ensure_ready`: long-lived processes and producers call it
+        now and then (:class:`recruiter.schema_check.SchemaCheck`), and stop."""
+        check_schema(self.database)

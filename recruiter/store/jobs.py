@@ -284,17 +284,29 @@ class JobVerbs:
 
     def claim_recovery(self, job_id: Any, new_id: Any) -> bool:
         """Mark a finished job as recovered as ``new_id``, if it was not already: the
-        guard that makes a retry of many jobs, run twice, create each copy once."""
+        guard that makes a retry of many jobs, run twice, create each copy once.
+
+        The mark is written in ``archived`` only, after moving the job there if it was
+        not yet: a move under way (the cleaner's read, then its insert) copies what it
+        read, and a mark written in ``scheduled`` meanwhile would be lost with the
+        document it deletes.
+        """
+        self._archive_now(job_id)
         guard = {"_id": job_id, "why": {"$exists": True}, "recovered_as": {"$exists": False}}
-        for collection in (self.archived, self.scheduled):
-            if collection.update_one(guard, {"$set": {"recovered_as": new_id}}).modified_count:
-                return True
-        return False
+        return (
+            self.archived.update_one(guard, {"$set": {"recovered_as": new_id}}).modified_count == 1
+        )
 
     def mark_recovered_as(self, job_id: Any, new_id: Any) -> None:
         """Name the job that does a recovered job's work (a waiting duplicate, say)."""
-        for collection in (self.archived, self.scheduled):
-            collection.update_one({"_id": job_id}, {"$set": {"recovered_as": new_id}})
+        self._archive_now(job_id)
+        self.archived.update_one({"_id": job_id}, {"$set": {"recovered_as": new_id}})
+
+    def _archive_now(self, job_id: Any) -> None:
+        """Move one finished job to ``archived`` now, if it is still in ``scheduled``."""
+        document = self.scheduled.find_one({"_id": job_id, "why": {"$exists": True}})
+        if document is not None:
+            self._move_to_archive([document])
 
     def finished_jobs(self, job_ids: Sequence[Any]) -> list[Job]:
         """Those of ``job_ids`` that are finished, archived or not yet."""

@@ -19,6 +19,9 @@ from pymongo.collection import Collection
 
 from recruiter.store.base import Document
 
+MISSED_BEATS = 3
+"""Heartbeats an available worker may miss before it is no longer handed jobs."""
+
 
 @dataclass(frozen=True)
 class Assignment:
@@ -42,6 +45,13 @@ class WorkerRecord:
     assignment: Assignment | None
     heartbeat_every: dt.timedelta | None = None
     """How often it said it would heartbeat (workers before this field: unknown)."""
+
+    def silent_at(self, now: dt.datetime) -> bool:
+        """Whether it missed :data:`MISSED_BEATS` of its heartbeats by ``now``: perhaps
+        dead, and no worker to hand a job to (the cleaner will tell)."""
+        if self.last_seen_at is None or self.heartbeat_every is None:
+            return False
+        return self.last_seen_at < now - self.heartbeat_every * MISSED_BEATS
 
     @classmethod
     def from_document(cls, document: Mapping[str, Any]) -> WorkerRecord:

@@ -42,6 +42,12 @@ INDEXES: Mapping[str, tuple[IndexModel, ...]] = {
         # finished jobs not yet moved to archived (only those have a why)
         IndexModel([("why", ASCENDING)], name="finished", sparse=True),
         IndexModel([("tags", ASCENDING)], name="tags", sparse=True),
+        # the locks a take-back reads (handed out or running jobs only), in pages by id
+        IndexModel(
+            [("locked", ASCENDING), ("_id", ASCENDING)],
+            name="locks",
+            partialFilterExpression={"locked": True},
+        ),
         # deduplication: one queued job per key (the key is removed at the first lock)
         IndexModel([("queued_key", ASCENDING)], name="queued_key", unique=True, sparse=True),
     ),
@@ -53,6 +59,14 @@ INDEXES: Mapping[str, tuple[IndexModel, ...]] = {
             name="forget",
             expireAfterSeconds=int(DEDUP_MEMORY.total_seconds()),
         ),
+    ),
+    "roster": (
+        # the recruiter's read of available workers, longest waiting first
+        IndexModel([("available", ASCENDING), ("available_since", ASCENDING)], name="available"),
+        # the cleaner's read of silent workers
+        IndexModel([("last_seen_at", ASCENDING)], name="last_seen_at"),
+        # the holders a take-back reads
+        IndexModel([("assignment.token", ASCENDING)], name="holders", sparse=True),
     ),
     "schedulers": (
         # the recruiter's read of due schedulers, and of the next one due
@@ -92,6 +106,15 @@ MIGRATIONS: Mapping[int, Migration] = {1: _initial, 2: _priorities}
 def ensure_indexes(database: Database[Any]) -> None:
     for collection, indexes in INDEXES.items():
         database[collection].create_indexes(list(indexes))
+
+
+def check_schema(database: Database[Any], target: int = SCHEMA_VERSION) -> None:
+    """Raise :class:`SchemaTooNew` if the database was upgraded past ``target`` since
+    this process started: it would go on writing documents of the old layout."""
+    document = database.metadata.find_one({"_id": SCHEMA_DOCUMENT_ID}, {"version": 1})
+    found = None if document is None else document.get("version")
+    if isinstance(found, int) and not isinstance(found, bool) and found > target:
+        raise SchemaTooNew(found, target)
 
 
 def ensure_schema(

@@ -17,7 +17,6 @@ import time
 from bson import ObjectId
 from pymongo import MongoClient
 
-from recruiter.clock import SystemClock
 from recruiter.leadership import Leadership, holder_name
 from recruiter.recruiter import Recruiter
 from recruiter.store import Store
@@ -28,8 +27,9 @@ GIVE_UP_AFTER = 60.0
 def main(uri: str, database: str, lease_seconds: float) -> int:
     client: MongoClient[dict[str, object]] = MongoClient(uri, tz_aware=True)
     store = Store(client[database])
-    clock = SystemClock()
-    leadership = Leadership(store, "recruiter", holder_name(), dt.timedelta(seconds=lease_seconds))
+    clock = store.clock()
+    lease = dt.timedelta(seconds=lease_seconds)
+    leadership = Leadership(store, "recruiter", holder_name(), lease, clock)
     recruiter = Recruiter(store)
     deadline = time.monotonic() + GIVE_UP_AFTER
     while time.monotonic() < deadline:

@@ -222,7 +222,7 @@ class Run:
             uri, tz_aware=True, serverSelectionTimeoutMS=2000
         )
         self.database: Database[dict[str, Any]] = self.client[self.database_name]
-        self.queue = Queue(self.database, SystemClock())
+        self.queue = Queue(self.database)
         self.members: list[Member] = []
         self.faults: list[Fault] = []
         self.later: list[tuple[float, str, Callable[[], None]]] = []

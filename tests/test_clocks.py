@@ -1,0 +1,162 @@
+"""Machines whose clocks disagree by minutes still agree on what happened first.
+
+Every process here has a clock of its own, skewed by minutes one way or the other from
+the database server's; each decides on the server's time as it knows it
+(:class:`recruiter.clock.DatabaseClock`, the way the commands and ``Queue`` are wired),
+on mongomock, with the server's clock played by a frozen clock. Time passes for all at
+once. With each process deciding on its own clock instead, each of these tests fails:
+a live worker declared dead, a job archived unrun as a duplicate, two leaders at once.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+from pymongo.database import Database
+
+from recruiter import JobSpec, Queue, Registry
+from recruiter.cleaner import Cleaner, CleanerConfig
+from recruiter.clock import Clock, DatabaseClock, FrozenClock
+from recruiter.execution import Outcome
+from recruiter.leadership import Leadership
+from recruiter.recruiter import Recruiter
+from recruiter.store import Store
+from recruiter.worker import WorkerConfig, WorkerProcess
+from tests.conftest import START
+
+MINUTES = dt.timedelta(minutes=5)
+
+
+class World:
+    """The server's clock and every process's own, moved together."""
+
+    def __init__(self) -> None:
+        self.server = FrozenClock(START)
+        self.locals: list[FrozenClock] = []
+
+    def clock(self, skew: dt.timedelta) -> Clock:
+        """A process's view of the server's time, its own clock off by ``skew``."""
+        local = FrozenClock(START + skew)
+        self.locals.append(local)
+        return DatabaseClock(self.server.now, local)
+
+    def advance(self, seconds: float) -> None:
+        for clock in (self.server, *self.locals):
+            clock.advance(seconds)
+
+
+@pytest.fixture
+def world() -> World:
+    return World()
+
+
+@pytest.mark.parametrize("worker_skew", [-MINUTES, MINUTES], ids=["worker-behind", "ahead"])
+def test_a_live_worker_is_never_declared_dead_whatever_the_clocks(
+    mongomock_database: Database[Any],
+    registry: Registry,
+    world: World,
+    worker_skew: dt.timedelta,
+) -> None:
+    producer = Queue(mongomock_database, world.clock(dt.timedelta(minutes=-3)))
+    store = Store(mongomock_database)
+    worker_clock = world.clock(worker_skew)
+    cleaner_clock = world.clock(-worker_skew)
+    cleaner = Cleaner(store, CleanerConfig(considered_dead_after=dt.timedelta(seconds=30)))
+    deaths: list[int] = []
+
+    @registry.workable("tests.long")
+    def long() -> None:
+        for _ in range(12):  # two minutes, heartbeating every 10 s
+            world.advance(10)
+            worker.beat()
+            deaths.append(cleaner.run_once(cleaner_clock.now()).dead_workers)
+
+    worker = WorkerProcess(store, registry, worker_clock, WorkerConfig(watch=False), deaths.clear)
+    worker.slots[0].register()
+    cleaner.run_once(cleaner_clock.now())
+    job_id = producer.schedule(JobSpec("tests.long"))
+    assert Recruiter(store).run_once(world.clock(dt.timedelta(minutes=2)).now()).assigned == 1
+    ran = worker.slots[0].run_once().ran
+    assert deaths == [0] * 12, "never declared dead"
+    assert ran is not None
+    assert ran.outcome is Outcome.DONE
+    assert producer.job(job_id).attempts == 1
+
+
+@pytest.mark.parametrize("producer_skew", [-MINUTES, MINUTES], ids=["producer-behind", "ahead"])
+def test_a_job_scheduled_after_an_identical_run_started_runs(
+    mongomock_database: Database[Any],
+    registry: Registry,
+    world: World,
+    producer_skew: dt.timedelta,
+) -> None:
+    # MediaWiki's rule: a deduplicated job is skipped only if an identical one started
+    # after it was scheduled; both times must come from the same clock
+    producer = Queue(mongomock_database, world.clock(producer_skew))
+    store = Store(mongomock_database)
+    worker_clock = world.clock(-producer_skew)
+    later: list[Any] = []
+    runs: list[int] = []
+
+    @registry.workable("tests.refresh")
+    def refresh(page: int) -> None:
+        runs.append(page)
+        if not later:
+            world.advance(1)  # the first run has started: the same job is asked again
+            later.append(producer.schedule(JobSpec("tests.refresh", {"page": 1}).deduplicated()))
+
+    worker = WorkerProcess(store, registry, worker_clock, WorkerConfig(watch=False), later.clear)
+    worker.slots[0].register()
+    recruiter = Recruiter(store)
+    first = producer.schedule(JobSpec("tests.refresh", {"page": 1}).deduplicated())
+    for _ in range(2):
+        world.advance(1)
+        recruiter.run_once(worker_clock.now())
+        worker.slots[0].run_once()
+    assert runs == [1, 1], "the second was asked for after the first started: it runs"
+    assert [producer.job(job).why for job in (first, *later)] == ["done", "done"]
+
+
+@pytest.mark.parametrize("standby_skew", [MINUTES, -MINUTES], ids=["standby-ahead", "behind"])
+def test_one_leader_at_a_time_whatever_the_clocks(
+    mongomock_database: Database[Any], world: World, standby_skew: dt.timedelta
+) -> None:
+    store = Store(mongomock_database)
+    lease = dt.timedelta(seconds=15)
+    leader_clock, standby_clock = world.clock(-standby_skew), world.clock(standby_skew)
+    leader = Leadership(store, "recruiter", "leader", lease, leader_clock)
+    standby = Leadership(store, "recruiter", "standby", lease, standby_clock)
+    assert leader.hold(leader_clock.now())
+    for _ in range(10):  # the leader renews every 5 s; the standby tries as often
+        world.advance(2.5)
+        assert leader.hold(leader_clock.now())
+        assert not standby.hold(standby_clock.now()), "not while the leader renews"
+    # the leader dies: its lease runs out on the server's clock, not on the standby's
+    expires = store.find_lease("recruiter").expires_at  # type: ignore[union-attr]
+    world.advance((expires - world.server.now()).total_seconds() - 0.001)
+    assert not standby.hold(standby_clock.now()), "not before the lease expired"
+    world.advance(0.001)
+    assert standby.hold(standby_clock.now())
+
+
+def test_the_servers_clock_is_read_from_the_server(real_database: Database[Any]) -> None:
+    store = Store(real_database)
+    local = FrozenClock(START)  # the local wall clock is a year and more off
+    server = store.server_time()
+    assert server is not None
+    clock = DatabaseClock(store.server_time, local)
+    assert abs(clock.now() - server) < dt.timedelta(seconds=5)
+
+
+def test_without_the_servers_clock_a_process_starts_from_its_own(
+    mongomock_database: Database[Any], world: World
+) -> None:
+    store = Store(mongomock_database)
+    assert store.server_time() is None, "mongomock cannot tell"
+    local = FrozenClock(START)
+    clock = DatabaseClock(store.server_time, local)
+    assert clock.now() == START
+    local.advance(90)
+    assert clock.now() == START + dt.timedelta(seconds=90)
