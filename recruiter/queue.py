@@ -23,9 +23,10 @@ from recruiter.analytics import Analytics, analytics
 from recruiter.clock import Clock, to_millis
 from recruiter.connection import database_at
 from recruiter.duration import Duration, to_timedelta
-from recruiter.errors import InvalidJob, JobNotFound
+from recruiter.errors import DatabaseUnavailable, InvalidJob, JobNotFound
 from recruiter.groups import GroupSettings, InvalidGroupSettings, Rate
 from recruiter.job import Job, JobSpec
+from recruiter.loop import Backoff
 from recruiter.manual import (
     Cancellation,
     ManualRun,
@@ -48,6 +49,10 @@ from recruiter.schedulers import job_template
 from recruiter.schema_check import SchemaCheck
 from recruiter.store import Database, SchedulerRecord, Store
 from recruiter.workable import Registry
+
+SCHEDULE_PATIENCE = 10.0
+"""Seconds :meth:`Queue.schedule` keeps trying while the database does not answer."""
+SCHEDULE_RETRIES = Backoff(0.1, 2.0)
 
 
 class Queue:
@@ -77,7 +82,11 @@ class Queue:
         return self.schedule_many([job])[0]
 
     def schedule_many(self, jobs: Iterable[JobSpec]) -> list[ObjectId]:
-        """Store every job in one round trip, all or (on a validation error) none."""
+        """Store every job in one round trip, all or (on a validation error) none.
+
+        While the database does not answer, it tries again for up to
+        :data:`SCHEDULE_PATIENCE` seconds, storing each job once whatever replies were lost.
+        """
         specs = list(jobs)
         for spec in specs:
             if not isinstance(spec, JobSpec):
@@ -85,7 +94,25 @@ class Queue:
         self.check_schema()
         now = self.clock.now()
         documents = [spec.to_document(ObjectId(), now) for spec in specs]
-        return self.store.insert_jobs(documents)
+        return self._insert(documents)
+
+    def _insert(self, documents: list[dict[str, Any]]) -> list[ObjectId]:
+        """Store the jobs, trying again while the database does not answer, for up to
+        :data:`SCHEDULE_PATIENCE` seconds: each try inserts the same ids, so a try whose
+        reply was lost after it landed stores nothing twice."""
+        deadline = self.clock.monotonic() + SCHEDULE_PATIENCE
+        wait = 0.0
+        while True:
+            try:
+                return self.store.insert_jobs(documents)
+            except DatabaseUnavailable as error:
+                if self.clock.monotonic() >= deadline:
+                    raise DatabaseUnavailable(
+                        f"{error}; after {SCHEDULE_PATIENCE:g}s of tries, the jobs may or "
+                        "may not be stored: look them up, or schedule deduplicated jobs"
+                    ) from error
+                wait = SCHEDULE_RETRIES.after(wait)
+                self.clock.sleep(wait)
 
     def repeat(
         self,

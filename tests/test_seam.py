@@ -227,3 +227,55 @@ def test_a_record_too_large_is_trimmed_and_the_history_kept(
     assert "x" * 1000 in repr(job.history[0]["output"]), "attempt 1's output is kept"
     assert job.history[1]["output"] == {"dropped": "the job's document would exceed the size limit"}
     assert len(job.history[1]["message"]) < 1100
+
+
+@pytest.mark.parametrize("landed", [False, True], ids=["before", "landed"])
+def test_scheduling_through_a_lost_reply_stores_each_job_once(queue: Queue, landed: bool) -> None:
+    flaky = Flaky(queue.store.scheduled, "insert_many", AutoReconnect("closed"), landed=landed)
+    queue.store.scheduled = flaky  # type: ignore[assignment]
+    ids = queue.schedule_many([JobSpec("tests.a"), JobSpec("tests.b", {"n": 1}).deduplicated()])
+    queue.store.scheduled = flaky._real
+    assert flaky.failed == 2
+    assert sorted(d["_id"] for d in queue.store.scheduled.find()) == sorted(ids), "once each"
+
+
+def test_scheduling_gives_up_after_its_patience_saying_what_to_do(queue: Queue) -> None:
+    down = Flaky(queue.store.scheduled, "insert_many", AutoReconnect("closed"), landed=False)
+    down._left = 10**6
+    queue.store.scheduled = down  # type: ignore[assignment]
+    with pytest.raises(DatabaseUnavailable, match="may or may not be stored"):
+        queue.schedule(JobSpec("tests.a"))
+
+
+def test_a_dead_workers_job_is_released_even_if_its_removal_lost_its_reply(
+    queue: Queue, registry: Registry, clock: FrozenClock
+) -> None:
+    # the worker is removed (fenced out), the reply is lost: the cleaner never learns
+    # what it held; the job, locked and held by nobody, is an orphan the next rounds find
+    from recruiter.cleaner import Cleaner, CleanerConfig
+
+    @registry.workable("tests.noop")
+    def noop() -> None: ...
+
+    job_id = queue.schedule(JobSpec("tests.noop").retry_with(RetryManyTimes(3, 0)))
+    slot = WorkerSlot(queue.store, registry, clock, "*")
+    slot.register()
+    Recruiter(queue.store).run_once(clock.now())
+    token = queue.store.find_worker(slot.id).assignment.token  # type: ignore[arg-type, union-attr]
+    queue.store.start_if_owned(job_id, token, {"started_at": clock.now()})  # then it dies
+    cleaner = Cleaner(queue.store, CleanerConfig())
+    roster = queue.store.roster
+    lost = Flaky(roster, "find_one_and_delete", AutoReconnect("closed"), landed=True, times=1)
+    queue.store.roster = lost  # type: ignore[assignment]
+    released = []
+    for _ in range(8):  # rounds every 15 s, as long as it takes
+        try:
+            released.append(sum(cleaner.run_once(clock.now()).released.values()))
+        except DatabaseUnavailable:
+            released.append(-1)
+        clock.advance(15)
+    assert lost.failed == 1
+    assert queue.store.workers() == [], "removed by the try whose reply was lost"
+    assert sum(r for r in released if r > 0) == 1, "released once"
+    job = queue.job(job_id)
+    assert (job.locked, job.attempts, job.history[-1]["crashed"]) == (False, 1, True)

@@ -154,7 +154,12 @@ class JobVerbs:
         )
 
     def _insert_unless_queued(self, documents: list[Document]) -> list[int]:
-        """Insert ``documents``; return the indexes of those refused as duplicates."""
+        """Insert ``documents``; return the indexes of those refused as duplicates.
+
+        A document whose own ``_id`` is taken was stored by an earlier try of this very
+        insert, whose reply was lost: it counts as stored (ids are new ObjectIds, never
+        another job's), so an insert tried again after a lost reply stores each job once.
+        """
         try:
             self.scheduled.insert_many(documents, ordered=False)
         except BulkWriteError as error:
@@ -162,16 +167,24 @@ class JobVerbs:
             for failure in error.details["writeErrors"]:
                 pattern = failure.get("keyPattern")
                 document = documents[failure["index"]]
-                if (
-                    failure["code"] == DUPLICATE_KEY
-                    and "queued_key" in document
-                    and (pattern is None or "queued_key" in pattern)
-                ):
+                if failure["code"] != DUPLICATE_KEY:
+                    raise
+                if (pattern is None or "_id" in pattern) and self._stored(document["_id"]):
+                    continue
+                if "queued_key" in document and (pattern is None or "queued_key" in pattern):
                     duplicates.append(failure["index"])
                 else:
                     raise
+            if error.details.get("writeConcernErrors"):
+                raise  # stored, not yet known to be durable: unavailable, try again
             return duplicates
         return []
+
+    def _stored(self, job_id: Any) -> bool:
+        return any(
+            collection.find_one({"_id": job_id}, {"_id": 1}) is not None
+            for collection in (self.scheduled, self.archived)
+        )
 
     def _queued_by_key(self, keys: set[str]) -> dict[str, Any]:
         cursor = self.scheduled.find({"queued_key": {"$in": list(keys)}}, {"queued_key": 1})
