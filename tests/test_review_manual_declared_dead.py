@@ -1,0 +1,64 @@
+"""Review finding: a manual run declared dead before its job's code began runs that code
+to its end anyway, beside the job's new run.
+
+``run_here``'s heartbeat, on finding its holder removed, stops the job's code
+(``watch.stop_all``) and then ends for good. When the removal is seen after the start
+landed but before the code runs (the process frozen past the dead timeout between the
+two, say in a ``JOB_STARTED`` listener or in the dedup read), there is no code to stop
+yet: the stop is lost, nothing looks again, and the code then runs to its end, while
+the cleaner has taken the job back as a crash and its retry may run on a worker. A
+worker in the same place exits at once (its slot's ``running`` is set before the
+start), and so would not run it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+
+import pytest
+
+from recruiter import JobSpec, Queue, Registry, RetryManyTimes
+from recruiter.cleaner import CleanerConfig
+from recruiter.clock import FrozenClock
+from recruiter.manual import DeclaredDead, run_here
+from tests.conftest import START
+from tests.interleaving import after
+from tests.test_processes import DEAD_AFTER, WatchingCleaner
+
+
+def test_a_manual_run_declared_dead_before_its_code_runs_does_not_run_it(
+    queue: Queue, registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ran: list[str] = []
+
+    @registry.workable("tests.effect")
+    def effect() -> None:
+        ran.append("effect")
+
+    job_id = queue.schedule(JobSpec("tests.effect").retry_with(RetryManyTimes(3, 0)))
+    # the manual run's process is frozen: its clock (its heartbeats' time) stays put
+    here = FrozenClock(START)
+    cleaner_clock = FrozenClock(START)
+    cleaner = WatchingCleaner(queue.store, CleanerConfig(considered_dead_after=DEAD_AFTER))
+    cleaner.run_once(cleaner_clock.now())
+
+    def frozen_past_the_timeout_after_the_start() -> object:
+        cleaner_clock.advance(DEAD_AFTER.total_seconds() + 1)
+        result = cleaner.run_once(cleaner_clock.now())
+        # thawed: its heartbeat finds the holder removed (nothing runs yet to stop)
+        (beat,) = [t for t in threading.enumerate() if t.name == "manual-heartbeat"]
+        beat.join(timeout=10)
+        assert not beat.is_alive()
+        return result
+
+    taken = after(
+        monkeypatch, queue.store, "start_if_owned", frozen_past_the_timeout_after_the_start
+    )
+    with pytest.raises(DeclaredDead):
+        run_here(queue.store, registry, here, [job_id], heartbeat=dt.timedelta(milliseconds=1))
+    assert len(taken) == 1
+    assert taken[0].dead_workers == 1, "the cleaner took the job back"
+    job = queue.job(job_id)
+    assert (job.locked, job.attempts, job.history[-1]["crashed"]) == (False, 1, True)
+    assert ran == [], "its code must not run here: the job is back in the queue"
