@@ -102,8 +102,11 @@ class DatabaseClock:
     ``hello``) every :data:`SERVER_TIME_REFRESH` seconds, and in between advances by this
     process's *monotonic* clock: its own wall clock, skewed or stepped, plays no part.
     The error is half a round trip plus the monotonic clock's drift over the refresh
-    (milliseconds). Where the server cannot tell its time (mongomock), or has not
-    answered yet, it starts from this process's wall clock instead. It never goes back.
+    (milliseconds). Where the server cannot tell its time (mongomock), it starts from
+    this process's wall clock instead; a server that does not answer the first reading
+    makes :meth:`now` raise :class:`recruiter.errors.DatabaseUnavailable` (the round
+    fails and is tried again), never fall back on a wall clock that may be minutes off.
+    Later failures go on from the last reading. It never goes back.
 
     >>> server = FrozenClock(dt.datetime(2026, 1, 1, tzinfo=UTC))
     >>> local = FrozenClock(dt.datetime(2026, 1, 1, 0, 5, tzinfo=UTC))  # 5 minutes ahead
@@ -148,12 +151,17 @@ class DatabaseClock:
         try:
             server = self.read_server_time()
         except DatabaseError:
-            server = None  # unreachable now: go on from the last reading, try again later
+            if self._base is None:
+                raise  # nothing read yet: no time to decide on (the round fails, retries)
+            # unreachable now: go on from the last reading, and try again later
+            self._base += dt.timedelta(seconds=self.local.monotonic() - self._read_at)
+            self._read_at = self.local.monotonic()
+            return
         after = self.local.monotonic()
         if server is not None:
             self._base = server + dt.timedelta(seconds=(after - before) / 2)
         elif self._base is None:
-            self._base = self.local.now()
+            self._base = self.local.now()  # a server that cannot tell its time (mongomock)
         else:
             self._base += dt.timedelta(seconds=after - self._read_at)
         self._read_at = after

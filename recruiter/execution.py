@@ -164,7 +164,10 @@ class Executor:
             self._ended(job, execution, _Ran())
             return execution
         running = Running(job.id, job.timeout)
-        if self.watch is None:
+        if self.watch is not None and self.watch.stopping is not None:
+            # stopped between its start and its code (a manual run declared dead)
+            ran = _not_run(self.watch.stopping)
+        elif self.watch is None:
             ran = _run(self.registry, job, statistics, policy_problem, running)
         else:
             with self.watch.watching(running):
@@ -194,7 +197,8 @@ class Executor:
             logger.info("job %s done (attempt %d)", job.id, job.attempts)
             self._remember_success(job, started_at, ended_at)
             return Execution(job.id, Outcome.DONE, job.attempts)
-        record.update({"class": failure.exception_class, "message": failure.message})
+        # a message is the exception's str(), of any size: kept to the trace's bound
+        record.update({"class": failure.exception_class, "message": failure.message[:TRACE_LIMIT]})
         record["trace"] = ran.trace
         created_at = job.created_at or started_at
         attempt = FailedAttempt(
@@ -414,6 +418,12 @@ def _run(
         ran = _Ran(Failure.from_exception(error), trace, _storable(output), error, hooks)
         return dataclasses.replace(ran, stopped=running.stopped)
     return _Ran(output=_storable(output), hooks=hooks, stopped=running.stopped)
+
+
+def _not_run(why: type[Stopped]) -> _Ran:
+    """What a job stopped before its code ran gives: the stop, as its failure."""
+    error = why()
+    return _Ran(Failure.from_exception(error), None, {}, error, WorkableHooks(), stopped=why)
 
 
 def _raised_in(target: Callable[[], Any], error: BaseException) -> bool:

@@ -33,6 +33,7 @@ from typing import Any
 
 from bson import ObjectId
 
+from recruiter.errors import WriteRejected
 from recruiter.job import Job
 from recruiter.retry import (
     FailedAttempt,
@@ -58,6 +59,9 @@ class Released(StrEnum):
     GONE = "gone"
     """It was no longer locked with that token, or it started under a live holder
     meanwhile: nothing to do."""
+    REFUSED = "refused"
+    """The database refused to record it (a document at the size limit, a validation
+    rule): left as it is, logged, tried again at the next pass; the others go on."""
 
 
 def take_back_from_dead(
@@ -73,7 +77,10 @@ def take_back_from_dead(
         return Released.GONE
     reason = f"worker {removed.id} (pid {removed.pid} on {removed.hostname}) died"
     assignment = removed.assignment
-    return release_fenced(store, assignment.job_id, assignment.token, now, reason)
+    try:
+        return release_fenced(store, assignment.job_id, assignment.token, now, reason)
+    except WriteRejected as error:  # the orphan pass tries it again (its holder is gone)
+        return _refused(assignment.job_id, error)
 
 
 def release_fenced(
@@ -114,20 +121,37 @@ def release_unheld(
     """
     released: Counter[Released] = Counter()
     for lock in unheld_locks(store, locked_before):
-        if not lock.started:
-            # never released as crashed: it may start under a holder that appears now
-            cancelled = lock.cancel_requested
-            outcome = _requeue(store, lock.job_id, lock.token, now, reason, cancelled=cancelled)
-            released[outcome or Released.GONE] += 1
-            continue
-        job = store.find_locked_job(lock.job_id, lock.token)
-        if job is None:
-            released[Released.GONE] += 1
-            continue
-        # started when read, held by nobody after: its holder left the roster for good
-        released[_crashed(store, job, lock.token, now, reason)] += 1
+        try:
+            released[_release_unheld_one(store, lock, now, reason)] += 1
+        except WriteRejected as error:
+            released[_refused(lock.job_id, error)] += 1
     released.pop(Released.GONE, None)
     return released
+
+
+def _release_unheld_one(store: Store, lock: LockRecord, now: dt.datetime, reason: str) -> Released:
+    if not lock.started:
+        # never released as crashed: it may start under a holder that appears now
+        cancelled = lock.cancel_requested
+        outcome = _requeue(store, lock.job_id, lock.token, now, reason, cancelled=cancelled)
+        return outcome or Released.GONE
+    job = store.find_locked_job(lock.job_id, lock.token)
+    if job is None:
+        return Released.GONE
+    # started when read, held by nobody after: its holder left the roster for good
+    return _crashed(store, job, lock.token, now, reason)
+
+
+def _refused(job_id: Any, error: WriteRejected) -> Released:
+    """One job the database will not let be recorded must not stop the take-backs of
+    all the others (nor the rounds they are part of)."""
+    logger.error(
+        "job %s could not be taken back, the database refused the write (%s): left as it "
+        "is, tried again at the next pass; look at the job's document",
+        job_id,
+        error,
+    )
+    return Released.REFUSED
 
 
 def _requeue(

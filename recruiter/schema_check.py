@@ -30,5 +30,5 @@ class SchemaCheck:
         """Raise ``SchemaTooNew`` if it is time to look and the database is newer."""
         now = self.clock.monotonic()
         if now >= self._due:
+            self._due = now + self.every  # found newer or not, the next look is later
             self.store.check_schema()
-            self._due = now + self.every

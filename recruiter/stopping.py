@@ -103,6 +103,8 @@ class Watch:
     def __init__(self) -> None:
         self._running: dict[int, Running] = {}
         self._lock = threading.Lock()
+        self.stopping: type[Stopped] | None = None
+        """Set by :meth:`stop_all`: any job about to run is stopped before its code."""
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -126,7 +128,8 @@ class Watch:
                 logger.warning("job %s cancelled while it ran: stopping it", running.job_id)
 
     def stop_all(self, why: type[Stopped]) -> None:
-        """Stop every running job's code with ``why``."""
+        """Stop every running job's code with ``why``, and any job's about to run."""
+        self.stopping = why
         for running in self.running():
             if running.stop(why):
                 logger.warning("job %s: stopping it (%s)", running.job_id, why.__name__)

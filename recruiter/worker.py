@@ -235,7 +235,6 @@ class WorkerProcess:
         A slot that crashed on a bug is not beaten for: the cleaner will declare it dead
         and release its job through the job's retry policy.
         """
-        self.check_schema()
         registered = {
             slot.id: slot for slot in self.slots if slot.id is not None and slot not in self._broken
         }
@@ -248,6 +247,9 @@ class WorkerProcess:
         running = [r.job_id for r in self.watch.running()]
         if running:  # one read, only while jobs run: which were cancelled meanwhile
             self.watch.cancel(self.store.cancel_requested(running))
+        # after the beat, never instead of it: a worker told to stop by a newer schema
+        # goes on beating for the jobs it finishes first
+        self.check_schema()
 
     def _slot_removed(self) -> None:
         """A slot found it was declared dead: so was this whole process, frozen or cut

@@ -26,6 +26,7 @@ from pymongo.errors import (
     WriteConcernError,
     WTimeoutError,
 )
+from pymongo.errors import DocumentTooLarge as DriverDocumentTooLarge
 
 from recruiter import JobSpec, Queue, Registry, RetryManyTimes, record_output
 from recruiter.clock import FrozenClock
@@ -185,8 +186,16 @@ def test_a_rejected_worker_write_is_not_retried(
     assert flaky.failed == 1, "tried once: the same write would be refused again"
 
 
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        OperationFailure("Resulting document after update is too large", 17419),
+        DriverDocumentTooLarge("command document too large"),  # refused before sending
+    ],
+    ids=["by-the-server", "by-the-driver"],
+)
 def test_a_record_too_large_is_trimmed_and_the_history_kept(
-    queue: Queue, registry: Registry, clock: FrozenClock
+    queue: Queue, registry: Registry, clock: FrozenClock, refusal: Exception
 ) -> None:
     @registry.workable("tests.chatty")
     def chatty() -> None:
@@ -211,7 +220,7 @@ def test_a_record_too_large_is_trimmed_and_the_history_kept(
 
             def update_one(query: Any, update: Any, **options: Any) -> Any:
                 if "x" * 1000 in repr(update):
-                    raise OperationFailure("Resulting document after update is too large", 17419)
+                    raise refusal
                 return attribute(query, update, **options)
 
             return update_one

@@ -25,7 +25,12 @@ from recruiter.embedded import (
     find_local_server,
     stop_local_server,
 )
-from recruiter.errors import DatabaseUnreachable, RecruiterError, SchemaTooNew
+from recruiter.errors import (
+    DatabaseUnavailable,
+    DatabaseUnreachable,
+    RecruiterError,
+    SchemaTooNew,
+)
 from recruiter.manual import DeclaredDead, WaitTimeout
 from recruiter.worker import DECLARED_DEAD_EXIT
 
@@ -61,7 +66,7 @@ class ExitCode(IntEnum):
 
 
 def exit_code_of(error: RecruiterError) -> ExitCode:
-    if isinstance(error, DatabaseUnreachable):
+    if isinstance(error, DatabaseUnreachable | DatabaseUnavailable):
         return ExitCode.DATABASE_UNREACHABLE
     if isinstance(error, SchemaTooNew):
         return ExitCode.SCHEMA_TOO_NEW

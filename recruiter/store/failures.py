@@ -66,7 +66,7 @@ def translate(error: PyMongoError | BSONError) -> DatabaseError:
     message = str(error).split(", full error:", 1)[0][:500]
     if isinstance(error, ConnectionFailure | ExecutionTimeout | WriteConcernError | CursorNotFound):
         return DatabaseUnavailable(message)
-    if isinstance(error, DriverDocumentTooLarge):
+    if isinstance(error, DriverDocumentTooLarge):  # refused by the driver, before sending
         return DocumentTooLarge(message)
     if isinstance(error, BulkWriteError):
         return _bulk(error, message)

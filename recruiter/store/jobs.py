@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bson import ObjectId
+from bson.errors import InvalidDocument
 from pymongo import ReturnDocument
 from pymongo.collection import Collection
 from pymongo.database import Database
@@ -354,9 +355,16 @@ class JobVerbs:
             if not isinstance(translate(error), WriteRejected):
                 raise  # no answer, or not now: the caller tries again, and checks
             # a hand-damaged document (attempts not a number): read it as it is, so the
-            # job fails through its policy with what is wrong, instead of crashing here
-            damaged = self.scheduled.find_one(owned)
-            return None if damaged is None else Job.from_document(damaged)
+            # job fails through its policy with what is wrong, instead of crashing here;
+            # a document refused for another reason (too large, a validator) is not
+            # damaged: the refusal is the caller's, and the job's code must not run
+            document = self.scheduled.find_one(owned)
+            if document is None:
+                return None
+            damaged = Job.from_document(document)
+            if not damaged.problems:
+                raise
+            return damaged
         if before is None:
             return None
         attempts = before.get("attempts")
@@ -471,7 +479,7 @@ class JobVerbs:
             try:
                 result = self.scheduled.update_one(owned, _recording(update, execution))
                 return result.modified_count == 1
-            except OperationFailure as error:
+            except (OperationFailure, InvalidDocument) as error:
                 kind = translate(error)
                 if isinstance(kind, DocumentTooLarge) and execution != _trimmed(execution):
                     execution = _trimmed(execution)
