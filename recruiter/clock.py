@@ -14,6 +14,7 @@ import datetime as dt
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 from recruiter.errors import DatabaseError
@@ -44,6 +45,14 @@ class Clock(Protocol):
         """Wait for ``seconds``."""
         ...
 
+    def earliest(self) -> dt.datetime:
+        """The earliest the time may be now (:meth:`now` for a clock known exactly)."""
+        ...
+
+    def latest(self) -> dt.datetime:
+        """The latest the time may be now (:meth:`now` for a clock known exactly)."""
+        ...
+
 
 class SystemClock:
     """The real clock."""
@@ -56,6 +65,12 @@ class SystemClock:
 
     def sleep(self, seconds: float) -> None:
         time.sleep(max(0.0, seconds))
+
+    def earliest(self) -> dt.datetime:
+        return self.now()
+
+    def latest(self) -> dt.datetime:
+        return self.now()
 
 
 class FrozenClock:
@@ -79,6 +94,12 @@ class FrozenClock:
     def sleep(self, seconds: float) -> None:
         self.advance(seconds=max(0.0, seconds))
 
+    def earliest(self) -> dt.datetime:
+        return self._now
+
+    def latest(self) -> dt.datetime:
+        return self._now
+
     def advance(self, seconds: float = 0.0, **delta: float) -> dt.datetime:
         """Move forward by ``seconds`` (plus any ``timedelta`` keyword) and return the new time."""
         self._now = to_millis(self._now + dt.timedelta(seconds=seconds, **delta))
@@ -91,6 +112,19 @@ class FrozenClock:
 
 SERVER_TIME_REFRESH = 30.0
 """Seconds between two readings of the database server's clock."""
+READINGS = 3
+"""Readings taken each time, the one with the shortest round trip kept (as NTP does)."""
+GOOD_ROUND_TRIP = 0.01
+"""A reading whose round trip is this short is kept at once."""
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """The server's time ``server``, read between local monotonic ``sent`` and ``received``."""
+
+    server: dt.datetime
+    sent: float
+    received: float
 
 
 class DatabaseClock:
@@ -99,14 +133,22 @@ class DatabaseClock:
     it, so that machines whose clocks disagree still agree on what happened first.
 
     It reads the server's clock (``read_server_time``, the ``localTime`` of MongoDB's
-    ``hello``) every :data:`SERVER_TIME_REFRESH` seconds, and in between advances by this
-    process's *monotonic* clock: its own wall clock, skewed or stepped, plays no part.
-    The error is half a round trip plus the monotonic clock's drift over the refresh
-    (milliseconds). Where the server cannot tell its time (mongomock), it starts from
-    this process's wall clock instead; a server that does not answer the first reading
-    makes :meth:`now` raise :class:`recruiter.errors.DatabaseUnavailable` (the round
-    fails and is tried again), never fall back on a wall clock that may be minutes off.
-    Later failures go on from the last reading. It never goes back.
+    ``hello``) every :data:`SERVER_TIME_REFRESH` seconds, keeping the reading of the
+    shortest round trip of :data:`READINGS`, and in between advances by this process's
+    *monotonic* clock: its own wall clock, skewed or stepped, plays no part. The server's
+    time is then known within the reading's round trip: :meth:`now` is the middle,
+    :meth:`earliest` and :meth:`latest` the bounds, for the decisions that must err one
+    way (a cutoff for silence is taken at the earliest, a heartbeat stamped at the
+    latest, so that a live process is never judged silent for want of precision).
+
+    Where the server cannot tell its time (mongomock), it starts from this process's
+    wall clock instead; a server that does not answer the first reading makes it raise
+    :class:`recruiter.errors.DatabaseUnavailable` (the round fails and is tried again),
+    never fall back on a wall clock that may be minutes off. Later failures go on from
+    the last reading.
+
+    (The tests' :class:`FrozenClock` plays a perfectly synchronized one: its earliest,
+    middle and latest are one.)
 
     >>> server = FrozenClock(dt.datetime(2026, 1, 1, tzinfo=UTC))
     >>> local = FrozenClock(dt.datetime(2026, 1, 1, 0, 5, tzinfo=UTC))  # 5 minutes ahead
@@ -127,44 +169,60 @@ class DatabaseClock:
         self.read_server_time = read_server_time
         self.local = local
         self.refresh = refresh
-        self._base: dt.datetime | None = None
-        """The server's time when it was last read (or this process's, as a fallback)."""
+        self._reading: _Reading | None = None
         self._read_at = 0.0
-        """The local monotonic time of that reading."""
-        self._last: dt.datetime | None = None
         self._lock = threading.Lock()
 
     def now(self) -> dt.datetime:
+        """The server's time now, within half the reading's round trip."""
+        return self._at(0.5)
+
+    def earliest(self) -> dt.datetime:
+        """The earliest the server's time may be now: for cutoffs (who is silent, which
+        lease has expired), so that precision never shortens a timeout."""
+        return self._at(0.0)
+
+    def latest(self) -> dt.datetime:
+        """The latest the server's time may be now: for the stamps that show a process
+        alive (heartbeats), so that precision never ages them."""
+        return self._at(1.0)
+
+    def _at(self, share: float) -> dt.datetime:
+        """The server's time now, ``share`` of the way from the earliest to the latest."""
         with self._lock:
-            if self._base is None or self.local.monotonic() - self._read_at >= self.refresh:
+            if self._reading is None or self.local.monotonic() - self._read_at >= self.refresh:
                 self._read()
-            assert self._base is not None
-            elapsed = dt.timedelta(seconds=self.local.monotonic() - self._read_at)
-            moment = to_millis(self._base + elapsed)
-            if self._last is not None and moment < self._last:
-                return self._last
-            self._last = moment
-            return moment
+            reading = self._reading
+            assert reading is not None
+            # read at some moment between sent and received: since then, at least
+            # now - received and at most now - sent have passed
+            elapsed = self.local.monotonic() - reading.received
+            elapsed += share * (reading.received - reading.sent)
+            return to_millis(reading.server + dt.timedelta(seconds=elapsed))
 
     def _read(self) -> None:
-        before = self.local.monotonic()
-        try:
-            server = self.read_server_time()
-        except DatabaseError:
-            if self._base is None:
-                raise  # nothing read yet: no time to decide on (the round fails, retries)
-            # unreachable now: go on from the last reading, and try again later
-            self._base += dt.timedelta(seconds=self.local.monotonic() - self._read_at)
-            self._read_at = self.local.monotonic()
-            return
-        after = self.local.monotonic()
-        if server is not None:
-            self._base = server + dt.timedelta(seconds=(after - before) / 2)
-        elif self._base is None:
-            self._base = self.local.now()  # a server that cannot tell its time (mongomock)
-        else:
-            self._base += dt.timedelta(seconds=after - self._read_at)
-        self._read_at = after
+        best: _Reading | None = None
+        for _ in range(READINGS):
+            sent = self.local.monotonic()
+            try:
+                server = self.read_server_time()
+            except DatabaseError:
+                if self._reading is None and best is None:
+                    raise  # nothing read yet: no time to decide on (the round fails)
+                break  # go on from the best or the last reading, try again later
+            received = self.local.monotonic()
+            if server is None:  # a server that cannot tell its time (mongomock)
+                if self._reading is None:
+                    best = _Reading(self.local.now(), received, received)
+                break
+            reading = _Reading(server, sent, received)
+            if best is None or received - sent < best.received - best.sent:
+                best = reading
+            if received - sent <= GOOD_ROUND_TRIP:
+                break
+        if best is not None:
+            self._reading = best  # the server's, even if it was stepped: all agree on it
+        self._read_at = self.local.monotonic()
 
     def monotonic(self) -> float:
         return self.local.monotonic()

@@ -311,7 +311,7 @@ def _heartbeats(
     def beat() -> None:
         while not done.wait(every.total_seconds()):
             try:
-                alive = store.heartbeat([worker_id], clock.now())
+                alive = store.heartbeat([worker_id], clock.latest())
                 running = [r.job_id for r in watch.running()]
                 if running:
                     watch.cancel(store.cancel_requested(running))

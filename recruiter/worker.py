@@ -136,7 +136,7 @@ class WorkerSlot:
     def register(self) -> ObjectId:
         identity = Identity.of_this_process()
         self.id = self.store.register_worker(
-            self.group, identity.pid, identity.hostname, self.clock.now(), self.heartbeat_every
+            self.group, identity.pid, identity.hostname, self.clock.latest(), self.heartbeat_every
         )
         logger.info("worker %s: registered, working on %s", self.id, self.group)
         return self.id
@@ -175,7 +175,7 @@ class WorkerSlot:
             execution = executor.execute(assignment.job_id, assignment.token)
         finally:
             self.running = None
-        self.store.release_worker(self.id, assignment.token, self.clock.now())
+        self.store.release_worker(self.id, assignment.token, self.clock.latest())
         return execution
 
     def retire(self) -> bool:
@@ -240,7 +240,8 @@ class WorkerProcess:
         }
         if not registered:
             return
-        alive = self.store.heartbeat(list(registered), self.clock.now())
+        # stamped at the latest the server's time may be: never older than it is
+        alive = self.store.heartbeat(list(registered), self.clock.latest())
         removed = [slot for worker_id, slot in registered.items() if worker_id not in alive]
         if any(slot.running is not None for slot in removed):
             self._slot_removed()

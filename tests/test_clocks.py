@@ -160,3 +160,41 @@ def test_without_the_servers_clock_a_process_starts_from_its_own(
     assert clock.now() == START
     local.advance(90)
     assert clock.now() == START + dt.timedelta(seconds=90)
+
+
+def test_the_servers_time_is_bracketed_by_the_readings_round_trip() -> None:
+    # a reading that took 2 s to come back: the server read its clock some time in
+    # between; a short one is taken too, and kept
+    server = FrozenClock(START)
+    local = FrozenClock(START + dt.timedelta(hours=1))
+    trips = iter([2.0, 0.004])
+
+    def read() -> dt.datetime:
+        read_at = server.now()  # the server reads its clock as the request arrives
+        trip = next(trips)
+        server.advance(trip)
+        local.advance(trip)
+        return read_at
+
+    clock = DatabaseClock(read, local)
+    assert clock.earliest() <= server.now() <= clock.latest(), "the truth is within"
+    assert clock.latest() - clock.earliest() == dt.timedelta(milliseconds=4), "the short one"
+
+
+def test_a_slow_reading_never_makes_a_live_worker_look_silent() -> None:
+    # the worst reading: the server read its clock at once, and its answer took 1.5 s
+    server = FrozenClock(START)
+    local = FrozenClock(START)
+
+    def slow() -> dt.datetime:
+        read_at = server.now()
+        server.advance(1.5)
+        local.advance(1.5)
+        return read_at
+
+    worker = DatabaseClock(slow, local, refresh=10**9)
+    worker.latest()  # read once, slowly
+    stamped = worker.latest()  # a heartbeat
+    assert stamped >= server.now(), "a heartbeat is never stamped older than it is"
+    cleaner = DatabaseClock(server.now, FrozenClock(START))
+    assert cleaner.earliest() <= server.now(), "and a cutoff never later than it is"

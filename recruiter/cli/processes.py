@@ -147,7 +147,8 @@ def lead(
     feed = LeaderFeed(name, follow, stop.bell())
 
     def step() -> Pause:
-        now = clock.now()
+        # cutoffs (silence, lease expiry, lock age) at the earliest the time may be
+        now = clock.earliest()
         was_leading = leadership.leading
         try:
             holds = leadership.hold(now)
