@@ -116,6 +116,10 @@ READINGS = 3
 """Readings taken each time, the one with the shortest round trip kept (as NTP does)."""
 GOOD_ROUND_TRIP = 0.01
 """A reading whose round trip is this short is kept at once."""
+LONG_ROUND_TRIP = 0.25
+"""A reading whose round trip is longer (the server stalled, or was coming back from an
+outage) is kept only until a better one: the server is read again a second later."""
+RETRY_READING = 1.0
 
 
 @dataclass(frozen=True)
@@ -125,6 +129,10 @@ class _Reading:
     server: dt.datetime
     sent: float
     received: float
+
+
+def _trip(reading: _Reading) -> float:
+    return reading.received - reading.sent
 
 
 class DatabaseClock:
@@ -170,7 +178,8 @@ class DatabaseClock:
         self.local = local
         self.refresh = refresh
         self._reading: _Reading | None = None
-        self._read_at = 0.0
+        self._next_read = 0.0
+        """The local monotonic time of the next reading."""
         self._lock = threading.Lock()
 
     def now(self) -> dt.datetime:
@@ -190,7 +199,7 @@ class DatabaseClock:
     def _at(self, share: float) -> dt.datetime:
         """The server's time now, ``share`` of the way from the earliest to the latest."""
         with self._lock:
-            if self._reading is None or self.local.monotonic() - self._read_at >= self.refresh:
+            if self._reading is None or self.local.monotonic() >= self._next_read:
                 self._read()
             reading = self._reading
             assert reading is not None
@@ -202,6 +211,7 @@ class DatabaseClock:
 
     def _read(self) -> None:
         best: _Reading | None = None
+        failed = False
         for _ in range(READINGS):
             sent = self.local.monotonic()
             try:
@@ -209,7 +219,8 @@ class DatabaseClock:
             except DatabaseError:
                 if self._reading is None and best is None:
                     raise  # nothing read yet: no time to decide on (the round fails)
-                break  # go on from the best or the last reading, try again later
+                failed = True
+                break  # go on from the best or the last reading, try again soon
             received = self.local.monotonic()
             if server is None:  # a server that cannot tell its time (mongomock)
                 if self._reading is None:
@@ -220,9 +231,17 @@ class DatabaseClock:
                 best = reading
             if received - sent <= GOOD_ROUND_TRIP:
                 break
-        if best is not None:
+        now = self.local.monotonic()
+        current = self._reading
+        if best is not None and (
+            current is None
+            or now - current.received >= self.refresh
+            or _trip(best) <= _trip(current)
+        ):
             self._reading = best  # the server's, even if it was stepped: all agree on it
-        self._read_at = self.local.monotonic()
+        assert self._reading is not None
+        again_soon = failed or _trip(self._reading) > LONG_ROUND_TRIP
+        self._next_read = now + (RETRY_READING if again_soon else self.refresh)
 
     def monotonic(self) -> float:
         return self.local.monotonic()

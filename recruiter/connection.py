@@ -14,8 +14,9 @@ from pymongo.errors import ConfigurationError, PyMongoError
 
 from recruiter.clock import Clock, SystemClock
 from recruiter.embedded import DEFAULT_DIRECTORY, ensure_local_server
-from recruiter.errors import DatabaseUnreachable
+from recruiter.errors import DatabaseUnavailable, DatabaseUnreachable
 from recruiter.loop import Backoff
+from recruiter.store import Store
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +86,35 @@ def open_database(
             pause = WAIT_PAUSES.after(pause)
             clock.sleep(min(pause, remaining))
     return client[database or client.get_default_database(DEFAULT_DATABASE).name]
+
+
+def open_store(
+    uri: str,
+    database: str | None = None,
+    *,
+    wait: dt.timedelta = dt.timedelta(0),
+    clock: Clock | None = None,
+) -> Store:
+    """The store of that database, ready: its schema checked and indexes made, and the
+    server's clock read once (:meth:`Store.clock`). A database that stops answering
+    meanwhile (restarting, say) is waited for, like at first, for up to ``wait``."""
+    clock = clock or SystemClock()
+    deadline = clock.monotonic() + wait.total_seconds()
+    store = Store(open_database(uri, database, wait=wait, clock=clock))
+    pause = 0.0
+    while True:
+        try:
+            store.ensure_ready()
+            store.clock().now()
+            return store
+        except DatabaseUnavailable as error:
+            remaining = deadline - clock.monotonic()
+            if remaining <= 0:
+                store.database.client.close()
+                raise DatabaseUnreachable(redact(uri), str(error)[:300]) from error
+            logger.warning("the database stopped answering (%s); trying again", error)
+            pause = WAIT_PAUSES.after(pause)
+            clock.sleep(min(pause, remaining))
 
 
 def database_at(uri: str, database: str | None = None) -> Database[Any]:

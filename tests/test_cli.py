@@ -175,3 +175,40 @@ def test_group_settings_are_set_listed_and_unset(
     assert "had no settings" in said(runner.invoke(app, ["group", "unset", "mail", *where]))
     runner.invoke(app, ["group", "unset", "video", *where])
     assert "every group is unlimited" in said(runner.invoke(app, ["group", "list", *where]))
+
+
+@pytest.mark.real_server
+def test_a_store_opened_while_the_database_restarts_waits_for_it(
+    real_server_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the ping answered, then the database went away before the schema was read (the
+    # fault suite's restarted processes met this): within --wait-for-database, wait
+    import datetime as dt
+    import uuid
+
+    from recruiter.clock import FrozenClock
+    from recruiter.connection import open_store
+    from recruiter.errors import DatabaseUnavailable, DatabaseUnreachable
+    from recruiter.store import Store
+
+    real = Store.ensure_ready
+    calls: list[int] = []
+
+    def restarting(store: Store) -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise DatabaseUnavailable("connection closed (simulated)")
+        real(store)
+
+    monkeypatch.setattr(Store, "ensure_ready", restarting)
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    store = open_store(real_server_uri, name, wait=dt.timedelta(seconds=30), clock=FrozenClock())
+    try:
+        assert len(calls) == 2
+        assert store.clock().now() is not None, "the server's clock was read"
+        calls.clear()
+        with pytest.raises(DatabaseUnreachable):
+            open_store(real_server_uri, name, clock=FrozenClock())  # no wait: a clear error
+    finally:
+        store.database.client.drop_database(name)
+        store.database.client.close()

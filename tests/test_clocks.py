@@ -198,3 +198,22 @@ def test_a_slow_reading_never_makes_a_live_worker_look_silent() -> None:
     assert stamped >= server.now(), "a heartbeat is never stamped older than it is"
     cleaner = DatabaseClock(server.now, FrozenClock(START))
     assert cleaner.earliest() <= server.now(), "and a cutoff never later than it is"
+
+
+def test_a_reading_slowed_by_an_outage_is_replaced_a_second_later() -> None:
+    server = FrozenClock(START)
+    local = FrozenClock(START)
+    trips = iter([8.0, 8.0, 8.0, 0.002])
+
+    def read() -> dt.datetime:
+        read_at = server.now()
+        trip = next(trips, 0.002)
+        server.advance(trip)
+        local.advance(trip)
+        return read_at
+
+    clock = DatabaseClock(read, local)
+    assert clock.latest() - clock.earliest() == dt.timedelta(seconds=8), "all it has"
+    server.advance(1)
+    local.advance(1)
+    assert clock.latest() - clock.earliest() == dt.timedelta(milliseconds=2), "read again"

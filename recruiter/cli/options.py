@@ -14,7 +14,7 @@ from typing import Annotated, Any, Protocol, TypeVar
 
 import typer
 
-from recruiter.connection import open_database, resolve_uri
+from recruiter.connection import open_store, resolve_uri
 from recruiter.duration import parse_duration
 from recruiter.logs import Level
 from recruiter.queue import Queue
@@ -128,9 +128,7 @@ def connect_store(
 ) -> Store:
     """The store of the named database (the embedded one without a URI), ready to use."""
     uri, _ = resolve_uri(mongodb_uri)
-    store = Store(open_database(uri, database, wait=wait))
-    store.ensure_ready()
-    return store
+    return open_store(uri, database, wait=wait)
 
 
 def open_queue(mongodb_uri: str | None, database: str | None) -> Queue:

@@ -26,7 +26,7 @@ from pymongo import ReadPreference, WriteConcern
 from pymongo.collection import Collection
 from pymongo.database import Database
 
-from recruiter.clock import Clock, DatabaseClock, SystemClock
+from recruiter.clock import DatabaseClock, SystemClock
 from recruiter.store.analytics import AnalyticsVerbs
 from recruiter.store.base import Document
 from recruiter.store.dedup import DedupVerbs
@@ -98,12 +98,15 @@ class Store(
         self.schedulers: Collection[Document] = self.database.schedulers
         self.groups: Collection[Document] = self.database.groups
         self.dedup: Collection[Document] = self.database.dedup
+        self._clock: DatabaseClock | None = None
 
-    def clock(self, local: Clock | None = None) -> DatabaseClock:
-        """The server's time as this process will know it: read from the server now and
-        then, advanced by ``local``'s monotonic clock in between (see
-        :class:`recruiter.clock.DatabaseClock`)."""
-        return DatabaseClock(self.server_time, local or SystemClock())
+    def clock(self) -> DatabaseClock:
+        """The server's time as this process knows it: read from the server now and then,
+        advanced by the system's monotonic clock in between (see
+        :class:`recruiter.clock.DatabaseClock`); one per store."""
+        if self._clock is None:
+            self._clock = DatabaseClock(self.server_time, SystemClock())
+        return self._clock
 
     def ensure_ready(self) -> None:
         """Check and upgrade the schema version, create missing indexes (idempotent)."""
