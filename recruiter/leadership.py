@@ -47,8 +47,8 @@ class Leadership:
         """Whether ``leading`` was ever established, so the first verdict is logged too."""
 
     def hold(self, now: dt.datetime) -> bool:
-        """Whether this process leads at ``now`` (the database's time); renews or takes
-        the lease when due.
+        """Whether this process leads at ``now`` (the database's time, at the earliest it
+        may be: ``clock.earliest()``); renews or takes the lease when due.
 
         Between renewals it trusts the lease for a third of its duration, timed from
         before the renewal was sent, on the monotonic clock: a renewal that took long to
@@ -58,7 +58,12 @@ class Leadership:
         if self.leading and self._renew_at is not None and sent < self._renew_at:
             return True
         try:
-            leading = self.store.acquire_or_renew(self.name, self.holder, now, self.duration)
+            # expired by the earliest the time may be (``now``); renewed to run from the
+            # latest: an imprecise reading of the server's clock shortens nobody's lease
+            margin = self.clock.latest() - self.clock.earliest()
+            leading = self.store.acquire_or_renew(
+                self.name, self.holder, now, self.duration, margin
+            )
         except DatabaseError:
             # who leads is unknown until the database answers: leading again after that
             # counts as becoming the leader, so the work starts afresh

@@ -217,3 +217,30 @@ def test_a_reading_slowed_by_an_outage_is_replaced_a_second_later() -> None:
     server.advance(1)
     local.advance(1)
     assert clock.latest() - clock.earliest() == dt.timedelta(milliseconds=2), "read again"
+
+
+def test_a_slow_reading_of_the_servers_clock_shortens_no_leaders_lease(
+    mongomock_database: Database[Any],
+) -> None:
+    # the leader's every reading took 5 s to come back: it knows the time within 5 s;
+    # its lease still runs 15 s of the server's time from when it took it
+    store = Store(mongomock_database)
+    server = FrozenClock(START)
+    leader_local = FrozenClock(START)
+
+    def slow() -> dt.datetime:
+        read_at = server.now()
+        server.advance(5)
+        leader_local.advance(5)
+        return read_at
+
+    leader_clock = DatabaseClock(slow, leader_local, refresh=10**9)
+    lease = dt.timedelta(seconds=15)
+    leader = Leadership(store, "cleaner", "leader", lease, leader_clock)
+    assert leader.hold(leader_clock.earliest())
+    taken = server.now()
+    standby_clock = DatabaseClock(server.now, FrozenClock(server.now()))
+    standby = Leadership(store, "cleaner", "standby", lease, standby_clock)
+    server.advance(14.9)
+    standby_clock.local.advance(14.9)  # type: ignore[attr-defined]
+    assert not standby.hold(standby_clock.earliest()), f"taken at {taken}: not yet expired"

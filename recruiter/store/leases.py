@@ -35,11 +35,20 @@ class LeaseVerbs:
     metadata: Collection[Document]
 
     def acquire_or_renew(
-        self, name: str, holder: str, now: dt.datetime, duration: dt.timedelta
+        self,
+        name: str,
+        holder: str,
+        now: dt.datetime,
+        duration: dt.timedelta,
+        margin: dt.timedelta = dt.timedelta(0),
     ) -> bool:
-        """Renew the lease if ``holder`` holds it, else take it if free or expired."""
+        """Renew the lease if ``holder`` holds it, else take it if free or expired.
+
+        ``now`` is the earliest the time may be (a lease is expired only once that is
+        past it); the lease runs for ``duration`` from the latest, ``now + margin``.
+        """
         lease_id = f"lease:{name}"
-        expires_at = now + duration
+        expires_at = now + margin + duration
         renewed = self.metadata.update_one(
             {"_id": lease_id, "holder": holder}, {"$set": {"expires_at": expires_at}}
         )
