@@ -137,6 +137,9 @@ class Executor:
     def execute(self, job_id: Any, token: ObjectId) -> Execution:
         """Run the job held with ``token``: start, call the workable, record, finish or retry."""
         started_at = self.clock.now()
+        # the earliest the start may have been: what a deduplicated run records, so
+        # that a job scheduled after the run began is never taken for an older duplicate
+        began_by = self.clock.earliest()
         started = {"started_at": started_at, **self.identity.fields()}
         job = self._durably(
             job_id,
@@ -172,12 +175,19 @@ class Executor:
         else:
             with self.watch.watching(running):
                 ran = _run(self.registry, job, statistics, policy_problem, running)
-        execution = self._conclude(job, token, ran, started_at, policy)
+        execution = self._conclude(job, token, ran, started_at, policy, began_by=began_by)
         self._ended(job, execution, ran)
         return execution
 
     def _conclude(
-        self, job: Job, token: ObjectId, ran: _Ran, started_at: dt.datetime, policy: RetryPolicy
+        self,
+        job: Job,
+        token: ObjectId,
+        ran: _Ran,
+        started_at: dt.datetime,
+        policy: RetryPolicy,
+        *,
+        began_by: dt.datetime,
     ) -> Execution:
         """Record the attempt's result: finish the job, or let its policy decide."""
         ended_at = self.clock.now()
@@ -195,7 +205,7 @@ class Executor:
             ):
                 return _fenced(job)
             logger.info("job %s done (attempt %d)", job.id, job.attempts)
-            self._remember_success(job, started_at, ended_at)
+            self._remember_success(job, began_by, ended_at)
             return Execution(job.id, Outcome.DONE, job.attempts)
         # a message is the exception's str(), of any size: kept to the trace's bound
         record.update({"class": failure.exception_class, "message": failure.message[:TRACE_LIMIT]})
@@ -275,12 +285,12 @@ class Executor:
         logger.info("job %s not run, archived as %s: %s", job.id, why, message)
         return Execution(job.id, Outcome.SKIPPED, job.attempts, why=why)
 
-    def _remember_success(self, job: Job, started_at: dt.datetime, ended_at: dt.datetime) -> None:
+    def _remember_success(self, job: Job, began_by: dt.datetime, ended_at: dt.datetime) -> None:
         """Let the duplicates of a deduplicated job, and the leaves of older roots of a
         root job, be skipped. Best effort: left unwritten, they only run."""
         try:
             if job.dedup_key is not None:
-                self.store.record_deduplicated_run(job.dedup_key, started_at, ended_at)
+                self.store.record_deduplicated_run(job.dedup_key, began_by, ended_at)
             if job.root is not None and not job.is_leaf:
                 self.store.record_root_run(job.root.signature, job.root.at, ended_at)
         except DatabaseError as error:

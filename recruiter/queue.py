@@ -92,7 +92,9 @@ class Queue:
             if not isinstance(spec, JobSpec):
                 raise InvalidJob(f"expected a JobSpec (from workable.job(...)), got {spec!r}")
         self.check_schema()
-        now = self.clock.now()
+        # the latest the time may be: a run of a duplicate that began before is never
+        # taken for one that began after (recruiter.execution, the executed-after rule)
+        now = self.clock.latest()
         documents = [spec.to_document(ObjectId(), now) for spec in specs]
         return self._insert(documents)
 

@@ -244,3 +244,36 @@ def test_a_slow_reading_of_the_servers_clock_shortens_no_leaders_lease(
     server.advance(14.9)
     standby_clock.local.advance(14.9)  # type: ignore[attr-defined]
     assert not standby.hold(standby_clock.earliest()), f"taken at {taken}: not yet expired"
+
+
+class Imprecise(FrozenClock):
+    """The server's time known within a second either way."""
+
+    def earliest(self) -> dt.datetime:
+        return self.now() - dt.timedelta(seconds=1)
+
+    def latest(self) -> dt.datetime:
+        return self.now() + dt.timedelta(seconds=1)
+
+
+def test_the_executed_after_rule_errs_toward_running_the_job(
+    mongomock_database: Database[Any], registry: Registry
+) -> None:
+    # a job is skipped as a duplicate only if a run began after it was scheduled: the
+    # job's creation is stamped at the latest the time may be, a run's beginning
+    # recorded at the earliest, so imprecision never skips a job scheduled after
+    clock = Imprecise(START)
+    queue = Queue(mongomock_database, clock)
+
+    @registry.workable("tests.refresh")
+    def refresh(page: int) -> None: ...
+
+    job_id = queue.schedule(JobSpec("tests.refresh", {"page": 1}).deduplicated())
+    assert queue.job(job_id).created_at == clock.latest()
+    worker = WorkerProcess(queue.store, registry, clock, WorkerConfig(watch=False), lambda: None)
+    worker.slots[0].register()
+    Recruiter(queue.store).run_once(clock.now())
+    worker.slots[0].run_once()
+    key = queue.job(job_id).dedup_key
+    assert key is not None
+    assert queue.store.deduplicated_run_since(key) == START - dt.timedelta(seconds=1)
