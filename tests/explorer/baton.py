@@ -34,7 +34,8 @@ class Gate:
     """Where a parked actor waits: what it will do when handed the turn."""
 
     kind: str
-    """``call`` (a store call), ``checkpoint`` (inside a job's code) or ``idle``."""
+    """``call`` (a store call), ``checkpoint`` (inside a job's code) or ``idle``
+    (between actions: the next one starts when handed the turn)."""
     detail: str
     """The call and its arguments, abridged; or where in the job's code."""
     first: bool
@@ -106,6 +107,8 @@ class Actor:
         self.action = action
         self.gate: Gate | None = None
         self.fault: str | None = None
+        self.last_verb: str | None = None
+        """The store verb this actor performed last."""
         """A fault for the pending store call, set by the scheduler (see ``world``)."""
         self.calls_in_action = 0
         """Gates passed in the current action, to tell the first gate of an action."""
@@ -130,10 +133,11 @@ class Actor:
         try:
             self.baton.wait_turn(self.name)  # handed by start()
             while True:
+                # between actions, where the production loop sleeps: the action reads
+                # its clock only once handed the turn again
                 self.calls_in_action = 0
+                self.park("idle", "between actions")
                 self.action()
-                if self.calls_in_action == 0:
-                    self.park("idle", "nothing to do")  # never loop without a gate
         except Killed:
             pass
         except BaseException as error:

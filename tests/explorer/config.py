@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, fields, replace
 
-SKEWS = (-2.0, -0.4, 0.0, 0.0, 0.0, 0.4, 2.0)
+SKEWS = (-1.0, -0.4, 0.0, 0.0, 0.0, 0.4, 1.0)
 """The fixed clock skews a random configuration draws from, in seconds (most are none)."""
 MINUTES = (-90.0, 90.0)
 """Skews of minutes, drawn too with ``minutes``: while the product decides on each
@@ -35,7 +35,7 @@ class Config:
     """How often a job's code yields to the scheduler while it runs."""
     skew: str = ""
     """Fixed clock skews, ``R1:+2,C1:-90``: each process's clock is ahead by this."""
-    skew_jump: float = 2.0
+    skew_jump: float = 1.0
     """How far a ``skew`` fault moves a process's clock, either way."""
 
     def skews(self) -> dict[str, float]:
@@ -71,7 +71,7 @@ class Config:
         choices = SKEWS + MINUTES if minutes else SKEWS
         skews = {name: rng.choice(choices) for name in names}
         skew = ",".join(f"{name}:{seconds:+g}" for name, seconds in skews.items() if seconds)
-        jump = 90.0 if minutes else 2.0
+        jump = 90.0 if minutes else 1.0
         return cls(workers=workers, jobs=rng.randint(3, 5), skew=skew, skew_jump=jump)
 
 

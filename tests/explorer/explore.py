@@ -18,7 +18,6 @@ from tests.explorer.shrink import shrink
 from tests.explorer.simulation import Outcome
 from tests.explorer.strategies import Bounds, exhaustive, random_run
 
-
 RANDOM_BOUNDS = Bounds()
 EXHAUSTIVE_BOUNDS = Bounds(steps=80, faults=2, deviations=3)
 

@@ -20,7 +20,7 @@ def parse_replay(text: str) -> tuple[Config, list[str]]:
 
 def step_lines(step: Step) -> list[str]:
     """A step as numbered lines: ``process: store call (arguments) → result``."""
-    lines = list(step.lines) or [f"{step.move}: (nothing to do)"]
+    lines = list(step.lines) or [f"{step.move}: begins its next action"]
     if step.move.split(":")[0] in ("lose-reply", "lose-write"):
         lines[0] = f"[fault {step.move}] {lines[0]}"
     mark = " (quiescence)" if step.quiescence else ""

@@ -67,6 +67,8 @@ class Simulation:
         self.outcome = Outcome(config)
         self.current: Actor | None = None
         """The actor that took the last step."""
+        self.last_stepped: dict[str, float] = {}
+        """When (simulated seconds) each actor last took a step."""
         self.time_moves = {f"+{config.tick:g}s": config.tick, "+dead": config.dead_after}
 
     # --- what may be done -------------------------------------------------------------
@@ -130,7 +132,14 @@ class Simulation:
             self.outcome.moves.append(move)
         self.outcome.steps.append(Step(world.step, move, tuple(world.lines), quiescence))
         self.outcome.violation = self._check()
+        if self.current is not None:
+            self.last_stepped[self.current.name] = world.clocks.elapsed
         return True
+
+    def waited(self, actor: Actor) -> float:
+        """Simulated seconds since ``actor`` last took a step (or started)."""
+        elapsed = self.world.clocks.elapsed
+        return elapsed - self.last_stepped.setdefault(actor.name, elapsed)
 
     def _fault(self, what: str, target: str) -> None:
         world = self.world

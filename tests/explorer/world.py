@@ -230,6 +230,7 @@ class World:
             self.say(f"{detail} ✗ lost before it landed: AutoReconnect")
             raise AutoReconnect("write lost (simulated)")
         result = method(*arguments, **options)
+        actor.last_verb = verb
         if verb == "register_worker":
             self.names.give(result, actor.process, letters=True)
         if verb == "acquire_or_renew" and result:
