@@ -8,16 +8,14 @@ documents they match).
 
 from __future__ import annotations
 
-import copy
 import datetime as dt
 import os
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import mongomock
-import mongomock.collection
 import pytest
 from hypothesis import HealthCheck, settings
 from pymongo import MongoClient
@@ -26,6 +24,7 @@ from pymongo.database import Database
 from recruiter import FrozenClock, Queue, Registry
 from recruiter.embedded import start_server
 from recruiter.store import Store
+from tests import mongomock_patch  # noqa: F401  (MongoDB copies what $set stores)
 
 START = dt.datetime(2026, 11, 22, 9, 0, tzinfo=dt.UTC)
 
@@ -33,18 +32,6 @@ START = dt.datetime(2026, 11, 22, 9, 0, tzinfo=dt.UTC)
 # 2-core CI runner that starts database servers, they fail tests that are correct.
 settings.register_profile("recruiter", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("recruiter")
-
-
-def _set_a_copy(document: Any, field_name: str, value: Any) -> None:
-    _mongomock_set(document, field_name, copy.deepcopy(value))
-
-
-# mongomock 4.3 stores the same dict object in every document an update_many $set
-# matched, so a later update of one document's subfield changes them all (MongoDB
-# copies). Our lock_jobs and assign set subdocuments on many documents at once.
-_mongomock_set: Callable[[Any, str, Any], None] = mongomock.collection._set_updater
-mongomock.collection._updaters["$set"] = _set_a_copy
-mongomock.collection._set_updater = _set_a_copy
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,57 @@
+"""The clocks, wired in one place: one simulated time, one skewed clock per process.
+
+Every process reads its own :class:`ProcessClock`, a ``FrozenClock`` ahead of (or
+behind) the simulated time by a fixed skew; the scheduler's "time passes" moves
+advance them all together. :meth:`Clocks.database` is the database server's clock
+(no skew): the product does not read it yet, and when it does (a ``Store`` reading
+the server's time) this is what that store should be given.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from recruiter.clock import FrozenClock, to_millis
+
+
+class ProcessClock(FrozenClock):
+    """A process's clock. ``sleep`` does not move it: only the scheduler moves time,
+    so a process retrying a write waits for the scheduler's next turn instead."""
+
+    def sleep(self, seconds: float) -> None:
+        return None
+
+
+class Clocks:
+    """The simulated time and every process's clock."""
+
+    def __init__(self, start: dt.datetime) -> None:
+        self.start = to_millis(start)
+        self.elapsed = 0.0
+        self._clocks: dict[str, ProcessClock] = {}
+        self._skews: dict[str, float] = {}
+
+    def clock_of(self, process: str, skew: float = 0.0) -> ProcessClock:
+        """The clock of ``process``, made ``skew`` seconds ahead on first use."""
+        if process not in self._clocks:
+            self._clocks[process] = ProcessClock(self.database())
+            self.skew(process, skew)
+        return self._clocks[process]
+
+    def database(self) -> dt.datetime:
+        """The simulated time: the database server's clock."""
+        return to_millis(self.start + dt.timedelta(seconds=self.elapsed))
+
+    def advance(self, seconds: float) -> None:
+        """Time passes for everyone."""
+        self.elapsed += seconds
+        for clock in self._clocks.values():
+            clock.advance(seconds)
+
+    def skew(self, process: str, seconds: float) -> None:
+        """Move one process's clock by ``seconds`` (either way), for good."""
+        self._skews[process] = self._skews.get(process, 0.0) + seconds
+        self._clocks[process].advance(seconds)
+
+    def skew_of(self, process: str) -> float:
+        return self._skews.get(process, 0.0)

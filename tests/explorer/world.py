@@ -1,0 +1,319 @@
+"""The explorer's only coupling to production APIs: the simulated processes and the
+database they share.
+
+Each process runs the production code unchanged (``Leadership`` + ``Recruiter``,
+``Leadership`` + ``Cleaner``, ``WorkerProcess`` with one slot) over one mongomock
+database, through a :class:`GatedStore`: a proxy of the real ``Store`` whose every
+method call first parks the calling actor until the scheduler hands it the turn. A
+worker process has two actors, its slot (``w1``: ``run_once``) and its heartbeat
+(``w1.beat``: ``beat``); a recruiter or cleaner has one (a round: ``hold``, then
+``run_once`` when leading, as the CLI's leader loop does). ``on_declared_dead`` (in
+production ``os._exit``) crashes the worker's process on the spot.
+
+When the product changes its APIs (a store reading the server's clock, say), this
+module and :mod:`tests.explorer.clocks` are the ones to adapt.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import inspect
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import mongomock
+from bson import ObjectId
+from pymongo.database import Database
+from pymongo.errors import AutoReconnect, PyMongoError
+
+from recruiter import JobSpec, Registry, RetryManyTimes, retry_statistics
+from recruiter.cleaner import Cleaner, CleanerConfig
+from recruiter.leadership import Leadership
+from recruiter.recruiter import Recruiter, RecruiterConfig
+from recruiter.store import Store
+from recruiter.worker import WorkerConfig, WorkerProcess
+from tests import mongomock_patch  # noqa: F401  (MongoDB copies what $set stores)
+from tests.explorer.baton import Actor, Baton, Killed
+from tests.explorer.clocks import Clocks, ProcessClock
+from tests.explorer.config import Config
+from tests.explorer.ledger import Hold, Ledger, Run
+from tests.explorer.naming import Names
+
+START = dt.datetime(2026, 11, 22, 9, 0, tzinfo=dt.UTC)
+WORKABLE = "explorer.job"
+ROLES = {"R": "recruiter", "C": "cleaner", "w": "worker"}
+LOSE_REPLY, LOSE_WRITE = "lose-reply", "lose-write"
+
+
+@dataclass
+class Process:
+    """One simulated OS process: its clock and its actors (threads)."""
+
+    name: str
+    clock: ProcessClock
+    actors: list[Actor] = field(default_factory=list)
+    frozen: bool = False
+    crashed: bool = False
+
+
+@dataclass(frozen=True)
+class JobState:
+    """What the invariants read of one job in the database."""
+
+    name: str
+    where: str
+    """``scheduled`` or ``archived`` (``both`` during a move, ``missing``)."""
+    why: str | None
+    attempts: int
+    history: tuple[tuple[int, str, str, bool], ...]
+    """Each recorded attempt: number, worker, outcome, whether recorded as crashed."""
+
+
+class GatedStore:
+    """The real ``Store``, each method call parked until the caller has the turn."""
+
+    def __init__(self, world: World, store: Store) -> None:
+        self._world = world
+        self._store = store
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._store, name)
+        if name.startswith("_") or not inspect.ismethod(attribute):
+            return attribute
+
+        def gated(*arguments: Any, **options: Any) -> Any:
+            return self._world.call(name, attribute, arguments, options)
+
+        return gated
+
+
+class World:
+    """The database, the processes, the ledger, and the moves that change them."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.names = Names(START)
+        self.ledger = Ledger()
+        self.clocks = Clocks(START)
+        self.baton = Baton()
+        self.lines: list[str] = []
+        """What the current step did, one line per call or event."""
+        self.step = 0
+        database: Database[Any] = mongomock.MongoClient(tz_aware=True)["explorer"]
+        self.store = Store(database)
+        self.store.ensure_ready()
+        self.registry = self._registry()
+        self.processes: dict[str, Process] = {}
+        self._actor_of_thread: dict[int, Actor] = {}
+        self._counts: dict[str, int] = {}
+        self._replacements: list[str] = []
+        self.inserted = [self._insert_job() for _ in range(config.jobs)]
+        for prefix, count in (("R", config.recruiters), ("C", config.cleaners)):
+            for _ in range(count):
+                self.spawn(prefix)
+        for _ in range(config.workers):
+            self.spawn("w")
+
+    # --- building ------------------------------------------------------------------
+
+    def _insert_job(self) -> str:
+        job_id = ObjectId()
+        spec = JobSpec(WORKABLE, {}, retry_policy=RetryManyTimes(50, 1)).run_at(START)
+        self.store.insert_jobs([spec.to_document(job_id, START)])
+        return self.names.give(job_id, "J")
+
+    def _registry(self) -> Registry:
+        registry = Registry()
+
+        @registry.workable(WORKABLE)
+        def job() -> None:
+            self._run_job()
+
+        return registry
+
+    def _run_job(self) -> None:
+        """The job's code: records its run in the ledger, yields to the scheduler."""
+        statistics = retry_statistics()
+        actor = self.current_actor()
+        job = self.names.of(ObjectId(statistics.job_id))
+        worker = self.names.of(ObjectId(statistics.worker_id))
+        run = self.ledger.started(
+            Run(job, statistics.retry_number, worker, actor.process, self.step)
+        )
+        self.say(f"{job} attempt {run.attempt} starts running on {worker}")
+        for n in range(1, self.config.checkpoints + 1):
+            actor.park("checkpoint", f"in {job}'s code ({n}/{self.config.checkpoints})")
+        run.ended = True
+        self.say(f"{job} attempt {run.attempt} ends")
+
+    def spawn(self, prefix: str) -> Process:
+        """Start a new process of the role ``prefix`` (``R``, ``C``, ``w``), named in order."""
+        self._counts[prefix] = number = self._counts.get(prefix, 0) + 1
+        name = f"{prefix}{number}"
+        clock = self.clocks.clock_of(name, self.config.skews().get(name, 0.0))
+        process = Process(name, clock)
+        store = cast(Store, GatedStore(self, self.store))
+        if prefix == "w":
+            worker = WorkerProcess(
+                store,
+                self.registry,
+                clock,
+                WorkerConfig(watch=False),
+                on_declared_dead=lambda: self._declared_dead(name),
+            )
+            slot = worker.slots[0]
+            self._add(process, name, slot.run_once)
+            self._add(process, f"{name}.beat", worker.beat)
+        else:
+            self._add(process, name, self._leader_round(process, prefix, store))
+        self.processes[name] = process
+        for actor in process.actors:
+            actor.start()
+        return process
+
+    def _leader_round(self, process: Process, prefix: str, store: Store) -> Callable[[], None]:
+        lease = dt.timedelta(seconds=self.config.lease)
+        work: Recruiter | Cleaner
+        if prefix == "R":
+            work = Recruiter(store, RecruiterConfig(lease=lease, watch=False))
+        else:
+            dead = dt.timedelta(seconds=self.config.dead_after)
+            work = Cleaner(store, CleanerConfig(considered_dead_after=dead, lease=lease))
+        leadership = Leadership(store, ROLES[prefix], process.name, lease)
+
+        def round_() -> None:  # as recruiter.cli.processes.run_leading does
+            now = process.clock.now()
+            was_leading = leadership.leading
+            if not leadership.hold(now):
+                return
+            if not was_leading:
+                work.became_leader()
+            work.run_once(now)
+
+        return round_
+
+    def _add(self, process: Process, name: str, action: Callable[[], Any]) -> None:
+        def tolerant() -> None:  # a database error ends the action: the loop goes on
+            try:
+                action()
+            except PyMongoError as error:
+                self.say(f"the action ends on {type(error).__name__}")
+
+        actor = Actor(name, process.name, self.baton, tolerant)
+        self._actor_of_thread[id(actor.thread)] = actor
+        process.actors.append(actor)
+
+    # --- the store calls ---------------------------------------------------------------
+
+    def current_actor(self) -> Actor:
+        return self._actor_of_thread[id(threading.current_thread())]
+
+    def say(self, text: str) -> None:
+        """Record a line of the current step, in the name of the calling actor."""
+        self.lines.append(f"{self.current_actor().name}: {text}")
+
+    def call(
+        self, verb: str, method: Callable[..., Any], arguments: tuple[Any, ...], options: Any
+    ) -> Any:
+        """A store call: park until handed the turn, then perform it (or fail it)."""
+        actor = self.current_actor()
+        shown = ", ".join(
+            [self.names.abridge(a)[:30] for a in arguments]
+            + [f"{k}={self.names.abridge(v)[:30]}" for k, v in options.items()]
+        )
+        detail = f"{verb}({shown})"
+        actor.park("call", detail)
+        fault, actor.fault = actor.fault, None
+        if fault == LOSE_WRITE:
+            self.say(f"{detail} ✗ lost before it landed: AutoReconnect")
+            raise AutoReconnect("write lost (simulated)")
+        result = method(*arguments, **options)
+        actor.last_verb = verb
+        if verb == "register_worker":
+            self.names.give(result, actor.process, letters=True)
+        if verb == "acquire_or_renew" and result:
+            lease, holder, now, duration = arguments
+            self.ledger.holds.append(Hold(lease, holder, now, now + duration, self.step))
+        if fault == LOSE_REPLY:
+            self.say(f"{detail} → {self.names.abridge(result)} ✗ reply lost: AutoReconnect")
+            raise AutoReconnect("reply lost (simulated)")
+        self.say(f"{detail} → {self.names.abridge(result)}")
+        return result
+
+    def _declared_dead(self, name: str) -> None:
+        """``on_declared_dead``: in production ``os._exit``; here the process crashes."""
+        self.say("declared dead mid-job: the process exits")
+        self.crash(name)
+        raise Killed(name)
+
+    # --- moves ---------------------------------------------------------------------------
+
+    def crash(self, name: str) -> None:
+        """The process dies: its actors never get the turn again (they are unwound by
+        :meth:`settle`); its roster documents stay; a replacement starts."""
+        process = self.processes[name]
+        process.crashed = True
+        for actor in process.actors:
+            self.baton.kill(actor.name)
+        self._replacements.append(name[0])
+
+    def settle(self) -> None:
+        """After a step: unwind killed actors, start replacements of crashed processes."""
+        for process in list(self.processes.values()):
+            for actor in process.actors:
+                if process.crashed and not actor.ended:
+                    self.baton.hand_to(actor.name)
+        replacements, self._replacements = self._replacements, []
+        for prefix in replacements:
+            self.spawn(prefix)
+
+    def run(self, actor: Actor, fault: str | None = None) -> None:
+        """Hand ``actor`` the turn: it does what it waits to do and runs to its next gate."""
+        actor.fault = fault
+        self.baton.hand_to(actor.name)
+        self.settle()
+
+    def teardown(self) -> int:
+        """End every thread (each unwinds with ``Killed``); return how many there were."""
+        actors = [a for p in self.processes.values() for a in p.actors]
+        for actor in actors:
+            self.baton.kill(actor.name)
+        for actor in actors:
+            if not actor.ended:
+                self.baton.hand_to(actor.name)
+            actor.thread.join(timeout=5)
+        return len(actors)
+
+    # --- what the invariants read --------------------------------------------------------
+
+    def roster(self) -> set[str]:
+        return {self.names.of(d["_id"]) for d in self.store.roster.find({}, {"_id": 1})}
+
+    def jobs(self) -> dict[str, JobState]:
+        found: dict[str, tuple[str, dict[str, Any]]] = {}
+        for where in ("scheduled", "archived"):
+            for document in getattr(self.store, where).find():
+                name = self.names.of(document["_id"])
+                found[name] = ("both" if name in found else where, document)
+        return {name: self._job_state(name, *found[name]) for name in found}
+
+    def _job_state(self, name: str, where: str, document: dict[str, Any]) -> JobState:
+        history = tuple(
+            (
+                int(entry.get("attempt", 0)),
+                self.names.of(entry.get("worker")),
+                str(entry.get("outcome")),
+                bool(entry.get("crashed")),
+            )
+            for entry in document.get("history") or ()
+        )
+        attempts = document.get("attempts")
+        return JobState(
+            name,
+            where,
+            document.get("why"),
+            attempts if isinstance(attempts, int) else 0,
+            history,
+        )
