@@ -1,8 +1,8 @@
 """The interleaving explorer (tests/explorer): it finds what it should, and replays it.
 
-Two known bugs of today's code are found here on purpose (``test_finds_known_bug_*``);
-once they are fixed, those tests are to be turned around and
-``test_no_invariant_violated`` enabled (it is marked xfail until then).
+The two take-back bugs of issue 14 were found by the explorer on the code of the time
+(``BUG_*``, as it printed them); the fixed code survives those interleavings, and the
+explorer catches each bug again when it is put back by hand (``tests/explorer/planted.py``).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import pytest
 from recruiter.store import Store
 from tests.explorer.config import SMALL, Config
 from tests.explorer.explore import exhaustive_runs, explore, random_runs
+from tests.explorer.planted import planted
 from tests.explorer.report import parse_replay, replay_string
 from tests.explorer.shrink import shrink
 from tests.explorer.strategies import Bounds, replay
@@ -54,35 +55,6 @@ leader's assignment lands and a worker starts J; the rollback reschedules J as a
 crashed attempt, and J runs twice."""
 
 
-def test_finds_known_bug_1_cleaner_releases_before_fencing() -> None:
-    # KNOWN BUG, present in this code: to be inverted once cleaner._round fences first
-    config, moves = parse_replay(BUG_1)
-    outcome = replay(config, moves)
-    assert outcome.violation is not None
-    assert outcome.violation.invariant == NO_TWO_LIVE_RUNS
-
-
-def test_finds_known_bug_1_when_the_worker_thaws_in_the_window() -> None:
-    # KNOWN BUG, present in this code: to be inverted once cleaner._round fences first
-    config, moves = parse_replay(BUG_1_THAWED)
-    outcome = replay(config, moves)
-    assert outcome.violation is not None
-    assert outcome.violation.invariant == NO_TWO_LIVE_RUNS
-    assert any(
-        "remove_worker_if_dead" in line and line.endswith("False")
-        for step in outcome.steps
-        for line in step.lines
-    ), "the fence failed"
-
-
-def test_finds_known_bug_2_rollback_releases_a_job_just_started() -> None:
-    # KNOWN BUG, present in this code: to be inverted once release_unheld is fixed
-    config, moves = parse_replay(BUG_2)
-    outcome = replay(config, moves)
-    assert outcome.violation is not None
-    assert outcome.violation.invariant == NO_TWO_LIVE_RUNS
-
-
 BUG_2_RANDOM = (
     "workers=3;jobs=4;skew=R2:+1,w1:-1,w2:+0.4,w3:+0.4|w2 R1 R1 R1 w2 R2 R1 R1 w2 R2"
     " w1 w1 R1 R1 R2 R1 R1 R1 R2 R1 w2 +1s +1s R2 R2 R1 R1 w1 w1 R2 R2 R2 R2 R2 w2 w1"
@@ -95,19 +67,54 @@ in 302 s), shrunk: no fault, a recruiter stalled mid-round past its lease; the
 violation comes during quiescence, when the new leader's rollback releases J4."""
 
 
-def test_finds_known_bug_2_as_random_mode_found_it() -> None:
-    # KNOWN BUG, present in this code: to be inverted once release_unheld is fixed
-    config, moves = parse_replay(BUG_2_RANDOM)
+BUG_1_PLANTED = (
+    "jobs=1;recruiters=1;cleaners=1|w1 w1 w2 w2 R1 R1 R1 R1 R1 R1 R1 R1 R1 R1 R1 w1 w1"
+    " freeze:w1 +1s C1 C1 C1 C1 C1 C1 C1 C1 w2.beat w2.beat +1s C1 C1 C1 C1 C1 C1 C1 C1"
+    " w2.beat w2.beat +1s C1 C1 C1 C1 C1 C1 C1 C1 w2.beat w2.beat +1s C1 C1 C1 C1 C1 C1 C1"
+    " C1 w2.beat w2.beat +1s C1 C1 C1 C1 C1 C1 C1 C1 w2.beat w2.beat +1s C1 C1 C1 C1 C1 C1"
+    " C1 C1 w2.beat w2.beat +1s C1 C1 C1 C1 C1 thaw:w1 w1.beat w1.beat C1 C1 C1 +1s R1 R1"
+    " R1 R1 R1 R1 R1 R1 R1 R1 R1 w2 w2"
+)
+"""Bug 1 on today's calls (the cleaner watches a whole timeout before it reads who is
+dead): the worker, frozen in J1's code past the timeout, thaws and heartbeats between
+the cleaner's read and its removal."""
+
+BUG_2_PLANTED = (
+    "jobs=1;cleaners=1|w1 w1 w2 w2 R1 R1 R1 R1 R1 R1 R1 R1 R1 R1 +1s R2 R2 R2 +1s R2 R2"
+    " R2 +1s R2 R2 R2 R2 R2 R2 R1 w1 w1 R2 R2 R2 R2 R2 R2 R2 R2 +1s w2.beat w2.beat R2 R2"
+    " R2 R2 R2 R2 R2 R2 w2 w2"
+)
+"""Bug 2 on today's calls: R1 stalls between locking J1 and assigning it; R2, leading
+after R1's lease, reads J1 locked and held by nobody; R1's assignment lands and w1
+starts J1; R2 takes J1 back as crashed, and hands it to w2."""
+
+OLD_INTERLEAVINGS = [BUG_1, BUG_1_THAWED, BUG_2, BUG_2_RANDOM, BUG_1_PLANTED, BUG_2_PLANTED]
+
+
+@pytest.mark.parametrize("interleaving", OLD_INTERLEAVINGS, ids=lambda s: s[:30])
+def test_the_interleavings_that_broke_the_take_backs_break_nothing_now(interleaving: str) -> None:
+    config, moves = parse_replay(interleaving)
     outcome = replay(config, moves)
+    assert outcome.violation is None, outcome.violation
+
+
+@pytest.mark.parametrize(
+    ("bug", "interleaving"), [("bug1", BUG_1_PLANTED), ("bug2", BUG_2_PLANTED)]
+)
+def test_a_take_back_bug_put_back_by_hand_is_caught(bug: str, interleaving: str) -> None:
+    config, moves = parse_replay(interleaving)
+    with planted(bug):
+        outcome = replay(config, moves)
     assert outcome.violation is not None
     assert outcome.violation.invariant == NO_TWO_LIVE_RUNS
 
 
 def test_shrinking_keeps_the_violation_and_drops_what_it_does_not_need() -> None:
-    config, moves = parse_replay(BUG_1_THAWED)
-    found = replay(config, moves)
-    assert found.violation is not None
-    shrunk = shrink(config, found, budget=30)
+    config, moves = parse_replay(BUG_1_PLANTED)
+    with planted("bug1"):
+        found = replay(config, moves)
+        assert found.violation is not None
+        shrunk = shrink(config, found, budget=30)
     assert shrunk.violation is not None
     assert shrunk.violation.invariant == found.violation.invariant
     assert len(shrunk.moves) < len(found.moves)
@@ -154,10 +161,6 @@ def test_a_planted_bug_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
     assert violation.invariant[0] in "14", violation
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known bugs 1 and 2 (see test_finds_known_bug_*): enable once they are fixed",
-)
 def test_no_invariant_violated() -> None:
     randomly = explore("random", random_runs([1, 2, 3], 1000), budget=35)
     assert not randomly.findings, randomly.findings[0].report()

@@ -1,25 +1,32 @@
 """The clocks, wired in one place: one simulated time, one skewed clock per process.
 
-Every process reads its own :class:`ProcessClock`, a ``FrozenClock`` ahead of (or
-behind) the simulated time by a fixed skew; the scheduler's "time passes" moves
-advance them all together. :meth:`Clocks.database` is the database server's clock
-(no skew): the product does not read it yet, and when it does (a ``Store`` reading
-the server's time) this is what that store should be given.
+Every process has its own :class:`ProcessClock`, a ``FrozenClock`` ahead of (or
+behind) the simulated time by a fixed skew, whose monotonic time is the simulated
+time's (a wall clock stepped by a skew fault does not move it); the scheduler's "time
+passes" moves advance them all together. Each process decides, as in production, on a
+``DatabaseClock`` over it, which reads :meth:`Clocks.database`, the server's clock.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 
-from recruiter.clock import FrozenClock, to_millis
+from recruiter.clock import DatabaseClock, FrozenClock, to_millis
 
 
 class ProcessClock(FrozenClock):
-    """A process's clock. ``sleep`` does not move it: only the scheduler moves time,
-    so a process retrying a write waits for the scheduler's next turn instead."""
+    """A process's own clock. ``sleep`` does not move it: only the scheduler moves
+    time, so a process retrying a write waits for the scheduler's next turn instead."""
+
+    def __init__(self, start: dt.datetime, clocks: Clocks) -> None:
+        super().__init__(start)
+        self._clocks = clocks
 
     def sleep(self, seconds: float) -> None:
         return None
+
+    def monotonic(self) -> float:
+        return self._clocks.elapsed
 
 
 class Clocks:
@@ -34,9 +41,13 @@ class Clocks:
     def clock_of(self, process: str, skew: float = 0.0) -> ProcessClock:
         """The clock of ``process``, made ``skew`` seconds ahead on first use."""
         if process not in self._clocks:
-            self._clocks[process] = ProcessClock(self.database())
+            self._clocks[process] = ProcessClock(self.database(), self)
             self.skew(process, skew)
         return self._clocks[process]
+
+    def database_clock_of(self, process: str, skew: float = 0.0) -> DatabaseClock:
+        """What ``process`` decides on: the server's time read through its own clock."""
+        return DatabaseClock(self.database, self.clock_of(process, skew))
 
     def database(self) -> dt.datetime:
         """The simulated time: the database server's clock."""

@@ -67,12 +67,26 @@ class Config:
         """A larger random configuration: 2 to 3 workers, 3 to 5 jobs, some clocks skewed (by
         seconds; by minutes too with ``minutes``)."""
         workers = rng.randint(2, 3)
-        names = ["R1", "R2", "C1", "C2", *(f"w{n}" for n in range(1, workers + 1))]
+        # one cleaner as often as two: two contending for the lease start their watch
+        # over at each takeover, and a watch long enough to declare a death is rarer
+        recruiters, cleaners = rng.randint(1, 2), rng.randint(1, 2)
+        names = [
+            *(f"R{n}" for n in range(1, recruiters + 1)),
+            *(f"C{n}" for n in range(1, cleaners + 1)),
+            *(f"w{n}" for n in range(1, workers + 1)),
+        ]
         choices = SKEWS + MINUTES if minutes else SKEWS
         skews = {name: rng.choice(choices) for name in names}
         skew = ",".join(f"{name}:{seconds:+g}" for name, seconds in skews.items() if seconds)
         jump = 90.0 if minutes else 1.0
-        return cls(workers=workers, jobs=rng.randint(3, 5), skew=skew, skew_jump=jump)
+        return cls(
+            workers=workers,
+            jobs=rng.randint(3, 5),
+            recruiters=recruiters,
+            cleaners=cleaners,
+            skew=skew,
+            skew_jump=jump,
+        )
 
 
 SMALL = Config(workers=2, jobs=2, cleaners=1)

@@ -31,7 +31,7 @@ OVERDUE_CAP = 10.0
 """An actor weighs more for each simulated second since its last step (up to the cap):
 as on a real machine, a thread that has not run for long runs soon (a thawed process,
 whose sleeps all ended, above all)."""
-READS = ("find_", "dead_workers", "locked_jobs", "held_job_ids", "available_workers", "ready_")
+READS = ("find_", "dead_workers", "locks", "held_tokens", "available_workers", "ready_")
 WINDOW_THAW = 30.0
 """How much likelier a thaw is right after another actor read, mid-action, what it will
 act on: the window between a check and its act, where a process coming back to life

@@ -26,17 +26,18 @@ from typing import Any, cast
 import mongomock
 from bson import ObjectId
 from pymongo.database import Database
-from pymongo.errors import AutoReconnect, PyMongoError
 
 from recruiter import JobSpec, Registry, RetryManyTimes, retry_statistics
 from recruiter.cleaner import Cleaner, CleanerConfig
+from recruiter.clock import DatabaseClock
+from recruiter.errors import DatabaseError, DatabaseUnavailable
 from recruiter.leadership import Leadership
 from recruiter.recruiter import Recruiter, RecruiterConfig
 from recruiter.store import Store
 from recruiter.worker import WorkerConfig, WorkerProcess
 from tests import mongomock_patch  # noqa: F401  (MongoDB copies what $set stores)
 from tests.explorer.baton import Actor, Baton, Killed
-from tests.explorer.clocks import Clocks, ProcessClock
+from tests.explorer.clocks import Clocks
 from tests.explorer.config import Config
 from tests.explorer.ledger import Hold, Ledger, Run
 from tests.explorer.naming import Names
@@ -52,7 +53,8 @@ class Process:
     """One simulated OS process: its clock and its actors (threads)."""
 
     name: str
-    clock: ProcessClock
+    clock: DatabaseClock
+    """What it decides on: the server's time, read through its own clock."""
     actors: list[Actor] = field(default_factory=list)
     frozen: bool = False
     crashed: bool = False
@@ -152,7 +154,7 @@ class World:
         """Start a new process of the role ``prefix`` (``R``, ``C``, ``w``), named in order."""
         self._counts[prefix] = number = self._counts.get(prefix, 0) + 1
         name = f"{prefix}{number}"
-        clock = self.clocks.clock_of(name, self.config.skews().get(name, 0.0))
+        clock = self.clocks.database_clock_of(name, self.config.skews().get(name, 0.0))
         process = Process(name, clock)
         store = cast(Store, GatedStore(self, self.store))
         if prefix == "w":
@@ -160,7 +162,7 @@ class World:
                 store,
                 self.registry,
                 clock,
-                WorkerConfig(watch=False),
+                WorkerConfig(watch=False, heartbeat_every=self._heartbeat),
                 on_declared_dead=lambda: self._declared_dead(name),
             )
             slot = worker.slots[0]
@@ -173,6 +175,11 @@ class World:
             actor.start()
         return process
 
+    @property
+    def _heartbeat(self) -> dt.timedelta:
+        """The workers' heartbeat: several fit in the dead timeout, as in a deployment."""
+        return dt.timedelta(seconds=self.config.dead_after / 6)
+
     def _leader_round(self, process: Process, prefix: str, store: Store) -> Callable[[], None]:
         lease = dt.timedelta(seconds=self.config.lease)
         work: Recruiter | Cleaner
@@ -181,10 +188,10 @@ class World:
         else:
             dead = dt.timedelta(seconds=self.config.dead_after)
             work = Cleaner(store, CleanerConfig(considered_dead_after=dead, lease=lease))
-        leadership = Leadership(store, ROLES[prefix], process.name, lease)
+        leadership = Leadership(store, ROLES[prefix], process.name, lease, process.clock)
 
-        def round_() -> None:  # as recruiter.cli.processes.run_leading does
-            now = process.clock.now()
+        def round_() -> None:  # as recruiter.cli.processes.lead does
+            now = process.clock.earliest()
             was_leading = leadership.leading
             if not leadership.hold(now):
                 return
@@ -198,7 +205,7 @@ class World:
         def tolerant() -> None:  # a database error ends the action: the loop goes on
             try:
                 action()
-            except PyMongoError as error:
+            except DatabaseError as error:
                 self.say(f"the action ends on {type(error).__name__}")
 
         actor = Actor(name, process.name, self.baton, tolerant)
@@ -227,18 +234,19 @@ class World:
         actor.park("call", detail)
         fault, actor.fault = actor.fault, None
         if fault == LOSE_WRITE:
-            self.say(f"{detail} ✗ lost before it landed: AutoReconnect")
-            raise AutoReconnect("write lost (simulated)")
+            self.say(f"{detail} ✗ lost before it landed: DatabaseUnavailable")
+            raise DatabaseUnavailable("write lost (simulated)")
         result = method(*arguments, **options)
         actor.last_verb = verb
         if verb == "register_worker":
             self.names.give(result, actor.process, letters=True)
         if verb == "acquire_or_renew" and result:
-            lease, holder, now, duration = arguments
-            self.ledger.holds.append(Hold(lease, holder, now, now + duration, self.step))
+            lease, holder, now, duration, *margin = arguments
+            expires = now + duration + (margin[0] if margin else dt.timedelta(0))
+            self.ledger.holds.append(Hold(lease, holder, now, expires, self.step))
         if fault == LOSE_REPLY:
-            self.say(f"{detail} → {self.names.abridge(result)} ✗ reply lost: AutoReconnect")
-            raise AutoReconnect("reply lost (simulated)")
+            self.say(f"{detail} → {self.names.abridge(result)} ✗ reply lost: DatabaseUnavailable")
+            raise DatabaseUnavailable("reply lost (simulated)")
         self.say(f"{detail} → {self.names.abridge(result)}")
         return result
 
