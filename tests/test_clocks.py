@@ -11,6 +11,7 @@ a live worker declared dead, a job archived unrun as a duplicate, two leaders at
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -162,6 +163,18 @@ def test_without_the_servers_clock_a_process_starts_from_its_own(
     assert clock.now() == START + dt.timedelta(seconds=90)
 
 
+def slow_server(server: FrozenClock, local: FrozenClock, trip: float) -> Callable[[], dt.datetime]:
+    """A server that reads its clock as a request arrives, and answers ``trip`` later."""
+
+    def read() -> dt.datetime:
+        read_at = server.now()
+        server.advance(trip)
+        local.advance(trip)
+        return read_at
+
+    return read
+
+
 def test_the_servers_time_is_bracketed_by_the_readings_round_trip() -> None:
     # a reading that took 2 s to come back: the server read its clock some time in
     # between; a short one is taken too, and kept
@@ -185,14 +198,7 @@ def test_a_slow_reading_never_makes_a_live_worker_look_silent() -> None:
     # the worst reading: the server read its clock at once, and its answer took 1.5 s
     server = FrozenClock(START)
     local = FrozenClock(START)
-
-    def slow() -> dt.datetime:
-        read_at = server.now()
-        server.advance(1.5)
-        local.advance(1.5)
-        return read_at
-
-    worker = DatabaseClock(slow, local, refresh=10**9)
+    worker = DatabaseClock(slow_server(server, local, 1.5), local, refresh=10**9)
     worker.latest()  # read once, slowly
     stamped = worker.latest()  # a heartbeat
     assert stamped >= server.now(), "a heartbeat is never stamped older than it is"
@@ -227,14 +233,7 @@ def test_a_slow_reading_of_the_servers_clock_shortens_no_leaders_lease(
     store = Store(mongomock_database)
     server = FrozenClock(START)
     leader_local = FrozenClock(START)
-
-    def slow() -> dt.datetime:
-        read_at = server.now()
-        server.advance(5)
-        leader_local.advance(5)
-        return read_at
-
-    leader_clock = DatabaseClock(slow, leader_local, refresh=10**9)
+    leader_clock = DatabaseClock(slow_server(server, leader_local, 5), leader_local, refresh=10**9)
     lease = dt.timedelta(seconds=15)
     leader = Leadership(store, "cleaner", "leader", lease, leader_clock)
     assert leader.hold(leader_clock.earliest())

@@ -8,6 +8,9 @@ landing late, a worker starting the job it was just assigned.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 from bson import ObjectId
 
@@ -75,12 +78,7 @@ def test_a_new_leader_leaves_a_job_its_old_leader_assigned_and_a_worker_started_
     job_id, old_leader, worker_id = _half_round(queue, registry, clock)
     token = old_leader.token
     started = {"started_at": clock.now(), "worker": worker_id}
-
-    def assigned_and_started() -> object:
-        old_leader.finish_round()
-        return queue.store.start_if_owned(job_id, token, started)
-
-    meanwhile = after(monkeypatch, queue.store, "held_tokens", assigned_and_started)
+    meanwhile = after(monkeypatch, queue.store, "held_tokens", old_leader.lands(job_id, started))
     new_leader = Recruiter(queue.store)
     assert new_leader.run_once(clock.now()).rolled_back == 0
     assert len(meanwhile) == 1
@@ -105,12 +103,8 @@ def test_the_cleaners_orphan_pass_leaves_a_job_assigned_and_started_meanwhile(
         queue.store.heartbeat([worker_id], clock.now())
         assert sum(cleaner.run_once(clock.now()).released.values()) == 0
     clock.advance(1)  # the lock is older than the dead timeout now
-
-    def assigned_and_started() -> object:
-        old_leader.finish_round()
-        return queue.store.start_if_owned(job_id, token, {"started_at": clock.now()})
-
-    worker_alive = after(monkeypatch, queue.store, "held_tokens", assigned_and_started)
+    started = {"started_at": clock.now()}
+    worker_alive = after(monkeypatch, queue.store, "held_tokens", old_leader.lands(job_id, started))
     assert sum(cleaner.run_once(clock.now()).released.values()) == 0
     assert len(worker_alive) == 1
     job = queue.job(job_id)
@@ -149,6 +143,15 @@ class _OldLeader:
         assigned = self.store.assign(self.plan, self.token, self.clock.now())
         assert assigned == set(self.plan)
         return self.token
+
+    def lands(self, job_id: ObjectId, started: dict[str, Any]) -> Callable[[], object]:
+        """What happens meanwhile: its assignment lands late, and the worker starts."""
+
+        def assigned_and_started() -> object:
+            self.finish_round()
+            return self.worker.store.start_if_owned(job_id, self.token, started)
+
+        return assigned_and_started
 
     def slot_run(self) -> Execution | None:
         return self.worker.slots[0].run_once().ran
