@@ -76,7 +76,16 @@ class Leadership:
                 logger.warning("%s %s: another process leads, standing by", self.name, self.holder)
         self.leading, self._known = leading, True
         renew_in = self.duration.total_seconds() * RENEW_AFTER
-        self._renew_at = sent + renew_in if leading else None
+        late = leading and self.clock.monotonic() - sent >= renew_in
+        self._renew_at = sent + renew_in if leading and not late else None
+        if late:
+            # the answer took longer than the lease is trusted for (a renewal blocked by
+            # an outage, then landed): another may hold the lease by now; act on nothing,
+            # renew again at the next step
+            logger.warning(
+                "%s %s: the lease's renewal answered late, renewing again", self.name, self.holder
+            )
+            return False
         return leading
 
     def release(self, now: dt.datetime) -> None:

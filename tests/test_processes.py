@@ -550,3 +550,24 @@ def test_a_worker_that_died_idle_is_not_handed_the_next_job(
     assert assignment is not None
     assert assignment.job_id == job_id
     assert queue.store.find_worker(died_idle.id).available  # type: ignore[arg-type, union-attr]
+
+
+def test_a_leader_does_not_act_on_a_renewal_that_answered_late(
+    store: Store, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the renewal was held up (an outage), then landed: by the time it answered, the
+    # lease it wrote may have run out and another taken it
+    lease = dt.timedelta(seconds=3)
+    leader = Leadership(store, "cleaner", "me", lease, clock)
+    assert leader.hold(clock.now())
+    real = store.acquire_or_renew
+
+    def held_up(*arguments: Any) -> bool:
+        answer = real(*arguments)
+        clock.advance(1.5)  # more than the third of the lease it is trusted for
+        return answer
+
+    monkeypatch.setattr(store, "acquire_or_renew", held_up)
+    assert not leader.hold(clock.advance(1)), "not acted on"
+    monkeypatch.undo()
+    assert leader.hold(clock.now()), "renewed at once, and leading"
