@@ -2,13 +2,15 @@
 
 Each round it:
 
-1. finds workers not seen for ``considered_dead_after``; releases the job each one held
-   through the job's retry policy (a started job is a crashed attempt, ``WorkerDied``;
-   one never started goes back uncounted); then removes the worker, only if it is
-   still not seen. Only a cleaner that has watched for the whole timeout, without a
-   database error and without a gap between rounds, declares a worker dead;
-2. releases *orphans*, jobs locked for longer than ``considered_dead_after`` that no
-   worker on the roster holds;
+1. finds workers not seen for ``considered_dead_after`` (or five of their own heartbeat
+   intervals, if longer); removes each, only if it is still not seen (the fence: one
+   that heartbeats meanwhile keeps its job), and only then releases the job the removed
+   document held, through the job's retry policy (a started job is a crashed attempt,
+   ``WorkerDied``; one never started goes back uncounted). Only a cleaner that has
+   watched for the whole timeout, without a database error and without a gap between
+   rounds, declares a worker dead (:mod:`recruiter.recovery` has the take-back rule);
+2. releases *orphans*, jobs locked for longer than ``considered_dead_after`` whose
+   token no worker on the roster holds;
 3. moves finished jobs from ``scheduled`` to ``archived``, up to 500 in three commands
    (workers only mark a job finished; a crash in the middle of a move is completed too);
 4. purges archived jobs that finished more than ``clean_after`` ago, up to 5,000 a round
