@@ -90,10 +90,12 @@ class CleanResult:
 
     @property
     def busy(self) -> bool:
-        """Whether to start the next round at once: work was found, or more to move."""
+        """Whether to start the next round at once: work was found, or more to move (a
+        job the database refused to record is left for a later round, not hurried)."""
+        released = sum(n for outcome, n in self.released.items() if outcome != Released.REFUSED)
         return bool(
             self.dead_workers
-            or sum(self.released.values())
+            or released
             or self.purged >= PURGE_BATCH
             or self.archived_moves >= ARCHIVE_BATCH
         )

@@ -109,3 +109,18 @@ def test_one_job_whose_crash_record_is_refused_does_not_blind_the_cleaner(
         with contextlib.suppress(DatabaseError):
             cleaner.run_once(clock.now())
     assert queue.store.find_worker(worker) is None, "silent for 2 min: declared dead"
+
+
+def test_a_job_whose_crash_record_is_refused_does_not_keep_the_cleaner_busy(
+    queue: Queue, clock: FrozenClock
+) -> None:
+    # refused at every pass: left for a later round, not retried in a tight loop
+    cleaner = WatchingCleaner(queue.store, CleanerConfig(considered_dead_after=DEAD_AFTER))
+    cleaner.run_once(clock.now())
+    _poison(queue, clock)
+    clock.advance(DEAD_AFTER.total_seconds() / 2)
+    cleaner.run_once(clock.now())
+    clock.advance(DEAD_AFTER.total_seconds() / 2 + 1)
+    result = cleaner.run_once(clock.now())
+    assert result.released == {"refused": 1}
+    assert not result.busy
