@@ -87,6 +87,10 @@ class Scenario:
     stopped once every planned job is scheduled and every fault injected); 0: none."""
 
 
+STARTUP_GRACE = 3.0
+"""Seconds a process is given to start before the end of a run asks it to stop."""
+
+
 @dataclass
 class Member:
     """One process of the cast."""
@@ -474,7 +478,14 @@ class Run:
             action()
 
     def stop_all(self) -> dict[int, tuple[str, int | None]]:
-        """SIGTERM to every process still running; pid → (role, exit code) of each."""
+        """SIGTERM to every process still running; pid → (role, exit code) of each.
+
+        A process restarted a moment ago may still be importing Python, before any
+        handler is installed, where SIGTERM kills it as it would any program: like a
+        supervisor, the runner lets it finish starting first.
+        """
+        youngest = max((m.started for m in self.members if m.process.poll() is None), default=0.0)
+        time.sleep(max(0.0, youngest + STARTUP_GRACE - time.time()))
         for member in self.members:
             if member.process.poll() is None:
                 member.process.send_signal(signal.SIGTERM)
