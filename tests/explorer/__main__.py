@@ -5,6 +5,7 @@ Examples::
     python -m tests.explorer --seeds 1 2 3 --runs 200 --budget 120
     python -m tests.explorer --exhaustive --budget 120
     python -m tests.explorer --replay 'workers=2|R1 R1 w1 +1s freeze:w1 …'
+    python -m tests.explorer --plant bug2 --seeds 1 2 3   # a take-back bug put back
 """
 
 from __future__ import annotations
@@ -12,8 +13,16 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from contextlib import nullcontext
 
-from tests.explorer.explore import Exploration, exhaustive_runs, explore, random_runs
+from tests.explorer.explore import (
+    RANDOM_BOUNDS,
+    Exploration,
+    exhaustive_runs,
+    explore,
+    random_runs,
+)
+from tests.explorer.planted import PLANTS, planted
 from tests.explorer.report import describe, parse_replay, step_lines
 from tests.explorer.strategies import Bounds, replay
 
@@ -32,8 +41,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--all", action="store_true", help="go on after the first violation")
     parser.add_argument("--replay", metavar="CHOICES", help="replay a printed choice sequence")
     parser.add_argument("--verbose", action="store_true", help="print the replayed steps")
+    parser.add_argument(
+        "--plant", choices=sorted(PLANTS), help="put a fixed take-back bug back first"
+    )
     options = parser.parse_args(argv)
     logging.disable(logging.CRITICAL)  # the product's logs would drown the traces
+    with planted(options.plant) if options.plant else nullcontext():
+        return _run(options)
+
+
+def _run(options: argparse.Namespace) -> int:
     if options.replay is not None:
         config, moves = parse_replay(options.replay)
         outcome = replay(config, moves)
@@ -49,7 +66,9 @@ def main(argv: list[str] | None = None) -> int:
         runs = exhaustive_runs(bounds=bounds)
         mode = "exhaustive"
     else:
-        bounds = Bounds(options.steps or 300, options.faults or 4)
+        bounds = Bounds(
+            options.steps or RANDOM_BOUNDS.steps, options.faults or RANDOM_BOUNDS.faults
+        )
         runs = random_runs(options.seeds, options.runs, bounds=bounds, minutes=options.minutes)
         mode = "random"
     exploration = explore(mode, runs, options.budget, first_only=not options.all)

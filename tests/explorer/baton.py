@@ -40,6 +40,9 @@ class Gate:
     """The call and its arguments, abridged; or where in the job's code."""
     first: bool
     """Whether it is the first gate of an action: switching away is no preemption."""
+    until: float | None = None
+    """A checkpoint in a job's code that takes time: the simulated second before which
+    the actor is busy in that code and takes no step."""
 
 
 class Baton:
@@ -107,9 +110,13 @@ class Actor:
         self.action = action
         self.gate: Gate | None = None
         self.fault: str | None = None
-        self.last_verb: str | None = None
-        """The store verb this actor performed last."""
         """A fault for the pending store call, set by the scheduler (see ``world``)."""
+        self.wrote: set[str] | None = None
+        """After a write, the other processes whose ids (workers, lock tokens) it named:
+        who it may wake (a worker handed a job, say); ``None`` after a read."""
+        self.read_of: set[str] = set()
+        """Processes whose ids (workers, lock tokens) this actor read in its current
+        action: what it may be about to act on."""
         self.calls_in_action = 0
         """Gates passed in the current action, to tell the first gate of an action."""
         self.ended = False
@@ -122,9 +129,9 @@ class Actor:
         self.thread.start()
         self.baton.hand_to(self.name)
 
-    def park(self, kind: str, detail: str) -> None:
+    def park(self, kind: str, detail: str, until: float | None = None) -> None:
         """Called from the actor's own thread: wait at a gate until handed the turn."""
-        self.gate = Gate(kind, detail, first=self.calls_in_action == 0)
+        self.gate = Gate(kind, detail, first=self.calls_in_action == 0, until=until)
         self.calls_in_action += 1
         self.baton.park(self.name)
         self.gate = None
@@ -136,6 +143,7 @@ class Actor:
                 # between actions, where the production loop sleeps: the action reads
                 # its clock only once handed the turn again
                 self.calls_in_action = 0
+                self.read_of = set()
                 self.park("idle", "between actions")
                 self.action()
         except Killed:

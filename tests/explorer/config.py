@@ -11,6 +11,9 @@ from dataclasses import dataclass, fields, replace
 
 SKEWS = (-1.0, -0.4, 0.0, 0.0, 0.0, 0.4, 1.0)
 """The fixed clock skews a random configuration draws from, in seconds (most are none)."""
+JOB_SECONDS = (0.0, 2.0, 10.0, 30.0)
+"""The durations of a job a random configuration draws from: none, shorter than the
+heartbeat, shorter than the dead timeout, longer than it."""
 MINUTES = (-90.0, 90.0)
 """Skews of minutes, drawn too with ``minutes``: while the product decides on each
 process's own clock, a cleaner ahead by more than the dead timeout declares every
@@ -33,6 +36,11 @@ class Config:
     """How far the ``+1s``-style move moves time (it is named after it)."""
     checkpoints: int = 2
     """How often a job's code yields to the scheduler while it runs."""
+    job_seconds: float = 0.0
+    """How long a job's code runs, in simulated seconds, its checkpoints spread over it:
+    a slot in a job's code takes no step until its time has passed, while its heartbeat
+    goes on. A run that outlives a take-back is what makes a double run (a job of no
+    duration ends at the slot's next turns, often before anyone can start it again)."""
     skew: str = ""
     """Fixed clock skews, ``R1:+2,C1:-90``: each process's clock is ahead by this."""
     skew_jump: float = 1.0
@@ -64,8 +72,8 @@ class Config:
 
     @classmethod
     def drawn(cls, rng: random.Random, minutes: bool = False) -> Config:
-        """A larger random configuration: 2 to 3 workers, 3 to 5 jobs, some clocks skewed (by
-        seconds; by minutes too with ``minutes``)."""
+        """A larger random configuration: 2 to 3 workers, 3 to 5 jobs of a drawn duration,
+        some clocks skewed (by seconds; by minutes too with ``minutes``)."""
         workers = rng.randint(2, 3)
         # one cleaner as often as two: two contending for the lease start their watch
         # over at each takeover, and a watch long enough to declare a death is rarer
@@ -82,6 +90,7 @@ class Config:
         return cls(
             workers=workers,
             jobs=rng.randint(3, 5),
+            job_seconds=rng.choice(JOB_SECONDS),
             recruiters=recruiters,
             cleaners=cleaners,
             skew=skew,

@@ -58,6 +58,26 @@ def no_two_live_runs(view: View) -> str | None:
     return None
 
 
+def taken_back_only_when_fenced(view: View) -> str | None:
+    """6. A job is taken back (an attempt recorded as crashed) only from a holder that
+    can no longer run it: no run of that attempt is in its code, by a process that has
+    not crashed, under a worker still on the roster. The take-back rule of
+    ``recruiter.recovery``, checked at the moment of the take-back: it breaks before a
+    second run can start, whether or not one does."""
+    for job in view.jobs.values():
+        for n, _worker, _outcome, crashed in job.history:
+            if not crashed:
+                continue
+            for run in view.ledger.in_code():
+                live = run.process not in view.crashed and run.worker in view.roster
+                if live and (run.job, run.attempt) == (job.name, n):
+                    return (
+                        f"{job.name}: attempt {n} taken back as crashed while {run.worker}, "
+                        f"on the roster, runs it"
+                    )
+    return None
+
+
 def nothing_lost(view: View) -> str | None:
     """2. Every job inserted is in ``scheduled`` or ``archived``; at the end, finished."""
     for job in view.inserted:
@@ -132,6 +152,7 @@ INVARIANTS: dict[str, Callable[[View], str | None]] = {
     "3 nothing archived unrun": nothing_archived_unrun,
     "4 every attempt counted once, by its holder": attempts_counted_once,
     "5 one effective leader": one_effective_leader,
+    "6 a job is taken back only from a fenced-out holder": taken_back_only_when_fenced,
 }
 
 

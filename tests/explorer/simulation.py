@@ -70,17 +70,41 @@ class Simulation:
         self.last_stepped: dict[str, float] = {}
         """When (simulated seconds) each actor last took a step."""
         self.time_moves = {f"+{config.tick:g}s": config.tick, "+dead": config.dead_after}
+        self.frozen_since: dict[str, float] = {}
+        """When (simulated seconds) each frozen process was frozen."""
+        self.bursting: set[str] = set()
+        """Actors that run next, each until it ends an action: those of a process just
+        thawed (its threads' waits are long over) or just named by another's write (a
+        worker handed a job, watching its roster document)."""
 
     # --- what may be done -------------------------------------------------------------
 
     def actors(self) -> list[Actor]:
-        """Actors that may take a step: alive, not frozen, in the order they started."""
+        """Actors that may take a step: alive, not frozen, not busy in a job's code, in
+        the order they started."""
         return [
             actor
             for process in self.world.processes.values()
             if not (process.crashed or process.frozen)
             for actor in process.actors
-            if not actor.ended
+            if not actor.ended and not self._busy_in_code(actor)
+        ]
+
+    def _busy_in_code(self, actor: Actor) -> bool:
+        until = actor.gate.until if actor.gate is not None else None
+        return until is not None and until > self.world.clocks.elapsed
+
+    def frozen_past_fencing(self) -> list[str]:
+        """Processes frozen for half of what fences them out or more (the dead timeout
+        for a worker, the lease for a recruiter or cleaner; their last sign of life
+        came before they froze): others may be acting on their silence now, and their
+        thaw is what the take-backs must survive."""
+        elapsed = self.world.clocks.elapsed
+        config = self.config
+        return [
+            name
+            for name, since in self.frozen_since.items()
+            if elapsed - since >= (config.dead_after if name[0] == "w" else config.lease) / 2
         ]
 
     def mid_action(self, actor: Actor) -> bool:
@@ -92,11 +116,11 @@ class Simulation:
         """Every move possible now, in a stable order: actors, time, faults."""
         actors = self.actors()
         moves = [actor.name for actor in actors] + list(self.time_moves)
-        if not faults:
-            return moves
         alive = [p for p in self.world.processes.values() if not p.crashed]
-        for process in alive:
-            moves.append(f"thaw:{process.name}" if process.frozen else f"freeze:{process.name}")
+        moves += [f"thaw:{process.name}" for process in alive if process.frozen]
+        if not faults:  # a thaw ends a fault: it is always possible
+            return moves
+        moves += [f"freeze:{process.name}" for process in alive if not process.frozen]
         moves += [f"crash:{process.name}" for process in alive]
         for actor in actors:
             if actor.gate is not None and actor.gate.kind == "call":
@@ -120,7 +144,12 @@ class Simulation:
         if move in actors:
             self.current = actors[move]
             world.run(actors[move])
+            if not self.mid_action(actors[move]):
+                self.bursting.discard(move)
+            for woken in actors[move].wrote or ():
+                self._burst(woken)
         elif move in self.time_moves:
+            self.bursting.clear()
             world.clocks.advance(self.time_moves[move])
             world.lines.append(f"time passes: now {world.names.time(world.clocks.database())}")
         elif what in (LOSE_REPLY, LOSE_WRITE):
@@ -136,6 +165,10 @@ class Simulation:
             self.last_stepped[self.current.name] = world.clocks.elapsed
         return True
 
+    def _burst(self, process: str) -> None:
+        """The actors of ``process`` that may step run next, each to the end of an action."""
+        self.bursting |= {actor.name for actor in self.actors() if actor.process == process}
+
     def waited(self, actor: Actor) -> float:
         """Simulated seconds since ``actor`` last took a step (or started)."""
         elapsed = self.world.clocks.elapsed
@@ -147,9 +180,13 @@ class Simulation:
         process = world.processes[name]
         if what == "freeze":
             process.frozen = True
+            self.frozen_since[name] = world.clocks.elapsed
         elif what == "thaw":
             process.frozen = False
+            del self.frozen_since[name]
+            self._burst(name)
         elif what == "crash":
+            self.frozen_since.pop(name, None)
             world.crash(name)
             world.settle()
         else:
@@ -191,6 +228,7 @@ class Simulation:
     def _quiesce(self) -> None:
         for process in self.world.processes.values():
             process.frozen = False
+        self.frozen_since.clear()
         # time passes by less than the cleaner's longest gap, so it keeps watching
         tick = self.config.dead_after / 2.5
         self.time_moves["+quiet"] = tick

@@ -2,8 +2,10 @@
 
 Random mode draws each move from a seeded ``random.Random``: actors evenly (the one in
 the middle of an action a little more, so actions are not always cut short; one that
-waited long between actions more, as its sleep ended long ago), time
-now and then, faults rarely, thaws often enough that freezes end.
+waited long between actions more, as its sleep ended long ago; those of a process
+just thawed most), time now and then, faults rarely, thaws often enough that freezes
+end, and likeliest in a check-then-act window once the frozen process's silence may be
+acted on.
 
 Exhaustive mode is stateless model checking in the style of CHESS: every run replays
 a choice sequence from scratch; runs are enumerated depth first. A run follows a
@@ -31,22 +33,37 @@ OVERDUE_CAP = 10.0
 """An actor weighs more for each simulated second since its last step (up to the cap):
 as on a real machine, a thread that has not run for long runs soon (a thawed process,
 whose sleeps all ended, above all)."""
-READS = ("find_", "dead_workers", "locks", "held_tokens", "available_workers", "ready_")
-WINDOW_THAW = 30.0
-"""How much likelier a thaw is right after another actor read, mid-action, what it will
-act on: the window between a check and its act, where a process coming back to life
-(heartbeating, finishing a write) does the most harm."""
-BUSY_FREEZE = 5.0
-IN_CODE_FREEZE = 25.0
-"""Workers spend most of their time in jobs' code: that is where a pause hits them."""
+PAUSES = ("freeze:", "thaw:")
+"""Faults the fault bound of a random run does not count: a pause is the commonest thing
+to happen to a process, and one that lasts long enough to matter is rare."""
+WINDOW_THAW = 0.25
+"""The chance, at each step while another actor is in the middle of an action that read
+something of a frozen process (its worker, its lock token: the window between a check
+and its act), that the frozen process thaws, once it has been frozen for half of what
+fences it out: others may be acting on its silence, and a process coming back to life
+then (heartbeating, landing a late write) does the most harm. Thawing a process at
+every read of it would end every freeze before anyone acts on it."""
+WRITE_FREEZE = 0.15
+"""The chance, right after an actor wrote in the middle of an action (it may hold
+something now: a lock, an assignment, a lease), that its process freezes there, before
+it can finish what it started."""
+THAW_CHANCE = 1 / 150
+"""Otherwise, the chance at each step that a frozen process thaws: a freeze lasts 150
+steps on average, about 8 simulated seconds, longer than the dead timeout as often as
+not, and some last the whole run."""
+BURST_WEIGHT = 50.0
+"""The weight of an actor of a process just thawed, until it ends its first action: its
+waits long over, it runs at once, before the actor it interrupted makes its next call."""
+BUSY_FREEZE = 1.0
 """How much likelier a process is frozen while one of its actors is mid-action."""
+IN_CODE_FREEZE = 100.0
+"""Workers spend most of their time in jobs' code: that is where a pause hits them."""
 CATEGORIES = {"actor": 0.9, "time": 0.05, "fault": 0.05}
 """How often a step is an actor's, time passing, or a fault."""
 WEIGHTS = {
     "+": 1.0,
     "+dead": 0.02,
     "freeze": 1.0,
-    "thaw": 0.3,
     "crash": 0.1,
     "lose-reply": 0.1,
     "lose-write": 0.1,
@@ -66,6 +83,8 @@ class Bounds:
 def weight(move: str, simulation: Simulation) -> float:
     """The weight of ``move`` within its category."""
     if kind(move) == "actor":
+        if move in simulation.bursting:
+            return BURST_WEIGHT
         current = simulation.current
         sticky = current is not None and current.name == move and simulation.mid_action(current)
         actor = next(a for a in simulation.actors() if a.name == move)
@@ -81,42 +100,67 @@ def weight(move: str, simulation: Simulation) -> float:
         busy = any(simulation.mid_action(actor) for actor in actors)
         in_code = any(a.gate is not None and a.gate.kind == "checkpoint" for a in actors)
         return WEIGHTS["freeze"] * (IN_CODE_FREEZE if in_code else BUSY_FREEZE if busy else 0.2)
-    if what == "thaw" and _in_window(simulation):
-        return WEIGHTS["thaw"] * WINDOW_THAW
     return WEIGHTS["+" if move.startswith("+") else what]
 
 
-def _in_window(simulation: Simulation) -> bool:
-    """Whether the current actor is mid-action, right after a read."""
+def _thaw(rng: random.Random, simulation: Simulation) -> str | None:
+    """A frozen process to thaw now, if any: likeliest in a window on it."""
+    window = _read_in_action(simulation)
+    targeted = [name for name in simulation.frozen_past_fencing() if name in window]
+    if targeted and rng.random() < WINDOW_THAW:
+        return f"thaw:{rng.choice(targeted)}"
+    for name in sorted(simulation.frozen_since):
+        if rng.random() < THAW_CHANCE:
+            return f"thaw:{name}"
+    return None
+
+
+def _freeze_after_write(rng: random.Random, simulation: Simulation) -> str | None:
+    """The process of the current actor, if it just wrote mid-action, now and then."""
     current = simulation.current
-    verb = current.last_verb if current is not None else None
-    return (
-        current is not None
-        and verb is not None
-        and verb.startswith(READS)
-        and simulation.mid_action(current)
-    )
+    if current is None or current.wrote is None or not simulation.mid_action(current):
+        return None
+    if len(simulation.frozen_since) >= 2 or rng.random() >= WRITE_FREEZE:
+        return None
+    return f"freeze:{current.process}"
+
+
+def _read_in_action(simulation: Simulation) -> set[str]:
+    """The processes the current actor read something of, if it is mid-action."""
+    current = simulation.current
+    if current is None or not simulation.mid_action(current):
+        return set()
+    return current.read_of
 
 
 def draw(rng: random.Random, simulation: Simulation, faults: bool) -> str:
-    """A category first, then a move of it by weight."""
-    moves = simulation.enabled(faults=faults)
-    groups = {k: [m for m in moves if kind(m) == k] for k in CATEGORIES}
+    """A category first, then a move of it by weight; with ``faults`` false, no fault but
+    a pause (a freeze or a thaw)."""
+    moves = [
+        move
+        for move in simulation.enabled()
+        if faults or kind(move) != "fault" or move.startswith(PAUSES)
+    ]
+    pause = _thaw(rng, simulation) or _freeze_after_write(rng, simulation)
+    if pause in moves:
+        return pause
+    moves = [move for move in moves if not move.startswith("thaw:")]
+    weighed = [(move, weight(move, simulation)) for move in moves]
+    groups = {k: [(m, w) for m, w in weighed if w > 0 and kind(m) == k] for k in CATEGORIES}
     present = [k for k in CATEGORIES if groups[k]]
     category = rng.choices(present, [CATEGORIES[k] for k in present])[0]
-    weights = [weight(m, simulation) for m in groups[category]]
-    if not any(weights):
-        return draw(rng, simulation, faults=False)
-    return rng.choices(groups[category], weights)[0]
+    chosen = [move for move, _ in groups[category]]
+    return rng.choices(chosen, [w for _, w in groups[category]])[0]
 
 
 def random_run(config: Config, rng: random.Random, bounds: Bounds) -> Outcome:
-    """One run, every move drawn from ``rng``; at most ``bounds.faults`` faults."""
+    """One run, every move drawn from ``rng``; at most ``bounds.faults`` faults besides
+    pauses (at most two processes are frozen at once)."""
     simulation = Simulation(config)
     faults = 0
     for _ in range(bounds.steps):
         move = draw(rng, simulation, faults < bounds.faults)
-        faults += kind(move) == "fault" and not move.startswith("thaw")
+        faults += kind(move) == "fault" and not move.startswith(PAUSES)
         simulation.apply(move)
         if simulation.outcome.violation is not None:
             break

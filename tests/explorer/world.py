@@ -16,6 +16,7 @@ module and :mod:`tests.explorer.clocks` are the ones to adapt.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import inspect
 import threading
@@ -36,7 +37,7 @@ from recruiter.recruiter import Recruiter, RecruiterConfig
 from recruiter.store import Store
 from recruiter.worker import WorkerConfig, WorkerProcess
 from tests import mongomock_patch  # noqa: F401  (MongoDB copies what $set stores)
-from tests.explorer.baton import Actor, Baton, Killed
+from tests.explorer.baton import Actor, Baton, ExplorerDeadlock, Killed
 from tests.explorer.clocks import Clocks
 from tests.explorer.config import Config
 from tests.explorer.ledger import Hold, Ledger, Run
@@ -46,6 +47,10 @@ START = dt.datetime(2026, 11, 22, 9, 0, tzinfo=dt.UTC)
 WORKABLE = "explorer.job"
 ROLES = {"R": "recruiter", "C": "cleaner", "w": "worker"}
 LOSE_REPLY, LOSE_WRITE = "lose-reply", "lose-write"
+UNWIND_GATES = 20
+"""Gates a killed actor may pass on its way out (a guard: it takes one or two)."""
+READS = ("find_", "dead_workers", "locks", "held_tokens", "available_workers", "ready_")
+"""Store verbs that read what their caller will act on."""
 
 
 @dataclass
@@ -111,6 +116,9 @@ class World:
         self._actor_of_thread: dict[int, Actor] = {}
         self._counts: dict[str, int] = {}
         self._replacements: list[str] = []
+        self.origin: dict[ObjectId, str] = {}
+        """The process each worker id and lock token belongs to (jobs' ids belong to no
+        one): who a read is about."""
         self.inserted = [self._insert_job() for _ in range(config.jobs)]
         for prefix, count in (("R", config.recruiters), ("C", config.cleaners)):
             for _ in range(count):
@@ -122,6 +130,7 @@ class World:
 
     def _insert_job(self) -> str:
         job_id = ObjectId()
+        self.origin[job_id] = "the test"
         spec = JobSpec(WORKABLE, {}, retry_policy=RetryManyTimes(50, 1)).run_at(START)
         self.store.insert_jobs([spec.to_document(job_id, START)])
         return self.names.give(job_id, "J")
@@ -145,8 +154,10 @@ class World:
             Run(job, statistics.retry_number, worker, actor.process, self.step)
         )
         self.say(f"{job} attempt {run.attempt} starts running on {worker}")
-        for n in range(1, self.config.checkpoints + 1):
-            actor.park("checkpoint", f"in {job}'s code ({n}/{self.config.checkpoints})")
+        started, checkpoints = self.clocks.elapsed, self.config.checkpoints
+        for n in range(1, checkpoints + 1):
+            until = started + self.config.job_seconds * n / checkpoints
+            actor.park("checkpoint", f"in {job}'s code ({n}/{checkpoints})", until)
         run.ended = True
         self.say(f"{job} attempt {run.attempt} ends")
 
@@ -237,9 +248,17 @@ class World:
             self.say(f"{detail} ✗ lost before it landed: DatabaseUnavailable")
             raise DatabaseUnavailable("write lost (simulated)")
         result = method(*arguments, **options)
-        actor.last_verb = verb
+        for value in _ids(arguments):  # the first process to pass an id owns it
+            self.origin.setdefault(value, actor.process)
         if verb == "register_worker":
             self.names.give(result, actor.process, letters=True)
+            self.origin[result] = actor.process
+        if verb.startswith(READS):
+            actor.wrote = None
+            actor.read_of |= {self.origin[v] for v in _ids(result) if v in self.origin}
+        else:
+            named = {self.origin.get(v) for v in _ids(arguments)}
+            actor.wrote = {p for p in named if p in self.processes and p != actor.process}
         if verb == "acquire_or_renew" and result:
             lease, holder, now, duration, *margin = arguments
             expires = now + duration + (margin[0] if margin else dt.timedelta(0))
@@ -271,8 +290,8 @@ class World:
         """After a step: unwind killed actors, start replacements of crashed processes."""
         for process in list(self.processes.values()):
             for actor in process.actors:
-                if process.crashed and not actor.ended:
-                    self.baton.hand_to(actor.name)
+                if process.crashed:
+                    self._unwind(actor)
         replacements, self._replacements = self._replacements, []
         for prefix in replacements:
             self.spawn(prefix)
@@ -289,10 +308,19 @@ class World:
         for actor in actors:
             self.baton.kill(actor.name)
         for actor in actors:
-            if not actor.ended:
-                self.baton.hand_to(actor.name)
+            self._unwind(actor)
             actor.thread.join(timeout=5)
         return len(actors)
+
+    def _unwind(self, actor: Actor) -> None:
+        """Hand a killed actor the turn until its thread ends: production code that
+        catches every exception (a job's failure is recorded even on ``BaseException``)
+        reaches another gate on its way out, where ``Killed`` is raised again."""
+        for _ in range(UNWIND_GATES):
+            if actor.ended:
+                return
+            self.baton.hand_to(actor.name)
+        raise ExplorerDeadlock(f"{actor.name} did not end after {UNWIND_GATES} gates")
 
     # --- what the invariants read --------------------------------------------------------
 
@@ -325,3 +353,19 @@ class World:
             attempts if isinstance(attempts, int) else 0,
             history,
         )
+
+
+def _ids(value: Any, depth: int = 0) -> list[ObjectId]:
+    """The ObjectIds in a call's arguments or result (records, collections, mappings)."""
+    if isinstance(value, ObjectId):
+        return [value]
+    if depth > 3:
+        return []
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [found for item in value for found in _ids(item, depth + 1)]
+    if isinstance(value, dict):
+        return [found for item in value.items() for found in _ids(item, depth + 1)]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = dataclasses.fields(value)
+        return [found for f in fields for found in _ids(getattr(value, f.name), depth + 1)]
+    return []
