@@ -16,6 +16,7 @@ import sys
 from contextlib import nullcontext
 
 from tests.explorer.explore import (
+    EXHAUSTIVE_BOUNDS,
     RANDOM_BOUNDS,
     Exploration,
     exhaustive_runs,
@@ -33,7 +34,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1], help="random mode seeds")
     parser.add_argument("--runs", type=int, default=1000, help="random runs per seed")
     parser.add_argument("--steps", type=int, default=None, help="steps per run (bound)")
-    parser.add_argument("--faults", type=int, default=None, help="faults per run (bound)")
+    parser.add_argument(
+        "--faults",
+        type=int,
+        default=None,
+        help="faults per run besides pauses in random mode (bound)",
+    )
     parser.add_argument("--deviations", type=int, default=3, help="exhaustive: deviations")
     parser.add_argument("--exhaustive", action="store_true", help="bounded systematic search")
     parser.add_argument("--budget", type=float, default=60.0, help="seconds to explore")
@@ -62,12 +68,17 @@ def _run(options: argparse.Namespace) -> int:
         print(describe(outcome, "replay"))
         return 1
     if options.exhaustive:
-        bounds = Bounds(options.steps or 80, options.faults or 2, options.deviations)
+        bounds = Bounds(
+            EXHAUSTIVE_BOUNDS.steps if options.steps is None else options.steps,
+            EXHAUSTIVE_BOUNDS.faults if options.faults is None else options.faults,
+            options.deviations,
+        )
         runs = exhaustive_runs(bounds=bounds)
         mode = "exhaustive"
     else:
         bounds = Bounds(
-            options.steps or RANDOM_BOUNDS.steps, options.faults or RANDOM_BOUNDS.faults
+            RANDOM_BOUNDS.steps if options.steps is None else options.steps,
+            RANDOM_BOUNDS.faults if options.faults is None else options.faults,
         )
         runs = random_runs(options.seeds, options.runs, bounds=bounds, minutes=options.minutes)
         mode = "random"

@@ -112,11 +112,8 @@ class Actor:
         self.fault: str | None = None
         """A fault for the pending store call, set by the scheduler (see ``world``)."""
         self.wrote: set[str] | None = None
-        """After a write, the other processes whose ids (workers, lock tokens) it named:
-        who it may wake (a worker handed a job, say); ``None`` after a read."""
-        self.read_of: set[str] = set()
-        """Processes whose ids (workers, lock tokens) this actor read in its current
-        action: what it may be about to act on."""
+        """When its last step ended on a write: the other processes whose workers that
+        write named (who it may wake: a worker handed a job); ``None`` otherwise."""
         self.calls_in_action = 0
         """Gates passed in the current action, to tell the first gate of an action."""
         self.ended = False
@@ -135,6 +132,7 @@ class Actor:
         self.calls_in_action += 1
         self.baton.park(self.name)
         self.gate = None
+        self.wrote = None  # a new step: it has written nothing yet
 
     def _main(self) -> None:
         try:
@@ -143,7 +141,6 @@ class Actor:
                 # between actions, where the production loop sleeps: the action reads
                 # its clock only once handed the turn again
                 self.calls_in_action = 0
-                self.read_of = set()
                 self.park("idle", "between actions")
                 self.action()
         except Killed:

@@ -94,19 +94,6 @@ class Simulation:
         until = actor.gate.until if actor.gate is not None else None
         return until is not None and until > self.world.clocks.elapsed
 
-    def frozen_past_fencing(self) -> list[str]:
-        """Processes frozen for half of what fences them out or more (the dead timeout
-        for a worker, the lease for a recruiter or cleaner; their last sign of life
-        came before they froze): others may be acting on their silence now, and their
-        thaw is what the take-backs must survive."""
-        elapsed = self.world.clocks.elapsed
-        config = self.config
-        return [
-            name
-            for name, since in self.frozen_since.items()
-            if elapsed - since >= (config.dead_after if name[0] == "w" else config.lease) / 2
-        ]
-
     def mid_action(self, actor: Actor) -> bool:
         """Whether switching away from ``actor`` now would preempt it."""
         gate = actor.gate

@@ -36,19 +36,12 @@ whose sleeps all ended, above all)."""
 PAUSES = ("freeze:", "thaw:")
 """Faults the fault bound of a random run does not count: a pause is the commonest thing
 to happen to a process, and one that lasts long enough to matter is rare."""
-WINDOW_THAW = 0.25
-"""The chance, at each step while another actor is in the middle of an action that read
-something of a frozen process (its worker, its lock token: the window between a check
-and its act), that the frozen process thaws, once it has been frozen for half of what
-fences it out: others may be acting on its silence, and a process coming back to life
-then (heartbeating, landing a late write) does the most harm. Thawing a process at
-every read of it would end every freeze before anyone acts on it."""
 WRITE_FREEZE = 0.15
 """The chance, right after an actor wrote in the middle of an action (it may hold
 something now: a lock, an assignment, a lease), that its process freezes there, before
 it can finish what it started."""
 THAW_CHANCE = 1 / 150
-"""Otherwise, the chance at each step that a frozen process thaws: a freeze lasts 150
+"""The chance at each step that a frozen process thaws: a freeze lasts 150
 steps on average, about 8 simulated seconds, longer than the dead timeout as often as
 not, and some last the whole run."""
 BURST_WEIGHT = 50.0
@@ -69,13 +62,16 @@ WEIGHTS = {
     "lose-write": 0.1,
     "skew": 0.02,
 }
-"""Weights within the time and fault categories: freezes last tens of ticks."""
+"""Weights within the time and fault categories (thaws are drawn apart: ``_thaw``)."""
 
 
 @dataclass(frozen=True)
 class Bounds:
     steps: int = 500
     faults: int = 4
+    """Random mode: crashes, lost replies or writes and clock jumps (pauses are bounded
+    by "two processes frozen at once" instead). Exhaustive mode: every fault, pauses
+    included (a thaw, ending one, is always possible)."""
     deviations: int = 3
     """Exhaustive mode only: moves that differ from the default schedule."""
 
@@ -104,11 +100,7 @@ def weight(move: str, simulation: Simulation) -> float:
 
 
 def _thaw(rng: random.Random, simulation: Simulation) -> str | None:
-    """A frozen process to thaw now, if any: likeliest in a window on it."""
-    window = _read_in_action(simulation)
-    targeted = [name for name in simulation.frozen_past_fencing() if name in window]
-    if targeted and rng.random() < WINDOW_THAW:
-        return f"thaw:{rng.choice(targeted)}"
+    """A frozen process to thaw now, if any."""
     for name in sorted(simulation.frozen_since):
         if rng.random() < THAW_CHANCE:
             return f"thaw:{name}"
@@ -123,14 +115,6 @@ def _freeze_after_write(rng: random.Random, simulation: Simulation) -> str | Non
     if len(simulation.frozen_since) >= 2 or rng.random() >= WRITE_FREEZE:
         return None
     return f"freeze:{current.process}"
-
-
-def _read_in_action(simulation: Simulation) -> set[str]:
-    """The processes the current actor read something of, if it is mid-action."""
-    current = simulation.current
-    if current is None or not simulation.mid_action(current):
-        return set()
-    return current.read_of
 
 
 def draw(rng: random.Random, simulation: Simulation, faults: bool) -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import inspect
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -49,8 +50,23 @@ ROLES = {"R": "recruiter", "C": "cleaner", "w": "worker"}
 LOSE_REPLY, LOSE_WRITE = "lose-reply", "lose-write"
 UNWIND_GATES = 20
 """Gates a killed actor may pass on its way out (a guard: it takes one or two)."""
-READS = ("find_", "dead_workers", "locks", "held_tokens", "available_workers", "ready_")
-"""Store verbs that read what their caller will act on."""
+READS = (
+    "find_",
+    "dead_workers",
+    "locks",
+    "held_tokens",
+    "available_workers",
+    "ready_",
+    "cancel_requested",
+    "group_records",
+    "deduplicated_run_since",
+    "due_schedulers",
+    "next_",
+    "locked_by_group",
+    "count_",
+    "server_time",
+)
+"""Store verbs that only read (every other verb writes)."""
 
 
 @dataclass
@@ -116,9 +132,8 @@ class World:
         self._actor_of_thread: dict[int, Actor] = {}
         self._counts: dict[str, int] = {}
         self._replacements: list[str] = []
-        self.origin: dict[ObjectId, str] = {}
-        """The process each worker id and lock token belongs to (jobs' ids belong to no
-        one): who a read is about."""
+        self.workers: dict[ObjectId, str] = {}
+        """The process of each worker id: who a write names (a worker handed a job)."""
         self.inserted = [self._insert_job() for _ in range(config.jobs)]
         for prefix, count in (("R", config.recruiters), ("C", config.cleaners)):
             for _ in range(count):
@@ -130,7 +145,6 @@ class World:
 
     def _insert_job(self) -> str:
         job_id = ObjectId()
-        self.origin[job_id] = "the test"
         spec = JobSpec(WORKABLE, {}, retry_policy=RetryManyTimes(50, 1)).run_at(START)
         self.store.insert_jobs([spec.to_document(job_id, START)])
         return self.names.give(job_id, "J")
@@ -238,7 +252,7 @@ class World:
         """A store call: park until handed the turn, then perform it (or fail it)."""
         actor = self.current_actor()
         shown = ", ".join(
-            [self.names.abridge(a)[:30] for a in arguments]
+            [self._shown(a) for a in arguments]
             + [f"{k}={self.names.abridge(v)[:30]}" for k, v in options.items()]
         )
         detail = f"{verb}({shown})"
@@ -248,17 +262,12 @@ class World:
             self.say(f"{detail} ✗ lost before it landed: DatabaseUnavailable")
             raise DatabaseUnavailable("write lost (simulated)")
         result = method(*arguments, **options)
-        for value in _ids(arguments):  # the first process to pass an id owns it
-            self.origin.setdefault(value, actor.process)
         if verb == "register_worker":
             self.names.give(result, actor.process, letters=True)
-            self.origin[result] = actor.process
-        if verb.startswith(READS):
-            actor.wrote = None
-            actor.read_of |= {self.origin[v] for v in _ids(result) if v in self.origin}
-        else:
-            named = {self.origin.get(v) for v in _ids(arguments)}
-            actor.wrote = {p for p in named if p in self.processes and p != actor.process}
+            self.workers[result] = actor.process
+        if not verb.startswith(READS):
+            named = {self.workers.get(v) for v in _ids(arguments)}
+            actor.wrote = {p for p in named if p is not None and p != actor.process}
         if verb == "acquire_or_renew" and result:
             lease, holder, now, duration, *margin = arguments
             expires = now + duration + (margin[0] if margin else dt.timedelta(0))
@@ -268,6 +277,14 @@ class World:
             raise DatabaseUnavailable("reply lost (simulated)")
         self.say(f"{detail} → {self.names.abridge(result)}")
         return result
+
+    def _shown(self, argument: Any) -> str:
+        """An argument in a trace: the process id the worker registers with is this
+        Python process's, the same for every simulated process and different from one
+        run of the explorer to the next, so a trace shows ``pid``."""
+        if argument == os.getpid() and isinstance(argument, int):
+            return "pid"
+        return self.names.abridge(argument)[:30]
 
     def _declared_dead(self, name: str) -> None:
         """``on_declared_dead``: in production ``os._exit``; here the process crashes."""
