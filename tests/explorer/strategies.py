@@ -3,9 +3,9 @@
 Random mode draws each move from a seeded ``random.Random``: actors evenly (the one in
 the middle of an action a little more, so actions are not always cut short; one that
 waited long between actions more, as its sleep ended long ago; those of a process
-just thawed most), time now and then, faults rarely, thaws often enough that freezes
-end, and likeliest in a check-then-act window once the frozen process's silence may be
-acted on.
+just thawed, or of a worker just handed a job, most), time now and then, faults
+rarely; pauses (freezes, most often right after a write in the middle of an action,
+and thaws, about 150 steps later on average) outside the fault bound.
 
 Exhaustive mode is stateless model checking in the style of CHESS: every run replays
 a choice sequence from scratch; runs are enumerated depth first. A run follows a
