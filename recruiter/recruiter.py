@@ -4,9 +4,10 @@ A round first creates the occurrences of repeatable jobs that are due
 (:mod:`recruiter.schedulers`). Then it reads the available workers, grouped by what they
 work on; for each group it picks the oldest ready jobs (as many as there are workers),
 locks them with one conditional update, and then assigns the whole round with one
-``update_many`` over ``roster`` that writes the worker-keyed ``assigned_to`` map,
-conditional on each worker still being available. Jobs locked but not assigned go back
-to the queue at once.
+command over ``roster``: the worker-keyed ``assigned_to`` map, one statement per worker,
+each conditional on its worker still being available, each writing its worker's own
+entry (:meth:`recruiter.store.Store.assign`). Jobs locked but not assigned go back to
+the queue at once.
 
 A round's result says when the next one is due without news (the next job or
 occurrence due); news comes from the change feed (:class:`News`), which also lets a

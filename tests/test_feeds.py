@@ -96,6 +96,21 @@ def test_a_worker_is_told_its_assignment_with_the_token_and_its_removal(
 
 
 @pytest.mark.real_server
+def test_a_workers_change_event_carries_only_its_own_assignment(real_store: Store) -> None:
+    """Every assigned worker's change event is as small at 1,000 workers as at 1."""
+    now = FrozenClock(dt.datetime(2026, 11, 23, tzinfo=dt.UTC)).now()
+    workers = [real_store.register_worker("*", n, "here", now) for n in range(5)]
+    with real_store.roster.watch([{"$match": {"operationType": "update"}}]) as stream:
+        real_store.assign({w: f"job-{n}" for n, w in enumerate(workers)}, ObjectId(), now)
+        events = [stream.next() for _ in workers]
+    written = {
+        event["documentKey"]["_id"]: event["updateDescription"]["updatedFields"]["assigned_to"]
+        for event in events
+    }
+    assert written == {w: {str(w): f"job-{n}"} for n, w in enumerate(workers)}
+
+
+@pytest.mark.real_server
 def test_the_recruiter_is_told_of_new_jobs_and_available_workers_only(
     real_store: Store, clock: FrozenClock
 ) -> None:

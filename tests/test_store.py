@@ -173,3 +173,30 @@ def test_archive_finished_completes_an_interrupted_move(store: Store, clock: Fro
 def test_count_jobs_refuses_other_collections(store: Store) -> None:
     with pytest.raises(ValueError, match="roster"):
         store.count_jobs("roster")
+
+
+def test_a_round_writes_each_worker_only_its_own_assignment(
+    store: Store, clock: FrozenClock
+) -> None:
+    """The round's map is one write, but each roster document keeps only its own entry:
+    what a round writes grows with its workers, not with their square."""
+    now = clock.now()
+    workers = [store.register_worker("*", n, "here", now) for n in range(3)]
+    busy = store.register_worker("*", 9, "here", now)
+    token = ObjectId()
+    store.assign({busy: "before"}, ObjectId(), now)
+    jobs = {worker: f"job-{n}" for n, worker in enumerate(workers)}
+    assigned = store.assign({**jobs, busy: "job-busy"}, token, now)
+    assert assigned == set(workers), "a worker no longer available is not assigned"
+    for worker, job in jobs.items():
+        document = store.roster.find_one({"_id": worker})
+        assert document is not None
+        assert document["assigned_to"] == {str(worker): job}
+        assert document["assignment"]["token"] == token
+        record = store.find_worker(worker)
+        assert record is not None
+        assert record.assignment is not None
+        assert (record.assignment.job_id, record.assignment.token) == (job, token)
+    kept = store.roster.find_one({"_id": busy})
+    assert kept is not None
+    assert kept["assigned_to"] == {str(busy): "before"}

@@ -3,8 +3,10 @@
 A worker's document is written by the worker itself (register, heartbeat, release),
 by the recruiter (assign, only while the worker is available) and by the cleaner
 (remove, only while the worker is still not seen). The recruiter assigns a whole round
-in one ``update_many``: every assigned worker gets the same worker-keyed
-``assigned_to`` map and finds its own job under its own id.
+in one command: the round's worker-keyed map, sent as one statement per worker, each
+conditional on its worker being available, so that each document (and each change
+event) carries only its own entry of the map, ``assigned_to: {<its id>: <job>}``. What
+a round writes grows with its workers, not with their square.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bson import ObjectId
+from pymongo import UpdateOne
 from pymongo.collection import Collection
 
 from recruiter.store.base import Document
@@ -182,24 +185,28 @@ class RosterVerbs:
     def assign(
         self, jobs_by_worker: Mapping[ObjectId, Any], token: ObjectId, now: dt.datetime
     ) -> set[ObjectId]:
-        """Hand each worker its job in one write, if it is still available.
+        """Hand each worker its job in one command, if it is still available.
 
         Returns the workers actually assigned: one that retired meanwhile is not.
         """
         if not jobs_by_worker:
             return set()
         workers = list(jobs_by_worker)
-        result = self.roster.update_many(
-            {"_id": {"$in": workers}, "available": True},
-            {
-                "$set": {
-                    "available": False,
-                    "assigned_to": {str(w): j for w, j in jobs_by_worker.items()},
-                    "assignment": {"token": token, "since": now},
-                    "assigned_since": now,
-                }
-            },
-        )
+        statements = [
+            UpdateOne(
+                {"_id": worker, "available": True},
+                {
+                    "$set": {
+                        "available": False,
+                        "assigned_to": {str(worker): job_id},
+                        "assignment": {"token": token, "since": now},
+                        "assigned_since": now,
+                    }
+                },
+            )
+            for worker, job_id in jobs_by_worker.items()
+        ]
+        result = self.roster.bulk_write(statements, ordered=False)
         if result.modified_count == len(workers):
             return set(workers)
         query = {"_id": {"$in": workers}, "assignment.token": token}
