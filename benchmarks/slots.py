@@ -56,11 +56,12 @@ def slot_round(uri: str, slots: int) -> dict[str, Any]:
         workers = [store.register_worker("*", 0, "bench", clock.now()) for _ in range(slots)]
         events: list[dict[str, Any]] = []
         with database.roster.watch([{"$match": {"operationType": "update"}}]) as stream:
-            before = sum(counter.snapshot().values())
+            before = counter.snapshot()
             began = time.perf_counter()
             assigned = recruiter.run_once(clock.now()).assigned
             seconds = time.perf_counter() - began
-            commands = sum(counter.snapshot().values()) - before
+            after = counter.snapshot()
+            by_name = {k: v - before.get(k, 0) for k, v in after.items() if v > before.get(k, 0)}
             deadline = time.monotonic() + EVENT_WAIT
             while len(events) < assigned and time.monotonic() < deadline:
                 event = stream.try_next()
@@ -71,7 +72,8 @@ def slot_round(uri: str, slots: int) -> dict[str, Any]:
         whole_map = {str(w): ObjectId() for w in workers}
         return {
             "slots": slots,
-            "round_commands": commands,
+            "round_commands": sum(by_name.values()),
+            "by_name": by_name,
             "round_ms": round(1000 * seconds, 1),
             "document_bytes": round(statistics.mean(len(bson.encode(d)) for d in documents)),
             "event_bytes": round(statistics.mean(len(bson.encode(e)) for e in events)),
@@ -104,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"| {row['slots']:,} | {row['round_commands']} | {row['round_ms']:,} | "
                 f"{row['document_bytes']} | {row['event_bytes']} ({row['events']} events) | "
-                f"{row['whole_map_bytes']:,} |",
+                f"{row['whole_map_bytes']:,} | {row['by_name']}",
                 flush=True,
             )
     finally:

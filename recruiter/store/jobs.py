@@ -209,7 +209,7 @@ class JobVerbs:
         Jobs of the same priority due in the same millisecond come in index order.
         """
         cursor = self.scheduled.find(ready_query(now, group), {"_id": 1})
-        cursor = cursor.sort(READY_ORDER).limit(limit)
+        cursor = cursor.sort(READY_ORDER).limit(limit).batch_size(limit)  # one reply
         return [document["_id"] for document in cursor]
 
     def next_due(self, now: dt.datetime) -> dt.datetime | None:

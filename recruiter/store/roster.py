@@ -22,6 +22,10 @@ from pymongo.collection import Collection
 
 from recruiter.store.base import Document
 
+ONE_REPLY = 100_000
+"""A read's batch size when a round needs all it matches: one reply (the server caps a
+reply at 16 MB, some 50,000 roster documents), not a first batch of 101 and a
+``getMore``."""
 MISSED_BEATS = 3
 """Heartbeats an available worker may miss before it is no longer handed jobs."""
 
@@ -180,6 +184,7 @@ class RosterVerbs:
     def available_workers(self) -> list[WorkerRecord]:
         """Workers waiting for a job, longest waiting first."""
         cursor = self.roster.find({"available": True}).sort("available_since", 1)
+        cursor = cursor.batch_size(ONE_REPLY)  # all of them in one reply (up to 16 MB)
         return [WorkerRecord.from_document(d) for d in cursor]
 
     def assign(
