@@ -88,3 +88,42 @@ def ready_query_plan(database: Any, limit: int) -> str:
         stages.append(stage)
         plan = plan.get("inputStage") or {}
     return " <- ".join(stages) or "no plan returned"
+
+
+def groups_round_cost(uri: str, groups: int, workers: int) -> dict[str, Any]:
+    """One round of ``workers`` idle workers of any group (``*``) while ``groups`` groups
+    each hold a ready job: its commands (by name) and its time."""
+    counter = CommandCounter()
+    client: MongoClient[dict[str, Any]] = MongoClient(uri, tz_aware=True, event_listeners=[counter])
+    database = client[f"groups_{uuid.uuid4().hex[:8]}"]
+    try:
+        store = Store(database)
+        store.ensure_ready()
+        clock = SystemClock()
+        documents = [
+            noop.job().in_group(f"g{n:04d}").to_document(ObjectId(), clock.now())
+            for n in range(groups)
+        ]
+        for start in range(0, groups, INSERT_BATCH):
+            store.insert_jobs(documents[start : start + INSERT_BATCH])
+        recruiter = Recruiter(store)
+        recruiter.run_once(clock.now())  # its first round also looks for half-done ones
+        for _ in range(workers):
+            store.register_worker("*", 0, "bench", clock.now())
+        before = counter.snapshot()
+        began = time.perf_counter()
+        assigned = recruiter.run_once(clock.now()).assigned
+        seconds = time.perf_counter() - began
+        after = counter.snapshot()
+        by_name = {k: v - before.get(k, 0) for k, v in after.items() if v > before.get(k, 0)}
+        assert assigned == min(workers, groups), f"a round assigned {assigned}"
+        return {
+            "groups": groups,
+            "workers": workers,
+            "round_ms": round(1000 * seconds, 1),
+            "round_commands": sum(by_name.values()),
+            "by_name": by_name,
+        }
+    finally:
+        client.drop_database(database.name)
+        client.close()
