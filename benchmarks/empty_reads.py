@@ -10,19 +10,16 @@ server of its own.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 from bson import ObjectId
 from pymongo import MongoClient
 
 from benchmarks.counted import EMPTY_FEED_READ, CommandCounter
-from recruiter.embedded import start_server
+from benchmarks.server import database_uri
 from recruiter.store import Store
 
 SECONDS = 10.0
@@ -38,13 +35,7 @@ while time.monotonic() < end:
 
 
 def main() -> int:
-    uri = os.environ.get("MONGODB_URI")
-    server = None
-    if uri is None:
-        directory = Path(tempfile.mkdtemp(prefix="recruiter-empty-reads-"))
-        server = start_server(directory / "data", durable=False, log_path=directory / "db.log")
-        uri = server.uri
-    try:
+    with database_uri("empty-reads") as uri:
         counter = CommandCounter()
         client: MongoClient[dict[str, Any]] = MongoClient(uri, event_listeners=[counter])
         store = Store(client.empty_reads)
@@ -58,9 +49,6 @@ def main() -> int:
         writer.wait()
         client.drop_database("empty_reads")
         client.close()
-    finally:
-        if server is not None:
-            server.stop()
     empty = counter.snapshot().get(EMPTY_FEED_READ, 0)
     print(f"{empty} empty feed reads in {SECONDS:.0f} s, {1000 * cpu / max(empty, 1):.3f} ms each")
     return 0

@@ -10,13 +10,10 @@ SecantusDB server of its own.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
-from pathlib import Path
 
 from benchmarks.rounds import groups_round_cost
-from recruiter.embedded import start_server
+from benchmarks.server import database_uri
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,13 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--groups", type=int, nargs="+", default=[1, 10, 100, 1000])
     parser.add_argument("--workers", type=int, nargs="+", default=[16, 100])
     options = parser.parse_args(argv)
-    uri = os.environ.get("MONGODB_URI")
-    server = None
-    if uri is None:
-        directory = Path(tempfile.mkdtemp(prefix="recruiter-groups-"))
-        server = start_server(directory / "data", durable=False, log_path=directory / "db.log")
-        uri = server.uri
-    try:
+    with database_uri("groups") as uri:
         print("| idle workers | groups with ready jobs | commands per round | round ms | by name |")
         print("|---:|---:|---:|---:|---|")
         for workers in options.workers:
@@ -42,9 +33,6 @@ def main(argv: list[str] | None = None) -> int:
                     f"{row['round_ms']:,} | {names} |",
                     flush=True,
                 )
-    finally:
-        if server is not None:
-            server.stop()
     return 0
 
 

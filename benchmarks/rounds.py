@@ -8,13 +8,18 @@ The query plan of the round's read of ready jobs is shown with ``explain``.
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import time
 import uuid
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from bson import ObjectId
 from pymongo import MongoClient
+from pymongo.database import Database
 
 from benchmarks.app import noop
 from benchmarks.counted import CommandCounter
@@ -27,33 +32,72 @@ from recruiter.store.jobs import READY_ORDER, ready_query
 INSERT_BATCH = 5_000
 
 
-def round_cost(uri: str, backlog: int, workers: int, rounds: int) -> dict[str, Any]:
+@dataclass
+class Bench:
+    """A fresh database with jobs queued, a leading recruiter that has had its first
+    round, and a command counter on the client."""
+
+    database: Database[dict[str, Any]]
+    store: Store
+    recruiter: Recruiter
+    counter: CommandCounter
+    clock: SystemClock
+
+    def add_idle_workers(self, count: int) -> list[ObjectId]:
+        return [self.store.register_worker("*", 0, "bench", self.clock.now()) for _ in range(count)]
+
+    def measured_round(self) -> tuple[int, float, dict[str, int]]:
+        """One round: the jobs it assigned, its seconds, and its commands by name."""
+        before = self.counter.snapshot()
+        began = time.perf_counter()
+        assigned = self.recruiter.run_once(self.clock.now()).assigned
+        seconds = time.perf_counter() - began
+        after = self.counter.snapshot()
+        by_name = {k: v - before.get(k, 0) for k, v in after.items() if v > before.get(k, 0)}
+        return assigned, seconds, by_name
+
+
+@contextmanager
+def bench(uri: str, name: str, jobs: Iterable[dict[str, Any]]) -> Iterator[Bench]:
+    """A :class:`Bench` on a database of its own (``<name>_…``), dropped at the end,
+    with ``jobs`` (documents) queued in batches."""
     counter = CommandCounter()
     client: MongoClient[dict[str, Any]] = MongoClient(uri, tz_aware=True, event_listeners=[counter])
-    database = client[f"rounds_{uuid.uuid4().hex[:8]}"]
+    database = client[f"{name}_{uuid.uuid4().hex[:8]}"]
     try:
         store = Store(database)
         store.ensure_ready()
+        iterator = iter(jobs)
+        while batch := list(itertools.islice(iterator, INSERT_BATCH)):
+            store.insert_jobs(batch)
         clock = SystemClock()
-        for start in range(0, backlog, INSERT_BATCH):
-            count = min(INSERT_BATCH, backlog - start)
-            store.insert_jobs(
-                [noop.job().to_document(ObjectId(), clock.now()) for _ in range(count)]
-            )
         recruiter = Recruiter(store)
         recruiter.run_once(clock.now())  # its first round also looks for half-done ones
+        yield Bench(database, store, recruiter, counter, clock)
+    finally:
+        client.drop_database(database.name)
+        client.close()
+
+
+def noop_jobs(count: int, group: str | None = None) -> Iterator[dict[str, Any]]:
+    """``count`` no-op jobs due now (in ``group``, when named), as documents."""
+    clock = SystemClock()
+    for _ in range(count):
+        spec = noop.job() if group is None else noop.job().in_group(group)
+        yield spec.to_document(ObjectId(), clock.now())
+
+
+def round_cost(uri: str, backlog: int, workers: int, rounds: int) -> dict[str, Any]:
+    with bench(uri, "rounds", noop_jobs(backlog)) as measured:
         times, commands = [], []
         for _ in range(rounds):
-            for _ in range(workers):
-                store.register_worker("*", 0, "bench", clock.now())
-            before = sum(counter.snapshot().values())
-            began = time.perf_counter()
-            assigned = recruiter.run_once(clock.now()).assigned
-            times.append(time.perf_counter() - began)
-            commands.append(sum(counter.snapshot().values()) - before)
+            measured.add_idle_workers(workers)
+            assigned, seconds, by_name = measured.measured_round()
+            times.append(seconds)
+            commands.append(sum(by_name.values()))
             assert assigned == workers, f"a round assigned {assigned} of {workers}"
-            database.roster.delete_many({})
-            database.scheduled.update_many(
+            measured.database.roster.delete_many({})
+            measured.database.scheduled.update_many(
                 {"locked": True}, {"$set": {"locked": False}, "$unset": {"lock": ""}}
             )
         return {
@@ -61,11 +105,8 @@ def round_cost(uri: str, backlog: int, workers: int, rounds: int) -> dict[str, A
             "workers": workers,
             "round_ms": round(1000 * statistics.median(times), 2),
             "round_commands": statistics.median(commands),
-            "plan": ready_query_plan(database, workers),
+            "plan": ready_query_plan(measured.database, workers),
         }
-    finally:
-        client.drop_database(database.name)
-        client.close()
 
 
 def ready_query_plan(database: Any, limit: int) -> str:
@@ -93,29 +134,10 @@ def ready_query_plan(database: Any, limit: int) -> str:
 def groups_round_cost(uri: str, groups: int, workers: int) -> dict[str, Any]:
     """One round of ``workers`` idle workers of any group (``*``) while ``groups`` groups
     each hold a ready job: its commands (by name) and its time."""
-    counter = CommandCounter()
-    client: MongoClient[dict[str, Any]] = MongoClient(uri, tz_aware=True, event_listeners=[counter])
-    database = client[f"groups_{uuid.uuid4().hex[:8]}"]
-    try:
-        store = Store(database)
-        store.ensure_ready()
-        clock = SystemClock()
-        documents = [
-            noop.job().in_group(f"g{n:04d}").to_document(ObjectId(), clock.now())
-            for n in range(groups)
-        ]
-        for start in range(0, groups, INSERT_BATCH):
-            store.insert_jobs(documents[start : start + INSERT_BATCH])
-        recruiter = Recruiter(store)
-        recruiter.run_once(clock.now())  # its first round also looks for half-done ones
-        for _ in range(workers):
-            store.register_worker("*", 0, "bench", clock.now())
-        before = counter.snapshot()
-        began = time.perf_counter()
-        assigned = recruiter.run_once(clock.now()).assigned
-        seconds = time.perf_counter() - began
-        after = counter.snapshot()
-        by_name = {k: v - before.get(k, 0) for k, v in after.items() if v > before.get(k, 0)}
+    jobs = itertools.chain.from_iterable(noop_jobs(1, f"g{n:04d}") for n in range(groups))
+    with bench(uri, "groups", jobs) as measured:
+        measured.add_idle_workers(workers)
+        assigned, seconds, by_name = measured.measured_round()
         assert assigned == min(workers, groups), f"a round assigned {assigned}"
         return {
             "groups": groups,
@@ -124,6 +146,3 @@ def groups_round_cost(uri: str, groups: int, workers: int) -> dict[str, Any]:
             "round_commands": sum(by_name.values()),
             "by_name": by_name,
         }
-    finally:
-        client.drop_database(database.name)
-        client.close()

@@ -13,62 +13,35 @@ server of its own.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
-import tempfile
 import time
-import uuid
-from pathlib import Path
 from typing import Any
 
 import bson
 from bson import ObjectId
-from pymongo import MongoClient
 
-from benchmarks.app import noop
-from benchmarks.counted import CommandCounter
-from recruiter.clock import SystemClock
-from recruiter.embedded import start_server
-from recruiter.recruiter import Recruiter
-from recruiter.store import Store
+from benchmarks.rounds import bench, noop_jobs
+from benchmarks.server import database_uri
 
-INSERT_BATCH = 5_000
 EVENT_WAIT = 60.0
 """Seconds to wait for the round's change events before giving up."""
 
 
 def slot_round(uri: str, slots: int) -> dict[str, Any]:
-    counter = CommandCounter()
-    client: MongoClient[dict[str, Any]] = MongoClient(uri, tz_aware=True, event_listeners=[counter])
-    database = client[f"slots_{uuid.uuid4().hex[:8]}"]
-    try:
-        store = Store(database)
-        store.ensure_ready()
-        clock = SystemClock()
-        for start in range(0, slots, INSERT_BATCH):
-            count = min(INSERT_BATCH, slots - start)
-            store.insert_jobs(
-                [noop.job().to_document(ObjectId(), clock.now()) for _ in range(count)]
-            )
-        recruiter = Recruiter(store)
-        recruiter.run_once(clock.now())  # its first round also looks for half-done ones
-        workers = [store.register_worker("*", 0, "bench", clock.now()) for _ in range(slots)]
+    with bench(uri, "slots", noop_jobs(slots)) as measured:
+        workers = measured.add_idle_workers(slots)
         events: list[dict[str, Any]] = []
-        with database.roster.watch([{"$match": {"operationType": "update"}}]) as stream:
-            before = counter.snapshot()
-            began = time.perf_counter()
-            assigned = recruiter.run_once(clock.now()).assigned
-            seconds = time.perf_counter() - began
-            after = counter.snapshot()
-            by_name = {k: v - before.get(k, 0) for k, v in after.items() if v > before.get(k, 0)}
+        roster = measured.database.roster
+        with roster.watch([{"$match": {"operationType": "update"}}]) as stream:
+            assigned, seconds, by_name = measured.measured_round()
             deadline = time.monotonic() + EVENT_WAIT
             while len(events) < assigned and time.monotonic() < deadline:
                 event = stream.try_next()
                 if event is not None:
                     events.append(event)
         assert assigned == slots, f"the round assigned {assigned} of {slots}"
-        documents = list(database.roster.find({"_id": {"$in": workers}}))
+        documents = list(roster.find({"_id": {"$in": workers}}))
         whole_map = {str(w): ObjectId() for w in workers}
         return {
             "slots": slots,
@@ -80,22 +53,13 @@ def slot_round(uri: str, slots: int) -> dict[str, Any]:
             "events": len(events),
             "whole_map_bytes": len(bson.encode({"assigned_to": whole_map})),
         }
-    finally:
-        client.drop_database(database.name)
-        client.close()
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.slots", description=__doc__)
     parser.add_argument("--slots", type=int, nargs="+", default=[10, 100, 1000, 5000])
     options = parser.parse_args(argv)
-    uri = os.environ.get("MONGODB_URI")
-    server = None
-    if uri is None:
-        directory = Path(tempfile.mkdtemp(prefix="recruiter-slots-"))
-        server = start_server(directory / "data", durable=False, log_path=directory / "db.log")
-        uri = server.uri
-    try:
+    with database_uri("slots") as uri:
         print(
             "| slots | commands per round | round ms | roster document bytes | "
             "change event bytes | the whole map's bytes (before) |"
@@ -109,9 +73,6 @@ def main(argv: list[str] | None = None) -> int:
                 f"{row['whole_map_bytes']:,} | {row['by_name']}",
                 flush=True,
             )
-    finally:
-        if server is not None:
-            server.stop()
     return 0
 
 
