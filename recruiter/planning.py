@@ -12,15 +12,18 @@ The plan honours, in this order:
    group with a deep backlog cannot starve the others;
 4. **priorities** within a group: higher first, then oldest due first.
 
-Each group's jobs are locked before the next group is read, so no job is booked twice
-in a round; a rate-limited group's starts are recorded before its jobs are locked, so a
-crash between the two leaves it under its limit, never over.
+The reads are bounded, whatever the number of groups: the named groups' jobs are read
+in one command and locked in one, before the any-group plan reads (so no job is booked
+twice in a round); the any-group plan reads only the jobs fair share picks, every group
+in one command (:meth:`Planner._choose`). A rate-limited group's starts are recorded
+before its jobs are locked, so a crash between the two leaves it under its limit, never
+over.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections import Counter, defaultdict, deque
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +34,11 @@ from recruiter.groups import FairShare, GroupSettings
 from recruiter.job import ANY_GROUP
 from recruiter.store import Store, WorkerRecord
 
+ANY_GROUP_READS = 3
+"""Reads of ready jobs a round of any-group workers makes at most, however many groups
+hold them (each read is one command per 100 of the groups it reads, see
+:meth:`Store.ready_job_ids_by_group`). A second read is needed only when a group the
+fair share chose had fewer jobs than it would have handed it."""
 SETTINGS_REFRESH = dt.timedelta(seconds=1)
 """How long groups' settings are trusted when no change feed tells of their changes."""
 SETTINGS_REFRESH_FOLLOWED = dt.timedelta(seconds=30)
@@ -123,11 +131,14 @@ class Planner:
             by_group[worker.work_on].append(worker.id)
         allowances = self._allowances(now)
         jobs: dict[ObjectId, Any] = {}
-        for group in sorted(g for g in by_group if g != ANY_GROUP):
-            idle = by_group[group]
-            wanted = allowances.cap(group, len(idle))
-            ready = self.store.ready_job_ids(now, group, wanted) if wanted else []
-            jobs.update(zip(idle, self._lock(group, ready, allowances, token, now), strict=False))
+        named = sorted(g for g in by_group if g != ANY_GROUP)
+        if named:
+            wanted = {g: allowances.cap(g, len(by_group[g])) for g in named}
+            ready = self.store.ready_job_ids_by_group(now, wanted)
+            locked = set(self._lock(ready, allowances, token, now))
+            for group in named:
+                handed = [job for job in ready[group] if job in locked]
+                jobs.update(zip(by_group[group], handed, strict=False))
         drained = False
         if by_group.get(ANY_GROUP):
             drained = self._plan_any_group(by_group[ANY_GROUP], allowances, jobs, token, now)
@@ -146,37 +157,66 @@ class Planner:
         ready_groups = self.store.ready_groups(now)
         self.share.forget(ready_groups)
         wanted = {g: allowances.cap(g, len(idle)) for g in ready_groups}
-        open_groups = [g for g in ready_groups if wanted[g]]
-        # the groups most owed first; one job each is all a worker could take
-        candidates = self.share.order(open_groups)[: len(idle)]
-        queues = {g: deque(self.store.ready_job_ids(now, g, wanted[g])) for g in candidates}
-        chosen: list[tuple[str, Any]] = []
-        while len(chosen) < len(idle) and any(queues.values()):
-            group = self.share.serve([g for g in candidates if queues[g]], self._weights)
-            chosen.append((group, queues[group].popleft()))
-        counts = Counter(group for group, _ in chosen)
-        for group, count in counts.items():
-            self._record_starts(group, count, now)
-        locked = self.store.lock_jobs([job for _, job in chosen], token, now)
-        for group, count in counts.items():
-            allowances.take(group, count)
-        jobs.update(zip(idle, locked, strict=False))
-        # a group read in part, or not at all, may have had a job for the idle worker
-        everything_read = len(candidates) == len(ready_groups)
+        chosen, complete = self._choose(len(idle), {g: n for g, n in wanted.items() if n}, now)
+        by_group: dict[str, list[Any]] = defaultdict(list)
+        for group, job in chosen:
+            by_group[group].append(job)
+        locked = set(self._lock(by_group, allowances, token, now))
+        jobs.update(zip(idle, [job for _, job in chosen if job in locked], strict=False))
         held = any(wanted[g] < len(idle) for g in ready_groups)
-        return len(chosen) < len(idle) and everything_read and not held
+        return len(chosen) < len(idle) and complete and not held
+
+    def _choose(
+        self, slots: int, wanted: dict[str, int], now: dt.datetime
+    ) -> tuple[list[tuple[str, Any]], bool]:
+        """The jobs, in turn, that fair share hands ``slots`` workers of any group, when
+        group ``g`` may give ``wanted[g]``; and whether every group was read as far as
+        the workers needed (else a worker may stay idle though a job was ready).
+
+        Reads only the jobs it hands out: fair share is played first as if every group
+        had all it may give; the jobs it picks are read, every group in one command
+        (:meth:`Store.ready_job_ids_by_group`); a group that had fewer is known
+        exhausted and the play starts again with what is left, at most
+        :data:`ANY_GROUP_READS` reads in all.
+        """
+        read: dict[str, list[Any]] = {}
+        exhausted: set[str] = set()
+        for reads in range(ANY_GROUP_READS + 1):
+            last = reads == ANY_GROUP_READS
+            available = {
+                g: len(read.get(g, ())) if last or g in exhausted else limit
+                for g, limit in wanted.items()
+            }
+            trial = self.share.copy()
+            picks = trial.share_out(slots, available, self._weights)
+            needed = Counter(picks)
+            short = {g: n for g, n in needed.items() if n > len(read.get(g, ()))}
+            if not short:
+                self.share = trial
+                taken: Counter[str] = Counter()
+                chosen = []
+                for group in picks:
+                    chosen.append((group, read[group][taken[group]]))
+                    taken[group] += 1
+                return chosen, not last
+            for group, jobs in self.store.ready_job_ids_by_group(now, short).items():
+                read[group] = jobs
+                if len(jobs) < short[group]:
+                    exhausted.add(group)
+        raise AssertionError("the last play hands out only jobs read")  # pragma: no cover
 
     def _lock(
         self,
-        group: str,
-        ready: list[Any],
+        ready: dict[str, list[Any]],
         allowances: Allowances,
         token: ObjectId,
         now: dt.datetime,
     ) -> list[Any]:
-        self._record_starts(group, len(ready), now)
-        allowances.take(group, len(ready))
-        return self.store.lock_jobs(ready, token, now)
+        """Lock the jobs read for each group; its rate-limited starts first."""
+        self._record_starts({g: len(jobs) for g, jobs in ready.items()}, now)
+        for group, jobs in ready.items():
+            allowances.take(group, len(jobs))
+        return self.store.lock_jobs([job for jobs in ready.values() for job in jobs], token, now)
 
     @property
     def _weights(self) -> dict[str, int]:
@@ -192,11 +232,16 @@ class Planner:
         locked = self.store.locked_by_group(limited) if limited else {}
         return Allowances(self._settings, self._starts, locked, now)
 
-    def _record_starts(self, group: str, count: int, now: dt.datetime) -> None:
-        setting = self._settings.get(group)
-        if setting is None or setting.rate is None or not count:
-            return
-        self.store.record_starts(group, [now] * count, keep=setting.rate.limit)
-        kept = self._starts.setdefault(group, [])
-        kept.extend([now] * count)
-        del kept[: -setting.rate.limit]
+    def _record_starts(self, counts: dict[str, int], now: dt.datetime) -> None:
+        """Record the hand-outs of the rate-limited groups among ``counts``, in one write."""
+        starts: dict[str, tuple[list[dt.datetime], int]] = {}
+        for group, count in counts.items():
+            setting = self._settings.get(group)
+            if setting is None or setting.rate is None or not count:
+                continue
+            starts[group] = ([now] * count, setting.rate.limit)
+            kept = self._starts.setdefault(group, [])
+            kept.extend([now] * count)
+            del kept[: -setting.rate.limit]
+        if starts:
+            self.store.record_starts(starts)

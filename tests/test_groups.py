@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from bson import ObjectId
+from pymongo import MongoClient
 from pymongo.database import Database
 
+from benchmarks.counted import CommandCounter
 from recruiter import GroupSettings, InvalidGroupSettings, InvalidJob, JobSpec, Queue, Rate
 from recruiter.clock import FrozenClock
 from recruiter.groups import FairShare
-from recruiter.planning import SETTINGS_REFRESH
+from recruiter.planning import ANY_GROUP_READS, SETTINGS_REFRESH
 from recruiter.recruiter import News, Recruiter
 from recruiter.store import Store
+from recruiter.store.jobs import GROUPS_PER_READ
 from recruiter.store.schema import SCHEMA_VERSION
 
 SECOND = dt.timedelta(seconds=1)
@@ -278,6 +283,131 @@ def test_a_group_back_from_idle_is_not_owed_its_idle_time() -> None:
     share.forget(["busy"])  # "quiet" had no ready job all along
     served = [share.serve(["busy", "quiet"], {}) for _ in range(4)]
     assert served.count("quiet") == 2, "it shares from now on, not takes ten in a row"
+
+
+# --- a round's reads, however many groups hold ready jobs ---------------------------------
+
+
+class ReadSpy:
+    """Counts the store's reads of ready jobs by group, and the groups each asked for."""
+
+    def __init__(self, store: Store) -> None:
+        self.asked: list[dict[str, int]] = []
+        self._read = store.ready_job_ids_by_group
+
+        def read(now: dt.datetime, limits: dict[str, int]) -> dict[str, list[Any]]:
+            self.asked.append(dict(limits))
+            return self._read(now, limits)
+
+        store.ready_job_ids_by_group = read  # type: ignore[method-assign]
+
+
+def test_ready_jobs_of_many_groups_are_read_as_each_alone_would_be(
+    store: Store, queue: Queue, clock: FrozenClock
+) -> None:
+    now = clock.now()
+    for number in range(GROUPS_PER_READ + 20):  # two commands' worth of groups
+        jobs(queue, 1 + number % 3, group=f"g{number:03}", priority=number % 2)
+    limits = {f"g{n:03}": n % 4 for n in range(GROUPS_PER_READ + 20)}
+    limits["nothing-ready"] = 5
+    found = store.ready_job_ids_by_group(now, limits)
+    assert found == {
+        group: store.ready_job_ids(now, group, limit) for group, limit in limits.items()
+    }
+
+
+def test_a_round_reads_only_the_jobs_fair_share_hands_out(queue: Queue, clock: FrozenClock) -> None:
+    """Fifty groups with five ready jobs each, four workers: one read of one job from
+    each of the four groups served, not five from each of fifty."""
+    store, now = queue.store, clock.now()
+    for number in range(50):
+        jobs(queue, 5, group=f"g{number:02}")
+    workers(store, 4, now)
+    spy = ReadSpy(store)
+    assert Recruiter(store).run_once(now).assigned == 4
+    assert spy.asked == [{"g00": 1, "g01": 1, "g02": 1, "g03": 1}]
+    assert sorted(group_of(queue, j) for j in assigned_jobs(store)) == ["g00", "g01", "g02", "g03"]
+
+
+def test_a_group_with_fewer_jobs_than_fair_share_gave_it_is_read_again_without_it(
+    queue: Queue, clock: FrozenClock
+) -> None:
+    """ "heavy" weighs 1,000 and has one job: fair share would give it four of five
+    workers; the read finds it has one, and the rest go to "light", read a second time."""
+    store, now = queue.store, clock.now()
+    queue.limit_group("heavy", weight=1000)
+    (heavy,) = jobs(queue, 1, group="heavy")
+    light = jobs(queue, 6, group="light")
+    workers(store, 5, now)
+    spy = ReadSpy(store)
+    recruiter = Recruiter(store)
+    assert recruiter.run_once(now).assigned == 5
+    assert spy.asked == [{"heavy": 4, "light": 1}, {"light": 4}]
+    assert sorted(assigned_jobs(store)) == sorted([heavy, *light[:4]])
+
+
+def test_a_round_reads_at_most_three_times_and_the_next_round_hands_out_the_rest(
+    queue: Queue, clock: FrozenClock
+) -> None:
+    """Four heavy groups of one job each, exhausted one read after another: the third
+    read is the last, a worker is left for the next round, which comes at once."""
+    store, now = queue.store, clock.now()
+    heavies = []
+    for name in ("h1", "h2", "h3", "h4"):
+        queue.limit_group(name, weight=1000)
+        heavies += jobs(queue, 1, group=name)
+    light = jobs(queue, 3, group="light")
+    workers(store, 6, now)
+    spy = ReadSpy(store)
+    recruiter = Recruiter(store)
+    first = recruiter.run_once(now)
+    assert len(spy.asked) == ANY_GROUP_READS
+    assert first.assigned == 5
+    assert first.busy, "a round that handed out is followed at once"
+    assert sorted(assigned_jobs(store)) == sorted([*heavies, light[0]])
+    assert recruiter.run_once(now).assigned == 1
+    assert sorted(assigned_jobs(store)) == sorted([*heavies, *light[:2]])
+
+
+@pytest.fixture
+def counted_queue(
+    real_server_uri: str, clock: FrozenClock
+) -> Iterator[tuple[Queue, CommandCounter]]:
+    counter = CommandCounter()
+    client: MongoClient[dict[str, Any]] = MongoClient(
+        real_server_uri, tz_aware=True, event_listeners=[counter]
+    )
+    database = client[f"t_{uuid.uuid4().hex[:12]}"]
+    yield Queue(database, clock), counter
+    client.drop_database(database.name)
+    client.close()
+
+
+@pytest.mark.real_server
+def test_an_any_group_round_sends_as_many_commands_with_150_groups_as_with_one(
+    counted_queue: tuple[Queue, CommandCounter], clock: FrozenClock
+) -> None:
+    queue, counter = counted_queue
+    store, now = queue.store, clock.now()
+    jobs(queue, 20, group="only")
+    for number in range(150):
+        jobs(queue, 1, group=f"tenant-{number:03}")
+    workers(store, 20, now)
+    recruiter = Recruiter(store)
+    recruiter.run_once(now)  # the first round reads the schedulers and groups' settings
+    rounds = []
+    for _ in range(2):
+        for worker in store.workers():
+            if worker.assignment is not None:
+                finish(store, worker.assignment.job_id, now)
+        before = counter.snapshot()
+        assert recruiter.run_once(now).assigned == 20
+        after = counter.snapshot()
+        rounds.append({name: after[name] - before.get(name, 0) for name in after})
+    # the second round: 20 workers over 150 groups, as the first over fewer; one read
+    assert rounds[0] == rounds[1]
+    assert rounds[1]["aggregate"] == 1, "the ready jobs of every group served, in one read"
+    assert sum(rounds[1].values()) <= 6
 
 
 # --- priorities ----------------------------------------------------------------------------

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Collection as Sized
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pymongo import UpdateOne
 from pymongo.collection import Collection
 
 from recruiter.groups import GroupSettings
@@ -68,13 +69,18 @@ class GroupVerbs:
         """Every group with settings, by name."""
         return [GroupRecord.from_document(d) for d in self.groups.find().sort("_id", 1)]
 
-    def record_starts(self, group: str, times: Sequence[dt.datetime], keep: int) -> None:
-        """Append hand-outs to the group's starts, keeping the latest ``keep``."""
-        if times:
-            self.groups.update_one(
-                {"_id": group},
-                {"$push": {"starts": {"$each": list(times), "$slice": -keep}}},
+    def record_starts(self, starts: Mapping[str, tuple[Sequence[dt.datetime], int]]) -> None:
+        """Append hand-outs to groups' starts: ``{group: (times, keep)}`` appends
+        ``times`` to the group's starts and keeps its latest ``keep``; one command."""
+        updates = [
+            UpdateOne(
+                {"_id": group}, {"$push": {"starts": {"$each": list(times), "$slice": -keep}}}
             )
+            for group, (times, keep) in starts.items()
+            if times
+        ]
+        if updates:
+            self.groups.bulk_write(updates, ordered=False)
 
     def locked_by_group(self, groups: Sized[str]) -> dict[str, int]:
         """How many jobs of each of ``groups`` are locked: handed out or running."""

@@ -23,7 +23,7 @@ from pymongo.errors import BulkWriteError, OperationFailure
 
 from recruiter.errors import DocumentTooLarge, RecruiterError, WriteRejected
 from recruiter.job import HISTORY_LIMIT, Job
-from recruiter.store.base import Document, aware
+from recruiter.store.base import ONE_REPLY, Document, aware
 from recruiter.store.failures import translate
 
 DUPLICATE_KEY = 11000
@@ -32,6 +32,11 @@ LOCK_FIELDS = {"lock": 1, "group": 1, "cancel_requested_at": 1}
 ARCHIVE_BATCH = 500
 PURGE_BATCH = 5_000
 DEDUP_INSERT_TRIES = 5
+GROUPS_PER_READ = 100
+"""Groups read in one command by :meth:`JobVerbs.ready_job_ids_by_group`: one branch of a
+``$unionWith`` each, well within MongoDB's limit of 1,000 stages per pipeline."""
+UNRECOGNIZED_STAGE = 40324
+"""The error of a server before MongoDB 4.4 asked for ``$unionWith``."""
 
 
 @dataclass(frozen=True)
@@ -119,6 +124,8 @@ class JobVerbs:
     database: Database[Document]
     scheduled: Collection[Document]
     archived: Collection[Document]
+    _no_union = False
+    """The server refused ``$unionWith``: read ready jobs group by group."""
 
     # --- scheduling -----------------------------------------------------------------
 
@@ -208,9 +215,59 @@ class JobVerbs:
 
         Jobs of the same priority due in the same millisecond come in index order.
         """
+        if limit <= 0:
+            return []  # (a limit of 0 means none to the server)
         cursor = self.scheduled.find(ready_query(now, group), {"_id": 1})
-        cursor = cursor.sort(READY_ORDER).limit(limit).batch_size(limit)  # one reply
+        cursor = cursor.sort(READY_ORDER).limit(limit).batch_size(min(limit, ONE_REPLY))
         return [document["_id"] for document in cursor]
+
+    def ready_job_ids_by_group(
+        self, now: dt.datetime, limits: Mapping[str, int]
+    ) -> dict[str, list[Any]]:
+        """For each group ``g`` of ``limits``, up to ``limits[g]`` of its ready jobs, as
+        :meth:`ready_job_ids` would read them: in one command per
+        :data:`GROUPS_PER_READ` groups, whatever the number of groups.
+
+        Each group is a branch of a ``$unionWith``, read on the ready index with its own
+        limit, so a round examines the keys it hands out and no more. A server without
+        ``$unionWith`` (mongomock, MongoDB before 4.4) is read group by group.
+        """
+        wanted = [(group, limit) for group, limit in limits.items() if limit > 0]
+        found: dict[str, list[Any]] = {group: [] for group in limits}
+        for start in range(0, len(wanted), GROUPS_PER_READ):
+            chunk = wanted[start : start + GROUPS_PER_READ]
+            for document in self._union_of_ready(now, chunk):
+                found[document["group"]].append(document["_id"])
+        return found
+
+    def _union_of_ready(self, now: dt.datetime, chunk: list[tuple[str, int]]) -> list[Document]:
+        def branch(group: str, limit: int) -> list[Document]:
+            return [
+                {"$match": ready_query(now, group)},
+                {"$sort": READY_ORDER},
+                {"$limit": limit},
+                {"$project": {"group": 1}},
+            ]
+
+        if not self._no_union:
+            (first, first_limit), rest = chunk[0], chunk[1:]
+            pipeline = branch(first, first_limit) + [
+                {"$unionWith": {"coll": self.scheduled.name, "pipeline": branch(*other)}}
+                for other in rest
+            ]
+            try:
+                return list(self.scheduled.aggregate(pipeline, batchSize=ONE_REPLY))
+            except NotImplementedError:  # mongomock
+                self._no_union = True
+            except OperationFailure as error:
+                if error.code != UNRECOGNIZED_STAGE:
+                    raise
+                self._no_union = True
+        return [
+            {"_id": job_id, "group": group}
+            for group, limit in chunk
+            for job_id in self.ready_job_ids(now, group, limit)
+        ]
 
     def next_due(self, now: dt.datetime) -> dt.datetime | None:
         """When the first unlocked job not due by ``now`` will be due, if there is one."""

@@ -20,12 +20,8 @@ from bson import ObjectId
 from pymongo import UpdateOne
 from pymongo.collection import Collection
 
-from recruiter.store.base import Document
+from recruiter.store.base import ONE_REPLY, Document
 
-ONE_REPLY = 100_000
-"""A read's batch size when a round needs all it matches: one reply (the server caps a
-reply at 16 MB, some 50,000 roster documents), not a first batch of 101 and a
-``getMore``."""
 MISSED_BEATS = 3
 """Heartbeats an available worker may miss before it is no longer handed jobs."""
 
