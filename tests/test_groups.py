@@ -299,7 +299,7 @@ class ReadSpy:
             self.asked.append(dict(limits))
             return self._read(now, limits)
 
-        store.ready_job_ids_by_group = read  # type: ignore[method-assign]
+        store.ready_job_ids_by_group = read  # type: ignore[method-assign,assignment]
 
 
 def test_ready_jobs_of_many_groups_are_read_as_each_alone_would_be(
