@@ -23,7 +23,7 @@ from pymongo.database import Database
 
 from benchmarks.app import noop
 from benchmarks.counted import CommandCounter
-from recruiter.clock import SystemClock
+from recruiter.clock import Clock, FrozenClock, SystemClock
 from recruiter.job import DEFAULT_GROUP
 from recruiter.recruiter import Recruiter
 from recruiter.store import Store
@@ -41,7 +41,7 @@ class Bench:
     store: Store
     recruiter: Recruiter
     counter: CommandCounter
-    clock: SystemClock
+    clock: Clock
 
     def add_idle_workers(self, count: int) -> list[ObjectId]:
         return [self.store.register_worker("*", 0, "bench", self.clock.now()) for _ in range(count)]
@@ -58,9 +58,17 @@ class Bench:
 
 
 @contextmanager
-def bench(uri: str, name: str, jobs: Iterable[dict[str, Any]]) -> Iterator[Bench]:
+def bench(
+    uri: str, name: str, jobs: Iterable[dict[str, Any]], *, frozen: bool = False
+) -> Iterator[Bench]:
     """A :class:`Bench` on a database of its own (``<name>_…``), dropped at the end,
-    with ``jobs`` (documents) queued in batches."""
+    with ``jobs`` (documents) queued in batches.
+
+    ``frozen``: the clock stands still from the first round on, so that a measured round
+    sends only its own commands, none of the reads the recruiter makes once per period
+    (groups' settings each second, schedulers each 5 s, the rollback each 30 s), which
+    a round that comes long after the first (thousands of workers registered in
+    between) would otherwise pay all at once."""
     counter = CommandCounter()
     client: MongoClient[dict[str, Any]] = MongoClient(uri, tz_aware=True, event_listeners=[counter])
     database = client[f"{name}_{uuid.uuid4().hex[:8]}"]
@@ -70,7 +78,7 @@ def bench(uri: str, name: str, jobs: Iterable[dict[str, Any]]) -> Iterator[Bench
         iterator = iter(jobs)
         while batch := list(itertools.islice(iterator, INSERT_BATCH)):
             store.insert_jobs(batch)
-        clock = SystemClock()
+        clock: Clock = FrozenClock(SystemClock().now()) if frozen else SystemClock()
         recruiter = Recruiter(store)
         recruiter.run_once(clock.now())  # its first round also looks for half-done ones
         yield Bench(database, store, recruiter, counter, clock)
@@ -135,7 +143,7 @@ def groups_round_cost(uri: str, groups: int, workers: int) -> dict[str, Any]:
     """One round of ``workers`` idle workers of any group (``*``) while ``groups`` groups
     each hold a ready job: its commands (by name) and its time."""
     jobs = itertools.chain.from_iterable(noop_jobs(1, f"g{n:04d}") for n in range(groups))
-    with bench(uri, "groups", jobs) as measured:
+    with bench(uri, "groups", jobs, frozen=True) as measured:
         measured.add_idle_workers(workers)
         assigned, seconds, by_name = measured.measured_round()
         assert assigned == min(workers, groups), f"a round assigned {assigned}"

@@ -29,7 +29,7 @@ EVENT_WAIT = 60.0
 
 
 def slot_round(uri: str, slots: int) -> dict[str, Any]:
-    with bench(uri, "slots", noop_jobs(slots)) as measured:
+    with bench(uri, "slots", noop_jobs(slots), frozen=True) as measured:
         workers = measured.add_idle_workers(slots)
         events: list[dict[str, Any]] = []
         roster = measured.database.roster
