@@ -139,10 +139,10 @@ class Cleaner:
         released: Counter[str] = Counter()
         removed = 0
         for worker, silent_since in self._dead_workers(now, seen_before):
-            outcome = take_back_from_dead(self.store, worker, silent_since, now)
-            if outcome is not None:  # removed: it was still silent
+            outcomes = take_back_from_dead(self.store, worker, silent_since, now)
+            if outcomes is not None:  # removed: it was still silent
                 removed += 1
-                released[outcome] += 1
+                released.update(outcomes)
         released.update(release_unheld(self.store, now, "held by no worker", seen_before))
         released.pop(Released.GONE, None)
         moved = self.store.archive_finished()

@@ -45,6 +45,7 @@ from recruiter.retry import (
 )
 from recruiter.stopping import JobCancelled, Running, Stopped, Watch
 from recruiter.store import Store
+from recruiter.store.jobs import Ending, ending, finishing, rescheduling, starting
 from recruiter.workable import Registry, RetryStatistics, WorkableHooks, running_as
 
 logger = logging.getLogger(__name__)
@@ -102,6 +103,8 @@ class Execution:
     retry_at: dt.datetime | None = None
     failure: Failure | None = None
     trace: str | None = None
+    group: str | None = None
+    """The job's group (unknown when it was not run: fenced before its start)."""
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,23 @@ class _Failed:
     record: dict[str, Any]
     attempt: FailedAttempt
     trace: str | None
+
+
+@dataclass
+class Rider:
+    """The start of a batch's next job, sent in the same command as the end of the job
+    before it (:meth:`Executor.execute`'s ``then``)."""
+
+    job_id: Any
+    job: Job | None
+    """The job as read before its start (:meth:`Store.held_jobs`), if it was."""
+    token: ObjectId
+    started: dict[str, Any]
+    """Its attempt's start record."""
+    began_by: dt.datetime
+    landed: bool | None = False
+    """Whether the start took effect: ``None`` when that is not known (the command got
+    no answer, or only part of it landed): the job's own start then finds out."""
 
 
 class Executor:
@@ -133,20 +153,39 @@ class Executor:
         self.watch = watch
         """Where running jobs are watched for their timeout and cancellation (a worker's
         watchdog); without one, a job runs to its end."""
+        self._then: Callable[[], Rider | None] | None = None
 
-    def execute(self, job_id: Any, token: ObjectId) -> Execution:
-        """Run the job held with ``token``: start, call the workable, record, finish or retry."""
-        started_at = self.clock.now()
-        # the earliest the start may have been: what a deduplicated run records, so
-        # that a job scheduled after the run began is never taken for an older duplicate
-        began_by = self.clock.earliest()
-        started = {"started_at": started_at, **self.identity.fields()}
-        job = self._durably(
-            job_id,
-            "start",
-            lambda: self.store.start_if_owned(job_id, token, started),
-            lambda: self.store.find_started(job_id, token, started_at),
-        )
+    def execute(
+        self,
+        job_id: Any,
+        token: ObjectId,
+        *,
+        rode: Rider | None = None,
+        then: Callable[[], Rider | None] | None = None,
+    ) -> Execution:
+        """Run the job held with ``token``: start, call the workable, record, finish or retry.
+
+        In a batch, ``rode`` is this job's start, sent with the previous job's end; and
+        ``then``, asked when this job's end is about to be written, gives the next job's
+        start to send in the same command (or ``None``).
+        """
+        if rode is None:
+            rode = self.rider(job_id, token)
+        started, began_by = rode.started, rode.began_by
+        started_at = started["started_at"]
+        job: Job | None
+        if rode.landed and rode.job is not None:
+            # as start_if_owned returns it: as it was before, its attempt counted
+            job = dataclasses.replace(rode.job, attempts=rode.job.attempts + 1)
+        else:
+            job = self._durably(
+                job_id,
+                "start",
+                lambda: self.store.start_if_owned(job_id, token, started),
+                lambda: self.store.find_started(job_id, token, started_at),
+                retried=rode.landed is None,
+            )
+        self._then = then
         if job is None:
             logger.warning("job %s is no longer held with token %s: not run", job_id, token)
             return Execution(job_id, Outcome.FENCED)
@@ -165,7 +204,7 @@ class Executor:
         if skip is not None:
             execution = self._skip(job, token, started_at, *skip)
             self._ended(job, execution, _Ran())
-            return execution
+            return dataclasses.replace(execution, group=job.group)
         running = Running(job.id, job.timeout)
         if self.watch is not None and self.watch.stopping is not None:
             # stopped between its start and its code (a manual run declared dead)
@@ -177,7 +216,16 @@ class Executor:
                 ran = _run(self.registry, job, statistics, policy_problem, running)
         execution = self._conclude(job, token, ran, started_at, policy, began_by=began_by)
         self._ended(job, execution, ran)
-        return execution
+        return dataclasses.replace(execution, group=job.group)
+
+    def rider(self, job_id: Any, token: ObjectId, job: Job | None = None) -> Rider:
+        """A start of the job's attempt, stamped now (``job``: as read before it)."""
+        started_at = self.clock.now()
+        # the earliest the start may have been: what a deduplicated run records, so
+        # that a job scheduled after the run began is never taken for an older duplicate
+        began_by = self.clock.earliest()
+        started = {"started_at": started_at, **self.identity.fields()}
+        return Rider(job_id, job, token, started, began_by)
 
     def _conclude(
         self,
@@ -197,12 +245,7 @@ class Executor:
         failure = ran.failure
         if failure is None:
             record["outcome"] = Outcome.DONE.value
-            if not self._durably(
-                job.id,
-                "success",
-                lambda: self.store.finish_if_owned(job.id, token, Why.DONE, record, ended_at),
-                lambda: self._recorded(job.id, record),
-            ):
+            if not self._end(job, "success", finishing(job.id, token, Why.DONE, ended_at), record):
                 return _fenced(job)
             logger.info("job %s done (attempt %d)", job.id, job.attempts)
             self._remember_success(job, began_by, ended_at)
@@ -275,12 +318,7 @@ class Executor:
         ended_at = self.clock.now()
         record = self._record(job, started_at, ended_at)
         record.update({"outcome": Outcome.SKIPPED.value, "message": message})
-        if not self._durably(
-            job.id,
-            "skip",
-            lambda: self.store.finish_if_owned(job.id, token, why, record, ended_at),
-            lambda: self._recorded(job.id, record),
-        ):
+        if not self._end(job, "skip", finishing(job.id, token, why, ended_at), record):
             return _fenced(job)
         logger.info("job %s not run, archived as %s: %s", job.id, why, message)
         return Execution(job.id, Outcome.SKIPPED, job.attempts, why=why)
@@ -301,12 +339,7 @@ class Executor:
     def _retry(self, failed: _Failed, decision: RetryAt) -> Execution:
         job, token, record, trace = failed.job, failed.token, failed.record, failed.trace
         record["outcome"] = Outcome.RETRY.value
-        if not self._durably(
-            job.id,
-            "retry",
-            lambda: self.store.reschedule_if_owned(job.id, token, decision.at, record),
-            lambda: self._recorded(job.id, record),
-        ):
+        if not self._end(job, "retry", rescheduling(job.id, token, decision.at), record):
             if self.store.find_locked_job(job.id, token) is not None:
                 # still ours, so it was refused for a cancellation asked meanwhile
                 return self._give_up(failed, GiveUp(Why.CANCELLED))
@@ -328,12 +361,7 @@ class Executor:
         job, token, record, trace = failed.job, failed.token, failed.record, failed.trace
         record["outcome"] = Outcome.ARCHIVED.value
         ended_at = record["ended_at"]
-        if not self._durably(
-            job.id,
-            "failure",
-            lambda: self.store.finish_if_owned(job.id, token, decision.why, record, ended_at),
-            lambda: self._recorded(job.id, record),
-        ):
+        if not self._end(job, "failure", finishing(job.id, token, decision.why, ended_at), record):
             return _fenced(job)
         failure = failed.attempt.failure
         logger.warning(
@@ -348,15 +376,54 @@ class Executor:
             job.id, Outcome.ARCHIVED, job.attempts, why=decision.why, failure=failure, trace=trace
         )
 
+    def _end(self, job: Job, what: str, end: Ending, record: dict[str, Any]) -> bool:
+        """Record the attempt's end (``record``) as ``end`` says, if the job is still held;
+        in a batch, with the next job's start in the same command (see :class:`Rider`).
+
+        The two are one ordered bulk write: when both land, as nearly always, that is
+        all. Otherwise (no answer, part refused, the job fenced or cancelled) it is not
+        known which landed: the end is written again on its own, its landing checked by
+        reading the job back, and the next job's start is left for that job to find out.
+        Both writes are conditional, so neither can land twice.
+        """
+        then, self._then = self._then, None
+        rider = then() if then is not None else None
+        write = lambda: self.store.record_end(end, record)  # noqa: E731
+        landed = lambda: self._recorded(job.id, record)  # noqa: E731
+        if rider is None:
+            return self._durably(job.id, what, write, landed)
+        both = [ending(end, record), starting(rider.job_id, rider.token, rider.started)]
+        try:
+            if self.store.write_in_order(both) == len(both):
+                rider.landed = True
+                return True
+        except DatabaseError as error:
+            logger.warning(
+                "job %s: its %s and the next job's start got no clear answer (%s): checking each",
+                job.id,
+                what,
+                error,
+            )
+        rider.landed = None
+        return self._durably(job.id, what, write, landed, retried=True)
+
     def _durably(
-        self, job_id: Any, what: str, write: Callable[[], T], landed: Callable[[], T]
+        self,
+        job_id: Any,
+        what: str,
+        write: Callable[[], T],
+        landed: Callable[[], T],
+        *,
+        retried: bool = False,
     ) -> T:
         """``write()`` until the database answers; a falsy answer to a retry asks ``landed()``.
 
         A retry that matches nothing may mean an earlier try landed before its reply was
         lost: ``landed()`` reads the job back and answers as ``write()`` would have.
+        ``retried``: the first call is a retry already (an earlier command may have
+        carried this write).
         """
-        wait, retried = 0.0, False
+        wait = 0.0
         while True:
             try:
                 result = write()

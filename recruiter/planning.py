@@ -30,6 +30,7 @@ from typing import Any
 
 from bson import ObjectId
 
+from recruiter.batching import BatchRule, JobLengths, capacity, pack
 from recruiter.groups import FairShare, GroupSettings
 from recruiter.job import ANY_GROUP
 from recruiter.store import Store, WorkerRecord
@@ -47,8 +48,9 @@ SETTINGS_REFRESH_FOLLOWED = dt.timedelta(seconds=30)
 
 @dataclass(frozen=True)
 class Plan:
-    jobs: dict[ObjectId, Any] = field(default_factory=dict)
-    """The job each worker gets, locked with the round's token."""
+    jobs: dict[ObjectId, list[Any]] = field(default_factory=dict)
+    """The jobs each worker gets (one, or a batch), in order, locked with the round's
+    token."""
     drained: bool = False
     """A worker of any group was left idle because no job of any group is ready (and
     none is held back by a limit): until a job arrives or falls due, no worker can be
@@ -110,12 +112,20 @@ class Allowances:
 
 
 class Planner:
-    """Plans rounds for one leading recruiter; keeps groups' settings and fair share."""
+    """Plans rounds for one leading recruiter; keeps groups' settings, fair share and
+    the lengths of jobs (for batches)."""
 
-    def __init__(self, store: Store, settings_refresh: dt.timedelta = SETTINGS_REFRESH) -> None:
+    def __init__(
+        self,
+        store: Store,
+        settings_refresh: dt.timedelta = SETTINGS_REFRESH,
+        batches: BatchRule | None = None,
+    ) -> None:
         self.store = store
         self.settings_refresh = settings_refresh
+        self.batches = (batches or BatchRule()).validate()
         self.share = FairShare()
+        self.lengths = JobLengths()
         self._settings: dict[str, GroupSettings] = {}
         self._starts: dict[str, list[dt.datetime]] = {}
         self._refresh_at: dt.datetime | None = None
@@ -125,30 +135,50 @@ class Planner:
         self._refresh_at = None
 
     def plan(self, workers: Sequence[WorkerRecord], token: ObjectId, now: dt.datetime) -> Plan:
-        """Lock jobs for the available workers; return the job each gets."""
-        by_group: dict[str, list[ObjectId]] = defaultdict(list)
+        """Lock jobs for the available workers; return the jobs each gets, in order."""
+        self.lengths.learn(workers)
+        by_group: dict[str, list[WorkerRecord]] = defaultdict(list)
         for worker in workers:
-            by_group[worker.work_on].append(worker.id)
+            by_group[worker.work_on].append(worker)
         allowances = self._allowances(now)
-        jobs: dict[ObjectId, Any] = {}
+        jobs: dict[ObjectId, list[Any]] = {}
         named = sorted(g for g in by_group if g != ANY_GROUP)
         if named:
-            wanted = {g: allowances.cap(g, len(by_group[g])) for g in named}
+            wanted = {g: allowances.cap(g, self._room(g, by_group[g])) for g in named}
             ready = self.store.ready_job_ids_by_group(now, wanted)
             locked = set(self._lock(ready, allowances, token, now))
             for group in named:
                 handed = [job for job in ready[group] if job in locked]
-                jobs.update(zip(by_group[group], handed, strict=False))
+                self._hand(by_group[group], [group] * len(handed), handed, jobs)
         drained = False
         if by_group.get(ANY_GROUP):
             drained = self._plan_any_group(by_group[ANY_GROUP], allowances, jobs, token, now)
         return Plan(jobs, drained, allowances.wake_at())
 
+    def _room(self, group: str, slots: list[WorkerRecord]) -> int:
+        """How many jobs of ``group`` the ``slots`` of that group could take at once."""
+        most = capacity(slots, self.batches)
+        return sum(map(len, pack([group] * most, slots, self.batches, self.lengths)))
+
+    def _hand(
+        self,
+        slots: list[WorkerRecord],
+        groups: list[str],
+        handed: list[Any],
+        jobs: dict[ObjectId, list[Any]],
+    ) -> None:
+        """Share ``handed`` (of ``groups``, in order) among ``slots``, in batches."""
+        for slot, positions in zip(
+            slots, pack(groups, slots, self.batches, self.lengths), strict=True
+        ):
+            if positions:
+                jobs[slot.id] = [handed[p] for p in positions]
+
     def _plan_any_group(
         self,
-        idle: list[ObjectId],
+        idle: list[WorkerRecord],
         allowances: Allowances,
-        jobs: dict[ObjectId, Any],
+        jobs: dict[ObjectId, list[Any]],
         token: ObjectId,
         now: dt.datetime,
     ) -> bool:
@@ -156,29 +186,34 @@ class Planner:
         whether one was left idle because nothing at all is ready."""
         ready_groups = self.store.ready_groups(now)
         self.share.forget(ready_groups)
-        wanted = {g: allowances.cap(g, len(idle)) for g in ready_groups}
-        chosen, complete = self._choose(len(idle), {g: n for g, n in wanted.items() if n}, now)
+        most = capacity(idle, self.batches)
+        wanted = {g: allowances.cap(g, most) for g in ready_groups}
+        chosen, complete = self._choose(idle, {g: n for g, n in wanted.items() if n}, now)
         by_group: dict[str, list[Any]] = defaultdict(list)
         for group, job in chosen:
             by_group[group].append(job)
         locked = set(self._lock(by_group, allowances, token, now))
-        jobs.update(zip(idle, [job for _, job in chosen if job in locked], strict=False))
+        handed = [(group, job) for group, job in chosen if job in locked]
+        self._hand(idle, [g for g, _ in handed], [job for _, job in handed], jobs)
         held = any(wanted[g] < len(idle) for g in ready_groups)
         return len(chosen) < len(idle) and complete and not held
 
     def _choose(
-        self, slots: int, wanted: dict[str, int], now: dt.datetime
+        self, idle: list[WorkerRecord], wanted: dict[str, int], now: dt.datetime
     ) -> tuple[list[tuple[str, Any]], bool]:
-        """The jobs, in turn, that fair share hands ``slots`` workers of any group, when
-        group ``g`` may give ``wanted[g]``; and whether every group was read as far as
-        the workers needed (else a worker may stay idle though a job was ready).
+        """The jobs, in turn, that fair share hands the ``idle`` workers of any group (in
+        batches where the batch rule allows), when group ``g`` may give ``wanted[g]``;
+        and whether every group was read as far as the workers needed (else a worker
+        may stay idle though a job was ready).
 
         Reads only the jobs it hands out: fair share is played first as if every group
-        had all it may give; the jobs it picks are read, every group in one command
+        had all it may give, and the batch rule keeps the first of its picks that fit;
+        those are read, every group in one command
         (:meth:`Store.ready_job_ids_by_group`); a group that had fewer is known
         exhausted and the play starts again with what is left, at most
         :data:`ANY_GROUP_READS` reads in all.
         """
+        most = capacity(idle, self.batches)
         read: dict[str, list[Any]] = {}
         exhausted: set[str] = set()
         for reads in range(ANY_GROUP_READS + 1):
@@ -187,8 +222,10 @@ class Planner:
                 g: len(read.get(g, ())) if last or g in exhausted else limit
                 for g, limit in wanted.items()
             }
+            picks = self.share.copy().share_out(most, available, self._weights)
+            fitting = sum(map(len, pack(picks, idle, self.batches, self.lengths)))
             trial = self.share.copy()
-            picks = trial.share_out(slots, available, self._weights)
+            picks = trial.share_out(fitting, available, self._weights)
             needed = Counter(picks)
             short = {g: n for g, n in needed.items() if n > len(read.get(g, ()))}
             if not short:
@@ -199,9 +236,9 @@ class Planner:
                     chosen.append((group, read[group][taken[group]]))
                     taken[group] += 1
                 return chosen, not last
-            for group, jobs in self.store.ready_job_ids_by_group(now, short).items():
-                read[group] = jobs
-                if len(jobs) < short[group]:
+            for group, found in self.store.ready_job_ids_by_group(now, short).items():
+                read[group] = found
+                if len(found) < short[group]:
                     exhausted.add(group)
         raise AssertionError("the last play hands out only jobs read")  # pragma: no cover
 

@@ -66,21 +66,26 @@ class Released(StrEnum):
 
 def take_back_from_dead(
     store: Store, worker: WorkerRecord, seen_before: dt.datetime, now: dt.datetime
-) -> Released | None:
+) -> Counter[Released] | None:
     """Remove ``worker`` if it was still not seen since ``seen_before``, then release the
-    job it held. ``None`` when it was seen meanwhile (it is alive and keeps its job)."""
+    jobs it held (one, or a batch: those it finished are gone, the one it ran is a
+    crashed attempt, the rest go back uncounted). ``None`` when it was seen meanwhile
+    (it is alive and keeps its jobs)."""
     removed = store.remove_worker_if_dead(worker.id, seen_before)
     if removed is None:
         return None
     logger.warning("cleaner: removed worker %s, not seen since %s", worker.id, worker.last_seen_at)
+    released: Counter[Released] = Counter()
     if removed.assignment is None:
-        return Released.GONE
+        return released
     reason = f"worker {removed.id} (pid {removed.pid} on {removed.hostname}) died"
     assignment = removed.assignment
-    try:
-        return release_fenced(store, assignment.job_id, assignment.token, now, reason)
-    except WriteRejected as error:  # the orphan pass tries it again (its holder is gone)
-        return _refused(assignment.job_id, error)
+    for job_id in assignment.job_ids:
+        try:
+            released[release_fenced(store, job_id, assignment.token, now, reason)] += 1
+        except WriteRejected as error:  # the orphan pass tries it again (its holder is gone)
+            released[_refused(job_id, error)] += 1
+    return released
 
 
 def release_fenced(

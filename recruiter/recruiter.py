@@ -22,11 +22,12 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from bson import ObjectId
 
+from recruiter.batching import BatchRule
 from recruiter.errors import DatabaseError
 from recruiter.loop import UNKNOWN, Backoff, Pause
 from recruiter.planning import SETTINGS_REFRESH, SETTINGS_REFRESH_FOLLOWED, Planner
@@ -58,6 +59,8 @@ class RecruiterConfig:
     """Be woken by a change feed of new jobs and available workers (polling as fallback)."""
     followed_wait: float = DEFAULT_FOLLOWED_WAIT
     """The longest wait between idle rounds while the change feed is followed."""
+    batches: BatchRule = field(default_factory=BatchRule)
+    """How many jobs one slot may be handed at once (:mod:`recruiter.batching`)."""
 
     @property
     def idle_waits(self) -> Backoff:
@@ -71,6 +74,7 @@ class RecruiterConfig:
             raise ValueError("idle waits must be positive, the minimum at most the maximum")
         if self.followed_wait <= 0:
             raise ValueError("the followed wait must be positive")
+        self.batches.validate()
         return self
 
 
@@ -161,7 +165,8 @@ class Recruiter:
 
     def _new_planner(self) -> Planner:
         followed = self.news is not None  # the feed tells of groups' changes
-        return Planner(self.store, SETTINGS_REFRESH_FOLLOWED if followed else SETTINGS_REFRESH)
+        refresh = SETTINGS_REFRESH_FOLLOWED if followed else SETTINGS_REFRESH
+        return Planner(self.store, refresh, self.config.batches)
 
     def run_once(self, now: dt.datetime) -> RoundResult:
         """One round: create the repeatable jobs due, hand ready jobs to available workers."""
@@ -210,12 +215,12 @@ class Recruiter:
         token = ObjectId()
         plan = self.plan(workers, token, now)
         assigned = self.store.assign(plan, token, now)
-        unassigned = [job_id for worker, job_id in plan.items() if worker not in assigned]
-        if unassigned:
-            self.store.unlock_if_not_started(unassigned, token)
-            logger.info("recruiter: %d workers left before assignment", len(unassigned))
+        left = [worker for worker in plan if worker not in assigned]
+        if left:
+            self.store.unlock_if_not_started([j for w in left for j in plan[w]], token)
+            logger.info("recruiter: %d workers left before assignment", len(left))
         for worker in assigned:
-            logger.debug("recruiter: assigned job %s to worker %s", plan[worker], worker)
+            logger.debug("recruiter: assigned jobs %s to worker %s", plan[worker], worker)
         # workers left idle: the job that will be due next is worth waking for, and so
         # is the moment a group held back by its rate may start one again
         next_due = self.store.next_due(now) if len(plan) < len(workers) else None
@@ -244,9 +249,9 @@ class Recruiter:
 
     def plan(
         self, workers: list[WorkerRecord], token: ObjectId, now: dt.datetime
-    ) -> dict[ObjectId, Any]:
-        """Lock jobs for the available workers; return the job each worker gets (see
-        :mod:`recruiter.planning`)."""
+    ) -> dict[ObjectId, list[Any]]:
+        """Lock jobs for the available workers; return the jobs each worker gets, one or
+        a batch, in order (see :mod:`recruiter.planning`)."""
         plan = self.planner.plan(workers, token, now)
         self._drained, self._held_until = plan.drained, plan.wake_at
         return plan.jobs

@@ -36,12 +36,12 @@ from bson import ObjectId
 
 from recruiter.clock import Clock
 from recruiter.errors import DatabaseError, SchemaTooNew
-from recruiter.execution import Execution, Executor, Identity
+from recruiter.execution import Execution, Executor, Identity, Outcome, Rider
 from recruiter.job import ANY_GROUP
 from recruiter.loop import Backoff, StopRequest
 from recruiter.schema_check import SchemaCheck
 from recruiter.stopping import Watch
-from recruiter.store import Assignment, ChangeFeed, RosterChange, Store
+from recruiter.store import Assignment, ChangeFeed, RanReport, RosterChange, Store
 from recruiter.watcher import Watcher
 from recruiter.workable import Registry
 
@@ -88,7 +88,12 @@ class WorkerConfig:
 @dataclass(frozen=True)
 class SlotResult:
     ran: Execution | None = None
+    """The last job run (of its batch)."""
     registered_again: bool = False
+    executions: tuple[Execution, ...] = ()
+    """Every job run, in order: one, or those of a batch."""
+    returned: int = 0
+    """Jobs of its batch it put back unstarted, uncounted (it was asked to stop)."""
 
 
 class WorkerSlot:
@@ -105,8 +110,11 @@ class WorkerSlot:
         bell: threading.Event | None = None,
         watch: Watch | None = None,
         heartbeat_every: dt.timedelta = DEFAULT_HEARTBEAT,
+        stopping: Callable[[], bool] = lambda: False,
     ) -> None:
         self.store = store
+        self.stopping = stopping
+        """Whether to stop after the job it runs: the rest of a batch is put back."""
         self.heartbeat_every = heartbeat_every
         """Recorded in the roster: the cleaner gives the slot several of these to beat."""
         self.registry = registry
@@ -136,7 +144,12 @@ class WorkerSlot:
     def register(self) -> ObjectId:
         identity = Identity.of_this_process()
         self.id = self.store.register_worker(
-            self.group, identity.pid, identity.hostname, self.clock.latest(), self.heartbeat_every
+            self.group,
+            identity.pid,
+            identity.hostname,
+            self.clock.latest(),
+            self.heartbeat_every,
+            batches=True,
         )
         logger.info("worker %s: registered, working on %s", self.id, self.group)
         return self.id
@@ -162,21 +175,69 @@ class WorkerSlot:
             assignment = record.assignment
         if assignment is None:
             return SlotResult()
-        return SlotResult(ran=self._run(assignment))
+        return self._run(assignment)
 
-    def _run(self, assignment: Assignment) -> Execution:
+    def _run(self, assignment: Assignment) -> SlotResult:
+        """Run the assigned jobs in order, then make the slot available again, telling
+        how long the jobs took (what the recruiter sizes batches on).
+
+        Asked to stop, the slot finishes the job it runs and puts the rest of its batch
+        back, unstarted and uncounted; so it does when a job of its batch was taken back
+        (it was declared dead: the others were taken back too).
+        """
         assert self.id is not None
         executor = Executor(
             self.store, self.registry, self.clock, Identity.of_this_process(self.id), self.watch
         )
-        self.running = assignment.job_id
         self._ran.append(assignment.token)
-        try:
-            execution = executor.execute(assignment.job_id, assignment.token)
-        finally:
-            self.running = None
-        self.store.release_worker(self.id, assignment.token, self.clock.latest())
-        return execution
+        jobs, token = assignment.job_ids, assignment.token
+        # the rest of a batch, read once: each start then rides with the end before it
+        held = self.store.held_jobs(jobs[1:], token) if len(jobs) > 1 else {}
+        riders: dict[int, Rider] = {}
+        stop_asked = False
+
+        def then(position: int) -> Callable[[], Rider | None]:
+            def next_start() -> Rider | None:
+                nonlocal stop_asked
+                following = position + 1
+                if following >= len(jobs) or jobs[following] not in held:
+                    return None
+                if self.stopping():
+                    stop_asked = True
+                    return None
+                riders[following] = executor.rider(jobs[following], token, held[jobs[following]])
+                return riders[following]
+
+            return next_start
+
+        executions: list[Execution] = []
+        lengths: dict[str, list[float]] = {}
+        returned = 0
+        for position, job_id in enumerate(jobs):
+            rode = riders.pop(position, None)
+            # fenced: the batch was taken back (the worker was declared dead), and a start
+            # sent with the fenced end was refused with it (same token)
+            fenced = bool(executions) and executions[-1].outcome is Outcome.FENCED
+            if fenced or (position and rode is None and (stop_asked or self.stopping())):
+                returned = self.store.unlock_if_not_started(jobs[position:], token)
+                logger.info("worker %s: put back %d jobs of its batch", self.id, returned)
+                break
+            if position and rode is None and job_id not in held:
+                continue  # not held with this token when the batch was read
+            self.running = job_id
+            began = self.clock.monotonic()
+            try:
+                execution = executor.execute(job_id, token, rode=rode, then=then(position))
+            finally:
+                self.running = None
+            executions.append(execution)
+            if execution.group is not None and execution.outcome is not Outcome.FENCED:
+                length = lengths.setdefault(execution.group, [0, 0.0])
+                length[0] += 1
+                length[1] += self.clock.monotonic() - began
+        ran = [RanReport(g, int(n), round(seconds, 6)) for g, (n, seconds) in lengths.items()]
+        self.store.release_worker(self.id, token, self.clock.latest(), ran)
+        return SlotResult(executions[-1], executions=tuple(executions), returned=returned)
 
     def retire(self) -> bool:
         """Leave the roster if nothing is assigned; ``False`` when a job is waiting."""
@@ -217,6 +278,7 @@ class WorkerProcess:
                 bell=self.stop.bell(),
                 watch=self.watch,
                 heartbeat_every=config.heartbeat_every,
+                stopping=self._stopping,
             )
             for _ in range(config.concurrency)
         ]
@@ -375,6 +437,12 @@ class WorkerProcess:
             else:
                 wait = self.backoff.after(wait)
             slot.bell.wait(wait)
+
+    def _stopping(self) -> bool:
+        """Whether a slot should stop after the job it ran: asked to, or over its memory
+        limit (checked after every job, also within a batch)."""
+        self._check_memory()
+        return self.stop.is_set()
 
     def _check_memory(self) -> None:
         limit = self.config.memory_limit

@@ -24,7 +24,6 @@ from pymongo.database import Database
 from recruiter import FrozenClock, Queue, Registry
 from recruiter.embedded import start_server
 from recruiter.store import Store
-from tests import mongomock_patch  # noqa: F401  (MongoDB copies what $set stores)
 
 START = dt.datetime(2026, 11, 22, 9, 0, tzinfo=dt.UTC)
 

@@ -18,6 +18,7 @@ BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
         "retry-policies.md",
         "schedulers.md",
         "groups.md",
+        "batches.md",
         "deduplication.md",
         "commands.md",
         "manual.md",

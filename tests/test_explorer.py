@@ -167,17 +167,18 @@ def test_threads_of_every_run_end() -> None:
 
 
 def test_a_planted_bug_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``finish_if_owned`` that ignores its token: a worker fenced out (its job released
-    as a crashed attempt) still finishes the job, so attempt 1 is recorded twice, as
-    crashed and as done (invariant 4), or the job runs twice (invariant 1)."""
-    real = Store.finish_if_owned
+    """An attempt's end (``record_end``) that ignores its token: a worker fenced out (its
+    job released as a crashed attempt) still ends the job, so attempt 1 is recorded
+    twice, as crashed and as done (invariant 4), or the job runs twice (invariant 1)."""
+    real = Store.record_end
 
-    def ignoring_token(self: Store, job_id: Any, token: Any, *rest: Any) -> bool:
-        unfinished = {"_id": job_id, "why": {"$exists": False}}
-        self.scheduled.update_one(unfinished, {"$set": {"lock.token": token}})
-        return real(self, job_id, token, *rest)
+    def ignoring_token(self: Store, end: Any, execution: Any) -> bool:
+        owned = end[0]
+        unfinished = {"_id": owned["_id"], "why": {"$exists": False}}
+        self.scheduled.update_one(unfinished, {"$set": {"lock.token": owned["lock.token"]}})
+        return real(self, end, execution)
 
-    monkeypatch.setattr(Store, "finish_if_owned", ignoring_token)
+    monkeypatch.setattr(Store, "record_end", ignoring_token)
     runs = random_runs([1, 2, 3], 100, config=SMALL, bounds=Bounds(steps=400))
     exploration = explore("random", runs, budget=60, shrink_budget=20)
     assert exploration.findings, exploration.summary()

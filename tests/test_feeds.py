@@ -90,7 +90,7 @@ def test_a_worker_is_told_its_assignment_with_the_token_and_its_removal(
         real_store.release_worker(mine, token, now)
         real_store.remove_worker_if_dead(mine, now + dt.timedelta(seconds=1))
         assert changes(feed, 2) == [
-            RosterChange(mine, Assignment("job-1", token)),
+            RosterChange(mine, Assignment(("job-1",), token)),
             RosterChange(mine, None),
         ], "its own assignment and its removal; not heartbeats, releases, other workers"
 

@@ -89,7 +89,7 @@ def test_a_success_is_written_once_the_database_answers_and_the_job_not_rerun(
     landed: bool,
 ) -> None:
     slot, job_id = assigned_slot(queue, registry, clock, JobSpec("tests.counted"))
-    calls = drop_connection(monkeypatch, queue.store, "finish_if_owned", landed=landed, times=3)
+    calls = drop_connection(monkeypatch, queue.store, "record_end", landed=landed, times=3)
     result = slot.run_once().ran
     assert result is not None
     assert (result.outcome, len(calls), len(runs)) == (Outcome.DONE, 4, 1)
@@ -127,10 +127,10 @@ def test_a_retry_without_reply_is_recorded_once(
 ) -> None:
     spec = JobSpec("tests.fails_once").retry_with(RetryManyTimes(2, 60))
     slot, job_id = assigned_slot(queue, registry, clock, spec)
-    drop_connection(monkeypatch, queue.store, "reschedule_if_owned", landed=landed)
+    calls = drop_connection(monkeypatch, queue.store, "record_end", landed=landed)
     result = slot.run_once().ran
     assert result is not None
-    assert (result.outcome, len(runs)) == (Outcome.RETRY, 1)
+    assert (result.outcome, len(calls), len(runs)) == (Outcome.RETRY, 2, 1)
     job = queue.job(job_id)
     assert (job.locked, job.attempts, [h["outcome"] for h in job.history]) == (
         False,

@@ -117,7 +117,9 @@ def test_a_round_serves_any_number_of_workers_of_a_group_in_four_commands(
         round_commands = list(commands)
     finally:
         client.close()
-    assert round_commands == ["find", "aggregate", "update", "update"], "workers, jobs, lock, assign"
+    assert round_commands == ["find", "aggregate", "update", "update"], (
+        "workers, jobs, lock, assign"
+    )
 
 
 def test_workers_of_a_group_get_its_jobs_before_any_group_workers(

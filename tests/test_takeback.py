@@ -165,7 +165,7 @@ def _half_round(
 
     job_id = queue.schedule(JobSpec("tests.noop").retry_with(RetryManyTimes(3, 0)))
     old_leader = _OldLeader(queue, registry, clock)
-    assert list(old_leader.plan.values()) == [job_id]
+    assert list(old_leader.plan.values()) == [[job_id]]
     worker_id = old_leader.worker.slots[0].id
     assert worker_id is not None
     return job_id, old_leader, worker_id

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Protocol
 
 import typer
 
+from recruiter.batching import DEFAULT_MAX_BATCH, BatchRule
 from recruiter.cleaner import Cleaner, CleanerConfig
 from recruiter.cli.options import (
     DEMO_APP,
@@ -234,6 +235,21 @@ def run(
         ),
     ] = None,
     watch: Watch = True,
+    max_batch: Annotated[
+        int,
+        typer.Option(
+            help="Jobs one worker slot may be handed at once, when more are ready than "
+            "slots are idle (1: no batches; see docs/batches.md)."
+        ),
+    ] = DEFAULT_MAX_BATCH,
+    batch_seconds: Annotated[
+        dt.timedelta,
+        typer.Option(
+            parser=duration_option,
+            help="Expected work one worker slot may be handed at once (by each group's "
+            "job length, as workers report it).",
+        ),
+    ] = "1s",  # type: ignore[assignment]
     mongodb_uri: MongoUri = None,
     database: DatabaseName = None,
     wait_for_database: WaitForDatabase = "0s",  # type: ignore[assignment]
@@ -243,7 +259,8 @@ def run(
     """The recruiter: hand ready jobs to available workers (one leads; others stand by)."""
     setup_logging("recruiter", log_level, json_logs)
     stop = signalled_stop("recruiter")
-    config = validated(RecruiterConfig(lease=lease, watch=watch))
+    batches = BatchRule(max_batch, batch_seconds)
+    config = validated(RecruiterConfig(lease=lease, watch=watch, batches=batches))
     registry = None if app is None else load_registry(app)
     store = connect_store(mongodb_uri, database, wait_for_database)
     news = News() if config.watch else None

@@ -34,7 +34,7 @@ from recruiter.store.failures import translate_methods
 from recruiter.store.groups import GroupRecord, GroupVerbs
 from recruiter.store.jobs import JobVerbs, LockRecord, as_object_id
 from recruiter.store.leases import LeaseVerbs
-from recruiter.store.roster import Assignment, RosterVerbs, WorkerRecord
+from recruiter.store.roster import Assignment, RanReport, RosterVerbs, WorkerRecord
 from recruiter.store.schedulers import SchedulerRecord, SchedulerVerbs
 from recruiter.store.schema import check_schema, ensure_indexes, ensure_schema
 from recruiter.store.server import ServerVerbs
@@ -48,6 +48,7 @@ __all__ = [
     "Document",
     "GroupRecord",
     "LockRecord",
+    "RanReport",
     "RosterChange",
     "SchedulerRecord",
     "Store",

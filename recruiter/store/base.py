@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from typing import Any
+
+from pymongo import UpdateOne
+from pymongo.collection import Collection
 
 Document = dict[str, Any]
 
@@ -16,3 +20,27 @@ reply at 16 MB, some 50,000 roster documents), not a first batch of 101 and a
 def aware(moment: dt.datetime) -> dt.datetime:
     """Stored times are UTC; a client made without ``tz_aware`` reads them naive."""
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=dt.UTC)
+
+
+def on_mongomock(collection: Collection[Document]) -> bool:
+    """Whether ``collection`` is mongomock's, which applications test with: the store
+    works around what it lacks (see docs/development.md), never around MongoDB."""
+    return type(collection).__module__.startswith("mongomock")
+
+
+def update_each(
+    collection: Collection[Document], statements: Sequence[tuple[Document, Any]]
+) -> int:
+    """Apply each ``(filter, update)`` to the one document it matches, in one command (a
+    bulk write, unordered); return how many documents were modified.
+
+    On mongomock, whose bulk writes predate the statements pymongo sends since 4.11 (it
+    refuses them with a ``TypeError``), one update after the other: applications test
+    with it, and it is not concurrent.
+    """
+    if not statements:
+        return 0
+    if on_mongomock(collection):
+        return sum(collection.update_one(f, u).modified_count for f, u in statements)
+    operations = [UpdateOne(f, u) for f, u in statements]
+    return collection.bulk_write(operations, ordered=False).modified_count

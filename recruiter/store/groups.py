@@ -15,11 +15,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pymongo import UpdateOne
 from pymongo.collection import Collection
 
 from recruiter.groups import GroupSettings
-from recruiter.store.base import Document, aware
+from recruiter.store.base import Document, aware, update_each
 from recruiter.store.jobs import ready_query
 
 
@@ -72,15 +71,14 @@ class GroupVerbs:
     def record_starts(self, starts: Mapping[str, tuple[Sequence[dt.datetime], int]]) -> None:
         """Append hand-outs to groups' starts: ``{group: (times, keep)}`` appends
         ``times`` to the group's starts and keeps its latest ``keep``; one command."""
-        updates = [
-            UpdateOne(
-                {"_id": group}, {"$push": {"starts": {"$each": list(times), "$slice": -keep}}}
-            )
-            for group, (times, keep) in starts.items()
-            if times
-        ]
-        if updates:
-            self.groups.bulk_write(updates, ordered=False)
+        update_each(
+            self.groups,
+            [
+                ({"_id": group}, {"$push": {"starts": {"$each": list(times), "$slice": -keep}}})
+                for group, (times, keep) in starts.items()
+                if times
+            ],
+        )
 
     def locked_by_group(self, groups: Sized[str]) -> dict[str, int]:
         """How many jobs of each of ``groups`` are locked: handed out or running."""

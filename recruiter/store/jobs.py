@@ -16,14 +16,14 @@ from typing import Any
 
 from bson import ObjectId
 from bson.errors import InvalidDocument
-from pymongo import ReturnDocument
+from pymongo import ReturnDocument, UpdateOne
 from pymongo.collection import Collection
 from pymongo.database import Database
 from pymongo.errors import BulkWriteError, OperationFailure
 
 from recruiter.errors import DocumentTooLarge, RecruiterError, WriteRejected
 from recruiter.job import HISTORY_LIMIT, Job
-from recruiter.store.base import ONE_REPLY, Document, aware
+from recruiter.store.base import ONE_REPLY, Document, aware, on_mongomock, update_each
 from recruiter.store.failures import translate
 
 DUPLICATE_KEY = 11000
@@ -93,6 +93,55 @@ def _recording(update: Document, execution: Document, reset: bool = False) -> Do
     if reset:
         return {**update, "$set": {**update["$set"], "history": [execution]}}
     return {**update, "$push": {"history": {"$each": [execution], "$slice": -HISTORY_LIMIT}}}
+
+
+Statement = tuple[Document, Document]
+"""An update of one job: its filter (the write's precondition) and the update."""
+Ending = tuple[Document, Document, Document]
+"""How an attempt ends a job: the filter, the fields to set, the fields to unset."""
+
+
+def _attempt_update(
+    fields: Document, unset: Document, execution: Document, reset: bool = False
+) -> Document:
+    update = {"$set": {**fields, "last_execution": execution}, "$unset": unset}
+    return _recording(update, execution, reset)
+
+
+def finishing(job_id: Any, token: ObjectId, why: str, now: dt.datetime) -> Ending:
+    """A job ended with reason ``why``, if ``token`` still holds it."""
+    fields = {"locked": False, "done": why == "done", "why": why, "archived_at": now}
+    return {"_id": job_id, "lock.token": token}, fields, {"lock": "", "scheduled_at": ""}
+
+
+def rescheduling(job_id: Any, token: ObjectId, at: dt.datetime) -> Ending:
+    """A job put back to run again at ``at``, if ``token`` still holds it and no
+    cancellation was asked for."""
+    owned = {"_id": job_id, "lock.token": token, "cancel_requested_at": {"$exists": False}}
+    return owned, {"locked": False, "scheduled_at": at}, {"lock": ""}
+
+
+def ending(end: Ending, execution: Document) -> Statement:
+    """The statement of ``end`` recording the attempt ``execution``."""
+    owned, fields, unset = end
+    return owned, _attempt_update(fields, unset, execution)
+
+
+def starting(job_id: Any, token: ObjectId, started: Document) -> Statement:
+    """The start of a job's attempt, counted once, if ``token`` holds the job, it has not
+    started under it, and no cancellation was asked for (a job cancelled meanwhile is
+    started apart, to be skipped: see :meth:`JobVerbs.start_if_owned`)."""
+    owned = {
+        "_id": job_id,
+        "lock.token": token,
+        "lock.started_at": {"$exists": False},
+        "cancel_requested_at": {"$exists": False},
+    }
+    update = {
+        "$inc": {"attempts": 1},
+        "$set": {"last_execution": started, "lock.started_at": started["started_at"]},
+    }
+    return owned, update
 
 
 def as_object_id(job_id: ObjectId | str) -> ObjectId | str:
@@ -284,15 +333,18 @@ class JobVerbs:
         """
         if not job_ids:
             return []
-        result = self.scheduled.update_many(
-            {"_id": {"$in": list(job_ids)}, "locked": False, "scheduled_at": {"$lte": now}},
-            {
-                "$set": {"locked": True, "lock": {"token": token, "since": now}},
-                # from its first lock on, a deduplicated job no longer absorbs duplicates
-                "$unset": {"queued_key": ""},
-            },
-        )
-        if result.modified_count == len(job_ids):
+        waiting = {"locked": False, "scheduled_at": {"$lte": now}}
+        lock = {
+            "$set": {"locked": True, "lock": {"token": token, "since": now}},
+            # from its first lock on, a deduplicated job no longer absorbs duplicates
+            "$unset": {"queued_key": ""},
+        }
+        if on_mongomock(self.scheduled):  # its update_many stores one dict in them all
+            modified = update_each(self.scheduled, [({"_id": j, **waiting}, lock) for j in job_ids])
+        else:
+            query = {"_id": {"$in": list(job_ids)}, **waiting}
+            modified = self.scheduled.update_many(query, lock).modified_count
+        if modified == len(job_ids):
             return list(job_ids)
         locked = {
             document["_id"]
@@ -399,14 +451,10 @@ class JobVerbs:
         # an attempt starts once per lock: a start retried after a lost reply must not
         # count the attempt twice (see find_started)
         owned = {"_id": job_id, "lock.token": token, "lock.started_at": {"$exists": False}}
+        _, start = starting(job_id, token, started)  # (the same, cancelled or not)
         try:
             before = self.scheduled.find_one_and_update(
-                owned,
-                {
-                    "$inc": {"attempts": 1},
-                    "$set": {"last_execution": started, "lock.started_at": started["started_at"]},
-                },
-                return_document=ReturnDocument.BEFORE,
+                owned, start, return_document=ReturnDocument.BEFORE
             )
         except OperationFailure as error:
             if not isinstance(translate(error), WriteRejected):
@@ -497,13 +545,7 @@ class JobVerbs:
     ) -> bool:
         """Unlock the job to run again at ``at``, recording the attempt, if still owned
         and not being cancelled (a cancelled job is never retried: finish it instead)."""
-        owned = {
-            "_id": job_id,
-            "lock.token": token,
-            "cancel_requested_at": {"$exists": False},
-        }
-        fields = {"locked": False, "scheduled_at": at}
-        return self._record_attempt(owned, fields, {"lock": ""}, execution)
+        return self._record_attempt(*rescheduling(job_id, token, at), execution)
 
     def finish_if_owned(
         self, job_id: Any, token: ObjectId, why: str, execution: Document, now: dt.datetime
@@ -515,9 +557,34 @@ class JobVerbs:
         ``archived`` with others in one batch: a worker spends one command to finish a
         job, not three.
         """
-        fields = {"locked": False, "done": why == "done", "why": why, "archived_at": now}
-        owned = {"_id": job_id, "lock.token": token}
-        return self._record_attempt(owned, fields, {"lock": "", "scheduled_at": ""}, execution)
+        return self._record_attempt(*finishing(job_id, token, why, now), execution)
+
+    def record_end(self, end: Ending, execution: Document) -> bool:
+        """End an attempt as ``end`` says (:func:`finishing`, :func:`rescheduling`),
+        recording ``execution``, if its filter still holds."""
+        return self._record_attempt(*end, execution)
+
+    def write_in_order(self, statements: Sequence[Statement]) -> int:
+        """Apply ``statements`` (from :func:`ending` and :func:`starting`) to ``scheduled``
+        in one command, in order, each to the one job it names if its filter still
+        holds; return how many jobs were modified.
+
+        A slot running a batch records the end of one job and the start of the next
+        this way. Every statement is conditional, so a second try after a lost reply
+        (or a partial answer) changes nothing that landed: the caller reads back which
+        did, and sends the others on their own (:class:`recruiter.execution.Executor`).
+        """
+        if on_mongomock(self.scheduled):
+            return sum(self.scheduled.update_one(f, u).modified_count for f, u in statements)
+        operations = [UpdateOne(f, u) for f, u in statements]
+        return self.scheduled.bulk_write(operations, ordered=True).modified_count
+
+    def held_jobs(self, job_ids: Sequence[Any], token: ObjectId) -> dict[Any, Job]:
+        """Those of ``job_ids`` still locked with ``token`` and not started: the rest of
+        a batch, read in one command before its first job runs."""
+        query = {"_id": {"$in": list(job_ids)}, "lock.token": token}
+        query["lock.started_at"] = {"$exists": False}
+        return {d["_id"]: Job.from_document(d) for d in self.scheduled.find(query)}
 
     def _record_attempt(
         self, owned: Document, fields: Document, unset: Document, execution: Document
@@ -532,9 +599,9 @@ class JobVerbs:
         the history recorded so far is never dropped.
         """
         for _ in range(2):
-            update = {"$set": {**fields, "last_execution": execution}, "$unset": unset}
+            update = _attempt_update(fields, unset, execution)
             try:
-                result = self.scheduled.update_one(owned, _recording(update, execution))
+                result = self.scheduled.update_one(owned, update)
                 return result.modified_count == 1
             except (OperationFailure, InvalidDocument) as error:
                 kind = translate(error)
@@ -542,7 +609,7 @@ class JobVerbs:
                     execution = _trimmed(execution)
                     continue
                 if isinstance(kind, WriteRejected) and self._history_damaged(owned):
-                    reset = _recording(update, execution, reset=True)
+                    reset = _attempt_update(fields, unset, execution, reset=True)
                     return self.scheduled.update_one(owned, reset).modified_count == 1
                 raise
         raise DocumentTooLarge("the job's document is too large to record even a trimmed attempt")

@@ -12,15 +12,14 @@ a round writes grows with its workers, not with their square.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from bson import ObjectId
-from pymongo import UpdateOne
 from pymongo.collection import Collection
 
-from recruiter.store.base import ONE_REPLY, Document
+from recruiter.store.base import ONE_REPLY, Document, update_each
 
 MISSED_BEATS = 3
 """Heartbeats an available worker may miss before it is no longer handed jobs."""
@@ -28,10 +27,62 @@ MISSED_BEATS = 3
 
 @dataclass(frozen=True)
 class Assignment:
-    """A job handed to a worker, and the lock token that fences it."""
+    """The jobs handed to a worker, to run in this order, and the lock token that fences
+    them all: one job, or a batch (:doc:`docs/batches`)."""
 
-    job_id: Any
+    job_ids: tuple[Any, ...]
     token: ObjectId
+
+    @property
+    def job_id(self) -> Any:
+        """The first job (the only one, unless it is a batch)."""
+        return self.job_ids[0]
+
+    @classmethod
+    def of(cls, worker_id: ObjectId, assigned_to: Any, lock: Any) -> Assignment | None:
+        """The assignment a roster document's (or change event's) fields hold: the
+        worker's own entry of ``assigned_to`` (a job id, or a list of them for a batch)
+        and the lock token of ``assignment``; ``None`` if either is missing."""
+        if not isinstance(assigned_to, Mapping) or not isinstance(lock, Mapping):
+            return None
+        jobs, token = assigned_to.get(str(worker_id)), lock.get("token")
+        if jobs is None or not isinstance(token, ObjectId):
+            return None
+        job_ids = tuple(jobs) if isinstance(jobs, list) else (jobs,)
+        return cls(job_ids, token) if job_ids else None
+
+
+@dataclass(frozen=True)
+class RanReport:
+    """How many jobs of a group a worker's last assignment ran, and in how many seconds
+    (from each start to its end, writes included): what the recruiter sizes batches on."""
+
+    group: str
+    jobs: int
+    seconds: float
+
+    def to_document(self) -> Document:
+        return {"group": self.group, "jobs": self.jobs, "seconds": self.seconds}
+
+    @classmethod
+    def read(cls, value: Any) -> tuple[RanReport, ...]:
+        """The reports a roster document holds; anything damaged is left out."""
+        reports = []
+        for entry in value if isinstance(value, list) else []:
+            if not isinstance(entry, Mapping):
+                continue
+            group, jobs, seconds = entry.get("group"), entry.get("jobs"), entry.get("seconds")
+            if (
+                isinstance(group, str)
+                and isinstance(jobs, int)
+                and not isinstance(jobs, bool)
+                and jobs > 0
+                and isinstance(seconds, int | float)
+                and not isinstance(seconds, bool)
+                and seconds >= 0
+            ):
+                reports.append(cls(group, jobs, float(seconds)))
+        return tuple(reports)
 
 
 @dataclass(frozen=True)
@@ -48,6 +99,13 @@ class WorkerRecord:
     assignment: Assignment | None
     heartbeat_every: dt.timedelta | None = None
     """How often it said it would heartbeat (workers before this field: unknown)."""
+    takes_batches: bool = False
+    """It runs a batch of jobs handed at once (workers before batches run one)."""
+    ran: tuple[RanReport, ...] = ()
+    """What its last assignment ran, by group: how long jobs take (see :class:`RanReport`)."""
+    ran_for: ObjectId | None = None
+    """The lock token of the assignment ``ran`` tells of: a report is counted once."""
+    available_since: dt.datetime | None = None
 
     def silent_at(self, now: dt.datetime) -> bool:
         """Whether it missed :data:`MISSED_BEATS` of its heartbeats by ``now``: perhaps
@@ -59,16 +117,13 @@ class WorkerRecord:
     @classmethod
     def from_document(cls, document: Mapping[str, Any]) -> WorkerRecord:
         worker_id = document["_id"]
-        assigned_to = document.get("assigned_to")
-        lock = document.get("assignment")
-        assignment = None
-        if isinstance(assigned_to, Mapping) and isinstance(lock, Mapping):
-            job_id = assigned_to.get(str(worker_id))
-            if job_id is not None and isinstance(lock.get("token"), ObjectId):
-                assignment = Assignment(job_id, lock["token"])
+        assignment = Assignment.of(
+            worker_id, document.get("assigned_to"), document.get("assignment")
+        )
         last_seen, created = document.get("last_seen_at"), document.get("created_at")
         pid, hostname = document.get("pid"), document.get("hostname")
         heartbeat_ms = document.get("heartbeat_ms")
+        since = document.get("available_since")
         return cls(
             id=worker_id,
             work_on=str(document.get("work_on", "*")),
@@ -83,7 +138,19 @@ class WorkerRecord:
                 if isinstance(heartbeat_ms, int) and not isinstance(heartbeat_ms, bool)
                 else None
             ),
+            takes_batches=document.get("batches") is True,
+            ran=RanReport.read(document.get("ran")),
+            ran_for=ran_for if isinstance(ran_for := document.get("ran_for"), ObjectId) else None,
+            available_since=since if isinstance(since, dt.datetime) else None,
         )
+
+
+def _stored_jobs(jobs: Any) -> Any:
+    """A worker's entry of ``assigned_to``: a job id, or a list for a batch of several
+    (a batch of one is stored as its job, as workers before batches read it)."""
+    if isinstance(jobs, list | tuple):
+        return jobs[0] if len(jobs) == 1 else list(jobs)
+    return jobs
 
 
 def _millis(interval: dt.timedelta) -> int:
@@ -102,14 +169,18 @@ class RosterVerbs:
         hostname: str,
         now: dt.datetime,
         heartbeat_every: dt.timedelta | None = None,
+        *,
+        batches: bool = False,
     ) -> ObjectId:
-        """Add an available worker that heartbeats every ``heartbeat_every``; return its id."""
+        """Add an available worker that heartbeats every ``heartbeat_every`` (and runs
+        batches, if ``batches``); return its id."""
         worker_id = ObjectId()
         beats = {} if heartbeat_every is None else {"heartbeat_ms": _millis(heartbeat_every)}
         self.roster.insert_one(
             {
                 "_id": worker_id,
                 **beats,
+                **({"batches": True} if batches else {}),
                 "work_on": work_on,
                 "available": True,
                 "available_since": now,
@@ -186,7 +257,8 @@ class RosterVerbs:
     def assign(
         self, jobs_by_worker: Mapping[ObjectId, Any], token: ObjectId, now: dt.datetime
     ) -> set[ObjectId]:
-        """Hand each worker its job in one command, if it is still available.
+        """Hand each worker its job, or its batch (a list of jobs, in the order to run
+        them), in one command, if it is still available.
 
         Returns the workers actually assigned: one that retired meanwhile is not.
         """
@@ -194,31 +266,41 @@ class RosterVerbs:
             return set()
         workers = list(jobs_by_worker)
         statements = [
-            UpdateOne(
+            (
                 {"_id": worker, "available": True},
                 {
                     "$set": {
                         "available": False,
-                        "assigned_to": {str(worker): job_id},
+                        "assigned_to": {str(worker): _stored_jobs(jobs)},
                         "assignment": {"token": token, "since": now},
                         "assigned_since": now,
                     }
                 },
             )
-            for worker, job_id in jobs_by_worker.items()
+            for worker, jobs in jobs_by_worker.items()
         ]
-        result = self.roster.bulk_write(statements, ordered=False)
-        if result.modified_count == len(workers):
+        if update_each(self.roster, statements) == len(workers):
             return set(workers)
         query = {"_id": {"$in": workers}, "assignment.token": token}
         return {d["_id"] for d in self.roster.find(query, {"_id": 1})}
 
-    def release_worker(self, worker_id: ObjectId, token: ObjectId, now: dt.datetime) -> bool:
-        """Make the worker available again after the job it was assigned with ``token``."""
+    def release_worker(
+        self,
+        worker_id: ObjectId,
+        token: ObjectId,
+        now: dt.datetime,
+        ran: Sequence[RanReport] = (),
+    ) -> bool:
+        """Make the worker available again after the job (or batch) it was assigned with
+        ``token``, recording what it ran (:class:`RanReport`)."""
+        fields: Document = {"available": True, "available_since": now, "last_seen_at": now}
+        if ran:
+            fields["ran"] = [report.to_document() for report in ran]
+            fields["ran_for"] = token
         result = self.roster.update_one(
             {"_id": worker_id, "assignment.token": token},
             {
-                "$set": {"available": True, "available_since": now, "last_seen_at": now},
+                "$set": fields,
                 "$unset": {"assigned_to": "", "assignment": "", "assigned_since": ""},
             },
         )

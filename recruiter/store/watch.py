@@ -107,12 +107,7 @@ def _open(
 def _roster_change(event: Mapping[str, Any]) -> RosterChange:
     worker_id = event["documentKey"]["_id"]
     fields = (event.get("updateDescription") or {}).get("updatedFields") or {}
-    assigned_to, lock = fields.get("assigned_to"), fields.get("assignment")
-    assignment = None
-    if isinstance(assigned_to, Mapping) and isinstance(lock, Mapping):
-        job_id, token = assigned_to.get(str(worker_id)), lock.get("token")
-        if job_id is not None and isinstance(token, ObjectId):
-            assignment = Assignment(job_id, token)
+    assignment = Assignment.of(worker_id, fields.get("assigned_to"), fields.get("assignment"))
     return RosterChange(worker_id, assignment)
 
 

@@ -22,14 +22,16 @@ from recruiter.store import Store, WorkerRecord
 
 def release_before_fencing(
     store: Store, worker: WorkerRecord, seen_before: dt.datetime, now: dt.datetime
-) -> Released | None:
-    """Bug 1: the dead worker's job released first, the worker removed after."""
-    released = Released.GONE
+) -> Counter[Released] | None:
+    """Bug 1: the dead worker's jobs released first, the worker removed after."""
+    released: Counter[Released] = Counter()
     if worker.assignment is not None:
         assignment = worker.assignment
-        released = release_fenced(store, assignment.job_id, assignment.token, now, "died")
+        for job_id in assignment.job_ids:
+            released[release_fenced(store, job_id, assignment.token, now, "died")] += 1
+    released.pop(Released.GONE, None)
     if store.remove_worker_if_dead(worker.id, seen_before) is None:
-        return None if released is Released.GONE else released
+        return released or None
     return released
 
 

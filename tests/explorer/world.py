@@ -37,7 +37,6 @@ from recruiter.leadership import Leadership
 from recruiter.recruiter import Recruiter, RecruiterConfig
 from recruiter.store import Store
 from recruiter.worker import WorkerConfig, WorkerProcess
-from tests import mongomock_patch  # noqa: F401  (MongoDB copies what $set stores)
 from tests.explorer.baton import Actor, Baton, ExplorerDeadlock, Killed
 from tests.explorer.clocks import Clocks
 from tests.explorer.config import Config

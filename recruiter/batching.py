@@ -1,0 +1,133 @@
+"""How many jobs a round hands one slot at once: the batch rule.
+
+A round hands every idle slot one job before it hands any slot a second, so while the
+ready jobs are fewer than the idle slots each slot gets one and pickup is as fast as
+without batches. Only the jobs left over are added to slots' batches, and only to
+slots that run batches (workers from before batches run one job per assignment):
+
+- at most :attr:`BatchRule.max_batch` jobs per slot (``recruiter run --max-batch``);
+- at most :attr:`BatchRule.seconds` of expected work per slot (``--batch-seconds``): a
+  job is added to the slot with the least work planned, if its group's expected length
+  still fits. So a group of slow jobs is never parked behind a slot's other jobs: a
+  one-second job gets a slot of its own when the window is one second;
+- a job of a group whose length is not known yet (no worker reported one since this
+  recruiter leads) is never added to a batch: it counts as a whole window.
+
+A job's expected length is learnt from the workers: each reports, when it is made
+available again, how many jobs of each group its last assignment ran and how long they
+took (start to end, the database writes included). :class:`JobLengths` keeps a moving
+average per group, in the leader's memory (a new leader starts with batches of one and
+learns again within a round or two).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from bson import ObjectId
+
+from recruiter.store import WorkerRecord
+
+DEFAULT_MAX_BATCH = 50
+"""Jobs one slot may be handed at once."""
+DEFAULT_BATCH_SECONDS = dt.timedelta(seconds=1)
+"""Expected work one slot may be handed at once."""
+MAX_BATCH_LIMIT = 1_000
+LENGTH_WEIGHT = 0.3
+"""The weight of the newest report in a group's moving average of job lengths."""
+
+
+@dataclass(frozen=True)
+class BatchRule:
+    """How large a slot's batch may grow (see the module's docstring)."""
+
+    max_batch: int = DEFAULT_MAX_BATCH
+    seconds: dt.timedelta = DEFAULT_BATCH_SECONDS
+
+    def validate(self) -> BatchRule:
+        if isinstance(self.max_batch, bool) or not isinstance(self.max_batch, int):
+            raise ValueError("--max-batch must be an integer")
+        if not 1 <= self.max_batch <= MAX_BATCH_LIMIT:
+            raise ValueError(f"--max-batch must be from 1 to {MAX_BATCH_LIMIT}")
+        if self.seconds <= dt.timedelta(0):
+            raise ValueError("--batch-seconds must be positive")
+        return self
+
+
+class JobLengths:
+    """The seconds a job of each group takes, as the workers report them."""
+
+    def __init__(self) -> None:
+        self._seconds: dict[str, float] = {}
+        self._counted: dict[ObjectId, ObjectId | None] = {}
+
+    def learn(self, workers: Sequence[WorkerRecord]) -> None:
+        """Take in the reports of available workers; each report once (a worker stays
+        available across rounds with the same report until it is assigned again)."""
+        counted = {}
+        for worker in workers:
+            counted[worker.id] = worker.ran_for
+            if worker.id in self._counted and self._counted[worker.id] == worker.ran_for:
+                continue
+            for report in worker.ran:
+                seconds = report.seconds / report.jobs
+                before = self._seconds.get(report.group)
+                self._seconds[report.group] = (
+                    seconds if before is None else before + LENGTH_WEIGHT * (seconds - before)
+                )
+        self._counted = counted
+
+    def seconds(self, group: str) -> float | None:
+        """The expected seconds of a job of ``group``; ``None`` while unknown."""
+        return self._seconds.get(group)
+
+
+def pack(
+    groups: Sequence[str],
+    slots: Sequence[WorkerRecord],
+    rule: BatchRule,
+    lengths: JobLengths,
+) -> list[list[int]]:
+    """For each slot, the positions in ``groups`` (the groups of the jobs to hand out, in
+    the order they are to go) of the jobs it gets.
+
+    The first jobs go one per slot; each later one to the batch-taking slot with the
+    least expected work, if it fits there (see the module's docstring). Packing stops
+    at the first job that fits nowhere, so the jobs packed are always the first ones.
+    """
+    window = rule.seconds.total_seconds()
+    batches: list[list[int]] = [[] for _ in slots]
+    loads: list[float] = [0.0 for _ in slots]
+    if not slots:
+        return batches
+
+    def cost(group: str) -> float:
+        seconds = lengths.seconds(group)
+        return window if seconds is None else seconds
+
+    first = min(len(groups), len(slots))
+    for position in range(first):
+        batches[position].append(position)
+        loads[position] = cost(groups[position])
+    if rule.max_batch == 1:
+        return batches
+    room = [(loads[n], n) for n in range(first) if slots[n].takes_batches]
+    heapq.heapify(room)
+    for position in range(first, len(groups)):
+        known = lengths.seconds(groups[position])
+        if not room or known is None or room[0][0] + known > window:
+            break
+        load, slot = heapq.heappop(room)
+        batches[slot].append(position)
+        loads[slot] = load + known
+        if len(batches[slot]) < rule.max_batch:
+            heapq.heappush(room, (loads[slot], slot))
+    return batches
+
+
+def capacity(slots: Sequence[WorkerRecord], rule: BatchRule) -> int:
+    """The most jobs ``slots`` could be handed in one round."""
+    return len(slots) + sum(slot.takes_batches for slot in slots) * (rule.max_batch - 1)

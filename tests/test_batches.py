@@ -1,0 +1,497 @@
+"""Batches: a slot handed several jobs at once, by the rule of :mod:`recruiter.batching`.
+
+The rule (one job per slot first, then the rest by expected length, within the
+window and the maximum), what a round hands out under it (order, limits), and what a
+worker does with a batch: runs it in order, puts back the rest when asked to stop or
+taken back, skips a job cancelled meanwhile; and what the cleaner does with the batch
+of a worker that died: the job it ran goes to its retry policy, the rest back at once.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from bson import ObjectId
+from pymongo import MongoClient
+
+from benchmarks.counted import CommandCounter
+from recruiter import JobSpec, Queue, Registry, RetryManyTimes
+from recruiter.batching import BatchRule, JobLengths, pack
+from recruiter.cleaner import Cleaner, CleanerConfig
+from recruiter.clock import FrozenClock
+from recruiter.errors import DatabaseUnavailable
+from recruiter.execution import Outcome
+from recruiter.recruiter import Recruiter, RecruiterConfig
+from recruiter.store import RanReport, Store, WorkerRecord
+from recruiter.worker import WorkerConfig, WorkerProcess
+from tests.interleaving import after, before
+from tests.test_processes import DEAD_AFTER, WatchingCleaner
+
+RULE = BatchRule(max_batch=5, seconds=dt.timedelta(seconds=1))
+WORKER = WorkerConfig(watch=False)
+
+
+def slot(takes_batches: bool = True) -> WorkerRecord:
+    return WorkerRecord(ObjectId(), "*", True, None, None, 1, "here", None, None, takes_batches)
+
+
+def lengths(**seconds: float) -> JobLengths:
+    known = JobLengths()
+    worker = WorkerRecord(
+        ObjectId(),
+        "*",
+        True,
+        None,
+        None,
+        1,
+        "here",
+        None,
+        ran=tuple(RanReport(group, 1, length) for group, length in seconds.items()),
+    )
+    known.learn([worker])
+    return known
+
+
+# --- the rule -----------------------------------------------------------------------------
+
+
+def test_fewer_jobs_than_slots_go_one_per_slot() -> None:
+    assert pack(["a", "a"], [slot(), slot(), slot()], RULE, lengths(a=0.01)) == [[0], [1], []]
+
+
+def test_the_rest_goes_to_the_least_loaded_slot_up_to_the_maximum() -> None:
+    batches = pack(["a"] * 12, [slot(), slot()], RULE, lengths(a=0.01))
+    assert batches == [[0, 2, 4, 6, 8], [1, 3, 5, 7, 9]], "five each, the last two left"
+
+
+def test_a_job_of_unknown_length_is_never_added_to_a_batch() -> None:
+    assert pack(["a", "b", "b"], [slot(), slot()], RULE, lengths(a=0.01)) == [[0], [1]]
+
+
+def test_slow_jobs_are_not_parked_behind_each_other() -> None:
+    # 0.4 s each in a 1 s window: two per slot, not five
+    assert pack(["slow"] * 6, [slot(), slot()], RULE, lengths(slow=0.4)) == [[0, 2], [1, 3]]
+    # a slot that took a slow job has no room for a quick one that would not fit
+    assert pack(["slow", "quick", "quick"], [slot()], RULE, lengths(slow=0.99, quick=0.02)) == [[0]]
+
+
+def test_packing_stops_at_the_first_job_that_fits_nowhere() -> None:
+    """So the jobs handed out are always the first ones, in the order given."""
+    batches = pack(["a", "a", "slow", "a"], [slot()], RULE, lengths(a=0.1, slow=0.95))
+    assert batches == [[0, 1]]
+
+
+def test_a_worker_from_before_batches_gets_one_job() -> None:
+    batches = pack(["a"] * 6, [slot(takes_batches=False), slot()], RULE, lengths(a=0.01))
+    assert batches == [[0], [1, 2, 3, 4, 5]]
+
+
+def test_a_report_is_learnt_once_however_many_rounds_see_it() -> None:
+    known = JobLengths()
+    since = dt.datetime(2026, 11, 23, tzinfo=dt.UTC)
+    worker = WorkerRecord(
+        ObjectId(),
+        "*",
+        True,
+        None,
+        None,
+        1,
+        "here",
+        None,
+        ran=(RanReport("a", 4, 2.0),),
+        available_since=since,
+    )
+    known.learn([worker])
+    assert known.seconds("a") == 0.5
+    faster = WorkerRecord(
+        ObjectId(), "*", True, None, None, 1, "here", None, ran=(RanReport("a", 1, 0.1),)
+    )
+    for _ in range(3):
+        known.learn([worker, faster])
+    assert known.seconds("a") == pytest.approx(0.5 + 0.3 * (0.1 - 0.5)), "each once"
+
+
+@pytest.mark.parametrize(
+    ("rule", "message"),
+    [
+        (BatchRule(max_batch=0), "--max-batch must be from 1 to 1000"),
+        (BatchRule(max_batch=1001), "--max-batch must be from 1 to 1000"),
+        (BatchRule(seconds=dt.timedelta(0)), "--batch-seconds must be positive"),
+    ],
+)
+def test_a_bad_rule_is_refused(rule: BatchRule, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        RecruiterConfig(batches=rule).validate()
+
+
+# --- what a round hands out -----------------------------------------------------------------
+
+
+def taught_workers(store: Store, count: int, now: dt.datetime, **seconds: float) -> list[Any]:
+    """Workers that run batches and reported how long their groups' jobs take."""
+    ids = []
+    for _ in range(count):
+        worker_id = store.register_worker("*", 1, "here", now, batches=True)
+        ran = [{"group": g, "jobs": 1, "seconds": s} for g, s in seconds.items()]
+        store.roster.update_one({"_id": worker_id}, {"$set": {"ran": ran}})
+        ids.append(worker_id)
+    return ids
+
+
+def batches_of(store: Store) -> dict[Any, tuple[Any, ...]]:
+    return {w.id: w.assignment.job_ids for w in store.workers() if w.assignment is not None}
+
+
+def jobs(queue: Queue, count: int, group: str = "mail", **options: Any) -> list[Any]:
+    return queue.schedule_many(JobSpec("tests.noop", group=group, **options) for _ in range(count))
+
+
+def test_a_round_hands_batches_in_priority_order_when_jobs_outnumber_slots(
+    queue: Queue, clock: FrozenClock
+) -> None:
+    store, now = queue.store, clock.now()
+    low = jobs(queue, 4)
+    high = jobs(queue, 2, priority=5)
+    first, second = taught_workers(store, 2, now, mail=0.01)
+    recruiter = Recruiter(store, RecruiterConfig(batches=RULE))
+    assert recruiter.run_once(now).assigned == 2
+    batches = batches_of(store)
+    assert batches[first] == (high[0], low[0], low[2])
+    assert batches[second] == (high[1], low[1], low[3])
+    document = store.roster.find_one({"_id": first})
+    assert document is not None
+    assert document["assigned_to"] == {str(first): [high[0], low[0], low[2]]}
+    assert all(queue.job(j).locked for j in low + high), "every job of a batch is locked"
+
+
+def test_a_short_queue_keeps_batches_of_one(queue: Queue, clock: FrozenClock) -> None:
+    store, now = queue.store, clock.now()
+    (job,) = jobs(queue, 1)
+    taught_workers(store, 2, now, mail=0.01)
+    Recruiter(store, RecruiterConfig(batches=RULE)).run_once(now)
+    assert list(batches_of(store).values()) == [(job,)]
+    document = store.roster.find_one({"assignment": {"$exists": True}})
+    assert document is not None
+    assert list(document["assigned_to"].values()) == [job], "stored as one job, as before"
+
+
+def test_a_new_leader_hands_batches_of_one_until_it_learns_the_lengths(
+    queue: Queue, clock: FrozenClock
+) -> None:
+    store, now = queue.store, clock.now()
+    jobs(queue, 10)
+    for _ in range(2):
+        store.register_worker("*", 1, "here", now, batches=True)
+    Recruiter(store, RecruiterConfig(batches=RULE)).run_once(now)
+    assert sorted(map(len, batches_of(store).values())) == [1, 1]
+
+
+def test_a_groups_concurrency_limit_counts_every_job_of_a_batch(
+    queue: Queue, clock: FrozenClock
+) -> None:
+    store, now = queue.store, clock.now()
+    queue.limit_group("mail", concurrency=3)
+    jobs(queue, 10)
+    jobs(queue, 10, group="video")
+    taught_workers(store, 2, now, mail=0.01, video=0.01)
+    recruiter = Recruiter(store, RecruiterConfig(batches=RULE))
+    recruiter.run_once(now)
+    handed = [j for batch in batches_of(store).values() for j in batch]
+    assert Counter(queue.job(j).group for j in handed) == {"mail": 3, "video": 7}
+    assert store.locked_by_group(["mail"]) == {"mail": 3}
+
+
+def test_a_groups_rate_limit_counts_every_job_of_a_batch(queue: Queue, clock: FrozenClock) -> None:
+    store, now = queue.store, clock.now()
+    queue.limit_group("mail", rate="4/1m")
+    jobs(queue, 10)
+    taught_workers(store, 2, now, mail=0.01)
+    recruiter = Recruiter(store, RecruiterConfig(batches=RULE))
+    recruiter.run_once(now)
+    assert sum(map(len, batches_of(store).values())) == 4
+    (record,) = store.group_records()
+    assert len(record.starts) == 4
+
+
+def test_named_group_workers_get_batches_of_their_group(queue: Queue, clock: FrozenClock) -> None:
+    store, now = queue.store, clock.now()
+    mail = jobs(queue, 7)
+    jobs(queue, 3, group="video")
+    (worker,) = [store.register_worker("mail", 1, "here", now, batches=True)]
+    store.roster.update_one(
+        {"_id": worker}, {"$set": {"ran": [{"group": "mail", "jobs": 2, "seconds": 0.02}]}}
+    )
+    Recruiter(store, RecruiterConfig(batches=RULE)).run_once(now)
+    assert batches_of(store) == {worker: tuple(mail[:5])}
+
+
+# --- what a worker does with its batch ------------------------------------------------------
+
+
+@pytest.fixture
+def app(registry: Registry) -> list[str]:
+    ran: list[str] = []
+
+    @registry.workable("tests.noop")
+    def noop() -> None:
+        ran.append("noop")
+
+    return ran
+
+
+def one_worker(queue: Queue, registry: Registry, clock: FrozenClock) -> WorkerProcess:
+    worker = WorkerProcess(queue.store, registry, clock, WORKER, lambda: None)
+    worker.slots[0].register()
+    slot_id = worker.slots[0].id
+    queue.store.roster.update_one(
+        {"_id": slot_id}, {"$set": {"ran": [{"group": "mail", "jobs": 1, "seconds": 0.01}]}}
+    )
+    return worker
+
+
+def test_a_worker_runs_its_batch_in_order_and_is_released_once_telling_how_long(
+    queue: Queue, registry: Registry, clock: FrozenClock, app: list[str]
+) -> None:
+    worker = one_worker(queue, registry, clock)
+    batch = jobs(queue, 4)
+    Recruiter(queue.store, RecruiterConfig(batches=RULE)).run_once(clock.now())
+    result = worker.slots[0].run_once()
+    assert [e.job_id for e in result.executions] == batch
+    assert all(e.outcome is Outcome.DONE for e in result.executions)
+    assert app == ["noop"] * 4
+    (record,) = queue.store.workers()
+    assert record.available
+    assert record.assignment is None
+    assert record.ran == (RanReport("mail", 4, 0.0),), "a frozen clock: no time passed"
+
+
+def test_a_job_cancelled_in_a_batch_is_skipped_and_the_rest_run(
+    queue: Queue, registry: Registry, clock: FrozenClock, app: list[str]
+) -> None:
+    worker = one_worker(queue, registry, clock)
+    batch = jobs(queue, 3)
+    Recruiter(queue.store, RecruiterConfig(batches=RULE)).run_once(clock.now())
+    queue.cancel(batch[1])
+    result = worker.slots[0].run_once()
+    assert [e.outcome for e in result.executions] == [Outcome.DONE, Outcome.SKIPPED, Outcome.DONE]
+    assert app == ["noop", "noop"]
+    assert queue.job(batch[1]).why == "cancelled"
+
+
+def test_a_worker_asked_to_stop_finishes_its_job_and_puts_the_rest_back_uncounted(
+    queue: Queue, registry: Registry, clock: FrozenClock
+) -> None:
+    @registry.workable("tests.noop")
+    def noop() -> None:
+        worker.stop.set()  # SIGTERM while the first job runs
+
+    worker = one_worker(queue, registry, clock)
+    batch = jobs(queue, 4)
+    Recruiter(queue.store, RecruiterConfig(batches=RULE)).run_once(clock.now())
+    result = worker.slots[0].run_once()
+    assert [(e.job_id, e.outcome) for e in result.executions] == [(batch[0], Outcome.DONE)]
+    assert result.returned == 3
+    for job_id in batch[1:]:
+        job = queue.job(job_id)
+        assert (job.locked, job.attempts) == (False, 0), "back in the queue, uncounted"
+    (record,) = queue.store.workers()
+    assert record.available, "released once, after its one job"
+    assert worker.slots[0].retire()
+
+
+def test_a_worker_declared_dead_mid_batch_its_job_goes_to_its_policy_the_rest_back_at_once(
+    queue: Queue, registry: Registry, clock: FrozenClock
+) -> None:
+    seen: list[Any] = []
+    cleaner = WatchingCleaner(queue.store, CleanerConfig(considered_dead_after=DEAD_AFTER))
+    cleaner.run_once(clock.now())
+
+    @registry.workable("tests.noop")
+    def noop() -> None:
+        seen.append("ran")
+        if len(seen) == 2:  # the worker is frozen in its second job, declared dead
+            clock.advance(DEAD_AFTER.total_seconds() + 1)
+            seen.append(dict(cleaner.run_once(clock.now()).released))
+
+    worker = one_worker(queue, registry, clock)
+    batch = queue.schedule_many(
+        JobSpec("tests.noop", group="mail").retry_with(RetryManyTimes(3, 0)) for _ in range(4)
+    )
+    Recruiter(queue.store, RecruiterConfig(batches=RULE)).run_once(clock.now())
+    result = worker.slots[0].run_once()
+    assert seen == ["ran", "ran", {"retry": 1, "requeued": 2}]
+    assert [e.outcome for e in result.executions] == [Outcome.DONE, Outcome.FENCED]
+    first, running, *rest = (queue.job(j) for j in batch)
+    assert (first.why, first.attempts) == ("done", 1)
+    assert (running.locked, running.attempts, running.history[-1]["outcome"]) == (
+        False,
+        1,
+        "retry",
+    )
+    for job in rest:
+        assert (job.locked, job.attempts, job.history) == (False, 0, ())
+    assert queue.store.workers() == [], "removed, and not back: it was declared dead"
+
+
+@pytest.fixture
+def cleaner(queue: Queue, clock: FrozenClock) -> Cleaner:
+    cleaner = WatchingCleaner(queue.store, CleanerConfig(considered_dead_after=DEAD_AFTER))
+    cleaner.run_once(clock.now())
+    return cleaner
+
+
+def declared_dead(cleaner: Cleaner, clock: FrozenClock) -> Callable[[], object]:
+    """The cleaner's step: the worker, silent past the dead timeout, is taken back from."""
+
+    def step() -> object:
+        clock.advance(DEAD_AFTER.total_seconds() + 1)
+        return dict(cleaner.run_once(clock.now()).released)
+
+    return step
+
+
+def test_a_batch_taken_back_just_before_one_jobs_end_and_the_next_start_loses_both(
+    queue: Queue,
+    registry: Registry,
+    clock: FrozenClock,
+    app: list[str],
+    cleaner: Cleaner,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Job 1 ran; before the one command that ends it and starts job 2 lands, the worker
+    is declared dead: job 1 is a crashed attempt for its policy, jobs 2 and 3 go back
+    uncounted; the command lands nothing; the old worker runs no more of the batch."""
+    worker = one_worker(queue, registry, clock)
+    batch = jobs(queue, 3)
+    Recruiter(queue.store, RecruiterConfig(batches=RULE)).run_once(clock.now())
+    taken = before(monkeypatch, queue.store, "write_in_order", declared_dead(cleaner, clock))
+    result = worker.slots[0].run_once()
+    assert taken == [{"archived": 1, "requeued": 2}], "the default policy: no retry"
+    assert [e.outcome for e in result.executions] == [Outcome.FENCED]
+    assert app == ["noop"]
+    first = queue.job(batch[0])
+    assert (first.attempts, [h["outcome"] for h in first.history]) == (1, ["archived"])
+    for job_id in batch[1:]:
+        job = queue.job(job_id)
+        assert (job.locked, job.attempts) == (False, 0), "back in the queue, uncounted"
+
+
+def test_a_batch_taken_back_just_after_one_jobs_end_and_the_next_start_counts_each_once(
+    queue: Queue,
+    registry: Registry,
+    clock: FrozenClock,
+    app: list[str],
+    cleaner: Cleaner,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The command landed both: job 1 done, job 2 started. The worker is declared dead
+    then: job 2 is a crashed attempt (counted once, by its start), job 3 goes back
+    uncounted, and what the old worker still writes of job 2 is fenced out."""
+    worker = one_worker(queue, registry, clock)
+    batch = jobs(queue, 3)
+    Recruiter(queue.store, RecruiterConfig(batches=RULE)).run_once(clock.now())
+    taken = after(monkeypatch, queue.store, "write_in_order", declared_dead(cleaner, clock))
+    result = worker.slots[0].run_once()
+    assert taken == [{"archived": 1, "requeued": 1}], "the default policy: no retry"
+    assert [e.outcome for e in result.executions] == [Outcome.DONE, Outcome.FENCED]
+    done, crashed, requeued = (queue.job(j) for j in batch)
+    assert (done.why, done.attempts) == ("done", 1)
+    assert (crashed.attempts, [h["outcome"] for h in crashed.history]) == (1, ["archived"])
+    assert (requeued.locked, requeued.attempts) == (False, 0)
+    assert app == ["noop", "noop"], "job 2 ran on the old worker: its result was discarded"
+
+
+def test_a_job_cancelled_just_before_its_start_rides_along_is_skipped_not_run(
+    queue: Queue,
+    registry: Registry,
+    clock: FrozenClock,
+    app: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The batch was read with job 2 not cancelled; the cancellation lands before the
+    command that ends job 1 and starts job 2: the start is refused, job 1's end lands,
+    and job 2, started apart, is archived as cancelled without running."""
+    worker = one_worker(queue, registry, clock)
+    batch = jobs(queue, 3)
+    Recruiter(queue.store, RecruiterConfig(batches=RULE)).run_once(clock.now())
+    cancelled = before(monkeypatch, queue.store, "write_in_order", lambda: queue.cancel(batch[1]))
+    result = worker.slots[0].run_once()
+    assert len(cancelled) == 1
+    assert [e.outcome for e in result.executions] == [Outcome.DONE, Outcome.SKIPPED, Outcome.DONE]
+    assert app == ["noop", "noop"]
+    assert [queue.job(j).why for j in batch] == ["done", "cancelled", "done"]
+    assert [queue.job(j).attempts for j in batch] == [1, 1, 1], "each attempt counted once"
+
+
+@pytest.mark.parametrize("landed", [True, False], ids=["reply-lost", "write-lost"])
+def test_a_lost_reply_to_one_jobs_end_and_the_next_start_counts_each_once(
+    queue: Queue,
+    registry: Registry,
+    clock: FrozenClock,
+    app: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+    landed: bool,
+) -> None:
+    """The command got no answer. If it landed, the worker writes job 1's end again
+    (matching nothing: it checks the job's history) and finds job 2 started by its own
+    earlier try; if it did not, both are written on their own. Either way nothing runs
+    or counts twice."""
+    worker = one_worker(queue, registry, clock)
+    batch = jobs(queue, 3)
+    Recruiter(queue.store, RecruiterConfig(batches=RULE)).run_once(clock.now())
+    real = queue.store.write_in_order
+    lost: list[int] = []
+
+    def lands_then_no_reply(statements: Any) -> int:
+        if not lost:
+            lost.append(real(statements) if landed else 0)
+            raise DatabaseUnavailable("connection closed (simulated)")
+        return real(statements)
+
+    monkeypatch.setattr(queue.store, "write_in_order", lands_then_no_reply)
+    result = worker.slots[0].run_once()
+    assert lost == [2 if landed else 0]
+    assert [e.outcome for e in result.executions] == [Outcome.DONE] * 3
+    assert app == ["noop"] * 3
+    for job_id in batch:
+        job = queue.job(job_id)
+        assert (job.why, job.attempts, len(job.history)) == ("done", 1, 1)
+
+
+@pytest.mark.real_server
+def test_a_batch_of_n_jobs_costs_its_worker_n_plus_3_commands_after_its_assignment(
+    real_server_uri: str, registry: Registry, clock: FrozenClock, app: list[str]
+) -> None:
+    """Read the rest of the batch, start the first, then each end with the next start
+    in one command, the last end, the release: N + 3 (one job alone costs 3), after the
+    read that brings the assignment (here its roster document; a change feed's read)."""
+    counter = CommandCounter()
+    client: MongoClient[dict[str, Any]] = MongoClient(
+        real_server_uri, tz_aware=True, event_listeners=[counter]
+    )
+    database = client[f"t_{uuid.uuid4().hex[:12]}"]
+    try:
+        queue = Queue(database, clock)
+        worker = one_worker(queue, registry, clock)
+        jobs(queue, 10)
+        Recruiter(queue.store, RecruiterConfig(batches=BatchRule(max_batch=10))).run_once(
+            clock.now()
+        )
+        before = counter.snapshot()
+        result = worker.slots[0].run_once()
+        after_run = counter.snapshot()
+    finally:
+        client.drop_database(database.name)
+        client.close()
+    assert len(result.executions) == 10
+    sent = {name: after_run[name] - before.get(name, 0) for name in after_run}
+    assert {name: count for name, count in sent.items() if count} == {
+        "find": 2,  # its own roster document (the assignment), the rest of the batch
+        "findAndModify": 1,  # the first start
+        "update": 11,  # 9 ends with the next start, the last end, the release
+    }
