@@ -27,9 +27,11 @@ from tests.faults.scenario import (
     DATABASE_FAULTS,
     REPEATED,
     SLOW_CONCURRENCY,
+    WORKER_FAULTS,
     Fault,
     Record,
     Scenario,
+    largest_batch,
     run_scenario,
 )
 
@@ -53,6 +55,25 @@ def test_no_job_is_lost_or_run_twice_under_every_kind_of_fault(seed: int, tmp_pa
     expected = set(ALL_FAULTS) - (set(DATABASE_FAULTS) if uri else set())
     assert set(report.faults) == expected, explain(report, tmp_path)
     assert report.lost == 0
+
+
+@pytest.mark.real_server
+@pytest.mark.timeout(400)
+def test_no_job_is_lost_or_run_twice_with_large_batches_under_kills_and_freezes(
+    tmp_path: Path,
+) -> None:
+    """Jobs arrive thirty at a time and the recruiter may hand a slot twenty of them (up
+    to 5 s of expected work): workers are killed busy and idle, and frozen past the dead
+    timeout, with most of a batch still to run; leaders are killed between lock and
+    assign."""
+    uri = os.environ.get("MONGODB_URI")
+    kinds = (*WORKER_FAULTS, "kill-recruiter", "kill-recruiter-between-lock-and-assign")
+    scenario = Scenario(3, jobs=60, batch=30, kinds=kinds, max_batch=20, batch_seconds=5.0)
+    report = judge(run_scenario(scenario, tmp_path, uri))
+    assert report.ok, explain(report, tmp_path)
+    assert set(report.faults) == set(kinds), explain(report, tmp_path)
+    assert report.lost == 0
+    assert largest_batch(tmp_path) >= 5, "the run handed out large batches"
 
 
 @pytest.mark.soak

@@ -15,6 +15,7 @@ import datetime as dt
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -85,6 +86,10 @@ class Scenario:
     repeat_every: float = 1.0
     """Seconds between the occurrences of a repeatable job declared at the start (it is
     stopped once every planned job is scheduled and every fault injected); 0: none."""
+    max_batch: int | None = None
+    """The recruiter's ``--max-batch`` (its default when ``None``)."""
+    batch_seconds: float | None = None
+    """The recruiter's ``--batch-seconds`` (its default when ``None``)."""
 
 
 STARTUP_GRACE = 3.0
@@ -257,7 +262,12 @@ class Run:
         return member
 
     def start_recruiter(self) -> Member:
-        return self.start("recruiter", "run", "--lease", f"{self.scenario.lease}s")
+        batches = []
+        if self.scenario.max_batch is not None:
+            batches += ["--max-batch", str(self.scenario.max_batch)]
+        if self.scenario.batch_seconds is not None:
+            batches += ["--batch-seconds", f"{self.scenario.batch_seconds}s"]
+        return self.start("recruiter", "run", "--lease", f"{self.scenario.lease}s", *batches)
 
     def start_cleaner(self) -> Member:
         scenario = self.scenario
@@ -670,3 +680,15 @@ def _settle(run: Run) -> bool:
 
 def faults_by_kind(record: Record) -> Counter[str]:
     return Counter(f.kind for f in record.faults if f.kind in ALL_FAULTS)
+
+
+ASSIGNED = re.compile(r"assigned jobs \[(.*?)\] to worker")
+
+
+def largest_batch(directory: Path) -> int:
+    """The most jobs one assignment carried in a run, from its recruiters' debug logs."""
+    largest = 0
+    for log in sorted((directory / "logs").glob("*-recruiter.log")):
+        for found in ASSIGNED.finditer(log.read_text(errors="replace")):
+            largest = max(largest, found.group(1).count("ObjectId("))
+    return largest
