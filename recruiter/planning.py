@@ -23,6 +23,7 @@ over.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -33,7 +34,10 @@ from bson import ObjectId
 from recruiter.batching import BatchRule, JobLengths, capacity, pack
 from recruiter.groups import FairShare, GroupSettings
 from recruiter.job import ANY_GROUP
+from recruiter.recovery import put_back
 from recruiter.store import Store, WorkerRecord
+
+logger = logging.getLogger(__name__)
 
 ANY_GROUP_READS = 3
 """Reads of ready jobs a round of any-group workers makes at most, however many groups
@@ -111,6 +115,18 @@ class Allowances:
         return min(times, default=None)
 
 
+@dataclass
+class _Round:
+    """One round being planned: its token and time, what limits leave, what it locked,
+    and what each worker gets."""
+
+    token: ObjectId
+    now: dt.datetime
+    allowances: Allowances
+    locked: set[Any] = field(default_factory=set)
+    jobs: dict[ObjectId, list[Any]] = field(default_factory=dict)
+
+
 class Planner:
     """Plans rounds for one leading recruiter; keeps groups' settings, fair share and
     the lengths of jobs (for batches)."""
@@ -140,20 +156,29 @@ class Planner:
         by_group: dict[str, list[WorkerRecord]] = defaultdict(list)
         for worker in workers:
             by_group[worker.work_on].append(worker)
-        allowances = self._allowances(now)
-        jobs: dict[ObjectId, list[Any]] = {}
+        round_ = _Round(token, now, self._allowances(now))
         named = sorted(g for g in by_group if g != ANY_GROUP)
         if named:
+            allowances = round_.allowances
             wanted = {g: allowances.cap(g, self._room(g, by_group[g])) for g in named}
             ready = self.store.ready_job_ids_by_group(now, wanted)
-            locked = set(self._lock(ready, allowances, token, now))
+            self._lock(ready, round_)
             for group in named:
-                handed = [job for job in ready[group] if job in locked]
-                self._hand(by_group[group], [group] * len(handed), handed, jobs)
+                self._hand(by_group[group], [(group, job) for job in ready[group]], round_)
         drained = False
         if by_group.get(ANY_GROUP):
-            drained = self._plan_any_group(by_group[ANY_GROUP], allowances, jobs, token, now)
-        return Plan(jobs, drained, allowances.wake_at())
+            drained = self._plan_any_group(by_group[ANY_GROUP], round_)
+        self._put_back_unplaced(round_)
+        return Plan(round_.jobs, drained, round_.allowances.wake_at())
+
+    def _put_back_unplaced(self, round_: _Round) -> None:
+        """Every job the round locked is in a worker's jobs; one that were not (a bug)
+        would stay locked while the round's token is held: put it back, and say so."""
+        placed = {job for batch in round_.jobs.values() for job in batch}
+        unplaced = [job for job in round_.locked if job not in placed]
+        if unplaced:
+            logger.error("recruiter: %d jobs locked but not planned, put back", len(unplaced))
+            put_back(self.store, unplaced, round_.token, round_.now)
 
     def _room(self, group: str, slots: list[WorkerRecord]) -> int:
         """How many jobs of ``group`` the ``slots`` of that group could take at once."""
@@ -161,40 +186,34 @@ class Planner:
         return sum(map(len, pack([group] * most, slots, self.batches, self.lengths)))
 
     def _hand(
-        self,
-        slots: list[WorkerRecord],
-        groups: list[str],
-        handed: list[Any],
-        jobs: dict[ObjectId, list[Any]],
+        self, slots: list[WorkerRecord], chosen: list[tuple[str, Any]], round_: _Round
     ) -> None:
-        """Share ``handed`` (of ``groups``, in order) among ``slots``, in batches."""
+        """Share the ``chosen`` jobs (group, job, in order) among ``slots``, in batches,
+        as they were packed when chosen; those that could not be locked (cancelled
+        meanwhile) are left out of their batch (packing again without them could leave
+        one out that was locked)."""
+        groups = [group for group, _ in chosen]
         for slot, positions in zip(
             slots, pack(groups, slots, self.batches, self.lengths), strict=True
         ):
-            if positions:
-                jobs[slot.id] = [handed[p] for p in positions]
+            batch = [chosen[p][1] for p in positions if chosen[p][1] in round_.locked]
+            if batch:
+                round_.jobs[slot.id] = batch
 
-    def _plan_any_group(
-        self,
-        idle: list[WorkerRecord],
-        allowances: Allowances,
-        jobs: dict[ObjectId, list[Any]],
-        token: ObjectId,
-        now: dt.datetime,
-    ) -> bool:
+    def _plan_any_group(self, idle: list[WorkerRecord], round_: _Round) -> bool:
         """Share the workers of any group among the groups with ready jobs; return
         whether one was left idle because nothing at all is ready."""
-        ready_groups = self.store.ready_groups(now)
+        ready_groups = self.store.ready_groups(round_.now)
         self.share.forget(ready_groups)
         most = capacity(idle, self.batches)
-        wanted = {g: allowances.cap(g, most) for g in ready_groups}
-        chosen, complete = self._choose(idle, {g: n for g, n in wanted.items() if n}, now)
+        wanted = {g: round_.allowances.cap(g, most) for g in ready_groups}
+        open_groups = {g: n for g, n in wanted.items() if n}
+        chosen, complete = self._choose(idle, open_groups, round_.now)
         by_group: dict[str, list[Any]] = defaultdict(list)
         for group, job in chosen:
             by_group[group].append(job)
-        locked = set(self._lock(by_group, allowances, token, now))
-        handed = [(group, job) for group, job in chosen if job in locked]
-        self._hand(idle, [g for g, _ in handed], [job for _, job in handed], jobs)
+        self._lock(by_group, round_)
+        self._hand(idle, chosen, round_)
         held = any(wanted[g] < len(idle) for g in ready_groups)
         return len(chosen) < len(idle) and complete and not held
 
@@ -242,18 +261,13 @@ class Planner:
                     exhausted.add(group)
         raise AssertionError("the last play hands out only jobs read")  # pragma: no cover
 
-    def _lock(
-        self,
-        ready: dict[str, list[Any]],
-        allowances: Allowances,
-        token: ObjectId,
-        now: dt.datetime,
-    ) -> list[Any]:
+    def _lock(self, ready: dict[str, list[Any]], round_: _Round) -> None:
         """Lock the jobs read for each group; its rate-limited starts first."""
-        self._record_starts({g: len(jobs) for g, jobs in ready.items()}, now)
+        self._record_starts({g: len(jobs) for g, jobs in ready.items()}, round_.now)
         for group, jobs in ready.items():
-            allowances.take(group, len(jobs))
-        return self.store.lock_jobs([job for jobs in ready.values() for job in jobs], token, now)
+            round_.allowances.take(group, len(jobs))
+        wanted = [job for jobs in ready.values() for job in jobs]
+        round_.locked.update(self.store.lock_jobs(wanted, round_.token, round_.now))
 
     @property
     def _weights(self) -> dict[str, int]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections import Counter
+from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any
 
@@ -80,7 +81,11 @@ def take_back_from_dead(
         return released
     reason = f"worker {removed.id} (pid {removed.pid} on {removed.hostname}) died"
     assignment = removed.assignment
-    for job_id in assignment.job_ids:
+    # last to first: the jobs not started yet are put back before the one that runs is
+    # taken back, so a late command of the fenced-out worker that ends the running job
+    # and starts the next either lands whole (the running job ended by its own worker)
+    # or finds the next one put back: never a start landing after its end was fenced
+    for job_id in reversed(assignment.job_ids):
         try:
             released[release_fenced(store, job_id, assignment.token, now, reason)] += 1
         except WriteRejected as error:  # the orphan pass tries it again (its holder is gone)
@@ -125,7 +130,11 @@ def release_unheld(
     Returns how many jobs each outcome had; jobs gone or started meanwhile are not counted.
     """
     released: Counter[Released] = Counter()
-    for lock in unheld_locks(store, locked_before):
+    # the locks read not started first (each put back only if still not started), then
+    # those read started: a batch's next job is put back before the job that ran before
+    # it is taken back (see take_back_from_dead)
+    locks = sorted(unheld_locks(store, locked_before), key=lambda lock: lock.started)
+    for lock in locks:
         try:
             released[_release_unheld_one(store, lock, now, reason)] += 1
         except WriteRejected as error:
@@ -157,6 +166,19 @@ def _refused(job_id: Any, error: WriteRejected) -> Released:
         error,
     )
     return Released.REFUSED
+
+
+def put_back(store: Store, job_ids: Sequence[Any], token: ObjectId, now: dt.datetime) -> int:
+    """Put back, uncounted, the jobs of ``job_ids`` locked with ``token`` and not started
+    (the rest of a batch, a round's jobs whose worker left); those whose cancellation
+    was asked for meanwhile are finished as cancelled instead. Returns how many of the
+    jobs went back (cancelled or not)."""
+    returned = store.unlock_if_not_started(job_ids, token)
+    if returned:
+        for job_id in store.cancel_requested(job_ids):
+            if store.cancel_if_waiting(job_id, now):
+                logger.info("job %s cancelled, never started", job_id)
+    return returned
 
 
 def _requeue(

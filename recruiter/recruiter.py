@@ -31,7 +31,7 @@ from recruiter.batching import BatchRule
 from recruiter.errors import DatabaseError
 from recruiter.loop import UNKNOWN, Backoff, Pause
 from recruiter.planning import SETTINGS_REFRESH, SETTINGS_REFRESH_FOLLOWED, Planner
-from recruiter.recovery import release_unheld
+from recruiter.recovery import put_back, release_unheld
 from recruiter.schedulers import create_due_occurrences
 from recruiter.store import Store, WorkerRecord
 
@@ -217,7 +217,7 @@ class Recruiter:
         assigned = self.store.assign(plan, token, now)
         left = [worker for worker in plan if worker not in assigned]
         if left:
-            self.store.unlock_if_not_started([j for w in left for j in plan[w]], token)
+            put_back(self.store, [j for w in left for j in plan[w]], token, now)
             logger.info("recruiter: %d workers left before assignment", len(left))
         for worker in assigned:
             logger.debug("recruiter: assigned jobs %s to worker %s", plan[worker], worker)

@@ -39,6 +39,7 @@ from recruiter.errors import DatabaseError, SchemaTooNew
 from recruiter.execution import Execution, Executor, Identity, Outcome, Rider
 from recruiter.job import ANY_GROUP
 from recruiter.loop import Backoff, StopRequest
+from recruiter.recovery import put_back
 from recruiter.schema_check import SchemaCheck
 from recruiter.stopping import Watch
 from recruiter.store import Assignment, ChangeFeed, RanReport, RosterChange, Store
@@ -219,7 +220,7 @@ class WorkerSlot:
             # sent with the fenced end was refused with it (same token)
             fenced = bool(executions) and executions[-1].outcome is Outcome.FENCED
             if fenced or (position and rode is None and (stop_asked or self.stopping())):
-                returned = self.store.unlock_if_not_started(jobs[position:], token)
+                returned = put_back(self.store, jobs[position:], token, self.clock.latest())
                 logger.info("worker %s: put back %d jobs of its batch", self.id, returned)
                 break
             if position and rode is None and job_id not in held:

@@ -20,7 +20,7 @@ from bson import ObjectId
 from pymongo import MongoClient
 
 from benchmarks.counted import CommandCounter
-from recruiter import JobSpec, Queue, Registry, RetryManyTimes
+from recruiter import JobSpec, Queue, Registry, RetryManyTimes, recovery, retry_statistics
 from recruiter.batching import BatchRule, JobLengths, pack
 from recruiter.cleaner import Cleaner, CleanerConfig
 from recruiter.clock import FrozenClock
@@ -495,3 +495,142 @@ def test_a_batch_of_n_jobs_costs_its_worker_n_plus_3_commands_after_its_assignme
         "findAndModify": 1,  # the first start
         "update": 11,  # 9 ends with the next start, the last end, the release
     }
+
+
+@pytest.mark.parametrize("releases", [1, 2, 3])
+def test_a_command_landing_mid_take_back_never_counts_a_job_that_did_not_run(
+    queue: Queue,
+    registry: Registry,
+    clock: FrozenClock,
+    cleaner: Cleaner,
+    monkeypatch: pytest.MonkeyPatch,
+    releases: int,
+) -> None:
+    """The worker's command (end job 1, start job 2) lands in the middle of the take-back
+    of its batch, after the cleaner released 1, 2 or 3 of its jobs. The cleaner goes
+    last to first, so whenever job 1's end is refused, job 2 was put back before and its
+    start is refused too: every attempt counted is one whose code ran, and once."""
+    ran: Counter[Any] = Counter()
+
+    @registry.workable("tests.noop")
+    def noop() -> None:
+        ran[ObjectId(retry_statistics().job_id)] += 1
+
+    worker = one_worker(queue, registry, clock)
+    batch = jobs(queue, 3)
+    Recruiter(queue.store, RecruiterConfig(batches=RULE)).run_once(clock.now())
+    real_write, real_release = queue.store.write_in_order, recovery.release_fenced
+    in_flight: list[Any] = []
+    landed: list[int] = []
+    released: list[Any] = []
+
+    def release_fenced(store: Any, job_id: Any, *rest: Any) -> Any:
+        outcome = real_release(store, job_id, *rest)
+        released.append(job_id)
+        if in_flight and len(released) == releases:  # the worker's command lands now
+            landed.append(real_write(in_flight.pop()))
+        return outcome
+
+    def write_in_order(statements: Any) -> int:
+        if landed:
+            return real_write(statements)
+        in_flight.append(statements)
+        declared_dead(cleaner, clock)()
+        return landed[0]
+
+    monkeypatch.setattr(recovery, "release_fenced", release_fenced)
+    monkeypatch.setattr(queue.store, "write_in_order", write_in_order)
+    worker.slots[0].run_once()
+    assert released == list(reversed(batch)), "last to first"
+    assert landed == [{1: 2, 2: 1, 3: 0}[releases]]
+    for job_id in batch:
+        job = queue.job(job_id)
+        assert job.attempts == ran[job_id], f"attempts {job.attempts}, ran {ran[job_id]}"
+        assert not job.locked
+    assert ran[batch[2]] == 0, "job 3 was put back before anything landed"
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_the_orphan_pass_puts_a_batchs_next_job_back_before_it_takes_back_the_running_one(
+    queue: Queue,
+    registry: Registry,
+    clock: FrozenClock,
+    app: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+    when: str,
+) -> None:
+    """A take-back cut short after the worker's removal leaves its batch to the orphan
+    pass. The worker, fenced out, sends its command (end job 1, start job 2) just before
+    or just after the pass takes job 1 back: job 2 was put back first either way, so
+    its start is refused; job 1 is ended once, by its worker or as a crashed attempt."""
+    worker = one_worker(queue, registry, clock)
+    batch = jobs(queue, 3)
+    Recruiter(queue.store, RecruiterConfig(batches=RULE)).run_once(clock.now())
+    slot_id = worker.slots[0].id
+    real_write, real_crashed = queue.store.write_in_order, recovery._crashed
+    landed: list[int] = []
+
+    def orphan_pass(statements: Any) -> int:
+        queue.store.roster.delete_one({"_id": slot_id})  # removed; the take-back cut short
+
+        def crashed(*arguments: Any) -> Any:
+            if when == "before":
+                landed.append(real_write(statements))
+            result = real_crashed(*arguments)
+            if when == "after":
+                landed.append(real_write(statements))
+            return result
+
+        monkeypatch.setattr(recovery, "_crashed", crashed)
+        recovery.release_unheld(queue.store, clock.now(), "held by no worker")
+        return landed[0]
+
+    monkeypatch.setattr(queue.store, "write_in_order", orphan_pass)
+    result = worker.slots[0].run_once()
+    first, second, third = (queue.job(j) for j in batch)
+    if when == "before":
+        assert landed == [1], "job 1's end landed, job 2's start did not"
+        assert (first.why, first.attempts, len(first.history)) == ("done", 1, 1)
+    else:
+        assert landed == [0], "job 1 taken back first: nothing landed"
+        assert [e.outcome for e in result.executions] == [Outcome.FENCED]
+        assert (first.attempts, [h["outcome"] for h in first.history]) == (1, ["archived"])
+    for job in (second, third):
+        assert (job.locked, job.attempts, job.why) == (False, 0, None), "never counted"
+    assert app == ["noop"]
+
+
+def test_every_job_a_round_locks_is_handed_to_a_worker_when_one_is_cancelled_meanwhile(
+    queue: Queue, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Packed a1 c a2 on a slot that runs batches and b (of unknown length) on one that
+    does not; a1 is cancelled before the lock: the batches keep their places without
+    it, so a2 is not left locked and handed to nobody."""
+    store, now = queue.store, clock.now()
+    first_a, second_a = jobs(queue, 2, group="a")
+    (b,) = jobs(queue, 1, group="b")
+    (c,) = jobs(queue, 1, group="c")
+    (batcher,) = taught_workers(store, 1, now, a=0.05, c=0.1)
+    older = store.register_worker("*", 1, "here", now)  # a worker from before batches
+    after(monkeypatch, store, "ready_job_ids_by_group", lambda: queue.cancel(first_a))
+    Recruiter(store, RecruiterConfig(batches=RULE)).run_once(now)
+    assert batches_of(store) == {batcher: (c, second_a), older: (b,)}
+    locked = {d["_id"] for d in store.scheduled.find({"locked": True})}
+    assert locked == {b, c, second_a}
+
+
+def test_a_job_cancelled_in_a_batch_put_back_on_sigterm_is_finished_as_cancelled(
+    queue: Queue, registry: Registry, clock: FrozenClock
+) -> None:
+    worker = one_worker(queue, registry, clock)
+    batch = jobs(queue, 3)
+
+    @registry.workable("tests.noop")
+    def noop() -> None:
+        worker.stop.set()
+        queue.cancel(batch[2])
+
+    Recruiter(queue.store, RecruiterConfig(batches=RULE)).run_once(clock.now())
+    assert worker.slots[0].run_once().returned == 2
+    assert queue.job(batch[1]).why is None, "back in the queue"
+    assert queue.job(batch[2]).why == "cancelled", "not handed out again to be skipped"

@@ -294,9 +294,8 @@ class RosterVerbs:
         """Make the worker available again after the job (or batch) it was assigned with
         ``token``, recording what it ran (:class:`RanReport`)."""
         fields: Document = {"available": True, "available_since": now, "last_seen_at": now}
-        if ran:
-            fields["ran"] = [report.to_document() for report in ran]
-            fields["ran_for"] = token
+        # a new report each time, if empty: an old one is never counted twice
+        fields.update(ran=[report.to_document() for report in ran], ran_for=token)
         result = self.roster.update_one(
             {"_id": worker_id, "assignment.token": token},
             {
