@@ -62,6 +62,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--backlogs", type=int, nargs="*", default=[1_000, 10_000, 100_000])
     parser.add_argument("--round-workers", type=int, default=16)
+    parser.add_argument(
+        "--recruiter-option",
+        action="append",
+        default=[],
+        metavar="OPTION",
+        help="an option of `recruiter run`, e.g. --recruiter-option=--batch-seconds=5s "
+        "(repeat for several; the defaults when none)",
+    )
     parser.add_argument("--json", type=Path, default=Path("benchmarks/results/latest.json"))
     parser.add_argument("--plots", type=Path, help="write PNG plots to this directory")
     arguments = parser.parse_args(argv)
@@ -117,7 +125,7 @@ def measure(
     place = directory / f"{system_name}-{workers}"
     system: System
     if system_name == "recruiter":
-        system = RecruiterSystem(uri, place, workers)
+        system = RecruiterSystem(uri, place, workers, arguments.recruiter_option)
     elif system_name == "naive":
         system = NaiveSystem(uri, place, workers)
     else:

@@ -204,8 +204,12 @@ class RecruiterSystem:
 
     name = "recruiter"
 
-    def __init__(self, uri: str, directory: Path, workers: int) -> None:
+    def __init__(
+        self, uri: str, directory: Path, workers: int, options: list[str] | None = None
+    ) -> None:
         self.uri, self.workers = uri, workers
+        self.options = list(options or [])
+        """Options of ``recruiter run`` (its defaults when empty)."""
         self.client: MongoClient[dict[str, Any]] = MongoClient(uri, tz_aware=True)
         self.database: Database[dict[str, Any]] = self.client[f"bench_{uuid.uuid4().hex[:8]}"]
         self.store = Store(self.database)
@@ -217,7 +221,7 @@ class RecruiterSystem:
         common = ["--mongodb-uri", self.uri, "--database", self.database.name]
         common += ["--log-level", "warning"]
         launcher = [sys.executable, "-m", "benchmarks.counted"]
-        self.cast.start("recruiter", [*launcher, "run", *common])
+        self.cast.start("recruiter", [*launcher, "run", *common, *self.options])
         self.cast.start("cleaner", [*launcher, "clean", *common])
         for n in range(self.workers):
             app = ["--app", "benchmarks.app:registry"]
