@@ -30,30 +30,25 @@ from recruiter.recruiter import Recruiter, RecruiterConfig
 from recruiter.store import RanReport, Store, WorkerRecord
 from recruiter.worker import WorkerConfig, WorkerProcess
 from tests.interleaving import after, before
+from tests.test_groups import jobs
 from tests.test_processes import DEAD_AFTER, WatchingCleaner
 
 RULE = BatchRule(max_batch=5, seconds=dt.timedelta(seconds=1))
 WORKER = WorkerConfig(watch=False)
 
 
+def record(**fields: Any) -> WorkerRecord:
+    """An available worker of any group, as the recruiter reads it, with ``fields``."""
+    return WorkerRecord(ObjectId(), "*", True, None, None, 1, "here", None, **fields)
+
+
 def slot(takes_batches: bool = True) -> WorkerRecord:
-    return WorkerRecord(ObjectId(), "*", True, None, None, 1, "here", None, None, takes_batches)
+    return record(takes_batches=takes_batches)
 
 
 def lengths(**seconds: float) -> JobLengths:
     known = JobLengths()
-    worker = WorkerRecord(
-        ObjectId(),
-        "*",
-        True,
-        None,
-        None,
-        1,
-        "here",
-        None,
-        ran=tuple(RanReport(group, 1, length) for group, length in seconds.items()),
-    )
-    known.learn([worker])
+    known.learn([record(ran=tuple(RanReport(g, 1, length) for g, length in seconds.items()))])
     return known
 
 
@@ -94,23 +89,10 @@ def test_a_worker_from_before_batches_gets_one_job() -> None:
 def test_a_report_is_learnt_once_however_many_rounds_see_it() -> None:
     known = JobLengths()
     since = dt.datetime(2026, 11, 23, tzinfo=dt.UTC)
-    worker = WorkerRecord(
-        ObjectId(),
-        "*",
-        True,
-        None,
-        None,
-        1,
-        "here",
-        None,
-        ran=(RanReport("a", 4, 2.0),),
-        available_since=since,
-    )
+    worker = record(ran=(RanReport("a", 4, 2.0),), available_since=since)
     known.learn([worker])
     assert known.seconds("a") == 0.5
-    faster = WorkerRecord(
-        ObjectId(), "*", True, None, None, 1, "here", None, ran=(RanReport("a", 1, 0.1),)
-    )
+    faster = record(ran=(RanReport("a", 1, 0.1),))
     for _ in range(3):
         known.learn([worker, faster])
     assert known.seconds("a") == pytest.approx(0.5 + 0.3 * (0.1 - 0.5)), "each once"
@@ -145,10 +127,6 @@ def taught_workers(store: Store, count: int, now: dt.datetime, **seconds: float)
 
 def batches_of(store: Store) -> dict[Any, tuple[Any, ...]]:
     return {w.id: w.assignment.job_ids for w in store.workers() if w.assignment is not None}
-
-
-def jobs(queue: Queue, count: int, group: str = "mail", **options: Any) -> list[Any]:
-    return queue.schedule_many(JobSpec("tests.noop", group=group, **options) for _ in range(count))
 
 
 def test_a_round_hands_batches_in_priority_order_when_jobs_outnumber_slots(

@@ -29,10 +29,13 @@ def on_mongomock(collection: Collection[Document]) -> bool:
 
 
 def update_each(
-    collection: Collection[Document], statements: Sequence[tuple[Document, Any]]
+    collection: Collection[Document],
+    statements: Sequence[tuple[Document, Any]],
+    *,
+    ordered: bool = False,
 ) -> int:
     """Apply each ``(filter, update)`` to the one document it matches, in one command (a
-    bulk write, unordered); return how many documents were modified.
+    bulk write, in order if ``ordered``); return how many documents were modified.
 
     On mongomock, whose bulk writes predate the statements pymongo sends since 4.11 (it
     refuses them with a ``TypeError``), one update after the other: applications test
@@ -43,4 +46,4 @@ def update_each(
     if on_mongomock(collection):
         return sum(collection.update_one(f, u).modified_count for f, u in statements)
     operations = [UpdateOne(f, u) for f, u in statements]
-    return collection.bulk_write(operations, ordered=False).modified_count
+    return collection.bulk_write(operations, ordered=ordered).modified_count

@@ -16,7 +16,7 @@ from typing import Any
 
 from bson import ObjectId
 from bson.errors import InvalidDocument
-from pymongo import ReturnDocument, UpdateOne
+from pymongo import ReturnDocument
 from pymongo.collection import Collection
 from pymongo.database import Database
 from pymongo.errors import BulkWriteError, OperationFailure
@@ -574,10 +574,7 @@ class JobVerbs:
         (or a partial answer) changes nothing that landed: the caller reads back which
         did, and sends the others on their own (:class:`recruiter.execution.Executor`).
         """
-        if on_mongomock(self.scheduled):
-            return sum(self.scheduled.update_one(f, u).modified_count for f, u in statements)
-        operations = [UpdateOne(f, u) for f, u in statements]
-        return self.scheduled.bulk_write(operations, ordered=True).modified_count
+        return update_each(self.scheduled, statements, ordered=True)
 
     def held_jobs(self, job_ids: Sequence[Any], token: ObjectId) -> dict[Any, Job]:
         """Those of ``job_ids`` still locked with ``token`` and not started: the rest of
