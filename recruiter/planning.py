@@ -56,9 +56,9 @@ class Plan:
     """The jobs each worker gets (one, or a batch), in order, locked with the round's
     token."""
     drained: bool = False
-    """A worker of any group was left idle because no job of any group is ready (and
-    none is held back by a limit): until a job arrives or falls due, no worker can be
-    given anything."""
+    """The round handed out every job of any group that was ready (none is left ready,
+    none held back by a limit): until a job arrives, is put back or falls due, no
+    worker can be given anything."""
     wake_at: dt.datetime | None = None
     """When a rate-limited group with waiting workers may start a job again."""
 
@@ -202,34 +202,34 @@ class Planner:
 
     def _plan_any_group(self, idle: list[WorkerRecord], round_: _Round) -> bool:
         """Share the workers of any group among the groups with ready jobs; return
-        whether one was left idle because nothing at all is ready."""
+        whether every ready job was handed out (see :attr:`Plan.drained`)."""
         ready_groups = self.store.ready_groups(round_.now)
         self.share.forget(ready_groups)
         most = capacity(idle, self.batches)
         wanted = {g: round_.allowances.cap(g, most) for g in ready_groups}
         open_groups = {g: n for g, n in wanted.items() if n}
-        chosen, complete = self._choose(idle, open_groups, round_.now)
+        chosen, handed_all = self._choose(idle, open_groups, round_.now)
         by_group: dict[str, list[Any]] = defaultdict(list)
         for group, job in chosen:
             by_group[group].append(job)
         self._lock(by_group, round_)
         self._hand(idle, chosen, round_)
-        held = any(wanted[g] < len(idle) for g in ready_groups)
-        return len(chosen) < len(idle) and complete and not held
+        return handed_all and len(open_groups) == len(ready_groups)
 
     def _choose(
         self, idle: list[WorkerRecord], wanted: dict[str, int], now: dt.datetime
     ) -> tuple[list[tuple[str, Any]], bool]:
         """The jobs, in turn, that fair share hands the ``idle`` workers of any group (in
         batches where the batch rule allows), when group ``g`` may give ``wanted[g]``;
-        and whether every group was read as far as the workers needed (else a worker
-        may stay idle though a job was ready).
+        and whether they are all the ready jobs of those groups (each group was read
+        to its end, and every job read is handed out).
 
         Reads only the jobs it hands out: fair share is played first as if every group
         had all it may give, and the batch rule keeps the first of its picks that fit;
         those are read, every group in one command
-        (:meth:`Store.ready_job_ids_by_group`); a group that had fewer is known
-        exhausted and the play starts again with what is left, at most
+        (:meth:`Store.ready_job_ids_by_group`), one more job than needed each, to tell
+        whether the group has more; a group that had no more is known exhausted and,
+        when it had fewer than needed, the play starts again with what is left, at most
         :data:`ANY_GROUP_READS` reads in all.
         """
         most = capacity(idle, self.batches)
@@ -238,7 +238,7 @@ class Planner:
         for reads in range(ANY_GROUP_READS + 1):
             last = reads == ANY_GROUP_READS
             available = {
-                g: len(read.get(g, ())) if last or g in exhausted else limit
+                g: min(len(read.get(g, ())), limit) if last or g in exhausted else limit
                 for g, limit in wanted.items()
             }
             picks = self.share.copy().share_out(most, available, self._weights)
@@ -254,10 +254,12 @@ class Planner:
                 for group in picks:
                     chosen.append((group, read[group][taken[group]]))
                     taken[group] += 1
-                return chosen, not last
-            for group, found in self.store.ready_job_ids_by_group(now, short).items():
+                handed_all = all(g in exhausted and taken[g] == len(read[g]) for g in wanted)
+                return chosen, handed_all and not last
+            probes = {group: needed + 1 for group, needed in short.items()}
+            for group, found in self.store.ready_job_ids_by_group(now, probes).items():
                 read[group] = found
-                if len(found) < short[group]:
+                if len(found) <= short[group]:
                     exhausted.add(group)
         raise AssertionError("the last play hands out only jobs read")  # pragma: no cover
 

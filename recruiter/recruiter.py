@@ -133,9 +133,11 @@ class Recruiter:
     """The assigning process's work; leadership and the loop wrap it (see ``cli``).
 
     With ``news`` from a change feed, a round is skipped when all the feed told since
-    the last one is workers made available, and that round found nothing ready for a
-    worker of any group (so none of them could be handed anything until a job arrives,
-    which the feed would tell, or the next one falls due).
+    the last one is workers made available, and that round handed out every job ready
+    (it had workers of any group, and found no more): none of the workers made
+    available could be handed anything until a job arrives or is put back, which the
+    feed would tell, or the next one falls due. Under light load, where each job meets
+    an idle worker, this saves the round its worker's release would otherwise cost.
     """
 
     def __init__(
@@ -146,12 +148,12 @@ class Recruiter:
         self.news = news
         self._next_rollback: dt.datetime | None = None
         self._nothing_ready_before: dt.datetime | None = None
-        """Set by a round that left a worker of any group idle: until then (the next job
-        due, or the end of time), only a new job can give a worker something."""
+        """Set by a round that handed out every ready job: until then (the next job due,
+        or the end of time), only a new job can give a worker something."""
         self._next_scheduling: dt.datetime | None = None
         """When to look at the schedulers next (their next occurrence, or a refresh)."""
         self._drained = False
-        """Whether the last plan left a worker of any group idle with nothing ready."""
+        """Whether the last plan handed out every ready job (:attr:`Plan.drained`)."""
         self._held_until: dt.datetime | None = None
         """When a group held back by its rate limit may start a job again."""
         self.planner = self._new_planner()
@@ -221,13 +223,16 @@ class Recruiter:
             logger.info("recruiter: %d workers left before assignment", len(left))
         for worker in assigned:
             logger.debug("recruiter: assigned jobs %s to worker %s", plan[worker], worker)
-        # workers left idle: the job that will be due next is worth waking for, and so
-        # is the moment a group held back by its rate may start one again
-        next_due = self.store.next_due(now) if len(plan) < len(workers) else None
+        # workers left idle, or nothing left ready: the job that will be due next is
+        # worth waking for, and so is the moment a group held back by its rate may start
+        # one again
+        idle_left = len(plan) < len(workers)
+        next_due = self.store.next_due(now) if idle_left or self._drained else None
         if self._held_until is not None:
             next_due = min(next_due or self._held_until, self._held_until)
         if self._drained:
-            # nothing of any group is ready for the idle workers of any group
+            # nothing of any group is left ready: a worker made available before the
+            # next job is due can be given nothing (unless a job arrives, which is news)
             self._nothing_ready_before = next_due or NEVER
         return RoundResult(len(workers), len(assigned), rolled_back, self._wake_at(next_due))
 

@@ -294,6 +294,31 @@ def test_news_of_workers_only_skips_a_round_when_nothing_was_left_ready(
     assert queue.job(later).locked
 
 
+def test_a_round_that_handed_out_every_ready_job_lets_the_next_release_skip_a_round(
+    queue: Queue, clock: FrozenClock
+) -> None:
+    """Steady light load: each job meets an idle worker and is handed out alone. The
+    worker's release tells only of a worker made available, and nothing is left ready,
+    so no round is sent for it; a round that left a job ready is not skipped."""
+    news = News()
+    recruiter = Recruiter(queue.store, news=news)
+    now = clock.now()
+    worker = queue.store.register_worker("*", 1, "here", now)
+    for ready in (1, 2):
+        jobs = [queue.schedule(JobSpec("tests.noop")) for _ in range(ready)]
+        news.tell("scheduled")
+        assert recruiter.run_once(now).assigned == 1
+        finish(queue.store, worker, now)
+        news.tell("roster")
+        result = recruiter.run_once(now)
+        if ready == 1:
+            assert result.skipped, "nothing was left ready for the worker made available"
+        else:
+            assert (result.skipped, result.assigned) == (False, 1), "the second job"
+            finish(queue.store, worker, now)
+        assert all(queue.job(job).why == "done" for job in jobs)
+
+
 def test_news_of_workers_does_not_skip_a_round_when_only_named_groups_were_idle(
     queue: Queue, clock: FrozenClock
 ) -> None:
@@ -346,6 +371,15 @@ def test_a_slot_runs_the_assignment_it_is_told_without_reading_its_document(
 @pytest.fixture
 def system_queue(real_database: Database[Any]) -> Queue:
     return Queue(real_database, SystemClock())
+
+
+def finish(store: Store, worker: ObjectId, now: dt.datetime) -> None:
+    """The ``worker`` finishes the job it holds and is made available again."""
+    (record,) = [w for w in store.workers() if w.id == worker]
+    assert record.assignment is not None
+    job_id, token = record.assignment.job_id, record.assignment.token
+    assert store.finish_if_owned(job_id, token, "done", {"ended_at": now}, now)
+    assert store.release_worker(worker, token, now)
 
 
 def finished(queue: Queue, job_id: Any) -> bool:

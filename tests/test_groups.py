@@ -17,7 +17,7 @@ from benchmarks.counted import CommandCounter
 from recruiter import GroupSettings, InvalidGroupSettings, InvalidJob, JobSpec, Queue, Rate
 from recruiter.clock import FrozenClock
 from recruiter.groups import FairShare
-from recruiter.planning import ANY_GROUP_READS, SETTINGS_REFRESH
+from recruiter.planning import SETTINGS_REFRESH
 from recruiter.recruiter import News, Recruiter
 from recruiter.store import Store
 from recruiter.store.jobs import GROUPS_PER_READ
@@ -318,14 +318,15 @@ def test_ready_jobs_of_many_groups_are_read_as_each_alone_would_be(
 
 def test_a_round_reads_only_the_jobs_fair_share_hands_out(queue: Queue, clock: FrozenClock) -> None:
     """Fifty groups with five ready jobs each, four workers: one read of one job from
-    each of the four groups served, not five from each of fifty."""
+    each of the four groups served (and one more, which tells that the group has more),
+    not five from each of fifty."""
     store, now = queue.store, clock.now()
     for number in range(50):
         jobs(queue, 5, group=f"g{number:02}")
     workers(store, 4, now)
     spy = ReadSpy(store)
     assert Recruiter(store).run_once(now).assigned == 4
-    assert spy.asked == [{"g00": 1, "g01": 1, "g02": 1, "g03": 1}]
+    assert spy.asked == [{"g00": 2, "g01": 2, "g02": 2, "g03": 2}]
     assert sorted(group_of(queue, j) for j in assigned_jobs(store)) == ["g00", "g01", "g02", "g03"]
 
 
@@ -342,31 +343,30 @@ def test_a_group_with_fewer_jobs_than_fair_share_gave_it_is_read_again_without_i
     spy = ReadSpy(store)
     recruiter = Recruiter(store)
     assert recruiter.run_once(now).assigned == 5
-    assert spy.asked == [{"heavy": 4, "light": 1}, {"light": 4}]
+    assert spy.asked == [{"heavy": 5, "light": 2}, {"light": 5}]
     assert sorted(assigned_jobs(store)) == sorted([heavy, *light[:4]])
 
 
 def test_a_round_reads_at_most_three_times_and_the_next_round_hands_out_the_rest(
     queue: Queue, clock: FrozenClock
 ) -> None:
-    """Four heavy groups of one job each, exhausted one read after another: the third
-    read is the last, a worker is left for the next round, which comes at once."""
+    """Three groups of 1, 5 and 8 jobs, twelve workers: fair share gives each four; the
+    first read finds x exhausted, so w gets more than was read; the second finds w
+    exhausted, so z does; the third is the last (a fourth would be needed if more had
+    been exhausted: the last play hands out only what was read)."""
     store, now = queue.store, clock.now()
-    heavies = []
-    for name in ("h1", "h2", "h3", "h4"):
-        queue.limit_group(name, weight=1000)
-        heavies += jobs(queue, 1, group=name)
-    light = jobs(queue, 3, group="light")
-    workers(store, 6, now)
+    x, w, z = jobs(queue, 1, group="x"), jobs(queue, 5, group="w"), jobs(queue, 8, group="z")
+    workers(store, 12, now)
     spy = ReadSpy(store)
     recruiter = Recruiter(store)
     first = recruiter.run_once(now)
-    assert len(spy.asked) == ANY_GROUP_READS
-    assert first.assigned == 5
+    assert spy.asked == [{"x": 5, "w": 5, "z": 5}, {"w": 7}, {"z": 7}]
     assert first.busy, "a round that handed out is followed at once"
-    assert sorted(assigned_jobs(store)) == sorted([*heavies, light[0]])
-    assert recruiter.run_once(now).assigned == 1
-    assert sorted(assigned_jobs(store)) == sorted([*heavies, *light[:2]])
+    assert first.assigned == 12
+    assert sorted(assigned_jobs(store)) == sorted([*x, *w, *z[:6]])
+    workers(store, 2, now)
+    assert recruiter.run_once(now).assigned == 2
+    assert sorted(assigned_jobs(store)) == sorted([*x, *w, *z])
 
 
 @pytest.fixture
