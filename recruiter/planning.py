@@ -61,6 +61,9 @@ class Plan:
     worker can be given anything."""
     wake_at: dt.datetime | None = None
     """When a rate-limited group with waiting workers may start a job again."""
+    missed: bool = False
+    """A job read could not be locked (cancelled, or made to wait, since it was read):
+    the worker it was meant for may be left idle while another job is ready."""
 
 
 class Allowances:
@@ -125,6 +128,8 @@ class _Round:
     allowances: Allowances
     locked: set[Any] = field(default_factory=set)
     jobs: dict[ObjectId, list[Any]] = field(default_factory=dict)
+    missed: bool = False
+    """A job read could not be locked."""
 
 
 class Planner:
@@ -169,7 +174,7 @@ class Planner:
         if by_group.get(ANY_GROUP):
             drained = self._plan_any_group(by_group[ANY_GROUP], round_)
         self._put_back_unplaced(round_)
-        return Plan(round_.jobs, drained, round_.allowances.wake_at())
+        return Plan(round_.jobs, drained, round_.allowances.wake_at(), round_.missed)
 
     def _put_back_unplaced(self, round_: _Round) -> None:
         """Every job the round locked is in a worker's jobs; one that were not (a bug)
@@ -269,7 +274,9 @@ class Planner:
         for group, jobs in ready.items():
             round_.allowances.take(group, len(jobs))
         wanted = [job for jobs in ready.values() for job in jobs]
-        round_.locked.update(self.store.lock_jobs(wanted, round_.token, round_.now))
+        locked = self.store.lock_jobs(wanted, round_.token, round_.now)
+        round_.locked.update(locked)
+        round_.missed |= len(locked) < len(wanted)
 
     @property
     def _weights(self) -> dict[str, int]:

@@ -156,6 +156,8 @@ class Recruiter:
         """Whether the last plan handed out every ready job (:attr:`Plan.drained`)."""
         self._held_until: dt.datetime | None = None
         """When a group held back by its rate limit may start a job again."""
+        self._missed = False
+        """Whether the last plan read a job it then could not lock (:attr:`Plan.missed`)."""
         self.planner = self._new_planner()
 
     def became_leader(self) -> None:
@@ -227,12 +229,20 @@ class Recruiter:
         # worth waking for, and so is the moment a group held back by its rate may start
         # one again
         idle_left = len(plan) < len(workers)
-        next_due = self.store.next_due(now) if idle_left or self._drained else None
+        if self._missed and idle_left and not self._drained:
+            # a job read could not be locked (cancelled meanwhile), and its worker was
+            # left idle while other jobs may be ready: no news would tell, look again
+            next_due: dt.datetime | None = now
+        elif idle_left or self._drained:
+            next_due = self.store.next_due(now)
+        else:
+            next_due = None
         if self._held_until is not None:
             next_due = min(next_due or self._held_until, self._held_until)
-        if self._drained:
+        if self._drained and not left:
             # nothing of any group is left ready: a worker made available before the
-            # next job is due can be given nothing (unless a job arrives, which is news)
+            # next job is due can be given nothing (unless a job arrives, which is news;
+            # a job this round put back is news too, but may come after a release's)
             self._nothing_ready_before = next_due or NEVER
         return RoundResult(len(workers), len(assigned), rolled_back, self._wake_at(next_due))
 
@@ -258,7 +268,7 @@ class Recruiter:
         """Lock jobs for the available workers; return the jobs each worker gets, one or
         a batch, in order (see :mod:`recruiter.planning`)."""
         plan = self.planner.plan(workers, token, now)
-        self._drained, self._held_until = plan.drained, plan.wake_at
+        self._drained, self._held_until, self._missed = plan.drained, plan.wake_at, plan.missed
         return plan.jobs
 
     def rollback(self, now: dt.datetime) -> int:

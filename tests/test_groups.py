@@ -18,7 +18,7 @@ from recruiter import GroupSettings, InvalidGroupSettings, InvalidJob, JobSpec, 
 from recruiter.clock import FrozenClock
 from recruiter.groups import FairShare
 from recruiter.planning import SETTINGS_REFRESH
-from recruiter.recruiter import News, Recruiter
+from recruiter.recruiter import MINIMUM_PAUSE, News, Recruiter
 from recruiter.store import Store
 from recruiter.store.jobs import GROUPS_PER_READ
 from recruiter.store.schema import SCHEMA_VERSION
@@ -192,6 +192,56 @@ def test_a_released_job_of_a_limited_group_is_not_lost_to_the_skip_rule(
     result = recruiter.run_once(now)
     assert not result.skipped
     assert result.assigned == 1
+
+
+def test_a_round_whose_worker_left_before_assignment_does_not_let_the_next_skip(
+    queue: Queue, clock: FrozenClock
+) -> None:
+    """The round read both jobs and handed out both, but one worker retired before the
+    assign: its job was put back, ready again; a release told before the put-back must
+    not skip the round that would hand it out."""
+    store, now, news = queue.store, clock.now(), News()
+    jobs(queue, 2)
+    leaving, _ = workers(store, 2, now)
+    recruiter = Recruiter(store, news=news)
+    assign = store.assign
+
+    def retire_then_assign(plan: Any, token: Any, when: Any) -> Any:
+        assert store.unregister_if_idle(leaving)
+        return assign(plan, token, when)
+
+    store.assign = retire_then_assign  # type: ignore[method-assign,assignment]
+    assert recruiter.run_once(now).assigned == 1
+    store.assign = assign  # type: ignore[method-assign]
+    finish(store, assigned_jobs(store)[0], now)
+    news.tell("roster")  # the release, before the put-back is told
+    result = recruiter.run_once(now)
+    assert (result.skipped, result.assigned) == (False, 1), "a job is ready, a worker idle"
+
+
+def test_a_job_cancelled_between_read_and_lock_brings_the_next_round_at_once(
+    queue: Queue, clock: FrozenClock
+) -> None:
+    """The round read the first of three jobs for its one worker; it was cancelled before
+    the lock, so the worker got nothing. No news tells of a cancellation: the next round
+    comes at once and hands out the second job."""
+    store, now, news = queue.store, clock.now(), News()
+    first, second, _ = jobs(queue, 3)
+    workers(store, 1, now)
+    recruiter = Recruiter(store, news=news)
+    lock = store.lock_jobs
+
+    def cancel_then_lock(ids: Any, token: Any, when: Any) -> Any:
+        queue.cancel(first)
+        return lock(ids, token, when)
+
+    store.lock_jobs = cancel_then_lock  # type: ignore[method-assign,assignment]
+    result = recruiter.run_once(now)
+    store.lock_jobs = lock  # type: ignore[method-assign]
+    assert result.assigned == 0
+    assert result.pause(now).due_in == MINIMUM_PAUSE
+    assert recruiter.run_once(now).assigned == 1
+    assert assigned_jobs(store) == [second]
 
 
 # --- rate limits ---------------------------------------------------------------------------
