@@ -22,7 +22,7 @@ import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import bson
 from bson import ObjectId
@@ -77,6 +77,13 @@ class Identity:
 
     def fields(self) -> dict[str, Any]:
         return {"worker": self.worker_id, "pid": self.pid, "hostname": self.hostname}
+
+
+class JobRunner(Protocol):
+    """Runs a job's code somewhere else than the calling thread (:mod:`recruiter.pool`),
+    stopped by ``running`` as the watchdog says."""
+
+    def run(self, job: Job, statistics: RetryStatistics, running: Running) -> Ran: ...
 
 
 class Outcome(StrEnum):
@@ -145,8 +152,12 @@ class Executor:
         clock: Clock,
         identity: Identity,
         watch: Watch | None = None,
+        *,
+        runner: JobRunner | None = None,
     ) -> None:
         self.store = store
+        self.runner = runner
+        """Where the jobs' code runs, when not in this thread (a slot's job process)."""
         self.registry = registry
         self.clock = clock
         self.identity = identity
@@ -203,7 +214,7 @@ class Executor:
         skip = self._skip_reason(job)
         if skip is not None:
             execution = self._skip(job, token, started_at, *skip)
-            self._ended(job, execution, _Ran())
+            self._ended(job, execution, Ran())
             return dataclasses.replace(execution, group=job.group)
         running = Running(job.id, job.timeout)
         if self.watch is not None and self.watch.stopping is not None:
@@ -213,7 +224,9 @@ class Executor:
             ran = _run(self.registry, job, statistics, policy_problem, running)
         else:
             with self.watch.watching(running):
-                ran = _run(self.registry, job, statistics, policy_problem, running)
+                ran = _run(
+                    self.registry, job, statistics, policy_problem, running, runner=self.runner
+                )
         execution = self._conclude(job, token, ran, started_at, policy, began_by=began_by)
         self._ended(job, execution, ran)
         return dataclasses.replace(execution, group=job.group)
@@ -231,7 +244,7 @@ class Executor:
         self,
         job: Job,
         token: ObjectId,
-        ran: _Ran,
+        ran: Ran,
         started_at: dt.datetime,
         policy: RetryPolicy,
         *,
@@ -265,7 +278,7 @@ class Executor:
             return self._retry(failed, decision)
         return self._give_up(failed, decision)
 
-    def _ended(self, job: Job, execution: Execution, ran: _Ran) -> None:
+    def _ended(self, job: Job, execution: Execution, ran: Ran) -> None:
         """Tell the listeners and the workable's hooks how the attempt ended, once that
         is recorded (not when the result was fenced off: the attempt did not count)."""
         if execution.outcome is Outcome.FENCED:
@@ -452,7 +465,7 @@ class Executor:
 
 
 @dataclass(frozen=True)
-class _Ran:
+class Ran:
     """What running a job's code gave."""
 
     failure: Failure | None = None
@@ -470,9 +483,14 @@ def _run(
     statistics: RetryStatistics,
     policy_problem: str | None,
     running: Running,
-) -> _Ran:
-    """Run the job's code: its failure and trace when it failed, the output it recorded,
-    and the workable's hooks (none when it could not even be rebuilt)."""
+    *,
+    runner: JobRunner | None = None,
+) -> Ran:
+    """Run the job's code (here, or in ``runner``'s process): its failure and trace when
+    it failed, the output it recorded, and the workable's hooks (none when it could not
+    even be rebuilt)."""
+    if runner is not None and not job.problems and not policy_problem:
+        return runner.run(job, statistics, running)
     output: dict[str, Any] = {}
     hooks = WorkableHooks()
     try:
@@ -488,22 +506,22 @@ def _run(
         # any exception the job's code lets out fails the attempt, BaseExceptions too
         # (asyncio.CancelledError from an asyncio.run inside it, KeyboardInterrupt,
         # GeneratorExit): let out, it would leave the job locked and started for good
-        if isinstance(error, Stopped) and not _raised_in(target, error):
+        if isinstance(error, Stopped) and not raised_in(target, error):
             # the stop landed after the job's code had returned: the job succeeded
-            return _Ran(output=_storable(output), hooks=hooks)
+            return Ran(output=storable(output), hooks=hooks)
         trace = "".join(traceback.format_exception(error))[-TRACE_LIMIT:]
-        ran = _Ran(Failure.from_exception(error), trace, _storable(output), error, hooks)
+        ran = Ran(Failure.from_exception(error), trace, storable(output), error, hooks)
         return dataclasses.replace(ran, stopped=running.stopped)
-    return _Ran(output=_storable(output), hooks=hooks, stopped=running.stopped)
+    return Ran(output=storable(output), hooks=hooks, stopped=running.stopped)
 
 
-def _not_run(why: type[Stopped]) -> _Ran:
+def _not_run(why: type[Stopped]) -> Ran:
     """What a job stopped before its code ran gives: the stop, as its failure."""
     error = why()
-    return _Ran(Failure.from_exception(error), None, {}, error, WorkableHooks(), stopped=why)
+    return Ran(Failure.from_exception(error), None, {}, error, WorkableHooks(), stopped=why)
 
 
-def _raised_in(target: Callable[[], Any], error: BaseException) -> bool:
+def raised_in(target: Callable[[], Any], error: BaseException) -> bool:
     """Whether ``error`` was raised inside ``target``'s call, not around it: the frame
     ``_run`` called next, in the traceback, is ``target``'s."""
     code = getattr(getattr(target, "__func__", target), "__code__", None)
@@ -511,7 +529,7 @@ def _raised_in(target: Callable[[], Any], error: BaseException) -> bool:
     return callee is not None and callee.tb_frame.f_code is code
 
 
-def _storable(output: dict[str, Any]) -> dict[str, Any]:
+def storable(output: dict[str, Any]) -> dict[str, Any]:
     """The output if it can be stored as BSON within :data:`OUTPUT_BYTES`; else a note
     of why it was dropped (the attempt's record must be written whatever the job
     recorded, and twice: in ``last_execution`` and in ``history``)."""

@@ -158,3 +158,9 @@ class Watch:
         self._done.set()
         if self._thread is not None:
             self._thread.join()
+
+
+STOPS: dict[str, type[Stopped]] = {
+    stop.__name__: stop for stop in (JobTimedOut, JobCancelled, HolderDeclaredDead)
+}
+"""The stops by name: how a job process is told which one to raise."""

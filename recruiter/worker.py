@@ -39,6 +39,7 @@ from recruiter.errors import DatabaseError, SchemaTooNew
 from recruiter.execution import Execution, Executor, Identity, Outcome, Rider
 from recruiter.job import ANY_GROUP
 from recruiter.loop import Backoff, StopRequest
+from recruiter.pool import POOLS, PROCESSES, THREADS, JobProcess
 from recruiter.recovery import put_back
 from recruiter.schema_check import SchemaCheck
 from recruiter.stopping import Watch
@@ -73,6 +74,13 @@ class WorkerConfig:
     """Bytes of resident memory after which the worker retires, after its current job."""
     watch: bool = True
     """Be handed assignments by a change feed; poll only while it is not available."""
+    pool: str = THREADS
+    """Where the jobs' code runs: ``threads`` (a thread per slot, in this process) or
+    ``processes`` (a child process per slot, see :mod:`recruiter.pool`)."""
+    app: str | None = None
+    """The application's registry as ``module:attribute``: what a job process imports."""
+    max_jobs_per_child: int | None = None
+    """Jobs a slot's job process runs before it is replaced (``processes`` pool)."""
 
     def validate(self) -> WorkerConfig:
         if not isinstance(self.group, str) or not self.group.strip():
@@ -83,6 +91,14 @@ class WorkerConfig:
             raise ValueError("--heartbeat-every must be positive")
         if self.memory_limit is not None and self.memory_limit <= 0:
             raise ValueError("--memory-limit must be positive")
+        if self.pool not in POOLS:
+            raise ValueError(f"--pool must be one of {', '.join(POOLS)}, got {self.pool!r}")
+        if self.pool == PROCESSES and self.app is None:
+            raise ValueError("the processes pool needs the application (--app module:registry)")
+        if self.max_jobs_per_child is not None and self.max_jobs_per_child < 1:
+            raise ValueError("--max-jobs-per-child must be at least 1")
+        if self.max_jobs_per_child is not None and self.pool != PROCESSES:
+            raise ValueError("--max-jobs-per-child applies to --pool processes only")
         return self
 
 
@@ -112,8 +128,12 @@ class WorkerSlot:
         watch: Watch | None = None,
         heartbeat_every: dt.timedelta = DEFAULT_HEARTBEAT,
         stopping: Callable[[], bool] = lambda: False,
+        job_process: JobProcess | None = None,
     ) -> None:
         self.store = store
+        self.job_process = job_process
+        """The child process this slot's jobs run in (``processes`` pool), else none:
+        they run in the slot's thread."""
         self.stopping = stopping
         """Whether to stop after the job it runs: the rest of a batch is put back."""
         self.heartbeat_every = heartbeat_every
@@ -187,8 +207,9 @@ class WorkerSlot:
         (it was declared dead: the others were taken back too).
         """
         assert self.id is not None
+        identity = Identity.of_this_process(self.id)
         executor = Executor(
-            self.store, self.registry, self.clock, Identity.of_this_process(self.id), self.watch
+            self.store, self.registry, self.clock, identity, self.watch, runner=self.job_process
         )
         self._ran.append(assignment.token)
         jobs, token = assignment.job_ids, assignment.token
@@ -280,6 +301,7 @@ class WorkerProcess:
                 watch=self.watch,
                 heartbeat_every=config.heartbeat_every,
                 stopping=self._stopping,
+                job_process=self._job_process(),
             )
             for _ in range(config.concurrency)
         ]
@@ -291,6 +313,12 @@ class WorkerProcess:
         """Slots whose thread stopped on an unexpected error (a bug)."""
         self.check_schema = SchemaCheck(store, clock)
         self._schema_error: SchemaTooNew | None = None
+
+    def _job_process(self) -> JobProcess | None:
+        if self.config.pool != PROCESSES:
+            return None
+        assert self.config.app is not None
+        return JobProcess(self.config.app, max_jobs=self.config.max_jobs_per_child)
 
     def beat(self) -> None:
         """Record every registered slot as alive; stop if one was declared dead mid-job.
@@ -356,6 +384,9 @@ class WorkerProcess:
         done.set()
         heart.join()
         self.watch.close()
+        for slot in self.slots:
+            if slot.job_process is not None:
+                slot.job_process.close()
         if self._schema_error is not None:
             raise self._schema_error
         if self._broken:

@@ -133,6 +133,39 @@ def test_a_job_killed_with_its_worker_is_retried_after_the_dead_timeout(
     assert second["outcome"] == "done"
 
 
+def test_a_processes_pool_worker_outlives_a_segfault_and_is_not_starved_by_a_gil_holding_job(
+    processes: Processes, queue: Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two slots, each with its job process: one job backtracks in a regular expression
+    (holding its process's GIL) for longer than the dead timeout, one segfaults, one
+    runs after it. The worker keeps beating: the long job is not declared dead and run
+    twice; the segfault is a failed attempt; the worker runs the next job."""
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent.parent))
+    processes.start("run")
+    processes.start("clean", "--considered-dead-after", DEAD_AFTER)
+    processes.start(
+        "worker",
+        *("--app", "tests.pool_app:registry", "--pool", "processes", "--concurrency", "2"),
+        *("--heartbeat-every", "0.5s"),
+    )
+    once = RetryManyTimes(0)
+    long = queue.schedule(JobSpec("pool.backtrack", {"length": 27}).retry_with(once))
+    crash = queue.schedule(JobSpec("pool.segfault").retry_with(once))
+    wait_for(lambda: queue.job(crash).why is not None, processes)
+    after = queue.schedule(JobSpec("pool.whoami"))
+    wait_for(lambda: None not in (queue.job(long).why, queue.job(after).why), processes)
+    job = queue.job(long)
+    assert (job.why, job.attempts) == ("done", 1), processes.dump_logs()
+    assert job.history[0]["ended_at"] - job.history[0]["started_at"] > dt.timedelta(seconds=3)
+    crashed = queue.job(crash)
+    assert crashed.why == "tried-too-many-times"
+    assert crashed.history[0]["class"] == "recruiter.pool.JobProcessDied"
+    assert "SIGSEGV" in crashed.history[0]["message"]
+    assert queue.job(after).why == "done"
+    processes.stop_all()
+    assert [p.returncode for p in processes.started] == [0] * 3, processes.dump_logs()
+
+
 def test_a_repeatable_job_gets_one_occurrence_per_tick_across_a_recruiter_failover(
     processes: Processes, queue: Queue
 ) -> None:

@@ -42,6 +42,7 @@ from recruiter.events import BECAME_LEADER, STEPPED_DOWN, Listeners
 from recruiter.leadership import Leadership, holder_name
 from recruiter.logs import Level, setup_logging
 from recruiter.loop import IDLE, Backoff, Pause, StopRequest, Wakeups, run_forever
+from recruiter.pool import THREADS
 from recruiter.queue import Queue
 from recruiter.recruiter import News, Recruiter, RecruiterConfig
 from recruiter.schema_check import SchemaCheck
@@ -286,6 +287,17 @@ def worker(
         ),
     ] = None,
     watch: Watch = True,
+    pool: Annotated[
+        str,
+        typer.Option(
+            help="Where jobs' code runs: threads (in this process) or processes (a child "
+            "process per slot, which a job cannot starve and a timeout can kill)."
+        ),
+    ] = THREADS,
+    max_jobs_per_child: Annotated[
+        int | None,
+        typer.Option(min=1, help="Replace a slot's job process after this many jobs."),
+    ] = None,
     mongodb_uri: MongoUri = None,
     database: DatabaseName = None,
     wait_for_database: WaitForDatabase = "0s",  # type: ignore[assignment]
@@ -303,6 +315,9 @@ def worker(
             heartbeat_every=heartbeat_every,
             memory_limit=memory_limit,
             watch=watch,
+            pool=pool,
+            app=app_spec,
+            max_jobs_per_child=max_jobs_per_child,
         )
     )
     store = connect_store(mongodb_uri, database, wait_for_database)

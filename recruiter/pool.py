@@ -1,0 +1,449 @@
+"""Running a slot's jobs in a child process of its own: the *processes* pool.
+
+``recruiter worker --pool processes`` gives each slot a long-lived child process,
+started once and reused from job to job, which imports the application and runs the
+jobs' code. The worker process keeps everything else: the roster, the heartbeat, the
+database writes and the watchdog. So:
+
+- a job whose C code holds the GIL (a regular expression backtracking for minutes)
+  holds the child's, not the worker's: the heartbeat goes on, and the job is not
+  declared dead and run elsewhere while it runs;
+- a job past its timeout, or cancelled, is first asked to stop as in the threads pool
+  (the exception is raised in its code, in the child); if it has not returned within
+  :data:`STOP_GRACE`, the child is killed (SIGTERM, then SIGKILL after
+  :data:`KILL_GRACE`) and a new one is started for the next job: the attempt is
+  recorded as timed out, or cancelled;
+- a child that dies while it runs a job (a segfault, the kernel's out-of-memory
+  killer, ``os._exit``) fails the attempt with :class:`JobProcessDied`, its signal or
+  exit code in the message, and the job's retry policy decides; the other slots never
+  notice.
+
+The worker and the child speak BSON over a pipe: the job's workable, parameters and
+method as stored go one way; the attempt's failure (its class names and message, not
+the exception object), trace and recorded output come back. Nothing is pickled. The
+workable's hooks run in the child, where the job's object and exception are, when the
+worker tells it how the attempt ended.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import importlib
+import logging
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+import traceback
+from collections.abc import Callable, Mapping
+from multiprocessing.connection import Connection
+from typing import Any
+
+import bson
+
+from recruiter.errors import RecruiterError
+from recruiter.execution import Ran, raised_in, storable
+from recruiter.job import TRACE_LIMIT, Job, Root
+from recruiter.retry import Failure
+from recruiter.stopping import STOPS, Running, Stopped
+from recruiter.workable import Registry, RetryStatistics, WorkableHooks, running_as
+
+logger = logging.getLogger(__name__)
+
+THREADS = "threads"
+"""The pool where each slot runs its jobs' code in a thread of the worker process."""
+PROCESSES = "processes"
+"""The pool where each slot runs its jobs' code in a child process of its own."""
+POOLS = (THREADS, PROCESSES)
+
+STOP_GRACE = 5.0
+"""Seconds a job asked to stop (timed out, cancelled) has to return before its child
+process is killed."""
+KILL_GRACE = 2.0
+"""Seconds between SIGTERM and SIGKILL to a child that must go."""
+START_TIMEOUT = 60.0
+"""Seconds a new child has to import the application and say it is ready."""
+TICK = 0.05
+"""Seconds between two looks for the child's answer: a stop lands between them."""
+
+
+class JobProcessDied(Exception):
+    """The child process running the attempt died (a signal, or an exit) before it
+    answered: recorded as the attempt's failure, never raised."""
+
+
+class JobProcessFailed(RecruiterError):
+    """A child process could not be started or did not follow the protocol."""
+
+
+# --- the worker's side ------------------------------------------------------------------
+
+
+class JobProcess:
+    """One slot's child process, started when a job first needs it."""
+
+    def __init__(self, app: str, *, max_jobs: int | None = None) -> None:
+        self.app = app
+        """The application's registry as ``module:attribute``, imported by the child."""
+        self.max_jobs = max_jobs
+        """Jobs a child runs before it is replaced (``None``: no limit)."""
+        self._process: multiprocessing.process.BaseProcess | None = None
+        self._connection: Connection | None = None
+        self.jobs_run = 0
+        """Jobs the current child has run."""
+        self.started = 0
+        """Children started so far (each replacement counts)."""
+        self._replace_after = False
+        """Whether the child is to be replaced before the next job (it ran its last)."""
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._process is None else self._process.pid
+
+    def run(self, job: Job, statistics: RetryStatistics, running: Running) -> Ran:
+        """Run ``job``'s code in the child; what it gave."""
+        try:
+            connection = self._ready()
+        except JobProcessFailed as error:
+            return Ran(Failure.from_exception(error), str(error), error=error)
+        request = {
+            "run": {
+                "job_id": str(job.id),
+                "workable": job.workable,
+                "parameters": dict(job.parameters),
+                "method": job.method,
+                "statistics": _statistics_document(statistics),
+            }
+        }
+        try:
+            connection.send_bytes(bson.encode(request))
+        except OSError:  # the child died between two jobs, just now
+            return self._lost(None, killed=False)
+        self.jobs_run += 1
+        reply, stopped, killed = self._wait(connection, running)
+        if reply is None:
+            return self._lost(stopped, killed=killed)
+        ran = reply["ran"]
+        failure = ran.get("failure")
+        hooks = self._hooks() if ran.get("hooks") else WorkableHooks()
+        stop = STOPS.get(ran.get("stopped") or "") or stopped
+        if failure is None:
+            return Ran(output=ran.get("output") or {}, hooks=hooks, stopped=stop)
+        recorded = Failure(failure["class"], tuple(failure["types"]), failure["message"])
+        stand_in = _Reported(recorded.message)
+        return Ran(recorded, ran.get("trace"), ran.get("output") or {}, stand_in, hooks, stop)
+
+    def _wait(
+        self, connection: Connection, running: Running
+    ) -> tuple[dict[str, Any] | None, type[Stopped] | None, bool]:
+        """The child's answer (``None`` if it died or was killed), the stop that was
+        asked for while it ran, and whether the child had to be killed."""
+        stopped: type[Stopped] | None = None
+        try:
+            with running.code():  # where the watchdog raises a stop, between two looks
+                while not connection.poll(TICK):
+                    pass
+        except Stopped as stop:
+            stopped = type(stop)
+            if not connection.poll(0):  # (unless the answer came as the stop landed)
+                logger.warning("job %s: asking its process to stop", running.job_id)
+                stop_request = {"stop": stopped.__name__, "job_id": str(running.job_id)}
+                connection.send_bytes(bson.encode(stop_request))
+                if not connection.poll(STOP_GRACE):
+                    logger.warning(
+                        "job %s did not stop within %s s: killing its process",
+                        running.job_id,
+                        STOP_GRACE,
+                    )
+                    self.close(at_once=True)
+                    return None, stopped, True
+        try:
+            reply = bson.decode(connection.recv_bytes())
+        except (EOFError, OSError):
+            return None, stopped, False
+        if self.max_jobs is not None and self.jobs_run >= self.max_jobs:
+            self._replace_after = True
+        return reply, stopped, False
+
+    def _lost(self, stopped: type[Stopped] | None, *, killed: bool) -> Ran:
+        """The attempt whose child gave no answer: stopped and killed, or dead."""
+        if killed and stopped is not None:
+            error: BaseException = stopped()
+            message = f"{error}; it did not stop within {STOP_GRACE:g} s and its process was killed"
+            failure = Failure(*_names(error), message)
+            return Ran(failure, None, {}, error, WorkableHooks(), stopped)
+        died = JobProcessDied(f"the process running the job {self._exit_description()}")
+        self.close(at_once=True)
+        return Ran(Failure.from_exception(died), None, {}, died, WorkableHooks(), stopped)
+
+    def _exit_description(self) -> str:
+        process = self._process
+        if process is None:
+            return "is gone"
+        process.join(KILL_GRACE)
+        code = process.exitcode
+        if code is None:
+            return "stopped answering"
+        if code < 0:
+            return f"died of signal {-code} ({signal.Signals(-code).name})"
+        return f"exited with code {code}"
+
+    def _hooks(self) -> WorkableHooks:
+        """The workable's hooks, run in the child (where its object and exception are)."""
+
+        def hook(name: str) -> Callable[..., None]:
+            def call(*_: Any) -> None:
+                connection = self._connection
+                if connection is None:
+                    return
+                try:
+                    connection.send_bytes(bson.encode({"hook": name}))
+                    answer = bson.decode(connection.recv_bytes())
+                except (EOFError, OSError):
+                    self.close(at_once=True)
+                    raise JobProcessFailed(f"the job's process died in its {name} hook") from None
+                if answer.get("error"):
+                    raise JobProcessFailed(f"{name}: {answer['error']}")
+
+            return call
+
+        return WorkableHooks(
+            hook("after_success"),
+            hook("after_failure"),
+            hook("after_last_failure"),
+            hook("finalize"),
+        )
+
+    def _ready(self) -> Connection:
+        """The connection to a live child: the current one, or a new one."""
+        if self._replace_after:
+            self._replace_after = False
+            self.close()
+        process, connection = self._process, self._connection
+        if process is not None and connection is not None and process.is_alive():
+            return connection
+        self.close(at_once=True)
+        return self._start()
+
+    def _start(self) -> Connection:
+        context = multiprocessing.get_context("spawn")
+        ours, theirs = context.Pipe()
+        process = context.Process(
+            target=child_main,
+            args=(theirs, self.app, os.getpid()),
+            name=f"recruiter-job-{self.app}",
+        )
+        process.start()
+        theirs.close()
+        self._process, self._connection = process, ours
+        self.jobs_run = 0
+        self.started += 1
+        if not ours.poll(START_TIMEOUT):
+            self.close(at_once=True)
+            raise JobProcessFailed(f"the job process did not start within {START_TIMEOUT:g} s")
+        try:
+            hello = bson.decode(ours.recv_bytes())
+        except (EOFError, OSError):
+            description = self._exit_description()
+            self.close(at_once=True)
+            raise JobProcessFailed(f"the job process {description} as it started") from None
+        if "failed" in hello:
+            self.close(at_once=True)
+            raise JobProcessFailed(f"the job process could not start: {hello['failed']}")
+        return ours
+
+    def close(self, *, at_once: bool = False) -> None:
+        """End the child: asked to exit (``at_once``: SIGTERM), killed if it lingers."""
+        process, connection = self._process, self._connection
+        self._process = self._connection = None
+        if connection is not None:
+            if not at_once:
+                with contextlib.suppress(OSError):
+                    connection.send_bytes(bson.encode({"exit": True}))
+            connection.close()
+        if process is None:
+            return
+        if at_once and process.is_alive():
+            process.terminate()
+        process.join(KILL_GRACE)
+        if process.is_alive():
+            process.kill()
+            process.join()
+
+
+class _Reported(Exception):
+    """The worker's stand-in for an exception raised in the child (the child keeps the
+    real one, for the workable's hooks)."""
+
+
+def _names(error: BaseException) -> tuple[str, tuple[str, ...]]:
+    failure = Failure.from_exception(error)
+    return failure.exception_class, failure.exception_types
+
+
+def _statistics_document(statistics: RetryStatistics) -> dict[str, Any]:
+    root = statistics.root
+    return {
+        "job_id": statistics.job_id,
+        "retry_number": statistics.retry_number,
+        "is_last_retry": statistics.is_last_retry,
+        "last_execution": statistics.last_execution,
+        "worker_id": statistics.worker_id,
+        "root": None if root is None else {"signature": root.signature, "at": root.at},
+    }
+
+
+# --- the child's side -------------------------------------------------------------------
+
+
+def child_main(connection: Connection, app: str, parent: int) -> None:
+    """A job process: import the application, then run the jobs the worker sends."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:
+            os._exit(137)  # the worker died before the line above
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the worker's to handle
+    try:
+        registry = _load(app)
+    except Exception as error:
+        connection.send_bytes(bson.encode({"failed": f"{type(error).__name__}: {error}"}))
+        return
+    connection.send_bytes(bson.encode({"ready": True}))
+    _Child(registry, connection).serve()
+
+
+def _load(app: str) -> Registry:
+    module_name, _, attribute = app.partition(":")
+    registry = getattr(importlib.import_module(module_name), attribute or "registry", None)
+    if not isinstance(registry, Registry):
+        raise TypeError(f"{app!r} is not a recruiter.Registry")
+    return registry
+
+
+class _Child:
+    """The child's loop. A reader thread takes the worker's messages: a stop is acted on
+    at once (raised in the job's code), the rest go to the main thread, which runs the
+    jobs and their hooks."""
+
+    def __init__(self, registry: Registry, connection: Connection) -> None:
+        self.registry = registry
+        self.connection = connection
+        self.running: Running | None = None
+        self.stops: dict[str, type[Stopped]] = {}
+        """Stops asked for a job before it began here (the request was still queued)."""
+        self.lock = threading.Lock()
+        self.hooks = WorkableHooks()
+        self.error: BaseException | None = None
+        self.inbox: list[dict[str, Any]] = []
+        self.arrived = threading.Condition()
+        self.closed = False
+
+    def serve(self) -> None:
+        threading.Thread(target=self._read, name="job-process-reader", daemon=True).start()
+        while True:
+            with self.arrived:
+                self.arrived.wait_for(lambda: self.inbox or self.closed)
+                if not self.inbox:
+                    return  # the worker is gone
+                message = self.inbox.pop(0)
+            if "exit" in message:
+                return
+            if "run" in message:
+                self._send({"ran": self._run(message["run"])})
+            elif "hook" in message:
+                self._send(self._hook(message["hook"]))
+
+    def _read(self) -> None:
+        while True:
+            try:
+                message = bson.decode(self.connection.recv_bytes())
+            except (EOFError, OSError):
+                with self.arrived:
+                    self.closed = True
+                    self.arrived.notify()
+                return
+            if "stop" in message:
+                why = STOPS.get(message["stop"])
+                with self.lock:
+                    running = self.running
+                    if why is None:
+                        pass
+                    elif running is not None and running.job_id == message.get("job_id"):
+                        running.stop(why)
+                    else:  # its run request is still in the inbox (or long gone)
+                        self.stops[str(message.get("job_id"))] = why
+                continue
+            with self.arrived:
+                self.inbox.append(message)
+                self.arrived.notify()
+
+    def _send(self, message: Mapping[str, Any]) -> None:
+        self.connection.send_bytes(bson.encode(message))
+
+    def _run(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        statistics = _statistics(request["statistics"])
+        self.hooks, self.error = WorkableHooks(), None
+        running = Running(request["job_id"], None)
+        output: dict[str, Any] = {}
+        failed: BaseException | None = None
+        with self.lock:
+            self.running = running
+            stopped_before = self.stops.pop(request["job_id"], None)
+            self.stops.clear()  # any other is for a run that ended
+        try:
+            if stopped_before is not None:  # asked to stop before it began: it does not
+                running.stopped = stopped_before
+                raise stopped_before()
+            target = self.registry.rebuild(
+                request["workable"], request["parameters"], request["method"]
+            )
+            self.hooks = self.registry.hooks_of(request["workable"], target)
+            with running_as(statistics) as output, running.code():
+                target()
+        except BaseException as error:
+            # as in the threads pool: a stop that landed after the job's code returned
+            # is no failure
+            landed_after = isinstance(error, Stopped) and stopped_before is None
+            if not (landed_after and not raised_in(target, error)):
+                failed = error
+        finally:
+            with self.lock:
+                self.running = None
+        reply: dict[str, Any] = {"output": storable(output), "hooks": True}
+        if running.stopped is not None:
+            reply["stopped"] = running.stopped.__name__
+        if failed is not None:
+            self.error = failed
+            failure = Failure.from_exception(failed)
+            reply["failure"] = {
+                "class": failure.exception_class,
+                "types": list(failure.exception_types),
+                "message": failure.message,
+            }
+            reply["trace"] = "".join(traceback.format_exception(failed))[-TRACE_LIMIT:]
+        return reply
+
+    def _hook(self, name: str) -> dict[str, Any]:
+        hook = getattr(self.hooks, name)
+        try:
+            if name in ("after_failure", "after_last_failure", "finalize"):
+                hook(self.error)
+            else:
+                hook()
+        except Exception as error:
+            return {"error": f"{type(error).__name__}: {error}"[:TRACE_LIMIT]}
+        return {"ok": True}
+
+
+def _statistics(document: Mapping[str, Any]) -> RetryStatistics:
+    root = document.get("root")
+    return RetryStatistics(
+        job_id=document["job_id"],
+        retry_number=document["retry_number"],
+        is_last_retry=document["is_last_retry"],
+        last_execution=document.get("last_execution"),
+        worker_id=document.get("worker_id"),
+        root=None if root is None else Root(root["signature"], root["at"]),
+    )

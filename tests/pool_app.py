@@ -1,0 +1,76 @@
+"""The application the processes-pool tests run in job processes (imported there by
+name, as ``tests.pool_app:registry``)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import time
+from pathlib import Path
+
+from recruiter import Registry, Workable, record_output
+
+registry = Registry()
+
+
+@registry.workable("pool.whoami")
+def whoami() -> None:
+    """Records the process it ran in."""
+    record_output(pid=os.getpid())
+
+
+@registry.workable("pool.fail")
+def fail(message: str) -> None:
+    raise ValueError(message)
+
+
+@registry.workable("pool.sleep_in_c")
+def sleep_in_c(seconds: float) -> None:
+    """Blocked in one C call: a stop raised in its thread lands only when it returns."""
+    record_output(pid=os.getpid())
+    time.sleep(seconds)
+
+
+@registry.workable("pool.sleep_in_python")
+def sleep_in_python(seconds: float) -> None:
+    """Short sleeps in a Python loop: a stop lands at once."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        time.sleep(0.01)
+
+
+@registry.workable("pool.backtrack")
+def backtrack(length: int) -> None:
+    """A regular expression that backtracks in C, holding the GIL throughout."""
+    re.match(r"(a+)+$", "a" * length + "b")
+
+
+@registry.workable("pool.segfault")
+def segfault() -> None:
+    ctypes.string_at(0)
+
+
+@registry.workable("pool.exit")
+def exit_now(code: int) -> None:
+    os._exit(code)
+
+
+@registry.workable("pool.hooked")
+class Hooked(Workable):
+    """Writes to its file when it runs and in its hooks: they run in the same process."""
+
+    def execute(self) -> None:
+        self._write(f"ran {os.getpid()}")
+        if self.parameters.get("fail"):
+            raise RuntimeError("asked to fail")
+
+    def after_success(self) -> None:
+        self._write(f"after_success {os.getpid()}")
+
+    def after_failure(self, error: BaseException) -> None:
+        self._write(f"after_failure {type(error).__name__} {os.getpid()}")
+
+    def _write(self, line: str) -> None:
+        with Path(self.parameters["path"]).open("a") as file:
+            file.write(line + "\n")
