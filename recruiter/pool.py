@@ -150,7 +150,8 @@ class JobProcess:
             if not connection.poll(0):  # (unless the answer came as the stop landed)
                 logger.warning("job %s: asking its process to stop", running.job_id)
                 stop_request = {"stop": stopped.__name__, "job_id": str(running.job_id)}
-                connection.send_bytes(bson.encode(stop_request))
+                with contextlib.suppress(OSError):  # (it died: the read below tells)
+                    connection.send_bytes(bson.encode(stop_request))
                 if not connection.poll(STOP_GRACE):
                     logger.warning(
                         "job %s did not stop within %s s: killing its process",
