@@ -16,7 +16,13 @@ database writes and the watchdog. So:
 - a child that dies while it runs a job (a segfault, the kernel's out-of-memory
   killer, ``os._exit``) fails the attempt with :class:`JobProcessDied`, its signal or
   exit code in the message, and the job's retry policy decides; the other slots never
-  notice.
+  notice;
+- a child lives and pauses with its worker: on Linux the kernel kills it when the
+  worker dies, and it stops itself when it sees its worker stopped (SIGSTOP, a
+  debugger), so that a job whose worker is frozen past the dead timeout does not run
+  on beside the run that replaces it (the worker, resumed, continues it with SIGCONT,
+  or exits as declared dead, and the child with it). It has a process group of its
+  own: a Ctrl-C or a group's signal is the worker's to handle.
 
 The worker and the child speak BSON over a pipe: the job's workable, parameters and
 method as stored go one way; the attempt's failure (its class names and message, not
@@ -118,6 +124,7 @@ class JobProcess:
             }
         }
         try:
+            self._resume()
             connection.send_bytes(bson.encode(request))
         except OSError:  # the child died between two jobs, just now
             return self._lost(None, killed=False)
@@ -144,7 +151,7 @@ class JobProcess:
         try:
             with running.code():  # where the watchdog raises a stop, between two looks
                 while not connection.poll(TICK):
-                    pass
+                    self._resume()
         except Stopped as stop:
             stopped = type(stop)
             if not connection.poll(0):  # (unless the answer came as the stop landed)
@@ -178,6 +185,12 @@ class JobProcess:
         died = JobProcessDied(f"the process running the job {self._exit_description()}")
         self.close(at_once=True)
         return Ran(Failure.from_exception(died), None, {}, died, WorkableHooks(), stopped)
+
+    def _resume(self) -> None:
+        """Continue the child, if it stopped itself while this process was stopped."""
+        if self._process is not None and self._process.pid is not None:
+            with contextlib.suppress(OSError):
+                os.kill(self._process.pid, signal.SIGCONT)
 
     def _exit_description(self) -> str:
         process = self._process
@@ -305,7 +318,9 @@ def child_main(connection: Connection, app: str, parent: int) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
         if os.getppid() != parent:
             os._exit(137)  # the worker died before the line above
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the worker's to handle
+        threading.Thread(target=_pause_with, args=(parent,), daemon=True).start()
+    os.setpgrp()  # a Ctrl-C, or a signal to the worker's group, is the worker's
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         registry = _load(app)
     except Exception as error:
@@ -313,6 +328,21 @@ def child_main(connection: Connection, app: str, parent: int) -> None:
         return
     connection.send_bytes(bson.encode({"ready": True}))
     _Child(registry, connection).serve()
+
+
+def _pause_with(parent: int) -> None:
+    """Stop this process whenever the worker is seen stopped (Linux): a frozen worker's
+    job must not run on; the worker continues it when it resumes."""
+    stat = f"/proc/{parent}/stat"
+    while True:
+        try:
+            with open(stat) as file:
+                state = file.read().rpartition(")")[2].split()[0]
+        except (OSError, IndexError):
+            return  # the worker is gone: the kernel ends this process
+        if state in ("T", "t"):
+            os.kill(os.getpid(), signal.SIGSTOP)
+        threading.Event().wait(TICK)
 
 
 def _load(app: str) -> Registry:

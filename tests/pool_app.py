@@ -74,3 +74,14 @@ class Hooked(Workable):
     def _write(self, line: str) -> None:
         with Path(self.parameters["path"]).open("a") as file:
             file.write(line + "\n")
+
+
+@registry.workable("pool.ticker")
+def ticker(path: str, seconds: float) -> None:
+    """Appends the time to ``path`` every 20 ms for ``seconds``."""
+    end = time.monotonic() + seconds
+    with Path(path).open("a") as file:
+        while time.monotonic() < end:
+            file.write(f"{time.time()}\n")  # noqa: TID251 (compared across processes)
+            file.flush()
+            time.sleep(0.02)

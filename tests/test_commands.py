@@ -166,6 +166,30 @@ def test_a_processes_pool_worker_outlives_a_segfault_and_is_not_starved_by_a_gil
     assert [p.returncode for p in processes.started] == [0] * 3, processes.dump_logs()
 
 
+def test_a_processes_pool_workers_job_pauses_while_the_worker_is_stopped(
+    processes: Processes, queue: Queue, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A worker frozen (SIGSTOP) must not leave its job running in its child: were it
+    frozen past the dead timeout, the job would run on beside its next run."""
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent.parent))
+    processes.start("run")
+    worker = processes.start("worker", "--app", "tests.pool_app:registry", "--pool", "processes")
+    ticks = tmp_path / "ticks"
+    job_id = queue.schedule(JobSpec("pool.ticker", {"path": str(ticks), "seconds": 3}))
+    wait_for(lambda: ticks.exists() and ticks.stat().st_size > 0, processes)
+    os.kill(worker.pid, signal.SIGSTOP)
+    stopped = time.time()  # noqa: TID251 (compared with the child's)
+    time.sleep(1.5)  # (a real freeze of real processes: the pause is what is tested)
+    resumed = time.time()  # noqa: TID251
+    os.kill(worker.pid, signal.SIGCONT)
+    wait_for(lambda: queue.job(job_id).why is not None, processes)
+    assert queue.job(job_id).why == "done"
+    times = [float(line) for line in ticks.read_text().split()]
+    during = [t for t in times if stopped + 0.2 < t < resumed]
+    assert during == [], "the child paused with its worker"
+    assert any(t > resumed for t in times), "and went on when it resumed"
+
+
 def test_a_repeatable_job_gets_one_occurrence_per_tick_across_a_recruiter_failover(
     processes: Processes, queue: Queue
 ) -> None:

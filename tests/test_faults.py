@@ -76,6 +76,21 @@ def test_no_job_is_lost_or_run_twice_with_large_batches_under_kills_and_freezes(
     assert largest_batch(tmp_path) >= 5, "the run handed out large batches"
 
 
+@pytest.mark.real_server
+@pytest.mark.timeout(400)
+def test_no_job_is_lost_or_run_twice_with_a_processes_pool_worker(tmp_path: Path) -> None:
+    """The first worker (group slow, two slots) runs its jobs in child processes: it is
+    killed busy and idle (its children die with it) and frozen past the dead timeout
+    (its children pause with it), among threads-pool workers."""
+    uri = os.environ.get("MONGODB_URI")
+    kinds = (*WORKER_FAULTS, "kill-recruiter")
+    scenario = Scenario(4, jobs=60, kinds=kinds, faults=12, processes_pool=1)
+    report = judge(run_scenario(scenario, tmp_path, uri))
+    assert report.ok, explain(report, tmp_path)
+    assert set(report.faults) == set(kinds), explain(report, tmp_path)
+    assert report.lost == 0
+
+
 @pytest.mark.soak
 @pytest.mark.real_server
 @pytest.mark.timeout(7200)

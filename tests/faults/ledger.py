@@ -11,6 +11,7 @@ kernel survives the process.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import time
 from collections.abc import Iterator
@@ -22,9 +23,12 @@ LEDGER_VARIABLE = "RECRUITER_FAULT_LEDGER"
 
 
 def write(event: str, **fields: Any) -> None:
-    """Append one line to this process's ledger file."""
+    """Append one line to this process's ledger file, in its worker's name (a job that
+    runs in a processes-pool child writes as the worker whose faults the run injects)."""
     directory = Path(os.environ[LEDGER_VARIABLE])
-    line = json.dumps({"event": event, "pid": os.getpid(), "t": time.time(), **fields})
+    parent = multiprocessing.parent_process()
+    pid = os.getpid() if parent is None or parent.pid is None else parent.pid
+    line = json.dumps({"event": event, "pid": pid, "t": time.time(), **fields})
     descriptor = os.open(directory / f"{os.getpid()}.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     try:
         os.write(descriptor, (line + "\n").encode())

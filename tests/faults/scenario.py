@@ -90,6 +90,9 @@ class Scenario:
     """The recruiter's ``--max-batch`` (its default when ``None``)."""
     batch_seconds: float | None = None
     """The recruiter's ``--batch-seconds`` (its default when ``None``)."""
+    processes_pool: int = 0
+    """How many of the workers run their jobs in child processes (``--pool processes``):
+    the first ones started."""
 
 
 STARTUP_GRACE = 3.0
@@ -280,7 +283,7 @@ class Run:
             f"{scenario.lease}s",
         )
 
-    def start_worker(self, group: str, concurrency: int) -> Member:
+    def start_worker(self, group: str, concurrency: int, pool: str = "threads") -> Member:
         heartbeat = f"{self.scenario.heartbeat}s"
         return self.start(
             "worker",
@@ -293,13 +296,16 @@ class Run:
             str(concurrency),
             "--heartbeat-every",
             heartbeat,
+            "--pool",
+            pool,
         )
 
     def start_cast(self) -> None:
         self.start_recruiter()
         self.start_cleaner()
         for n in range(self.scenario.workers):
-            self.start_worker("slow" if n == 0 else "*", 2 if n % 2 == 0 else 1)
+            pool = "processes" if n < self.scenario.processes_pool else "threads"
+            self.start_worker("slow" if n == 0 else "*", 2 if n % 2 == 0 else 1, pool)
 
     def live(self, role: str) -> list[Member]:
         return [m for m in self.members if m.role == role and m.process.poll() is None]
