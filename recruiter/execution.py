@@ -255,6 +255,8 @@ class Executor:
         record = self._record(job, started_at, ended_at)
         if ran.output:
             record["output"] = ran.output
+        if ran.process:
+            record["process"] = ran.process
         failure = ran.failure
         if failure is None:
             record["outcome"] = Outcome.DONE.value
@@ -475,6 +477,9 @@ class Ran:
     hooks: WorkableHooks = field(default_factory=WorkableHooks)
     stopped: type[Stopped] | None = None
     """How a watchdog stopped the job's code, if it did (even if the code caught it)."""
+    process: dict[str, Any] = field(default_factory=dict)
+    """The child process that ran it (``processes`` pool): its pid, its memory after
+    the job, and why it was replaced, if it was; recorded in the attempt."""
 
 
 def _run(

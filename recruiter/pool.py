@@ -52,6 +52,7 @@ import bson
 from recruiter.errors import RecruiterError
 from recruiter.execution import Ran, raised_in, storable
 from recruiter.job import TRACE_LIMIT, Job, Root
+from recruiter.memory import resident_memory
 from recruiter.retry import Failure
 from recruiter.stopping import STOPS, Running, Stopped
 from recruiter.workable import Registry, RetryStatistics, WorkableHooks, running_as
@@ -90,11 +91,15 @@ class JobProcessFailed(RecruiterError):
 class JobProcess:
     """One slot's child process, started when a job first needs it."""
 
-    def __init__(self, app: str, *, max_jobs: int | None = None) -> None:
+    def __init__(
+        self, app: str, *, max_jobs: int | None = None, memory_limit: int | None = None
+    ) -> None:
         self.app = app
         """The application's registry as ``module:attribute``, imported by the child."""
         self.max_jobs = max_jobs
         """Jobs a child runs before it is replaced (``None``: no limit)."""
+        self.memory_limit = memory_limit
+        """Bytes of resident memory after a job past which its child is replaced."""
         self._process: multiprocessing.process.BaseProcess | None = None
         self._connection: Connection | None = None
         self.jobs_run = 0
@@ -127,20 +132,39 @@ class JobProcess:
             self._resume()
             connection.send_bytes(bson.encode(request))
         except OSError:  # the child died between two jobs, just now
-            return self._lost(None, killed=False)
+            return self._lost(None, killed=False, pid=self.pid)
         self.jobs_run += 1
+        pid = self.pid
         reply, stopped, killed = self._wait(connection, running)
         if reply is None:
-            return self._lost(stopped, killed=killed)
+            return self._lost(stopped, killed=killed, pid=pid)
         ran = reply["ran"]
         failure = ran.get("failure")
         hooks = self._hooks() if ran.get("hooks") else WorkableHooks()
         stop = STOPS.get(ran.get("stopped") or "") or stopped
+        process = self._after_job(ran.get("memory"))
+        output = ran.get("output") or {}
         if failure is None:
-            return Ran(output=ran.get("output") or {}, hooks=hooks, stopped=stop)
+            return Ran(output=output, hooks=hooks, stopped=stop, process=process)
         recorded = Failure(failure["class"], tuple(failure["types"]), failure["message"])
         stand_in = _Reported(recorded.message)
-        return Ran(recorded, ran.get("trace"), ran.get("output") or {}, stand_in, hooks, stop)
+        return Ran(recorded, ran.get("trace"), output, stand_in, hooks, stop, process)
+
+    def _after_job(self, memory: Any) -> dict[str, Any]:
+        """What the attempt records of the child; whether it is replaced, and why."""
+        process: dict[str, Any] = {"pid": self.pid}
+        if isinstance(memory, int):
+            process["memory"] = memory
+        if self.memory_limit is not None and isinstance(memory, int) and memory > self.memory_limit:
+            self._replace_after = True
+            process["replaced"] = (
+                f"its memory after the job, {memory:,} bytes, is over the limit of "
+                f"{self.memory_limit:,}"
+            )
+        elif self.max_jobs is not None and self.jobs_run >= self.max_jobs:
+            self._replace_after = True
+            process["replaced"] = f"it ran its {self.max_jobs} jobs"
+        return process
 
     def _wait(
         self, connection: Connection, running: Running
@@ -171,20 +195,20 @@ class JobProcess:
             reply = bson.decode(connection.recv_bytes())
         except (EOFError, OSError):
             return None, stopped, False
-        if self.max_jobs is not None and self.jobs_run >= self.max_jobs:
-            self._replace_after = True
         return reply, stopped, False
 
-    def _lost(self, stopped: type[Stopped] | None, *, killed: bool) -> Ran:
+    def _lost(self, stopped: type[Stopped] | None, *, killed: bool, pid: int | None) -> Ran:
         """The attempt whose child gave no answer: stopped and killed, or dead."""
         if killed and stopped is not None:
             error: BaseException = stopped()
             message = f"{error}; it did not stop within {STOP_GRACE:g} s and its process was killed"
             failure = Failure(*_names(error), message)
-            return Ran(failure, None, {}, error, WorkableHooks(), stopped)
+            process = {"pid": pid, "replaced": "killed: the job did not stop"}
+            return Ran(failure, None, {}, error, WorkableHooks(), stopped, process)
         died = JobProcessDied(f"the process running the job {self._exit_description()}")
         self.close(at_once=True)
-        return Ran(Failure.from_exception(died), None, {}, died, WorkableHooks(), stopped)
+        process = {"pid": pid, "replaced": "it died"}
+        return Ran(Failure.from_exception(died), None, {}, died, WorkableHooks(), stopped, process)
 
     def _resume(self) -> None:
         """Continue the child, if it stopped itself while this process was stopped."""
@@ -442,7 +466,11 @@ class _Child:
         finally:
             with self.lock:
                 self.running = None
-        reply: dict[str, Any] = {"output": storable(output), "hooks": True}
+        reply: dict[str, Any] = {
+            "output": storable(output),
+            "hooks": True,
+            "memory": resident_memory(),
+        }
         if running.stopped is not None:
             reply["stopped"] = running.stopped.__name__
         if failed is not None:

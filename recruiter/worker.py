@@ -25,7 +25,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
-import resource
 import threading
 import time
 from collections import deque
@@ -39,6 +38,7 @@ from recruiter.errors import DatabaseError, SchemaTooNew
 from recruiter.execution import Execution, Executor, Identity, Outcome, Rider
 from recruiter.job import ANY_GROUP
 from recruiter.loop import Backoff, StopRequest
+from recruiter.memory import resident_memory
 from recruiter.pool import POOLS, PROCESSES, THREADS, JobProcess
 from recruiter.recovery import put_back
 from recruiter.schema_check import SchemaCheck
@@ -81,6 +81,9 @@ class WorkerConfig:
     """The application's registry as ``module:attribute``: what a job process imports."""
     max_jobs_per_child: int | None = None
     """Jobs a slot's job process runs before it is replaced (``processes`` pool)."""
+    job_memory_limit: int | None = None
+    """Bytes of resident memory past which a job process is replaced after its job
+    (``processes`` pool); the attempt records it."""
 
     def validate(self) -> WorkerConfig:
         if not isinstance(self.group, str) or not self.group.strip():
@@ -91,6 +94,10 @@ class WorkerConfig:
             raise ValueError("--heartbeat-every must be positive")
         if self.memory_limit is not None and self.memory_limit <= 0:
             raise ValueError("--memory-limit must be positive")
+        self._validate_pool()
+        return self
+
+    def _validate_pool(self) -> None:
         if self.pool not in POOLS:
             raise ValueError(f"--pool must be one of {', '.join(POOLS)}, got {self.pool!r}")
         if self.pool == PROCESSES and self.app is None:
@@ -99,7 +106,13 @@ class WorkerConfig:
             raise ValueError("--max-jobs-per-child must be at least 1")
         if self.max_jobs_per_child is not None and self.pool != PROCESSES:
             raise ValueError("--max-jobs-per-child applies to --pool processes only")
-        return self
+        if self.job_memory_limit is not None and self.job_memory_limit <= 0:
+            raise ValueError("--job-memory-limit must be positive")
+        if self.job_memory_limit is not None and self.pool != PROCESSES:
+            raise ValueError(
+                "--job-memory-limit applies to --pool processes only "
+                "(--memory-limit retires a threads-pool worker)"
+            )
 
 
 @dataclass(frozen=True)
@@ -318,7 +331,11 @@ class WorkerProcess:
         if self.config.pool != PROCESSES:
             return None
         assert self.config.app is not None
-        return JobProcess(self.config.app, max_jobs=self.config.max_jobs_per_child)
+        return JobProcess(
+            self.config.app,
+            max_jobs=self.config.max_jobs_per_child,
+            memory_limit=self.config.job_memory_limit,
+        )
 
     def beat(self) -> None:
         """Record every registered slot as alive; stop if one was declared dead mid-job.
@@ -484,12 +501,3 @@ class WorkerProcess:
         if used > limit:
             logger.warning("worker: %d bytes used, over the limit of %d: retiring", used, limit)
             self.stop.set()
-
-
-def resident_memory() -> int:
-    """Bytes of resident memory of this process now (peak where /proc is missing)."""
-    try:
-        with open("/proc/self/statm") as statm:
-            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -85,3 +85,12 @@ def ticker(path: str, seconds: float) -> None:
             file.write(f"{time.time()}\n")  # noqa: TID251 (compared across processes)
             file.flush()
             time.sleep(0.02)
+
+
+KEPT: list[bytes] = []
+
+
+@registry.workable("pool.hoard")
+def hoard(megabytes: int) -> None:
+    """Keeps ``megabytes`` in this process after it returns (a leak)."""
+    KEPT.append(b"x" * (megabytes * 1024 * 1024))

@@ -64,6 +64,9 @@ def closed_port_uri(password: str = "") -> str:
         (["worker", "--heartbeat-every", "2"], "Invalid value for '--heartbeat-every'"),
         (["run", "--wait-for-database", "forever"], "Invalid value for '--wait-for-database'"),
         (["up", "--workers", "0"], "Invalid value for '--workers'"),
+        (["worker", "--pool", "forks"], "--pool must be one of threads, processes"),
+        (["worker", "--max-jobs-per-child", "5"], "applies to --pool processes only"),
+        (["worker", "--job-memory-limit", "1GB"], "--memory-limit retires a threads-pool"),
         (["demo", "--jobs", "0"], "Invalid value for '--jobs'"),
     ],
 )

@@ -231,3 +231,33 @@ def test_a_running_job_cancelled_is_stopped_in_its_child_and_archived_as_cancell
     assert (execution.outcome, execution.why) == (Outcome.ARCHIVED, "cancelled")
     assert last_attempt(queue, job_id)["class"] == "recruiter.stopping.JobCancelled"
     assert child.started == 1, "it honoured the stop: its child is kept"
+
+
+def test_a_child_past_its_memory_limit_after_a_job_is_replaced_and_the_attempt_says_so(
+    queue: Queue, clock: FrozenClock, watch: Watch
+) -> None:
+    child = JobProcess(APP, memory_limit=150 * 1024 * 1024)
+    try:
+        small = run(queue, clock, watch, child, JobSpec("pool.hoard", {"megabytes": 1}))
+        large = run(queue, clock, watch, child, JobSpec("pool.hoard", {"megabytes": 200}))
+        after = run(queue, clock, watch, child, JobSpec("pool.whoami"))
+    finally:
+        child.close()
+    assert (small.outcome, large.outcome, after.outcome) == (Outcome.DONE,) * 3
+    kept = last_attempt(queue, small.job_id)["process"]
+    assert "replaced" not in kept
+    replaced = last_attempt(queue, large.job_id)["process"]
+    assert replaced["memory"] > 200 * 1024 * 1024
+    assert "over the limit of 157,286,400" in replaced["replaced"]
+    assert replaced["pid"] == kept["pid"] != last_attempt(queue, after.job_id)["process"]["pid"]
+    assert child.started == 2
+
+
+def test_every_attempt_records_the_child_that_ran_it(
+    queue: Queue, clock: FrozenClock, watch: Watch, child: JobProcess
+) -> None:
+    execution = run(queue, clock, watch, child, JobSpec("pool.whoami"))
+    attempt = last_attempt(queue, execution.job_id)
+    assert attempt["process"]["pid"] == attempt["output"]["pid"] == child.pid
+    died = run(queue, clock, watch, child, JobSpec("pool.segfault"))
+    assert last_attempt(queue, died.job_id)["process"]["replaced"] == "it died"

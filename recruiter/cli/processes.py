@@ -298,6 +298,14 @@ def worker(
         int | None,
         typer.Option(min=1, help="Replace a slot's job process after this many jobs."),
     ] = None,
+    job_memory_limit: Annotated[
+        int | None,
+        typer.Option(
+            parser=size_option,
+            help="Replace a slot's job process after a job that leaves it past this "
+            "(e.g. 512MB); with --pool processes.",
+        ),
+    ] = None,
     mongodb_uri: MongoUri = None,
     database: DatabaseName = None,
     wait_for_database: WaitForDatabase = "0s",  # type: ignore[assignment]
@@ -318,6 +326,7 @@ def worker(
             pool=pool,
             app=app_spec,
             max_jobs_per_child=max_jobs_per_child,
+            job_memory_limit=job_memory_limit,
         )
     )
     store = connect_store(mongodb_uri, database, wait_for_database)
