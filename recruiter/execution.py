@@ -498,6 +498,7 @@ def _run(
         return runner.run(job, statistics, running)
     output: dict[str, Any] = {}
     hooks = WorkableHooks()
+    returned = False
     try:
         if job.problems:
             raise DamagedJob("the stored job document is damaged: " + "; ".join(job.problems))
@@ -507,12 +508,12 @@ def _run(
         hooks = registry.hooks_of(job.workable, target)
         with running_as(statistics) as output, running.code():
             target()
+            returned = True
     except BaseException as error:
         # any exception the job's code lets out fails the attempt, BaseExceptions too
         # (asyncio.CancelledError from an asyncio.run inside it, KeyboardInterrupt,
         # GeneratorExit): let out, it would leave the job locked and started for good
-        if isinstance(error, Stopped) and not raised_in(target, error):
-            # the stop landed after the job's code had returned: the job succeeded
+        if returned_before_stop(error, returned):
             return Ran(output=storable(output), hooks=hooks)
         trace = "".join(traceback.format_exception(error))[-TRACE_LIMIT:]
         ran = Ran(Failure.from_exception(error), trace, storable(output), error, hooks)
@@ -526,12 +527,12 @@ def _not_run(why: type[Stopped]) -> Ran:
     return Ran(Failure.from_exception(error), None, {}, error, WorkableHooks(), stopped=why)
 
 
-def raised_in(target: Callable[[], Any], error: BaseException) -> bool:
-    """Whether ``error`` was raised inside ``target``'s call, not around it: the frame
-    ``_run`` called next, in the traceback, is ``target``'s."""
-    code = getattr(getattr(target, "__func__", target), "__code__", None)
-    callee = error.__traceback__.tb_next if error.__traceback__ is not None else None
-    return callee is not None and callee.tb_frame.f_code is code
+def returned_before_stop(error: BaseException, returned: bool) -> bool:
+    """Whether ``error`` is a stop that landed after the job's code had returned: the
+    job succeeded. A stop that landed before the code began (or in the instant between
+    its return and ``returned``) fails the attempt: a job is never recorded as done
+    without having run."""
+    return returned and isinstance(error, Stopped)
 
 
 def storable(output: dict[str, Any]) -> dict[str, Any]:
@@ -540,8 +541,9 @@ def storable(output: dict[str, Any]) -> dict[str, Any]:
     recorded, and twice: in ``last_execution`` and in ``history``)."""
     try:
         size = len(bson.encode({"output": output}))
-    except (bson.errors.InvalidDocument, OverflowError, TypeError) as error:
-        return {"dropped": f"the output recorded is not BSON: {error}"[:TRACE_LIMIT]}
+    except (bson.errors.BSONError, OverflowError, TypeError, ValueError) as error:
+        # (ValueError: text that is not UTF-8, a lone surrogate from a file name)
+        return {"dropped": f"the output recorded is not BSON: {error!r}"[:TRACE_LIMIT]}
     if size > OUTPUT_BYTES:
         return {"dropped": f"the output recorded takes {size} bytes, over {OUTPUT_BYTES}"}
     return output

@@ -65,12 +65,23 @@ class UtcFormatter(logging.Formatter):
         return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+_SETUP: list[tuple[Level, bool]] = []
+"""The level and the JSON choice of the last :func:`setup_logging`, for a job process
+to log as its worker does (:func:`logging_setup`)."""
+
+
+def logging_setup() -> tuple[Level, bool] | None:
+    """How this process was set to log (``None``: it was not, it logs as Python does)."""
+    return _SETUP[-1] if _SETUP else None
+
+
 def setup_logging(process: str, level: Level, json_lines: bool = False) -> None:
     """Log to standard error at ``level``: rich on a terminal, else plain or JSON lines.
 
     ``level`` applies to recruiter and to the application's jobs; pymongo logs at most
     at INFO, its debug lines being one per command.
     """
+    _SETUP[:] = [(level, json_lines)]
     handler: logging.Handler
     prefix = f"{process}[{os.getpid()}]: %(message)s"
     if json_lines:

@@ -10,9 +10,9 @@ database writes and the watchdog. So:
   declared dead and run elsewhere while it runs;
 - a job past its timeout, or cancelled, is first asked to stop as in the threads pool
   (the exception is raised in its code, in the child); if it has not returned within
-  :data:`STOP_GRACE`, the child is killed (SIGTERM, then SIGKILL after
-  :data:`KILL_GRACE`) and a new one is started for the next job: the attempt is
-  recorded as timed out, or cancelled;
+  :data:`STOP_GRACE`, the child is killed with what its job started (SIGKILL to its
+  process group) and a new one is started for the next job: the attempt is recorded
+  as timed out, or cancelled;
 - a child that dies while it runs a job (a segfault, the kernel's out-of-memory
   killer, ``os._exit``) fails the attempt with :class:`JobProcessDied`, its signal or
   exit code in the message, and the job's retry policy decides; the other slots never
@@ -26,7 +26,7 @@ database writes and the watchdog. So:
 
 The worker and the child speak BSON over a pipe: the job's workable, parameters and
 method as stored go one way; the attempt's failure (its class names and message, not
-the exception object), trace and recorded output come back. Nothing is pickled. The
+the exception object), trace and recorded output come back. No job data is pickled. The
 workable's hooks run in the child, where the job's object and exception are, when the
 worker tells it how the attempt ended.
 """
@@ -48,10 +48,12 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 import bson
+from bson.codec_options import CodecOptions
 
 from recruiter.errors import RecruiterError
-from recruiter.execution import Ran, raised_in, storable
+from recruiter.execution import Ran, returned_before_stop, storable
 from recruiter.job import TRACE_LIMIT, Job, Root
+from recruiter.logs import Level, logging_setup, setup_logging
 from recruiter.memory import resident_memory
 from recruiter.retry import Failure
 from recruiter.stopping import STOPS, Running, Stopped
@@ -69,11 +71,14 @@ STOP_GRACE = 5.0
 """Seconds a job asked to stop (timed out, cancelled) has to return before its child
 process is killed."""
 KILL_GRACE = 2.0
-"""Seconds between SIGTERM and SIGKILL to a child that must go."""
+"""Seconds a child asked to exit (between jobs, or when its worker stops) has before it
+is killed."""
 START_TIMEOUT = 60.0
 """Seconds a new child has to import the application and say it is ready."""
 TICK = 0.05
 """Seconds between two looks for the child's answer: a stop lands between them."""
+CODEC: CodecOptions[dict[str, Any]] = CodecOptions(tz_aware=True)
+"""How both sides read the pipe's BSON: dates aware, as the store reads them."""
 
 
 class JobProcessDied(Exception):
@@ -108,25 +113,44 @@ class JobProcess:
         """Children started so far (each replacement counts)."""
         self._replace_after = False
         """Whether the child is to be replaced before the next job (it ran its last)."""
+        self._runs = 0
+        """Runs asked of children so far: the number that ties a stop to its run."""
 
     @property
     def pid(self) -> int | None:
         return None if self._process is None else self._process.pid
 
     def run(self, job: Job, statistics: RetryStatistics, running: Running) -> Ran:
-        """Run ``job``'s code in the child; what it gave."""
+        """Run ``job``'s code in the child; what it gave. Whatever goes wrong with the
+        child is the attempt's failure, never an error of the slot's."""
+        try:
+            return self._run(job, statistics, running)
+        except Exception as error:  # a bug, or the system refusing: fail the attempt
+            logger.exception("job %s: its process failed", job.id)
+            pid = self.pid
+            self.close(at_once=True)
+            failed = JobProcessFailed(f"the job process failed: {error!r}")
+            process = {"pid": pid, "replaced": "it failed"}
+            return Ran(
+                Failure.from_exception(failed), None, {}, failed, WorkableHooks(), None, process
+            )
+
+    def _run(self, job: Job, statistics: RetryStatistics, running: Running) -> Ran:
         try:
             connection = self._ready()
         except JobProcessFailed as error:
             return Ran(Failure.from_exception(error), str(error), error=error)
+        self._runs += 1
+        number = self._runs
         request = {
+            "n": number,
             "run": {
                 "job_id": str(job.id),
                 "workable": job.workable,
                 "parameters": dict(job.parameters),
                 "method": job.method,
                 "statistics": _statistics_document(statistics),
-            }
+            },
         }
         try:
             self._resume()
@@ -135,7 +159,7 @@ class JobProcess:
             return self._lost(None, killed=False, pid=self.pid)
         self.jobs_run += 1
         pid = self.pid
-        reply, stopped, killed = self._wait(connection, running)
+        reply, stopped, killed = self._wait(connection, running, number)
         if reply is None:
             return self._lost(stopped, killed=killed, pid=pid)
         ran = reply["ran"]
@@ -167,7 +191,7 @@ class JobProcess:
         return process
 
     def _wait(
-        self, connection: Connection, running: Running
+        self, connection: Connection, running: Running, number: int
     ) -> tuple[dict[str, Any] | None, type[Stopped] | None, bool]:
         """The child's answer (``None`` if it died or was killed), the stop that was
         asked for while it ran, and whether the child had to be killed."""
@@ -180,7 +204,7 @@ class JobProcess:
             stopped = type(stop)
             if not connection.poll(0):  # (unless the answer came as the stop landed)
                 logger.warning("job %s: asking its process to stop", running.job_id)
-                stop_request = {"stop": stopped.__name__, "job_id": str(running.job_id)}
+                stop_request = {"stop": stopped.__name__, "n": number}
                 with contextlib.suppress(OSError):  # (it died: the read below tells)
                     connection.send_bytes(bson.encode(stop_request))
                 if not connection.poll(STOP_GRACE):
@@ -192,7 +216,7 @@ class JobProcess:
                     self.close(at_once=True)
                     return None, stopped, True
         try:
-            reply = bson.decode(connection.recv_bytes())
+            reply = bson.decode(connection.recv_bytes(), codec_options=CODEC)
         except (EOFError, OSError):
             return None, stopped, False
         return reply, stopped, False
@@ -225,7 +249,10 @@ class JobProcess:
         if code is None:
             return "stopped answering"
         if code < 0:
-            return f"died of signal {-code} ({signal.Signals(-code).name})"
+            try:
+                return f"died of signal {-code} ({signal.Signals(-code).name})"
+            except ValueError:  # a real-time signal has no name
+                return f"died of signal {-code}"
         return f"exited with code {code}"
 
     def _hooks(self) -> WorkableHooks:
@@ -238,7 +265,7 @@ class JobProcess:
                     return
                 try:
                     connection.send_bytes(bson.encode({"hook": name}))
-                    answer = bson.decode(connection.recv_bytes())
+                    answer = bson.decode(connection.recv_bytes(), codec_options=CODEC)
                 except (EOFError, OSError):
                     self.close(at_once=True)
                     raise JobProcessFailed(f"the job's process died in its {name} hook") from None
@@ -266,11 +293,20 @@ class JobProcess:
         return self._start()
 
     def _start(self) -> Connection:
+        try:
+            return self._spawn()
+        except OSError as error:  # no more processes or files: the system refuses
+            self.close(at_once=True)
+            raise JobProcessFailed(f"the job process could not be started: {error}") from error
+
+    def _spawn(self) -> Connection:
         context = multiprocessing.get_context("spawn")
         ours, theirs = context.Pipe()
+        setup = logging_setup()
+        logs = None if setup is None else (setup[0].value, setup[1])
         process = context.Process(
             target=child_main,
-            args=(theirs, self.app, os.getpid()),
+            args=(theirs, self.app, os.getpid(), logs),
             name=f"recruiter-job-{self.app}",
         )
         process.start()
@@ -282,7 +318,7 @@ class JobProcess:
             self.close(at_once=True)
             raise JobProcessFailed(f"the job process did not start within {START_TIMEOUT:g} s")
         try:
-            hello = bson.decode(ours.recv_bytes())
+            hello = bson.decode(ours.recv_bytes(), codec_options=CODEC)
         except (EOFError, OSError):
             description = self._exit_description()
             self.close(at_once=True)
@@ -303,12 +339,25 @@ class JobProcess:
             connection.close()
         if process is None:
             return
-        if at_once and process.is_alive():
-            process.terminate()
+        if at_once:
+            _kill_group(process)  # the job had its grace: it and what it started go
         process.join(KILL_GRACE)
         if process.is_alive():
-            process.kill()
+            _kill_group(process)
             process.join()
+
+
+def _kill_group(process: multiprocessing.process.BaseProcess) -> None:
+    """SIGKILL to the child's process group (the child and the processes its job
+    started); to the child alone if its group is not set up yet."""
+    pid = process.pid
+    if pid is None:
+        return
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
 
 
 class _Reported(Exception):
@@ -336,15 +385,23 @@ def _statistics_document(statistics: RetryStatistics) -> dict[str, Any]:
 # --- the child's side -------------------------------------------------------------------
 
 
-def child_main(connection: Connection, app: str, parent: int) -> None:
-    """A job process: import the application, then run the jobs the worker sends."""
+def child_main(
+    connection: Connection, app: str, parent: int, logs: tuple[str, bool] | None = None
+) -> None:
+    """A job process: import the application, then run the jobs the worker sends; log
+    as the worker does (``logs``: its level and whether in JSON lines)."""
+    if logs is not None:
+        setup_logging("job", Level(logs[0]), logs[1])
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
         if os.getppid() != parent:
             os._exit(137)  # the worker died before the line above
         threading.Thread(target=_pause_with, args=(parent,), daemon=True).start()
     os.setpgrp()  # a Ctrl-C, or a signal to the worker's group, is the worker's
+    # and so is SIGTERM, even sent to every process of a cgroup: the worker finishes its
+    # jobs, then ends its children (SIGKILL when it must)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
         registry = _load(app)
     except Exception as error:
@@ -380,15 +437,21 @@ def _load(app: str) -> Registry:
 class _Child:
     """The child's loop. A reader thread takes the worker's messages: a stop is acted on
     at once (raised in the job's code), the rest go to the main thread, which runs the
-    jobs and their hooks."""
+    jobs and their hooks. Runs are numbered by the worker, and a stop names its run: a
+    stop that crossed its run's answer on the pipe is recognised as stale and dropped;
+    one that came before its run entered the job's code waits for it there."""
 
     def __init__(self, registry: Registry, connection: Connection) -> None:
         self.registry = registry
         self.connection = connection
-        self.running: Running | None = None
-        self.stops: dict[str, type[Stopped]] = {}
-        """Stops asked for a job before it began here (the request was still queued)."""
         self.lock = threading.Lock()
+        self.running: Running | None = None
+        self.current: int | None = None
+        """The number of the run under way, if one is."""
+        self.finished = 0
+        """The number of the last run that ended: a stop for it, or before, is stale."""
+        self.pending: dict[int, type[Stopped]] = {}
+        """Stops for a run whose job's code has not begun yet."""
         self.hooks = WorkableHooks()
         self.error: BaseException | None = None
         self.inbox: list[dict[str, Any]] = []
@@ -406,82 +469,82 @@ class _Child:
             if "exit" in message:
                 return
             if "run" in message:
-                self._send({"ran": self._run(message["run"])})
+                self._answer(self._run(message["n"], message["run"]))
             elif "hook" in message:
                 self._send(self._hook(message["hook"]))
 
     def _read(self) -> None:
         while True:
             try:
-                message = bson.decode(self.connection.recv_bytes())
+                message = bson.decode(self.connection.recv_bytes(), codec_options=CODEC)
             except (EOFError, OSError):
                 with self.arrived:
                     self.closed = True
                     self.arrived.notify()
                 return
             if "stop" in message:
-                why = STOPS.get(message["stop"])
-                with self.lock:
-                    running = self.running
-                    if why is None:
-                        pass
-                    elif running is not None and running.job_id == message.get("job_id"):
-                        running.stop(why)
-                    else:  # its run request is still in the inbox (or long gone)
-                        self.stops[str(message.get("job_id"))] = why
+                self._stop(message["n"], STOPS.get(message["stop"]))
                 continue
             with self.arrived:
                 self.inbox.append(message)
                 self.arrived.notify()
 
+    def _stop(self, number: int, why: type[Stopped] | None) -> None:
+        with self.lock:
+            if why is None or number <= self.finished:
+                return  # stale: its run ended (its answer crossed this on the pipe)
+            running = self.running if self.current == number else None
+            if running is None or not running.stop(why):
+                self.pending[number] = why  # queued, or not in the job's code yet
+
+    def _answer(self, ran: dict[str, Any]) -> None:
+        """Send a run's answer; one that BSON cannot carry fails the attempt instead."""
+        try:
+            data = bson.encode({"ran": ran})
+        except Exception as error:
+            unsendable = JobProcessFailed(f"the attempt's result could not be sent: {error!r}")
+            data = bson.encode({"ran": {"output": {}, **_failure_fields(unsendable)}})
+        self.connection.send_bytes(data)
+
     def _send(self, message: Mapping[str, Any]) -> None:
         self.connection.send_bytes(bson.encode(message))
 
-    def _run(self, request: Mapping[str, Any]) -> dict[str, Any]:
+    def _run(self, number: int, request: Mapping[str, Any]) -> dict[str, Any]:
         statistics = _statistics(request["statistics"])
         self.hooks, self.error = WorkableHooks(), None
         running = Running(request["job_id"], None)
         output: dict[str, Any] = {}
         failed: BaseException | None = None
+        returned = False
         with self.lock:
-            self.running = running
-            stopped_before = self.stops.pop(request["job_id"], None)
-            self.stops.clear()  # any other is for a run that ended
+            self.running, self.current = running, number
         try:
-            if stopped_before is not None:  # asked to stop before it began: it does not
-                running.stopped = stopped_before
-                raise stopped_before()
             target = self.registry.rebuild(
                 request["workable"], request["parameters"], request["method"]
             )
             self.hooks = self.registry.hooks_of(request["workable"], target)
             with running_as(statistics) as output, running.code():
+                with self.lock:
+                    asked = self.pending.pop(number, None)
+                if asked is not None:  # asked to stop before its code began: it does not
+                    running.stopped = asked
+                    raise asked()
                 target()
+                returned = True
         except BaseException as error:
-            # as in the threads pool: a stop that landed after the job's code returned
-            # is no failure
-            landed_after = isinstance(error, Stopped) and stopped_before is None
-            if not (landed_after and not raised_in(target, error)):
+            if not returned_before_stop(error, returned):
                 failed = error
         finally:
             with self.lock:
-                self.running = None
-        reply: dict[str, Any] = {
-            "output": storable(output),
-            "hooks": True,
-            "memory": resident_memory(),
-        }
+                self.running, self.current, self.finished = None, None, number
+                self.pending = {n: why for n, why in self.pending.items() if n > number}
+        reply: dict[str, Any] = {"output": storable(output), "hooks": True}
+        reply["memory"] = resident_memory()
         if running.stopped is not None:
             reply["stopped"] = running.stopped.__name__
         if failed is not None:
             self.error = failed
-            failure = Failure.from_exception(failed)
-            reply["failure"] = {
-                "class": failure.exception_class,
-                "types": list(failure.exception_types),
-                "message": failure.message,
-            }
-            reply["trace"] = "".join(traceback.format_exception(failed))[-TRACE_LIMIT:]
+            reply.update(_failure_fields(failed))
         return reply
 
     def _hook(self, name: str) -> dict[str, Any]:
@@ -492,8 +555,28 @@ class _Child:
             else:
                 hook()
         except Exception as error:
-            return {"error": f"{type(error).__name__}: {error}"[:TRACE_LIMIT]}
+            return {"error": _text(f"{type(error).__name__}: {error}")[:TRACE_LIMIT]}
         return {"ok": True}
+
+
+def _failure_fields(error: BaseException) -> dict[str, Any]:
+    """The failure as the worker records it, in text BSON can carry whatever the
+    exception's message holds (a lone surrogate from a file name, say)."""
+    failure = Failure.from_exception(error)
+    trace = "".join(traceback.format_exception(error))[-TRACE_LIMIT:]
+    return {
+        "failure": {
+            "class": failure.exception_class,
+            "types": list(failure.exception_types),
+            "message": _text(failure.message),
+        },
+        "trace": _text(trace),
+    }
+
+
+def _text(text: str) -> str:
+    """``text`` as valid UTF-8: what cannot be encoded is written as escapes."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _statistics(document: Mapping[str, Any]) -> RetryStatistics:

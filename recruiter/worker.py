@@ -377,6 +377,14 @@ class WorkerProcess:
 
     def run(self) -> None:
         """Register the slots and run them until stopped and every slot has retired."""
+        try:
+            self._run()
+        finally:  # however it ends: no job process may outlive it (nor hold its exit)
+            for slot in self.slots:
+                if slot.job_process is not None:
+                    slot.job_process.close()
+
+    def _run(self) -> None:
         for slot in self.slots:
             slot.register()
         self.watch.start()
@@ -401,9 +409,6 @@ class WorkerProcess:
         done.set()
         heart.join()
         self.watch.close()
-        for slot in self.slots:
-            if slot.job_process is not None:
-                slot.job_process.close()
         if self._schema_error is not None:
             raise self._schema_error
         if self._broken:
