@@ -4,6 +4,7 @@ name, as ``tests.pool_app:registry``)."""
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import re
 import time
@@ -94,3 +95,8 @@ KEPT: list[bytes] = []
 def hoard(megabytes: int) -> None:
     """Keeps ``megabytes`` in this process after it returns (a leak)."""
     KEPT.append(b"x" * (megabytes * 1024 * 1024))
+
+
+@registry.workable("pool.log")
+def log(message: str) -> None:
+    logging.getLogger("app.jobs").info(message)

@@ -162,8 +162,13 @@ def test_a_processes_pool_worker_outlives_a_segfault_and_is_not_starved_by_a_gil
     assert crashed.history[0]["class"] == "recruiter.pool.JobProcessDied"
     assert "SIGSEGV" in crashed.history[0]["message"]
     assert queue.job(after).why == "done"
+    logged = queue.schedule(JobSpec("pool.log", {"message": "hello from a job process"}))
+    wait_for(lambda: queue.job(logged).why == "done", processes)
     processes.stop_all()
     assert [p.returncode for p in processes.started] == [0] * 3, processes.dump_logs()
+    worker_log = next(processes.logs.glob("*-worker.log")).read_text()
+    (line,) = [line for line in worker_log.splitlines() if "hello from a job process" in line]
+    assert " INFO job[" in line, "a job process logs as its worker does"
 
 
 def test_a_processes_pool_workers_job_pauses_while_the_worker_is_stopped(
