@@ -29,6 +29,10 @@ from benchmarks.rounds import round_cost
 from recruiter.embedded import EmbeddedServer, start_server
 
 SYSTEMS = ("recruiter", "naive", "rq")
+"""What a run measures unless told otherwise (``bin/bench``'s figures)."""
+MORE_SYSTEMS = ("recruiter-processes", "rq-fork")
+"""Measured when named: recruiter's workers with ``--pool processes``, RQ's default
+``Worker`` (a fork per job)."""
 BURN_DOWN_TITLE = "Burn-down of a backlog of no-op jobs, then pickup with idle workers"
 STEADY_TITLE = "Steady load: jobs arriving one at a time, at half the burn-down rate"
 
@@ -47,7 +51,9 @@ class System(Protocol):
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
-    parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
+    parser.add_argument(
+        "--systems", nargs="+", choices=SYSTEMS + MORE_SYSTEMS, default=list(SYSTEMS)
+    )
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     parser.add_argument("--jobs", type=int, default=1000, help="backlog burnt down per run")
     parser.add_argument("--latency-samples", type=int, default=50)
@@ -124,14 +130,15 @@ def measure(
 ) -> tuple[Figures, Figures | None]:
     place = directory / f"{system_name}-{workers}"
     system: System
-    if system_name == "recruiter":
-        system = RecruiterSystem(uri, place, workers, arguments.recruiter_option)
+    if system_name in ("recruiter", "recruiter-processes"):
+        pool = "processes" if system_name == "recruiter-processes" else "threads"
+        system = RecruiterSystem(uri, place, workers, arguments.recruiter_option, pool=pool)
     elif system_name == "naive":
         system = NaiveSystem(uri, place, workers)
     else:
         from benchmarks.rq_system import RQSystem  # noqa: PLC0415 (the optional extra)
 
-        system = RQSystem(place, workers)
+        system = RQSystem(place, workers, fork=system_name == "rq-fork")
     system.start()
     try:
         figures = system.burn_down(arguments.jobs)

@@ -92,13 +92,48 @@ class Figures:
 
 
 def cpu_seconds(pids: list[int]) -> float:
-    """User and system CPU time of these processes so far, all their threads included."""
+    """User and system CPU time so far of these processes and of every process they
+    started (a recruiter worker's job processes, RQ's work-horses): the live ones',
+    and, through each process's children's times, the ended ones'."""
+    parents = _parents()
     total = 0
-    for pid in pids:
-        with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])  # utime, stime
+    for pid in _with_descendants(pids, parents):
+        fields = _stat(pid)
+        if fields is not None:
+            # utime, stime, and the times of its children it waited for
+            total += sum(int(fields[n]) for n in (11, 12, 13, 14))
     return total / TICKS
+
+
+def _stat(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None  # ended meanwhile
+
+
+def _parents() -> dict[int, int]:
+    """Every live process's parent."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = _stat(int(entry))
+            if fields is not None:
+                parents[int(entry)] = int(fields[1])
+    return parents
+
+
+def _with_descendants(pids: list[int], parents: dict[int, int]) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for child, parent in parents.items():
+        children.setdefault(parent, []).append(child)
+    found, todo = [], list(pids)
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
 
 
 def percentiles(samples: list[float]) -> dict[str, float]:
@@ -205,11 +240,21 @@ class RecruiterSystem:
     name = "recruiter"
 
     def __init__(
-        self, uri: str, directory: Path, workers: int, options: list[str] | None = None
+        self,
+        uri: str,
+        directory: Path,
+        workers: int,
+        options: list[str] | None = None,
+        *,
+        pool: str = "threads",
     ) -> None:
         self.uri, self.workers = uri, workers
         self.options = list(options or [])
         """Options of ``recruiter run`` (its defaults when empty)."""
+        self.pool = pool
+        """The workers' ``--pool``."""
+        if pool != "threads":
+            self.name = f"recruiter-{pool}"
         self.client: MongoClient[dict[str, Any]] = MongoClient(uri, tz_aware=True)
         self.database: Database[dict[str, Any]] = self.client[f"bench_{uuid.uuid4().hex[:8]}"]
         self.store = Store(self.database)
@@ -224,7 +269,7 @@ class RecruiterSystem:
         self.cast.start("recruiter", [*launcher, "run", *common, *self.options])
         self.cast.start("cleaner", [*launcher, "clean", *common])
         for n in range(self.workers):
-            app = ["--app", "benchmarks.app:registry"]
+            app = ["--app", "benchmarks.app:registry", "--pool", self.pool]
             self.cast.start(f"worker{n}", [*launcher, "worker", *app, *common])
         wait_until(lambda: len(self.store.workers()) == self.workers, 60, "workers registered")
         time.sleep(1.0)  # every process settles into its idle rhythm

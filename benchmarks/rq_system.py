@@ -29,7 +29,8 @@ from recruiter.embedded import free_port
 
 
 class RQSystem:
-    """A local ``redis-server`` and ``workers`` ``rq worker -w SimpleWorker`` processes.
+    """A local ``redis-server`` and ``workers`` ``rq worker -w SimpleWorker`` processes
+    (``fork``: RQ's default ``Worker``, which forks a work-horse per job).
 
     Redis commands come from ``INFO commandstats``, reset when the window opens; the
     harness sends none inside the window (it counts ``Job OK`` lines in the workers'
@@ -39,8 +40,11 @@ class RQSystem:
 
     name = "rq"
 
-    def __init__(self, directory: Path, workers: int) -> None:
+    def __init__(self, directory: Path, workers: int, *, fork: bool = False) -> None:
         self.workers = workers
+        self.worker_class = "rq.worker.Worker" if fork else "rq.worker.SimpleWorker"
+        if fork:
+            self.name = "rq-fork"
         self.directory = directory
         self.cast = Cast(directory)
         self.port = free_port()
@@ -61,7 +65,7 @@ class RQSystem:
     def start(self) -> None:
         url = f"redis://127.0.0.1:{self.port}"
         for n in range(self.workers):
-            command = [sys.executable, "-m", "rq.cli", "worker", "-w", "rq.worker.SimpleWorker"]
+            command = [sys.executable, "-m", "rq.cli", "worker", "-w", self.worker_class]
             command += ["--url", url, "--logging_level", "INFO", "bench"]
             self.cast.start(f"rq{n}", command)
         time.sleep(3.0)  # imported, registered, blocked on the queue
