@@ -1,4 +1,4 @@
-"""The no-op job every system runs: for recruiter, for the naive queue and for RQ."""
+"""The no-op job recruiter and the naive queue run (RQ's is in ``benchmarks.rq_app``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,3 @@ registry = Registry()
 @registry.workable("bench.noop")
 def noop() -> None:
     """Does nothing: what is measured is the queue."""
-
-
-def rq_noop() -> None:
-    """The same, for RQ (which imports jobs by dotted path)."""

@@ -75,7 +75,7 @@ class RQSystem:
 
     def _enqueue(self, count: int) -> None:
         queue = RQQueue("bench", connection=self.redis)
-        jobs = [RQQueue.prepare_data("benchmarks.app.rq_noop") for _ in range(count)]
+        jobs = [RQQueue.prepare_data("benchmarks.rq_app.rq_noop") for _ in range(count)]
         queue.enqueue_many(jobs)
 
     def burn_down(self, jobs: int) -> Figures:
@@ -108,7 +108,7 @@ class RQSystem:
         latencies = []
         for _ in range(samples):
             time.sleep(chooser())
-            job = queue.enqueue("benchmarks.app.rq_noop")
+            job = queue.enqueue("benchmarks.rq_app.rq_noop")
             wait_until(lambda: job.get_status(refresh=True) == "finished", 60, "pickup")  # noqa: B023
             latencies.append(self._pickup_ms(job))
         return latencies
@@ -123,7 +123,7 @@ class RQSystem:
         queue = RQQueue("bench", connection=self.redis)
         before = self.done()
         cpu, start = cpu_seconds(self.cast.pids), time.perf_counter()
-        jobs = offer(rate, seconds, lambda: queue.enqueue("benchmarks.app.rq_noop"))
+        jobs = offer(rate, seconds, lambda: queue.enqueue("benchmarks.rq_app.rq_noop"))
         wait_until(lambda: self.done() >= before + len(jobs), 600, "steady load")
         figures.seconds = time.perf_counter() - start
         figures.cpu_seconds = cpu_seconds(self.cast.pids) - cpu
