@@ -57,7 +57,7 @@ from recruiter.logs import Level, logging_setup, setup_logging
 from recruiter.memory import resident_memory
 from recruiter.retry import Failure
 from recruiter.stopping import STOPS, Running, Stopped
-from recruiter.workable import Registry, RetryStatistics, WorkableHooks, running_as
+from recruiter.workable import Registry, RetryStatistics, Workable, WorkableHooks, running_as
 
 logger = logging.getLogger(__name__)
 
@@ -164,7 +164,7 @@ class JobProcess:
             return self._lost(stopped, killed=killed, pid=pid)
         ran = reply["ran"]
         failure = ran.get("failure")
-        hooks = self._hooks() if ran.get("hooks") else WorkableHooks()
+        hooks = self._hooks(ran.get("hooks") or [])
         stop = STOPS.get(ran.get("stopped") or "") or stopped
         process = self._after_job(ran.get("memory"))
         output = ran.get("output") or {}
@@ -255,8 +255,9 @@ class JobProcess:
                 return f"died of signal {-code}"
         return f"exited with code {code}"
 
-    def _hooks(self) -> WorkableHooks:
-        """The workable's hooks, run in the child (where its object and exception are)."""
+    def _hooks(self, names: list[str]) -> WorkableHooks:
+        """The workable's hooks ``names`` (those it has), run in the child, where its
+        object and exception are; the others do nothing, with no round trip."""
 
         def hook(name: str) -> Callable[..., None]:
             def call(*_: Any) -> None:
@@ -274,12 +275,7 @@ class JobProcess:
 
             return call
 
-        return WorkableHooks(
-            hook("after_success"),
-            hook("after_failure"),
-            hook("after_last_failure"),
-            hook("finalize"),
-        )
+        return WorkableHooks(**{name: hook(name) for name in names if name in HOOKS})
 
     def _ready(self) -> Connection:
         """The connection to a live child: the current one, or a new one."""
@@ -538,7 +534,7 @@ class _Child:
             with self.lock:
                 self.running, self.current, self.finished = None, None, number
                 self.pending = {n: why for n, why in self.pending.items() if n > number}
-        reply: dict[str, Any] = {"output": storable(output), "hooks": True}
+        reply: dict[str, Any] = {"output": storable(output), "hooks": _defined(self.hooks)}
         reply["memory"] = resident_memory()
         if running.stopped is not None:
             reply["stopped"] = running.stopped.__name__
@@ -557,6 +553,23 @@ class _Child:
         except Exception as error:
             return {"error": _text(f"{type(error).__name__}: {error}")[:TRACE_LIMIT]}
         return {"ok": True}
+
+
+HOOKS = ("after_success", "after_failure", "after_last_failure", "finalize")
+_NOTHING = WorkableHooks().after_success
+"""What a hook left out is."""
+
+
+def _defined(hooks: WorkableHooks) -> list[str]:
+    """The hooks that do something: neither left out of a function workable's, nor a
+    class workable's inherited from :class:`Workable`."""
+    defined = []
+    for name in HOOKS:
+        hook = getattr(hooks, name)
+        function = getattr(hook, "__func__", hook)
+        if function is not getattr(Workable, name) and function is not _NOTHING:
+            defined.append(name)
+    return defined
 
 
 def _failure_fields(error: BaseException) -> dict[str, Any]:

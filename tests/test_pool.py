@@ -261,3 +261,24 @@ def test_every_attempt_records_the_child_that_ran_it(
     assert attempt["process"]["pid"] == attempt["output"]["pid"] == child.pid
     died = run(queue, clock, watch, child, JobSpec("pool.segfault"))
     assert last_attempt(queue, died.job_id)["process"]["replaced"] == "it died"
+
+
+def test_a_function_workables_hooks_run_in_the_child_and_absent_ones_cost_nothing(
+    queue: Queue, clock: FrozenClock, watch: Watch, child: JobProcess, tmp_path: Path
+) -> None:
+    path = tmp_path / "lines"
+    run(queue, clock, watch, child, JobSpec("pool.noted", {"path": str(path)}))
+    assert path.read_text().splitlines() == [f"after_success {child.pid}"]
+    sent: list[bytes] = []
+    run(queue, clock, watch, child, JobSpec("pool.whoami"))  # the child is up
+    connection = child._connection
+    assert connection is not None
+    send = connection.send_bytes
+
+    def counted(data: bytes, *rest: Any) -> None:
+        sent.append(data)
+        send(data, *rest)
+
+    connection.send_bytes = counted  # type: ignore[method-assign,assignment]
+    run(queue, clock, watch, child, JobSpec("pool.whoami"))
+    assert len(sent) == 1, "the run, and no hook: whoami has none"
