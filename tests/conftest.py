@@ -23,6 +23,8 @@ from pymongo.database import Database
 
 from recruiter import FrozenClock, Queue, Registry
 from recruiter.embedded import start_server
+from recruiter.pool import JobProcess
+from recruiter.stopping import Watch
 from recruiter.store import Store
 
 START = dt.datetime(2026, 11, 22, 9, 0, tzinfo=dt.UTC)
@@ -89,6 +91,23 @@ def queue(database: Database[Any], clock: FrozenClock) -> Queue:
 @pytest.fixture
 def registry() -> Registry:
     return Registry()
+
+
+@pytest.fixture
+def watch() -> Iterator[Watch]:
+    """A watchdog that stops running jobs at their timeout (real time), until the end."""
+    watch = Watch()
+    watch.start()
+    yield watch
+    watch.close()
+
+
+@pytest.fixture
+def child(request: pytest.FixtureRequest) -> Iterator[JobProcess]:
+    """A job process of the test module's application (its ``APP``), closed at the end."""
+    process = JobProcess(request.module.APP)
+    yield process
+    process.close()
 
 
 # --- in CI, the real-server tests must run, never skip -----------------------------------

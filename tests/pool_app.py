@@ -102,12 +102,12 @@ def log(message: str) -> None:
     logging.getLogger("app.jobs").info(message)
 
 
+NOTED: list[str] = []
+
+
 @registry.workable("pool.noted")
 def noted(path: str) -> None:
     NOTED.append(path)
-
-
-NOTED: list[str] = []
 
 
 @noted.after_success

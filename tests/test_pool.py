@@ -7,7 +7,7 @@ import itertools
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,21 +22,6 @@ from recruiter.stopping import Watch
 from tests.pool_app import registry as app
 
 APP = "tests.pool_app:registry"
-
-
-@pytest.fixture
-def watch() -> Iterator[Watch]:
-    watch = Watch()
-    watch.start()
-    yield watch
-    watch.close()
-
-
-@pytest.fixture
-def child() -> Iterator[JobProcess]:
-    process = JobProcess(APP)
-    yield process
-    process.close()
 
 
 def run(

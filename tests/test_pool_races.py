@@ -11,7 +11,6 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -95,21 +94,6 @@ class SlowToBuild(Workable):
 
 
 # --- fixtures and helpers -----------------------------------------------------------
-
-
-@pytest.fixture
-def watch() -> Iterator[Watch]:
-    watch = Watch()
-    watch.start()
-    yield watch
-    watch.close()
-
-
-@pytest.fixture
-def child() -> Iterator[JobProcess]:
-    process = JobProcess(APP)
-    yield process
-    process.close()
 
 
 def statistics(job_id: Any) -> RetryStatistics:

@@ -37,14 +37,6 @@ from recruiter.testing import drain
 
 
 @pytest.fixture
-def watch() -> Iterator[Watch]:
-    watch = Watch()
-    watch.start()
-    yield watch
-    watch.close()
-
-
-@pytest.fixture
 def app(registry: Registry) -> dict[str, Any]:
     """Workables that run until stopped, and what they saw."""
     seen: dict[str, Any] = {"started": threading.Event(), "cleaned_up": False}
