@@ -13,6 +13,7 @@ reads the job back to tell (every write is conditional, so landing twice is impo
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime as dt
 import logging
@@ -154,10 +155,14 @@ class Executor:
         watch: Watch | None = None,
         *,
         runner: JobRunner | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         self.store = store
         self.runner = runner
         """Where the jobs' code runs, when not in this thread (a slot's job process)."""
+        self.loop = loop
+        """The event loop ``async def`` jobs run on (``asyncio`` pool): without one, each
+        runs on a loop of its own in the calling thread."""
         self.registry = registry
         self.clock = clock
         self.identity = identity
@@ -221,11 +226,17 @@ class Executor:
             # stopped between its start and its code (a manual run declared dead)
             ran = _not_run(self.watch.stopping)
         elif self.watch is None:
-            ran = _run(self.registry, job, statistics, policy_problem, running)
+            ran = _run(self.registry, job, statistics, policy_problem, running, loop=self.loop)
         else:
             with self.watch.watching(running):
                 ran = _run(
-                    self.registry, job, statistics, policy_problem, running, runner=self.runner
+                    self.registry,
+                    job,
+                    statistics,
+                    policy_problem,
+                    running,
+                    runner=self.runner,
+                    loop=self.loop,
                 )
         execution = self._conclude(job, token, ran, started_at, policy, began_by=began_by)
         self._ended(job, execution, ran)
@@ -490,15 +501,15 @@ def _run(
     running: Running,
     *,
     runner: JobRunner | None = None,
+    loop: asyncio.AbstractEventLoop | None = None,
 ) -> Ran:
-    """Run the job's code (here, or in ``runner``'s process): its failure and trace when
-    it failed, the output it recorded, and the workable's hooks (none when it could not
-    even be rebuilt)."""
+    """Run the job's code (here, on ``loop`` for an ``async def`` one, or in
+    ``runner``'s process): its failure and trace when it failed, the output it
+    recorded, and the workable's hooks (none when it could not even be rebuilt)."""
     if runner is not None and not job.problems and not policy_problem:
         return runner.run(job, statistics, running)
     output: dict[str, Any] = {}
     hooks = WorkableHooks()
-    returned = False
     try:
         if job.problems:
             raise DamagedJob("the stored job document is damaged: " + "; ".join(job.problems))
@@ -506,14 +517,13 @@ def _run(
             raise DamagedJob(policy_problem)
         target = registry.rebuild(job.workable, job.parameters, job.method)
         hooks = registry.hooks_of(job.workable, target)
-        with running_as(statistics) as output, running.code():
-            target()
-            returned = True
+        with running_as(statistics) as output:
+            running.call(target, loop)
     except BaseException as error:
         # any exception the job's code lets out fails the attempt, BaseExceptions too
         # (asyncio.CancelledError from an asyncio.run inside it, KeyboardInterrupt,
         # GeneratorExit): let out, it would leave the job locked and started for good
-        if returned_before_stop(error, returned):
+        if returned_before_stop(error, running.returned):
             return Ran(output=storable(output), hooks=hooks)
         trace = "".join(traceback.format_exception(error))[-TRACE_LIMIT:]
         ran = Ran(Failure.from_exception(error), trace, storable(output), error, hooks)

@@ -65,7 +65,12 @@ THREADS = "threads"
 """The pool where each slot runs its jobs' code in a thread of the worker process."""
 PROCESSES = "processes"
 """The pool where each slot runs its jobs' code in a child process of its own."""
-POOLS = (THREADS, PROCESSES)
+ASYNCIO = "asyncio"
+"""The pool where ``async def`` jobs run as tasks on one event loop of the worker
+(:mod:`recruiter.event_loop`); a synchronous job runs in its slot's thread."""
+POOLS = (THREADS, PROCESSES, ASYNCIO)
+ASYNCIO_CONCURRENCY = 100
+"""The slots of an ``asyncio``-pool worker when ``--concurrency`` is not given."""
 
 STOP_GRACE = 5.0
 """Seconds a job asked to stop (timed out, cancelled) has to return before its child
@@ -511,7 +516,6 @@ class _Child:
         running = Running(request["job_id"], None)
         output: dict[str, Any] = {}
         failed: BaseException | None = None
-        returned = False
         with self.lock:
             self.running, self.current = running, number
         try:
@@ -519,16 +523,10 @@ class _Child:
                 request["workable"], request["parameters"], request["method"]
             )
             self.hooks = self.registry.hooks_of(request["workable"], target)
-            with running_as(statistics) as output, running.code():
-                with self.lock:
-                    asked = self.pending.pop(number, None)
-                if asked is not None:  # asked to stop before its code began: it does not
-                    running.stopped = asked
-                    raise asked()
-                target()
-                returned = True
+            with running_as(statistics) as output:
+                running.call(lambda: self._begin(number, running, target))
         except BaseException as error:
-            if not returned_before_stop(error, returned):
+            if not returned_before_stop(error, running.returned):
                 failed = error
         finally:
             with self.lock:
@@ -542,6 +540,15 @@ class _Child:
             self.error = failed
             reply.update(_failure_fields(failed))
         return reply
+
+    def _begin(self, number: int, running: Running, target: Callable[[], Any]) -> Any:
+        """Call the job's code, unless a stop for its run came before it began."""
+        with self.lock:
+            asked = self.pending.pop(number, None)
+        if asked is not None:  # asked to stop before its code began: it does not
+            running.stopped = asked
+            raise asked()
+        return target()
 
     def _hook(self, name: str) -> dict[str, Any]:
         hook = getattr(self.hooks, name)

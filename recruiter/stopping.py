@@ -8,16 +8,24 @@ run. The exception is raised only while the job's own code runs (never in recrui
 bookkeeping around it), at the thread's next Python instruction: a call blocked in C
 (a long ``time.sleep``, a socket read without a timeout) is stopped when it returns.
 Give such calls timeouts of their own; shell-command jobs are stopped by a signal.
+
+An ``async def`` job runs as an asyncio task (:meth:`Running.call`): on the worker's
+event loop (``--pool asyncio``), or on a loop of its own in the slot's thread. It is
+stopped by cancelling its task: the stop is raised at its next ``await``, as
+:class:`JobTimedOut` or :class:`JobCancelled` in place of ``CancelledError``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import ctypes
 import datetime as dt
+import inspect
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -52,15 +60,87 @@ def _raise_in(thread_id: int, exception: type[BaseException] | None) -> None:
 
 
 class Running:
-    """One job's code running in one thread, which a watchdog may stop."""
+    """One job's code running in one thread, or as one asyncio task, which a watchdog
+    may stop."""
 
     def __init__(self, job_id: Any, timeout: dt.timedelta | None) -> None:
         self.job_id = job_id
         self.timeout = timeout
         self.deadline: float | None = None
         self.stopped: type[Stopped] | None = None
+        self.returned = False
+        """Whether the job's code returned (:meth:`call`): a stop that lands after it
+        does not fail the attempt."""
         self._thread_id: int | None = None
+        self._as_task = False
+        """Whether the code runs as a task: a stop cancels it, and is not raised in
+        the thread (which only waits for the task)."""
+        self._cancel: Callable[[], object] | None = None
+        """Cancels the task, once it has begun."""
         self._lock = threading.Lock()
+
+    def call(self, target: Callable[[], Any], loop: asyncio.AbstractEventLoop | None = None) -> Any:
+        """Run the job's code, ``target``, where a stop may land: a function in this
+        thread; what returns a coroutine (an ``async def``) as a task on ``loop``, the
+        worker's event loop running in another thread, or else on a loop of its own."""
+        with self.code():
+            result = target()
+            if inspect.iscoroutine(result):
+                coroutine = result
+                try:
+                    result = self._run_task(coroutine, loop)
+                finally:
+                    coroutine.close()  # (a stop landed before its task began; else a no-op)
+            self.returned = True  # in the code's bounds: a stop landing later is too late
+            return result
+
+    def _run_task(
+        self, coroutine: Coroutine[Any, Any, Any], loop: asyncio.AbstractEventLoop | None
+    ) -> Any:
+        thread_id = threading.get_ident()
+        with self._lock:
+            # from here on a stop cancels the task; one raised in this thread just
+            # before is taken back and raised here, before the task begins
+            _raise_in(thread_id, None)
+            self._as_task = True
+            stopped = self.stopped
+        if stopped is not None:
+            coroutine.close()
+            raise stopped()
+        body = self._task_body(coroutine)
+        if loop is not None:
+            failure, result = asyncio.run_coroutine_threadsafe(body, loop).result()
+        else:
+            failure, result = _run_on_a_loop_of_its_own(body)
+        if failure is not None:
+            raise failure
+        return result
+
+    async def _task_body(
+        self, coroutine: Coroutine[Any, Any, Any]
+    ) -> tuple[BaseException | None, Any]:
+        """The job's coroutine as a task: its failure or its result, never raised (a
+        ``SystemExit`` let out of a task would stop the whole event loop)."""
+        task = asyncio.current_task()
+        assert task is not None
+        task_loop = asyncio.get_running_loop()
+        with self._lock:
+            self._cancel = lambda: task_loop.call_soon_threadsafe(task.cancel)
+            stopped = self.stopped
+        if stopped is not None:  # stopped before the task began
+            coroutine.close()
+            return stopped(), None
+        try:
+            return None, await coroutine
+        except asyncio.CancelledError as error:
+            stopped = self.stopped
+            if stopped is not None:  # cancelled by a stop: the stop is the failure
+                stop = stopped()
+                stop.__context__ = error
+                return stop, None
+            return error, None
+        except BaseException as error:
+            return error, None
 
     @contextmanager
     def code(self) -> Iterator[None]:
@@ -76,15 +156,38 @@ class Running:
                 # a stop asked for just as the code returned must not land further on
                 _raise_in(threading.get_ident(), None)
                 self._thread_id = None
+                self._as_task, self._cancel = False, None
 
     def stop(self, why: type[Stopped]) -> bool:
-        """Raise ``why`` in the job's code, if it runs and was not stopped already."""
+        """Raise ``why`` in the job's code, or cancel its task, if it runs and was not
+        stopped already."""
         with self._lock:
             if self._thread_id is None or self.stopped is not None:
                 return False
             self.stopped = why
-            _raise_in(self._thread_id, why)
+            if not self._as_task:
+                _raise_in(self._thread_id, why)
+            elif self._cancel is not None:
+                self._cancel()
+            # else: the task has not begun; it sees the stop as it does
             return True
+
+
+def _run_on_a_loop_of_its_own(body: Coroutine[Any, Any, Any]) -> Any:
+    """Run ``body`` on a new event loop: in this thread, or in a thread of its own
+    when this one runs a loop already (``drain()`` called from an ``async`` test)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(body)
+    results: list[Any] = []
+    context = contextvars.copy_context()  # the job's retry statistics, its output
+    thread = threading.Thread(
+        target=lambda: results.append(context.run(asyncio.run, body)), name="job-loop"
+    )
+    thread.start()
+    thread.join()
+    return results[0]
 
 
 class HolderDeclaredDead(Stopped):

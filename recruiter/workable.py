@@ -14,6 +14,10 @@ Two kinds of workables:
   is rebuilt from them, and a job may call any of its public methods (default
   ``execute``), as in the original Recruiter.
 
+Either kind may be ``async def`` (a function, or the method a job calls): the job then
+runs as an asyncio task (see :mod:`recruiter.stopping`), on the worker's event loop with
+``--pool asyncio``. Hooks are plain functions in every case.
+
 A running job asks for its retry statistics with :func:`retry_statistics`.
 """
 
@@ -45,6 +49,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 W = TypeVar("W", bound="Workable")
 L = TypeVar("L", bound=Callable[..., object])
+H = TypeVar("H", bound=Callable[..., object])
 
 
 @dataclass(frozen=True)
@@ -201,22 +206,28 @@ class FunctionWorkable(Generic[P, R]):
 
     def after_success(self, hook: Callable[[], object]) -> Callable[[], object]:
         """Decorate the function to call after the job succeeded."""
-        self.hooks = dataclasses.replace(self.hooks, after_success=hook)
+        self.hooks = dataclasses.replace(
+            self.hooks, after_success=_synchronous(hook, "after_success")
+        )
         return hook
 
     def after_failure(self, hook: Callable[[BaseException], object]) -> Callable[..., object]:
         """Decorate the function to call after an attempt failed (a retry may follow)."""
-        self.hooks = dataclasses.replace(self.hooks, after_failure=hook)
+        self.hooks = dataclasses.replace(
+            self.hooks, after_failure=_synchronous(hook, "after_failure")
+        )
         return hook
 
     def after_last_failure(self, hook: Callable[[BaseException], object]) -> Callable[..., object]:
         """Decorate the function to call when the job failed for good (archived)."""
-        self.hooks = dataclasses.replace(self.hooks, after_last_failure=hook)
+        self.hooks = dataclasses.replace(
+            self.hooks, after_last_failure=_synchronous(hook, "after_last_failure")
+        )
         return hook
 
     def finalize(self, hook: Callable[[BaseException | None], object]) -> Callable[..., object]:
         """Decorate the function to call when the job reached its end, done or archived."""
-        self.hooks = dataclasses.replace(self.hooks, finalize=hook)
+        self.hooks = dataclasses.replace(self.hooks, finalize=_synchronous(hook, "finalize"))
         return hook
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -384,6 +395,18 @@ class Registry:
         return bound_method
 
 
+def _synchronous(hook: H, name: str) -> H:
+    """``hook``, if it is a plain function: hooks are called synchronously, after the
+    attempt's end is recorded, in every pool."""
+    if inspect.iscoroutinefunction(hook):
+        raise InvalidJob(
+            f"the {name} hook {getattr(hook, '__qualname__', hook)!r} is async: hooks run "
+            "synchronously after the attempt is recorded; make it a plain function (it may "
+            "call asyncio.run, or schedule a job)"
+        )
+    return hook
+
+
 def _target(entry: Entry) -> object:
     if isinstance(entry, Command):
         return tuple(entry.argv)  # the same command line registered twice is one command
@@ -424,6 +447,8 @@ class _Decorator:
                     f"class {target.__qualname__} must subclass recruiter.Workable to be "
                     "registered; or register a function"
                 )
+            for hook in ("after_success", "after_failure", "after_last_failure", "finalize"):
+                _synchronous(getattr(target, hook), hook)
             self.registry._register(self.name, target)
             target.workable_name = self.name
             return target

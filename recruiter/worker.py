@@ -22,6 +22,7 @@ it would still write is fenced out anyway; exiting stops the job's code too.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import logging
 import os
@@ -35,11 +36,12 @@ from bson import ObjectId
 
 from recruiter.clock import Clock
 from recruiter.errors import DatabaseError, SchemaTooNew
+from recruiter.event_loop import EventLoop
 from recruiter.execution import Execution, Executor, Identity, Outcome, Rider
 from recruiter.job import ANY_GROUP
 from recruiter.loop import Backoff, StopRequest
 from recruiter.memory import resident_memory
-from recruiter.pool import POOLS, PROCESSES, THREADS, JobProcess
+from recruiter.pool import ASYNCIO, POOLS, PROCESSES, THREADS, JobProcess
 from recruiter.recovery import put_back
 from recruiter.schema_check import SchemaCheck
 from recruiter.stopping import Watch
@@ -52,6 +54,9 @@ logger = logging.getLogger(__name__)
 DEFAULT_HEARTBEAT = dt.timedelta(seconds=2)
 DATABASE_ERROR_WAIT = 1.0
 RECENT_TOKENS = 16
+FOLLOWED_WAIT_BEATS = 15
+"""Heartbeats a followed idle slot waits for news before it reads its own document:
+the heartbeat's look for forgotten assignments rings it sooner."""
 DECLARED_DEAD_EXIT = 8
 """The exit status of a worker that stopped because it was declared dead mid-job."""
 
@@ -75,8 +80,9 @@ class WorkerConfig:
     watch: bool = True
     """Be handed assignments by a change feed; poll only while it is not available."""
     pool: str = THREADS
-    """Where the jobs' code runs: ``threads`` (a thread per slot, in this process) or
-    ``processes`` (a child process per slot, see :mod:`recruiter.pool`)."""
+    """Where the jobs' code runs: ``threads`` (a thread per slot, in this process),
+    ``processes`` (a child process per slot, see :mod:`recruiter.pool`) or ``asyncio``
+    (``async def`` jobs as tasks on one event loop, see :mod:`recruiter.event_loop`)."""
     app: str | None = None
     """The application's registry as ``module:attribute``: what a job process imports."""
     max_jobs_per_child: int | None = None
@@ -142,11 +148,15 @@ class WorkerSlot:
         heartbeat_every: dt.timedelta = DEFAULT_HEARTBEAT,
         stopping: Callable[[], bool] = lambda: False,
         job_process: JobProcess | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         self.store = store
         self.job_process = job_process
         """The child process this slot's jobs run in (``processes`` pool), else none:
         they run in the slot's thread."""
+        self.loop = loop
+        """The event loop its ``async def`` jobs run on (``asyncio`` pool), else none:
+        each runs on a loop of its own in the slot's thread."""
         self.stopping = stopping
         """Whether to stop after the job it runs: the rest of a batch is put back."""
         self.heartbeat_every = heartbeat_every
@@ -222,7 +232,13 @@ class WorkerSlot:
         assert self.id is not None
         identity = Identity.of_this_process(self.id)
         executor = Executor(
-            self.store, self.registry, self.clock, identity, self.watch, runner=self.job_process
+            self.store,
+            self.registry,
+            self.clock,
+            identity,
+            self.watch,
+            runner=self.job_process,
+            loop=self.loop,
         )
         self._ran.append(assignment.token)
         jobs, token = assignment.job_ids, assignment.token
@@ -303,6 +319,9 @@ class WorkerProcess:
         self.stop = stop or StopRequest()
         self.watch = Watch()
         """The jobs the slots run: stopped at their timeout, or when cancelled."""
+        self.event_loop = EventLoop() if config.pool == ASYNCIO else None
+        """Where the slots' ``async def`` jobs run (``asyncio`` pool)."""
+        loop = None if self.event_loop is None else self.event_loop.loop
         self.slots = [
             WorkerSlot(
                 store,
@@ -315,6 +334,7 @@ class WorkerProcess:
                 heartbeat_every=config.heartbeat_every,
                 stopping=self._stopping,
                 job_process=self._job_process(),
+                loop=loop,
             )
             for _ in range(config.concurrency)
         ]
@@ -356,9 +376,26 @@ class WorkerProcess:
         running = [r.job_id for r in self.watch.running()]
         if running:  # one read, only while jobs run: which were cancelled meanwhile
             self.watch.cancel(self.store.cancel_requested(running))
+        self._ring_the_forgotten([s for s in registered.values() if s not in removed])
         # after the beat, never instead of it: a worker told to stop by a newer schema
         # goes on beating for the jobs it finishes first
         self.check_schema()
+
+    def _ring_the_forgotten(self, slots: list[WorkerSlot]) -> None:
+        """The change feed's safety net: ring the idle followed slots that hold an
+        assignment the feed did not bring them (one read for the whole process, where
+        each slot reading its own document would cost a read per slot)."""
+        idle = {
+            slot.id: slot
+            for slot in slots
+            if slot.id is not None and slot.running is None and self._is_followed(slot)
+        }
+        if not idle:
+            return
+        for worker_id in self.store.assigned_among(list(idle)):
+            slot = idle[worker_id]
+            if slot.running is None:
+                slot.bell.set()
 
     def _slot_removed(self) -> None:
         """A slot found it was declared dead: so was this whole process, frozen or cut
@@ -377,12 +414,16 @@ class WorkerProcess:
 
     def run(self) -> None:
         """Register the slots and run them until stopped and every slot has retired."""
+        if self.event_loop is not None:
+            self.event_loop.start()
         try:
             self._run()
         finally:  # however it ends: no job process may outlive it (nor hold its exit)
             for slot in self.slots:
                 if slot.job_process is not None:
                     slot.job_process.close()
+            if self.event_loop is not None:
+                self.event_loop.close()
 
     def _run(self) -> None:
         for slot in self.slots:
@@ -486,8 +527,9 @@ class WorkerProcess:
             if self.stop.is_set():
                 continue
             if self._is_followed(slot):
-                # the feed brings the next assignment; reading now and then is a safety net
-                wait = self.config.heartbeat_every.total_seconds()
+                # the feed brings the next assignment; the heartbeat looks for any it
+                # missed, for every slot in one read (:meth:`_ring_the_forgotten`)
+                wait = self.config.heartbeat_every.total_seconds() * FOLLOWED_WAIT_BEATS
             else:
                 wait = self.backoff.after(wait)
             slot.bell.wait(wait)

@@ -3,14 +3,16 @@ name, as ``tests.pool_app:registry``)."""
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import logging
 import os
 import re
+import threading
 import time
 from pathlib import Path
 
-from recruiter import Registry, Workable, record_output
+from recruiter import Registry, Workable, record_output, retry_statistics
 
 registry = Registry()
 
@@ -114,3 +116,72 @@ def noted(path: str) -> None:
 def _note_success() -> None:
     with Path(NOTED[-1]).open("a") as file:
         file.write(f"after_success {os.getpid()}\n")
+
+
+# --- async def jobs (the asyncio pool; on a loop of their own elsewhere) ----------------
+
+
+@registry.workable("aio.sleep")
+async def aio_sleep(seconds: float) -> None:
+    """Records when (this process's monotonic clock), where (thread) and as what attempt
+    it slept."""
+    began = time.monotonic()
+    await asyncio.sleep(seconds)
+    record_output(
+        began=began,
+        ended=time.monotonic(),
+        pid=os.getpid(),
+        thread=threading.current_thread().name,
+        attempt=retry_statistics().retry_number,
+    )
+
+
+@registry.workable("aio.fail")
+async def aio_fail(message: str) -> None:
+    await asyncio.sleep(0)
+    raise ValueError(message)
+
+
+@registry.workable("aio.exit")
+async def aio_exit() -> None:
+    await asyncio.sleep(0)
+    raise SystemExit(3)
+
+
+@registry.workable("aio.wait_forever")
+async def aio_wait_forever(path: str) -> None:
+    """Waits until stopped; writes ``path`` as it is stopped (its finally ran)."""
+    try:
+        await asyncio.Event().wait()
+    finally:
+        Path(path).write_text("stopped")
+
+
+@registry.workable("aio.where")
+def where() -> None:
+    """A synchronous job: records the thread it ran in."""
+    record_output(thread=threading.current_thread().name)
+
+
+@registry.workable("aio.report")
+class Report(Workable):
+    async def execute(self) -> None:
+        await asyncio.sleep(0)
+        record_output(month=self.parameters["month"])
+
+
+ARRIVED: dict[str, int] = {}
+"""Jobs of each rendezvous that arrived, in this process."""
+
+
+@registry.workable("aio.rendezvous")
+async def rendezvous(name: str, expected: int, patience: float) -> None:
+    """Waits until ``expected`` jobs of rendezvous ``name`` wait together in this process:
+    done only if they all ran at once; failed after ``patience`` seconds otherwise."""
+    ARRIVED[name] = ARRIVED.get(name, 0) + 1
+    deadline = time.monotonic() + patience
+    while ARRIVED[name] < expected:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"only {ARRIVED[name]} of {expected} jobs ever ran at once")
+        await asyncio.sleep(0.01)
+    record_output(pid=os.getpid(), thread=threading.current_thread().name)

@@ -594,3 +594,30 @@ def test_metrics_of_a_running_system_are_scraped_over_http(
     lines = scrape()
     assert 'recruiter_workers{state="idle"} 1.0' in lines
     assert any(line.startswith("recruiter_leader{holder=") for line in lines)
+
+
+def test_five_hundred_async_jobs_run_at_the_same_time_on_one_asyncio_worker(
+    processes: Processes, queue: Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """500 jobs that each wait until all 500 wait together, on one worker: they are all
+    done only if they all ran at once, in one process, on its event loop. (How long 500
+    one-second jobs take is bin/bench's to measure: this server's writes bound it.)"""
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent.parent))
+    processes.start("run")
+    processes.start("clean", "--considered-dead-after", "60s")
+    worker = processes.start(
+        "worker",
+        *("--app", "tests.pool_app:registry", "--pool", "asyncio", "--concurrency", "500"),
+    )
+    spec = JobSpec("aio.rendezvous", {"name": "all", "expected": 500, "patience": 100})
+    ids = queue.schedule_many(spec.retry_with(RetryManyTimes(0)) for _ in range(500))
+    unfinished = {"_id": {"$in": ids}, "why": None}
+    wait_for(lambda: queue.store.count_jobs("scheduled", unfinished) == 0, processes, 180)
+    jobs = [queue.job(job_id) for job_id in ids]
+    assert {job.why for job in jobs} == {"done"}, processes.dump_logs()
+    where = {
+        (job.history[-1]["output"]["pid"], job.history[-1]["output"]["thread"]) for job in jobs
+    }
+    assert where == {(worker.pid, "event-loop")}
+    processes.stop_all()
+    assert [p.returncode for p in processes.started] == [0] * 3, processes.dump_logs()

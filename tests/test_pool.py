@@ -267,3 +267,17 @@ def test_a_function_workables_hooks_run_in_the_child_and_absent_ones_cost_nothin
     connection.send_bytes = counted  # type: ignore[method-assign,assignment]
     run(queue, clock, watch, child, JobSpec("pool.whoami"))
     assert len(sent) == 1, "the run, and no hook: whoami has none"
+
+
+def test_an_async_job_runs_in_the_child_and_is_stopped_there_by_cancelling_its_task(
+    queue: Queue, clock: FrozenClock, watch: Watch, child: JobProcess, tmp_path: Path
+) -> None:
+    done = run(queue, clock, watch, child, JobSpec("aio.sleep", {"seconds": 0}))
+    assert done.outcome is Outcome.DONE
+    assert last_attempt(queue, done.job_id)["output"]["pid"] == child.pid
+    path = tmp_path / "stopped"
+    spec = JobSpec("aio.wait_forever", {"path": str(path)}).with_timeout("300ms")
+    stopped = run(queue, clock, watch, child, spec)
+    assert last_attempt(queue, stopped.job_id)["class"] == "recruiter.stopping.JobTimedOut"
+    assert path.read_text() == "stopped"
+    assert child.started == 1, "stopped in time: its child was not killed"

@@ -573,3 +573,32 @@ def test_a_leader_does_not_act_on_a_renewal_that_answered_late(
     assert not leader.hold(clock.advance(1)), "not acted on"
     monkeypatch.undo()
     assert leader.hold(clock.now()), "renewed at once, and leading"
+
+
+class _Following:
+    following = True
+
+
+def test_the_heartbeat_rings_an_idle_slot_whose_assignment_the_feed_did_not_bring(
+    queue: Queue, registry: Registry, clock: FrozenClock
+) -> None:
+    """The feed's safety net is one read per heartbeat for the whole process: a slot
+    assigned a job it was not told of is rung; one idle and unassigned is not."""
+    registry.workable("tests.noop")(lambda: None)
+    worker = process(queue, registry, clock, lambda: None, concurrency=2)
+    for slot in worker.slots:
+        slot.register()
+    worker.watcher = _Following()  # type: ignore[assignment]
+    worker._followed = frozenset(slot.id for slot in worker.slots)  # type: ignore[misc]
+    job_id = queue.schedule(JobSpec("tests.noop"))
+    Recruiter(queue.store).run_once(clock.now())  # the feed's news of it is lost
+    for slot in worker.slots:
+        slot.bell.clear()
+    worker.beat()
+    ids = [slot.id for slot in worker.slots if slot.id is not None]
+    (assigned,) = [s for s in worker.slots if s.id in queue.store.assigned_among(ids)]
+    (idle,) = [slot for slot in worker.slots if slot is not assigned]
+    assert assigned.bell.is_set(), "rung: it reads its document and runs the job"
+    assert not idle.bell.is_set(), "nothing for it"
+    assert assigned.run_once().ran is not None
+    assert queue.job(job_id).why == "done"

@@ -42,7 +42,7 @@ from recruiter.events import BECAME_LEADER, STEPPED_DOWN, Listeners
 from recruiter.leadership import Leadership, holder_name
 from recruiter.logs import Level, setup_logging
 from recruiter.loop import IDLE, Backoff, Pause, StopRequest, Wakeups, run_forever
-from recruiter.pool import THREADS
+from recruiter.pool import ASYNCIO, ASYNCIO_CONCURRENCY, THREADS
 from recruiter.queue import Queue
 from recruiter.recruiter import News, Recruiter, RecruiterConfig
 from recruiter.schema_check import SchemaCheck
@@ -276,7 +276,14 @@ def run(
 def worker(
     app_spec: App = DEMO_APP,
     group: Annotated[str, typer.Option(help="The group to work on; * for any.")] = "*",
-    concurrency: Annotated[int, typer.Option(min=1, help="Jobs run at once (worker slots).")] = 1,
+    concurrency: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help=f"Jobs run at once (worker slots); default 1, {ASYNCIO_CONCURRENCY} "
+            "with --pool asyncio.",
+        ),
+    ] = None,
     heartbeat_every: Annotated[
         dt.timedelta, typer.Option(parser=duration_option, help="Heartbeat interval.")
     ] = "2s",  # type: ignore[assignment]
@@ -290,8 +297,9 @@ def worker(
     pool: Annotated[
         str,
         typer.Option(
-            help="Where jobs' code runs: threads (in this process) or processes (a child "
-            "process per slot, which a job cannot starve and a timeout can kill)."
+            help="Where jobs' code runs: threads (in this process), processes (a child "
+            "process per slot, which a job cannot starve and a timeout can kill) or asyncio "
+            "(async def jobs as tasks on one event loop: give it --concurrency 100 or more)."
         ),
     ] = THREADS,
     max_jobs_per_child: Annotated[
@@ -319,7 +327,7 @@ def worker(
     config = validated(
         WorkerConfig(
             group=group,
-            concurrency=concurrency,
+            concurrency=concurrency or (ASYNCIO_CONCURRENCY if pool == ASYNCIO else 1),
             heartbeat_every=heartbeat_every,
             memory_limit=memory_limit,
             watch=watch,

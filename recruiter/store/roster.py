@@ -240,6 +240,11 @@ class RosterVerbs:
             return set(worker_ids)
         return {d["_id"] for d in self.roster.find({"_id": {"$in": worker_ids}}, {"_id": 1})}
 
+    def assigned_among(self, worker_ids: list[ObjectId]) -> set[ObjectId]:
+        """Those of these workers that hold an assignment (in one read)."""
+        query = {"_id": {"$in": worker_ids}, "available": False}
+        return {d["_id"] for d in self.roster.find(query, {"_id": 1})}
+
     def find_worker(self, worker_id: ObjectId) -> WorkerRecord | None:
         """A worker's own document: how a worker learns what it was assigned."""
         document = self.roster.find_one({"_id": worker_id})

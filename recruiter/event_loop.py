@@ -1,0 +1,64 @@
+"""The event loop of an ``asyncio``-pool worker: where its ``async def`` jobs run.
+
+``recruiter worker --pool asyncio`` runs one event loop in a thread of its own. Each
+slot keeps its thread for its bookkeeping (the start, the end and the release of its
+jobs, written as in every pool), and hands an ``async def`` job's coroutine to the
+loop as a task (:meth:`recruiter.stopping.Running.call`): hundreds of slots' jobs wait
+on their I/O together on one loop. A synchronous job runs in its slot's thread, as in
+the threads pool, so it never blocks the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+
+logger = logging.getLogger(__name__)
+
+CLOSE_WAIT = 5.0
+"""Seconds the tasks a job left behind have to end once cancelled, as the loop closes."""
+
+
+class EventLoop:
+    """An asyncio event loop running in a thread of its own, from :meth:`start` until
+    :meth:`close`."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name="event-loop", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_forever()
+        finally:
+            self._shut_down()
+
+    def _shut_down(self) -> None:
+        """Cancel the tasks jobs left running (fire-and-forget tasks of their own), let
+        them end, and close the loop."""
+        loop = self.loop
+        left = [task for task in asyncio.all_tasks(loop) if not task.done()]
+        for task in left:
+            task.cancel()
+        if left:
+            logger.warning("event loop: cancelling %d tasks left by jobs", len(left))
+            gathered = asyncio.gather(*left, return_exceptions=True)
+            loop.run_until_complete(asyncio.wait_for(gathered, CLOSE_WAIT))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.run_until_complete(loop.shutdown_default_executor())
+        loop.close()
+
+    def close(self) -> None:
+        """Stop the loop (every slot has ended its jobs) and wait for its thread."""
+        if self.loop.is_closed():
+            return
+        if not self._thread.is_alive():  # never started
+            self.loop.close()
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join()

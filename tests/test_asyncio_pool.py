@@ -1,0 +1,231 @@
+"""``async def`` jobs: as tasks on a worker's event loop (the asyncio pool), or on a loop
+of their own (the threads pool, ``drain()``); stopped by cancelling their task."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bson import ObjectId
+
+from recruiter import JobSpec, Queue, Registry, RetryManyTimes, Workable
+from recruiter.clock import FrozenClock
+from recruiter.errors import InvalidJob
+from recruiter.event_loop import EventLoop
+from recruiter.execution import Execution, Executor, Identity, Outcome
+from recruiter.stopping import JobCancelled, JobTimedOut, Running, Watch
+from recruiter.testing import drain
+from tests.pool_app import registry as app
+
+
+@pytest.fixture
+def event_loop() -> Iterator[EventLoop]:
+    loop = EventLoop()
+    loop.start()
+    yield loop
+    loop.close()
+
+
+def run(
+    queue: Queue,
+    clock: FrozenClock,
+    watch: Watch | None,
+    spec: JobSpec,
+    loop: EventLoop | None = None,
+) -> Execution:
+    job_id = queue.schedule(spec)
+    token = ObjectId()
+    assert queue.store.lock_jobs([job_id], token, clock.now()) == [job_id]
+    identity = Identity.of_this_process()
+    event_loop = None if loop is None else loop.loop
+    executor = Executor(queue.store, app, clock, identity, watch, loop=event_loop)
+    return executor.execute(job_id, token)
+
+
+def last_attempt(queue: Queue, job_id: Any) -> Mapping[str, Any]:
+    return queue.job(job_id).history[-1]
+
+
+def test_an_async_job_runs_on_the_workers_loop_and_records_its_output(
+    queue: Queue, clock: FrozenClock, watch: Watch, event_loop: EventLoop
+) -> None:
+    execution = run(queue, clock, watch, JobSpec("aio.sleep", {"seconds": 0}), event_loop)
+    assert execution.outcome is Outcome.DONE
+    output = last_attempt(queue, execution.job_id)["output"]
+    assert output["thread"] == "event-loop", "a task on the worker's loop"
+    assert output["attempt"] == 1, "retry_statistics() is the job's in its task"
+
+
+def test_a_synchronous_job_in_the_asyncio_pool_runs_in_its_slots_thread(
+    queue: Queue, clock: FrozenClock, watch: Watch, event_loop: EventLoop
+) -> None:
+    execution = run(queue, clock, watch, JobSpec("aio.where"), event_loop)
+    output = last_attempt(queue, execution.job_id)["output"]
+    assert output["thread"] == threading.current_thread().name, "never on the loop"
+
+
+def test_an_async_jobs_failure_is_recorded_with_its_trace_and_retried(
+    queue: Queue, clock: FrozenClock, watch: Watch, event_loop: EventLoop
+) -> None:
+    spec = JobSpec("aio.fail", {"message": "no such customer"}).retry_with(RetryManyTimes(2))
+    execution = run(queue, clock, watch, spec, event_loop)
+    assert execution.outcome is Outcome.RETRY
+    attempt = last_attempt(queue, execution.job_id)
+    assert (attempt["class"], attempt["message"]) == ("builtins.ValueError", "no such customer")
+    assert "aio_fail" in attempt["trace"]
+
+
+def test_system_exit_in_an_async_job_fails_its_attempt_and_the_loop_runs_on(
+    queue: Queue, clock: FrozenClock, watch: Watch, event_loop: EventLoop
+) -> None:
+    exited = run(queue, clock, watch, JobSpec("aio.exit"), event_loop)
+    assert exited.outcome is Outcome.ARCHIVED
+    assert last_attempt(queue, exited.job_id)["class"] == "builtins.SystemExit"
+    after = run(queue, clock, watch, JobSpec("aio.sleep", {"seconds": 0}), event_loop)
+    assert after.outcome is Outcome.DONE
+
+
+def test_an_async_job_past_its_timeout_is_cancelled_and_recorded_as_timed_out(
+    queue: Queue, clock: FrozenClock, watch: Watch, event_loop: EventLoop, tmp_path: Path
+) -> None:
+    path = tmp_path / "stopped"
+    spec = JobSpec("aio.wait_forever", {"path": str(path)}).with_timeout("200ms")
+    execution = run(queue, clock, watch, spec, event_loop)
+    assert execution.outcome is Outcome.ARCHIVED
+    assert last_attempt(queue, execution.job_id)["class"] == "recruiter.stopping.JobTimedOut"
+    assert path.read_text() == "stopped", "its finally ran, in its task"
+
+
+def test_an_async_job_cancelled_while_it_runs_is_archived_as_cancelled(
+    queue: Queue, clock: FrozenClock, watch: Watch, event_loop: EventLoop, tmp_path: Path
+) -> None:
+    path = tmp_path / "stopped"
+    spec = JobSpec("aio.wait_forever", {"path": str(path)}).retry_with(RetryManyTimes(5))
+
+    def cancel_once_running() -> None:
+        while not watch.running():
+            threading.Event().wait(0.01)
+        running = watch.running()[0]
+        while not running.stop(JobCancelled):  # until its code runs
+            threading.Event().wait(0.01)
+
+    canceller = threading.Thread(target=cancel_once_running)
+    canceller.start()
+    execution = run(queue, clock, watch, spec, event_loop)
+    canceller.join()
+    assert (execution.outcome, execution.why) == (Outcome.ARCHIVED, "cancelled")
+    assert path.read_text() == "stopped"
+
+
+def test_a_class_workables_async_method_runs(queue: Queue, clock: FrozenClock) -> None:
+    job_id = queue.schedule(JobSpec("aio.report", {"month": "2026-11"}))
+    report = drain(queue, app)
+    assert [e.outcome for e in report.executions] == [Outcome.DONE]
+    assert last_attempt(queue, job_id)["output"] == {"month": "2026-11"}
+
+
+def test_drain_runs_async_jobs_on_a_loop_of_their_own(queue: Queue) -> None:
+    job_id = queue.schedule(JobSpec("aio.sleep", {"seconds": 0}))
+    assert [e.outcome for e in drain(queue, app).executions] == [Outcome.DONE]
+    assert last_attempt(queue, job_id)["output"]["thread"] == threading.current_thread().name
+
+
+def test_drain_called_from_a_running_event_loop_still_runs_async_jobs(queue: Queue) -> None:
+    job_id = queue.schedule(JobSpec("aio.sleep", {"seconds": 0}))
+
+    async def a_test() -> Any:
+        return drain(queue, app)
+
+    report = asyncio.run(a_test())
+    assert [e.outcome for e in report.executions] == [Outcome.DONE]
+    assert last_attempt(queue, job_id)["output"]["attempt"] == 1, "its context went along"
+
+
+# --- a stop against the switch from the thread to the task -------------------------------
+
+
+def test_a_stop_in_the_thread_just_before_the_task_begins_fails_it_unrun() -> None:
+    ran: list[str] = []
+    running = Running("job", None)
+
+    async def job() -> None:
+        ran.append("ran")
+
+    def target() -> Any:
+        coroutine = job()
+        try:  # stopped in the thread, as the coroutine was made
+            running.stop(JobTimedOut)
+            for _ in range(10_000):
+                pass  # where it lands
+        except JobTimedOut:
+            pass
+        return coroutine
+
+    with pytest.raises(JobTimedOut):
+        running.call(target)
+    assert ran == [], "the coroutine never ran"
+
+
+def test_a_stop_between_the_switch_and_the_tasks_start_is_seen_by_the_task() -> None:
+    ran: list[str] = []
+    running = Running("job", None)
+    loop = EventLoop()  # not started yet: the task cannot begin
+
+    async def job() -> None:
+        ran.append("ran")
+
+    outcome: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            running.call(job, loop.loop)
+        except BaseException as error:
+            outcome.append(error)
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    while not running._as_task:
+        threading.Event().wait(0.01)
+    assert running.stop(JobCancelled) is True
+    loop.start()
+    thread.join()
+    loop.close()
+    assert [type(error) for error in outcome] == [JobCancelled]
+    assert ran == []
+
+
+def test_a_stop_once_the_code_returned_does_not_land() -> None:
+    running = Running("job", None)
+
+    async def job() -> str:
+        return "done"
+
+    assert running.call(job) == "done"
+    assert running.stop(JobTimedOut) is False
+
+
+# --- hooks stay synchronous --------------------------------------------------------------
+
+
+def test_an_async_hook_is_refused_at_registration() -> None:
+    registry = Registry()
+
+    @registry.workable("a")
+    async def a() -> None: ...
+
+    with pytest.raises(InvalidJob, match="hooks run synchronously"):
+
+        @a.after_success
+        async def notify() -> None: ...
+
+    with pytest.raises(InvalidJob, match="finalize hook"):
+
+        @registry.workable("b")
+        class B(Workable):
+            async def execute(self) -> None: ...
+
+            async def finalize(self, error: BaseException | None) -> None: ...  # type: ignore[override]
