@@ -30,9 +30,10 @@ from recruiter.embedded import EmbeddedServer, start_server
 
 SYSTEMS = ("recruiter", "naive", "rq")
 """What a run measures unless told otherwise (``bin/bench``'s figures)."""
-MORE_SYSTEMS = ("recruiter-processes", "rq-fork")
-"""Measured when named: recruiter's workers with ``--pool processes``, RQ's default
-``Worker`` (a fork per job)."""
+MORE_SYSTEMS = ("recruiter-processes", "recruiter-asyncio", "rq-fork")
+"""Measured when named: recruiter's workers with ``--pool processes``, or ``--pool
+asyncio`` (one slot each, running an ``async def`` no-op job), RQ's default ``Worker``
+(a fork per job)."""
 BURN_DOWN_TITLE = "Burn-down of a backlog of no-op jobs, then pickup with idle workers"
 STEADY_TITLE = "Steady load: jobs arriving one at a time, at half the burn-down rate"
 
@@ -130,8 +131,8 @@ def measure(
 ) -> tuple[Figures, Figures | None]:
     place = directory / f"{system_name}-{workers}"
     system: System
-    if system_name in ("recruiter", "recruiter-processes"):
-        pool = "processes" if system_name == "recruiter-processes" else "threads"
+    if system_name.startswith("recruiter"):
+        pool = system_name.partition("-")[2] or "threads"
         system = RecruiterSystem(uri, place, workers, arguments.recruiter_option, pool=pool)
     elif system_name == "naive":
         system = NaiveSystem(uri, place, workers)

@@ -34,7 +34,7 @@ from pymongo import ASCENDING, MongoClient
 from pymongo.database import Database
 
 from benchmarks import counted
-from benchmarks.app import noop
+from benchmarks.app import noop, noop_async
 from benchmarks.counted import EMPTY_FEED_READ
 from recruiter import Queue
 from recruiter.store import Store
@@ -255,6 +255,9 @@ class RecruiterSystem:
         """The workers' ``--pool``."""
         if pool != "threads":
             self.name = f"recruiter-{pool}"
+        self.job = noop_async.job if pool == "asyncio" else noop.job
+        """The no-op job: an ``async def`` one for the asyncio pool, which runs it on its
+        event loop (a synchronous job would run in its slot's thread)."""
         self.client: MongoClient[dict[str, Any]] = MongoClient(uri, tz_aware=True)
         self.database: Database[dict[str, Any]] = self.client[f"bench_{uuid.uuid4().hex[:8]}"]
         self.store = Store(self.database)
@@ -269,7 +272,7 @@ class RecruiterSystem:
         self.cast.start("recruiter", [*launcher, "run", *common, *self.options])
         self.cast.start("cleaner", [*launcher, "clean", *common])
         for n in range(self.workers):
-            app = ["--app", "benchmarks.app:registry", "--pool", self.pool]
+            app = ["--app", "benchmarks.app:registry", "--pool", self.pool, "--concurrency", "1"]
             self.cast.start(f"worker{n}", [*launcher, "worker", *app, *common])
         wait_until(lambda: len(self.store.workers()) == self.workers, 60, "workers registered")
         time.sleep(1.0)  # every process settles into its idle rhythm
@@ -280,7 +283,7 @@ class RecruiterSystem:
         queue must hold no other job."""
         figures = Figures(self.name, self.workers, jobs)
         with window(self.cast, figures):
-            self.queue.schedule_many(noop.job() for _ in range(jobs))
+            self.queue.schedule_many(self.job() for _ in range(jobs))
             wait_until(lambda: self.unfinished() == 0, FINISH_LIMIT, "burn-down")
         return figures
 
@@ -288,7 +291,7 @@ class RecruiterSystem:
         """Jobs scheduled one at a time, ``rate`` a second, until the last one is done."""
         figures = Figures(self.name, self.workers, 0, offered=rate)
         with window(self.cast, figures):
-            ids = offer(rate, seconds, lambda: self.queue.schedule(noop.job()))
+            ids = offer(rate, seconds, lambda: self.queue.schedule(self.job()))
             wait_until(lambda: self.unfinished() == 0, FINISH_LIMIT, "steady load")
         figures.jobs = len(ids)
         figures.latency_ms = percentiles([self._pickup_ms(job_id) for job_id in ids])
@@ -308,7 +311,7 @@ class RecruiterSystem:
         latencies = []
         for _ in range(samples):
             time.sleep(chooser())
-            job_id = self.queue.schedule(noop.job())
+            job_id = self.queue.schedule(self.job())
             wait_until(lambda: self.queue.job(job_id).why is not None, 60, "pickup")  # noqa: B023
             latencies.append(self._pickup_ms(job_id))
         return latencies

@@ -13,6 +13,8 @@ the next one sees again).
 ``recruiter_latency_seconds{group}``         gauge histogram: due to started, last minute
 ``recruiter_execution_seconds{group}``       average started to ended, last minute
 ``recruiter_workers{state}``                 worker slots, ``busy`` or ``idle``
+``recruiter_waiting_jobs{workable}``         ready jobs of a workable no worker knows
+``recruiter_waiting_seconds{workable}``      how long the oldest of them has waited
 ``recruiter_leader{process, holder}``        1 for the process holding each lease
 =========================================== ====================================
 """
@@ -55,6 +57,7 @@ class QueueCollector(Collector):
         yield self._latency(recent)
         yield self._execution(recent)
         yield self._workers(workers)
+        yield from self._waiting(now)
         yield self._leaders(now)
 
     def _jobs(
@@ -123,6 +126,23 @@ class QueueCollector(Collector):
         family.add_metric(["busy"], busy)
         family.add_metric(["idle"], len(workers) - busy)
         return family
+
+    def _waiting(self, now: dt.datetime) -> Iterator[Metric]:
+        jobs = GaugeMetricFamily(
+            "recruiter_waiting_jobs",
+            "Ready jobs of a workable that no worker on the roster can run.",
+            labels=["workable"],
+        )
+        seconds = GaugeMetricFamily(
+            "recruiter_waiting_seconds",
+            "How long the oldest ready job of a workable no worker can run has waited.",
+            labels=["workable"],
+        )
+        for entry in self.store.waiting_for_workables(now):
+            jobs.add_metric([entry.workable], entry.jobs)
+            seconds.add_metric([entry.workable], max(0.0, (now - entry.since).total_seconds()))
+        yield jobs
+        yield seconds
 
     def _leaders(self, now: dt.datetime) -> Metric:
         family = GaugeMetricFamily(

@@ -64,6 +64,10 @@ class Plan:
     missed: bool = False
     """A job read could not be locked (cancelled, or made to wait, since it was read):
     the worker it was meant for may be left idle while another job is ready."""
+    drained_for: frozenset[str | None] = frozenset()
+    """The sets of workables (their digests; ``None``: any) of which the round handed
+    out every ready job: until a job arrives, is put back or falls due, a worker that
+    can run only such a set can be given nothing."""
 
 
 class Allowances:
@@ -150,31 +154,74 @@ class Planner:
         self._settings: dict[str, GroupSettings] = {}
         self._starts: dict[str, list[dt.datetime]] = {}
         self._refresh_at: dt.datetime | None = None
+        self._workable_sets: dict[str, frozenset[str]] = {}
 
     def forget_settings(self) -> None:
         """Read groups' settings again at the next round (they changed, or may have)."""
         self._refresh_at = None
 
     def plan(self, workers: Sequence[WorkerRecord], token: ObjectId, now: dt.datetime) -> Plan:
-        """Lock jobs for the available workers; return the jobs each gets, in order."""
+        """Lock jobs for the available workers; return the jobs each gets, in order.
+
+        Workers are planned for by the set of workables they can run, one set after
+        the other (nearly always there is one): each set's reads name its workables, so
+        a worker is handed only jobs it can run, and a job no worker can run waits.
+        """
         self.lengths.learn(workers)
+        round_ = _Round(token, now, self._allowances(now))
+        sets: dict[str | None, list[WorkerRecord]] = defaultdict(list)
+        for worker in workers:
+            sets[worker.workables].append(worker)
+        names = self._names_of([digest for digest in sets if digest is not None])
+        drained_for: set[str | None] = set()
+        any_group_sets = 0
+        for digest, slots in sets.items():
+            drained = self._plan_slots(slots, names.get(digest) if digest else None, round_)
+            if drained is not None:
+                any_group_sets += 1
+                if drained:
+                    drained_for.add(digest)
+        self._put_back_unplaced(round_)
+        drained = any_group_sets > 0 and len(drained_for) == any_group_sets
+        wake_at = round_.allowances.wake_at()
+        return Plan(round_.jobs, drained, wake_at, round_.missed, frozenset(drained_for))
+
+    def _names_of(self, digests: list[str]) -> dict[str, frozenset[str]]:
+        """The workables of each set (read once: a set never changes). A set whose
+        names are not recorded (removed by hand) is planned for as any job's."""
+        unknown = [digest for digest in digests if digest not in self._workable_sets]
+        if unknown:
+            self._workable_sets.update(self.store.workables_of(unknown))
+            for digest in unknown:
+                if digest not in self._workable_sets:
+                    logger.warning(
+                        "recruiter: the set of workables %s is not recorded: its workers "
+                        "are handed any job",
+                        digest,
+                    )
+        return {d: self._workable_sets[d] for d in digests if d in self._workable_sets}
+
+    def _plan_slots(
+        self, workers: list[WorkerRecord], names: frozenset[str] | None, round_: _Round
+    ) -> bool | None:
+        """Plan for ``workers``, which can run the workables ``names`` (any if None);
+        return whether their any-group plan handed out every ready job they could run
+        (``None``: none of them works on any group)."""
         by_group: dict[str, list[WorkerRecord]] = defaultdict(list)
         for worker in workers:
             by_group[worker.work_on].append(worker)
-        round_ = _Round(token, now, self._allowances(now))
+        now = round_.now
         named = sorted(g for g in by_group if g != ANY_GROUP)
         if named:
             allowances = round_.allowances
             wanted = {g: allowances.cap(g, self._room(g, by_group[g])) for g in named}
-            ready = self.store.ready_job_ids_by_group(now, wanted)
+            ready = self.store.ready_job_ids_by_group(now, wanted, names)
             self._lock(ready, round_)
             for group in named:
                 self._hand(by_group[group], [(group, job) for job in ready[group]], round_)
-        drained = False
         if by_group.get(ANY_GROUP):
-            drained = self._plan_any_group(by_group[ANY_GROUP], round_)
-        self._put_back_unplaced(round_)
-        return Plan(round_.jobs, drained, round_.allowances.wake_at(), round_.missed)
+            return self._plan_any_group(by_group[ANY_GROUP], round_, names)
+        return None
 
     def _put_back_unplaced(self, round_: _Round) -> None:
         """Every job the round locked is in a worker's jobs; one that were not (a bug)
@@ -205,15 +252,18 @@ class Planner:
             if batch:
                 round_.jobs[slot.id] = batch
 
-    def _plan_any_group(self, idle: list[WorkerRecord], round_: _Round) -> bool:
-        """Share the workers of any group among the groups with ready jobs; return
-        whether every ready job was handed out (see :attr:`Plan.drained`)."""
+    def _plan_any_group(
+        self, idle: list[WorkerRecord], round_: _Round, names: frozenset[str] | None
+    ) -> bool:
+        """Share the workers of any group among the groups with ready jobs (of the
+        workables ``names``, or any); return whether every ready job they could run was
+        handed out (see :attr:`Plan.drained`)."""
         ready_groups = self.store.ready_groups(round_.now)
         self.share.forget(ready_groups)
         most = capacity(idle, self.batches)
         wanted = {g: round_.allowances.cap(g, most) for g in ready_groups}
         open_groups = {g: n for g, n in wanted.items() if n}
-        chosen, handed_all = self._choose(idle, open_groups, round_.now)
+        chosen, handed_all = self._choose(idle, open_groups, round_.now, names)
         by_group: dict[str, list[Any]] = defaultdict(list)
         for group, job in chosen:
             by_group[group].append(job)
@@ -222,7 +272,11 @@ class Planner:
         return handed_all and len(open_groups) == len(ready_groups)
 
     def _choose(
-        self, idle: list[WorkerRecord], wanted: dict[str, int], now: dt.datetime
+        self,
+        idle: list[WorkerRecord],
+        wanted: dict[str, int],
+        now: dt.datetime,
+        names: frozenset[str] | None = None,
     ) -> tuple[list[tuple[str, Any]], bool]:
         """The jobs, in turn, that fair share hands the ``idle`` workers of any group (in
         batches where the batch rule allows), when group ``g`` may give ``wanted[g]``;
@@ -262,7 +316,7 @@ class Planner:
                 handed_all = all(g in exhausted and taken[g] == len(read[g]) for g in wanted)
                 return chosen, handed_all and not last
             probes = {group: needed + 1 for group, needed in short.items()}
-            for group, found in self.store.ready_job_ids_by_group(now, probes).items():
+            for group, found in self.store.ready_job_ids_by_group(now, probes, names).items():
                 read[group] = found
                 if len(found) <= short[group]:
                     exhausted.add(group)

@@ -42,6 +42,9 @@ DEFAULT_ROLLBACK_EVERY = dt.timedelta(seconds=30)
 DEFAULT_FOLLOWED_WAIT = 1.0
 MINIMUM_PAUSE = 0.001
 NEVER = dt.datetime.max.replace(tzinfo=dt.UTC)
+WORKERS_REMEMBERED = 100_000
+"""Workers whose sets of workables the recruiter remembers; forgotten all at once past
+it (a forgotten worker's release costs a round, nothing else)."""
 SCHEDULERS_REFRESH = dt.timedelta(seconds=5)
 """How often schedulers are looked at when none is due sooner: a scheduler declared
 meanwhile is seen then (or at once, when the change feed tells)."""
@@ -105,27 +108,45 @@ GAP = "?"
 """What :class:`News` holds when changes may have gone untold."""
 
 
+@dataclass(frozen=True)
+class Told:
+    """What the change feed told between two rounds."""
+
+    collections: frozenset[str] = frozenset()
+    """The collections that changed."""
+    workers: frozenset[ObjectId | None] = frozenset()
+    """The workers made available, by id (``None``: one that is not known, a worker
+    that registered: it may run workables no other one can)."""
+
+
 class News:
-    """What the change feed told since the last round: the collections that changed.
+    """What the change feed told since the last round: the collections that changed,
+    and which workers were made available.
 
     Written by the feed's watcher thread, read by the round.
     """
 
     def __init__(self) -> None:
-        self._told: set[str] = set()
+        self._collections: set[str] = set()
+        self._workers: set[ObjectId | None] = set()
         self._lock = threading.Lock()
 
-    def tell(self, collection: str) -> None:
+    def tell(self, collection: str, worker_id: ObjectId | None = None) -> None:
+        """A change in ``collection``; in ``roster``, to the worker ``worker_id``
+        (``None``: a worker registered, or one not known)."""
         with self._lock:
-            self._told.add(collection)
+            self._collections.add(collection)
+            if collection == "roster":
+                self._workers.add(worker_id)
 
     def gap(self) -> None:
         """The feed was opened or lost: anything may have changed."""
         self.tell(GAP)
 
-    def take(self) -> set[str]:
+    def take(self) -> Told:
         with self._lock:
-            told, self._told = self._told, set()
+            told = Told(frozenset(self._collections), frozenset(self._workers))
+            self._collections, self._workers = set(), set()
         return told
 
 
@@ -158,6 +179,10 @@ class Recruiter:
         """When a group held back by its rate limit may start a job again."""
         self._missed = False
         """Whether the last plan read a job it then could not lock (:attr:`Plan.missed`)."""
+        self._drained_for: frozenset[str | None] = frozenset()
+        """The sets of workables of which the last plan handed out every ready job."""
+        self._workables_of: dict[ObjectId, str | None] = {}
+        """The set of workables of each worker seen available (its digest)."""
         self.planner = self._new_planner()
 
     def became_leader(self) -> None:
@@ -184,18 +209,23 @@ class Recruiter:
             raise
 
     def _round(self, now: dt.datetime) -> RoundResult:
-        told = self.news.take() if self.news is not None else set()
-        if told & {"groups", GAP}:
+        told = self.news.take() if self.news is not None else Told()
+        changed = told.collections
+        if changed & {"groups", GAP}:
             self.planner.forget_settings()
         rollback_due = self._next_rollback is None or now >= self._next_rollback
         scheduling_due = (
             self._next_scheduling is None
             or now >= self._next_scheduling
-            or bool(told & {"schedulers", GAP})
+            or bool(changed & {"schedulers", GAP})
         )
-        if told == {"roster"} and not (rollback_due or scheduling_due):
+        if changed == {"roster"} and not (rollback_due or scheduling_due):
             nothing_ready_before = self._nothing_ready_before
-            if nothing_ready_before is not None and now < nothing_ready_before:
+            if (
+                nothing_ready_before is not None
+                and now < nothing_ready_before
+                and self._nothing_for(told.workers)
+            ):
                 # workers made available, and nothing ready for them since the last round
                 due = self._wake_at(nothing_ready_before)
                 return RoundResult(0, 0, next_due=due, skipped=True)
@@ -246,6 +276,16 @@ class Recruiter:
             self._nothing_ready_before = next_due or NEVER
         return RoundResult(len(workers), len(assigned), rolled_back, self._wake_at(next_due))
 
+    def _nothing_for(self, workers: frozenset[ObjectId | None]) -> bool:
+        """Whether the last round left nothing ready that any of these workers could
+        run: each is known, and can run only sets of which that round handed out every
+        ready job (a worker new to the recruiter may run workables no other one can)."""
+        unknown = object()
+        return all(
+            worker is not None and self._workables_of.get(worker, unknown) in self._drained_for
+            for worker in workers
+        )
+
     def _schedule(self, now: dt.datetime) -> None:
         result = create_due_occurrences(self.store, now)
         if result.created or result.skipped:
@@ -269,6 +309,10 @@ class Recruiter:
         a batch, in order (see :mod:`recruiter.planning`)."""
         plan = self.planner.plan(workers, token, now)
         self._drained, self._held_until, self._missed = plan.drained, plan.wake_at, plan.missed
+        self._drained_for = plan.drained_for
+        if len(self._workables_of) > WORKERS_REMEMBERED:
+            self._workables_of.clear()
+        self._workables_of.update((worker.id, worker.workables) for worker in workers)
         return plan.jobs
 
     def rollback(self, now: dt.datetime) -> int:

@@ -11,8 +11,8 @@ Give such calls timeouts of their own; shell-command jobs are stopped by a signa
 
 An ``async def`` job runs as an asyncio task (:meth:`Running.call`): on the worker's
 event loop (``--pool asyncio``), or on a loop of its own in the slot's thread. It is
-stopped by cancelling its task: the stop is raised at its next ``await``, as
-:class:`JobTimedOut` or :class:`JobCancelled` in place of ``CancelledError``.
+stopped by cancelling its task: its code sees ``asyncio.CancelledError`` at its next
+``await``, and the attempt fails with :class:`JobTimedOut` or :class:`JobCancelled`.
 """
 
 from __future__ import annotations

@@ -194,6 +194,7 @@ class WorkerSlot:
             self.clock.latest(),
             self.heartbeat_every,
             batches=True,
+            workables=self.registry.names(),  # what it tells the recruiter it can run
         )
         logger.info("worker %s: registered, working on %s", self.id, self.group)
         return self.id

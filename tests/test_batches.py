@@ -600,13 +600,14 @@ def test_every_job_a_round_locks_is_handed_to_a_worker_when_one_is_cancelled_mea
 def test_a_job_cancelled_in_a_batch_put_back_on_sigterm_is_finished_as_cancelled(
     queue: Queue, registry: Registry, clock: FrozenClock
 ) -> None:
-    worker = one_worker(queue, registry, clock)
     batch = jobs(queue, 3)
 
     @registry.workable("tests.noop")
     def noop() -> None:
         worker.stop.set()
         queue.cancel(batch[2])
+
+    worker = one_worker(queue, registry, clock)  # it advertises what it can run
 
     Recruiter(queue.store, RecruiterConfig(batches=RULE)).run_once(clock.now())
     assert worker.slots[0].run_once().returned == 2

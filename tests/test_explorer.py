@@ -74,7 +74,7 @@ rollback releases J4."""
 
 
 BUG_1_PLANTED = (
-    "jobs=1;recruiters=1;cleaners=1|w1 w1 w2 w2 R1 R1 R1 R1 R1 R1 R1 R1 R1 R1 R1 w1 w1"
+    "jobs=1;recruiters=1;cleaners=1|R1 w1 w1 w2 w2 R1 R1 R1 R1 R1 R1 R1 R1 R1 R1 R1 w1 w1"
     " freeze:w1 +1s C1 C1 C1 C1 C1 C1 C1 C1 w2.beat w2.beat +1s C1 C1 C1 C1 C1 C1 C1 C1"
     " w2.beat w2.beat +1s C1 C1 C1 C1 C1 C1 C1 C1 w2.beat w2.beat +1s C1 C1 C1 C1 C1 C1 C1"
     " C1 w2.beat w2.beat +1s C1 C1 C1 C1 C1 C1 C1 C1 w2.beat w2.beat +1s C1 C1 C1 C1 C1 C1"
@@ -87,7 +87,7 @@ the cleaner's read and its removal. Invariant 6 breaks at the cleaner's release,
 J1 is handed to w2 (the moves after it are no longer reached)."""
 
 BUG_2_PLANTED = (
-    "jobs=1;cleaners=1|w1 w1 w2 w2 R1 R1 R1 R1 R1 R1 R1 R1 R1 R1 +1s R2 R2 R2 +1s R2 R2"
+    "jobs=1;cleaners=1|R1 w1 w1 w2 w2 R1 R1 R1 R1 R1 R1 R1 R1 R1 R1 +1s R2 R2 R2 +1s R2 R2"
     " R2 +1s R2 R2 R2 R2 R2 R2 R1 w1 w1 R2 R2 R2 R2 R2 R2 R2 R2 +1s w2.beat w2.beat R2 R2"
     " R2 R2 R2 R2 R2 R2 w2 w2"
 )

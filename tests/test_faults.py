@@ -78,13 +78,17 @@ def test_no_job_is_lost_or_run_twice_with_large_batches_under_kills_and_freezes(
 
 @pytest.mark.real_server
 @pytest.mark.timeout(400)
-def test_no_job_is_lost_or_run_twice_with_a_processes_pool_worker(tmp_path: Path) -> None:
+def test_no_job_is_lost_or_run_twice_with_processes_and_asyncio_pool_workers(
+    tmp_path: Path,
+) -> None:
     """The first worker (group slow, two slots) runs its jobs in child processes: it is
     killed busy and idle (its children die with it) and frozen past the dead timeout
-    (its children pause with it), among threads-pool workers."""
+    (its children pause with it). The last runs half the quick jobs, ``async def``
+    ones, as tasks on its event loop (eight slots), killed and frozen as well; the
+    threads-pool workers between them run the other half on loops of their own."""
     uri = os.environ.get("MONGODB_URI")
     kinds = (*WORKER_FAULTS, "kill-recruiter")
-    scenario = Scenario(4, jobs=60, kinds=kinds, faults=12, processes_pool=1)
+    scenario = Scenario(4, jobs=60, kinds=kinds, faults=12, processes_pool=1, asyncio_pool=1)
     report = judge(run_scenario(scenario, tmp_path, uri))
     assert report.ok, explain(report, tmp_path)
     assert set(report.faults) == set(kinds), explain(report, tmp_path)

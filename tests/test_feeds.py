@@ -36,6 +36,7 @@ from recruiter.store import (
     ChangeStreamsUnavailable,
     RosterChange,
     Store,
+    WorkChange,
     WorkerRecord,
 )
 from recruiter.watcher import Watcher
@@ -118,7 +119,8 @@ def test_the_recruiter_is_told_of_new_jobs_and_available_workers_only(
     with real_store.watch_for_work() as feed:
         job_id = queued_job(real_store, now)
         worker = real_store.register_worker("*", 1, "here", now)
-        assert changes(feed, 2) == ["scheduled", "roster"]
+        registered = WorkChange("roster", None)  # new: it may run workables others cannot
+        assert changes(feed, 2) == [WorkChange("scheduled"), registered]
         token = ObjectId()
         real_store.lock_jobs([job_id], token, now)
         real_store.assign({worker: job_id}, token, now)
@@ -127,10 +129,11 @@ def test_the_recruiter_is_told_of_new_jobs_and_available_workers_only(
         assert changes(feed, 0) == [], "the round's own writes and the worker's start"
         real_store.reschedule_if_owned(job_id, token, now, {"started_at": now})
         real_store.release_worker(worker, token, now)
-        assert changes(feed, 2) == ["scheduled", "roster"], "a job to retry, a worker free"
+        released = [WorkChange("scheduled"), WorkChange("roster", worker)]
+        assert changes(feed, 2) == released, "a job to retry, a worker free, by its id"
         real_store.lock_jobs([job_id], token, now)
         real_store.unlock_if_not_started([job_id], token)
-        assert changes(feed, 1) == ["scheduled"], "a job put back"
+        assert changes(feed, 1) == [WorkChange("scheduled")], "a job put back"
         real_store.lock_jobs([job_id], token, now)
         real_store.finish_if_owned(job_id, token, "done", {"started_at": now}, now)
         assert changes(feed, 0) == [], "a finished job gives no work"
@@ -275,20 +278,22 @@ def test_news_of_workers_only_skips_a_round_when_nothing_was_left_ready(
     news = News()
     recruiter = Recruiter(queue.store, news=news)
     now = clock.now()
-    queue.store.register_worker("*", 1, "here", now)
+    worker = queue.store.register_worker("*", 1, "here", now)
     later = queue.schedule(JobSpec("tests.noop").run_in("3s"))
     assert not recruiter.run_once(now).skipped, "the first round runs, and finds nothing"
-    news.tell("roster")  # another worker made available
+    news.tell("roster", worker)  # made available again
     skipped = recruiter.run_once(clock.advance(1))
     assert (skipped.skipped, skipped.next_due) == (True, now + dt.timedelta(seconds=3))
     assert not recruiter.run_once(clock.now()).skipped, "no news: a round, as a safety net"
     for told in (["scheduled"], ["roster", "scheduled"], [GAP]):
         for collection in told:
-            news.tell(collection)
+            news.tell(collection, worker if collection == "roster" else None)
         assert not recruiter.run_once(clock.now()).skipped, f"{told}: a job may be ready"
-    news.tell("roster")
+    news.tell("roster", worker)
     assert recruiter.run_once(clock.now()).skipped
     news.tell("roster")
+    assert not recruiter.run_once(clock.now()).skipped, "a worker registered: it may run more"
+    news.tell("roster", worker)
     result = recruiter.run_once(clock.advance(2))
     assert (result.skipped, result.assigned) == (False, 1), "the next job fell due"
     assert queue.job(later).locked
@@ -309,7 +314,7 @@ def test_a_round_that_handed_out_every_ready_job_lets_the_next_release_skip_a_ro
         news.tell("scheduled")
         assert recruiter.run_once(now).assigned == 1
         finish(queue.store, worker, now)
-        news.tell("roster")
+        news.tell("roster", worker)
         result = recruiter.run_once(now)
         if ready == 1:
             assert result.skipped, "nothing was left ready for the worker made available"
@@ -324,10 +329,10 @@ def test_news_of_workers_does_not_skip_a_round_when_only_named_groups_were_idle(
 ) -> None:
     news = News()
     recruiter = Recruiter(queue.store, news=news)
-    queue.store.register_worker("mail", 1, "here", clock.now())
+    mail = queue.store.register_worker("mail", 1, "here", clock.now())
     queue.schedule(JobSpec("tests.noop").in_group("sms"))
     recruiter.run_once(clock.now())
-    news.tell("roster")  # it may be a worker of group sms, whose job is ready
+    news.tell("roster", mail)  # it may be a worker of group sms, whose job is ready
     assert not recruiter.run_once(clock.now()).skipped
 
 
@@ -417,7 +422,7 @@ def test_a_recruiter_waiting_a_minute_between_rounds_is_woken_by_new_work(
     recruiter = Recruiter(store, RecruiterConfig(followed_wait=60))
     stop = StopRequest()
     bell = stop.bell()
-    watcher: Watcher[str] = Watcher(
+    watcher: Watcher[WorkChange] = Watcher(
         "test feed", store.watch_for_work, lambda _: bell.set(), bell.set
     )
     wakeups = Wakeups(bell, lambda: watcher.following, longest_wait=60)

@@ -150,11 +150,11 @@ def test_a_lowered_limit_hands_out_nothing_until_the_running_jobs_fall_below_it(
     news.tell("groups")
     handed = assigned_jobs(store)
     finish(store, handed[0], now)
-    news.tell("roster")
+    tell_released(news, store)
     assert recruiter.run_once(now).assigned == 0, "two still run, above the new limit of 1"
     for job_id in handed[1:]:
         finish(store, job_id, now)
-    news.tell("roster")
+    tell_released(news, store)
     assert recruiter.run_once(now).assigned == 1
 
 
@@ -175,6 +175,13 @@ def test_without_news_changed_settings_apply_within_the_refresh(
     assert recruiter.run_once(clock.now()).assigned == 1
 
 
+def tell_released(news: News, store: Store) -> None:
+    """Tell of every worker on the roster as made available, by its id (each known to
+    the recruiter: whether a round is skipped rests on what was left ready)."""
+    for worker in store.workers():
+        news.tell("roster", worker.id)
+
+
 def test_a_released_job_of_a_limited_group_is_not_lost_to_the_skip_rule(
     queue: Queue, clock: FrozenClock
 ) -> None:
@@ -188,7 +195,7 @@ def test_a_released_job_of_a_limited_group_is_not_lost_to_the_skip_rule(
     recruiter = Recruiter(store, news=news)
     assert recruiter.run_once(now).assigned == 1
     finish(store, assigned_jobs(store)[0], now)
-    news.tell("roster")
+    tell_released(news, store)
     result = recruiter.run_once(now)
     assert not result.skipped
     assert result.assigned == 1
@@ -214,7 +221,7 @@ def test_a_round_whose_worker_left_before_assignment_does_not_let_the_next_skip(
     assert recruiter.run_once(now).assigned == 1
     store.assign = assign  # type: ignore[method-assign]
     finish(store, assigned_jobs(store)[0], now)
-    news.tell("roster")  # the release, before the put-back is told
+    tell_released(news, store)  # the release, before the put-back is told
     result = recruiter.run_once(now)
     assert (result.skipped, result.assigned) == (False, 1), "a job is ready, a worker idle"
 
@@ -345,9 +352,9 @@ class ReadSpy:
         self.asked: list[dict[str, int]] = []
         self._read = store.ready_job_ids_by_group
 
-        def read(now: dt.datetime, limits: dict[str, int]) -> dict[str, list[Any]]:
+        def read(now: dt.datetime, limits: dict[str, int], *names: Any) -> dict[str, list[Any]]:
             self.asked.append(dict(limits))
-            return self._read(now, limits)
+            return self._read(now, limits, *names)
 
         store.ready_job_ids_by_group = read  # type: ignore[method-assign,assignment]
 

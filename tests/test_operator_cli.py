@@ -329,3 +329,30 @@ def test_a_recovery_mark_is_not_lost_to_an_archive_move_under_way(
     assert first is not None
     assert queue.recover(job_id, once=True) is None, "recovered once"
     assert store.archived.find_one({"_id": job_id})["recovered_as"] == first  # type: ignore[index]
+
+
+def test_status_and_metrics_show_jobs_waiting_for_a_workable_no_worker_knows(
+    cli: Queue, clock: FrozenClock
+) -> None:
+    due = clock.now()
+    cli.schedule_many(JobSpec("reports.new") for _ in range(2))
+    cli.store.register_worker("*", 1, "box", due, workables=["reports.old"])
+    clock.advance(125)
+    status = json.loads(invoke("status", "--json").output)
+    assert status["waiting_for_a_workable"] == [
+        {"workable": "reports.new", "jobs": 2, "since": due.isoformat(), "waited_s": 125.0}
+    ]
+    shown = invoke("status").output
+    assert "waiting for a workable no worker on the roster knows" in shown
+    assert "reports.new" in shown
+    assert "2m" in shown
+    collected = {
+        (metric.name, sample.labels.get("workable"), sample.value)
+        for metric in QueueCollector(cli.store, clock).collect()
+        for sample in metric.samples
+        if metric.name.startswith("recruiter_waiting")
+    }
+    assert collected == {
+        ("recruiter_waiting_jobs", "reports.new", 2.0),
+        ("recruiter_waiting_seconds", "reports.new", 125.0),
+    }

@@ -163,6 +163,7 @@ def test_a_round_cut_between_locking_and_assigning_is_rolled_back_at_the_next(
     recruiter = Recruiter(queue.store)
     recruiter.run_once(clock.now())  # the periodic look for such jobs is now 30 s away
     job_id = queue.schedule(JobSpec("tests.noop"))
+    registry.workable("tests.noop", lambda: None)
     WorkerSlot(queue.store, registry, clock, "*").register()
     drop_connection(monkeypatch, queue.store, "assign", landed=False)
     with pytest.raises(DatabaseUnavailable):

@@ -46,7 +46,7 @@ from recruiter.pool import ASYNCIO, ASYNCIO_CONCURRENCY, THREADS
 from recruiter.queue import Queue
 from recruiter.recruiter import News, Recruiter, RecruiterConfig
 from recruiter.schema_check import SchemaCheck
-from recruiter.store import ChangeFeed, Store
+from recruiter.store import ChangeFeed, Store, WorkChange
 from recruiter.watcher import Watcher
 from recruiter.worker import WorkerConfig, WorkerProcess
 
@@ -205,9 +205,12 @@ class LeaderFeed:
             return
         news = self.config.news
 
-        def changed(collection: Any) -> None:
+        def changed(change: Any) -> None:
             if news is not None:
-                news.tell(str(collection))
+                if isinstance(change, WorkChange):
+                    news.tell(change.collection, change.worker_id)
+                else:
+                    news.tell(str(change))
             self.bell.set()
 
         def gap() -> None:

@@ -141,11 +141,21 @@ def status_document(queue: Queue) -> dict[str, Any]:
         }
         for job in unique
     ]
+    waiting = [
+        {
+            "workable": entry.workable,
+            "jobs": entry.jobs,
+            "since": entry.since.isoformat(),
+            "waited_s": round(max(0.0, (now - entry.since).total_seconds()), 1),
+        }
+        for entry in store.waiting_for_workables(now)
+    ]
     return {
         "at": now.isoformat(),
         "leases": leases,
         "workers": workers,
         "groups": groups,
+        "waiting_for_a_workable": waiting,
         "recent_failures": failures,
     }
 
@@ -274,7 +284,28 @@ def status_view(document: dict[str, Any]) -> Group:
             failure["why"],
             str(failure["error"] or "")[:60],
         )
-    return Group(leaders, workers_table, groups, failures)
+    shown: list[Table] = [leaders, workers_table, groups]
+    waiting = document["waiting_for_a_workable"]
+    if waiting:
+        title = "waiting for a workable no worker on the roster knows (deploy a worker that does)"
+        table = Table("workable", "ready jobs", "waiting since", "waited", title=title)
+        for entry in waiting:
+            waited = _waited(entry["waited_s"])
+            table.add_row(entry["workable"], str(entry["jobs"]), entry["since"], waited)
+        shown.append(table)
+    return Group(*shown, failures)
+
+
+def _waited(seconds: float) -> str:
+    """``seconds`` as a person reads a wait: 45s, 12m, 3h 20m, 2d 4h."""
+    minutes, hours, days = seconds / 60, seconds / 3600, seconds / 86400
+    if seconds < 60:
+        return f"{seconds:.0f}s"
+    if minutes < 60:
+        return f"{minutes:.0f}m"
+    if hours < 24:
+        return f"{int(hours)}h {int(minutes % 60)}m"
+    return f"{int(days)}d {int(hours % 24)}h"
 
 
 def _seconds(value: float | None) -> str:

@@ -38,7 +38,14 @@ from recruiter.store.roster import Assignment, RanReport, RosterVerbs, WorkerRec
 from recruiter.store.schedulers import SchedulerRecord, SchedulerVerbs
 from recruiter.store.schema import check_schema, ensure_indexes, ensure_schema
 from recruiter.store.server import ServerVerbs
-from recruiter.store.watch import ChangeFeed, ChangeStreamsUnavailable, RosterChange, WatchVerbs
+from recruiter.store.watch import (
+    ChangeFeed,
+    ChangeStreamsUnavailable,
+    RosterChange,
+    WatchVerbs,
+    WorkChange,
+)
+from recruiter.store.workables import Waiting, WorkableVerbs, digest_of
 
 __all__ = [
     "Assignment",
@@ -52,8 +59,11 @@ __all__ = [
     "RosterChange",
     "SchedulerRecord",
     "Store",
+    "Waiting",
+    "WorkChange",
     "WorkerRecord",
     "as_object_id",
+    "digest_of",
 ]
 
 
@@ -82,6 +92,7 @@ class Store(
     AnalyticsVerbs,
     WatchVerbs,
     ServerVerbs,
+    WorkableVerbs,
 ):
     """Every collection recruiter uses, and every operation on them."""
 

@@ -10,6 +10,7 @@ never in neither.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Collection as Collection_
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -156,14 +157,19 @@ READY_ORDER = {"priority": -1, "scheduled_at": 1}
 DUE_ORDER = {"scheduled_at": 1}
 
 
-def ready_query(now: dt.datetime, group: str | None = None) -> Document:
-    """The filter of unlocked jobs due by ``now`` (of ``group``, or any group if None).
+def ready_query(
+    now: dt.datetime, group: str | None = None, workables: Collection_[str] | None = None
+) -> Document:
+    """The filter of unlocked jobs due by ``now`` (of ``group``, or any group if None;
+    of these ``workables``, or any if None).
 
     Finished jobs waiting to be archived have no ``scheduled_at``, so they never match.
     """
     query: Document = {"locked": False, "scheduled_at": {"$lte": now}}
     if group is not None:
         query["group"] = group
+    if workables is not None:
+        query["workable.class"] = {"$in": sorted(workables)}
     return query
 
 
@@ -258,24 +264,33 @@ class JobVerbs:
 
     # --- the recruiter's side -------------------------------------------------------
 
-    def ready_job_ids(self, now: dt.datetime, group: str | None, limit: int) -> list[Any]:
+    def ready_job_ids(
+        self,
+        now: dt.datetime,
+        group: str | None,
+        limit: int,
+        workables: Collection_[str] | None = None,
+    ) -> list[Any]:
         """Up to ``limit`` unlocked jobs due by ``now`` in :data:`READY_ORDER` (of any
-        group if None).
+        group if None; of these ``workables``, or any if None).
 
         Jobs of the same priority due in the same millisecond come in index order.
         """
         if limit <= 0:
             return []  # (a limit of 0 means none to the server)
-        cursor = self.scheduled.find(ready_query(now, group), {"_id": 1})
+        cursor = self.scheduled.find(ready_query(now, group, workables), {"_id": 1})
         cursor = cursor.sort(READY_ORDER).limit(limit).batch_size(min(limit, ONE_REPLY))
         return [document["_id"] for document in cursor]
 
     def ready_job_ids_by_group(
-        self, now: dt.datetime, limits: Mapping[str, int]
+        self,
+        now: dt.datetime,
+        limits: Mapping[str, int],
+        workables: Collection_[str] | None = None,
     ) -> dict[str, list[Any]]:
-        """For each group ``g`` of ``limits``, up to ``limits[g]`` of its ready jobs, as
-        :meth:`ready_job_ids` would read them: in one command per
-        :data:`GROUPS_PER_READ` groups, whatever the number of groups.
+        """For each group ``g`` of ``limits``, up to ``limits[g]`` of its ready jobs (of
+        these ``workables``, or any if None), as :meth:`ready_job_ids` would read them:
+        in one command per :data:`GROUPS_PER_READ` groups, whatever the number of groups.
 
         Each group is a branch of a ``$unionWith``, read on the ready index with its own
         limit, so a round examines the keys it hands out and no more. A server without
@@ -285,14 +300,16 @@ class JobVerbs:
         found: dict[str, list[Any]] = {group: [] for group in limits}
         for start in range(0, len(wanted), GROUPS_PER_READ):
             chunk = wanted[start : start + GROUPS_PER_READ]
-            for document in self._union_of_ready(now, chunk):
+            for document in self._union_of_ready(now, chunk, workables):
                 found[document["group"]].append(document["_id"])
         return found
 
-    def _union_of_ready(self, now: dt.datetime, chunk: list[tuple[str, int]]) -> list[Document]:
+    def _union_of_ready(
+        self, now: dt.datetime, chunk: list[tuple[str, int]], workables: Collection_[str] | None
+    ) -> list[Document]:
         def branch(group: str, limit: int) -> list[Document]:
             return [
-                {"$match": ready_query(now, group)},
+                {"$match": ready_query(now, group, workables)},
                 {"$sort": READY_ORDER},
                 {"$limit": limit},
                 {"$project": {"group": 1}},
@@ -315,7 +332,7 @@ class JobVerbs:
         return [
             {"_id": job_id, "group": group}
             for group, limit in chunk
-            for job_id in self.ready_job_ids(now, group, limit)
+            for job_id in self.ready_job_ids(now, group, limit, workables)
         ]
 
     def next_due(self, now: dt.datetime) -> dt.datetime | None:

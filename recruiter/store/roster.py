@@ -12,7 +12,8 @@ a round writes grows with its workers, not with their square.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Collection as Collection_
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,6 +107,9 @@ class WorkerRecord:
     ran_for: ObjectId | None = None
     """The lock token of the assignment ``ran`` tells of: a report is counted once."""
     available_since: dt.datetime | None = None
+    workables: str | None = None
+    """The digest of the set of workables it can run (:mod:`recruiter.store.workables`);
+    ``None``: a worker from before routing, handed any job."""
 
     def silent_at(self, now: dt.datetime) -> bool:
         """Whether it missed :data:`MISSED_BEATS` of its heartbeats by ``now``: perhaps
@@ -142,6 +146,7 @@ class WorkerRecord:
             ran=RanReport.read(document.get("ran")),
             ran_for=ran_for if isinstance(ran_for := document.get("ran_for"), ObjectId) else None,
             available_since=since if isinstance(since, dt.datetime) else None,
+            workables=can if isinstance(can := document.get("workables"), str) else None,
         )
 
 
@@ -161,6 +166,8 @@ class RosterVerbs:
     """Operations on ``roster``."""
 
     roster: Collection[Document]
+    advertise: Callable[[Collection_[str]], str]
+    """(:class:`recruiter.store.workables.WorkableVerbs`)"""
 
     def register_worker(
         self,
@@ -171,9 +178,12 @@ class RosterVerbs:
         heartbeat_every: dt.timedelta | None = None,
         *,
         batches: bool = False,
+        workables: Collection_[str] | None = None,
     ) -> ObjectId:
         """Add an available worker that heartbeats every ``heartbeat_every`` (and runs
-        batches, if ``batches``); return its id."""
+        batches, if ``batches``; only the workables named ``workables``, if given, see
+        :mod:`recruiter.store.workables`); return its id."""
+        digest = None if workables is None else self.advertise(workables)
         worker_id = ObjectId()
         beats = {} if heartbeat_every is None else {"heartbeat_ms": _millis(heartbeat_every)}
         self.roster.insert_one(
@@ -181,6 +191,7 @@ class RosterVerbs:
                 "_id": worker_id,
                 **beats,
                 **({"batches": True} if batches else {}),
+                **({"workables": digest} if digest is not None else {}),
                 "work_on": work_on,
                 "available": True,
                 "available_since": now,

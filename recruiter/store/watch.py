@@ -111,6 +111,23 @@ def _roster_change(event: Mapping[str, Any]) -> RosterChange:
     return RosterChange(worker_id, assignment)
 
 
+@dataclass(frozen=True)
+class WorkChange:
+    """A change that may give the recruiter something to hand out."""
+
+    collection: str
+    worker_id: ObjectId | None = None
+    """In ``roster``, the worker made available (``None``: a worker registered)."""
+
+
+def _work_change(event: Mapping[str, Any]) -> WorkChange:
+    collection = str(event["ns"]["coll"])
+    if collection != "roster" or event.get("operationType") == "insert":
+        return WorkChange(collection)
+    worker_id = (event.get("documentKey") or {}).get("_id")
+    return WorkChange(collection, worker_id if isinstance(worker_id, ObjectId) else None)
+
+
 class WatchVerbs:
     """Opening the change feeds."""
 
@@ -128,9 +145,10 @@ class WatchVerbs:
         }
         return _open(self.roster, match, _roster_change)
 
-    def watch_for_work(self) -> ChangeFeed[str]:
+    def watch_for_work(self) -> ChangeFeed[WorkChange]:
         """Follow the changes that may give the recruiter something to hand out; each
-        change is told as the name of the collection it was in."""
+        change is told as the collection it was in (and a worker made available, by
+        its id)."""
         updated = "updateDescription.updatedFields"
         match = {
             "$or": [
@@ -146,4 +164,5 @@ class WatchVerbs:
             ]
         }
         # only where the change was: not a new job's whole document
-        return _open(self.database, match, lambda event: str(event["ns"]["coll"]), {"ns": 1})
+        keep = {"ns": 1, "documentKey": 1, "operationType": 1}
+        return _open(self.database, match, _work_change, keep)

@@ -6,6 +6,7 @@ Start a worker on them with ``recruiter worker --app tests.faults.app:registry``
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from recruiter import Registry, retry_statistics
@@ -27,7 +28,14 @@ def work(milliseconds: int) -> None:
     time.sleep(milliseconds % 10 / 1000)
 
 
-def _run(kind: str, milliseconds: int, fail: bool) -> None:
+async def work_async(milliseconds: int) -> None:
+    """:func:`work`, awaiting: on an event loop, with every other job on it."""
+    for _ in range(milliseconds // 10):
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(milliseconds % 10 / 1000)
+
+
+def _started(kind: str) -> dict[str, object]:
     statistics = retry_statistics()
     run = {
         "job": statistics.job_id,
@@ -36,14 +44,33 @@ def _run(kind: str, milliseconds: int, fail: bool) -> None:
         "kind": kind,
     }
     ledger.write("start", **run)
+    return run
+
+
+def _ended(run: dict[str, object], fail: bool) -> None:
+    ledger.write("end", effect=not fail, **run)
+    if fail:
+        raise Planned(f"{run['kind']} fails attempt {run['attempt']}")
+
+
+def _run(kind: str, milliseconds: int, fail: bool) -> None:
+    run = _started(kind)
     try:
         work(milliseconds)
     except Stopped:  # its timeout stopped it: it ended, without its effect
         ledger.write("end", effect=False, **run)
         raise
-    ledger.write("end", effect=not fail, **run)
-    if fail:
-        raise Planned(f"{kind} fails attempt {statistics.retry_number}")
+    _ended(run, fail)
+
+
+async def _run_async(kind: str, milliseconds: int, fail: bool) -> None:
+    run = _started(kind)
+    try:
+        await work_async(milliseconds)
+    except asyncio.CancelledError:  # stopped (its task cancelled): no effect
+        ledger.write("end", effect=False, **run)
+        raise
+    _ended(run, fail)
 
 
 @registry.workable("faults.succeed")
@@ -62,3 +89,22 @@ def flaky(milliseconds: int, fail_times: int) -> None:
 def broken(milliseconds: int) -> None:
     """Always fails."""
     _run("broken", milliseconds, fail=True)
+
+
+# the same, as async def jobs: on the event loop of an asyncio-pool worker, on a loop of
+# their own on the others
+
+
+@registry.workable("faults.succeed_async")
+async def succeed_async(milliseconds: int) -> None:
+    await _run_async("succeed", milliseconds, fail=False)
+
+
+@registry.workable("faults.flaky_async")
+async def flaky_async(milliseconds: int, fail_times: int) -> None:
+    await _run_async("flaky", milliseconds, fail=retry_statistics().retry_number <= fail_times)
+
+
+@registry.workable("faults.broken_async")
+async def broken_async(milliseconds: int) -> None:
+    await _run_async("broken", milliseconds, fail=True)

@@ -37,7 +37,15 @@ from recruiter.clock import SystemClock
 from recruiter.embedded import EmbeddedServer, start_server
 from recruiter.schedule import Every
 from tests.faults import ledger
-from tests.faults.app import Planned, broken, flaky, succeed
+from tests.faults.app import (
+    Planned,
+    broken,
+    broken_async,
+    flaky,
+    flaky_async,
+    succeed,
+    succeed_async,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = "tests.faults.app:registry"
@@ -93,6 +101,10 @@ class Scenario:
     processes_pool: int = 0
     """How many of the workers run their jobs in child processes (``--pool processes``):
     the first ones started."""
+    asyncio_pool: int = 0
+    """How many of the workers run ``async def`` jobs on an event loop (``--pool
+    asyncio``, eight slots): the last ones started. With any, half the quick jobs are
+    ``async def`` (every worker runs them)."""
 
 
 STARTUP_GRACE = 3.0
@@ -179,28 +191,35 @@ def load(directory: Path) -> Record:
     )
 
 
-def plan_jobs(chooser: random.Random, count: int) -> list[tuple[str, JobSpec]]:
-    """A seeded mix of jobs, several retry policies and priorities, two groups."""
+def plan_jobs(
+    chooser: random.Random, count: int, async_share: float = 0.0
+) -> list[tuple[str, JobSpec]]:
+    """A seeded mix of jobs, several retry policies and priorities, two groups; of the
+    quick ones, ``async_share`` are ``async def`` jobs."""
     jobs: list[tuple[str, JobSpec]] = []
+
+    def twin(sync: Any, of_async: Any) -> Any:
+        return of_async if async_share and chooser.random() < async_share else sync
+
     for _ in range(count):
         roll = chooser.random()
         if roll < 0.45:
             policy = chooser.choice([RetryManyTimes(4, 0.05), ExponentialBackoff(4, 0.05)])
-            jobs.append(("succeed", succeed.job(chooser.randint(0, 30)).retry_with(policy)))
+            job = twin(succeed, succeed_async).job(chooser.randint(0, 30))
+            jobs.append(("succeed", job.retry_with(policy)))
         elif roll < 0.55:
-            job = succeed.job(chooser.randint(0, 30)).with_priority(chooser.choice([-5, 5]))
-            jobs.append(("succeed", job))  # no retry at all
+            job = twin(succeed, succeed_async).job(chooser.randint(0, 30))
+            jobs.append(("succeed", job.with_priority(chooser.choice([-5, 5]))))  # no retry
         elif roll < 0.7:
             jobs.append(("slow", slow_job(chooser)))
         elif roll < 0.9:
-            job = flaky.job(chooser.randint(0, 50), chooser.randint(1, 2))
+            job = twin(flaky, flaky_async).job(chooser.randint(0, 50), chooser.randint(1, 2))
             policy = ExponentialBackoff(3, 0.05, jitter=0.5)
             retriable = Planned if chooser.random() < 0.5 else ()
             jobs.append(("flaky", job.retry_with(policy, retriable)))
         else:
-            jobs.append(
-                ("broken", broken.job(chooser.randint(0, 30)).retry_with(RetryManyTimes(2, 0.05)))
-            )
+            job = twin(broken, broken_async).job(chooser.randint(0, 30))
+            jobs.append(("broken", job.retry_with(RetryManyTimes(2, 0.05))))
     return jobs
 
 
@@ -303,9 +322,13 @@ class Run:
     def start_cast(self) -> None:
         self.start_recruiter()
         self.start_cleaner()
-        for n in range(self.scenario.workers):
+        workers = self.scenario.workers
+        for n in range(workers):
             pool = "processes" if n < self.scenario.processes_pool else "threads"
-            self.start_worker("slow" if n == 0 else "*", 2 if n % 2 == 0 else 1, pool)
+            concurrency = 2 if n % 2 == 0 else 1
+            if n >= workers - self.scenario.asyncio_pool:
+                pool, concurrency = "asyncio", 8
+            self.start_worker("slow" if n == 0 else "*", concurrency, pool)
 
     def live(self, role: str) -> list[Member]:
         return [m for m in self.members if m.role == role and m.process.poll() is None]
@@ -555,7 +578,8 @@ class Driver:
         self.run = run
         self.scenario = run.scenario
         self.started = time.time()
-        self.jobs = plan_jobs(run.chooser, self.scenario.jobs)
+        async_share = 0.5 if self.scenario.asyncio_pool else 0.0
+        self.jobs = plan_jobs(run.chooser, self.scenario.jobs, async_share)
         self.planned: dict[str, str] = {}
         self.faults = run.fault_plan()
         self.next_fault = self.started + 2.0 + run.chooser.uniform(*self.scenario.gap)

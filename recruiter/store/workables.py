@@ -1,0 +1,111 @@
+"""What workers can run: the sets of workables their slots advertise.
+
+A slot records in its roster document the digest of the workable names its application
+registered (``workables``); the names themselves are kept once per set, in
+``metadata`` under ``workables:<digest>``, so that a roster document stays small
+however many workables an application has. The recruiter hands a job only to a slot
+whose set holds its workable (:mod:`recruiter.planning`); a job that no live worker can
+run waits, unattempted, and is counted by :meth:`WorkableVerbs.waiting_for_workables`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import hashlib
+from collections.abc import Collection as Names
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from pymongo.collection import Collection
+from pymongo.errors import DuplicateKeyError
+
+from recruiter.store.base import Document
+from recruiter.store.jobs import ready_query
+
+PREFIX = "workables:"
+
+
+def digest_of(names: Iterable[str]) -> str:
+    """The digest a set of workable names is advertised by."""
+    text = "\n".join(sorted(set(names)))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """Ready jobs of a workable that no live worker advertises."""
+
+    workable: str
+    jobs: int
+    since: dt.datetime
+    """When the oldest of them fell due: it has waited since."""
+
+
+class WorkableVerbs:
+    """Operations on the advertised sets of workables."""
+
+    metadata: Collection[Document]
+    roster: Collection[Document]
+    scheduled: Collection[Document]
+
+    def advertise(self, names: Names[str]) -> str:
+        """The digest of the set ``names``, recorded (once per store: a set never
+        changes, and the slots of a process share one)."""
+        digest = digest_of(names)
+        recorded: set[str] = self.__dict__.setdefault("_advertised", set())
+        if digest not in recorded:
+            self.record_workables(digest, names)
+            recorded.add(digest)
+        return digest
+
+    def record_workables(self, digest: str, names: Names[str]) -> None:
+        """Keep the names of the set ``digest`` (once: a set never changes)."""
+        # (a duplicate key: recorded by another worker at the same instant, the same names)
+        with contextlib.suppress(DuplicateKeyError):
+            self.metadata.update_one(
+                {"_id": PREFIX + digest},
+                {"$setOnInsert": {"names": sorted(names)}},
+                upsert=True,
+            )
+
+    def workables_of(self, digests: Iterable[str]) -> dict[str, frozenset[str]]:
+        """The names of each of these sets that is recorded."""
+        ids = [PREFIX + digest for digest in set(digests)]
+        found: dict[str, frozenset[str]] = {}
+        for document in self.metadata.find({"_id": {"$in": ids}}):
+            names = document.get("names")
+            if isinstance(names, list):
+                found[document["_id"][len(PREFIX) :]] = frozenset(
+                    name for name in names if isinstance(name, str)
+                )
+        return found
+
+    def waiting_for_workables(self, now: dt.datetime) -> list[Waiting]:
+        """The ready jobs, by workable, that no worker on the roster can run: none when
+        no worker is registered (every job waits for one), or when one does not
+        advertise what it runs (a worker from before routing takes any job)."""
+        digests = self.roster.distinct("workables")
+        workers = self.roster.count_documents({}, limit=1)
+        if not workers or self.roster.count_documents({"workables": None}, limit=1):
+            return []
+        sets = self.workables_of(d for d in digests if isinstance(d, str))
+        if len(sets) < len(digests):
+            return []  # a set unrecorded: what it holds is unknown
+        known = sorted(set().union(*sets.values()))
+        query = {**ready_query(now), "workable.class": {"$nin": known}}
+        pipeline: list[Document] = [
+            {"$match": query},
+            {
+                "$group": {
+                    "_id": "$workable.class",
+                    "jobs": {"$sum": 1},
+                    "since": {"$min": "$scheduled_at"},
+                }
+            },
+            {"$sort": {"since": 1}},
+        ]
+        return [
+            Waiting(str(document["_id"]), int(document["jobs"]), document["since"])
+            for document in self.scheduled.aggregate(pipeline)
+        ]
