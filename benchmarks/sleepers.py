@@ -35,7 +35,7 @@ def sleepers(uri: str, jobs: int, seconds: float, directory: Path) -> dict[str, 
     queue = Queue(database_at(uri, "bench_sleepers"), SystemClock())
     queue.store.ensure_ready()
     cast = Cast(directory)
-    launcher = [sys.executable, "-m", "recruiter"]
+    launcher = [sys.executable, "-m", "benchmarks.counted"]  # recruiter, counting commands
     common = ["--mongodb-uri", uri, "--database", "bench_sleepers", "--log-level", "warning"]
     try:
         cast.start("recruiter", [*launcher, "run", *common])
