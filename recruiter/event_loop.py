@@ -48,7 +48,14 @@ class EventLoop:
         if left:
             logger.warning("event loop: cancelling %d tasks left by jobs", len(left))
             gathered = asyncio.gather(*left, return_exceptions=True)
-            loop.run_until_complete(asyncio.wait_for(gathered, CLOSE_WAIT))
+            try:
+                loop.run_until_complete(asyncio.wait_for(gathered, CLOSE_WAIT))
+            except TimeoutError:
+                logger.error(
+                    "event loop: tasks left by jobs did not end within %s s of their "
+                    "cancellation; the worker exits without them",
+                    CLOSE_WAIT,
+                )
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.run_until_complete(loop.shutdown_default_executor())
         loop.close()

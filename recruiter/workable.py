@@ -27,6 +27,7 @@ import contextvars
 import dataclasses
 import inspect
 import os
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -89,7 +90,17 @@ def retry_statistics() -> RetryStatistics:
     return statistics
 
 
-_output: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+class _Output:
+    """An attempt's output, closed as the attempt ends: a thread or a task the job left
+    running cannot change it while it is recorded."""
+
+    def __init__(self) -> None:
+        self.fields: dict[str, Any] = {}
+        self.open = True
+        self.lock = threading.Lock()
+
+
+_output: contextvars.ContextVar[_Output | None] = contextvars.ContextVar(
     "recruiter_attempt_output", default=None
 )
 
@@ -100,18 +111,27 @@ def record_output(**fields: Any) -> None:
     output = _output.get()
     if output is None:
         raise NotInAJob("record_output() can only be called from a running job")
-    output.update(fields)
+    with output.lock:
+        if not output.open:
+            raise NotInAJob(
+                "record_output() was called after its job's attempt ended (from a thread "
+                "or a task the job left running): the attempt is recorded already"
+            )
+        output.fields.update(fields)
 
 
 @contextmanager
 def running_as(statistics: RetryStatistics) -> Iterator[dict[str, Any]]:
     """Make ``statistics`` what :func:`retry_statistics` returns while the job runs;
-    yield the attempt's output, as :func:`record_output` fills it."""
-    output: dict[str, Any] = {}
+    yield the attempt's output, as :func:`record_output` fills it (until the end of
+    the ``with``: no later call changes it)."""
+    output = _Output()
     token, output_token = _current.set(statistics), _output.set(output)
     try:
-        yield output
+        yield output.fields
     finally:
+        with output.lock:
+            output.open = False
         _current.reset(token)
         _output.reset(output_token)
 

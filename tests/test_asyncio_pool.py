@@ -4,6 +4,7 @@ of their own (the threads pool, ``drain()``); stopped by cancelling their task."
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -14,11 +15,12 @@ from bson import ObjectId
 
 from recruiter import JobSpec, Queue, Registry, RetryManyTimes, Workable
 from recruiter.clock import FrozenClock
-from recruiter.errors import InvalidJob
+from recruiter.errors import InvalidJob, NotInAJob
 from recruiter.event_loop import EventLoop
 from recruiter.execution import Execution, Executor, Identity, Outcome
 from recruiter.stopping import JobCancelled, JobTimedOut, Running, Watch
 from recruiter.testing import drain
+from recruiter.workable import RetryStatistics, record_output, running_as
 from tests.pool_app import registry as app
 
 
@@ -229,3 +231,15 @@ def test_an_async_hook_is_refused_at_registration() -> None:
             async def execute(self) -> None: ...
 
             async def finalize(self, error: BaseException | None) -> None: ...  # type: ignore[override]
+
+
+def test_a_task_the_job_left_running_cannot_change_its_recorded_output() -> None:
+    statistics = RetryStatistics(
+        job_id="job", retry_number=1, is_last_retry=False, last_execution=None
+    )
+    with running_as(statistics) as output:
+        record_output(done=True)
+        left_running = contextvars.copy_context()  # as a task the job created has it
+    with pytest.raises(NotInAJob, match="after its job's attempt ended"):
+        left_running.run(record_output, late=True)
+    assert output == {"done": True}

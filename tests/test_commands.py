@@ -621,3 +621,28 @@ def test_five_hundred_async_jobs_run_at_the_same_time_on_one_asyncio_worker(
     assert where == {(worker.pid, "event-loop")}
     processes.stop_all()
     assert [p.returncode for p in processes.started] == [0] * 3, processes.dump_logs()
+
+
+def test_a_rolling_deploy_loses_no_job_of_a_workable_the_old_workers_do_not_know(
+    processes: Processes, queue: Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The new code schedules ``pool.whoami`` before any worker runs the new code: the
+    old worker (the demo application) passes it over, it waits unattempted and shows as
+    waiting; a worker of the new application starts and runs it, on its first attempt."""
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent.parent))
+    processes.start("run")
+    processes.worker()  # the old application: recruiter.demo
+    new = queue.schedule(JobSpec("pool.whoami"))
+    old = queue.schedule(JobSpec("demo.greet", {"name": "after"}))  # queued behind it
+    wait_for(lambda: queue.job(old).why == "done", processes)
+    waiting = queue.job(new)
+    assert (waiting.locked, waiting.attempts, waiting.history) == (False, 0, ())
+    (shown,) = operator(processes, "status", "--json")["waiting_for_a_workable"]
+    assert (shown["workable"], shown["jobs"]) == ("pool.whoami", 1)
+    processes.start("worker", "--app", "tests.pool_app:registry", "--heartbeat-every", "0.5s")
+    wait_for(lambda: queue.job(new).why is not None, processes)
+    done = queue.job(new)
+    assert (done.why, done.attempts) == ("done", 1)
+    assert operator(processes, "status", "--json")["waiting_for_a_workable"] == []
+    processes.stop_all()
+    assert [p.returncode for p in processes.started] == [0] * 3, processes.dump_logs()
