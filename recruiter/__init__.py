@@ -8,16 +8,21 @@ from importlib.metadata import PackageNotFoundError, version
 
 from recruiter.clock import Clock, FrozenClock, SystemClock
 from recruiter.errors import (
+    DatabaseError,
+    DatabaseUnavailable,
+    DatabaseUnreachable,
     DuplicateRegistration,
     InvalidJob,
     InvalidParameters,
     InvalidRetryPolicy,
+    InvalidUri,
     JobNotFound,
     RecruiterError,
     SchemaTooNew,
     UnknownRetryPolicy,
     UnknownWorkable,
     WorkerDied,
+    WriteRejected,
 )
 from recruiter.groups import GroupSettings, InvalidGroupSettings, Rate
 from recruiter.job import Job, JobSpec, Root
@@ -62,6 +67,9 @@ __all__ = [
     "Cancellation",
     "Clock",
     "Cron",
+    "DatabaseError",
+    "DatabaseUnavailable",
+    "DatabaseUnreachable",
     "Decision",
     "DoNotDoItAgain",
     "DuplicateRegistration",
@@ -78,6 +86,7 @@ __all__ = [
     "InvalidParameters",
     "InvalidRetryPolicy",
     "InvalidSchedule",
+    "InvalidUri",
     "Job",
     "JobCancelled",
     "JobNotFound",
@@ -103,6 +112,7 @@ __all__ = [
     "Why",
     "Workable",
     "WorkerDied",
+    "WriteRejected",
     "record_output",
     "register_retry_policy",
     "retry_statistics",

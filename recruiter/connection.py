@@ -5,6 +5,9 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -13,15 +16,19 @@ from pymongo.database import Database
 from pymongo.errors import ConfigurationError, PyMongoError
 
 from recruiter.clock import Clock, SystemClock
-from recruiter.embedded import DEFAULT_DIRECTORY, ensure_local_server
-from recruiter.errors import DatabaseUnavailable, DatabaseUnreachable
+from recruiter.embedded import ensure_local_server
+from recruiter.errors import DatabaseUnavailable, DatabaseUnreachable, InvalidUri
 from recruiter.loop import Backoff
 from recruiter.store import Store
 
 logger = logging.getLogger(__name__)
 
+URI_VARIABLE = "MONGODB_URI"
+"""The environment variable the commands (and ``Queue.connect()``) take the URI from."""
 DEFAULT_DATABASE = "recruiter"
 """The database used when neither the URI nor an option names one."""
+SLOW_ANSWER = 1.0
+"""Seconds without an answer from the database after which a command says it waits."""
 SERVER_SELECTION_TIMEOUT_MS = 5000
 """How long one attempt to reach the database lasts, unless the URI says otherwise."""
 WAIT_PAUSES = Backoff(0.5, 10.0)
@@ -38,16 +45,17 @@ def redact(uri: str) -> str:
     return _PASSWORD.sub(r"\1***@", uri)
 
 
-def resolve_uri(uri: str | None, directory: Path = DEFAULT_DIRECTORY) -> tuple[str, bool]:
-    """The URI to use and whether it is the embedded server (started when needed)."""
+def resolve_uri(uri: str | None, directory: Path | None = None) -> tuple[str, bool]:
+    """The URI to use and whether it is the embedded server (started when needed): the
+    user's one (:func:`recruiter.embedded.home`) unless ``directory`` names another."""
     if uri:
         return uri, False
     server = ensure_local_server(directory)
     logger.warning(
-        "using the embedded database in %s/ (port %d): it is for trying and testing; "
+        "using the embedded database at %s (data in %s): it is for trying and testing; "
         "set --mongodb-uri or MONGODB_URI to use MongoDB",
-        directory,
-        server.port,
+        server.uri,
+        server.storage_path,
     )
     return server.uri, True
 
@@ -70,7 +78,8 @@ def open_database(
     pause = 0.0
     while True:
         try:
-            client.admin.command("ping")
+            with _said_if_slow(uri, wait) if pause == 0.0 else nullcontext():
+                client.admin.command("ping")
             break
         except PyMongoError as error:
             remaining = deadline - clock.monotonic()
@@ -86,6 +95,29 @@ def open_database(
             pause = WAIT_PAUSES.after(pause)
             clock.sleep(min(pause, remaining))
     return client[database or client.get_default_database(DEFAULT_DATABASE).name]
+
+
+@contextmanager
+def _said_if_slow(uri: str, wait: dt.timedelta) -> Iterator[None]:
+    """Say so when the database takes more than :data:`SLOW_ANSWER` seconds to answer
+    the first try: a try lasts seconds before it fails, and silence looks like a hang."""
+    patience = (
+        f"for up to {wait.total_seconds():g}s"
+        if wait
+        else "one try; --wait-for-database would wait longer"
+    )
+    timer = threading.Timer(
+        SLOW_ANSWER,
+        lambda: logger.warning(
+            "waiting for the database at %s to answer (%s)", redact(uri), patience
+        ),
+    )
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 def open_store(
@@ -131,7 +163,7 @@ def _client(uri: str) -> MongoClient[dict[str, Any]]:
     try:
         return MongoClient(uri, **options)
     except (ConfigurationError, ValueError) as error:
-        raise DatabaseUnreachable(redact(uri), f"invalid URI ({error})") from error
+        raise InvalidUri(redact(uri), str(error)) from error
 
 
 def _reason(error: PyMongoError) -> str:

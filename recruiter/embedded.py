@@ -6,8 +6,10 @@ as a separate process: recruiter never imports it. It is not for production; poi
 recruiter at MongoDB with ``--mongodb-uri`` or ``MONGODB_URI`` for that.
 
 :func:`start_server` starts a server and waits until it answers. :func:`ensure_local_server`
-starts one shared by every local process, its data in a project-local directory, and
-finds it again through a state file (a stale file, whose process is gone, is detected).
+starts one shared by every process of the user, its data in the user's recruiter home
+(:func:`home`), and finds it again through a state file (a stale file, whose process is
+gone, is detected): every command, and :meth:`recruiter.Queue.connect` with no URI,
+from any directory, reaches the same server.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from pathlib import Path
 from recruiter.errors import RecruiterError
 from recruiter.store.server import answers
 
-DEFAULT_DIRECTORY = Path(".recruiter")
+HOME_VARIABLE = "RECRUITER_HOME"
+"""The environment variable naming the directory of the embedded database, when set."""
 _detached: list[subprocess.Popen[bytes]] = []
 """Handles of servers started to outlive this process, kept so they are never collected."""
 READY_TIMEOUT = 30.0
@@ -88,6 +91,22 @@ class EmbeddedServer:
     def _signal(self, signum: int) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signum)
+
+
+def home() -> Path:
+    """The user's recruiter home, where the embedded database keeps its data, its state
+    file and its log: ``$RECRUITER_HOME`` when set, else ``recruiter`` in the user's data
+    directory (``$XDG_DATA_HOME``, by default ``~/.local/share``). One per user, whatever
+    the current directory, so that every command finds the same server.
+
+    The environment is read here, not only by the command line, because an application's
+    ``Queue.connect()`` must find the very server the commands use.
+    """
+    named = os.environ.get(HOME_VARIABLE)
+    if named:
+        return Path(named).expanduser().resolve()
+    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return (Path(data).expanduser() / "recruiter").resolve()
 
 
 def available() -> bool:
@@ -153,13 +172,15 @@ def start_server(
     raise EmbeddedServerError(f"the embedded server did not answer in {ready_timeout}s")
 
 
-def ensure_local_server(directory: Path = DEFAULT_DIRECTORY) -> EmbeddedServer:
-    """The local server of ``directory``, started (durably, detached) if none runs.
+def ensure_local_server(directory: Path | None = None) -> EmbeddedServer:
+    """The local server of ``directory`` (by default :func:`home`), started (durably,
+    detached) if none runs.
 
     Every local process calls this and gets the same server: its pid and port are kept
     in ``directory/server.json``, under a file lock so two processes never start two
     servers on one data directory.
     """
+    directory = directory or home()
     directory.mkdir(parents=True, exist_ok=True)
     state = directory / "server.json"
     with _locked(directory / "server.lock"):
@@ -176,14 +197,17 @@ def ensure_local_server(directory: Path = DEFAULT_DIRECTORY) -> EmbeddedServer:
         return server
 
 
-def find_local_server(directory: Path = DEFAULT_DIRECTORY) -> EmbeddedServer | None:
-    """The local server of ``directory`` if one runs and answers, without starting one."""
-    server = _read_state(directory / "server.json")
+def find_local_server(directory: Path | None = None) -> EmbeddedServer | None:
+    """The local server of ``directory`` (by default :func:`home`) if one runs and
+    answers, without starting one."""
+    server = _read_state((directory or home()) / "server.json")
     return server if server is not None and server.is_alive() else None
 
 
-def stop_local_server(directory: Path = DEFAULT_DIRECTORY) -> bool:
-    """Stop the local server of ``directory`` if one runs; return whether one did."""
+def stop_local_server(directory: Path | None = None) -> bool:
+    """Stop the local server of ``directory`` (by default :func:`home`) if one runs;
+    return whether one did."""
+    directory = directory or home()
     state = directory / "server.json"
     if not directory.is_dir():
         return False
@@ -199,7 +223,7 @@ def stop_local_server(directory: Path = DEFAULT_DIRECTORY) -> bool:
 def _read_state(state: Path) -> EmbeddedServer | None:
     try:
         data = json.loads(state.read_text())
-        return EmbeddedServer(int(data["pid"]), int(data["port"]), state.parent / "data")
+        return EmbeddedServer(int(data["pid"]), int(data["port"]), state.parent.resolve() / "data")
     except (OSError, ValueError, KeyError, TypeError):
         return None
 

@@ -117,8 +117,21 @@ class DatabaseUnreachable(DatabaseError):
 
     def __init__(self, uri: str, reason: str) -> None:
         super().__init__(
-            f"no MongoDB answers at {uri}: {reason}. Check --mongodb-uri / MONGODB_URI, "
-            "or leave both unset to use the embedded database"
+            f"no MongoDB answers at {uri}: {reason}. Check that it runs and that the URI "
+            "is right (the commands read --mongodb-uri or MONGODB_URI; with neither, they "
+            "use the embedded database)"
+        )
+        self.uri = uri
+        self.reason = reason
+
+
+class InvalidUri(RecruiterError):
+    """The database's address is not a MongoDB URI: nothing was tried."""
+
+    def __init__(self, uri: str, reason: str) -> None:
+        super().__init__(
+            f"{uri!r} is not a valid MongoDB URI: {reason}. It looks like "
+            "mongodb://host:27017/database (see pymongo's connection string documentation)"
         )
         self.uri = uri
         self.reason = reason

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -21,7 +22,7 @@ from bson import ObjectId
 
 from recruiter.analytics import Analytics, analytics
 from recruiter.clock import Clock, to_millis
-from recruiter.connection import database_at
+from recruiter.connection import URI_VARIABLE, open_database, resolve_uri
 from recruiter.duration import Duration, to_timedelta
 from recruiter.errors import DatabaseUnavailable, InvalidJob, JobNotFound
 from recruiter.groups import GroupSettings, InvalidGroupSettings, Rate
@@ -69,9 +70,26 @@ class Queue:
         self.check_schema = SchemaCheck(self.store, self.clock)
 
     @classmethod
-    def connect(cls, uri: str, database: str | None = None, clock: Clock | None = None) -> Queue:
-        """A queue on the database named in ``uri`` (or ``database``, or ``recruiter``)."""
-        return cls(database_at(uri, database), clock)
+    def connect(
+        cls,
+        uri: str | None = None,
+        database: str | None = None,
+        clock: Clock | None = None,
+        *,
+        wait: Duration = 0,
+    ) -> Queue:
+        """A queue on the database named in ``uri`` (or ``database``, or ``recruiter``).
+
+        With no ``uri``: the one in ``MONGODB_URI``, else the user's embedded database,
+        started if it does not run (the one the ``recruiter`` commands use when given no
+        URI, from any directory; ``pip install 'recruiter[embedded]'``).
+
+        Raises :class:`~recruiter.errors.InvalidUri` at once for an address that is not a
+        MongoDB URI, and :class:`~recruiter.errors.DatabaseUnreachable` when no database
+        answers within a few seconds, or ``wait`` (``"1m"``, say) when given.
+        """
+        resolved, _ = resolve_uri(uri or os.environ.get(URI_VARIABLE))
+        return cls(open_database(resolved, database, wait=to_timedelta(wait, name="wait")), clock)
 
     def close(self) -> None:
         """Close the connection of a queue made by :meth:`connect`."""

@@ -22,7 +22,7 @@ from pymongo import MongoClient
 from pymongo.database import Database
 
 from recruiter import FrozenClock, Queue, Registry
-from recruiter.embedded import start_server
+from recruiter.embedded import HOME_VARIABLE, start_server, stop_local_server
 from recruiter.pool import JobProcess
 from recruiter.stopping import Watch
 from recruiter.store import Store
@@ -33,6 +33,21 @@ START = dt.datetime(2026, 11, 22, 9, 0, tzinfo=dt.UTC)
 # 2-core CI runner that starts database servers, they fail tests that are correct.
 settings.register_profile("recruiter", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("recruiter")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _recruiter_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The embedded database's home for the whole session (its processes included): a
+    directory of the session's, never the user's own."""
+    home = tmp_path_factory.mktemp("recruiter-home")
+    before = os.environ.get(HOME_VARIABLE)
+    os.environ[HOME_VARIABLE] = str(home)
+    yield home
+    stop_local_server(home)
+    if before is None:
+        del os.environ[HOME_VARIABLE]
+    else:
+        os.environ[HOME_VARIABLE] = before
 
 
 @pytest.fixture(scope="session")

@@ -6,8 +6,10 @@ one place, printed with rich; a traceback means a bug.
 
 from __future__ import annotations
 
+import json
 import sys
 from enum import IntEnum
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -20,14 +22,15 @@ from recruiter.cli.together import DemoTimeout, demo, up
 from recruiter.cli.top import metrics, top
 from recruiter.cli.views import analytics_command, schedulers, status, workers
 from recruiter.embedded import (
-    DEFAULT_DIRECTORY,
     EmbeddedServerError,
     find_local_server,
+    home,
     stop_local_server,
 )
 from recruiter.errors import (
     DatabaseUnavailable,
     DatabaseUnreachable,
+    InvalidUri,
     RecruiterError,
     SchemaTooNew,
 )
@@ -41,7 +44,7 @@ app = typer.Typer(
     add_completion=False,
 )
 embedded = typer.Typer(
-    help="The local embedded database used when no MongoDB URI is given.",
+    help="The user's embedded database, used when no MongoDB URI is given: status, stop.",
     no_args_is_help=True,
 )
 app.add_typer(embedded, name="embedded")
@@ -66,6 +69,8 @@ class ExitCode(IntEnum):
 
 
 def exit_code_of(error: RecruiterError) -> ExitCode:
+    if isinstance(error, InvalidUri):
+        return ExitCode.USAGE
     if isinstance(error, DatabaseUnreachable | DatabaseUnavailable):
         return ExitCode.DATABASE_UNREACHABLE
     if isinstance(error, SchemaTooNew):
@@ -99,24 +104,44 @@ def version() -> None:
 
 
 @embedded.command("status")
-def embedded_status() -> None:
-    """Say whether the local embedded database runs, and where."""
-    server = find_local_server()
+def embedded_status(
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object, for scripts.")
+    ] = False,
+) -> None:
+    """Say whether the user's embedded database runs, at which URI, and where its data is
+    (its port is chosen at each start: scripts read it here, or use Queue.connect())."""
+    directory = home()
+    server = find_local_server(directory)
+    if as_json:
+        state: dict[str, object] = {"running": server is not None, "home": str(directory)}
+        if server is not None:
+            state |= {"pid": server.pid, "port": server.port, "uri": server.uri}
+            state["data"] = str(server.storage_path)
+        console.print_json(json.dumps(state))
+        return
     if server is None:
-        console.print(f"no embedded database runs for {DEFAULT_DIRECTORY}/")
+        console.print(
+            f"no embedded database runs for {directory} (any command given no MongoDB URI "
+            "starts it)",
+            highlight=False,
+        )
         return
     console.print(
-        f"the embedded database runs: pid {server.pid}, {server.uri}, data in {server.storage_path}"
+        f"the embedded database runs: {server.uri}, pid {server.pid}, data in "
+        f"{server.storage_path}; `recruiter embedded stop` stops it",
+        highlight=False,
     )
 
 
 @embedded.command("stop")
 def embedded_stop() -> None:
-    """Stop the local embedded database (its data stays in .recruiter/data)."""
-    if stop_local_server():
-        console.print("stopped the embedded database")
+    """Stop the user's embedded database (its data stays, for its next start)."""
+    directory = home()
+    if stop_local_server(directory):
+        console.print(f"stopped the embedded database (its data stays in {directory}/data)")
     else:
-        console.print("no embedded database was running")
+        console.print(f"no embedded database was running for {directory}")
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ from recruiter.cli.options import DatabaseName, MongoUri, open_queue
 from recruiter.groups import GroupSettings, Rate
 
 groups = typer.Typer(
-    help="Groups' concurrency and rate limits, and their shares of any-group workers.",
+    help="Groups' concurrency and rate limits, and shares of any-group workers: set, unset, list.",
     no_args_is_help=True,
 )
 console = Console()

@@ -23,6 +23,7 @@ from recruiter.cli.options import (
     load_registry,
     open_queue,
 )
+from recruiter.cli.tables import counted, id_column
 from recruiter.job import Job
 from recruiter.queue import Queue
 from recruiter.retry import FAILED as FAILED_WHYS
@@ -35,7 +36,7 @@ BULK_LIMIT = 100_000
 """The exit code of ``recruiter job run --wait`` when a job finished other than done."""
 
 jobs = typer.Typer(
-    help="Act on given jobs: run them now, wait for their results, cancel them.",
+    help="Jobs: list, show, run now (and wait), cancel, retry, recover.",
     no_args_is_help=True,
 )
 console = Console()
@@ -76,9 +77,11 @@ def run_jobs(
         if registry is not None:
             finished = [run.job for run in queue.run_here(registry, *job_ids)]
         else:
-            for job_id in queue.run_now(*job_ids):
+            not_waiting = queue.run_now(*job_ids)
+            for job_id in not_waiting:
                 console.print(f"job {job_id} was not waiting: left as it is", highlight=False)
-            console.print(f"{len(job_ids)} jobs due now", highlight=False)
+            due = counted(len(job_ids) - len(not_waiting), "job")
+            console.print(f"{due} due now", highlight=False)
             if not wait:
                 return
             finished = queue.wait(job_ids, timeout)
@@ -124,7 +127,7 @@ def cancel_jobs(
         if not ids:
             console.print("no job matches")
             return
-        if len(ids) > 1 and not yes and not typer.confirm(f"cancel {len(ids)} jobs?"):
+        if len(ids) > 1 and not yes and not typer.confirm(f"cancel {counted(len(ids), 'job')}?"):
             raise typer.Abort()
         said = _cancel_each(queue, ids, state)
     finally:
@@ -213,7 +216,7 @@ def list_jobs(
     if as_json:
         typer.echo(json.dumps([_summary(job, now) for job in listed], default=str))
         return
-    table = Table("job", "workable", "group", "state", "attempts", "last attempt")
+    table = Table(id_column("job"), "workable", "group", "state", "attempts", "last attempt")
     for job in listed:
         summary = _summary(job, now)
         table.add_row(
@@ -334,7 +337,7 @@ def retry_jobs(
         if not ids:
             console.print("no failed job matches")
             return
-        if len(ids) > 1 and not yes and not typer.confirm(f"retry {len(ids)} jobs?"):
+        if len(ids) > 1 and not yes and not typer.confirm(f"retry {counted(len(ids), 'job')}?"):
             raise typer.Abort()
         retried = 0
         with Progress(console=console, transient=True) as progress:
@@ -345,7 +348,7 @@ def retry_jobs(
     finally:
         queue.close()
     skipped = f" ({len(ids) - retried} retried already)" if retried < len(ids) else ""
-    console.print(f"{retried} jobs scheduled again{skipped}", highlight=False)
+    console.print(f"{counted(retried, 'job')} scheduled again{skipped}", highlight=False)
 
 
 def _failed_jobs(
@@ -392,7 +395,7 @@ def _summary(job: Job, now: dt.datetime) -> dict[str, Any]:
 
 
 def _results(finished: list[Job]) -> Table:
-    table = Table("job", "ended", "attempts", "last attempt")
+    table = Table(id_column("job"), "ended", "attempts", "last attempt")
     for job in finished:
         last = job.last_execution or {}
         said = last.get("message") or last.get("outcome") or ""

@@ -53,7 +53,7 @@ MongoUri = Annotated[
     typer.Option(
         "--mongodb-uri",
         envvar="MONGODB_URI",
-        help="MongoDB URI; when unset, a local embedded database in .recruiter/ is used.",
+        help="MongoDB URI; when unset, the user's embedded database (recruiter embedded status).",
         show_default=False,
     ),
 ]

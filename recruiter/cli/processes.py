@@ -53,14 +53,29 @@ from recruiter.worker import WorkerConfig, WorkerProcess
 logger = logging.getLogger(__name__)
 
 
+_STOPPED_CLEANLY = threading.Event()
+
+
+def stopped_cleanly() -> None:
+    """Tell the signal handler that the command's work has stopped cleanly: a signal from
+    now on (an impatient second Ctrl-C) ends the process at once, with status 0."""
+    _STOPPED_CLEANLY.set()
+
+
 def stop_on_signals(stop: threading.Event, name: str) -> None:
     """First SIGTERM/SIGINT: stop after the current work; a second one: stop now.
 
     Stopping now is ``os._exit``: the threads running jobs would otherwise keep the
     process alive until their jobs end. The cleaner recovers what was left running.
+    Once the work has stopped cleanly (:func:`stopped_cleanly`), there is nothing left to
+    cut short: a signal then ends the process with status 0, not the signal's.
     """
 
     def handle(signum: int, frame: FrameType | None) -> None:
+        if _STOPPED_CLEANLY.is_set():
+            sys.stderr.flush()
+            sys.stdout.flush()
+            os._exit(0)
         if stop.is_set():
             logger.warning("%s: second signal, stopping now", name)
             sys.stderr.flush()
@@ -274,6 +289,7 @@ def run(
     if registry is not None:
         tell = Tell(registry.listeners, Queue(store.database))
     lead(store, "recruiter", config.lease, recruiter, config.idle_waits, stop, follow, tell)
+    stopped_cleanly()
 
 
 def worker(
@@ -343,6 +359,7 @@ def worker(
     store = connect_store(mongodb_uri, database, wait_for_database)
     process = WorkerProcess(store, registry, store.clock(), config, stop=stop)
     process.run()
+    stopped_cleanly()
     logger.info("worker: stopped")
 
 
@@ -368,3 +385,4 @@ def clean(
     config = validated(CleanerConfig(considered_dead_after, clean_after, lease))
     store = connect_store(mongodb_uri, database, wait_for_database)
     lead(store, "cleaner", config.lease, Cleaner(store, config), config.idle_waits, stop)
+    stopped_cleanly()

@@ -10,6 +10,7 @@ import datetime as dt
 import logging
 import threading
 from collections import Counter
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -28,11 +29,12 @@ from recruiter.cli.options import (
     duration_option,
     load_registry,
 )
-from recruiter.cli.processes import stop_on_signals
+from recruiter.cli.processes import stop_on_signals, stopped_cleanly
+from recruiter.cli.tables import counted, id_column
 from recruiter.clock import SystemClock
 from recruiter.connection import open_database, resolve_uri
 from recruiter.demo import sample_jobs
-from recruiter.embedded import DEFAULT_DIRECTORY
+from recruiter.embedded import home
 from recruiter.errors import RecruiterError
 from recruiter.logs import Level, setup_logging
 from recruiter.queue import Queue
@@ -42,7 +44,11 @@ logger = logging.getLogger(__name__)
 console = Console()
 
 DEMO_DATABASE = "recruiter_demo"
-DEMO_LOGS = DEFAULT_DIRECTORY / "demo-logs"
+
+
+def demo_logs() -> Path:
+    """Where the demo's processes log: beside the user's embedded database."""
+    return home() / "demo-logs"
 
 
 class DemoTimeout(RecruiterError):
@@ -110,6 +116,8 @@ def up(
     failed = {name: code for name, code in codes.items() if code != 0}
     if failed:
         logger.warning("up: processes that did not stop cleanly: %s", failed)
+    else:
+        stopped_cleanly()
 
 
 def demo(
@@ -132,15 +140,16 @@ def demo(
 ) -> None:
     """Schedule sample jobs, run them on real recruiter, cleaner and workers, show what happened."""
     setup_logging("demo", Level.WARNING)
-    uri, _ = resolve_uri(mongodb_uri)
+    uri, embedded = resolve_uri(mongodb_uri)
     queue = Queue(open_database(uri, database, wait=wait_for_database))
     ids = queue.schedule_many(sample_jobs(jobs))
     if schedule_only:
-        console.print(f"scheduled {len(ids)} sample jobs in database {database}")
+        console.print(f"scheduled {counted(len(ids), 'sample job')} in database {database}")
         return
+    logs = demo_logs()
     console.print(
-        f"scheduled {len(ids)} jobs in database [bold]{database}[/]; starting a recruiter, "
-        f"a cleaner and {workers} workers (their logs: {DEMO_LOGS}/)"
+        f"scheduled {counted(len(ids), 'job')} in database [bold]{database}[/]; starting a "
+        f"recruiter, a cleaner and {counted(workers, 'worker')} (their logs: {logs}/)"
     )
     children = team(
         workers,
@@ -148,17 +157,27 @@ def demo(
         recruiter=("--lease", "5s"),
         cleaner=("--considered-dead-after", "10s"),
     )
-    supervisor = Supervisor(children, environment={"MONGODB_URI": uri}, logs=DEMO_LOGS)
+    supervisor = Supervisor(children, environment={"MONGODB_URI": uri}, logs=logs)
     supervisor.start()
     try:
-        _wait_until_archived(queue, ids, timeout)
+        _wait_until_archived(queue, ids, timeout, logs)
     finally:
         supervisor.stop()
     _show(queue, ids)
     queue.close()
+    console.print(
+        f"\nread a job back with `recruiter jobs show ID --database {database}`",
+        highlight=False,
+    )
+    if embedded:
+        console.print(
+            f"the embedded database still runs, at {uri} (data in {home()}): "
+            "`recruiter embedded stop` stops it",
+            highlight=False,
+        )
 
 
-def _wait_until_archived(queue: Queue, ids: list[Any], timeout: dt.timedelta) -> None:
+def _wait_until_archived(queue: Queue, ids: list[Any], timeout: dt.timedelta, logs: Path) -> None:
     clock = SystemClock()
     deadline = clock.monotonic() + timeout.total_seconds()
     with Progress(console=console, transient=True) as progress:
@@ -171,13 +190,13 @@ def _wait_until_archived(queue: Queue, ids: list[Any], timeout: dt.timedelta) ->
             if clock.monotonic() > deadline:
                 raise DemoTimeout(
                     f"{len(ids) - done} of {len(ids)} jobs not finished after {timeout}: "
-                    f"see the processes' logs in {DEMO_LOGS}/"
+                    f"see the processes' logs in {logs}/"
                 )
             clock.sleep(0.2)
 
 
 def _show(queue: Queue, ids: list[Any]) -> None:
-    table = Table()
+    table = Table(id_column("job"))
     for column in ("workable", "attempts", "why", "ran by"):
         table.add_column(column, no_wrap=True)
     table.add_column("last error")
@@ -188,11 +207,12 @@ def _show(queue: Queue, ids: list[Any]) -> None:
         last = job.last_execution or {}
         error = last.get("message", "") if job.why != "done" else ""
         ran_by = f"pid {last['pid']}" if "pid" in last else ""
-        table.add_row(job.workable, str(job.attempts), job.why, ran_by, error)
+        table.add_row(str(job.id), job.workable, str(job.attempts), job.why, ran_by, error)
     console.print(table)
     console.print(", ".join(f"{count} {why}" for why, count in sorted(outcomes.items())))
     pids = {(queue.job(i).last_execution or {}).get("pid") for i in ids} - {None}
+    processes = counted(len(pids), "worker process", "worker processes")
     console.print(
-        f"run by {len(pids)} worker processes; each job, with every attempt in its history, "
+        f"run by {processes}; each job, with every attempt in its history, "
         f"is in the collection 'archived' of database {queue.store.database.name!r}"
     )

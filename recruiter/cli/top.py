@@ -117,7 +117,13 @@ def metrics(
     port: Annotated[
         int, typer.Option(min=1, max=65535, help="The port to serve /metrics on.")
     ] = 9187,
-    host: Annotated[str, typer.Option(help="The address to listen on.")] = "0.0.0.0",
+    host: Annotated[
+        str,
+        typer.Option(
+            help="The address to listen on: this machine only, unless told (0.0.0.0: every "
+            "interface, for a Prometheus elsewhere)."
+        ),
+    ] = "127.0.0.1",
     mongodb_uri: MongoUri = None,
     database: DatabaseName = None,
     log_level: LogLevel = Level.INFO,

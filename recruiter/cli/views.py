@@ -14,6 +14,7 @@ from rich.table import Table
 
 from recruiter.analytics import Analytics
 from recruiter.cli.options import DatabaseName, MongoUri, open_queue
+from recruiter.cli.tables import id_column
 from recruiter.queue import Queue
 from recruiter.retry import FAILED
 
@@ -28,8 +29,10 @@ def analytics_command(
     mongodb_uri: MongoUri = None,
     database: DatabaseName = None,
 ) -> None:
-    """Queued, postponed, running and orphaned jobs; throughput, latency and execution
-    time over the last minute."""
+    """Queued, postponed, running, orphaned jobs; throughput and latency of the last minute.
+
+    Execution time too, per group with --group; --json for scripts.
+    """
     queue = open_queue(mongodb_uri, database)
     try:
         figures = queue.analytics(group)
@@ -252,7 +255,15 @@ def _schedule(schedule: Any) -> str:
 
 
 def _workers_table(rows: list[dict[str, Any]]) -> Table:
-    table = Table("worker", "group", "state", "job", "host:pid", "last seen", title="workers")
+    table = Table(
+        id_column("worker"),
+        "group",
+        "state",
+        id_column("job"),
+        "host:pid",
+        "last seen",
+        title="workers",
+    )
     for worker in rows:
         table.add_row(
             worker["id"],
@@ -275,7 +286,9 @@ def status_view(document: dict[str, Any]) -> Group:
         groups.add_row(
             str(group["group"]), str(group["ready"]), str(group["running"]), group["limits"]
         )
-    failures = Table("job", "workable", "group", "ended", "last error", title="latest failures")
+    failures = Table(
+        id_column("job"), "workable", "group", "ended", "last error", title="latest failures"
+    )
     for failure in document["recent_failures"]:
         failures.add_row(
             failure["job"],
