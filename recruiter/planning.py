@@ -134,6 +134,8 @@ class _Round:
     jobs: dict[ObjectId, list[Any]] = field(default_factory=dict)
     missed: bool = False
     """A job read could not be locked."""
+    ready_groups: set[str] = field(default_factory=set)
+    """The groups in which a set of any-group workers found jobs it could run."""
 
 
 class Planner:
@@ -182,6 +184,9 @@ class Planner:
                 if drained:
                     drained_for.add(digest)
         self._put_back_unplaced(round_)
+        if any_group_sets:
+            # (after every set's play: a group ready only for another set keeps its share)
+            self.share.forget(round_.ready_groups)
         drained = any_group_sets > 0 and len(drained_for) == any_group_sets
         wake_at = round_.allowances.wake_at()
         return Plan(round_.jobs, drained, wake_at, round_.missed, frozenset(drained_for))
@@ -258,8 +263,11 @@ class Planner:
         """Share the workers of any group among the groups with ready jobs (of the
         workables ``names``, or any); return whether every ready job they could run was
         handed out (see :attr:`Plan.drained`)."""
-        ready_groups = self.store.ready_groups(round_.now)
-        self.share.forget(ready_groups)
+        # only the groups with jobs these workers can run: a group whose ready jobs no
+        # one here knows is never charged, so fair share would rank it first each round,
+        # and the reads spent finding it empty would leave the others' jobs unread
+        ready_groups = self.store.ready_groups(round_.now, names)
+        round_.ready_groups.update(ready_groups)
         most = capacity(idle, self.batches)
         wanted = {g: round_.allowances.cap(g, most) for g in ready_groups}
         open_groups = {g: n for g, n in wanted.items() if n}

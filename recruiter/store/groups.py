@@ -90,7 +90,8 @@ class GroupVerbs:
         ]
         return {d["_id"]: d["locked"] for d in self.scheduled.aggregate(pipeline)}
 
-    def ready_groups(self, now: dt.datetime) -> list[str]:
-        """The groups with a job ready to run by ``now``."""
-        groups: list[Any] = self.scheduled.distinct("group", ready_query(now))
+    def ready_groups(self, now: dt.datetime, workables: Sized[str] | None = None) -> list[str]:
+        """The groups with a job ready to run by ``now`` (of these ``workables``, or any
+        if None)."""
+        groups: list[Any] = self.scheduled.distinct("group", ready_query(now, None, workables))
         return sorted(g for g in groups if isinstance(g, str))

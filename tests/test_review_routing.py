@@ -1,0 +1,52 @@
+"""Adversarial review of routing by capability (632a327): each test here failed on
+the code as it was reviewed; REVIEW.md tells the scenario of each."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from recruiter import JobSpec, Queue, Registry
+from recruiter.clock import FrozenClock
+from recruiter.recruiter import Recruiter
+from recruiter.store import Store
+from recruiter.worker import WorkerSlot
+
+
+def application(*names: str) -> Registry:
+    registry = Registry()
+    for name in names:
+        registry.workable(name, lambda: None)
+    return registry
+
+
+def slot(queue: Queue, registry: Registry, clock: FrozenClock, group: str = "*") -> WorkerSlot:
+    worker = WorkerSlot(queue.store, registry, clock, group)
+    worker.register()
+    return worker
+
+
+def assigned(store: Store, worker: WorkerSlot) -> tuple[Any, ...]:
+    assert worker.id is not None
+    record = store.find_worker(worker.id)
+    assert record is not None
+    return () if record.assignment is None else record.assignment.job_ids
+
+
+def test_groups_holding_only_jobs_no_worker_knows_do_not_starve_the_others(
+    queue: Queue, clock: FrozenClock
+) -> None:
+    """The rolling deploy with a group per tenant: ``reports.new`` is scheduled in
+    tenants ``a1``, ``a2``, ``a3`` before any worker knows it. The fair share of any-group
+    workers ranks those groups first (they are never charged, so they stay furthest
+    behind); each of the plan's three reads finds nothing this slot can run in them, and
+    the last play hands out only jobs read: tenant ``z``'s job, which the slot knows,
+    is never handed out, round after round."""
+    store, recruiter = queue.store, Recruiter(queue.store)
+    for tenant in ("a1", "a2", "a3"):
+        queue.schedule(JobSpec("reports.new").in_group(tenant))
+    runnable = queue.schedule(JobSpec("reports.old").in_group("z"))
+    worker = slot(queue, application("reports.old"), clock)
+    for _ in range(3):
+        recruiter.run_once(clock.now())
+        clock.advance(1)
+    assert assigned(store, worker) == (runnable,)
