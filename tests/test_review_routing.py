@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from bson import ObjectId
+
 from recruiter import JobSpec, Queue, Registry
 from recruiter.clock import FrozenClock
 from recruiter.recruiter import Recruiter
@@ -50,3 +52,22 @@ def test_groups_holding_only_jobs_no_worker_knows_do_not_starve_the_others(
         recruiter.run_once(clock.now())
         clock.advance(1)
     assert assigned(store, worker) == (runnable,)
+
+
+def test_a_manual_run_in_progress_does_not_hide_the_jobs_waiting_for_a_workable(
+    queue: Queue, clock: FrozenClock
+) -> None:
+    """``recruiter job run --here`` enters the roster as its job's holder, with no set of
+    workables (it never takes assignments); the waiting count took it for a worker from
+    before routing, which may run anything, and reported nothing waiting for as long as
+    the manual run lasted."""
+    store = queue.store
+    waiting = queue.schedule(JobSpec("reports.new"))
+    manual = queue.schedule(JobSpec("reports.old"))
+    slot(queue, application("reports.old"), clock)
+    assert [w.workable for w in store.waiting_for_workables(clock.now())] == ["reports.new"]
+    token = ObjectId()
+    store.register_holder(manual, token, clock.now(), group="default", pid=1, hostname="here")
+    assert store.lock_job_now(manual, token, clock.now())
+    found = store.waiting_for_workables(clock.now())
+    assert [(w.workable, w.jobs) for w in found] == [("reports.new", 1)], waiting

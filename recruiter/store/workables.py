@@ -84,10 +84,13 @@ class WorkableVerbs:
     def waiting_for_workables(self, now: dt.datetime) -> list[Waiting]:
         """The ready jobs, by workable, that no worker on the roster can run: none when
         no worker is registered (every job waits for one), or when one does not
-        advertise what it runs (a worker from before routing takes any job)."""
-        digests = self.roster.distinct("workables")
-        workers = self.roster.count_documents({}, limit=1)
-        if not workers or self.roster.count_documents({"workables": None}, limit=1):
+        advertise what it runs (a worker from before routing takes any job). A manual
+        run's holder is no worker here: it advertises nothing, and takes no job."""
+        workers: Document = {"manual": {"$ne": True}}
+        digests = self.roster.distinct("workables", workers)
+        if not self.roster.count_documents(workers, limit=1):
+            return []
+        if self.roster.count_documents({**workers, "workables": None}, limit=1):
             return []
         sets = self.workables_of(d for d in digests if isinstance(d, str))
         if len(sets) < len(digests):
