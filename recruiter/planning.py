@@ -263,15 +263,22 @@ class Planner:
         """Share the workers of any group among the groups with ready jobs (of the
         workables ``names``, or any); return whether every ready job they could run was
         handed out (see :attr:`Plan.drained`)."""
-        # only the groups with jobs these workers can run: a group whose ready jobs no
-        # one here knows is never charged, so fair share would rank it first each round,
-        # and the reads spent finding it empty would leave the others' jobs unread
-        ready_groups = self.store.ready_groups(round_.now, names)
+        now, most = round_.now, capacity(idle, self.batches)
+        ready_groups = self.store.ready_groups(now)
+        share, filtered = self.share, names is None
+        while True:
+            wanted = {g: round_.allowances.cap(g, most) for g in ready_groups}
+            open_groups = {g: n for g, n in wanted.items() if n}
+            chosen, handed_all, empty = self._choose(idle, open_groups, now, names)
+            if filtered or not empty:
+                break
+            # a group had no job these workers can run: never charged, fair share would
+            # rank it first in every round, and the reads spent finding it empty could
+            # leave the others' jobs unread; play again over the groups with jobs they
+            # can run (a read of every ready job, made only while such a group exists)
+            self.share, filtered = share, True
+            ready_groups = self.store.ready_groups(now, names)
         round_.ready_groups.update(ready_groups)
-        most = capacity(idle, self.batches)
-        wanted = {g: round_.allowances.cap(g, most) for g in ready_groups}
-        open_groups = {g: n for g, n in wanted.items() if n}
-        chosen, handed_all = self._choose(idle, open_groups, round_.now, names)
         by_group: dict[str, list[Any]] = defaultdict(list)
         for group, job in chosen:
             by_group[group].append(job)
@@ -285,11 +292,12 @@ class Planner:
         wanted: dict[str, int],
         now: dt.datetime,
         names: frozenset[str] | None = None,
-    ) -> tuple[list[tuple[str, Any]], bool]:
+    ) -> tuple[list[tuple[str, Any]], bool, bool]:
         """The jobs, in turn, that fair share hands the ``idle`` workers of any group (in
         batches where the batch rule allows), when group ``g`` may give ``wanted[g]``;
-        and whether they are all the ready jobs of those groups (each group was read
-        to its end, and every job read is handed out).
+        whether they are all the ready jobs of those groups (each group was read
+        to its end, and every job read is handed out); and whether a group read had
+        none (of the workables ``names``).
 
         Reads only the jobs it hands out: fair share is played first as if every group
         had all it may give, and the batch rule keeps the first of its picks that fit;
@@ -302,6 +310,7 @@ class Planner:
         most = capacity(idle, self.batches)
         read: dict[str, list[Any]] = {}
         exhausted: set[str] = set()
+        empty = False
         for reads in range(ANY_GROUP_READS + 1):
             last = reads == ANY_GROUP_READS
             available = {
@@ -322,10 +331,11 @@ class Planner:
                     chosen.append((group, read[group][taken[group]]))
                     taken[group] += 1
                 handed_all = all(g in exhausted and taken[g] == len(read[g]) for g in wanted)
-                return chosen, handed_all and not last
+                return chosen, handed_all and not last, empty
             probes = {group: needed + 1 for group, needed in short.items()}
             for group, found in self.store.ready_job_ids_by_group(now, probes, names).items():
                 read[group] = found
+                empty |= not found
                 if len(found) <= short[group]:
                     exhausted.add(group)
         raise AssertionError("the last play hands out only jobs read")  # pragma: no cover

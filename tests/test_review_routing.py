@@ -71,3 +71,26 @@ def test_a_manual_run_in_progress_does_not_hide_the_jobs_waiting_for_a_workable(
     assert store.lock_job_now(manual, token, clock.now())
     found = store.waiting_for_workables(clock.now())
     assert [(w.workable, w.jobs) for w in found] == [("reports.new", 1)], waiting
+
+
+def test_ready_groups_are_read_by_workable_only_when_a_group_had_nothing_for_the_set(
+    queue: Queue, clock: FrozenClock, monkeypatch: Any
+) -> None:
+    """(A guard on the fix of the test above.) Reading the ready groups by workable
+    reads every ready job; the groups' distinct alone reads the ready index: the first
+    is made only in a round that found a group with nothing the set can run."""
+    store, recruiter = queue.store, Recruiter(queue.store)
+    reads: list[object] = []
+    real = store.ready_groups
+
+    def counted(now: Any, workables: Any = None) -> list[str]:
+        reads.append(workables)
+        return real(now, workables)
+
+    monkeypatch.setattr(store, "ready_groups", counted)
+    for tenant in ("a1", "a2"):
+        queue.schedule(JobSpec("reports.old").in_group(tenant))
+    slot(queue, application("reports.old"), clock)
+    slot(queue, application("reports.old"), clock)
+    assert recruiter.run_once(clock.now()).assigned == 2
+    assert reads == [None]
