@@ -177,7 +177,10 @@ class Planner:
         names = self._names_of([digest for digest in sets if digest is not None])
         drained_for: set[str | None] = set()
         any_group_sets = 0
-        for digest, slots in sets.items():
+        # the sets that name their workables first: a worker that may be handed any job
+        # (from before routing, or its set unrecorded) may not know a job that an idle
+        # worker of another set knows, and would fail it
+        for digest, slots in sorted(sets.items(), key=lambda item: item[0] not in names):
             drained = self._plan_slots(slots, names.get(digest) if digest else None, round_)
             if drained is not None:
                 any_group_sets += 1

@@ -94,3 +94,23 @@ def test_ready_groups_are_read_by_workable_only_when_a_group_had_nothing_for_the
     slot(queue, application("reports.old"), clock)
     assert recruiter.run_once(clock.now()).assigned == 2
     assert reads == [None]
+
+
+def test_a_job_goes_to_the_idle_worker_that_knows_it_before_one_from_before_routing(
+    queue: Queue, clock: FrozenClock
+) -> None:
+    """The rolling deploy from a version before routing: an old worker (no set
+    advertised) has waited longest, a new one knows ``reports.new``. Sets were planned in
+    the order their first worker waited, so the old worker was handed the new job, and
+    failed it (``UnknownWorkable``: an attempt spent, for good without retries) while
+    the worker that knew it stood idle."""
+    store = queue.store
+    job_id = queue.schedule(JobSpec("reports.new"))
+    old = store.register_worker("*", 1, "old", clock.now())  # no workables: before routing
+    clock.advance(1)
+    new = slot(queue, application("reports.new"), clock)
+    assert Recruiter(store).run_once(clock.now()).assigned == 1
+    record = store.find_worker(old)
+    assert record is not None
+    assert record.assignment is None, "the old worker may run anything, but not first"
+    assert assigned(store, new) == (job_id,)
