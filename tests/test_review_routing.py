@@ -10,7 +10,7 @@ from bson import ObjectId
 from recruiter import JobSpec, Queue, Registry
 from recruiter.clock import FrozenClock
 from recruiter.recruiter import Recruiter
-from recruiter.store import Store
+from recruiter.store import Store, digest_of
 from recruiter.worker import WorkerSlot
 
 
@@ -114,3 +114,21 @@ def test_a_job_goes_to_the_idle_worker_that_knows_it_before_one_from_before_rout
     assert record is not None
     assert record.assignment is None, "the old worker may run anything, but not first"
     assert assigned(store, new) == (job_id,)
+
+
+def test_two_different_sets_of_names_never_share_a_digest(
+    queue: Queue, clock: FrozenClock
+) -> None:
+    """The digest joined the sorted names with newlines: the set ``{"x\\ny"}`` (a name
+    may hold a newline) and the set ``{"x", "y"}`` had the same digest, and one metadata
+    document, the first recorded. The second application's workers were then planned
+    with the first one's names: its ``x`` job waited, reported as known by no worker,
+    while an idle worker knew it (and, the other way round, were handed jobs they
+    could not run)."""
+    store = queue.store
+    assert digest_of(["x\ny"]) != digest_of(["x", "y"])
+    slot(queue, application("x\ny"), clock)
+    job_id = queue.schedule(JobSpec("x"))
+    knows = slot(queue, application("x", "y"), clock)
+    assert Recruiter(store).run_once(clock.now()).assigned == 1
+    assert assigned(store, knows) == (job_id,)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import hashlib
+import json
 from collections.abc import Collection as Names
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -27,8 +28,10 @@ PREFIX = "workables:"
 
 
 def digest_of(names: Iterable[str]) -> str:
-    """The digest a set of workable names is advertised by."""
-    text = "\n".join(sorted(set(names)))
+    """The digest a set of workable names is advertised by: of the sorted names as a JSON
+    list, so that two different sets never read as the same text (a name may hold any
+    character, a newline too)."""
+    text = json.dumps(sorted(set(names)), ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
 
 
