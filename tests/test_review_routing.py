@@ -132,3 +132,21 @@ def test_two_different_sets_of_names_never_share_a_digest(
     knows = slot(queue, application("x", "y"), clock)
     assert Recruiter(store).run_once(clock.now()).assigned == 1
     assert assigned(store, knows) == (job_id,)
+
+
+def test_a_damaged_set_of_names_is_repaired_by_the_next_worker_that_registers_it(
+    queue: Queue, clock: FrozenClock
+) -> None:
+    """A set's document damaged (its names not a list) is planned for as any job's, so
+    its workers are handed jobs they cannot run and fail them. The names were recorded
+    with ``$setOnInsert``: a worker process started later with the same set found the
+    document there and left it damaged, for good."""
+    store = queue.store
+    slot(queue, application("reports.old"), clock)
+    digest = digest_of(["reports.old"])
+    store.metadata.update_one({"_id": "workables:" + digest}, {"$set": {"names": "garbage"}})
+    restarted = Queue(store.database, clock)  # another worker process: a store of its own
+    worker = slot(restarted, application("reports.old"), clock)
+    queue.schedule(JobSpec("reports.new"))
+    assert Recruiter(store).run_once(clock.now()).assigned == 0
+    assert assigned(store, worker) == ()

@@ -63,13 +63,12 @@ class WorkableVerbs:
         return digest
 
     def record_workables(self, digest: str, names: Names[str]) -> None:
-        """Keep the names of the set ``digest`` (once: a set never changes)."""
+        """Keep the names of the set ``digest`` (a set never changes: written again, they
+        are the same, and a document damaged meanwhile is repaired)."""
         # (a duplicate key: recorded by another worker at the same instant, the same names)
         with contextlib.suppress(DuplicateKeyError):
             self.metadata.update_one(
-                {"_id": PREFIX + digest},
-                {"$setOnInsert": {"names": sorted(names)}},
-                upsert=True,
+                {"_id": PREFIX + digest}, {"$set": {"names": sorted(names)}}, upsert=True
             )
 
     def workables_of(self, digests: Iterable[str]) -> dict[str, frozenset[str]]:
