@@ -1,5 +1,8 @@
-"""Adversarial review of routing by capability (632a327): each test here failed on
-the code as it was reviewed; REVIEW.md tells the scenario of each."""
+"""Routing's edge cases, found by an adversarial review of routing by capability (each
+test failed before its fix): groups holding only jobs no worker knows must not starve
+the others; a manual run's holder hides no waiting job; a worker that knows a job gets
+it before one from before routing; two sets never share a digest; a damaged set is
+repaired by the next worker that registers it."""
 
 from __future__ import annotations
 
@@ -116,9 +119,7 @@ def test_a_job_goes_to_the_idle_worker_that_knows_it_before_one_from_before_rout
     assert assigned(store, new) == (job_id,)
 
 
-def test_two_different_sets_of_names_never_share_a_digest(
-    queue: Queue, clock: FrozenClock
-) -> None:
+def test_two_different_sets_of_names_never_share_a_digest(queue: Queue, clock: FrozenClock) -> None:
     """The digest joined the sorted names with newlines: the set ``{"x\\ny"}`` (a name
     may hold a newline) and the set ``{"x", "y"}`` had the same digest, and one metadata
     document, the first recorded. The second application's workers were then planned
