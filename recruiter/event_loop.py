@@ -27,6 +27,8 @@ class EventLoop:
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name="event-loop", daemon=True)
+        self._closing = False
+        """Set on the loop's thread by :meth:`close`'s stop: no other stop ends the loop."""
 
     def start(self) -> None:
         self._thread.start()
@@ -34,9 +36,31 @@ class EventLoop:
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
         try:
-            self.loop.run_forever()
+            while not self._closing:
+                self._run_until_stopped()
         finally:
             self._shut_down()
+
+    def _run_until_stopped(self) -> None:
+        """Run the loop until it stops: for :meth:`close`, or because a job stopped it.
+
+        Only :meth:`close` ends the loop for good: every slot's jobs run on it, so one
+        job's stray ``SystemExit`` or ``KeyboardInterrupt`` (raised in a task or a callback
+        of its own, which asyncio lets out of ``run_forever``) or its ``loop.stop()`` must
+        not fail the jobs running beside it, nor every job after it."""
+        try:
+            self.loop.run_forever()
+        except BaseException:
+            logger.exception(
+                "event loop: a task or callback a job started let this out; the loop runs on"
+            )
+            return
+        if not self._closing:
+            logger.error("event loop: stopped by a job (loop.stop()); the loop runs on")
+
+    def _stop_for_close(self) -> None:
+        self._closing = True
+        self.loop.stop()
 
     def _shut_down(self) -> None:
         """Cancel the tasks jobs left running (fire-and-forget tasks of their own), let
@@ -67,5 +91,5 @@ class EventLoop:
         if not self._thread.is_alive():  # never started
             self.loop.close()
             return
-        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.loop.call_soon_threadsafe(self._stop_for_close)
         self._thread.join()

@@ -1,0 +1,94 @@
+"""The asyncio pool's races and odd inputs, each found by an adversarial review and
+shown here by a test that failed before its fix (interleavings forced by wrappers and
+events, not by sleeps; a bounded join only tells a hang from an end)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import mongomock
+import pytest
+from bson import ObjectId
+
+from recruiter import JobSpec, Queue, Registry
+from recruiter.clock import FrozenClock
+from recruiter.event_loop import EventLoop
+from recruiter.execution import Execution, Executor, Identity, Outcome
+from recruiter.stopping import Watch
+from tests.conftest import START
+
+registry = Registry()
+
+HANG = 10.0
+"""Seconds after which a join that should end at once is taken for a hang."""
+
+
+@pytest.fixture
+def event_loop() -> Iterator[EventLoop]:
+    loop = EventLoop()
+    loop.start()
+    yield loop
+    loop.close()
+
+
+@pytest.fixture
+def mqueue() -> Queue:
+    """A queue on mongomock: these tests are about threads and loops, not the store."""
+    return Queue(mongomock.MongoClient(tz_aware=True)["review"], FrozenClock(START))
+
+
+def execute(queue: Queue, spec: JobSpec, loop: EventLoop | None, watch: Watch | None) -> Execution:
+    job_id = queue.schedule(spec)
+    token = ObjectId()
+    clock = FrozenClock(START)
+    assert queue.store.lock_jobs([job_id], token, clock.now()) == [job_id]
+    executor = Executor(
+        queue.store,
+        registry,
+        clock,
+        Identity.of_this_process(),
+        watch,
+        loop=None if loop is None else loop.loop,
+    )
+    return executor.execute(job_id, token)
+
+
+# --- 1. a SystemExit let out of a task a job started stops the worker's loop for good ------
+
+
+@registry.workable("review.exit_from_a_side_task")
+async def exit_from_a_side_task() -> None:
+    async def bye() -> None:
+        raise SystemExit(3)  # as a library's sys.exit() would, in a task of its own
+
+    side = asyncio.get_running_loop().create_task(bye())
+    await asyncio.sleep(0)  # the side task runs here
+    await asyncio.sleep(0)
+    assert isinstance(side.exception(), SystemExit)
+
+
+@registry.workable("review.stop_the_loop")
+async def stop_the_loop() -> None:
+    asyncio.get_running_loop().stop()  # a job (or a library) stopping "its" loop
+    await asyncio.sleep(0)
+
+
+@registry.workable("review.noop")
+async def noop() -> str:
+    await asyncio.sleep(0)
+    return "done"
+
+
+@pytest.mark.parametrize("workable", ["review.exit_from_a_side_task", "review.stop_the_loop"])
+def test_a_system_exit_from_a_task_a_job_started_does_not_stop_the_workers_loop(
+    mqueue: Queue, event_loop: EventLoop, workable: str
+) -> None:
+    first = execute(mqueue, JobSpec(workable), event_loop, None)
+    # before the fix: the loop's run_forever let the SystemExit out, its thread cancelled
+    # every task (this job's own, recorded as a CancelledError) and closed the loop
+    assert first.outcome is Outcome.DONE, mqueue.job(first.job_id).history[-1]
+    assert not event_loop.loop.is_closed()
+    after = execute(mqueue, JobSpec("review.noop"), event_loop, None)
+    # before the fix: every later async job failed unrun ("Event loop is closed")
+    assert after.outcome is Outcome.DONE, mqueue.job(after.job_id).history[-1]
