@@ -141,6 +141,12 @@ class Running:
             return error, None
         except BaseException as error:
             return error, None
+        finally:
+            with self._lock:
+                # the task ends: nothing left to cancel, and its loop may be closed
+                # before the code's bounds end (asyncio.run's), where cancelling would
+                # raise in the stopper's thread (the watchdog, a job process's reader)
+                self._cancel = None
 
     @contextmanager
     def code(self) -> Iterator[None]:

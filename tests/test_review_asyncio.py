@@ -5,7 +5,11 @@ events, not by sleeps; a bounded join only tells a hang from an end)."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
+import threading
+import time
 from collections.abc import Iterator
+from typing import Any
 
 import mongomock
 import pytest
@@ -15,7 +19,8 @@ from recruiter import JobSpec, Queue, Registry
 from recruiter.clock import FrozenClock
 from recruiter.event_loop import EventLoop
 from recruiter.execution import Execution, Executor, Identity, Outcome
-from recruiter.stopping import Watch
+from recruiter.pool import _Child
+from recruiter.stopping import JobTimedOut, Running, Watch
 from tests.conftest import START
 
 registry = Registry()
@@ -92,3 +97,79 @@ def test_a_system_exit_from_a_task_a_job_started_does_not_stop_the_workers_loop(
     after = execute(mqueue, JobSpec("review.noop"), event_loop, None)
     # before the fix: every later async job failed unrun ("Event loop is closed")
     assert after.outcome is Outcome.DONE, mqueue.job(after.job_id).history[-1]
+
+
+# --- 2. a stop landing after an async job's own loop closed raises in the stopper ---------
+
+
+def test_a_stop_after_an_async_jobs_own_loop_closed_does_not_kill_the_watchdog(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Threads pool, a job process, ``recruiter job run --here``: an async job runs on a
+    loop of its own (``asyncio.run``), closed as the job returns, while the job's code is
+    still "running" for a few lines. A timeout falling due there must not raise in the
+    watchdog's thread (it would end it: no job of the worker would ever time out again)."""
+    watch = Watch()
+    running = Running("job", dt.timedelta(seconds=1))
+    raised: list[BaseException] = []
+    real_run = asyncio.run
+
+    def run_then_tick(main: Any, **options: Any) -> Any:
+        result = real_run(main, **options)  # the job's own loop is closed now
+
+        def watchdog_tick() -> None:  # as the watchdog thread's next look
+            try:
+                watch.check_deadlines(time.monotonic() + 3600)
+            except BaseException as error:
+                raised.append(error)
+
+        tick = threading.Thread(target=watchdog_tick)
+        tick.start()
+        tick.join()
+        return result
+
+    monkeypatch.setattr(asyncio, "run", run_then_tick)
+
+    async def job() -> str:
+        return "done"
+
+    with watch.watching(running):
+        assert running.call(job) == "done"
+    # before the fix: RuntimeError('Event loop is closed'), from call_soon_threadsafe
+    assert raised == []
+    assert running.stopped is JobTimedOut, "the stop was taken (too late to land)"
+
+
+def test_a_stop_after_an_async_jobs_own_loop_closed_does_not_end_a_job_process_reader(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same window in a job process: the reader thread that takes the worker's stops
+    (``_Child._stop``) must not die of it, or the child would never read the next job."""
+    child = _Child(registry, connection=None)  # type: ignore[arg-type]
+    running = Running("job", None)
+    raised: list[BaseException] = []
+    real_run = asyncio.run
+
+    def run_then_stop(main: Any, **options: Any) -> Any:
+        result = real_run(main, **options)
+        with child.lock:
+            child.running, child.current = running, 1
+
+        def reader() -> None:
+            try:
+                child._stop(1, JobTimedOut)
+            except BaseException as error:
+                raised.append(error)
+
+        thread = threading.Thread(target=reader)
+        thread.start()
+        thread.join()
+        return result
+
+    monkeypatch.setattr(asyncio, "run", run_then_stop)
+
+    async def job() -> str:
+        return "done"
+
+    assert running.call(job) == "done"
+    assert raised == []
