@@ -71,13 +71,14 @@ class EventLoop:
             task.cancel()
         if left:
             logger.warning("event loop: cancelling %d tasks left by jobs", len(left))
-            gathered = asyncio.gather(*left, return_exceptions=True)
-            try:
-                loop.run_until_complete(asyncio.wait_for(gathered, CLOSE_WAIT))
-            except TimeoutError:
+            # asyncio.wait, not wait_for: past its time, wait_for cancels what it waits
+            # for and then waits for that to end, forever for a task that ignores it
+            _, pending = loop.run_until_complete(asyncio.wait(left, timeout=CLOSE_WAIT))
+            if pending:
                 logger.error(
-                    "event loop: tasks left by jobs did not end within %s s of their "
+                    "event loop: %d tasks left by jobs did not end within %s s of their "
                     "cancellation; the worker exits without them",
+                    len(pending),
                     CLOSE_WAIT,
                 )
         loop.run_until_complete(loop.shutdown_asyncgens())

@@ -173,3 +173,36 @@ def test_a_stop_after_an_async_jobs_own_loop_closed_does_not_end_a_job_process_r
 
     assert running.call(job) == "done"
     assert raised == []
+
+
+# --- 3. a task a job left running that ignores its cancellation holds the worker's exit ---
+
+
+def test_the_loop_closes_within_its_wait_though_a_left_task_ignores_its_cancellation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("recruiter.event_loop.CLOSE_WAIT", 0.05)
+    loop = EventLoop()
+    loop.start()
+    released = threading.Event()
+    began = threading.Event()
+
+    async def stubborn() -> None:  # as a retry loop catching every exception would
+        began.set()
+        while not released.is_set():
+            try:
+                await asyncio.sleep(0.01)
+            except asyncio.CancelledError:
+                pass
+
+    left = asyncio.run_coroutine_threadsafe(stubborn(), loop.loop)
+    assert began.wait(HANG)
+    closing = threading.Thread(target=loop.close)
+    closing.start()
+    closing.join(HANG)
+    hung = closing.is_alive()
+    released.set()  # lets a hung close end, so that the test cleans up either way
+    closing.join()
+    # before the fix: asyncio.wait_for waits for the cancelled gather to end, forever
+    assert not hung, "close() waited past CLOSE_WAIT for a task that ignores cancellation"
+    assert not left.done() or left.cancelled() or left.exception() is None
