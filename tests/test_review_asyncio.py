@@ -5,6 +5,7 @@ events, not by sleeps; a bounded join only tells a hang from an end)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import threading
 import time
@@ -190,10 +191,8 @@ def test_the_loop_closes_within_its_wait_though_a_left_task_ignores_its_cancella
     async def stubborn() -> None:  # as a retry loop catching every exception would
         began.set()
         while not released.is_set():
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.sleep(0.01)
-            except asyncio.CancelledError:
-                pass
 
     left = asyncio.run_coroutine_threadsafe(stubborn(), loop.loop)
     assert began.wait(HANG)
