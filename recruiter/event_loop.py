@@ -13,8 +13,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 CLOSE_WAIT = 5.0
 """Seconds the tasks a job left behind have to end once cancelled, as the loop closes."""
@@ -65,25 +69,7 @@ class EventLoop:
     def _shut_down(self) -> None:
         """Cancel the tasks jobs left running (fire-and-forget tasks of their own), let
         them end, and close the loop."""
-        loop = self.loop
-        left = [task for task in asyncio.all_tasks(loop) if not task.done()]
-        for task in left:
-            task.cancel()
-        if left:
-            logger.warning("event loop: cancelling %d tasks left by jobs", len(left))
-            # asyncio.wait, not wait_for: past its time, wait_for cancels what it waits
-            # for and then waits for that to end, forever for a task that ignores it
-            _, pending = loop.run_until_complete(asyncio.wait(left, timeout=CLOSE_WAIT))
-            if pending:
-                logger.error(
-                    "event loop: %d tasks left by jobs did not end within %s s of their "
-                    "cancellation; the worker exits without them",
-                    len(pending),
-                    CLOSE_WAIT,
-                )
-        loop.run_until_complete(loop.shutdown_asyncgens())
-        loop.run_until_complete(loop.shutdown_default_executor())
-        loop.close()
+        close_loop(self.loop, "event loop")
 
     def close(self) -> None:
         """Stop the loop (every slot has ended its jobs) and wait for its thread."""
@@ -94,3 +80,44 @@ class EventLoop:
             return
         self.loop.call_soon_threadsafe(self._stop_for_close)
         self._thread.join()
+
+
+def close_loop(loop: asyncio.AbstractEventLoop, whose: str) -> None:
+    """Close a loop jobs ran on, without waiting on them for ever: cancel the tasks they
+    left running and give them :data:`CLOSE_WAIT` to end, close the async generators,
+    and close the loop, whose default executor is shut down without waiting for the
+    calls it runs (an ``asyncio.to_thread`` call a stopped job left blocked)."""
+    left = [task for task in asyncio.all_tasks(loop) if not task.done()]
+    for task in left:
+        task.cancel()
+    if left:
+        logger.warning("%s: cancelling %d tasks left by jobs", whose, len(left))
+        # asyncio.wait, not wait_for: past its time, wait_for cancels what it waits
+        # for and then waits for that to end, forever for a task that ignores it
+        _, pending = loop.run_until_complete(asyncio.wait(left, timeout=CLOSE_WAIT))
+        if pending:
+            logger.error(
+                "%s: %d tasks left by jobs did not end within %s s of their cancellation; "
+                "closed without them",
+                whose,
+                len(pending),
+                CLOSE_WAIT,
+            )
+    loop.run_until_complete(loop.shutdown_asyncgens())
+    loop.close()
+
+
+def run_on_a_new_loop(main: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run(main)``, but the end of ``main`` is the end: what it left behind is
+    cancelled and given :data:`CLOSE_WAIT` (:func:`close_loop`), where ``asyncio.run``
+    waits for every task it cancels and every thread call of its executor, for ever
+    for one that ignores its cancellation or blocks."""
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)  # as asyncio.run: for code that asks for "the" loop
+    try:
+        return loop.run_until_complete(main)
+    finally:
+        try:
+            close_loop(loop, "job's event loop")
+        finally:
+            asyncio.set_event_loop(None)

@@ -29,6 +29,8 @@ from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from recruiter.event_loop import run_on_a_new_loop
+
 logger = logging.getLogger(__name__)
 
 WATCHDOG_TICK = 0.05
@@ -185,11 +187,11 @@ def _run_on_a_loop_of_its_own(body: Coroutine[Any, Any, Any]) -> Any:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(body)
+        return run_on_a_new_loop(body)
     results: list[Any] = []
     context = contextvars.copy_context()  # the job's retry statistics, its output
     thread = threading.Thread(
-        target=lambda: results.append(context.run(asyncio.run, body)), name="job-loop"
+        target=lambda: results.append(context.run(run_on_a_new_loop, body)), name="job-loop"
     )
     thread.start()
     thread.join()

@@ -18,7 +18,7 @@ from bson import ObjectId
 
 from recruiter import JobSpec, Queue, Registry
 from recruiter.clock import FrozenClock
-from recruiter.event_loop import EventLoop
+from recruiter.event_loop import EventLoop, run_on_a_new_loop
 from recruiter.execution import Execution, Executor, Identity, Outcome
 from recruiter.pool import _Child
 from recruiter.stopping import JobTimedOut, Running, Watch
@@ -113,10 +113,10 @@ def test_a_stop_after_an_async_jobs_own_loop_closed_does_not_kill_the_watchdog(
     watch = Watch()
     running = Running("job", dt.timedelta(seconds=1))
     raised: list[BaseException] = []
-    real_run = asyncio.run
+    real_run = run_on_a_new_loop
 
-    def run_then_tick(main: Any, **options: Any) -> Any:
-        result = real_run(main, **options)  # the job's own loop is closed now
+    def run_then_tick(main: Any) -> Any:
+        result = real_run(main)  # the job's own loop is closed now
 
         def watchdog_tick() -> None:  # as the watchdog thread's next look
             try:
@@ -129,7 +129,7 @@ def test_a_stop_after_an_async_jobs_own_loop_closed_does_not_kill_the_watchdog(
         tick.join()
         return result
 
-    monkeypatch.setattr(asyncio, "run", run_then_tick)
+    monkeypatch.setattr("recruiter.stopping.run_on_a_new_loop", run_then_tick)
 
     async def job() -> str:
         return "done"
@@ -149,10 +149,10 @@ def test_a_stop_after_an_async_jobs_own_loop_closed_does_not_end_a_job_process_r
     child = _Child(registry, connection=None)  # type: ignore[arg-type]
     running = Running("job", None)
     raised: list[BaseException] = []
-    real_run = asyncio.run
+    real_run = run_on_a_new_loop
 
-    def run_then_stop(main: Any, **options: Any) -> Any:
-        result = real_run(main, **options)
+    def run_then_stop(main: Any) -> Any:
+        result = real_run(main)
         with child.lock:
             child.running, child.current = running, 1
 
@@ -167,7 +167,7 @@ def test_a_stop_after_an_async_jobs_own_loop_closed_does_not_end_a_job_process_r
         thread.join()
         return result
 
-    monkeypatch.setattr(asyncio, "run", run_then_stop)
+    monkeypatch.setattr("recruiter.stopping.run_on_a_new_loop", run_then_stop)
 
     async def job() -> str:
         return "done"
@@ -205,3 +205,76 @@ def test_the_loop_closes_within_its_wait_though_a_left_task_ignores_its_cancella
     # before the fix: asyncio.wait_for waits for the cancelled gather to end, forever
     assert not hung, "close() waited past CLOSE_WAIT for a task that ignores cancellation"
     assert not left.done() or left.cancelled() or left.exception() is None
+
+
+# --- 4. on a loop of its own, an async job's attempt waits for what the job left behind ---
+
+
+def call_in_a_thread(running: Running, target: Any) -> tuple[threading.Thread, list[Any]]:
+    """``running.call(target)`` in a thread (a slot's): what it returned or raised."""
+    outcome: list[Any] = []
+
+    def call() -> None:
+        try:
+            outcome.append(running.call(target))
+        except BaseException as error:
+            outcome.append(error)
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    return thread, outcome
+
+
+def test_an_async_jobs_attempt_on_its_own_loop_ends_though_its_thread_call_goes_on() -> None:
+    """Threads pool, job processes, ``drain()``: the job awaits ``asyncio.to_thread`` of a
+    call that blocks (a socket read without a timeout) and is stopped at its timeout. Its
+    task is cancelled; its attempt must end then, as in the asyncio pool, not when the
+    thread's call returns (``asyncio.run`` waits for the loop's executor: forever)."""
+    blocked, in_thread = threading.Event(), threading.Event()
+
+    def blocking_call() -> None:
+        in_thread.set()
+        blocked.wait()
+
+    async def job() -> None:
+        await asyncio.to_thread(blocking_call)
+
+    running = Running("job", None)
+    thread, outcome = call_in_a_thread(running, job)
+    assert in_thread.wait(HANG)
+    assert running.stop(JobTimedOut)
+    thread.join(HANG)
+    hung = thread.is_alive()
+    blocked.set()  # the call returns: a hung attempt ends, the test cleans up
+    thread.join()
+    assert not hung, "the attempt waited for the thread call its job left running"
+    assert [type(error) for error in outcome] == [JobTimedOut]
+
+
+def test_an_async_jobs_attempt_on_its_own_loop_ends_though_a_task_it_left_ignores_cancellation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The job succeeded but left a task that swallows its cancellation: the attempt ends
+    CLOSE_WAIT after the job returned (as the asyncio pool's loop gives such tasks as it
+    closes), not never (``asyncio.run`` waits for every task it cancels)."""
+    monkeypatch.setattr("recruiter.event_loop.CLOSE_WAIT", 0.05)
+    released = threading.Event()
+
+    async def stubborn() -> None:
+        while not released.is_set():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(0.01)
+
+    async def job() -> str:
+        asyncio.get_running_loop().create_task(stubborn())
+        await asyncio.sleep(0)
+        return "done"
+
+    running = Running("job", None)
+    thread, outcome = call_in_a_thread(running, job)
+    thread.join(HANG)
+    hung = thread.is_alive()
+    released.set()
+    thread.join()
+    assert not hung, "the attempt waited for a task its job left, which ignores cancellation"
+    assert outcome == ["done"]
