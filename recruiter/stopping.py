@@ -188,14 +188,22 @@ def _run_on_a_loop_of_its_own(body: Coroutine[Any, Any, Any]) -> Any:
         asyncio.get_running_loop()
     except RuntimeError:
         return run_on_a_new_loop(body)
-    results: list[Any] = []
+    outcome: list[tuple[BaseException | None, Any]] = []
     context = contextvars.copy_context()  # the job's retry statistics, its output
-    thread = threading.Thread(
-        target=lambda: results.append(context.run(run_on_a_new_loop, body)), name="job-loop"
-    )
+
+    def run() -> None:
+        try:
+            outcome.append((None, context.run(run_on_a_new_loop, body)))
+        except BaseException as error:  # raised here, as when no loop runs in this thread
+            outcome.append((error, None))
+
+    thread = threading.Thread(target=run, name="job-loop")
     thread.start()
     thread.join()
-    return results[0]
+    error, result = outcome[0]
+    if error is not None:
+        raise error
+    return result
 
 
 class HolderDeclaredDead(Stopped):

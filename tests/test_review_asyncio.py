@@ -22,6 +22,7 @@ from recruiter.event_loop import EventLoop, run_on_a_new_loop
 from recruiter.execution import Execution, Executor, Identity, Outcome
 from recruiter.pool import _Child
 from recruiter.stopping import JobTimedOut, Running, Watch
+from recruiter.testing import drain
 from tests.conftest import START
 
 registry = Registry()
@@ -325,3 +326,23 @@ def test_the_tasks_a_timed_out_job_started_do_not_run_on_beside_its_retry(
     GO_ON.set()
     asyncio.run_coroutine_threadsafe(asyncio.wait(SIDE_TASKS), event_loop.loop).result(HANG)
     assert AFTER_THE_ATTEMPT == [], "the stopped attempt's work went on after it was recorded"
+
+
+# --- 6. drain() from a running loop: what the job's thread let out is lost -------------------
+
+
+def test_drain_from_a_running_loop_records_what_the_jobs_loop_let_out(mqueue: Queue) -> None:
+    """``drain()`` called from an ``async`` test runs an async job's loop in a thread of
+    its own. What that loop lets out (a ``SystemExit`` from a task the job started) must
+    be the attempt's failure, as when ``drain()`` is called outside a loop; it was lost
+    with the thread, and the attempt recorded an ``IndexError`` of recruiter's own."""
+    outside = mqueue.schedule(JobSpec("review.exit_from_a_side_task"))
+    drain(mqueue, registry)
+    inside = mqueue.schedule(JobSpec("review.exit_from_a_side_task"))
+
+    async def an_async_test() -> None:
+        drain(mqueue, registry)
+
+    asyncio.run(an_async_test())
+    classes = [mqueue.job(job_id).history[-1]["class"] for job_id in (outside, inside)]
+    assert classes == ["builtins.SystemExit", "builtins.SystemExit"]
