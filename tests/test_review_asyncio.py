@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -211,13 +212,16 @@ def test_the_loop_closes_within_its_wait_though_a_left_task_ignores_its_cancella
 # --- 4. on a loop of its own, an async job's attempt waits for what the job left behind ---
 
 
-def call_in_a_thread(running: Running, target: Any) -> tuple[threading.Thread, list[Any]]:
-    """``running.call(target)`` in a thread (a slot's): what it returned or raised."""
+def call_in_a_thread(
+    running: Running, target: Any, loop: EventLoop | None = None
+) -> tuple[threading.Thread, list[Any]]:
+    """``running.call(target)`` in a thread (a slot's), on ``loop`` (asyncio pool) or on
+    a loop of its own: what it returned or raised."""
     outcome: list[Any] = []
 
     def call() -> None:
         try:
-            outcome.append(running.call(target))
+            outcome.append(running.call(target, None if loop is None else loop.loop))
         except BaseException as error:
             outcome.append(error)
 
@@ -346,3 +350,45 @@ def test_drain_from_a_running_loop_records_what_the_jobs_loop_let_out(mqueue: Qu
     asyncio.run(an_async_test())
     classes = [mqueue.job(job_id).history[-1]["class"] for job_id in (outside, inside)]
     assert classes == ["builtins.SystemExit", "builtins.SystemExit"]
+
+
+# --- 7. asyncio pool: stopped jobs' thread calls use up the loop's few executor threads -----
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open finding 7: every job on the worker's loop shares its default executor "
+    "(min(32, cpus + 4) threads); thread calls stopped jobs left blocked use it up",
+)
+def test_thread_calls_stopped_jobs_left_blocked_do_not_starve_the_next_jobs(
+    event_loop: EventLoop,
+) -> None:
+    threads = min(32, (os.cpu_count() or 1) + 4)  # ThreadPoolExecutor's default
+    blocked = threading.Event()
+    in_thread = threading.Semaphore(0)
+
+    def blocking_call() -> None:  # a socket read without a timeout
+        in_thread.release()
+        blocked.wait()
+
+    async def stuck_job() -> None:
+        await asyncio.to_thread(blocking_call)
+
+    async def next_job() -> str:
+        return await asyncio.to_thread(lambda: "ran")
+
+    try:
+        for _ in range(threads):  # each stopped at its timeout, its attempt recorded
+            running = Running("stuck", None)
+            thread, outcome = call_in_a_thread(running, stuck_job, event_loop)
+            assert in_thread.acquire(timeout=HANG)
+            assert running.stop(JobTimedOut)
+            thread.join(HANG)
+            assert [type(error) for error in outcome] == [JobTimedOut]
+        running = Running("next", None)
+        thread, outcome = call_in_a_thread(running, next_job, event_loop)
+        thread.join(2.0)  # it never runs: no bound would be long enough
+        assert outcome == ["ran"], "a job without a timeout waits for ever for a thread"
+    finally:
+        blocked.set()
+        thread.join()
