@@ -412,7 +412,26 @@ class Registry:
                 f"{entry.__qualname__}.from_parameters failed: {type(error).__name__}: {error}"
             ) from error
         bound_method: Callable[[], Any] = getattr(instance, method)
+        if _is_generator(bound_method):
+            raise WorkableRebuildError(
+                f"{entry.__qualname__}.{method} is a generator: calling it would run none "
+                "of its body, and the job would be recorded done"
+            )
         return bound_method
+
+
+def _is_generator(function: object) -> bool:
+    return inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function)
+
+
+def _not_a_generator(function: object, what: str) -> None:
+    """Refuse a generator function (``def``/``async def`` with a ``yield``) as a job's
+    code: calling it runs none of its body, and the job would be recorded done."""
+    if _is_generator(function):
+        raise InvalidJob(
+            f"{what} {getattr(function, '__qualname__', function)!r} is a generator (it "
+            "yields): calling it would run none of its body; remove the yield"
+        )
 
 
 def _synchronous(hook: H, name: str) -> H:
@@ -469,11 +488,13 @@ class _Decorator:
                 )
             for hook in ("after_success", "after_failure", "after_last_failure", "finalize"):
                 _synchronous(getattr(target, hook), hook)
+            _not_a_generator(target.execute, "the execute method")
             self.registry._register(self.name, target)
             target.workable_name = self.name
             return target
         if not callable(target):
             raise InvalidJob(f"only functions and Workable classes can be registered: {target!r}")
+        _not_a_generator(target, "the workable")
         entry: FunctionWorkable[..., Any] = FunctionWorkable(self.name, target)
         self.registry._register(self.name, entry)
         return entry

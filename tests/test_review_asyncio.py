@@ -10,15 +10,16 @@ import datetime as dt
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import mongomock
 import pytest
 from bson import ObjectId
 
-from recruiter import JobSpec, Queue, Registry
+from recruiter import JobSpec, Queue, Registry, Workable, record_output
 from recruiter.clock import FrozenClock
+from recruiter.errors import InvalidJob
 from recruiter.event_loop import EventLoop, run_on_a_new_loop
 from recruiter.execution import Execution, Executor, Identity, Outcome
 from recruiter.pool import _Child
@@ -392,3 +393,42 @@ def test_thread_calls_stopped_jobs_left_blocked_do_not_starve_the_next_jobs(
     finally:
         blocked.set()
         thread.join()
+
+
+# --- 8. an async generator "job" is recorded done, its body never run ---------------------
+
+
+def test_an_async_generator_function_is_refused_as_a_workable() -> None:
+    """Calling it only makes a generator: the job would be recorded done without its
+    body having run (``async def`` with a stray ``yield``), in every pool."""
+    local = Registry()
+    with pytest.raises(InvalidJob, match="generator"):
+
+        @local.workable("review.agen")
+        async def agen() -> AsyncIterator[int]:
+            yield 1
+
+    with pytest.raises(InvalidJob, match="generator"):
+
+        @local.workable("review.gen")
+        def gen() -> Iterator[int]:
+            yield 1
+
+
+@registry.workable("review.report_gen")
+class ReportGen(Workable):
+    async def execute(self) -> None:
+        await asyncio.sleep(0)
+
+    async def stream(self) -> AsyncIterator[int]:  # a public method a job may name
+        record_output(ran=True)
+        yield 1
+
+
+def test_a_job_calling_an_async_generator_method_fails_instead_of_done_unrun(
+    mqueue: Queue, event_loop: EventLoop
+) -> None:
+    spec = JobSpec("review.report_gen", method="stream")
+    execution = execute(mqueue, spec, event_loop, None)
+    assert execution.outcome is Outcome.ARCHIVED, "before the fix: done, its body never run"
+    assert "generator" in mqueue.job(execution.job_id).history[-1]["message"]
