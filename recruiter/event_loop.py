@@ -11,9 +11,12 @@ the threads pool, so it never blocks the loop.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import threading
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 logger = logging.getLogger(__name__)
@@ -22,14 +25,67 @@ T = TypeVar("T")
 
 CLOSE_WAIT = 5.0
 """Seconds the tasks a job left behind have to end once cancelled, as the loop closes."""
+SPARE_THREADS = 32
+"""Threads of the loop's executor beyond one per slot (``asyncio.to_thread`` calls)."""
+
+_JOB_TASKS: contextvars.ContextVar[set[asyncio.Task[Any]] | None] = contextvars.ContextVar(
+    "recruiter_job_tasks", default=None
+)
+"""The tasks the running job started (on the worker's loop): they end with its attempt."""
+
+
+def _tracked_task(loop: asyncio.AbstractEventLoop, coro: Any, **options: Any) -> asyncio.Task[Any]:
+    """The worker loop's task factory: a task started within a job is the job's."""
+    task: asyncio.Task[Any] = asyncio.Task(coro, loop=loop, **options)
+    started = _JOB_TASKS.get()
+    if started is not None:
+        started.add(task)
+    return task
+
+
+@asynccontextmanager
+async def tasks_of_the_job() -> AsyncIterator[None]:
+    """Around a job's coroutine: the tasks it started (and theirs) that are still running
+    as it ends are cancelled, and given :data:`CLOSE_WAIT` to end, before its attempt is
+    recorded; so on the worker's loop as on a loop of its own (which closes with the
+    job), and a stopped job's fan-out never runs on beside its retry.
+
+    A task that must outlive the job (a shared client's background task) is started
+    with a context of its own: ``loop.create_task(coro, context=contextvars.Context())``.
+    """
+    started: set[asyncio.Task[Any]] = set()
+    token = _JOB_TASKS.set(started)
+    try:
+        yield
+    finally:
+        _JOB_TASKS.reset(token)
+        left = [task for task in started if not task.done()]
+        for task in left:
+            task.cancel()
+        if left:
+            _, pending = await asyncio.wait(left, timeout=CLOSE_WAIT)
+            if pending:
+                logger.error(
+                    "event loop: %d tasks a job started did not end within %s s of their "
+                    "cancellation; its attempt ends without them",
+                    len(pending),
+                    CLOSE_WAIT,
+                )
 
 
 class EventLoop:
     """An asyncio event loop running in a thread of its own, from :meth:`start` until
     :meth:`close`."""
 
-    def __init__(self) -> None:
+    def __init__(self, slots: int = 1) -> None:
         self.loop = asyncio.new_event_loop()
+        self.loop.set_task_factory(_tracked_task)
+        # a thread per slot for its job's asyncio.to_thread calls, and spares: the default
+        # (a handful) would queue the calls of a hundred slots, and a call a stopped job
+        # left blocked keeps its thread
+        self.loop.set_default_executor(
+            ThreadPoolExecutor(slots + SPARE_THREADS, thread_name_prefix="job-thread")
+        )
         self._thread = threading.Thread(target=self._run, name="event-loop", daemon=True)
         self._closing = False
         """Set on the loop's thread by :meth:`close`'s stop: no other stop ends the loop."""

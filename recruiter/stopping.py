@@ -29,7 +29,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from recruiter.event_loop import run_on_a_new_loop
+from recruiter.event_loop import run_on_a_new_loop, tasks_of_the_job
 
 logger = logging.getLogger(__name__)
 
@@ -133,7 +133,8 @@ class Running:
             coroutine.close()
             return stopped(), None
         try:
-            return None, await coroutine
+            async with tasks_of_the_job():
+                return None, await coroutine
         except asyncio.CancelledError as error:
             stopped = self.stopped
             if stopped is not None:  # cancelled by a stop: the stop is the failure

@@ -320,7 +320,7 @@ class WorkerProcess:
         self.stop = stop or StopRequest()
         self.watch = Watch()
         """The jobs the slots run: stopped at their timeout, or when cancelled."""
-        self.event_loop = EventLoop() if config.pool == ASYNCIO else None
+        self.event_loop = EventLoop(config.concurrency) if config.pool == ASYNCIO else None
         """Where the slots' ``async def`` jobs run (``asyncio`` pool)."""
         loop = None if self.event_loop is None else self.event_loop.loop
         self.slots = [

@@ -309,11 +309,6 @@ async def fans_out() -> None:
     await asyncio.wait(SIDE_TASKS)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open finding 5: on the asyncio pool, tasks a job started outlive its stopped "
-    "attempt (asyncio.run, in every other pool, cancels them as the attempt ends)",
-)
 def test_the_tasks_a_timed_out_job_started_do_not_run_on_beside_its_retry(
     mqueue: Queue, event_loop: EventLoop
 ) -> None:
@@ -356,11 +351,6 @@ def test_drain_from_a_running_loop_records_what_the_jobs_loop_let_out(mqueue: Qu
 # --- 7. asyncio pool: stopped jobs' thread calls use up the loop's few executor threads -----
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open finding 7: every job on the worker's loop shares its default executor "
-    "(min(32, cpus + 4) threads); thread calls stopped jobs left blocked use it up",
-)
 def test_thread_calls_stopped_jobs_left_blocked_do_not_starve_the_next_jobs(
     event_loop: EventLoop,
 ) -> None:
