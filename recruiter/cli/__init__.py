@@ -21,6 +21,7 @@ from recruiter.cli.processes import clean, run, worker
 from recruiter.cli.together import DemoTimeout, demo, up
 from recruiter.cli.top import metrics, top
 from recruiter.cli.views import analytics_command, schedulers, status, workers
+from recruiter.cli.web import web
 from recruiter.embedded import (
     EmbeddedServerError,
     find_local_server,
@@ -94,6 +95,7 @@ app.command("analytics")(analytics_command)
 app.command()(workers)
 app.command()(top)
 app.command()(metrics)
+app.command()(web)
 app.add_typer(schedulers, name="schedulers")
 
 

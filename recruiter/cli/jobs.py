@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from recruiter import listing
 from recruiter.cli.options import (
     DEMO_APP,
     DatabaseName,
@@ -25,10 +26,9 @@ from recruiter.cli.options import (
 )
 from recruiter.cli.tables import counted, id_column
 from recruiter.job import Job
+from recruiter.listing import FAILED, STATES, InvalidFilter, JobFilter, state_queries
 from recruiter.queue import Queue
-from recruiter.retry import FAILED as FAILED_WHYS
 from recruiter.store import as_object_id
-from recruiter.store.analytics import unfinished_state_queries
 
 JOB_FAILED_EXIT = 9
 BULK_LIMIT = 100_000
@@ -120,7 +120,7 @@ def cancel_jobs(
         ids: list[Any] = list(job_ids or [])
         if group is not None:
             now = queue.clock.now()
-            for collection, query in _queries(state, now) if state else [("scheduled", {})]:
+            for collection, query in state_queries(state, now) if state else [("scheduled", {})]:
                 unfinished = {**query, "group": group, "why": {"$exists": False}}
                 ids += [job.id for job in queue.store.find_jobs(collection, unfinished, BULK_LIMIT)]
             ids = list(dict.fromkeys(ids))
@@ -154,25 +154,6 @@ def _cancel_each(queue: Queue, ids: list[Any], state: str | None) -> dict[str, i
     return said
 
 
-FAILED = [str(why) for why in FAILED_WHYS]
-STATES = ("ready", "postponed", "running", "done", "failed", "cancelled", "finished")
-
-
-def _queries(state: str | None, now: dt.datetime) -> list[tuple[str, dict[str, Any]]]:
-    """Where jobs in ``state`` are, and the filter that finds them."""
-    finished = {"why": {"$exists": True}}
-    by_state: dict[str, list[tuple[str, dict[str, Any]]]] = {
-        **{state: [("scheduled", q)] for state, q in unfinished_state_queries(now).items()},
-        "done": [("scheduled", {"why": "done"}), ("archived", {"why": "done"})],
-        "failed": [("scheduled", {"why": {"$in": FAILED}}), ("archived", {"why": {"$in": FAILED}})],
-        "cancelled": [("scheduled", {"why": "cancelled"}), ("archived", {"why": "cancelled"})],
-        "finished": [("scheduled", finished), ("archived", {})],
-    }
-    if state is None:
-        return [("scheduled", {}), ("archived", {})]
-    return by_state[state]
-
-
 @jobs.command("list")
 def list_jobs(
     state: Annotated[
@@ -190,42 +171,30 @@ def list_jobs(
     database: DatabaseName = None,
 ) -> None:
     """List jobs, newest first, with filters."""
-    if since is not None and state in ("ready", "postponed", "running"):
-        raise typer.BadParameter("--since selects finished jobs: not with --state " + state)
-    if state is not None and state not in STATES:
-        raise typer.BadParameter(
-            f"{state!r} is not one of {', '.join(STATES)}", param_hint="--state"
-        )
+    where = JobFilter(state=state, group=group, tag=tag, finished_since=since)
+    try:
+        where.validate()
+    except InvalidFilter as error:
+        raise typer.BadParameter(str(error)) from error
     queue = open_queue(mongodb_uri, database)
     try:
         now = queue.clock.now()
-        found: dict[Any, Job] = {}
-        extra: dict[str, Any] = {}
-        if group is not None:
-            extra["group"] = group
-        if tag is not None:
-            extra["tags"] = tag
-        if since is not None:
-            extra["archived_at"] = {"$gte": now - since}
-        for collection, query in _queries(state, now):
-            for job in queue.store.find_jobs(collection, {**query, **extra}, limit):
-                found.setdefault(job.id, job)
+        listed = listing.list_jobs(queue, where, limit).jobs
     finally:
         queue.close()
-    listed = sorted(found.values(), key=lambda job: str(job.id), reverse=True)[:limit]
     if as_json:
-        typer.echo(json.dumps([_summary(job, now) for job in listed], default=str))
+        typer.echo(json.dumps([listing.summary(job, now) for job in listed], default=str))
         return
     table = Table(id_column("job"), "workable", "group", "state", "attempts", "last attempt")
     for job in listed:
-        summary = _summary(job, now)
+        described = listing.summary(job, now)
         table.add_row(
-            summary["id"],
+            described["id"],
             job.workable,
             job.group,
-            summary["state"],
+            described["state"],
             str(job.attempts),
-            str(summary["last"] or "")[:60],
+            str(described["last"] or "")[:60],
         )
     console.print(table if listed else "no job matches")
 
@@ -250,10 +219,10 @@ def show_job(
         # Extended JSON (relaxed): valid JSON whatever BSON a job holds (NaN, dates, ids)
         typer.echo(json_util.dumps(dataclasses.asdict(job), json_options=RELAXED_JSON_OPTIONS))
         return
-    summary = _summary(job, now)
+    described = listing.summary(job, now)
     fields = Table("", "", title=f"job {job.id}")
     for name, value in [
-        ("state", summary["state"]),
+        ("state", described["state"]),
         ("workable", f"{job.workable}.{job.method}"),
         ("parameters", json.dumps(dict(job.parameters), default=str)),
         ("group", job.group),
@@ -372,26 +341,6 @@ def _failed_jobs(
         for collection in ("scheduled", "archived"):
             ids += [job.id for job in queue.store.find_jobs(collection, query, BULK_LIMIT)]
     return list(dict.fromkeys(ids))
-
-
-def _summary(job: Job, now: dt.datetime) -> dict[str, Any]:
-    if job.why is not None:
-        state = job.why
-    elif job.locked:
-        state = "running" if job.lock_started_at else "handed out"
-    elif job.scheduled_at is not None and job.scheduled_at > now:
-        state = "postponed"
-    else:
-        state = "ready"
-    last = job.last_execution or {}
-    return {
-        "id": str(job.id),
-        "workable": job.workable,
-        "group": job.group,
-        "state": state,
-        "attempts": job.attempts,
-        "last": last.get("message") or last.get("outcome"),
-    }
 
 
 def _results(finished: list[Job]) -> Table:

@@ -15,12 +15,10 @@ from rich.table import Table
 from recruiter.analytics import Analytics
 from recruiter.cli.options import DatabaseName, MongoUri, open_queue
 from recruiter.cli.tables import id_column
-from recruiter.queue import Queue
-from recruiter.retry import FAILED
+from recruiter.listing import status_document, worker_rows
 
 console = Console()
 AsJson = Annotated[bool, typer.Option("--json", help="One JSON document, for scripts.")]
-RECENT_FAILURES = 5
 
 
 def analytics_command(
@@ -79,88 +77,6 @@ def status(
         typer.echo(json.dumps(document, default=str))
         return
     console.print(status_view(document))
-
-
-def worker_rows(queue: Queue) -> list[dict[str, Any]]:
-    """Every worker slot on the roster, as plain data."""
-    now = queue.clock.now()
-    return [
-        {
-            "id": str(worker.id),
-            "group": worker.work_on,
-            "busy": worker.assignment is not None,
-            "job": None if worker.assignment is None else str(worker.assignment.job_id),
-            "pid": worker.pid,
-            "hostname": worker.hostname,
-            "last_seen_s": None
-            if worker.last_seen_at is None
-            else round((now - worker.last_seen_at).total_seconds(), 1),
-        }
-        for worker in queue.store.workers()
-    ]
-
-
-def status_document(queue: Queue) -> dict[str, Any]:
-    """Everything ``recruiter status`` shows, as plain data."""
-    store, now = queue.store, queue.clock.now()
-    leases = {}
-    for name in ("recruiter", "cleaner"):
-        lease = store.find_lease(name)
-        leading = lease is not None and lease.expires_at > now
-        leases[name] = {
-            "holder": lease.holder if leading and lease else None,
-            "expires_at": lease.expires_at.isoformat() if leading and lease else None,
-        }
-    workers = worker_rows(queue)
-    counts = store.count_unfinished_by_group(now, ("ready", "running"))
-    ready, running = counts["ready"], counts["running"]
-    settings = {s.group: s for s in queue.group_settings()}
-    groups = [
-        {
-            "group": group,
-            "ready": ready.get(group, 0),
-            "running": running.get(group, 0),
-            "limits": settings[group].describe() if group in settings else "none",
-        }
-        for group in sorted({*ready, *running, *settings}, key=str)
-    ]
-    failed = {"why": {"$in": [str(why) for why in FAILED]}}
-    latest = sorted(
-        [
-            *store.find_jobs("scheduled", failed, RECENT_FAILURES),  # not yet moved
-            *store.find_jobs("archived", failed, RECENT_FAILURES),
-        ],
-        key=lambda job: job.last_execution.get("ended_at") or now if job.last_execution else now,
-        reverse=True,
-    )
-    unique = list({str(job.id): job for job in latest}.values())[:RECENT_FAILURES]
-    failures = [
-        {
-            "job": str(job.id),
-            "workable": job.workable,
-            "group": job.group,
-            "why": job.why,
-            "error": (job.last_execution or {}).get("message"),
-        }
-        for job in unique
-    ]
-    waiting = [
-        {
-            "workable": entry.workable,
-            "jobs": entry.jobs,
-            "since": entry.since.isoformat(),
-            "waited_s": round(max(0.0, (now - entry.since).total_seconds()), 1),
-        }
-        for entry in store.waiting_for_workables(now)
-    ]
-    return {
-        "at": now.isoformat(),
-        "leases": leases,
-        "workers": workers,
-        "groups": groups,
-        "waiting_for_a_workable": waiting,
-        "recent_failures": failures,
-    }
 
 
 def workers(

@@ -95,3 +95,23 @@ class AnalyticsVerbs:
         order = "_id" if collection == "scheduled" else "archived_at"
         cursor = source.find(dict(query)).sort(order, -1 if newest_first else 1).limit(limit)
         return [Job.from_document(document) for document in cursor]
+
+    def finished_by_group(self, since: dt.datetime) -> dict[tuple[Any, Any], int]:
+        """How many jobs of the archive finished since ``since``, by group and why (on the
+        archive's ``archived_at`` index)."""
+        pipeline: list[Document] = [
+            {"$match": {"archived_at": {"$gte": since}}},
+            {"$group": {"_id": {"group": "$group", "why": "$why"}, "count": {"$sum": 1}}},
+        ]
+        counts: dict[tuple[Any, Any], int] = {}
+        for document in self.archived.aggregate(pipeline):
+            key = document["_id"] if isinstance(document["_id"], dict) else {}
+            counts[(key.get("group"), key.get("why"))] = document["count"]
+        return counts
+
+    def find_jobs_by_id(self, collection: str, query: Mapping[str, Any], limit: int) -> list[Job]:
+        """Jobs of ``collection`` matching ``query``, newest created first (on the ``_id``
+        index, so that a page after an id is one range of it), at most ``limit``."""
+        source = self.scheduled if collection == "scheduled" else self.archived
+        cursor = source.find(dict(query)).sort("_id", -1).limit(limit)
+        return [Job.from_document(document) for document in cursor]

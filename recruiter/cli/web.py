@@ -1,0 +1,66 @@
+"""``recruiter web``: serve the dashboard (``pip install 'recruiter[web]'``)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated
+
+import typer
+
+from recruiter.cli.options import DatabaseName, JsonLogs, LogLevel, MongoUri, open_queue
+from recruiter.errors import RecruiterError
+from recruiter.logs import Level, setup_logging
+
+logger = logging.getLogger(__name__)
+
+
+class WebNotInstalled(RecruiterError):
+    """The dashboard's packages are missing."""
+
+
+def web(
+    port: Annotated[int, typer.Option(min=0, max=65535, help="The port to serve on.")] = 8087,
+    host: Annotated[
+        str,
+        typer.Option(
+            help="The address to listen on: this machine only, unless told (0.0.0.0: every "
+            "interface; then put it behind TLS and your own authentication)."
+        ),
+    ] = "127.0.0.1",
+    token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="RECRUITER_WEB_TOKEN",
+            help="The token actions need (retry, cancel, limits); without one, read-only.",
+            show_default=False,
+        ),
+    ] = None,
+    read_only: Annotated[
+        bool, typer.Option("--read-only", help="Refuse every action, whatever the token.")
+    ] = False,
+    mongodb_uri: MongoUri = None,
+    database: DatabaseName = None,
+    log_level: LogLevel = Level.INFO,
+    json_logs: JsonLogs = False,
+) -> None:
+    """Serve the dashboard: jobs, workers, groups, repeatable jobs; actions with a token."""
+    setup_logging("web", log_level, json_logs)
+    try:  # an optional extra: imported only by the command that needs it
+        import uvicorn  # noqa: PLC0415
+
+        from recruiter.web import WebConfig, create_app  # noqa: PLC0415
+    except ImportError as error:
+        raise WebNotInstalled(
+            f"the dashboard needs its packages ({error.name} is missing): "
+            "pip install 'recruiter[web]'"
+        ) from error
+    if token is not None and len(token) < 16:
+        raise typer.BadParameter("use a token of 16 characters or more", param_hint="--token")
+    queue = open_queue(mongodb_uri, database)
+    app = create_app(queue, WebConfig(token=token, read_only=read_only))
+    mode = "read-only" if read_only or token is None else "actions allowed with the token"
+    logger.info("web: serving on http://%s:%d/ (%s); Ctrl-C stops", host, port, mode)
+    try:
+        uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    finally:
+        queue.close()

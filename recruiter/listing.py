@@ -1,0 +1,217 @@
+"""What the operator's views read: a job's state in words, a job's summary, and pages of
+jobs filtered by state, group, workable, tag and time, newest first.
+
+The command line (``recruiter jobs list``) and the dashboard (``recruiter web``) read
+jobs through this module only, so both say the same of every job.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+from bson import ObjectId
+
+from recruiter.job import Job
+from recruiter.queue import Queue
+from recruiter.retry import FAILED as FAILED_WHYS
+from recruiter.store import as_object_id
+from recruiter.store.analytics import unfinished_state_queries
+
+FAILED = [str(why) for why in FAILED_WHYS]
+"""The reasons a job failed for good."""
+STATES = ("ready", "postponed", "running", "done", "failed", "cancelled", "finished")
+"""The states jobs can be listed by."""
+PAGE = 50
+"""Jobs on a page, unless asked otherwise."""
+RECENT_FAILURES = 5
+"""Failures shown by ``recruiter status``."""
+
+
+class InvalidFilter(ValueError):
+    """A filter of a job listing that cannot be applied: the message says which and why."""
+
+
+def state_of(job: Job, now: dt.datetime) -> str:
+    """A job's state in one word: why it finished, or running, handed out, postponed,
+    ready."""
+    if job.why is not None:
+        return job.why
+    if job.locked:
+        return "running" if job.lock_started_at else "handed out"
+    if job.scheduled_at is not None and job.scheduled_at > now:
+        return "postponed"
+    return "ready"
+
+
+def summary(job: Job, now: dt.datetime) -> dict[str, Any]:
+    """A job in a line of a listing, as plain data."""
+    last = job.last_execution or {}
+    return {
+        "id": str(job.id),
+        "workable": job.workable,
+        "group": job.group,
+        "state": state_of(job, now),
+        "attempts": job.attempts,
+        "last": last.get("message") or last.get("outcome"),
+    }
+
+
+def state_queries(state: str | None, now: dt.datetime) -> list[tuple[str, dict[str, Any]]]:
+    """Where jobs in ``state`` are (``scheduled``, ``archived``), and the filter that
+    finds them there."""
+    if state is not None and state not in STATES:
+        raise InvalidFilter(f"{state!r} is not a state: one of {', '.join(STATES)}")
+    finished = {"why": {"$exists": True}}
+    by_state: dict[str, list[tuple[str, dict[str, Any]]]] = {
+        **{state: [("scheduled", q)] for state, q in unfinished_state_queries(now).items()},
+        "done": [("scheduled", {"why": "done"}), ("archived", {"why": "done"})],
+        "failed": [("scheduled", {"why": {"$in": FAILED}}), ("archived", {"why": {"$in": FAILED}})],
+        "cancelled": [("scheduled", {"why": "cancelled"}), ("archived", {"why": "cancelled"})],
+        "finished": [("scheduled", finished), ("archived", {})],
+    }
+    if state is None:
+        return [("scheduled", {}), ("archived", {})]
+    return by_state[state]
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    """Which jobs to list; every field optional."""
+
+    state: str | None = None
+    group: str | None = None
+    workable: str | None = None
+    tag: str | None = None
+    finished_since: dt.timedelta | None = None
+    """Only jobs that finished this long ago at most."""
+
+    def validate(self) -> JobFilter:
+        if self.finished_since is not None and self.state in ("ready", "postponed", "running"):
+            raise InvalidFilter(f"a time since finished selects finished jobs: not {self.state}")
+        if self.state is not None and self.state not in STATES:
+            raise InvalidFilter(f"{self.state!r} is not a state: one of {', '.join(STATES)}")
+        return self
+
+    def extra(self, now: dt.datetime) -> dict[str, Any]:
+        query: dict[str, Any] = {}
+        if self.group:
+            query["group"] = self.group
+        if self.workable:
+            query["workable.class"] = self.workable
+        if self.tag:
+            query["tags"] = self.tag
+        if self.finished_since is not None:
+            query["archived_at"] = {"$gte": now - self.finished_since}
+        return query
+
+
+@dataclass(frozen=True)
+class Page:
+    jobs: list[Job]
+    next_before: str | None
+    """The id to pass as ``before`` for the next (older) page; None on the last."""
+
+
+def list_jobs(
+    queue: Queue, where: JobFilter, limit: int = PAGE, before: str | ObjectId | None = None
+) -> Page:
+    """A page of the jobs ``where`` selects, newest first (by id, which is creation
+    time), older than ``before`` when given: each collection is read on its ``_id``
+    index, at most ``limit`` + 1 jobs each, whatever their numbers."""
+    where.validate()
+    now = queue.clock.now()
+    extra = where.extra(now)
+    if before is not None:
+        extra["_id"] = {"$lt": as_object_id(before)}
+    found: dict[Any, Job] = {}
+    for collection, query in state_queries(where.state, now):
+        for job in queue.store.find_jobs_by_id(collection, {**query, **extra}, limit + 1):
+            found.setdefault(job.id, job)
+    listed = sorted(found.values(), key=lambda job: str(job.id), reverse=True)
+    page = listed[:limit]
+    more = len(listed) > limit
+    return Page(page, str(page[-1].id) if more and page else None)
+
+
+def worker_rows(queue: Queue) -> list[dict[str, Any]]:
+    """Every worker slot on the roster, as plain data."""
+    now = queue.clock.now()
+    return [
+        {
+            "id": str(worker.id),
+            "group": worker.work_on,
+            "busy": worker.assignment is not None,
+            "job": None if worker.assignment is None else str(worker.assignment.job_id),
+            "pid": worker.pid,
+            "hostname": worker.hostname,
+            "last_seen_s": None
+            if worker.last_seen_at is None
+            else round((now - worker.last_seen_at).total_seconds(), 1),
+        }
+        for worker in queue.store.workers()
+    ]
+
+
+def status_document(queue: Queue) -> dict[str, Any]:
+    """Everything ``recruiter status`` shows, as plain data."""
+    store, now = queue.store, queue.clock.now()
+    leases = {}
+    for name in ("recruiter", "cleaner"):
+        lease = store.find_lease(name)
+        leading = lease is not None and lease.expires_at > now
+        leases[name] = {
+            "holder": lease.holder if leading and lease else None,
+            "expires_at": lease.expires_at.isoformat() if leading and lease else None,
+        }
+    workers = worker_rows(queue)
+    counts = store.count_unfinished_by_group(now, ("ready", "running"))
+    ready, running = counts["ready"], counts["running"]
+    settings = {s.group: s for s in queue.group_settings()}
+    groups = [
+        {
+            "group": group,
+            "ready": ready.get(group, 0),
+            "running": running.get(group, 0),
+            "limits": settings[group].describe() if group in settings else "none",
+        }
+        for group in sorted({*ready, *running, *settings}, key=str)
+    ]
+    failed = {"why": {"$in": FAILED}}
+    latest = sorted(
+        [
+            *store.find_jobs("scheduled", failed, RECENT_FAILURES),  # not yet moved
+            *store.find_jobs("archived", failed, RECENT_FAILURES),
+        ],
+        key=lambda job: job.last_execution.get("ended_at") or now if job.last_execution else now,
+        reverse=True,
+    )
+    unique = list({str(job.id): job for job in latest}.values())[:RECENT_FAILURES]
+    failures = [
+        {
+            "job": str(job.id),
+            "workable": job.workable,
+            "group": job.group,
+            "why": job.why,
+            "error": (job.last_execution or {}).get("message"),
+        }
+        for job in unique
+    ]
+    waiting = [
+        {
+            "workable": entry.workable,
+            "jobs": entry.jobs,
+            "since": entry.since.isoformat(),
+            "waited_s": round(max(0.0, (now - entry.since).total_seconds()), 1),
+        }
+        for entry in store.waiting_for_workables(now)
+    ]
+    return {
+        "at": now.isoformat(),
+        "leases": leases,
+        "workers": workers,
+        "groups": groups,
+        "waiting_for_a_workable": waiting,
+        "recent_failures": failures,
+    }

@@ -1,0 +1,79 @@
+"""The dashboard's actions on jobs and groups: each one :class:`recruiter.Queue` method,
+the same the command line calls, and a sentence saying what it did."""
+
+from __future__ import annotations
+
+from recruiter import listing
+from recruiter.errors import InvalidJob, RecruiterError
+from recruiter.groups import GroupSettings
+from recruiter.listing import FAILED, JobFilter
+from recruiter.queue import Queue
+
+JOB_ACTIONS = ("run", "cancel", "retry", "recover")
+BULK_ACTIONS = ("run", "cancel", "retry")
+BULK_LIMIT = 10_000
+"""The most jobs one bulk action takes."""
+
+
+def act_on_job(queue: Queue, action: str, job_id: str) -> str:
+    """Do ``action`` to one job; say what happened (``RecruiterError`` when it cannot)."""
+    if action == "run":
+        if queue.run_now(job_id):
+            raise InvalidJob(f"job {job_id} is not waiting (handed out or finished): left as it is")
+        return f"job {job_id} is due now: a worker takes it at the next round"
+    if action == "cancel":
+        return f"job {job_id}: {queue.cancel(job_id)}"
+    if action == "retry":
+        job = queue.job(job_id)
+        if job.why not in FAILED:
+            raise InvalidJob(f"job {job_id} did not fail ({job.why or 'unfinished'}): not retried")
+        new = queue.recover(job_id, once=True)
+        if new is None:
+            return f"job {job_id} was retried already"
+        return f"job {job_id} retried as job {new}"
+    if action == "recover":
+        return f"job {job_id} recovered as job {queue.recover(job_id)}"
+    raise InvalidJob(f"{action!r} is not an action: one of {', '.join(JOB_ACTIONS)}")
+
+
+def selected(queue: Queue, where: JobFilter, action: str) -> list[str]:
+    """The ids of the jobs ``where`` selects that ``action`` applies to, at most
+    :data:`BULK_LIMIT`."""
+    if action not in BULK_ACTIONS:
+        raise InvalidJob(f"{action!r} is not a bulk action: one of {', '.join(BULK_ACTIONS)}")
+    ids: list[str] = []
+    before = None
+    while len(ids) < BULK_LIMIT:
+        page = listing.list_jobs(queue, where, listing.PAGE * 10, before)
+        now = queue.clock.now()
+        for job in page.jobs:
+            state = listing.state_of(job, now)
+            if (
+                (action == "retry" and state in FAILED and job.why is not None)
+                or (action == "run" and state in ("ready", "postponed"))
+                or (action == "cancel" and job.why is None)
+            ):
+                ids.append(str(job.id))
+        if page.next_before is None:
+            break
+        before = page.next_before
+    return ids[:BULK_LIMIT]
+
+
+def act_on_jobs(queue: Queue, action: str, ids: list[str]) -> str:
+    """Do ``action`` to each job; count what happened."""
+    done, refused = 0, 0
+    for job_id in ids:
+        try:
+            act_on_job(queue, action, job_id)
+            done += 1
+        except RecruiterError:
+            refused += 1  # it moved on meanwhile (started, finished, retried by another)
+    left = f"; {refused} had moved on and were left as they are" if refused else ""
+    return f"{action}: {done} of {len(ids)} jobs{left}"
+
+
+def set_limits(
+    queue: Queue, group: str, concurrency: int | None, rate: str | None, weight: int
+) -> GroupSettings:
+    return queue.limit_group(group, concurrency=concurrency, rate=rate or None, weight=weight)

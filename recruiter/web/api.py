@@ -1,0 +1,113 @@
+"""The dashboard's JSON API, under ``/api``: what the pages show, and the actions, which
+need ``Authorization: Bearer TOKEN`` (cookies are not accepted here)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query, Request
+from fastapi.responses import Response
+from pydantic import BaseModel, Field
+
+from recruiter import listing
+from recruiter.web import actions, views
+from recruiter.web.context import JobQuery, as_json, guard_of, queue_of
+
+router = APIRouter(prefix="/api")
+Authorization = Annotated[str | None, Header(description="Bearer TOKEN")]
+
+
+class GroupLimits(BaseModel):
+    """A group's settings; a missing limit is no limit."""
+
+    concurrency: int | None = Field(None, ge=1)
+    rate: str | None = Field(None, description="starts/window, as 10/1s or 500/1h")
+    weight: int = Field(1, ge=1)
+
+
+class BulkAction(JobQuery):
+    """An action on every job a filter selects."""
+
+    action: str = Field(description=", ".join(actions.BULK_ACTIONS))
+
+
+class JobPage(JobQuery):
+    before: str | None = Field(None, description="the next_before of the previous page")
+    limit: int = Field(listing.PAGE, ge=1, le=500)
+
+
+@router.get("/overview", tags=["read"])
+def api_overview(request: Request) -> Response:
+    """Jobs per group and state, the last hour's outcomes, leaders and workers."""
+    return as_json(views.overview(queue_of(request)))
+
+
+@router.get("/jobs", tags=["read"])
+def api_jobs(request: Request, query: Annotated[JobPage, Query()]) -> Response:
+    """A page of jobs, newest first; pass ``next_before`` as ``before`` for the next."""
+    queue = queue_of(request)
+    found = listing.list_jobs(queue, query.to_filter(), query.limit, query.before or None)
+    now = queue.clock.now()
+    jobs = [listing.summary(job, now) for job in found.jobs]
+    return as_json({"jobs": jobs, "next_before": found.next_before})
+
+
+@router.get("/jobs/{job_id}", tags=["read"])
+def api_job(request: Request, job_id: str) -> Response:
+    """One job: every field and every attempt."""
+    return as_json(views.job_detail(queue_of(request), job_id))
+
+
+@router.get("/workers", tags=["read"])
+def api_workers(request: Request) -> Response:
+    """Every worker slot on the roster."""
+    return as_json(listing.worker_rows(queue_of(request)))
+
+
+@router.get("/groups", tags=["read"])
+def api_groups(request: Request) -> Response:
+    """Every group with jobs or settings."""
+    return as_json(views.groups(queue_of(request)))
+
+
+@router.get("/schedulers", tags=["read"])
+def api_schedulers(request: Request) -> Response:
+    """Every repeatable job."""
+    return as_json(views.schedulers(queue_of(request)))
+
+
+@router.post("/jobs/{job_id}/{action}", tags=["act"])
+def api_job_action(
+    request: Request, job_id: str, action: str, authorization: Authorization = None
+) -> Response:
+    """Run now, cancel, retry or recover one job."""
+    guard_of(request).check_api_action(authorization)
+    return as_json({"said": actions.act_on_job(queue_of(request), action, job_id)})
+
+
+@router.post("/bulk", tags=["act"])
+def api_bulk(request: Request, body: BulkAction, authorization: Authorization = None) -> Response:
+    """Run now, cancel or retry every job a filter selects."""
+    guard_of(request).check_api_action(authorization)
+    queue = queue_of(request)
+    ids = actions.selected(queue, body.to_filter(), body.action)
+    return as_json({"said": actions.act_on_jobs(queue, body.action, ids), "jobs": len(ids)})
+
+
+@router.put("/groups/{group}", tags=["act"])
+def api_group_limits(
+    request: Request, group: str, body: GroupLimits, authorization: Authorization = None
+) -> Response:
+    """Set a group's limits, replacing those it had."""
+    guard_of(request).check_api_action(authorization)
+    settings = actions.set_limits(
+        queue_of(request), group, body.concurrency, body.rate, body.weight
+    )
+    return as_json({"group": group, "limits": settings.describe()})
+
+
+@router.delete("/groups/{group}", tags=["act"])
+def api_group_unset(request: Request, group: str, authorization: Authorization = None) -> Response:
+    """Remove a group's limits."""
+    guard_of(request).check_api_action(authorization)
+    return as_json({"group": group, "removed": queue_of(request).unlimit_group(group)})

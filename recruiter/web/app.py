@@ -1,0 +1,88 @@
+"""The dashboard's web application: :func:`create_app` builds it around one
+:class:`recruiter.Queue`; ``recruiter web`` serves it with uvicorn.
+
+Pages are rendered on the server (Jinja2, every value escaped); the only script,
+``static/live.js``, refreshes the parts of a page marked live.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib.resources import files
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+
+from recruiter.errors import JobNotFound, RecruiterError
+from recruiter.listing import InvalidFilter
+from recruiter.queue import Queue
+from recruiter.web import api, pages
+from recruiter.web.context import as_json, bson_text, render, when
+from recruiter.web.security import CONTENT_SECURITY_POLICY, Guard, Refused
+
+HERE = files("recruiter.web")
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "X-Frame-Options": "DENY",
+}
+
+
+@dataclass(frozen=True)
+class WebConfig:
+    token: str | None = None
+    """Actions need it; without one the dashboard only reads."""
+    read_only: bool = False
+    refresh_seconds: float = 2.0
+    """How often the live parts of a page are read again."""
+
+
+def create_app(queue: Queue, config: WebConfig | None = None) -> FastAPI:
+    """The dashboard on ``queue``."""
+    config = config or WebConfig()
+    app = FastAPI(
+        title="recruiter",
+        summary="The recruiter job queue's dashboard: what its pages show, and its actions",
+        openapi_url="/api/openapi.json",
+        docs_url=None,  # Swagger UI would load its scripts from the internet
+        redoc_url=None,
+    )
+    templates = Jinja2Templates(directory=str(HERE / "templates"))
+    templates.env.filters["when"] = when
+    templates.env.filters["bson"] = bson_text
+    templates.env.globals["refresh_ms"] = int(config.refresh_seconds * 1000)
+    app.state.queue = queue
+    app.state.guard = Guard(config.token, config.read_only)
+    app.state.templates = templates
+    app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
+    app.include_router(pages.router)
+    app.include_router(api.router)
+    app.middleware("http")(_security_headers)
+    app.add_exception_handler(Refused, _failed)
+    app.add_exception_handler(RecruiterError, _failed)
+    app.add_exception_handler(InvalidFilter, _failed)
+    return app
+
+
+async def _security_headers(request: Request, call_next: Any) -> Response:
+    response: Response = await call_next(request)
+    response.headers.update(SECURITY_HEADERS)
+    return response
+
+
+async def _failed(request: Request, error: Exception) -> Response:
+    """A refused or impossible action, a job that does not exist, a bad filter: said in
+    the page (or the JSON) with the status it deserves; a traceback is for bugs only."""
+    if isinstance(error, Refused):
+        status = error.status
+    elif isinstance(error, JobNotFound):
+        status = 404
+    else:
+        status = 400
+    if request.url.path.startswith("/api/"):
+        return as_json({"error": str(error)}, status_code=status)
+    return render(request, "error.html", status_code=status, message=str(error))

@@ -1,0 +1,124 @@
+"""What every route reads from the application: its queue, its guard, its templates,
+and the filters and forms routes share."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, cast
+from urllib.parse import urlsplit
+
+from bson import json_util
+from bson.json_util import RELAXED_JSON_OPTIONS
+from fastapi import Request
+from fastapi.responses import HTMLResponse, Response
+from fastapi.templating import Jinja2Templates
+from pydantic import BaseModel, Field
+
+from recruiter.duration import parse_duration
+from recruiter.groups import InvalidGroupSettings
+from recruiter.listing import STATES, InvalidFilter, JobFilter
+from recruiter.queue import Queue
+from recruiter.web.security import SESSION_COOKIE, Guard, Session
+
+
+class JobQuery(BaseModel):
+    """Which jobs to list (every field optional)."""
+
+    state: str | None = Field(None, description=f"one of {', '.join(STATES)}")
+    group: str | None = None
+    workable: str | None = None
+    tag: str | None = None
+    finished_within: str | None = Field(None, description="a duration, as 1h")
+
+    def to_filter(self) -> JobFilter:
+        since = None
+        if self.finished_within:
+            try:
+                since = parse_duration(self.finished_within)
+            except ValueError as error:
+                raise InvalidFilter(f"finished within: {error}") from error
+        return JobFilter(
+            state=self.state or None,
+            group=self.group or None,
+            workable=self.workable or None,
+            tag=self.tag or None,
+            finished_since=since,
+        ).validate()
+
+
+def queue_of(request: Request) -> Queue:
+    return cast(Queue, request.app.state.queue)
+
+
+def guard_of(request: Request) -> Guard:
+    return cast(Guard, request.app.state.guard)
+
+
+def templates_of(request: Request) -> Jinja2Templates:
+    return cast(Jinja2Templates, request.app.state.templates)
+
+
+def session_of(request: Request) -> Session | None:
+    return guard_of(request).session(request.cookies.get(SESSION_COOKIE))
+
+
+def origin_of(request: Request) -> str | None:
+    """Where the request says it comes from: its ``Origin``, else its ``Referer``'s."""
+    origin = request.headers.get("origin")
+    if origin:
+        return origin
+    referer = request.headers.get("referer")
+    parts = urlsplit(referer) if referer else None
+    return f"{parts.scheme}://{parts.netloc}" if parts and parts.netloc else None
+
+
+def check_form_action(request: Request, csrf: str | None) -> None:
+    guard_of(request).check_form_action(
+        request.cookies.get(SESSION_COOKIE), csrf, origin_of(request), request.headers.get("host")
+    )
+
+
+def render(request: Request, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
+    guard = guard_of(request)
+    return templates_of(request).TemplateResponse(
+        request,
+        name,
+        {
+            "session": session_of(request),
+            "actions_allowed": guard.actions_allowed,
+            "why_not": guard.why_not(),
+            "states": STATES,
+            **context,
+        },
+        status_code=status_code,
+    )
+
+
+def as_json(document: Any, status_code: int = 200) -> Response:
+    """Extended JSON (relaxed): valid JSON whatever BSON a job holds."""
+    return Response(
+        json_util.dumps(document, json_options=RELAXED_JSON_OPTIONS),
+        status_code=status_code,
+        media_type="application/json",
+    )
+
+
+def whole_number(name: str, text: str) -> int | None:
+    """A form's number; empty is none."""
+    text = text.strip()
+    if not text:
+        return None
+    if not text.isdigit():
+        raise InvalidGroupSettings(f"{name} must be a whole number, got {text!r}")
+    return int(text)
+
+
+def when(value: Any) -> str:
+    """A moment as the pages show it."""
+    if isinstance(value, dt.datetime):
+        return value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return "-" if value is None else str(value)
+
+
+def bson_text(value: Any) -> str:
+    return json_util.dumps(value, json_options=RELAXED_JSON_OPTIONS)

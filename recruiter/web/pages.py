@@ -1,0 +1,181 @@
+"""The dashboard's pages, and the forms that act from them."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Form, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from pydantic import BaseModel
+
+from recruiter import listing
+from recruiter.web import actions, views
+from recruiter.web.context import (
+    JobQuery,
+    check_form_action,
+    guard_of,
+    origin_of,
+    queue_of,
+    render,
+    whole_number,
+)
+from recruiter.web.security import SESSION_COOKIE, check_same_origin
+
+router = APIRouter(include_in_schema=False)
+
+
+class Csrf(BaseModel):
+    csrf: str | None = None
+
+
+class BulkForm(JobQuery):
+    action: str
+    csrf: str | None = None
+    confirmed: str | None = None
+
+
+class LimitsForm(BaseModel):
+    csrf: str | None = None
+    concurrency: str = ""
+    rate: str = ""
+    weight: str = "1"
+
+
+@router.get("/", response_class=HTMLResponse)
+def overview_page(request: Request) -> HTMLResponse:
+    return render(request, "overview.html", overview=views.overview(queue_of(request)))
+
+
+@router.get("/fragments/overview", response_class=HTMLResponse)
+def overview_fragment(request: Request) -> HTMLResponse:
+    return render(request, "overview_live.html", overview=views.overview(queue_of(request)))
+
+
+@router.get("/jobs", response_class=HTMLResponse)
+def jobs_page(
+    request: Request, query: Annotated[JobQuery, Query()], before: str | None = None
+) -> HTMLResponse:
+    queue = queue_of(request)
+    where = query.to_filter()
+    found = listing.list_jobs(queue, where, listing.PAGE, before or None)
+    now = queue.clock.now()
+    return render(
+        request,
+        "jobs.html",
+        rows=[listing.summary(job, now) for job in found.jobs],
+        where=where,
+        finished_within=query.finished_within or "",
+        next_before=found.next_before,
+    )
+
+
+@router.get("/jobs/{job_id}", response_class=HTMLResponse)
+def job_page(request: Request, job_id: str) -> HTMLResponse:
+    return render(request, "job.html", job=views.job_detail(queue_of(request), job_id))
+
+
+@router.get("/fragments/jobs/{job_id}", response_class=HTMLResponse)
+def job_fragment(request: Request, job_id: str) -> HTMLResponse:
+    return render(request, "job_live.html", job=views.job_detail(queue_of(request), job_id))
+
+
+@router.get("/workers", response_class=HTMLResponse)
+def workers_page(request: Request) -> HTMLResponse:
+    return render(request, "workers.html", workers=listing.worker_rows(queue_of(request)))
+
+
+@router.get("/fragments/workers", response_class=HTMLResponse)
+def workers_fragment(request: Request) -> HTMLResponse:
+    return render(request, "workers_live.html", workers=listing.worker_rows(queue_of(request)))
+
+
+@router.get("/groups", response_class=HTMLResponse)
+def groups_page(request: Request) -> HTMLResponse:
+    return render(request, "groups.html", groups=views.groups(queue_of(request)))
+
+
+@router.get("/schedulers", response_class=HTMLResponse)
+def schedulers_page(request: Request) -> HTMLResponse:
+    return render(request, "schedulers.html", schedulers=views.schedulers(queue_of(request)))
+
+
+@router.get("/login", response_class=HTMLResponse)
+def login_page(request: Request) -> HTMLResponse:
+    return render(request, "login.html")
+
+
+@router.post("/login")
+def login(request: Request, token: Annotated[str, Form()] = "") -> Response:
+    check_same_origin(origin_of(request), request.headers.get("host"))
+    session = guard_of(request).sign_in(token)
+    response = RedirectResponse("/", status_code=303)
+    response.set_cookie(SESSION_COOKIE, session.id, httponly=True, samesite="strict", path="/")
+    return response
+
+
+@router.post("/logout")
+def logout(request: Request, form: Annotated[Csrf, Form()]) -> Response:
+    check_form_action(request, form.csrf)
+    guard_of(request).sign_out(request.cookies.get(SESSION_COOKIE))
+    response = RedirectResponse("/", status_code=303)
+    response.delete_cookie(SESSION_COOKIE)
+    return response
+
+
+@router.post("/jobs/{job_id}/{action}", response_class=HTMLResponse)
+def job_action(
+    request: Request, job_id: str, action: str, form: Annotated[Csrf, Form()]
+) -> HTMLResponse:
+    check_form_action(request, form.csrf)
+    said = actions.act_on_job(queue_of(request), action, job_id)
+    return render(request, "done.html", said=said, back=f"/jobs/{job_id}")
+
+
+@router.post("/bulk", response_class=HTMLResponse)
+def bulk_action(request: Request, form: Annotated[BulkForm, Form()]) -> HTMLResponse:
+    """First a page that says how many jobs the action would take, then the action."""
+    check_form_action(request, form.csrf)
+    queue, where = queue_of(request), form.to_filter()
+    ids = actions.selected(queue, where, form.action)
+    if form.confirmed != "yes":
+        return render(
+            request,
+            "confirm.html",
+            action=form.action,
+            count=len(ids),
+            where=where,
+            finished_within=form.finished_within or "",
+        )
+    said = actions.act_on_jobs(queue, form.action, ids)
+    return render(request, "done.html", said=said, back="/jobs")
+
+
+@router.post("/groups/{group}", response_class=HTMLResponse)
+def group_limits(request: Request, group: str, form: Annotated[LimitsForm, Form()]) -> HTMLResponse:
+    check_form_action(request, form.csrf)
+    settings = actions.set_limits(
+        queue_of(request),
+        group,
+        whole_number("concurrency", form.concurrency),
+        form.rate.strip() or None,
+        whole_number("weight", form.weight) or 1,
+    )
+    return render(
+        request, "done.html", said=f"group {group}: {settings.describe()}", back="/groups"
+    )
+
+
+@router.post("/groups/{group}/unset", response_class=HTMLResponse)
+def group_unset(request: Request, group: str, form: Annotated[Csrf, Form()]) -> HTMLResponse:
+    check_form_action(request, form.csrf)
+    removed = queue_of(request).unlimit_group(group)
+    said = f"group {group}: no limits" if removed else f"group {group} had no settings"
+    return render(request, "done.html", said=said, back="/groups")
+
+
+@router.post("/schedulers/{urn}/remove", response_class=HTMLResponse)
+def scheduler_remove(request: Request, urn: str, form: Annotated[Csrf, Form()]) -> HTMLResponse:
+    check_form_action(request, form.csrf)
+    removed = queue_of(request).stop_repeating(urn)
+    said = f"scheduler {urn} removed" if removed else f"no scheduler {urn}"
+    return render(request, "done.html", said=said, back="/schedulers")

@@ -1,0 +1,126 @@
+"""Who may act through the dashboard, and how a forged request is told apart.
+
+- **Reading** needs nothing: bind the server to 127.0.0.1 (the default) or put it behind
+  your own authentication.
+- **Acting** (retry, cancel, recover, run now, a group's limits) needs the token the
+  server was started with (``--token`` or ``RECRUITER_WEB_TOKEN``); without one, or in
+  read-only mode, every action is refused.
+  - A person signs in once with the token: the server keeps a session for it (a random
+    id in an ``HttpOnly``, ``SameSite=Strict`` cookie) and a CSRF token of its own, which
+    every action form carries and the server compares in constant time. An action whose
+    ``Origin`` (or, without one, ``Referer``) is another site is refused too.
+  - A script sends ``Authorization: Bearer TOKEN`` to the JSON API; cookies are never
+    accepted there, so a page elsewhere cannot act through a signed-in browser.
+- Every page is served with a Content-Security-Policy that allows only the server's own
+  scripts and styles, and everything a job carries is escaped: a job whose error message
+  is ``<script>…</script>`` shows that text, and no script runs.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+import threading
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+SESSION_COOKIE = "recruiter_session"
+SESSIONS_KEPT = 1000
+"""Sessions remembered at most; the oldest are forgotten first."""
+
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+
+
+class Refused(Exception):
+    """An action that may not be done: the message says why and what to do."""
+
+    def __init__(self, message: str, status: int = 403) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Session:
+    id: str
+    csrf: str
+
+
+class Guard:
+    """The token, the sessions signed in with it, and the checks every action passes."""
+
+    def __init__(self, token: str | None, read_only: bool) -> None:
+        self.token = token or None
+        self.read_only = read_only
+        self._sessions: dict[str, Session] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def actions_allowed(self) -> bool:
+        return self.token is not None and not self.read_only
+
+    def why_not(self) -> str:
+        if self.read_only:
+            return "this dashboard is read-only (started with --read-only)"
+        return "actions need a token: start recruiter web with --token or RECRUITER_WEB_TOKEN"
+
+    def token_matches(self, given: str | None) -> bool:
+        if self.token is None or not given:
+            return False
+        return hmac.compare_digest(given.encode(), self.token.encode())
+
+    def sign_in(self, given: str | None) -> Session:
+        if not self.actions_allowed:
+            raise Refused(self.why_not())
+        if not self.token_matches(given):
+            raise Refused("wrong token", status=401)
+        session = Session(secrets.token_urlsafe(32), secrets.token_urlsafe(32))
+        with self._lock:
+            if len(self._sessions) >= SESSIONS_KEPT:
+                self._sessions.pop(next(iter(self._sessions)))
+            self._sessions[session.id] = session
+        return session
+
+    def session(self, cookie: str | None) -> Session | None:
+        if not cookie or not self.actions_allowed:
+            return None
+        with self._lock:
+            return self._sessions.get(cookie)
+
+    def sign_out(self, cookie: str | None) -> None:
+        with self._lock:
+            self._sessions.pop(cookie or "", None)
+
+    def check_form_action(
+        self, cookie: str | None, csrf: str | None, origin: str | None, host: str | None
+    ) -> None:
+        """A page's action: signed in, the session's CSRF token, and from this site."""
+        if not self.actions_allowed:
+            raise Refused(self.why_not())
+        check_same_origin(origin, host)
+        session = self.session(cookie)
+        if session is None:
+            raise Refused("sign in with the token first", status=401)
+        if not csrf or not hmac.compare_digest(csrf.encode(), session.csrf.encode()):
+            raise Refused("the form's CSRF token does not match: reload the page and try again")
+
+    def check_api_action(self, authorization: str | None) -> None:
+        """A script's action: ``Authorization: Bearer TOKEN``."""
+        if not self.actions_allowed:
+            raise Refused(self.why_not())
+        scheme, _, given = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not self.token_matches(given.strip()):
+            raise Refused("send the token as Authorization: Bearer TOKEN", status=401)
+
+
+def check_same_origin(origin: str | None, host: str | None) -> None:
+    """Refuse a request whose ``Origin`` (or ``Referer``) names another host than the one
+    it was sent to; one with neither is let through (the CSRF token still protects it)."""
+    if not origin or origin == "null":
+        if origin == "null":
+            raise Refused("a request from an opaque origin may not act")
+        return
+    if urlsplit(origin).netloc != (host or ""):
+        raise Refused(f"a request from {origin} may not act on this dashboard")

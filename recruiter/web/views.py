@@ -1,0 +1,164 @@
+"""What the dashboard's pages and its JSON API show, as plain data: one function per
+page, each reading through :mod:`recruiter.listing` and the :class:`recruiter.Queue`."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from typing import Any
+
+from recruiter import listing
+from recruiter.job import Job
+from recruiter.listing import FAILED
+from recruiter.queue import Queue
+
+RECENT = dt.timedelta(hours=1)
+"""How far back the overview counts finished jobs."""
+
+
+def overview(queue: Queue) -> dict[str, Any]:
+    """Jobs per group and state, the last hour's outcomes, the leaders, the workers."""
+    store, now = queue.store, queue.clock.now()
+    status = listing.status_document(queue)
+    counts = store.count_unfinished_by_group(now)
+    finished = store.finished_by_group(now - RECENT)
+    done: dict[Any, int] = {}
+    failed: dict[Any, int] = {}
+    for (group, why), count in finished.items():
+        if why == "done":
+            done[group] = done.get(group, 0) + count
+        elif why in FAILED:
+            failed[group] = failed.get(group, 0) + count
+    limits = {row["group"]: row["limits"] for row in status["groups"]}
+    groups = sorted(
+        {*counts["ready"], *counts["postponed"], *counts["running"], *done, *failed, *limits},
+        key=str,
+    )
+    minute = queue.analytics()
+    return {
+        "at": now.isoformat(),
+        "groups": [
+            {
+                "group": str(group),
+                "ready": counts["ready"].get(group, 0),
+                "postponed": counts["postponed"].get(group, 0),
+                "running": counts["running"].get(group, 0),
+                "done_last_hour": done.get(group, 0),
+                "failed_last_hour": failed.get(group, 0),
+                "limits": limits.get(group, "none"),
+            }
+            for group in groups
+        ],
+        "last_minute": {
+            "finished": minute.finished,
+            "failed": minute.failed,
+            "throughput_per_minute": minute.throughput_per_minute,
+            "latency_average_s": minute.latency_average,
+            "execution_time_average_s": minute.execution_time_average,
+            "orphans": minute.orphans,
+        },
+        "leases": status["leases"],
+        "workers": {
+            "busy": sum(1 for w in status["workers"] if w["busy"]),
+            "idle": sum(1 for w in status["workers"] if not w["busy"]),
+        },
+        "waiting_for_a_workable": status["waiting_for_a_workable"],
+        "recent_failures": status["recent_failures"],
+    }
+
+
+def policy_in_words(policy: Mapping[str, Any]) -> str:
+    """A job's stored retry policy as a person reads it."""
+    name = str(policy.get("class", "?")).rsplit(".", 1)[-1]
+    parameters = policy.get("parameters")
+    if not isinstance(parameters, Mapping) or not parameters:
+        return name
+    said = ", ".join(f"{key.replace('_', ' ')} {value}" for key, value in parameters.items())
+    return f"{name}: {said}"
+
+
+def attempts_in_words(job: Job, now: dt.datetime) -> str:
+    """ "attempt 3 of 8, next at …", as far as the job's policy tells."""
+    parameters = job.retry_policy.get("parameters")
+    most = parameters.get("retry_how_many_times") if isinstance(parameters, Mapping) else None
+    of = f" of {int(most) + 1}" if isinstance(most, int) else ""
+    said = f"{job.attempts}{of} attempts made" if job.attempts != 1 else f"1{of} attempt made"
+    if job.why is None and not job.locked and job.scheduled_at is not None:
+        when = "now" if job.scheduled_at <= now else job.scheduled_at.isoformat()
+        said += f"; attempt {job.attempts + 1}{of} is due {when}"
+    return said
+
+
+def job_detail(queue: Queue, job_id: str) -> dict[str, Any]:
+    """One job, every field and every attempt (``JobNotFound`` if there is none)."""
+    job = queue.job(job_id)
+    now = queue.clock.now()
+    state = listing.state_of(job, now)
+    return {
+        "id": str(job.id),
+        "state": state,
+        "workable": job.workable,
+        "method": job.method,
+        "parameters": job.parameters,
+        "group": job.group,
+        "priority": job.priority,
+        "tags": list(job.tags),
+        "urn": job.urn,
+        "created_at": job.created_at,
+        "scheduled_at": job.scheduled_at,
+        "attempts": job.attempts,
+        "attempts_in_words": attempts_in_words(job, now),
+        "retry_policy": policy_in_words(job.retry_policy),
+        "timeout_s": None if job.timeout is None else job.timeout.total_seconds(),
+        "cancel_requested_at": job.cancel_requested_at,
+        "problems": list(job.problems),
+        "history": [dict(attempt) for attempt in job.history],
+        "actions": actions_for(state),
+    }
+
+
+def actions_for(state: str) -> list[str]:
+    """What may be done to a job in ``state`` (each a :class:`Queue` method)."""
+    if state in FAILED:
+        return ["retry", "recover"]
+    if state in ("done", "cancelled") or state not in ("ready", "postponed"):
+        return ["recover"] if state not in ("running", "handed out") else ["cancel"]
+    return ["run", "cancel"]
+
+
+def groups(queue: Queue) -> list[dict[str, Any]]:
+    """Every group with jobs or settings: its limits and its jobs now."""
+    now = queue.clock.now()
+    counts = queue.store.count_unfinished_by_group(now)
+    settings = {s.group: s for s in queue.group_settings()}
+    names = sorted({*counts["ready"], *counts["running"], *settings}, key=str)
+    return [
+        {
+            "group": str(name),
+            "ready": counts["ready"].get(name, 0),
+            "running": counts["running"].get(name, 0),
+            "concurrency": settings[name].concurrency if name in settings else None,
+            "rate": str(settings[name].rate) if name in settings and settings[name].rate else None,
+            "weight": settings[name].weight if name in settings else 1,
+            "limits": settings[name].describe() if name in settings else "none",
+        }
+        for name in names
+    ]
+
+
+def schedulers(queue: Queue) -> list[dict[str, Any]]:
+    """Every repeatable job: its schedule, next occurrence and what it created."""
+    return [
+        {
+            "urn": record.urn,
+            "workable": str(record.job.get("workable", {}).get("class", "?"))
+            if isinstance(record.job.get("workable"), Mapping)
+            else "?",
+            "schedule": dict(record.schedule),
+            "next_at": record.next_at,
+            "created": record.created,
+            "skipped": record.skipped,
+            "broken": record.broken,
+        }
+        for record in queue.schedulers()
+    ]

@@ -1,0 +1,223 @@
+"""The dashboard's pages, JSON API and guard, driven in-process (FastAPI's TestClient)
+on mongomock and on the real server; the browser tests are tests/test_web_browser.py."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from recruiter import JobSpec, Queue, Registry
+from recruiter.testing import drain
+from recruiter.web import WebConfig, create_app
+
+TOKEN = "a-token-of-twenty-chars"
+SCRIPT = "<script>document.title='owned'</script>"
+
+
+@pytest.fixture
+def jobs(queue: Queue, registry: Registry) -> dict[str, Any]:
+    """A failed job whose message is a script, a done one, a waiting one, a later one."""
+
+    @registry.workable("web.boom")
+    def boom() -> None:
+        raise ValueError(SCRIPT)
+
+    @registry.workable("web.ok")
+    def ok() -> None: ...
+
+    failed = queue.schedule(JobSpec("web.boom").in_group("mail"))
+    done = queue.schedule(JobSpec("web.ok").in_group("mail"))
+    drain(queue, registry)
+    waiting = queue.schedule(JobSpec("web.ok").in_group("video").tagged("t1"))
+    later = queue.schedule(JobSpec("web.ok").in_group("video").run_in("1h"))
+    return {"failed": str(failed), "done": str(done), "waiting": str(waiting), "later": str(later)}
+
+
+def client(queue: Queue, **config: Any) -> TestClient:
+    return TestClient(create_app(queue, WebConfig(**config)), base_url="http://127.0.0.1:8087")
+
+
+def signed_in(queue: Queue) -> tuple[TestClient, str]:
+    """A client signed in with the token, and its CSRF token (read from a page)."""
+    browser = client(queue, token=TOKEN)
+    reply = browser.post("/login", data={"token": TOKEN}, follow_redirects=False)
+    assert reply.status_code == 303
+    found = re.search(r'name="csrf" value="([^"]+)"', browser.get("/").text)
+    assert found is not None
+    return browser, found.group(1)
+
+
+def test_every_page_renders(queue: Queue, jobs: dict[str, Any]) -> None:
+    browser = client(queue)
+    for path in ("/", "/jobs", f"/jobs/{jobs['failed']}", "/workers", "/groups", "/schedulers"):
+        reply = browser.get(path)
+        assert reply.status_code == 200, path
+        assert reply.headers["content-security-policy"].startswith("default-src 'self'")
+    overview = browser.get("/api/overview").json()
+    mail = next(g for g in overview["groups"] if g["group"] == "mail")
+    assert (mail["done_last_hour"], mail["failed_last_hour"]) == (1, 1)
+    video = next(g for g in overview["groups"] if g["group"] == "video")
+    assert (video["ready"], video["postponed"]) == (1, 1)
+
+
+def test_what_a_job_carries_is_shown_escaped(queue: Queue, jobs: dict[str, Any]) -> None:
+    browser = client(queue)
+    for path in (f"/jobs/{jobs['failed']}", "/", "/jobs?state=failed"):
+        page = browser.get(path).text
+        assert SCRIPT not in page, path
+        assert "&lt;script&gt;" in page, path
+
+
+def test_jobs_are_filtered_and_paged_newest_first(queue: Queue, jobs: dict[str, Any]) -> None:
+    browser = client(queue)
+
+    def ids(**query: Any) -> list[str]:
+        return [job["id"] for job in browser.get("/api/jobs", params=query).json()["jobs"]]
+
+    assert ids(state="failed") == [jobs["failed"]]
+    assert ids(state="postponed") == [jobs["later"]]
+    assert ids(group="video") == [jobs["later"], jobs["waiting"]]
+    assert ids(tag="t1") == [jobs["waiting"]]
+    assert ids(workable="web.boom") == [jobs["failed"]]
+    assert ids(state="finished", finished_within="1h") == [jobs["done"], jobs["failed"]]
+    first = browser.get("/api/jobs", params={"limit": 3}).json()
+    second = browser.get("/api/jobs", params={"limit": 3, "before": first["next_before"]}).json()
+    every = [job["id"] for job in first["jobs"] + second["jobs"]]
+    assert every == sorted(jobs.values(), reverse=True)
+    assert second["next_before"] is None
+
+
+def test_a_bad_filter_is_a_clear_error(queue: Queue) -> None:
+    browser = client(queue)
+    reply = browser.get("/api/jobs", params={"state": "lost"})
+    assert reply.status_code == 400
+    assert "'lost' is not a state" in reply.json()["error"]
+    assert browser.get("/jobs", params={"finished_within": "soon"}).status_code == 400
+    assert browser.get("/jobs/6b03f363855e6b03f363855e").status_code == 404
+    assert browser.get("/api/jobs/not-an-id").status_code == 404
+
+
+def test_a_job_page_says_its_attempts_and_policy_in_words(queue: Queue, registry: Registry) -> None:
+    from recruiter import RetryManyTimes
+
+    @registry.workable("web.flaky")
+    def flaky() -> None:
+        raise ConnectionError("down")
+
+    job_id = queue.schedule(JobSpec("web.flaky").retry_with(RetryManyTimes(7, "10m")))
+    drain(queue, registry)
+    detail = client(queue).get(f"/api/jobs/{job_id}").json()
+    assert detail["attempts_in_words"].startswith("1 of 8 attempt made; attempt 2 of 8 is due ")
+    assert detail["retry_policy"].startswith("RetryManyTimes: retry how many times 7")
+    assert detail["actions"] == ["run", "cancel"]
+
+
+def test_actions_are_refused_without_the_token(queue: Queue, jobs: dict[str, Any]) -> None:
+    without = client(queue)  # started with no token: reads only
+    reply = without.post(f"/api/jobs/{jobs['failed']}/retry")
+    assert reply.status_code == 403
+    assert "actions need a token" in reply.json()["error"]
+    assert without.post("/login", data={"token": TOKEN}).status_code == 403
+
+    with_token = client(queue, token=TOKEN)
+    for authorization in (None, "Bearer wrong-token-of-twenty", f"Basic {TOKEN}", TOKEN):
+        headers = {"Authorization": authorization} if authorization else {}
+        reply = with_token.post(f"/api/jobs/{jobs['failed']}/retry", headers=headers)
+        assert reply.status_code == 401, authorization
+    assert with_token.post("/login", data={"token": "wrong"}).status_code == 401
+    reply = with_token.post(f"/jobs/{jobs['failed']}/retry", data={"csrf": "anything"})
+    assert reply.status_code == 401, "a form action needs a signed-in session"
+    assert len(with_token.get("/api/jobs", params={"state": "ready"}).json()["jobs"]) == 1
+
+
+def test_read_only_refuses_every_action_even_with_the_token(
+    queue: Queue, jobs: dict[str, Any]
+) -> None:
+    browser = client(queue, token=TOKEN, read_only=True)
+    reply = browser.post(
+        f"/api/jobs/{jobs['waiting']}/cancel", headers={"Authorization": f"Bearer {TOKEN}"}
+    )
+    assert reply.status_code == 403
+    assert "read-only" in reply.json()["error"]
+    assert "sign in" not in browser.get(f"/jobs/{jobs['waiting']}").text
+    assert queue.job(jobs["waiting"]).why is None
+
+
+def test_a_form_action_needs_the_sessions_csrf_token_and_this_origin(
+    queue: Queue, jobs: dict[str, Any]
+) -> None:
+    browser, csrf = signed_in(queue)
+    target = f"/jobs/{jobs['waiting']}/cancel"
+    assert browser.post(target, data={}).status_code == 403
+    assert browser.post(target, data={"csrf": "forged"}).status_code == 403
+    elsewhere = {"Origin": "http://evil.example"}
+    assert browser.post(target, data={"csrf": csrf}, headers=elsewhere).status_code == 403
+    assert browser.post(target, data={"csrf": csrf}, headers={"Origin": "null"}).status_code == 403
+    assert queue.job(jobs["waiting"]).why is None, "no refused action changed the job"
+    reply = browser.post(target, data={"csrf": csrf}, headers={"Origin": "http://127.0.0.1:8087"})
+    assert reply.status_code == 200
+    assert "cancelled" in reply.text
+    assert queue.job(jobs["waiting"]).why == "cancelled"
+
+
+def test_the_api_never_acts_on_a_cookie(queue: Queue, jobs: dict[str, Any]) -> None:
+    browser, _ = signed_in(queue)
+    assert browser.post(f"/api/jobs/{jobs['waiting']}/cancel").status_code == 401
+    assert queue.job(jobs["waiting"]).why is None
+
+
+def test_signed_in_actions_go_through_the_queue(queue: Queue, jobs: dict[str, Any]) -> None:
+    browser, csrf = signed_in(queue)
+    said = browser.post(f"/jobs/{jobs['failed']}/retry", data={"csrf": csrf}).text
+    new_id = re.search(r"retried as job ([0-9a-f]{24})", said)
+    assert new_id is not None
+    assert queue.job(new_id.group(1)).why is None
+    again = browser.post(f"/jobs/{jobs['failed']}/retry", data={"csrf": csrf}).text
+    assert "retried already" in again
+    assert browser.post(f"/jobs/{jobs['done']}/retry", data={"csrf": csrf}).status_code == 400
+    browser.post(f"/jobs/{jobs['later']}/run", data={"csrf": csrf})
+    assert queue.job(jobs["later"]).scheduled_at <= queue.clock.now()  # type: ignore[operator]
+    reply = browser.post(
+        "/groups/video", data={"csrf": csrf, "concurrency": "2", "rate": "5/1s", "weight": "3"}
+    )
+    assert "concurrency 2, rate 5/1s, weight 3" in reply.text
+    assert browser.post("/groups/video", data={"csrf": csrf, "concurrency": "x"}).status_code == 400
+    browser.post("/groups/video/unset", data={"csrf": csrf})
+    assert queue.group_settings() == []
+
+
+def test_a_bulk_action_asks_first_saying_how_many(queue: Queue, jobs: dict[str, Any]) -> None:
+    browser, csrf = signed_in(queue)
+    form = {"csrf": csrf, "action": "cancel", "group": "video"}
+    asked = browser.post("/bulk", data=form).text
+    assert "cancel 2 jobs?" in asked
+    assert queue.job(jobs["waiting"]).why is None, "nothing done before the confirmation"
+    done = browser.post("/bulk", data={**form, "confirmed": "yes"}).text
+    assert "cancel: 2 of 2 jobs" in done
+    assert {queue.job(jobs[k]).why for k in ("waiting", "later")} == {"cancelled"}
+
+
+def test_the_api_acts_with_the_bearer_token(queue: Queue, jobs: dict[str, Any]) -> None:
+    api = client(queue, token=TOKEN)
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    reply = api.put("/api/groups/mail", json={"concurrency": 1}, headers=headers)
+    assert reply.json() == {"group": "mail", "limits": "concurrency 1, rate unlimited, weight 1"}
+    reply = api.post("/api/bulk", json={"action": "retry", "state": "failed"}, headers=headers)
+    assert reply.json()["jobs"] == 1
+    assert api.put("/api/groups/mail", json={"concurrency": 0}, headers=headers).status_code == 422
+    assert api.delete("/api/groups/mail", headers=headers).json()["removed"] is True
+
+
+def test_the_openapi_document_describes_the_api() -> None:
+    import mongomock
+
+    document = (
+        client(Queue(mongomock.MongoClient(tz_aware=True).shop)).get("/api/openapi.json").json()
+    )
+    paths = set(document["paths"])
+    assert {"/api/overview", "/api/jobs", "/api/jobs/{job_id}", "/api/bulk"} <= paths
+    assert {"/api/groups/{group}", "/api/workers", "/api/schedulers"} <= paths
+    assert not any(not path.startswith("/api/") for path in paths), "pages are not the API"
