@@ -166,7 +166,8 @@ def demo(
     _show(queue, ids)
     queue.close()
     console.print(
-        f"\nread a job back with `recruiter jobs show ID --database {database}`",
+        f"\nread a job back with `recruiter jobs show ID --database {database}`, or see "
+        f"them all in the dashboard: `recruiter web --database {database}`",
         highlight=False,
     )
     if embedded:

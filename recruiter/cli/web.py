@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from typing import Annotated
 
 import typer
 
-from recruiter.cli.options import DatabaseName, JsonLogs, LogLevel, MongoUri, open_queue
+from recruiter.cli.options import (
+    DatabaseName,
+    JsonLogs,
+    LogLevel,
+    MongoUri,
+    duration_option,
+    open_queue,
+)
 from recruiter.errors import RecruiterError
 from recruiter.logs import Level, setup_logging
 
@@ -38,6 +46,10 @@ def web(
     read_only: Annotated[
         bool, typer.Option("--read-only", help="Refuse every action, whatever the token.")
     ] = False,
+    refresh_every: Annotated[
+        dt.timedelta,
+        typer.Option(parser=duration_option, help="How often live counts are read again."),
+    ] = "2s",  # type: ignore[assignment]
     mongodb_uri: MongoUri = None,
     database: DatabaseName = None,
     log_level: LogLevel = Level.INFO,
@@ -57,7 +69,10 @@ def web(
     if token is not None and len(token) < 16:
         raise typer.BadParameter("use a token of 16 characters or more", param_hint="--token")
     queue = open_queue(mongodb_uri, database)
-    app = create_app(queue, WebConfig(token=token, read_only=read_only))
+    if refresh_every < dt.timedelta(milliseconds=100):
+        raise typer.BadParameter("at least 100ms", param_hint="--refresh-every")
+    config = WebConfig(token, read_only, refresh_every.total_seconds())
+    app = create_app(queue, config)
     mode = "read-only" if read_only or token is None else "actions allowed with the token"
     logger.info("web: serving on http://%s:%d/ (%s); Ctrl-C stops", host, port, mode)
     try:

@@ -131,11 +131,12 @@ def groups(queue: Queue) -> list[dict[str, Any]]:
     now = queue.clock.now()
     counts = queue.store.count_unfinished_by_group(now)
     settings = {s.group: s for s in queue.group_settings()}
-    names = sorted({*counts["ready"], *counts["running"], *settings}, key=str)
+    names = sorted({*counts["ready"], *counts["postponed"], *counts["running"], *settings}, key=str)
     return [
         {
             "group": str(name),
             "ready": counts["ready"].get(name, 0),
+            "postponed": counts["postponed"].get(name, 0),
             "running": counts["running"].get(name, 0),
             "concurrency": settings[name].concurrency if name in settings else None,
             "rate": str(settings[name].rate) if name in settings and settings[name].rate else None,

@@ -1,0 +1,304 @@
+"""The dashboard as a person uses it: Debian's Chromium, headless, driven by Playwright,
+against a real ``recruiter web`` process on the real server, with real jobs.
+
+Skipped, saying why, where /usr/bin/chromium is missing (``bin/test`` installs it when
+it can); in CI a skip fails the run (tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pymongo.database import Database
+
+from recruiter import Queue, Registry, RetryManyTimes
+from recruiter.embedded import free_port
+from recruiter.testing import drain
+
+playwright_api = pytest.importorskip("playwright.sync_api")
+
+CHROMIUM = Path("/usr/bin/chromium")
+TOKEN = "browser-test-token-0123456789"
+WAIT_MS = 15_000
+SCREENSHOTS = os.environ.get("RECRUITER_SCREENSHOTS")
+"""A directory to save the main pages' screenshots in (docs/web/ is made so)."""
+
+pytestmark = [
+    pytest.mark.real_server,
+    pytest.mark.skipif(
+        not CHROMIUM.exists(),
+        reason="Chromium is not installed (apt-get install chromium): the browser tests "
+        "did not run",
+    ),
+]
+
+registry = Registry()
+FLAKY_FAILS = threading.Event()
+FLAKY_FAILS.set()
+
+
+@registry.workable("shop.send_invoice")
+def send_invoice(order: int) -> None:
+    if FLAKY_FAILS.is_set():
+        raise ConnectionError(f"the mail server refused order {order}")
+
+
+@registry.workable("shop.render")
+def render(page: str) -> None:
+    raise ValueError("<script>alert('from a job')</script><img src=x onerror=alert(2)>")
+
+
+@registry.workable("shop.resize")
+def resize(width: int) -> None: ...
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with playwright_api.sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(
+            executable_path=str(CHROMIUM),
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+            ],
+        )
+        yield chromium
+        chromium.close()
+
+
+class Dashboard:
+    def __init__(self, url: str, queue: Queue) -> None:
+        self.url = url
+        self.queue = queue
+
+    def run_jobs(self) -> None:
+        """What a worker would do with the jobs due now (the same code, in-process)."""
+        drain(self.queue, registry)
+
+
+@pytest.fixture
+def dashboard(
+    real_server_uri: str, real_database: Database[Any], tmp_path: Path
+) -> Iterator[Dashboard]:
+    port = free_port()
+    command = [
+        sys.executable, "-m", "recruiter", "web", "--port", str(port), "--token", TOKEN,
+        "--mongodb-uri", real_server_uri, "--database", real_database.name,
+        "--refresh-every", "300ms",
+    ]  # fmt: skip
+    log = (tmp_path / "web.log").open("wb")
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_until_it_answers(url, process, tmp_path / "web.log")
+        yield Dashboard(url, Queue(real_database))
+    finally:
+        process.terminate()
+        process.wait(30)
+        log.close()
+
+
+def _wait_until_it_answers(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"recruiter web exited: {log.read_text()}")
+        try:
+            with urllib.request.urlopen(url + "/api/overview", timeout=2):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError(f"recruiter web did not answer: {log.read_text()}")
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1280, "height": 860})
+    context.set_default_timeout(WAIT_MS)
+    tab = context.new_page()
+    dialogs: list[str] = []
+
+    def opened(dialog: Any) -> None:  # a script ran: alert() opens a dialog
+        dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    tab.on("dialog", opened)
+    tab.dialogs = dialogs
+    yield tab
+    context.close()
+
+
+def sign_in(page: Any, url: str) -> None:
+    page.goto(url + "/login")
+    page.fill("input[name=token]", TOKEN)
+    page.click("#sign-in")
+    page.wait_for_selector("#sign-out")
+
+
+def shot(page: Any, name: str) -> None:
+    if SCREENSHOTS:
+        Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(SCREENSHOTS) / f"{name}.png"), full_page=True)
+
+
+def test_open_each_page_filter_and_open_a_failed_job(dashboard: Dashboard, page: Any) -> None:
+    queue = dashboard.queue
+    queue.schedule_many(send_invoice.job(order).in_group("mail") for order in (1, 2))
+    queue.schedule(resize.job(640).in_group("images"))
+    dashboard.run_jobs()
+    queue.schedule(resize.job(800).in_group("images").run_in("1h"))
+    queue.limit_group("mail", concurrency=2, rate="10/1s")
+    page.goto(dashboard.url)
+    assert page.inner_text("tr[data-group=mail] [data-count=failed]") == "2"
+    shot(page, "overview")
+    for name in ("workers", "groups", "repeatable jobs"):
+        page.click(f"nav >> text={name}")
+        page.wait_for_selector("h1")
+    shot(page, "groups")
+    page.click("nav >> text=jobs")
+    page.select_option("select[name=state]", "failed")
+    page.fill("input[name=group]", "mail")
+    page.click("#filter")
+    assert "state=failed" in page.url
+    rows = page.locator("#jobs tbody tr")
+    assert rows.count() == 2
+    shot(page, "jobs")
+    rows.first.locator("a").click()
+    page.wait_for_selector("text=the mail server refused order")
+    assert "1 attempt made" in page.inner_text("table.fields")
+    shot(page, "job")
+
+
+def test_retry_a_failed_job_and_see_it_run(dashboard: Dashboard, page: Any) -> None:
+    queue = dashboard.queue
+    failed = queue.schedule(send_invoice.job(7).retry_with(RetryManyTimes(0)))
+    dashboard.run_jobs()
+    sign_in(page, dashboard.url)
+    page.goto(f"{dashboard.url}/jobs/{failed}")
+    page.click("#action-retry")
+    said = page.inner_text("#said")
+    found = re.search(r"retried as job ([0-9a-f]{24})", said)
+    assert found is not None, said
+    page.goto(f"{dashboard.url}/jobs/{found.group(1)}")
+    assert page.inner_text("#state") == "ready"
+    FLAKY_FAILS.clear()
+    try:
+        dashboard.run_jobs()
+    finally:
+        FLAKY_FAILS.set()
+    playwright_api.expect(page.locator("#state")).to_have_text("done", timeout=WAIT_MS)
+
+
+def test_cancel_a_waiting_job(dashboard: Dashboard, page: Any) -> None:
+    waiting = dashboard.queue.schedule(resize.job(1024).run_in("1h"))
+    sign_in(page, dashboard.url)
+    page.goto(f"{dashboard.url}/jobs/{waiting}")
+    page.click("#action-cancel")
+    assert "cancelled" in page.inner_text("#said")
+    assert dashboard.queue.job(waiting).why == "cancelled"
+
+
+def test_edit_a_groups_limit(dashboard: Dashboard, page: Any) -> None:
+    dashboard.queue.schedule(resize.job(320).in_group("images").run_in("1h"))
+    sign_in(page, dashboard.url)
+    page.goto(dashboard.url + "/groups")
+    row = page.locator("tr[data-group=images]")
+    row.locator("input[name=concurrency]").fill("3")
+    row.locator("input[name=rate]").fill("20/1m")
+    row.locator("button.set").click()
+    assert "concurrency 3, rate 20/60s, weight 1" in page.inner_text("#said")
+    page.goto(dashboard.url + "/groups")
+    assert (
+        page.inner_text("tr[data-group=images] .limits") == "concurrency 3, rate 20/60s, weight 1"
+    )
+
+
+def test_a_count_changes_live(dashboard: Dashboard, page: Any) -> None:
+    dashboard.queue.schedule(resize.job(1).in_group("live"))
+    page.goto(dashboard.url)
+    cell = "tr[data-group=live] [data-count=ready]"
+    assert page.inner_text(cell) == "1"
+    dashboard.queue.schedule_many(resize.job(n).in_group("live") for n in range(2, 5))
+    playwright_api.expect(page.locator(cell)).to_have_text("4", timeout=WAIT_MS)
+
+
+def test_a_script_a_job_carries_never_runs_in_the_page(dashboard: Dashboard, page: Any) -> None:
+    failed = dashboard.queue.schedule(render.job("<b>home</b>").in_group("<i>web</i>"))
+    dashboard.run_jobs()
+    for path in (f"/jobs/{failed}", "/", "/jobs?state=failed"):
+        page.goto(dashboard.url + path)
+        page.wait_for_timeout(700)  # a refresh of the live parts, where script could enter
+        assert page.dialogs == [], path
+    page.goto(f"{dashboard.url}/jobs/{failed}")
+    assert "<script>alert('from a job')</script>" in page.inner_text(".attempt .message")
+    assert page.locator("img").count() == 0
+
+
+def test_actions_are_refused_without_the_token_or_from_another_site(
+    dashboard: Dashboard, page: Any, browser: Any
+) -> None:
+    waiting = dashboard.queue.schedule(resize.job(5).run_in("1h"))
+    page.goto(f"{dashboard.url}/jobs/{waiting}")
+    assert page.locator("#action-cancel").count() == 0, "no action before signing in"
+    page.goto(dashboard.url + "/login")
+    page.fill("input[name=token]", "not-the-token-at-all")
+    page.click("#sign-in")
+    assert page.inner_text("#error") == "wrong token"
+
+    sign_in(page, dashboard.url)  # signed in here; now a page elsewhere tries to act
+    action = f"{dashboard.url}/jobs/{waiting}/cancel"
+    with _another_site(action) as elsewhere:
+        page.goto(elsewhere)
+        page.click("#go")
+        page.wait_for_load_state()
+        assert "cancelled" not in page.content()
+    assert dashboard.queue.job(waiting).why is None
+
+
+class _Forger(BaseHTTPRequestHandler):
+    action = ""
+
+    def do_GET(self) -> None:
+        body = (
+            f'<form method="post" action="{self.action}"><input name="csrf" value="guess">'
+            '<button id="go">win a prize</button></form>'
+        ).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *arguments: Any) -> None: ...
+
+
+class _another_site:
+    """A page on another origin (another port of this machine) with a form that posts to
+    the dashboard."""
+
+    def __init__(self, action: str) -> None:
+        handler = type("Forger", (_Forger,), {"action": action})
+        self.server = HTTPServer(("127.0.0.1", 0), handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        return f"http://127.0.0.1:{self.server.server_address[1]}/"
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
