@@ -186,3 +186,22 @@ def test_one_job_is_one_job() -> None:
 
     assert counted(1, "job") == "1 job"
     assert counted(2, "job") == "2 jobs"
+
+
+@pytest.mark.real_server
+def test_the_demo_shows_each_jobs_id_and_says_the_embedded_database_runs_on(
+    own_home: Path,
+) -> None:
+    result = recruiter("demo", "--jobs", "3", "--workers", "1", timeout=240)
+    assert result.returncode == 0, result.stderr
+    ids = set(re.findall(r"\b[0-9a-f]{24}\b", result.stdout))
+    assert len(ids) == 3, result.stdout
+    said = " ".join(result.stdout.split())
+    assert "recruiter jobs show ID --database recruiter_demo" in said
+    assert "recruiter web --database recruiter_demo" in said
+    server = find_local_server(own_home)
+    assert server is not None, "the embedded database runs on after the demo"
+    assert f"the embedded database still runs, at {server.uri}" in said
+    assert "`recruiter embedded stop` stops it" in said
+    shown = recruiter("jobs", "show", ids.pop(), "--database", "recruiter_demo")
+    assert shown.returncode == 0, shown.stderr
