@@ -45,12 +45,15 @@ from recruiter.schedule import (
     Missed,
     Schedule,
     missed_rule,
+    schedule_from,
 )
 from recruiter.schedulers import job_template
 from recruiter.schema_check import SchemaCheck
 from recruiter.store import Database, SchedulerRecord, Store
 from recruiter.workable import Registry
 
+RESUME_TRIES = 3
+"""Tries of a resume whose scheduler is declared again with a new schedule meanwhile."""
 SCHEDULE_PATIENCE = 10.0
 """Seconds :meth:`Queue.schedule` keeps trying while the database does not answer."""
 SCHEDULE_RETRIES = Backoff(0.1, 2.0)
@@ -184,6 +187,30 @@ class Queue:
             first_at=first,
             now=now,
         )
+
+    def pause_repeating(self, urn: str) -> bool:
+        """Create no occurrence of the scheduler ``urn`` until :meth:`resume_repeating`;
+        ``False`` if unknown or paused already. Declaring it again (:meth:`repeat`, at a
+        deploy) keeps it paused."""
+        return self.store.pause_scheduler(urn, self.clock.now())
+
+    def resume_repeating(self, urn: str) -> bool:
+        """Create the paused scheduler ``urn``'s occurrences again, from the next one due
+        after now (those due while it was paused are not created); ``False`` if unknown
+        or not paused."""
+        for _ in range(RESUME_TRIES):
+            record = self.store.find_scheduler(urn)
+            if record is None or record.paused_at is None:
+                return False
+            try:
+                schedule = schedule_from(record.schedule)
+            except InvalidSchedule:
+                schedule = None  # the recruiter parks it again, saying why
+            now = self.clock.now()
+            following = to_millis(schedule.next_after(now)) if schedule is not None else now
+            if self.store.resume_scheduler(urn, dict(record.schedule), following):
+                return True
+        return False  # its schedule changed at every try: let the caller try again
 
     def stop_repeating(self, urn: str) -> bool:
         """Remove the scheduler ``urn``; the jobs it created stay. ``False`` if unknown."""

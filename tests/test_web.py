@@ -221,3 +221,25 @@ def test_the_openapi_document_describes_the_api() -> None:
     assert {"/api/overview", "/api/jobs", "/api/jobs/{job_id}", "/api/bulk"} <= paths
     assert {"/api/groups/{group}", "/api/workers", "/api/schedulers"} <= paths
     assert not any(not path.startswith("/api/") for path in paths), "pages are not the API"
+
+
+def test_repeatable_jobs_show_their_next_occurrences_and_pause_and_resume(
+    queue: Queue,
+) -> None:
+    from recruiter.schedule import Every
+
+    queue.repeat("nightly", JobSpec("web.ok"), Every("1h"))
+    shown = client(queue).get("/api/schedulers").json()
+    assert len(shown[0]["next_occurrences"]) == 3
+    browser, csrf = signed_in(queue)
+    assert (
+        "scheduler nightly paused"
+        in browser.post("/schedulers/nightly/pause", data={"csrf": csrf}).text
+    )
+    page = browser.get("/schedulers").text
+    assert "paused since" in page
+    assert 'class="resume"' in page
+    assert client(queue).get("/api/schedulers").json()[0]["next_occurrences"] == []
+    browser.post("/schedulers/nightly/resume", data={"csrf": csrf})
+    assert queue.schedulers()[0].paused_at is None
+    assert browser.post("/schedulers/nightly/explode", data={"csrf": csrf}).status_code == 400

@@ -96,7 +96,9 @@ def workers(
     console.print(_workers_table(rows))
 
 
-schedulers = typer.Typer(help="Repeatable jobs: list them, remove one.", no_args_is_help=True)
+schedulers = typer.Typer(
+    help="Repeatable jobs: list them, pause, resume or remove one.", no_args_is_help=True
+)
 
 
 @schedulers.command("list")
@@ -123,6 +125,7 @@ def list_schedulers(
             "next_at": None if record.next_at is None else record.next_at.isoformat(),
             "created": record.created,
             "broken": record.broken,
+            "paused_at": None if record.paused_at is None else record.paused_at.isoformat(),
         }
         for record in records
     ]
@@ -139,7 +142,7 @@ def list_schedulers(
             str(row["missed"]),
             str(row["next_at"] or "-"),
             str(row["created"]),
-            f"broken: {row['broken']}" if row["broken"] else "ok",
+            _state(row),
         )
     console.print(table if rows else "no scheduler")
 
@@ -160,6 +163,44 @@ def remove_scheduler(
     finally:
         queue.close()
     console.print(f"scheduler {urn}: " + ("removed" if removed else "no such scheduler"))
+
+
+@schedulers.command("pause")
+def pause_scheduler(
+    urn: Annotated[str, typer.Argument(help="The scheduler's urn.")],
+    mongodb_uri: MongoUri = None,
+    database: DatabaseName = None,
+) -> None:
+    """Pause a scheduler: it creates no job until resumed (declaring it again keeps it
+    paused)."""
+    queue = open_queue(mongodb_uri, database)
+    try:
+        paused = queue.pause_repeating(urn)
+    finally:
+        queue.close()
+    console.print(f"scheduler {urn}: " + ("paused" if paused else "unknown, or paused already"))
+
+
+@schedulers.command("resume")
+def resume_scheduler(
+    urn: Annotated[str, typer.Argument(help="The scheduler's urn.")],
+    mongodb_uri: MongoUri = None,
+    database: DatabaseName = None,
+) -> None:
+    """Resume a paused scheduler from its next occurrence (none missed while paused is
+    created)."""
+    queue = open_queue(mongodb_uri, database)
+    try:
+        resumed = queue.resume_repeating(urn)
+    finally:
+        queue.close()
+    console.print(f"scheduler {urn}: " + ("resumed" if resumed else "unknown, or not paused"))
+
+
+def _state(row: dict[str, Any]) -> str:
+    if row["paused_at"]:
+        return f"paused since {row['paused_at']}"
+    return f"broken: {row['broken']}" if row["broken"] else "ok"
 
 
 def _schedule(schedule: Any) -> str:

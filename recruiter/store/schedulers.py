@@ -32,6 +32,9 @@ from pymongo.errors import DuplicateKeyError
 from recruiter.schedule import DEFAULT_MISSED, MISSED_RULES, Missed
 from recruiter.store.base import Document, aware
 
+UPSERT_TRIES = 5
+"""Tries of a declaration that meets a pause or resume at each one."""
+
 
 @dataclass(frozen=True)
 class Occurrence:
@@ -56,6 +59,8 @@ class SchedulerRecord:
     skipped: int
     broken: str | None
     """Why the recruiter parked it (its schedule could not be read), if it did."""
+    paused_at: dt.datetime | None = None
+    """When an operator paused it: it creates nothing until resumed."""
 
     @classmethod
     def from_document(cls, document: Mapping[str, Any]) -> SchedulerRecord:
@@ -64,7 +69,7 @@ class SchedulerRecord:
                 return Occurrence(aware(value["at"]), value.get("job_id"))
             return None
 
-        next_at = document.get("next_at")
+        next_at, paused_at = document.get("next_at"), document.get("paused_at")
         missed = next((r for r in MISSED_RULES if r == document.get("missed")), DEFAULT_MISSED)
         return cls(
             urn=str(document["_id"]),
@@ -78,6 +83,7 @@ class SchedulerRecord:
             created=int(document.get("created") or 0),
             skipped=int(document.get("skipped") or 0),
             broken=str(document["broken"]) if "broken" in document else None,
+            paused_at=aware(paused_at) if isinstance(paused_at, dt.datetime) else None,
         )
 
 
@@ -110,16 +116,28 @@ class SchedulerVerbs:
         )
         if same.matched_count:
             return False
-        result = self.schedulers.update_one(
-            {"_id": urn},
-            {
-                "$set": {**fields, "schedule": schedule, "next_at": first_at},
-                "$unset": {"broken": ""},
-                "$setOnInsert": {"created_at": now, "created": 0, "skipped": 0},
-            },
-            upsert=True,
-        )
-        return result.upserted_id is not None
+        for _ in range(UPSERT_TRIES):
+            # paused, it stays paused with its new schedule: resuming starts it again
+            paused = self.schedulers.update_one(
+                {"_id": urn, "paused_at": {"$exists": True}},
+                {"$set": {**fields, "schedule": schedule}, "$unset": {"broken": ""}},
+            )
+            if paused.matched_count:
+                return False
+            try:
+                result = self.schedulers.update_one(
+                    {"_id": urn, "paused_at": {"$exists": False}},
+                    {
+                        "$set": {**fields, "schedule": schedule, "next_at": first_at},
+                        "$unset": {"broken": ""},
+                        "$setOnInsert": {"created_at": now, "created": 0, "skipped": 0},
+                    },
+                    upsert=True,
+                )
+            except DuplicateKeyError:
+                continue  # paused between the two updates: the first one's case
+            return result.upserted_id is not None
+        raise AssertionError("a scheduler paused and resumed again and again meanwhile")
 
     def find_scheduler(self, urn: str) -> SchedulerRecord | None:
         document = self.schedulers.find_one({"_id": urn})
@@ -127,6 +145,27 @@ class SchedulerVerbs:
 
     def scheduler_records(self) -> list[SchedulerRecord]:
         return [SchedulerRecord.from_document(d) for d in self.schedulers.find().sort("_id", 1)]
+
+    def pause_scheduler(self, urn: str, now: dt.datetime) -> bool:
+        """Stop ``urn`` from being due (its occurrences are not created) if it runs.
+
+        Its ``next_at`` goes: an occurrence read as due but not yet claimed is not
+        created, since a claim names the ``next_at`` it read. One left pending by a
+        crash is still completed (it was claimed before the pause)."""
+        result = self.schedulers.update_one(
+            {"_id": urn, "paused_at": {"$exists": False}},
+            {"$set": {"paused_at": now}, "$unset": {"next_at": ""}},
+        )
+        return result.modified_count == 1
+
+    def resume_scheduler(self, urn: str, schedule: Document, next_at: dt.datetime) -> bool:
+        """Make the paused ``urn`` due again at ``next_at``, computed from ``schedule``
+        (if it was changed meanwhile, nothing is written: compute again)."""
+        result = self.schedulers.update_one(
+            {"_id": urn, "paused_at": {"$exists": True}, "schedule": schedule},
+            {"$unset": {"paused_at": ""}, "$set": {"next_at": next_at}},
+        )
+        return result.modified_count == 1
 
     def remove_scheduler(self, urn: str) -> bool:
         """Stop creating occurrences; the jobs already created stay."""

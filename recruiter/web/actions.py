@@ -73,6 +73,23 @@ def act_on_jobs(queue: Queue, action: str, ids: list[str]) -> str:
     return f"{action}: {done} of {len(ids)} jobs{left}"
 
 
+SCHEDULER_ACTIONS = ("pause", "resume", "remove")
+
+
+def act_on_scheduler(queue: Queue, action: str, urn: str) -> str:
+    """Pause, resume or remove a repeatable job; say what happened."""
+    if action == "pause":
+        done = queue.pause_repeating(urn)
+        return f"scheduler {urn} paused" if done else f"scheduler {urn}: unknown, or paused already"
+    if action == "resume":
+        done = queue.resume_repeating(urn)
+        return f"scheduler {urn} resumed" if done else f"scheduler {urn}: unknown, or not paused"
+    if action == "remove":
+        done = queue.stop_repeating(urn)
+        return f"scheduler {urn} removed" if done else f"no scheduler {urn}"
+    raise InvalidJob(f"{action!r} is not an action: one of {', '.join(SCHEDULER_ACTIONS)}")
+
+
 def set_limits(
     queue: Queue, group: str, concurrency: int | None, rate: str | None, weight: int
 ) -> GroupSettings:

@@ -94,6 +94,15 @@ def api_bulk(request: Request, body: BulkAction, authorization: Authorization = 
     return as_json({"said": actions.act_on_jobs(queue, body.action, ids), "jobs": len(ids)})
 
 
+@router.post("/schedulers/{urn}/{action}", tags=["act"])
+def api_scheduler_action(
+    request: Request, urn: str, action: str, authorization: Authorization = None
+) -> Response:
+    """Pause, resume or remove a repeatable job."""
+    guard_of(request).check_api_action(authorization)
+    return as_json({"said": actions.act_on_scheduler(queue_of(request), action, urn)})
+
+
 @router.put("/groups/{group}", tags=["act"])
 def api_group_limits(
     request: Request, group: str, body: GroupLimits, authorization: Authorization = None

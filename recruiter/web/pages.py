@@ -173,9 +173,10 @@ def group_unset(request: Request, group: str, form: Annotated[Csrf, Form()]) -> 
     return render(request, "done.html", said=said, back="/groups")
 
 
-@router.post("/schedulers/{urn}/remove", response_class=HTMLResponse)
-def scheduler_remove(request: Request, urn: str, form: Annotated[Csrf, Form()]) -> HTMLResponse:
+@router.post("/schedulers/{urn}/{verb}", response_class=HTMLResponse)
+def scheduler_action(
+    request: Request, urn: str, verb: str, form: Annotated[Csrf, Form()]
+) -> HTMLResponse:
     check_form_action(request, form.csrf)
-    removed = queue_of(request).stop_repeating(urn)
-    said = f"scheduler {urn} removed" if removed else f"no scheduler {urn}"
+    said = actions.act_on_scheduler(queue_of(request), verb, urn)
     return render(request, "done.html", said=said, back="/schedulers")

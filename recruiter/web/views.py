@@ -11,6 +11,8 @@ from recruiter import listing
 from recruiter.job import Job
 from recruiter.listing import FAILED
 from recruiter.queue import Queue
+from recruiter.schedule import InvalidSchedule, schedule_from
+from recruiter.store import SchedulerRecord
 
 RECENT = dt.timedelta(hours=1)
 """How far back the overview counts finished jobs."""
@@ -147,8 +149,26 @@ def groups(queue: Queue) -> list[dict[str, Any]]:
     ]
 
 
+OCCURRENCES_SHOWN = 3
+
+
+def next_occurrences(record: SchedulerRecord, count: int = OCCURRENCES_SHOWN) -> list[Any]:
+    """The next ``count`` occurrences of a running scheduler; none if it is paused or
+    its schedule cannot be read."""
+    if record.next_at is None:
+        return []
+    try:
+        schedule = schedule_from(record.schedule)
+    except InvalidSchedule:
+        return []
+    times = [record.next_at]
+    while len(times) < count:
+        times.append(schedule.next_after(times[-1]))
+    return times
+
+
 def schedulers(queue: Queue) -> list[dict[str, Any]]:
-    """Every repeatable job: its schedule, next occurrence and what it created."""
+    """Every repeatable job: its schedule, next occurrences and what it created."""
     return [
         {
             "urn": record.urn,
@@ -157,9 +177,11 @@ def schedulers(queue: Queue) -> list[dict[str, Any]]:
             else "?",
             "schedule": dict(record.schedule),
             "next_at": record.next_at,
+            "next_occurrences": next_occurrences(record),
             "created": record.created,
             "skipped": record.skipped,
             "broken": record.broken,
+            "paused_at": record.paused_at,
         }
         for record in queue.schedulers()
     ]
