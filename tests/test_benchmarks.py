@@ -43,3 +43,12 @@ def test_a_burn_down_counts_every_job_command_and_cpu_second(
 def test_a_round_costs_the_same_commands_whatever_the_backlog(real_server_uri: str) -> None:
     small, large = (round_cost(real_server_uri, backlog, 4, rounds=2) for backlog in (50, 500))
     assert small["round_commands"] == large["round_commands"]
+
+
+def test_the_dashboard_benchmark_times_every_read(real_server_uri: str) -> None:
+    from benchmarks.web import measure
+
+    figures = measure(real_server_uri, scheduled=40, archived=40, repeat=1)
+    assert (figures["scheduled"], figures["archived"]) == (40, 40)
+    assert set(figures["median_ms"]) >= {"overview", "jobs, first page", "one job"}
+    assert all(value >= 0 for value in figures["median_ms"].values())

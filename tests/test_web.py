@@ -243,3 +243,13 @@ def test_repeatable_jobs_show_their_next_occurrences_and_pause_and_resume(
     browser.post("/schedulers/nightly/resume", data={"csrf": csrf})
     assert queue.schedulers()[0].paused_at is None
     assert browser.post("/schedulers/nightly/explode", data={"csrf": csrf}).status_code == 400
+
+
+def test_the_overview_is_read_once_per_interval_however_many_look() -> None:
+    from recruiter.web.context import Shared
+
+    reads: list[float] = []
+    shared = Shared(ttl=1.0)
+    for now in (0.0, 0.2, 0.9, 1.0, 1.5):
+        shared.get("overview", now, lambda at=now: reads.append(at))  # type: ignore[misc]
+    assert reads == [0.0, 1.0], "read at 0 and at 1.0, not at each look"

@@ -20,7 +20,7 @@ from recruiter.errors import JobNotFound, RecruiterError
 from recruiter.listing import InvalidFilter
 from recruiter.queue import Queue
 from recruiter.web import api, pages
-from recruiter.web.context import as_json, bson_text, render, when
+from recruiter.web.context import Shared, as_json, bson_text, render, when
 from recruiter.web.security import CONTENT_SECURITY_POLICY, Guard, Refused
 
 HERE = files("recruiter.web")
@@ -58,6 +58,7 @@ def create_app(queue: Queue, config: WebConfig | None = None) -> FastAPI:
     app.state.queue = queue
     app.state.guard = Guard(config.token, config.read_only)
     app.state.templates = templates
+    app.state.shared = Shared(config.refresh_seconds / 2)
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
     app.include_router(pages.router)
     app.include_router(api.router)

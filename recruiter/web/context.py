@@ -4,6 +4,8 @@ and the filters and forms routes share."""
 from __future__ import annotations
 
 import datetime as dt
+import threading
+from collections.abc import Callable
 from typing import Any, cast
 from urllib.parse import urlsplit
 
@@ -18,6 +20,7 @@ from recruiter.duration import parse_duration
 from recruiter.groups import InvalidGroupSettings
 from recruiter.listing import STATES, InvalidFilter, JobFilter
 from recruiter.queue import Queue
+from recruiter.web import views
 from recruiter.web.security import SESSION_COOKIE, Guard, Session
 
 
@@ -44,6 +47,36 @@ class JobQuery(BaseModel):
             tag=self.tag or None,
             finished_since=since,
         ).validate()
+
+
+class Shared:
+    """A read shared by every page open at once: computed at most once per ``ttl``
+    seconds (the overview's counts, which every open browser asks for at each refresh,
+    cost one read of the database however many watch)."""
+
+    def __init__(self, ttl: float) -> None:
+        self.ttl = ttl
+        self._kept: dict[str, tuple[float, Any]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: str, now: float, compute: Callable[[], Any]) -> Any:
+        with self._lock:
+            kept = self._kept.get(key)
+            if kept is not None and now - kept[0] < self.ttl:
+                return kept[1]
+            value = compute()  # under the lock: the others wait for it, not redo it
+            self._kept[key] = (now, value)
+            return value
+
+
+def shared_overview(request: Request) -> dict[str, Any]:
+    """The overview, read at most once per refresh interval for all who look."""
+    queue = queue_of(request)
+    shared = cast(Shared, request.app.state.shared)
+    return cast(
+        dict[str, Any],
+        shared.get("overview", queue.clock.monotonic(), lambda: views.overview(queue)),
+    )
 
 
 def queue_of(request: Request) -> Queue:

@@ -17,6 +17,7 @@ from recruiter.web.context import (
     origin_of,
     queue_of,
     render,
+    shared_overview,
     whole_number,
 )
 from recruiter.web.security import SESSION_COOKIE, check_same_origin
@@ -43,12 +44,12 @@ class LimitsForm(BaseModel):
 
 @router.get("/", response_class=HTMLResponse)
 def overview_page(request: Request) -> HTMLResponse:
-    return render(request, "overview.html", overview=views.overview(queue_of(request)))
+    return render(request, "overview.html", overview=shared_overview(request))
 
 
 @router.get("/fragments/overview", response_class=HTMLResponse)
 def overview_fragment(request: Request) -> HTMLResponse:
-    return render(request, "overview_live.html", overview=views.overview(queue_of(request)))
+    return render(request, "overview_live.html", overview=shared_overview(request))
 
 
 @router.get("/jobs", response_class=HTMLResponse)
