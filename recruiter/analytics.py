@@ -68,20 +68,28 @@ class Analytics:
 def analytics(store: Store, now: dt.datetime, group: str | None = None) -> Analytics:
     """The figures of ``group`` (or of every group) at ``now``."""
     counts = store.count_unfinished(now, group)
-    recent = store.recently_finished(now - WINDOW, group)
     return Analytics(
         at=now,
         group=group,
         ready=counts["ready"],
         postponed=counts["postponed"],
         running=counts["running"],
-        orphans=_orphans(store, now, group),
-        finished=len(recent),
-        failed=sum(1 for d in recent if d.get("why") in FAILED),
-        throughput_per_minute=len(recent) * (dt.timedelta(minutes=1) / WINDOW),
-        latency_average=average(spans(recent, "scheduled_at", "started_at")),
-        execution_time_average=average(spans(recent, "started_at", "ended_at")),
+        **last_minute(store, now, group),
     )
+
+
+def last_minute(store: Store, now: dt.datetime, group: str | None = None) -> dict[str, Any]:
+    """What the queue (or ``group``) did in the last minute, and its orphans now: the
+    figures of :class:`Analytics` that are not counts of waiting jobs."""
+    recent = store.recently_finished(now - WINDOW, group)
+    return {
+        "orphans": _orphans(store, now, group),
+        "finished": len(recent),
+        "failed": sum(1 for d in recent if d.get("why") in FAILED),
+        "throughput_per_minute": len(recent) * (dt.timedelta(minutes=1) / WINDOW),
+        "latency_average": average(spans(recent, "scheduled_at", "started_at")),
+        "execution_time_average": average(spans(recent, "started_at", "ended_at")),
+    }
 
 
 def _orphans(store: Store, now: dt.datetime, group: str | None) -> int:

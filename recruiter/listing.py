@@ -154,18 +154,59 @@ def worker_rows(queue: Queue) -> list[dict[str, Any]]:
     ]
 
 
-def status_document(queue: Queue) -> dict[str, Any]:
-    """Everything ``recruiter status`` shows, as plain data."""
-    store, now = queue.store, queue.clock.now()
-    leases = {}
+def leases(queue: Queue, now: dt.datetime) -> dict[str, dict[str, Any]]:
+    """Who leads the recruiter and the cleaner, and until when."""
+    found = {}
     for name in ("recruiter", "cleaner"):
-        lease = store.find_lease(name)
+        lease = queue.store.find_lease(name)
         leading = lease is not None and lease.expires_at > now
-        leases[name] = {
+        found[name] = {
             "holder": lease.holder if leading and lease else None,
             "expires_at": lease.expires_at.isoformat() if leading and lease else None,
         }
-    workers = worker_rows(queue)
+    return found
+
+
+def recent_failures(queue: Queue, now: dt.datetime) -> list[dict[str, Any]]:
+    """The latest jobs that failed for good (:data:`RECENT_FAILURES` at most)."""
+    store, failed = queue.store, {"why": {"$in": FAILED}}
+    latest = sorted(
+        [
+            *store.find_jobs("scheduled", failed, RECENT_FAILURES),  # not yet moved
+            *store.find_jobs("archived", failed, RECENT_FAILURES),
+        ],
+        key=lambda job: job.last_execution.get("ended_at") or now if job.last_execution else now,
+        reverse=True,
+    )
+    unique = list({str(job.id): job for job in latest}.values())[:RECENT_FAILURES]
+    return [
+        {
+            "job": str(job.id),
+            "workable": job.workable,
+            "group": job.group,
+            "why": job.why,
+            "error": (job.last_execution or {}).get("message"),
+        }
+        for job in unique
+    ]
+
+
+def waiting_for_a_workable(queue: Queue, now: dt.datetime) -> list[dict[str, Any]]:
+    """The ready jobs, by workable, that no worker on the roster can run."""
+    return [
+        {
+            "workable": entry.workable,
+            "jobs": entry.jobs,
+            "since": entry.since.isoformat(),
+            "waited_s": round(max(0.0, (now - entry.since).total_seconds()), 1),
+        }
+        for entry in queue.store.waiting_for_workables(now)
+    ]
+
+
+def status_document(queue: Queue) -> dict[str, Any]:
+    """Everything ``recruiter status`` shows, as plain data."""
+    store, now = queue.store, queue.clock.now()
     counts = store.count_unfinished_by_group(now, ("ready", "running"))
     ready, running = counts["ready"], counts["running"]
     settings = {s.group: s for s in queue.group_settings()}
@@ -178,40 +219,11 @@ def status_document(queue: Queue) -> dict[str, Any]:
         }
         for group in sorted({*ready, *running, *settings}, key=str)
     ]
-    failed = {"why": {"$in": FAILED}}
-    latest = sorted(
-        [
-            *store.find_jobs("scheduled", failed, RECENT_FAILURES),  # not yet moved
-            *store.find_jobs("archived", failed, RECENT_FAILURES),
-        ],
-        key=lambda job: job.last_execution.get("ended_at") or now if job.last_execution else now,
-        reverse=True,
-    )
-    unique = list({str(job.id): job for job in latest}.values())[:RECENT_FAILURES]
-    failures = [
-        {
-            "job": str(job.id),
-            "workable": job.workable,
-            "group": job.group,
-            "why": job.why,
-            "error": (job.last_execution or {}).get("message"),
-        }
-        for job in unique
-    ]
-    waiting = [
-        {
-            "workable": entry.workable,
-            "jobs": entry.jobs,
-            "since": entry.since.isoformat(),
-            "waited_s": round(max(0.0, (now - entry.since).total_seconds()), 1),
-        }
-        for entry in store.waiting_for_workables(now)
-    ]
     return {
         "at": now.isoformat(),
-        "leases": leases,
-        "workers": workers,
+        "leases": leases(queue, now),
+        "workers": worker_rows(queue),
         "groups": groups,
-        "waiting_for_a_workable": waiting,
-        "recent_failures": failures,
+        "waiting_for_a_workable": waiting_for_a_workable(queue, now),
+        "recent_failures": recent_failures(queue, now),
     }

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from recruiter import listing
+from recruiter.analytics import last_minute
 from recruiter.job import Job
 from recruiter.listing import FAILED
 from recruiter.queue import Queue
@@ -19,24 +20,24 @@ RECENT = dt.timedelta(hours=1)
 
 
 def overview(queue: Queue) -> dict[str, Any]:
-    """Jobs per group and state, the last hour's outcomes, the leaders, the workers."""
+    """Jobs per group and state, the last hour's outcomes, the leaders, the workers:
+    one aggregation per state of ``scheduled``, one of the last hour of ``archived``."""
     store, now = queue.store, queue.clock.now()
-    status = listing.status_document(queue)
     counts = store.count_unfinished_by_group(now)
-    finished = store.finished_by_group(now - RECENT)
     done: dict[Any, int] = {}
     failed: dict[Any, int] = {}
-    for (group, why), count in finished.items():
+    for (group, why), count in store.finished_by_group(now - RECENT).items():
         if why == "done":
             done[group] = done.get(group, 0) + count
         elif why in FAILED:
             failed[group] = failed.get(group, 0) + count
-    limits = {row["group"]: row["limits"] for row in status["groups"]}
+    limits = {s.group: s.describe() for s in queue.group_settings()}
     groups = sorted(
         {*counts["ready"], *counts["postponed"], *counts["running"], *done, *failed, *limits},
         key=str,
     )
-    minute = queue.analytics()
+    minute = last_minute(store, now)
+    workers = listing.worker_rows(queue)
     return {
         "at": now.isoformat(),
         "groups": [
@@ -52,20 +53,20 @@ def overview(queue: Queue) -> dict[str, Any]:
             for group in groups
         ],
         "last_minute": {
-            "finished": minute.finished,
-            "failed": minute.failed,
-            "throughput_per_minute": minute.throughput_per_minute,
-            "latency_average_s": minute.latency_average,
-            "execution_time_average_s": minute.execution_time_average,
-            "orphans": minute.orphans,
+            "finished": minute["finished"],
+            "failed": minute["failed"],
+            "throughput_per_minute": minute["throughput_per_minute"],
+            "latency_average_s": minute["latency_average"],
+            "execution_time_average_s": minute["execution_time_average"],
+            "orphans": minute["orphans"],
         },
-        "leases": status["leases"],
+        "leases": listing.leases(queue, now),
         "workers": {
-            "busy": sum(1 for w in status["workers"] if w["busy"]),
-            "idle": sum(1 for w in status["workers"] if not w["busy"]),
+            "busy": sum(1 for w in workers if w["busy"]),
+            "idle": sum(1 for w in workers if not w["busy"]),
         },
-        "waiting_for_a_workable": status["waiting_for_a_workable"],
-        "recent_failures": status["recent_failures"],
+        "waiting_for_a_workable": listing.waiting_for_a_workable(queue, now),
+        "recent_failures": listing.recent_failures(queue, now),
     }
 
 
