@@ -135,9 +135,9 @@ def test_jobs_list_filters_by_state_group_and_tag(
     assert len(listed("--limit", "2")) == 2
     clock.advance(120)
     assert listed("--state", "finished", "--since", "1m") == []
-    result = CliRunner().invoke(app, ["jobs", "list", "--state", "lost"])
+    result = CliRunner().invoke(app, ["jobs", "list", "--state", "lost"], env={"COLUMNS": "200"})
     assert result.exit_code == ExitCode.USAGE
-    assert "is not one of ready" in result.output
+    assert "'lost' is not a state: one of ready" in result.output
 
 
 def test_jobs_show_prints_every_attempt_with_its_traceback(
