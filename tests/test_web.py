@@ -61,6 +61,9 @@ def test_every_page_renders(queue: Queue, jobs: dict[str, Any]) -> None:
     assert (mail["done_last_hour"], mail["failed_last_hour"]) == (1, 1)
     video = next(g for g in overview["groups"] if g["group"] == "video")
     assert (video["ready"], video["postponed"]) == (1, 1)
+    hour = overview["last_hour"]
+    assert (hour["finished"], hour["failed"], hour["averaged_over"]) == (2, 1, 2)
+    assert hour["latency_average_s"] is not None
 
 
 def test_what_a_job_carries_is_shown_escaped(queue: Queue, jobs: dict[str, Any]) -> None:

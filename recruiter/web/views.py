@@ -8,15 +8,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from recruiter import listing
-from recruiter.analytics import last_minute
+from recruiter.analytics import average, last_minute, spans
 from recruiter.job import Job
 from recruiter.listing import FAILED
 from recruiter.queue import Queue
 from recruiter.schedule import InvalidSchedule, schedule_from
-from recruiter.store import SchedulerRecord
+from recruiter.store import SchedulerRecord, Store
 
 RECENT = dt.timedelta(hours=1)
 """How far back the overview counts finished jobs."""
+HOUR_SAMPLE = 1_000
+"""The latest jobs of the last hour its latency and run time are averaged over."""
 
 
 def overview(queue: Queue) -> dict[str, Any]:
@@ -26,7 +28,8 @@ def overview(queue: Queue) -> dict[str, Any]:
     counts = store.count_unfinished_by_group(now)
     done: dict[Any, int] = {}
     failed: dict[Any, int] = {}
-    for (group, why), count in store.finished_by_group(now - RECENT).items():
+    finished = store.finished_by_group(now - RECENT)
+    for (group, why), count in finished.items():
         if why == "done":
             done[group] = done.get(group, 0) + count
         elif why in FAILED:
@@ -60,6 +63,7 @@ def overview(queue: Queue) -> dict[str, Any]:
             "execution_time_average_s": minute["execution_time_average"],
             "orphans": minute["orphans"],
         },
+        "last_hour": last_hour(store, now, sum(finished.values()), sum(failed.values())),
         "leases": listing.leases(queue, now),
         "workers": {
             "busy": sum(1 for w in workers if w["busy"]),
@@ -67,6 +71,20 @@ def overview(queue: Queue) -> dict[str, Any]:
         },
         "waiting_for_a_workable": listing.waiting_for_a_workable(queue, now),
         "recent_failures": listing.recent_failures(queue, now),
+    }
+
+
+def last_hour(store: Store, now: dt.datetime, finished: int, failed: int) -> dict[str, Any]:
+    """The last hour's throughput (every job finished), and its latency and run time
+    averaged over its latest :data:`HOUR_SAMPLE` jobs at most."""
+    sample = store.recently_finished(now - RECENT, limit=HOUR_SAMPLE)
+    return {
+        "finished": finished,
+        "failed": failed,
+        "throughput_per_minute": round(finished / (RECENT / dt.timedelta(minutes=1)), 2),
+        "latency_average_s": average(spans(sample, "scheduled_at", "started_at")),
+        "execution_time_average_s": average(spans(sample, "started_at", "ended_at")),
+        "averaged_over": len(sample),
     }
 
 
