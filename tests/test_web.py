@@ -183,12 +183,12 @@ def test_signed_in_actions_go_through_the_queue(queue: Queue, jobs: dict[str, An
     assert browser.post(f"/jobs/{jobs['done']}/retry", data={"csrf": csrf}).status_code == 400
     browser.post(f"/jobs/{jobs['later']}/run", data={"csrf": csrf})
     assert queue.job(jobs["later"]).scheduled_at <= queue.clock.now()  # type: ignore[operator]
-    reply = browser.post(
-        "/groups/video", data={"csrf": csrf, "concurrency": "2", "rate": "5/1s", "weight": "3"}
-    )
+    limits = {"csrf": csrf, "group": "video", "concurrency": "2", "rate": "5/1s", "weight": "3"}
+    reply = browser.post("/groups", data=limits)
     assert "concurrency 2, rate 5/1s, weight 3" in reply.text
-    assert browser.post("/groups/video", data={"csrf": csrf, "concurrency": "x"}).status_code == 400
-    browser.post("/groups/video/unset", data={"csrf": csrf})
+    bad = {"csrf": csrf, "group": "video", "concurrency": "x"}
+    assert browser.post("/groups", data=bad).status_code == 400
+    browser.post("/groups/unset", data={"csrf": csrf, "group": "video"})
     assert queue.group_settings() == []
 
 
@@ -237,15 +237,18 @@ def test_repeatable_jobs_show_their_next_occurrences_and_pause_and_resume(
     browser, csrf = signed_in(queue)
     assert (
         "scheduler nightly paused"
-        in browser.post("/schedulers/nightly/pause", data={"csrf": csrf}).text
+        in browser.post("/schedulers/pause", data={"csrf": csrf, "urn": "nightly"}).text
     )
     page = browser.get("/schedulers").text
     assert "paused since" in page
     assert 'class="resume"' in page
     assert client(queue).get("/api/schedulers").json()[0]["next_occurrences"] == []
-    browser.post("/schedulers/nightly/resume", data={"csrf": csrf})
+    browser.post("/schedulers/resume", data={"csrf": csrf, "urn": "nightly"})
     assert queue.schedulers()[0].paused_at is None
-    assert browser.post("/schedulers/nightly/explode", data={"csrf": csrf}).status_code == 400
+    assert (
+        browser.post("/schedulers/explode", data={"csrf": csrf, "urn": "nightly"}).status_code
+        == 400
+    )
 
 
 def test_the_overview_is_read_once_per_interval_however_many_look() -> None:

@@ -94,7 +94,7 @@ def api_bulk(request: Request, body: BulkAction, authorization: Authorization = 
     return as_json({"said": actions.act_on_jobs(queue, body.action, ids), "jobs": len(ids)})
 
 
-@router.post("/schedulers/{urn}/{action}", tags=["act"])
+@router.post("/schedulers/{urn:path}/{action}", tags=["act"])
 def api_scheduler_action(
     request: Request, urn: str, action: str, authorization: Authorization = None
 ) -> Response:
@@ -103,7 +103,7 @@ def api_scheduler_action(
     return as_json({"said": actions.act_on_scheduler(queue_of(request), action, urn)})
 
 
-@router.put("/groups/{group}", tags=["act"])
+@router.put("/groups/{group:path}", tags=["act"])
 def api_group_limits(
     request: Request, group: str, body: GroupLimits, authorization: Authorization = None
 ) -> Response:
@@ -115,7 +115,7 @@ def api_group_limits(
     return as_json({"group": group, "limits": settings.describe()})
 
 
-@router.delete("/groups/{group}", tags=["act"])
+@router.delete("/groups/{group:path}", tags=["act"])
 def api_group_unset(request: Request, group: str, authorization: Authorization = None) -> Response:
     """Remove a group's limits."""
     guard_of(request).check_api_action(authorization)

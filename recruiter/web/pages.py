@@ -29,14 +29,23 @@ class Csrf(BaseModel):
     csrf: str | None = None
 
 
+class SchedulerForm(BaseModel):
+    csrf: str | None = None
+    urn: str
+
+
 class BulkForm(JobQuery):
     action: str
     csrf: str | None = None
     confirmed: str | None = None
 
 
-class LimitsForm(BaseModel):
+class GroupForm(BaseModel):
     csrf: str | None = None
+    group: str
+
+
+class LimitsForm(GroupForm):
     concurrency: str = ""
     rate: str = ""
     weight: str = "1"
@@ -151,33 +160,35 @@ def bulk_action(request: Request, form: Annotated[BulkForm, Form()]) -> HTMLResp
     return render(request, "done.html", said=said, back="/jobs")
 
 
-@router.post("/groups/{group}", response_class=HTMLResponse)
-def group_limits(request: Request, group: str, form: Annotated[LimitsForm, Form()]) -> HTMLResponse:
+@router.post("/groups", response_class=HTMLResponse)
+def group_limits(request: Request, form: Annotated[LimitsForm, Form()]) -> HTMLResponse:
+    """A group's limits: its name is a field of the form, never a part of a URL, so that
+    no name (``a/b``, ``..``, ``x/unset``) can send the form elsewhere."""
     check_form_action(request, form.csrf)
     settings = actions.set_limits(
         queue_of(request),
-        group,
+        form.group,
         whole_number("concurrency", form.concurrency),
         form.rate.strip() or None,
         whole_number("weight", form.weight) or 1,
     )
     return render(
-        request, "done.html", said=f"group {group}: {settings.describe()}", back="/groups"
+        request, "done.html", said=f"group {form.group}: {settings.describe()}", back="/groups"
     )
 
 
-@router.post("/groups/{group}/unset", response_class=HTMLResponse)
-def group_unset(request: Request, group: str, form: Annotated[Csrf, Form()]) -> HTMLResponse:
+@router.post("/groups/unset", response_class=HTMLResponse)
+def group_unset(request: Request, form: Annotated[GroupForm, Form()]) -> HTMLResponse:
     check_form_action(request, form.csrf)
-    removed = queue_of(request).unlimit_group(group)
-    said = f"group {group}: no limits" if removed else f"group {group} had no settings"
+    removed = queue_of(request).unlimit_group(form.group)
+    said = f"group {form.group}: no limits" if removed else f"group {form.group} had no settings"
     return render(request, "done.html", said=said, back="/groups")
 
 
-@router.post("/schedulers/{urn}/{verb}", response_class=HTMLResponse)
+@router.post("/schedulers/{verb}", response_class=HTMLResponse)
 def scheduler_action(
-    request: Request, urn: str, verb: str, form: Annotated[Csrf, Form()]
+    request: Request, verb: str, form: Annotated[SchedulerForm, Form()]
 ) -> HTMLResponse:
     check_form_action(request, form.csrf)
-    said = actions.act_on_scheduler(queue_of(request), verb, urn)
+    said = actions.act_on_scheduler(queue_of(request), verb, form.urn)
     return render(request, "done.html", said=said, back="/schedulers")

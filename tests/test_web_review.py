@@ -1,0 +1,99 @@
+"""The dashboard under attack and odd input: each test is a finding of the review of
+``recruiter web`` (REVIEW.md), driven in-process as tests/test_web.py does."""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+from typing import Any
+from urllib.parse import urljoin
+
+from fastapi.testclient import TestClient
+
+from recruiter import JobSpec, Queue
+from recruiter.schedule import Every
+from recruiter.web import WebConfig, create_app
+
+TOKEN = "a-token-of-twenty-chars"
+BASE = "http://127.0.0.1:8087"
+
+
+def client(queue: Queue, **config: Any) -> TestClient:
+    return TestClient(create_app(queue, WebConfig(**config)), base_url=BASE)
+
+
+def signed_in(queue: Queue) -> tuple[TestClient, str]:
+    browser = client(queue, token=TOKEN)
+    reply = browser.post("/login", data={"token": TOKEN}, follow_redirects=False)
+    assert reply.status_code == 303
+    found = re.search(r'name="csrf" value="([^"]+)"', browser.get("/").text)
+    assert found is not None
+    return browser, found.group(1)
+
+
+class _Forms(HTMLParser):
+    """The forms of a page: each its action and its inputs' names and values."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.forms: list[tuple[str, dict[str, str]]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = {name: value or "" for name, value in attrs}
+        if tag == "form":
+            self.forms.append((found.get("action", ""), {}))
+        elif tag == "input" and self.forms and "name" in found:
+            self.forms[-1][1][found["name"]] = found.get("value", "")
+
+
+def forms_of(html: str) -> list[tuple[str, dict[str, str]]]:
+    parser = _Forms()
+    parser.feed(html)
+    return parser.forms
+
+
+def submit(browser: TestClient, page: str, action: str, fields: dict[str, str]) -> Any:
+    """Post a form as a browser does: its action resolved against the page's URL (dot
+    segments removed), from this origin."""
+    return browser.post(urljoin(BASE + page, action), data=fields, headers={"Origin": BASE})
+
+
+def test_a_group_name_cannot_steer_a_limits_form_to_another_action(queue: Queue) -> None:
+    """A job whose group is ``../jobs/ID/cancel``: the operator who sets that group's
+    limits must not cancel job ID (the form's action was built from the group name with
+    its slashes and dots, and a browser resolves ``/groups/../jobs/ID/cancel``)."""
+    victim = str(queue.schedule(JobSpec("web.ok").in_group("mail").run_in("1h")))
+    queue.schedule(JobSpec("web.ok").in_group(f"../jobs/{victim}/cancel"))
+    queue.schedule(JobSpec("web.ok").in_group("mail/unset"))
+    queue.limit_group("mail", concurrency=3)
+    browser, _ = signed_in(queue)
+    page = browser.get("/groups").text
+    for action, fields in forms_of(page):
+        if "concurrency" in fields:  # every group's "set" form, as filled in the page
+            submit(browser, "/groups", action, {**fields, "concurrency": "2"})
+    assert queue.job(victim).why is None, "a group's name cancelled another job"
+    limits = {s.group: s.concurrency for s in queue.group_settings()}
+    assert limits == {"mail": 2, f"../jobs/{victim}/cancel": 2, "mail/unset": 2}
+
+
+def test_a_group_or_urn_with_a_slash_can_be_managed(queue: Queue) -> None:
+    queue.schedule(JobSpec("web.ok").in_group("eu/mail"))
+    queue.repeat("reports/daily", JobSpec("web.ok"), Every("1h"))
+    browser, _ = signed_in(queue)
+    for action, fields in forms_of(browser.get("/groups").text):
+        if "concurrency" in fields:
+            assert submit(browser, "/groups", action, {**fields, "concurrency": "4"}).is_success
+    assert [(s.group, s.concurrency) for s in queue.group_settings()] == [("eu/mail", 4)]
+    for action, fields in forms_of(browser.get("/groups").text):
+        if action.endswith("unset") or fields.get("unset"):
+            assert submit(browser, "/groups", action, fields).is_success
+    assert queue.group_settings() == []
+    removes = [f for f in forms_of(browser.get("/schedulers").text) if "remove" in f[0]]
+    assert len(removes) == 1
+    reply = submit(browser, "/schedulers", *removes[0])
+    assert "removed" in reply.text
+    assert queue.schedulers() == []
+    api = {"Authorization": f"Bearer {TOKEN}"}
+    reply = browser.put("/api/groups/eu%2Fmail", json={"concurrency": 1}, headers=api)
+    assert reply.json() == {"group": "eu/mail", "limits": "concurrency 1, rate unlimited, weight 1"}
+    assert browser.delete("/api/groups/eu%2Fmail", headers=api).json()["removed"] is True
