@@ -97,3 +97,34 @@ def test_a_group_or_urn_with_a_slash_can_be_managed(queue: Queue) -> None:
     reply = browser.put("/api/groups/eu%2Fmail", json={"concurrency": 1}, headers=api)
     assert reply.json() == {"group": "eu/mail", "limits": "concurrency 1, rate unlimited, weight 1"}
     assert browser.delete("/api/groups/eu%2Fmail", headers=api).json()["removed"] is True
+
+
+def test_a_request_for_another_host_name_is_refused(queue: Queue) -> None:
+    """DNS rebinding: a page on evil.example, its name re-pointed at 127.0.0.1, reads the
+    dashboard as its own origin (same host name, same port): every job's arguments and
+    errors, from any site the operator visits. The Host header tells it apart."""
+    queue.schedule(JobSpec("web.ok", {"card": "4111 1111 1111 1111"}))
+    browser = client(queue, token=TOKEN)
+    for host in ("evil.example:8087", "evil.example", "127.0.0.1.evil.example:8087"):
+        for path in ("/", "/api/jobs", "/jobs"):
+            reply = browser.get(path, headers={"Host": host})
+            assert reply.status_code == 400, (host, path)
+            assert "4111" not in reply.text
+            assert reply.headers["content-security-policy"].startswith("default-src")
+    for host in ("127.0.0.1:8087", "localhost:8087", "[::1]:8087", "LOCALHOST"):
+        assert browser.get("/api/jobs", headers={"Host": host}).status_code == 200, host
+    anywhere = client(queue, allowed_hosts=("*",))
+    assert anywhere.get("/", headers={"Host": "dashboard.example"}).status_code == 200
+    named = client(queue, allowed_hosts=("dashboard.example",))
+    assert named.get("/", headers={"Host": "dashboard.example:443"}).status_code == 200
+    assert named.get("/", headers={"Host": "127.0.0.1:8087"}).status_code == 400
+
+
+def test_recruiter_web_answers_to_this_machines_names_unless_told() -> None:
+    from recruiter.cli.web import allowed_hosts
+    from recruiter.web.app import LOOPBACK_NAMES
+
+    assert allowed_hosts("127.0.0.1", None, LOOPBACK_NAMES) == LOOPBACK_NAMES
+    assert allowed_hosts("10.0.0.5", None, LOOPBACK_NAMES) == (*LOOPBACK_NAMES, "10.0.0.5")
+    assert allowed_hosts("0.0.0.0", None, LOOPBACK_NAMES) == ("*",)
+    assert allowed_hosts("0.0.0.0", ["ops.example"], LOOPBACK_NAMES) == ("ops.example",)

@@ -22,6 +22,17 @@ from recruiter.logs import Level, setup_logging
 logger = logging.getLogger(__name__)
 
 
+def allowed_hosts(host: str, given: list[str] | None, loopback: tuple[str, ...]) -> tuple[str, ...]:
+    """The host names to answer to: those given, else this machine's (``loopback``) and
+    the address served on; any when serving every interface (the operator put the
+    dashboard behind their own proxy and authentication, as --host says)."""
+    if given:
+        return tuple(given)
+    if host in ("0.0.0.0", "::", ""):
+        return ("*",)
+    return tuple(dict.fromkeys((*loopback, host.strip("[]"))))
+
+
 class WebNotInstalled(RecruiterError):
     """The dashboard's packages are missing."""
 
@@ -43,6 +54,17 @@ def web(
             show_default=False,
         ),
     ] = None,
+    allowed_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            envvar="RECRUITER_WEB_ALLOWED_HOSTS",
+            metavar="NAME",
+            help="A host name the dashboard answers to (repeat for more; * for any). By "
+            "default the names of this machine (127.0.0.1, localhost, ::1), and --host when "
+            "it names one address; any name when --host is 0.0.0.0 or ::.",
+            show_default=False,
+        ),
+    ] = None,
     read_only: Annotated[
         bool, typer.Option("--read-only", help="Refuse every action, whatever the token.")
     ] = False,
@@ -61,6 +83,7 @@ def web(
         import uvicorn  # noqa: PLC0415
 
         from recruiter.web import WebConfig, create_app  # noqa: PLC0415
+        from recruiter.web.app import LOOPBACK_NAMES  # noqa: PLC0415
     except ImportError as error:
         raise WebNotInstalled(
             f"the dashboard needs its packages ({error.name} is missing): "
@@ -71,7 +94,12 @@ def web(
     queue = open_queue(mongodb_uri, database)
     if refresh_every < dt.timedelta(milliseconds=100):
         raise typer.BadParameter("at least 100ms", param_hint="--refresh-every")
-    config = WebConfig(token, read_only, refresh_every.total_seconds())
+    config = WebConfig(
+        token,
+        read_only,
+        refresh_every.total_seconds(),
+        allowed_hosts(host, allowed_host, LOOPBACK_NAMES),
+    )
     app = create_app(queue, config)
     mode = "read-only" if read_only or token is None else "actions allowed with the token"
     logger.info("web: serving on http://%s:%d/ (%s); Ctrl-C stops", host, port, mode)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib.resources import files
 from typing import Any
+from urllib.parse import urlsplit
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
@@ -24,6 +25,9 @@ from recruiter.web.context import Shared, as_json, bson_text, render, when
 from recruiter.web.security import CONTENT_SECURITY_POLICY, Guard, Refused
 
 HERE = files("recruiter.web")
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
+"""The names of this machine a browser on it uses: those the dashboard answers to
+unless told others."""
 SECURITY_HEADERS = {
     "Content-Security-Policy": CONTENT_SECURITY_POLICY,
     "X-Content-Type-Options": "nosniff",
@@ -39,6 +43,10 @@ class WebConfig:
     read_only: bool = False
     refresh_seconds: float = 2.0
     """How often the live parts of a page are read again."""
+    allowed_hosts: tuple[str, ...] = LOOPBACK_NAMES
+    """The host names the dashboard answers to (``*``: any). A request naming another
+    host is refused: a page whose name was re-pointed at this machine (DNS rebinding)
+    would otherwise read the dashboard as its own origin."""
 
 
 def create_app(queue: Queue, config: WebConfig | None = None) -> FastAPI:
@@ -62,6 +70,7 @@ def create_app(queue: Queue, config: WebConfig | None = None) -> FastAPI:
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
     app.include_router(pages.router)
     app.include_router(api.router)
+    app.state.allowed_hosts = frozenset(host.lower() for host in config.allowed_hosts)
     app.middleware("http")(_security_headers)
     app.add_exception_handler(Refused, _failed)
     app.add_exception_handler(RecruiterError, _failed)
@@ -70,9 +79,30 @@ def create_app(queue: Queue, config: WebConfig | None = None) -> FastAPI:
 
 
 async def _security_headers(request: Request, call_next: Any) -> Response:
-    response: Response = await call_next(request)
+    allowed: frozenset[str] = request.app.state.allowed_hosts
+    host = request.headers.get("host", "")
+    name = _host_name(host)
+    response: Response
+    if "*" in allowed or name in allowed:
+        response = await call_next(request)
+    else:
+        response = as_json(
+            {
+                "error": f"this dashboard does not answer to {host!r}: start recruiter web "
+                "with --allowed-host NAME to serve it under that name"
+            },
+            status_code=400,
+        )
     response.headers.update(SECURITY_HEADERS)
     return response
+
+
+def _host_name(host: str) -> str | None:
+    """The name in a ``Host`` header (``[::1]:8087`` is ``::1``); None if unreadable."""
+    try:
+        return urlsplit(f"//{host}").hostname
+    except ValueError:
+        return None
 
 
 async def _failed(request: Request, error: Exception) -> Response:
