@@ -198,7 +198,7 @@ def test_a_bulk_action_asks_first_saying_how_many(queue: Queue, jobs: dict[str, 
     asked = browser.post("/bulk", data=form).text
     assert "cancel 2 jobs?" in asked
     assert queue.job(jobs["waiting"]).why is None, "nothing done before the confirmation"
-    done = browser.post("/bulk", data={**form, "confirmed": "yes"}).text
+    done = browser.post("/bulk", data={**form, "confirmed": "yes", "count": "2"}).text
     assert "cancel: 2 of 2 jobs" in done
     assert {queue.job(jobs[k]).why for k in ("waiting", "later")} == {"cancelled"}
 

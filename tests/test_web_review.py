@@ -128,3 +128,36 @@ def test_recruiter_web_answers_to_this_machines_names_unless_told() -> None:
     assert allowed_hosts("10.0.0.5", None, LOOPBACK_NAMES) == (*LOOPBACK_NAMES, "10.0.0.5")
     assert allowed_hosts("0.0.0.0", None, LOOPBACK_NAMES) == ("*",)
     assert allowed_hosts("0.0.0.0", ["ops.example"], LOOPBACK_NAMES) == ("ops.example",)
+
+
+def test_a_confirmed_bulk_action_takes_the_jobs_it_counted(queue: Queue) -> None:
+    """The page asks "cancel 2 jobs?"; while the operator reads it, 3 more jobs of the
+    group are scheduled: yes cancels the 2, not 5."""
+    counted = [queue.schedule(JobSpec("web.ok").in_group("video")) for _ in range(2)]
+    browser, csrf = signed_in(queue)
+    asked = browser.post("/bulk", data={"csrf": csrf, "action": "cancel", "group": "video"})
+    assert "cancel 2 jobs?" in asked.text
+    [(action, confirm)] = [f for f in forms_of(asked.text) if f[1].get("confirmed") == "yes"]
+    later = [queue.schedule(JobSpec("web.ok").in_group("video")) for _ in range(3)]
+    done = submit(browser, "/bulk", action, confirm)
+    assert "cancel: 2 of 2 jobs" in done.text
+    assert [queue.job(job).why for job in counted] == ["cancelled", "cancelled"]
+    assert [queue.job(job).why for job in later] == [None, None, None]
+
+
+def test_a_bulk_action_whose_selection_changed_asks_again(queue: Queue) -> None:
+    """Counted 2 failed jobs to retry; one is retried meanwhile: the page asks again
+    with the new count rather than act on a selection the operator did not see."""
+    failed = [queue.schedule(JobSpec("web.ok")) for _ in range(2)]
+    for job in failed:
+        queue.store.scheduled.update_one(
+            {"_id": job}, {"$set": {"why": "tried-too-many-times", "done": True}}
+        )
+    browser, csrf = signed_in(queue)
+    asked = browser.post("/bulk", data={"csrf": csrf, "action": "retry", "state": "failed"})
+    assert "retry 2 jobs?" in asked.text
+    [(action, confirm)] = [f for f in forms_of(asked.text) if f[1].get("confirmed") == "yes"]
+    queue.store.scheduled.update_one({"_id": failed[0]}, {"$set": {"why": "done"}})
+    again = submit(browser, "/bulk", action, confirm)
+    assert "retry 1 job?" in again.text
+    assert queue.store.scheduled.count_documents({"recovered_from": {"$exists": True}}) == 0

@@ -3,10 +3,12 @@ the same the command line calls, and a sentence saying what it did."""
 
 from __future__ import annotations
 
+from bson import ObjectId
+
 from recruiter import listing
 from recruiter.errors import InvalidJob, RecruiterError
 from recruiter.groups import GroupSettings
-from recruiter.listing import FAILED, JobFilter
+from recruiter.listing import FAILED, InvalidFilter, JobFilter
 from recruiter.queue import Queue
 
 JOB_ACTIONS = ("run", "cancel", "retry", "recover")
@@ -36,13 +38,14 @@ def act_on_job(queue: Queue, action: str, job_id: str) -> str:
     raise InvalidJob(f"{action!r} is not an action: one of {', '.join(JOB_ACTIONS)}")
 
 
-def selected(queue: Queue, where: JobFilter, action: str) -> list[str]:
+def selected(queue: Queue, where: JobFilter, action: str, upto: str | None = None) -> list[str]:
     """The ids of the jobs ``where`` selects that ``action`` applies to, at most
-    :data:`BULK_LIMIT`."""
+    :data:`BULK_LIMIT`, newest first; with ``upto``, none created after that job (those
+    a confirmation page counted, not those scheduled since)."""
     if action not in BULK_ACTIONS:
         raise InvalidJob(f"{action!r} is not a bulk action: one of {', '.join(BULK_ACTIONS)}")
     ids: list[str] = []
-    before = None
+    before: str | ObjectId | None = None if upto is None else _just_after(upto)
     while len(ids) < BULK_LIMIT:
         page = listing.list_jobs(queue, where, listing.PAGE * 10, before)
         now = queue.clock.now()
@@ -58,6 +61,17 @@ def selected(queue: Queue, where: JobFilter, action: str) -> list[str]:
             break
         before = page.next_before
     return ids[:BULK_LIMIT]
+
+
+def newest(ids: list[str]) -> str | None:
+    """The newest of these job ids (``upto`` for :func:`selected`)."""
+    return max((i for i in ids if ObjectId.is_valid(i)), default=None)
+
+
+def _just_after(job_id: str) -> ObjectId:
+    if not ObjectId.is_valid(job_id):
+        raise InvalidFilter(f"{job_id!r} is not a job id")
+    return ObjectId(f"{int(job_id, 16) + 1:024x}")
 
 
 def act_on_jobs(queue: Queue, action: str, ids: list[str]) -> str:

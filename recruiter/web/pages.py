@@ -38,6 +38,10 @@ class BulkForm(JobQuery):
     action: str
     csrf: str | None = None
     confirmed: str | None = None
+    count: str | None = None
+    """How many jobs the confirmation page said the action would take."""
+    upto: str | None = None
+    """The newest of them: jobs scheduled after the page was shown are not taken."""
 
 
 class GroupForm(BaseModel):
@@ -143,16 +147,20 @@ def job_action(
 
 @router.post("/bulk", response_class=HTMLResponse)
 def bulk_action(request: Request, form: Annotated[BulkForm, Form()]) -> HTMLResponse:
-    """First a page that says how many jobs the action would take, then the action."""
+    """First a page that says how many jobs the action would take, then the action: on
+    the jobs counted (none scheduled since), and only if they are still as many, else
+    the page asks again with the new count."""
     check_form_action(request, form.csrf)
     queue, where = queue_of(request), form.to_filter()
-    ids = actions.selected(queue, where, form.action)
-    if form.confirmed != "yes":
+    ids = actions.selected(queue, where, form.action, form.upto or None)
+    if form.confirmed != "yes" or form.count != str(len(ids)):
         return render(
             request,
             "confirm.html",
             action=form.action,
             count=len(ids),
+            upto=actions.newest(ids) or "",
+            changed=form.confirmed == "yes",
             where=where,
             finished_within=form.finished_within or "",
         )
