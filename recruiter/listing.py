@@ -154,6 +154,13 @@ def worker_rows(queue: Queue) -> list[dict[str, Any]]:
     ]
 
 
+def _ended_at(job: Job, now: dt.datetime) -> dt.datetime:
+    """When a job's last attempt ended; ``now`` if it does not say (or, damaged, says it
+    in something else than a date)."""
+    ended = (job.last_execution or {}).get("ended_at")
+    return ended if isinstance(ended, dt.datetime) and ended.tzinfo is not None else now
+
+
 def leases(queue: Queue, now: dt.datetime) -> dict[str, dict[str, Any]]:
     """Who leads the recruiter and the cleaner, and until when."""
     found = {}
@@ -175,7 +182,7 @@ def recent_failures(queue: Queue, now: dt.datetime) -> list[dict[str, Any]]:
             *store.find_jobs("scheduled", failed, RECENT_FAILURES),  # not yet moved
             *store.find_jobs("archived", failed, RECENT_FAILURES),
         ],
-        key=lambda job: job.last_execution.get("ended_at") or now if job.last_execution else now,
+        key=lambda job: _ended_at(job, now),
         reverse=True,
     )
     unique = list({str(job.id): job for job in latest}.values())[:RECENT_FAILURES]

@@ -8,6 +8,8 @@ from html.parser import HTMLParser
 from typing import Any
 from urllib.parse import urljoin
 
+import pytest
+from bson import ObjectId
 from fastapi.testclient import TestClient
 
 from recruiter import JobSpec, Queue
@@ -161,3 +163,60 @@ def test_a_bulk_action_whose_selection_changed_asks_again(queue: Queue) -> None:
     again = submit(browser, "/bulk", action, confirm)
     assert "retry 1 job?" in again.text
     assert queue.store.scheduled.count_documents({"recovered_from": {"$exists": True}}) == 0
+
+
+DAMAGED_JOBS: dict[str, dict[str, Any]] = {
+    "a group that is a list": {"group": ["mail"]},
+    "a group that is a document": {"group": {"name": "mail"}},
+    "a failure's end that is a string": {
+        "why": "tried-too-many-times",
+        "done": True,
+        "last_execution": {"ended_at": "yesterday", "message": "m"},
+    },
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGED_JOBS, ids=list(DAMAGED_JOBS))
+@pytest.mark.parametrize("collection", ["scheduled", "archived"])
+def test_one_damaged_job_does_not_take_the_pages_down(
+    queue: Queue, damage: str, collection: str
+) -> None:
+    """A hand-edited or foreign document (a Job reads it without raising, listing its
+    problems): the overview, the groups and the API still answer."""
+    failed = queue.schedule(JobSpec("web.ok").in_group("mail"))
+    queue.store.scheduled.update_one(
+        {"_id": failed},
+        {
+            "$set": {
+                "why": "tried-too-many-times",
+                "done": True,
+                "last_execution": {"ended_at": queue.clock.now(), "message": "m"},
+            }
+        },
+    )
+    document = {**JobSpec("web.ok").to_document(ObjectId(), queue.clock.now())}
+    document.update(DAMAGED_JOBS[damage])
+    if collection == "archived":
+        document.update({"why": "tried-too-many-times", "archived_at": queue.clock.now()})
+    getattr(queue.store, collection).insert_one(document)
+    browser = client(queue)
+    for path in ("/", "/groups", "/jobs", f"/jobs/{document['_id']}", "/api/overview"):
+        assert browser.get(path).status_code == 200, path
+
+
+DAMAGED_SCHEDULERS: dict[str, dict[str, Any]] = {
+    "a job that is a string": {"job": "x", "schedule": {}},
+    "a schedule that is a string": {"job": {}, "schedule": "x"},
+    "a count that is a string": {"job": {}, "schedule": {}, "created": "many"},
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGED_SCHEDULERS, ids=list(DAMAGED_SCHEDULERS))
+def test_one_damaged_scheduler_does_not_take_its_page_down(queue: Queue, damage: str) -> None:
+    queue.repeat("reports/daily", JobSpec("web.ok"), Every("1h"))
+    queue.store.schedulers.insert_one({"_id": "damaged", **DAMAGED_SCHEDULERS[damage]})
+    browser = client(queue)
+    reply = browser.get("/schedulers")
+    assert reply.status_code == 200
+    assert "reports/daily" in reply.text
+    assert browser.get("/api/schedulers").status_code == 200

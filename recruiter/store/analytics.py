@@ -34,6 +34,16 @@ def unfinished_state_queries(now: dt.datetime) -> dict[str, Document]:
     }
 
 
+def _hashable(value: Any) -> Any:
+    """A field's value as a dictionary key: a damaged document's list or document (a
+    group ``["mail"]``) as its text, so that one such job does not fail every count."""
+    try:
+        hash(value)
+    except TypeError:
+        return str(value)
+    return value
+
+
 class AnalyticsVerbs:
     """Counts and samples of ``scheduled`` and ``archived``."""
 
@@ -84,7 +94,11 @@ class AnalyticsVerbs:
             {"$group": {"_id": f"${field}", "count": {"$sum": 1}}},
         ]
         source = self.scheduled if collection == "scheduled" else self.archived
-        return {d["_id"]: d["count"] for d in source.aggregate(pipeline)}
+        counts: dict[Any, int] = {}
+        for document in source.aggregate(pipeline):
+            value = _hashable(document["_id"])
+            counts[value] = counts.get(value, 0) + document["count"]
+        return counts
 
     def find_jobs(
         self, collection: str, query: Mapping[str, Any], limit: int, newest_first: bool = True
@@ -106,7 +120,8 @@ class AnalyticsVerbs:
         counts: dict[tuple[Any, Any], int] = {}
         for document in self.archived.aggregate(pipeline):
             key = document["_id"] if isinstance(document["_id"], dict) else {}
-            counts[(key.get("group"), key.get("why"))] = document["count"]
+            both = (_hashable(key.get("group")), _hashable(key.get("why")))
+            counts[both] = counts.get(both, 0) + document["count"]
         return counts
 
     def find_jobs_by_id(self, collection: str, query: Mapping[str, Any], limit: int) -> list[Job]:

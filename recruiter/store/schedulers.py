@@ -21,6 +21,7 @@ deleting it), so reading ``scheduled`` then ``archived`` cannot miss it.
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -73,18 +74,29 @@ class SchedulerRecord:
         missed = next((r for r in MISSED_RULES if r == document.get("missed")), DEFAULT_MISSED)
         return cls(
             urn=str(document["_id"]),
-            job=document.get("job") or {},
-            schedule=document.get("schedule") or {},
+            job=_mapping(document.get("job")),
+            schedule=_mapping(document.get("schedule")),
             unique=document.get("unique") is True,
             missed=missed,
             next_at=aware(next_at) if isinstance(next_at, dt.datetime) else None,
             pending=occurrence(document.get("pending")),
             last=occurrence(document.get("last")),
-            created=int(document.get("created") or 0),
-            skipped=int(document.get("skipped") or 0),
+            created=_count(document.get("created")),
+            skipped=_count(document.get("skipped")),
             broken=str(document["broken"]) if "broken" in document else None,
             paused_at=aware(paused_at) if isinstance(paused_at, dt.datetime) else None,
         )
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _count(value: Any) -> int:
+    """A stored count; 0 if a damaged document holds something else there."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        return 0
+    return int(min(max(value, 0), 2**63))
 
 
 class SchedulerVerbs:
