@@ -48,7 +48,10 @@ def parse_duration(text: str) -> dt.timedelta:
             f"invalid duration {text!r}{hint}: write a number and a unit, "
             "one of ms, s, m, h, d, w (for example 30s, 5m, 2h, 5d)"
         )
-    return dt.timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+    try:
+        return dt.timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+    except OverflowError:
+        raise ValueError(f"duration {text!r} is too long") from None
 
 
 def to_timedelta(value: Duration, *, name: str = "duration") -> dt.timedelta:

@@ -103,7 +103,11 @@ class JobFilter:
         if self.tag:
             query["tags"] = self.tag
         if self.finished_since is not None:
-            query["archived_at"] = {"$gte": now - self.finished_since}
+            try:
+                since = now - self.finished_since
+            except OverflowError:  # longer ago than dates go: every finished job
+                since = dt.datetime.min.replace(tzinfo=dt.UTC)
+            query["archived_at"] = {"$gte": since}
         return query
 
 

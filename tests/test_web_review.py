@@ -220,3 +220,25 @@ def test_one_damaged_scheduler_does_not_take_its_page_down(queue: Queue, damage:
     assert reply.status_code == 200
     assert "reports/daily" in reply.text
     assert browser.get("/api/schedulers").status_code == 200
+
+
+def test_odd_input_is_a_clear_error_not_a_500(queue: Queue) -> None:
+    queue.schedule(JobSpec("web.ok").in_group("mail"))
+    browser, csrf = signed_in(queue)
+    api = {"Authorization": f"Bearer {TOKEN}"}
+    for within in ("99999999999999d", "999999w", "1" + "0" * 400 + "d"):
+        assert browser.get("/jobs", params={"finished_within": within}).status_code in (200, 400)
+        reply = browser.get("/api/jobs", params={"finished_within": within})
+        assert reply.status_code in (200, 400), within
+        bulk = {"action": "retry", "finished_within": within}
+        assert browser.post("/api/bulk", json=bulk, headers=api).status_code in (200, 400)
+    reply = browser.get("/api/jobs", params={"before": "not-an-id"})
+    assert reply.status_code == 400, "a page after a job that cannot exist"
+    assert "before" in reply.json()["error"]
+    for field, value in (("weight", "²"), ("concurrency", "³"), ("concurrency", "9" * 5000)):
+        form = {"csrf": csrf, "group": "mail", field: value}
+        reply = browser.post("/groups", data=form)
+        assert reply.status_code == 400, (field, value)
+    reply = browser.post("/groups", data={"csrf": csrf, "group": "mail", "weight": "0"})
+    assert reply.status_code == 400, "weight 0 is refused, as the API refuses it"
+    assert queue.group_settings() == []

@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 
 from recruiter import listing
 from recruiter.web import actions, views
-from recruiter.web.context import JobQuery, as_json, guard_of, queue_of
+from recruiter.web.context import JobQuery, as_json, guard_of, page_after, queue_of
 
 router = APIRouter(prefix="/api")
 Authorization = Annotated[str | None, Header(description="Bearer TOKEN")]
@@ -46,7 +46,7 @@ def api_overview(request: Request) -> Response:
 def api_jobs(request: Request, query: Annotated[JobPage, Query()]) -> Response:
     """A page of jobs, newest first; pass ``next_before`` as ``before`` for the next."""
     queue = queue_of(request)
-    found = listing.list_jobs(queue, query.to_filter(), query.limit, query.before or None)
+    found = listing.list_jobs(queue, query.to_filter(), query.limit, page_after(query.before))
     now = queue.clock.now()
     jobs = [listing.summary(job, now) for job in found.jobs]
     return as_json({"jobs": jobs, "next_before": found.next_before})

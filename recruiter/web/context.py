@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any, cast
 from urllib.parse import urlsplit
 
-from bson import json_util
+from bson import ObjectId, json_util
 from bson.json_util import RELAXED_JSON_OPTIONS
 from fastapi import Request
 from fastapi.responses import HTMLResponse, Response
@@ -22,6 +22,9 @@ from recruiter.listing import STATES, InvalidFilter, JobFilter
 from recruiter.queue import Queue
 from recruiter.web import views
 from recruiter.web.security import SESSION_COOKIE, Guard, Session
+
+MOST_DIGITS = 18
+"""Digits a form's number may have (any limit is far less; int() of thousands fails)."""
 
 
 class JobQuery(BaseModel):
@@ -141,9 +144,18 @@ def whole_number(name: str, text: str) -> int | None:
     text = text.strip()
     if not text:
         return None
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):  # "²".isdigit(), yet int("²") fails
         raise InvalidGroupSettings(f"{name} must be a whole number, got {text!r}")
+    if len(text) > MOST_DIGITS:
+        raise InvalidGroupSettings(f"{name} is far too large: {text[:MOST_DIGITS]}…")
     return int(text)
+
+
+def page_after(before: str | None) -> str | None:
+    """A page's ``before``: the id of a job (the last of the previous page)."""
+    if before and not ObjectId.is_valid(before):
+        raise InvalidFilter(f"before: {before!r} is not a job id (pass a page's next_before)")
+    return before or None
 
 
 def when(value: Any) -> str:

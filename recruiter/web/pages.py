@@ -15,6 +15,7 @@ from recruiter.web.context import (
     check_form_action,
     guard_of,
     origin_of,
+    page_after,
     queue_of,
     render,
     shared_overview,
@@ -71,7 +72,7 @@ def jobs_page(
 ) -> HTMLResponse:
     queue = queue_of(request)
     where = query.to_filter()
-    found = listing.list_jobs(queue, where, listing.PAGE, before or None)
+    found = listing.list_jobs(queue, where, listing.PAGE, page_after(before))
     now = queue.clock.now()
     return render(
         request,
@@ -178,11 +179,15 @@ def group_limits(request: Request, form: Annotated[LimitsForm, Form()]) -> HTMLR
         form.group,
         whole_number("concurrency", form.concurrency),
         form.rate.strip() or None,
-        whole_number("weight", form.weight) or 1,
+        _or_one(whole_number("weight", form.weight)),
     )
     return render(
         request, "done.html", said=f"group {form.group}: {settings.describe()}", back="/groups"
     )
+
+
+def _or_one(weight: int | None) -> int:
+    return 1 if weight is None else weight  # 0 is refused by GroupSettings, not made 1
 
 
 @router.post("/groups/unset", response_class=HTMLResponse)
