@@ -242,3 +242,19 @@ def test_odd_input_is_a_clear_error_not_a_500(queue: Queue) -> None:
     reply = browser.post("/groups", data={"csrf": csrf, "group": "mail", "weight": "0"})
     assert reply.status_code == 400, "weight 0 is refused, as the API refuses it"
     assert queue.group_settings() == []
+
+
+@pytest.mark.parametrize(
+    "token", ["short", "", "               x", " a-token-of-twenty-chars", "a-token-of-twenty\n"]
+)
+def test_recruiter_web_refuses_a_weak_token(token: str) -> None:
+    """Too short, or padded with blanks (16 characters of which one counts; and a token
+    with blanks around it could never be sent as a Bearer token, which is stripped)."""
+    from typer.testing import CliRunner
+
+    from recruiter.cli import app
+
+    arguments = ["web", "--token", token, "--mongodb-uri", "mongodb://127.0.0.1:1"]
+    result = CliRunner().invoke(app, arguments, env={"COLUMNS": "200"})
+    assert result.exit_code == 2, result.output
+    assert "16 characters or more" in result.output

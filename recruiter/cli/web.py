@@ -89,8 +89,11 @@ def web(
             f"the dashboard needs its packages ({error.name} is missing): "
             "pip install 'recruiter[web]'"
         ) from error
-    if token is not None and len(token) < 16:
-        raise typer.BadParameter("use a token of 16 characters or more", param_hint="--token")
+    if token is not None and (len(token.strip()) < 16 or token != token.strip()):
+        raise typer.BadParameter(
+            "use a token of 16 characters or more, with no blanks around it",
+            param_hint="--token",
+        )
     queue = open_queue(mongodb_uri, database)
     if refresh_every < dt.timedelta(milliseconds=100):
         raise typer.BadParameter("at least 100ms", param_hint="--refresh-every")
