@@ -258,3 +258,18 @@ def test_recruiter_web_refuses_a_weak_token(token: str) -> None:
     result = CliRunner().invoke(app, arguments, env={"COLUMNS": "200"})
     assert result.exit_code == 2, result.output
     assert "16 characters or more" in result.output
+
+
+def test_a_database_outage_is_a_503_not_bad_input(
+    queue: Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A script retries a 503; a 400 says its request is wrong and not to send it again."""
+    from recruiter.errors import DatabaseUnavailable
+
+    def away(*arguments: Any, **keywords: Any) -> Any:
+        raise DatabaseUnavailable("127.0.0.1:27017: connection refused")
+
+    monkeypatch.setattr(queue.store, "find_job", away)
+    browser = client(queue)
+    assert browser.get(f"/api/jobs/{ObjectId()}").status_code == 503
+    assert browser.get(f"/jobs/{ObjectId()}").status_code == 503

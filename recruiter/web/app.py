@@ -17,7 +17,7 @@ from fastapi.responses import Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
-from recruiter.errors import JobNotFound, RecruiterError
+from recruiter.errors import DatabaseUnavailable, JobNotFound, RecruiterError
 from recruiter.listing import InvalidFilter
 from recruiter.queue import Queue
 from recruiter.web import api, pages
@@ -106,12 +106,15 @@ def _host_name(host: str) -> str | None:
 
 
 async def _failed(request: Request, error: Exception) -> Response:
-    """A refused or impossible action, a job that does not exist, a bad filter: said in
-    the page (or the JSON) with the status it deserves; a traceback is for bugs only."""
+    """A refused or impossible action, a job that does not exist, a bad filter, the
+    database away: said in the page (or the JSON) with the status it deserves; a
+    traceback is for bugs only."""
     if isinstance(error, Refused):
         status = error.status
     elif isinstance(error, JobNotFound):
         status = 404
+    elif isinstance(error, DatabaseUnavailable):
+        status = 503  # not now: try again (a write may have landed; each is conditional)
     else:
         status = 400
     if request.url.path.startswith("/api/"):
