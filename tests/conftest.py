@@ -9,6 +9,7 @@ documents they match).
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import os
 import uuid
 from collections.abc import Iterator
@@ -33,6 +34,17 @@ START = dt.datetime(2026, 11, 22, 9, 0, tzinfo=dt.UTC)
 # 2-core CI runner that starts database servers, they fail tests that are correct.
 settings.register_profile("recruiter", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("recruiter")
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    """Commands configure the root logger (to the stream a CliRunner gives them, closed
+    after); put it back for the tests that follow."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import logging
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,16 +14,6 @@ from typer.testing import CliRunner, Result
 
 from recruiter.cli import ExitCode, app
 from recruiter.embedded import free_port
-
-
-@pytest.fixture(autouse=True)
-def _restore_logging() -> Iterator[None]:
-    """Commands configure the root logger; put it back for the tests that follow."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
 
 
 def said(result: Result) -> str:
