@@ -259,3 +259,23 @@ def test_the_overview_is_read_once_per_interval_however_many_look() -> None:
     for now in (0.0, 0.2, 0.9, 1.0, 1.5):
         shared.get("overview", now, lambda at=now: reads.append(at))  # type: ignore[misc]
     assert reads == [0.0, 1.0], "read at 0 and at 1.0, not at each look"
+
+
+def test_pages_are_not_cached_and_a_session_ends_when_idle(queue: Queue) -> None:
+    from recruiter.web.security import SESSION_IDLE, Guard
+
+    reply = client(queue).get("/")
+    assert reply.headers["cache-control"] == "no-store"
+    guard = Guard(TOKEN, read_only=False)
+    session = guard.sign_in(TOKEN)
+    assert guard.session(session.id, now=session.seen + SESSION_IDLE - 1) is session
+    later = session.seen + 2 * SESSION_IDLE - 1
+    assert guard.session(session.id, now=later) is None, "idle too long since its last use"
+
+
+def test_a_form_missing_a_field_says_which_on_a_page(queue: Queue) -> None:
+    browser, csrf = signed_in(queue)
+    reply = browser.post("/bulk", data={"csrf": csrf})
+    assert reply.status_code == 422
+    assert "text/html" in reply.headers["content-type"]
+    assert "invalid or missing: action" in reply.text

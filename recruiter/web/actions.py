@@ -3,6 +3,8 @@ the same the command line calls, and a sentence saying what it did."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from bson import ObjectId
 
 from recruiter import listing
@@ -15,6 +17,12 @@ JOB_ACTIONS = ("run", "cancel", "retry", "recover")
 BULK_ACTIONS = ("run", "cancel", "retry")
 BULK_LIMIT = 10_000
 """The most jobs one bulk action takes."""
+ACTION_STATES = {
+    "retry": ("failed",),
+    "run": ("ready", "postponed"),
+    "cancel": ("ready", "postponed", "running"),
+}
+"""The states of the jobs each bulk action applies to."""
 
 
 def act_on_job(queue: Queue, action: str, job_id: str) -> str:
@@ -44,6 +52,17 @@ def selected(queue: Queue, where: JobFilter, action: str, upto: str | None = Non
     a confirmation page counted, not those scheduled since)."""
     if action not in BULK_ACTIONS:
         raise InvalidJob(f"{action!r} is not a bulk action: one of {', '.join(BULK_ACTIONS)}")
+    if where.state is None:  # read only the states the action applies to, not the archive
+        found = {
+            job_id
+            for state in ACTION_STATES[action]
+            for job_id in _selected(queue, replace(where, state=state), action, upto)
+        }
+        return sorted(found, reverse=True)[:BULK_LIMIT]
+    return _selected(queue, where, action, upto)
+
+
+def _selected(queue: Queue, where: JobFilter, action: str, upto: str | None) -> list[str]:
     ids: list[str] = []
     before: str | ObjectId | None = None if upto is None else _just_after(upto)
     while len(ids) < BULK_LIMIT:

@@ -13,6 +13,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from fastapi import FastAPI, Request
+from fastapi.exception_handlers import request_validation_exception_handler
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
@@ -75,6 +77,7 @@ def create_app(queue: Queue, config: WebConfig | None = None) -> FastAPI:
     app.add_exception_handler(Refused, _failed)
     app.add_exception_handler(RecruiterError, _failed)
     app.add_exception_handler(InvalidFilter, _failed)
+    app.add_exception_handler(RequestValidationError, _invalid_request)
     return app
 
 
@@ -94,6 +97,9 @@ async def _security_headers(request: Request, call_next: Any) -> Response:
             status_code=400,
         )
     response.headers.update(SECURITY_HEADERS)
+    if not request.url.path.startswith("/static/"):
+        # pages carry a session's CSRF token, and every reply is of the queue now
+        response.headers["Cache-Control"] = "no-store"
     return response
 
 
@@ -103,6 +109,17 @@ def _host_name(host: str) -> str | None:
         return urlsplit(f"//{host}").hostname
     except ValueError:
         return None
+
+
+async def _invalid_request(request: Request, error: Exception) -> Response:
+    """A form or query that does not fit its route: FastAPI's details for the API, a
+    sentence on a page."""
+    if request.url.path.startswith("/api/"):
+        return await request_validation_exception_handler(request, error)  # type: ignore[arg-type]
+    fields = ", ".join(
+        str(problem.get("loc", ["?"])[-1]) for problem in getattr(error, "errors", list)()
+    )
+    return render(request, "error.html", status_code=422, message=f"invalid or missing: {fields}")
 
 
 async def _failed(request: Request, error: Exception) -> Response:

@@ -21,12 +21,15 @@ from __future__ import annotations
 import hmac
 import secrets
 import threading
+import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 SESSION_COOKIE = "recruiter_session"
 SESSIONS_KEPT = 1000
 """Sessions remembered at most; the oldest are forgotten first."""
+SESSION_IDLE = 8 * 3600.0
+"""Seconds a session may go unused before it ends (a stolen cookie does not last)."""
 
 CONTENT_SECURITY_POLICY = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -42,10 +45,12 @@ class Refused(Exception):
         self.status = status
 
 
-@dataclass(frozen=True)
+@dataclass
 class Session:
     id: str
     csrf: str
+    seen: float = 0.0
+    """When it was last used (a monotonic clock's seconds): idle too long, it ends."""
 
 
 class Guard:
@@ -76,18 +81,27 @@ class Guard:
             raise Refused(self.why_not())
         if not self.token_matches(given):
             raise Refused("wrong token", status=401)
-        session = Session(secrets.token_urlsafe(32), secrets.token_urlsafe(32))
+        session = Session(secrets.token_urlsafe(32), secrets.token_urlsafe(32), time.monotonic())
         with self._lock:
             if len(self._sessions) >= SESSIONS_KEPT:
                 self._sessions.pop(next(iter(self._sessions)))
             self._sessions[session.id] = session
         return session
 
-    def session(self, cookie: str | None) -> Session | None:
+    def session(self, cookie: str | None, now: float | None = None) -> Session | None:
+        """The signed-in session of this cookie, if it has not gone idle too long."""
         if not cookie or not self.actions_allowed:
             return None
+        now = time.monotonic() if now is None else now
         with self._lock:
-            return self._sessions.get(cookie)
+            session = self._sessions.get(cookie)
+            if session is None:
+                return None
+            if now - session.seen > SESSION_IDLE:
+                del self._sessions[cookie]
+                return None
+            session.seen = now
+            return session
 
     def sign_out(self, cookie: str | None) -> None:
         with self._lock:
