@@ -84,6 +84,19 @@ class SchemaTooNew(RecruiterError):
         self.supported = supported
 
 
+class ResultNotKept(RecruiterError):
+    """A done job's result was not kept: its code returned something that is not BSON
+    data, or too big a value (the job is done all the same)."""
+
+    def __init__(self, job_id: object, why: str) -> None:
+        super().__init__(
+            f"job {job_id} is done, but {why}: return BSON data (dicts, lists, str, numbers, "
+            "dates, bytes) of at most a megabyte"
+        )
+        self.job_id = job_id
+        self.why = why
+
+
 class NotInAJob(RecruiterError):
     """A job-only function was called outside a running job."""
 

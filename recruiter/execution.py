@@ -54,6 +54,9 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 WRITE_RETRIES = Backoff(0.1, 5.0)
 """Pauses before a write the database did not answer is tried again: 0.1 s, 0.2 s… 5 s."""
+RESULT_BYTES = 1_000_000
+"""The most bytes (as BSON) of the value a job's code returns that is kept as its result;
+a bigger one is dropped, saying so (its attempt is recorded twice in the job)."""
 OUTPUT_BYTES = 100_000
 """The most an attempt's recorded output may take (a command's two tails fit)."""
 RECORD_KEYS = ("attempt", "started_at", "worker", "pid", "hostname", "outcome")
@@ -113,6 +116,8 @@ class Execution:
     trace: str | None = None
     group: str | None = None
     """The job's group (unknown when it was not run: fenced before its start)."""
+    result: Any = None
+    """What the job's code returned (done only; as stored, see :func:`kept_result`)."""
 
 
 @dataclass(frozen=True)
@@ -271,11 +276,14 @@ class Executor:
         failure = ran.failure
         if failure is None:
             record["outcome"] = Outcome.DONE.value
+            record.update(ran.result)
             if not self._end(job, "success", finishing(job.id, token, Why.DONE, ended_at), record):
                 return _fenced(job)
+            if "result_dropped" in ran.result:
+                logger.error("job %s: %s", job.id, ran.result["result_dropped"])
             logger.info("job %s done (attempt %d)", job.id, job.attempts)
             self._remember_success(job, began_by, ended_at)
-            return Execution(job.id, Outcome.DONE, job.attempts)
+            return Execution(job.id, Outcome.DONE, job.attempts, result=ran.result.get("result"))
         # a message is the exception's str(), of any size: kept to the trace's bound
         record.update({"class": failure.exception_class, "message": failure.message[:TRACE_LIMIT]})
         record["trace"] = ran.trace
@@ -491,6 +499,8 @@ class Ran:
     process: dict[str, Any] = field(default_factory=dict)
     """The child process that ran it (``processes`` pool): its pid, its memory after
     the job, and why it was replaced, if it was; recorded in the attempt."""
+    result: dict[str, Any] = field(default_factory=dict)
+    """What its code returned, as the attempt keeps it (:func:`kept_result`)."""
 
 
 def _run(
@@ -518,7 +528,7 @@ def _run(
         target = registry.rebuild(job.workable, job.parameters, job.method)
         hooks = registry.hooks_of(job.workable, target)
         with running_as(statistics) as output:
-            running.call(target, loop)
+            returned = running.call(target, loop)
     except BaseException as error:
         # any exception the job's code lets out fails the attempt, BaseExceptions too
         # (asyncio.CancelledError from an asyncio.run inside it, KeyboardInterrupt,
@@ -528,7 +538,24 @@ def _run(
         trace = "".join(traceback.format_exception(error))[-TRACE_LIMIT:]
         ran = Ran(Failure.from_exception(error), trace, storable(output), error, hooks)
         return dataclasses.replace(ran, stopped=running.stopped)
-    return Ran(output=storable(output), hooks=hooks, stopped=running.stopped)
+    kept = kept_result(returned)
+    return Ran(output=storable(output), hooks=hooks, stopped=running.stopped, result=kept)
+
+
+def kept_result(value: Any) -> dict[str, Any]:
+    """The fields an attempt keeps of what the job's code returned: none for ``None``;
+    ``result`` when it is BSON data within :data:`RESULT_BYTES`; else ``result_dropped``,
+    saying why (the job is done all the same: its code ran to its end)."""
+    if value is None:
+        return {}
+    try:
+        size = len(bson.encode({"result": value}))
+    except (bson.errors.BSONError, OverflowError, TypeError, ValueError) as error:
+        why = f"its result is not BSON data, so it was not kept: {error!r}"
+        return {"result_dropped": why[:TRACE_LIMIT]}
+    if size > RESULT_BYTES:
+        return {"result_dropped": f"its result takes {size} bytes, over {RESULT_BYTES}: not kept"}
+    return {"result": value}
 
 
 def _not_run(why: type[Stopped]) -> Ran:

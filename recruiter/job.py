@@ -22,7 +22,7 @@ from bson import ObjectId, json_util
 
 from recruiter.clock import to_millis
 from recruiter.duration import Duration, to_timedelta
-from recruiter.errors import InvalidJob, InvalidParameters, InvalidRetryPolicy
+from recruiter.errors import InvalidJob, InvalidParameters, InvalidRetryPolicy, ResultNotKept
 from recruiter.policies import DoNotDoItAgain, RetriableExceptionFilter
 from recruiter.retry import RetryPolicy
 
@@ -337,6 +337,35 @@ class Job:
     def finished(self) -> bool:
         """Whether the job reached its end (it has an archive reason)."""
         return self.why is not None
+
+    @property
+    def result(self) -> Any:
+        """What the job's code returned, kept with the attempt that ended it ``done``;
+        ``None`` while it is not done (or when its code returned nothing).
+
+        Raises :class:`~recruiter.errors.ResultNotKept` when the value could not be kept
+        (not BSON data, or too big): the job is done all the same.
+
+        >>> import mongomock
+        >>> from recruiter import Queue, Registry
+        >>> from recruiter.testing import drain
+        >>> registry = Registry()
+        >>> @registry.workable("maths.add")
+        ... def add(a: int, b: int) -> int:
+        ...     return a + b
+        >>> queue = Queue(mongomock.MongoClient(tz_aware=True).shop)
+        >>> job_id = queue.schedule(add.job(2, 3))
+        >>> drain(queue, registry).results[job_id]
+        5
+        >>> queue.job(job_id).result
+        5
+        """
+        last = self.last_execution or {}
+        if self.why != "done" or last.get("outcome") != "done":
+            return None
+        if "result_dropped" in last:
+            raise ResultNotKept(self.id, str(last["result_dropped"]))
+        return last.get("result")
 
     @classmethod
     def from_document(cls, document: Mapping[str, Any]) -> Job:

@@ -51,7 +51,7 @@ import bson
 from bson.codec_options import CodecOptions
 
 from recruiter.errors import RecruiterError
-from recruiter.execution import Ran, returned_before_stop, storable
+from recruiter.execution import Ran, kept_result, returned_before_stop, storable
 from recruiter.job import TRACE_LIMIT, Job, Root
 from recruiter.logs import Level, logging_setup, setup_logging
 from recruiter.memory import resident_memory
@@ -174,7 +174,8 @@ class JobProcess:
         process = self._after_job(ran.get("memory"))
         output = ran.get("output") or {}
         if failure is None:
-            return Ran(output=output, hooks=hooks, stopped=stop, process=process)
+            kept = {key: ran[key] for key in ("result", "result_dropped") if key in ran}
+            return Ran(output=output, hooks=hooks, stopped=stop, process=process, result=kept)
         recorded = Failure(failure["class"], tuple(failure["types"]), failure["message"])
         stand_in = _Reported(recorded.message)
         return Ran(recorded, ran.get("trace"), output, stand_in, hooks, stop, process)
@@ -516,6 +517,7 @@ class _Child:
         running = Running(request["job_id"], None)
         output: dict[str, Any] = {}
         failed: BaseException | None = None
+        returned: Any = None
         with self.lock:
             self.running, self.current = running, number
         try:
@@ -524,7 +526,7 @@ class _Child:
             )
             self.hooks = self.registry.hooks_of(request["workable"], target)
             with running_as(statistics) as output:
-                running.call(lambda: self._begin(number, running, target))
+                returned = running.call(lambda: self._begin(number, running, target))
         except BaseException as error:
             if not returned_before_stop(error, running.returned):
                 failed = error
@@ -539,6 +541,8 @@ class _Child:
         if failed is not None:
             self.error = failed
             reply.update(_failure_fields(failed))
+        else:
+            reply.update(kept_result(returned))
         return reply
 
     def _begin(self, number: int, running: Running, target: Callable[[], Any]) -> Any:

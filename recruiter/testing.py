@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+from typing import Any
 
 from bson import ObjectId
 
@@ -33,6 +34,12 @@ class DrainReport:
     @property
     def succeeded(self) -> list[Execution]:
         return [e for e in self.executions if e.outcome is Outcome.DONE]
+
+    @property
+    def results(self) -> dict[Any, Any]:
+        """What each job done returned, by job id (as kept: ``None`` for a value that
+        could not be, see :attr:`recruiter.Job.result`)."""
+        return {e.job_id: e.result for e in self.succeeded}
 
     @property
     def failures(self) -> list[Execution]:

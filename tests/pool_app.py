@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import datetime as dt
 import logging
 import os
 import re
@@ -15,6 +16,7 @@ from pathlib import Path
 from recruiter import Registry, Workable, record_output, retry_statistics
 
 registry = Registry()
+MOMENT = dt.datetime(2026, 11, 24, 9, 0, tzinfo=dt.UTC)
 
 
 @registry.workable("pool.whoami")
@@ -185,3 +187,13 @@ async def rendezvous(name: str, expected: int, patience: float) -> None:
             raise TimeoutError(f"only {ARRIVED[name]} of {expected} jobs ever ran at once")
         await asyncio.sleep(0.01)
     record_output(pid=os.getpid(), thread=threading.current_thread().name)
+
+
+@registry.workable("pool.answer")
+def answer(kind: str) -> object:
+    """Returns a value of ``kind``: what a job process sends back as the result."""
+    if kind == "data":
+        return {"total": 42, "items": [1, 2.5, "three"], "at": MOMENT}
+    if kind == "object":
+        return object()
+    return None

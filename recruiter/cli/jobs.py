@@ -25,6 +25,7 @@ from recruiter.cli.options import (
     open_queue,
 )
 from recruiter.cli.tables import counted, id_column
+from recruiter.errors import ResultNotKept
 from recruiter.job import Job
 from recruiter.listing import FAILED, STATES, InvalidFilter, JobFilter, state_queries
 from recruiter.queue import Queue
@@ -235,6 +236,8 @@ def show_job(
         ("retry policy", json.dumps(dict(job.retry_policy), default=str)),
     ]:
         fields.add_row(name, str(value))
+    if job.why == "done":
+        fields.add_row("result", _result_text(job))
     if job.problems:
         fields.add_row("problems", "; ".join(job.problems))
     console.print(fields)
@@ -249,6 +252,15 @@ def show_job(
             console.print(f"  {attempt['class']}: {attempt.get('message')}", highlight=False)
         if attempt.get("trace"):
             console.print(str(attempt["trace"]).rstrip(), highlight=False, markup=False)
+
+
+def _result_text(job: Job) -> str:
+    """A done job's result as JSON text, or why it was not kept."""
+    try:
+        result = job.result
+    except ResultNotKept as error:
+        return f"not kept: {error.why}"
+    return json_util.dumps(result, json_options=RELAXED_JSON_OPTIONS)
 
 
 def _moment(text: str) -> dt.datetime:
@@ -344,9 +356,11 @@ def _failed_jobs(
 
 
 def _results(finished: list[Job]) -> Table:
-    table = Table(id_column("job"), "ended", "attempts", "last attempt")
+    table = Table(id_column("job"), "ended", "attempts", "result or last error")
     for job in finished:
         last = job.last_execution or {}
         said = last.get("message") or last.get("outcome") or ""
+        if job.why == "done":
+            said = _result_text(job)
         table.add_row(str(job.id), job.why or "-", str(job.attempts), str(said)[:80])
     return table

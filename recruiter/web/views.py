@@ -9,6 +9,7 @@ from typing import Any
 
 from recruiter import listing
 from recruiter.analytics import average, last_minute, spans
+from recruiter.errors import ResultNotKept
 from recruiter.job import Job
 from recruiter.listing import FAILED
 from recruiter.queue import Queue
@@ -134,8 +135,19 @@ def job_detail(queue: Queue, job_id: str) -> dict[str, Any]:
         "cancel_requested_at": job.cancel_requested_at,
         "problems": list(job.problems),
         "history": [dict(attempt) for attempt in job.history],
+        **result_of(job),
         "actions": actions_for(state),
     }
+
+
+def result_of(job: Job) -> dict[str, Any]:
+    """A done job's result, or why it was not kept."""
+    if job.why != "done":
+        return {}
+    try:
+        return {"result": job.result}
+    except ResultNotKept as error:
+        return {"result": None, "result_dropped": error.why}
 
 
 def actions_for(state: str) -> list[str]:
