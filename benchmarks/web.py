@@ -71,7 +71,7 @@ def measure(uri: str, scheduled: int, archived: int, repeat: int) -> dict[str, A
         began = time.perf_counter()
         fill(queue, scheduled, archived)
         filled = time.perf_counter() - began
-        client = TestClient(create_app(queue))
+        client = TestClient(create_app(queue), base_url="http://127.0.0.1")
         first = client.get("/api/jobs", params={"limit": 50}).json()
         halfway = queue.store.archived.find_one(skip=archived // 2, projection={"_id": 1})
         assert halfway is not None
