@@ -138,6 +138,20 @@ class DatabaseUnreachable(DatabaseError):
         self.reason = reason
 
 
+class TransactionsUnavailable(DatabaseError):
+    """The server cannot hold a transaction (a standalone server, not a replica set nor
+    a sharded cluster): nothing was written."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(
+            "this MongoDB cannot run transactions (" + reason + "): scheduling in the "
+            "application's transaction needs a replica set (a single-node one will do: "
+            "mongod --replSet rs0, then rs.initiate()); without session=, jobs are stored "
+            "at once instead"
+        )
+        self.reason = reason
+
+
 class InvalidUri(RecruiterError):
     """The database's address is not a MongoDB URI: nothing was tried."""
 

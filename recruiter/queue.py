@@ -98,25 +98,39 @@ class Queue:
         """Close the connection of a queue made by :meth:`connect`."""
         self.store.database.client.close()
 
-    def schedule(self, job: JobSpec) -> ObjectId:
-        """Store ``job`` to run when due; return its id."""
-        return self.schedule_many([job])[0]
+    def schedule(self, job: JobSpec, *, session: Any = None) -> ObjectId:
+        """Store ``job`` to run when due; return its id. With ``session``, in the
+        application's transaction (see :meth:`schedule_many`)."""
+        return self.schedule_many([job], session=session)[0]
 
-    def schedule_many(self, jobs: Iterable[JobSpec]) -> list[ObjectId]:
+    def schedule_many(self, jobs: Iterable[JobSpec], *, session: Any = None) -> list[ObjectId]:
         """Store every job in one round trip, all or (on a validation error) none.
 
         While the database does not answer, it tries again for up to
         :data:`SCHEDULE_PATIENCE` seconds, storing each job once whatever replies were lost.
+
+        With ``session`` (a pymongo ``ClientSession`` in a transaction, on this queue's
+        client), the jobs are written in that transaction: they exist if and only if it
+        commits, and no worker sees them before. Nothing is tried again then: the
+        driver's errors reach the caller as they are, so that ``with_transaction``
+        retries a transient one (see docs/transactions.md).
         """
         specs = list(jobs)
         for spec in specs:
             if not isinstance(spec, JobSpec):
                 raise InvalidJob(f"expected a JobSpec (from workable.job(...)), got {spec!r}")
+        if session is not None and not getattr(session, "in_transaction", False):
+            raise InvalidJob(
+                "session= schedules in the application's transaction: start one first "
+                "(with session.start_transaction(): ..., or session.with_transaction(...))"
+            )
         self.check_schema()
         # the latest the time may be: a run of a duplicate that began before is never
         # taken for one that began after (recruiter.execution, the executed-after rule)
         now = self.clock.latest()
         documents = [spec.to_document(ObjectId(), now) for spec in specs]
+        if session is not None:
+            return self.store.insert_jobs_in(documents, session)
         return self._insert(documents)
 
     def _insert(self, documents: list[dict[str, Any]]) -> list[ObjectId]:

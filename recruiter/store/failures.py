@@ -30,6 +30,7 @@ from recruiter.errors import (
     DatabaseError,
     DatabaseUnavailable,
     DocumentTooLarge,
+    TransactionsUnavailable,
     WriteRejected,
 )
 
@@ -59,6 +60,12 @@ TRANSIENT_CODES = frozenset(
 TOO_LARGE_CODES = frozenset({10334, 17419, 17420})
 """BSONObjectTooLarge, and a document grown past the limit by an update."""
 TRANSIENT_LABELS = ("RetryableWriteError", "TransientTransactionError")
+
+
+NO_TRANSACTIONS_HERE = 20
+"""IllegalOperation: "Transaction numbers are only allowed on a replica set member or
+mongos" (a standalone server)."""
+_UNTRANSLATED = "_recruiter_untranslated"
 
 
 def translate(error: PyMongoError | BSONError) -> DatabaseError:
@@ -106,9 +113,29 @@ def translated(method: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def in_the_callers_transaction(method: F) -> F:
+    """Mark a verb that runs in the application's own transaction (its ``session``):
+    the driver's errors reach the application as they are, with their labels, so that
+    its ``with_transaction`` retries a transient one; only a server that cannot hold a
+    transaction at all is said in the project's words (:class:`TransactionsUnavailable`)."""
+
+    @functools.wraps(method)
+    def wrapper(*arguments: Any, **options: Any) -> Any:
+        try:
+            return method(*arguments, **options)
+        except OperationFailure as error:
+            if error.code == NO_TRANSACTIONS_HERE:
+                raise TransactionsUnavailable(str(error)) from error
+            raise
+
+    wrapper.__dict__[_UNTRANSLATED] = True
+    return wrapper  # type: ignore[return-value]
+
+
 def translate_methods(cls: type[Any]) -> type[Any]:
-    """Wrap every public method of ``cls`` (inherited ones too) with :func:`translated`."""
+    """Wrap every public method of ``cls`` (inherited ones too) with :func:`translated`,
+    but those run in the caller's transaction (:func:`in_the_callers_transaction`)."""
     for name, member in inspect.getmembers(cls, inspect.isfunction):
-        if not name.startswith("_"):
+        if not name.startswith("_") and not getattr(member, _UNTRANSLATED, False):
             setattr(cls, name, translated(member))
     return cls

@@ -25,7 +25,7 @@ from pymongo.errors import BulkWriteError, OperationFailure
 from recruiter.errors import DocumentTooLarge, RecruiterError, WriteRejected
 from recruiter.job import HISTORY_LIMIT, Job
 from recruiter.store.base import ONE_REPLY, Document, aware, on_mongomock, update_each
-from recruiter.store.failures import translate
+from recruiter.store.failures import in_the_callers_transaction, translate
 
 DUPLICATE_KEY = 11000
 LOCK_PAGE = 10_000
@@ -216,6 +216,33 @@ class JobVerbs:
             "those again"
         )
 
+    @in_the_callers_transaction
+    def insert_jobs_in(self, documents: Sequence[Document], session: Any) -> list[Any]:
+        """Insert new jobs in the application's transaction ``session``: they exist if
+        and only if it commits, and nobody sees them before. Return their ids, in order.
+
+        A job whose deduplication key is held by a queued job (as the transaction sees
+        the queue) is not inserted: its place holds the queued job's id, as
+        :meth:`insert_jobs` does. Read and insert are in the transaction: a concurrent
+        insert of the same key is a write conflict, which the application's
+        ``with_transaction`` retries (the driver's errors are left as they are here).
+        """
+        ids = [document["_id"] for document in documents]
+        keys = {document["queued_key"] for document in documents if "queued_key" in document}
+        queued = self._queued_by_key(keys, session) if keys else {}
+        new: list[Document] = []
+        for position, document in enumerate(documents):
+            key = document.get("queued_key")
+            if key is not None and key in queued:
+                ids[position] = queued[key]
+                continue
+            if key is not None:
+                queued[key] = document["_id"]  # a duplicate later in this batch joins it
+            new.append(document)
+        if new:
+            self.scheduled.insert_many(new, session=session)
+        return ids
+
     def _insert_unless_queued(self, documents: list[Document]) -> list[int]:
         """Insert ``documents``; return the indexes of those refused as duplicates.
 
@@ -249,8 +276,10 @@ class JobVerbs:
             for collection in (self.scheduled, self.archived)
         )
 
-    def _queued_by_key(self, keys: set[str]) -> dict[str, Any]:
-        cursor = self.scheduled.find({"queued_key": {"$in": list(keys)}}, {"queued_key": 1})
+    def _queued_by_key(self, keys: set[str], session: Any = None) -> dict[str, Any]:
+        cursor = self.scheduled.find(
+            {"queued_key": {"$in": list(keys)}}, {"queued_key": 1}, session=session
+        )
         return {document["queued_key"]: document["_id"] for document in cursor}
 
     def find_job(self, job_id: ObjectId | str) -> Job | None:

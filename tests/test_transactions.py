@@ -1,0 +1,131 @@
+"""Scheduling in the application's own transaction: a job exists if and only if the
+transaction commits, and no process sees it before (the real server only: mongomock has
+no sessions)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pymongo.database import Database
+from pymongo.errors import OperationFailure
+
+from recruiter import JobSpec, Queue, Registry
+from recruiter.clock import FrozenClock
+from recruiter.errors import InvalidJob, TransactionsUnavailable
+from recruiter.recruiter import Recruiter
+from recruiter.store.failures import in_the_callers_transaction
+from recruiter.testing import drain
+from recruiter.worker import WorkerSlot
+
+pytestmark = pytest.mark.real_server
+
+
+@pytest.fixture
+def shop(real_database: Database[Any], clock: FrozenClock) -> Queue:
+    return Queue(real_database, clock)
+
+
+@pytest.fixture
+def app(registry: Registry) -> Registry:
+    @registry.workable("shop.confirm_order")
+    def confirm(order: int) -> None: ...
+
+    return registry
+
+
+def order_and_job(shop: Queue, order: int, *, fail: bool = False) -> Any:
+    """The application's transaction: an order, and the job that confirms it."""
+    orders = shop.store.database["orders"]
+    with shop.store.database.client.start_session() as session, session.start_transaction():
+        orders.insert_one({"_id": order}, session=session)
+        job_id = shop.schedule(JobSpec("shop.confirm_order", {"order": order}), session=session)
+        if fail:
+            raise RuntimeError("the application's own failure: the transaction aborts")
+    return job_id
+
+
+def test_a_job_scheduled_in_a_committed_transaction_exists(shop: Queue, app: Registry) -> None:
+    job_id = order_and_job(shop, 1)
+    assert shop.job(job_id).workable == "shop.confirm_order"
+    assert drain(shop, app).results == {job_id: None}
+
+
+def test_an_aborted_transaction_leaves_no_job(shop: Queue, app: Registry) -> None:
+    with pytest.raises(RuntimeError, match="aborts"):
+        order_and_job(shop, 2, fail=True)
+    assert shop.store.count_jobs("scheduled", {}) == 0
+    assert shop.store.database["orders"].count_documents({}) == 0
+
+
+def test_no_process_sees_a_job_before_its_transaction_commits(
+    shop: Queue, app: Registry, clock: FrozenClock
+) -> None:
+    recruiter = Recruiter(shop.store)
+    slot = WorkerSlot(shop.store, app, clock, "*")
+    slot.register()
+    orders = shop.store.database["orders"]
+    with shop.store.database.client.start_session() as session:
+        with session.start_transaction():
+            orders.insert_one({"_id": 3}, session=session)
+            job_id = shop.schedule(JobSpec("shop.confirm_order", {"order": 3}), session=session)
+            assert recruiter.run_once(clock.now()).assigned == 0, "not handed out uncommitted"
+            assert drain(shop, app).executions == ()
+            with pytest.raises(Exception, match="no job with id"):
+                shop.job(job_id)
+        assert recruiter.run_once(clock.now()).assigned == 1, "committed: handed out"
+    assert slot.run_once().ran is not None
+    assert shop.job(job_id).why == "done"
+
+
+def test_a_duplicate_of_a_queued_job_joins_it_in_the_transaction(shop: Queue) -> None:
+    queued = shop.schedule(JobSpec("shop.confirm_order", {"order": 4}).deduplicated())
+    with shop.store.database.client.start_session() as session, session.start_transaction():
+        again = shop.schedule_many(
+            [JobSpec("shop.confirm_order", {"order": 4}).deduplicated()] * 2, session=session
+        )
+    assert again == [queued, queued]
+    assert shop.store.count_jobs("scheduled", {}) == 1
+
+
+def test_duplicates_in_one_transactional_batch_are_one_job(shop: Queue) -> None:
+    spec = JobSpec("shop.confirm_order", {"order": 5}).deduplicated()
+    with shop.store.database.client.start_session() as session, session.start_transaction():
+        first, second = shop.schedule_many([spec, spec], session=session)
+    assert first == second
+    assert shop.store.count_jobs("scheduled", {}) == 1
+
+
+def test_a_session_outside_a_transaction_is_refused(shop: Queue) -> None:
+    with (
+        shop.store.database.client.start_session() as session,
+        pytest.raises(InvalidJob, match="start one first"),
+    ):
+        shop.schedule(JobSpec("shop.confirm_order", {"order": 6}), session=session)
+    assert shop.store.count_jobs("scheduled", {}) == 0
+
+
+def test_a_standalone_server_says_it_cannot_hold_a_transaction() -> None:
+    @in_the_callers_transaction
+    def insert_on_a_standalone_server() -> None:
+        raise OperationFailure(
+            "Transaction numbers are only allowed on a replica set member or mongos", 20
+        )
+
+    with pytest.raises(TransactionsUnavailable, match="needs a replica set"):
+        insert_on_a_standalone_server()
+
+
+def test_the_drivers_transient_errors_reach_the_application_as_they_are() -> None:
+    """So that the application's with_transaction retries them."""
+    conflict = OperationFailure(
+        "WriteConflict", 112, {"errorLabels": ["TransientTransactionError"]}
+    )
+
+    @in_the_callers_transaction
+    def insert_meeting_a_write_conflict() -> None:
+        raise conflict
+
+    with pytest.raises(OperationFailure) as raised:
+        insert_meeting_a_write_conflict()
+    assert raised.value.has_error_label("TransientTransactionError")
