@@ -217,7 +217,17 @@ def stop_local_server(directory: Path | None = None) -> bool:
         if server is None or not _pid_alive(server.pid):
             return False
         server.stop()
+        _reap(server.pid)
         return True
+
+
+def _reap(pid: int) -> None:
+    """Forget the handle of a server this process started and has now stopped (its exit
+    status collected: no zombie, no warning at exit)."""
+    for process in [p for p in _detached if p.pid == pid]:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(STOP_TIMEOUT)
+        _detached.remove(process)
 
 
 def _read_state(state: Path) -> EmbeddedServer | None:

@@ -332,6 +332,8 @@ class Job:
     history: tuple[Mapping[str, Any], ...]
     problems: tuple[str, ...]
     """What is wrong with the stored document; empty for a healthy one."""
+    recovered_as: Any = None
+    """The job this finished one was recovered (or retried) as, if it was."""
 
     @property
     def finished(self) -> bool:
@@ -400,6 +402,7 @@ class Job:
             last_execution=reader.mapping("last_execution", required=False) or None,
             history=tuple(h for h in reader.array("history") if isinstance(h, Mapping)),
             problems=tuple(reader.problems),
+            recovered_as=document.get("recovered_as"),
         )
 
 

@@ -48,8 +48,9 @@ class WaitTimeout(RecruiterError):
         shown = ", ".join(str(j) for j in unfinished[:5])
         more = f" and {len(unfinished) - 5} more" if len(unfinished) > 5 else ""
         super().__init__(
-            f"{len(unfinished)} jobs not finished after {timeout}: {shown}{more}; they go on "
-            "(wait again, or look at them with queue.job(id))"
+            f"{len(unfinished)} job{'' if len(unfinished) == 1 else 's'} not finished after "
+            f"{timeout}: {shown}{more}; they go on (wait again, or look at them with "
+            "recruiter jobs show ID, or queue.job(id))"
         )
         self.unfinished = list(unfinished)
 

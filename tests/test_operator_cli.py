@@ -356,3 +356,13 @@ def test_status_and_metrics_show_jobs_waiting_for_a_workable_no_worker_knows(
         ("recruiter_waiting_jobs", "reports.new", 2.0),
         ("recruiter_waiting_seconds", "reports.new", 125.0),
     }
+
+
+def test_a_wait_says_when_nothing_would_run_the_jobs(
+    cli: Queue, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from recruiter.cli.jobs import _say_who_is_missing
+
+    _say_who_is_missing(cli)
+    said = " ".join(capsys.readouterr().err.split())
+    assert "no recruiter leads (recruiter run) and no worker is on the roster" in said

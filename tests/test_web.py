@@ -114,7 +114,7 @@ def test_a_job_page_says_its_attempts_and_policy_in_words(queue: Queue, registry
     drain(queue, registry)
     detail = client(queue).get(f"/api/jobs/{job_id}").json()
     assert detail["attempts_in_words"].startswith("1 of 8 attempt made; attempt 2 of 8 is due ")
-    assert detail["retry_policy"].startswith("RetryManyTimes: retry how many times 7")
+    assert detail["retry_policy"] == "retried up to 7 times, 600 s after each failure"
     assert detail["actions"] == ["run", "cancel"]
 
 
@@ -175,7 +175,7 @@ def test_the_api_never_acts_on_a_cookie(queue: Queue, jobs: dict[str, Any]) -> N
 def test_signed_in_actions_go_through_the_queue(queue: Queue, jobs: dict[str, Any]) -> None:
     browser, csrf = signed_in(queue)
     said = browser.post(f"/jobs/{jobs['failed']}/retry", data={"csrf": csrf}).text
-    new_id = re.search(r"retried as job ([0-9a-f]{24})", said)
+    new_id = re.search(r'retried as job <a href="/jobs/([0-9a-f]{24})">', said)
     assert new_id is not None
     assert queue.job(new_id.group(1)).why is None
     again = browser.post(f"/jobs/{jobs['failed']}/retry", data={"csrf": csrf}).text
@@ -279,3 +279,48 @@ def test_a_form_missing_a_field_says_which_on_a_page(queue: Queue) -> None:
     assert reply.status_code == 422
     assert "text/html" in reply.headers["content-type"]
     assert "invalid or missing: action" in reply.text
+
+
+def test_a_retried_job_says_as_what_and_is_not_offered_or_counted_again(
+    queue: Queue, jobs: dict[str, Any]
+) -> None:
+    browser, csrf = signed_in(queue)
+    browser.post(f"/jobs/{jobs['failed']}/retry", data={"csrf": csrf})
+    detail = browser.get(f"/api/jobs/{jobs['failed']}").json()
+    assert detail["recovered_as"] is not None
+    assert detail["actions"] == ["recover"]
+    asked = browser.post("/bulk", data={"csrf": csrf, "action": "retry", "state": "failed"})
+    assert "retry 0 jobs?" in asked.text
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    reply = browser.post("/api/bulk", json={"action": "retry", "state": "failed"}, headers=headers)
+    assert reply.json()["said"] == "retry: 0 of 0 jobs"
+
+
+def test_the_api_says_every_error_in_one_shape(queue: Queue) -> None:
+    api = client(queue, token=TOKEN)
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    reply = api.post("/api/bulk", json={"action": "retry", "dry_run": True}, headers=headers)
+    assert reply.status_code == 422
+    assert reply.json()["error"] == "invalid or missing: dry_run"
+    assert api.get("/api/nowhere").json() == {"error": "no such page"}
+    wrong = api.post("/api/bulk", json={"action": "retry"}, headers={"Authorization": "Bearer x"})
+    assert wrong.json() == {"error": "wrong token"}
+    page = api.get("/nowhere")
+    assert page.status_code == 404
+    assert "text/html" in page.headers["content-type"]
+
+
+def test_a_wrong_token_at_sign_in_shows_the_form_again(queue: Queue) -> None:
+    reply = client(queue, token=TOKEN).post("/login", data={"token": "nope"})
+    assert reply.status_code == 401
+    assert "wrong token: try again" in reply.text
+    assert 'name="token"' in reply.text
+
+
+def test_the_bulk_buttons_are_those_that_apply_to_the_state(queue: Queue) -> None:
+    browser, _ = signed_in(queue)
+    failed = browser.get("/jobs", params={"state": "failed"}).text
+    assert 'value="retry"' in failed
+    assert 'value="run"' not in failed
+    assert 'value="cancel"' not in failed
+    assert 'name="action"' not in browser.get("/jobs", params={"state": "done"}).text

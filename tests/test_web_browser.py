@@ -258,7 +258,8 @@ def test_actions_are_refused_without_the_token_or_from_another_site(
     page.goto(dashboard.url + "/login")
     page.fill("input[name=token]", "not-the-token-at-all")
     page.click("#sign-in")
-    assert page.inner_text("#error") == "wrong token"
+    assert page.inner_text("#error") == "wrong token: try again"
+    assert page.locator("input[name=token]").count() == 1, "the form, to try again"
 
     sign_in(page, dashboard.url)  # signed in here; now a page elsewhere tries to act
     action = f"{dashboard.url}/jobs/{waiting}/cancel"

@@ -41,6 +41,7 @@ jobs = typer.Typer(
     no_args_is_help=True,
 )
 console = Console()
+errors = Console(stderr=True)
 
 
 @jobs.command("run")
@@ -85,6 +86,7 @@ def run_jobs(
             console.print(f"{due} due now", highlight=False)
             if not wait:
                 return
+            _say_who_is_missing(queue)
             finished = queue.wait(job_ids, timeout)
     finally:
         queue.close()
@@ -181,6 +183,7 @@ def list_jobs(
     try:
         now = queue.clock.now()
         listed = listing.list_jobs(queue, where, limit).jobs
+        database_name = queue.store.database.name
     finally:
         queue.close()
     if as_json:
@@ -197,7 +200,7 @@ def list_jobs(
             str(job.attempts),
             str(described["last"] or "")[:60],
         )
-    console.print(table if listed else "no job matches")
+    console.print(table if listed else f"no job matches in database {database_name!r}")
 
 
 @jobs.command("show")
@@ -224,7 +227,7 @@ def show_job(
     fields = Table("", "", title=f"job {job.id}")
     for name, value in [
         ("state", described["state"]),
-        ("workable", f"{job.workable}.{job.method}"),
+        ("workable", job.workable if job.method == "execute" else f"{job.workable}.{job.method}"),
         ("parameters", json.dumps(dict(job.parameters), default=str)),
         ("group", job.group),
         ("priority", job.priority),
@@ -252,6 +255,23 @@ def show_job(
             console.print(f"  {attempt['class']}: {attempt.get('message')}", highlight=False)
         if attempt.get("trace"):
             console.print(str(attempt["trace"]).rstrip(), highlight=False, markup=False)
+
+
+def _say_who_is_missing(queue: Queue) -> None:
+    """Before a wait: say so when nothing can run the jobs (no recruiter leads, or no
+    worker is on the roster); the wait would otherwise end in a timeout, unexplained."""
+    now = queue.clock.now()
+    missing = []
+    if listing.leases(queue, now)["recruiter"]["holder"] is None:
+        missing.append("no recruiter leads (recruiter run)")
+    if not queue.store.workers():
+        missing.append("no worker is on the roster (recruiter worker)")
+    if missing:
+        errors.print(
+            f"warning: {' and '.join(missing)}: the jobs wait until they run "
+            "(recruiter up starts all three)",
+            highlight=False,
+        )
 
 
 def _result_text(job: Job) -> str:

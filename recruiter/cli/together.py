@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
+import sys
 import threading
 from collections import Counter
 from pathlib import Path
@@ -41,7 +43,9 @@ from recruiter.queue import Queue
 from recruiter.supervisor import Child, Supervisor
 
 logger = logging.getLogger(__name__)
-console = Console()
+# the demo's table is its point: piped (bin/run | less, a CI log), rich would cut it to
+# 80 columns; a terminal gives its own width
+console = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160)
 
 DEMO_DATABASE = "recruiter_demo"
 

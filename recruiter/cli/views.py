@@ -244,7 +244,7 @@ def status_view(document: dict[str, Any]) -> Group:
             str(group["group"]), str(group["ready"]), str(group["running"]), group["limits"]
         )
     failures = Table(
-        id_column("job"), "workable", "group", "ended", "last error", title="latest failures"
+        id_column("job"), "workable", "group", "why", "last error", title="latest failures"
     )
     for failure in document["recent_failures"]:
         failures.add_row(

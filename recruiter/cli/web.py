@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import socket
 from typing import Annotated
 
 import typer
@@ -31,6 +32,21 @@ def allowed_hosts(host: str, given: list[str] | None, loopback: tuple[str, ...])
     if host in ("0.0.0.0", "::", ""):
         return ("*",)
     return tuple(dict.fromkeys((*loopback, host.strip("[]"))))
+
+
+def _check_free(host: str, port: int) -> None:
+    """Refuse, before saying it serves, an address another server holds."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            raise typer.BadParameter(
+                f"cannot serve on {host}:{port} ({error.strerror}): another server holds "
+                "it? choose another with --port",
+                param_hint="--port",
+            ) from error
 
 
 class WebNotInstalled(RecruiterError):
@@ -94,9 +110,10 @@ def web(
             "use a token of 16 characters or more, with no blanks around it",
             param_hint="--token",
         )
-    queue = open_queue(mongodb_uri, database)
     if refresh_every < dt.timedelta(milliseconds=100):
         raise typer.BadParameter("at least 100ms", param_hint="--refresh-every")
+    _check_free(host, port)
+    queue = open_queue(mongodb_uri, database)
     config = WebConfig(
         token,
         read_only,

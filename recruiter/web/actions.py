@@ -25,6 +25,13 @@ ACTION_STATES = {
 """The states of the jobs each bulk action applies to."""
 
 
+class AlreadyRetried(InvalidJob):
+    """The failed job was retried already (by another operator, or a moment ago)."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"job {job_id} was retried already: not again")
+
+
 def act_on_job(queue: Queue, action: str, job_id: str) -> str:
     """Do ``action`` to one job; say what happened (``RecruiterError`` when it cannot)."""
     if action == "run":
@@ -39,11 +46,16 @@ def act_on_job(queue: Queue, action: str, job_id: str) -> str:
             raise InvalidJob(f"job {job_id} did not fail ({job.why or 'unfinished'}): not retried")
         new = queue.recover(job_id, once=True)
         if new is None:
-            return f"job {job_id} was retried already"
+            raise AlreadyRetried(job_id)
         return f"job {job_id} retried as job {new}"
     if action == "recover":
         return f"job {job_id} recovered as job {queue.recover(job_id)}"
     raise InvalidJob(f"{action!r} is not an action: one of {', '.join(JOB_ACTIONS)}")
+
+
+def bulk_actions_for(state: str | None) -> list[str]:
+    """The bulk actions that may apply to jobs in ``state`` (any state: all)."""
+    return [a for a in BULK_ACTIONS if state is None or state in ACTION_STATES[a]]
 
 
 def selected(queue: Queue, where: JobFilter, action: str, upto: str | None = None) -> list[str]:
@@ -71,7 +83,7 @@ def _selected(queue: Queue, where: JobFilter, action: str, upto: str | None) -> 
         for job in page.jobs:
             state = listing.state_of(job, now)
             if (
-                (action == "retry" and state in FAILED and job.why is not None)
+                (action == "retry" and state in FAILED and job.recovered_as is None)
                 or (action == "run" and state in ("ready", "postponed"))
                 or (action == "cancel" and job.why is None)
             ):

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import Response
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from recruiter import listing
 from recruiter.web import actions, views
@@ -20,13 +20,17 @@ Authorization = Annotated[str | None, Header(description="Bearer TOKEN")]
 class GroupLimits(BaseModel):
     """A group's settings; a missing limit is no limit."""
 
+    model_config = ConfigDict(extra="forbid")  # a misspelt field is an error, not ignored
+
     concurrency: int | None = Field(None, ge=1)
     rate: str | None = Field(None, description="starts/window, as 10/1s or 500/1h")
     weight: int = Field(1, ge=1)
 
 
 class BulkAction(JobQuery):
-    """An action on every job a filter selects."""
+    """An action on every job a filter selects (it acts at once: no field previews it)."""
+
+    model_config = ConfigDict(extra="forbid")  # a misspelt field is an error, not ignored
 
     action: str = Field(description=", ".join(actions.BULK_ACTIONS))
 

@@ -13,17 +13,26 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from fastapi import FastAPI, Request
-from fastapi.exception_handlers import request_validation_exception_handler
+from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from recruiter.errors import DatabaseUnavailable, JobNotFound, RecruiterError
 from recruiter.listing import InvalidFilter
 from recruiter.queue import Queue
 from recruiter.web import api, pages
-from recruiter.web.context import Shared, as_json, bson_text, render, when
+from recruiter.web.context import (
+    Shared,
+    as_json,
+    bson_text,
+    linked_ids,
+    render,
+    seconds,
+    when,
+)
 from recruiter.web.security import CONTENT_SECURITY_POLICY, Guard, Refused
 
 HERE = files("recruiter.web")
@@ -64,6 +73,8 @@ def create_app(queue: Queue, config: WebConfig | None = None) -> FastAPI:
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     templates.env.filters["when"] = when
     templates.env.filters["bson"] = bson_text
+    templates.env.filters["seconds"] = seconds
+    templates.env.filters["linked_ids"] = linked_ids
     templates.env.globals["refresh_ms"] = int(config.refresh_seconds * 1000)
     app.state.queue = queue
     app.state.guard = Guard(config.token, config.read_only)
@@ -78,6 +89,7 @@ def create_app(queue: Queue, config: WebConfig | None = None) -> FastAPI:
     app.add_exception_handler(RecruiterError, _failed)
     app.add_exception_handler(InvalidFilter, _failed)
     app.add_exception_handler(RequestValidationError, _invalid_request)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
     return app
 
 
@@ -112,14 +124,23 @@ def _host_name(host: str) -> str | None:
 
 
 async def _invalid_request(request: Request, error: Exception) -> Response:
-    """A form or query that does not fit its route: FastAPI's details for the API, a
-    sentence on a page."""
+    """A form, query or body that does not fit its route: a sentence naming the fields
+    (and, in the API, FastAPI's details beside it)."""
+    problems: list[dict[str, Any]] = getattr(error, "errors", list)()
+    fields = ", ".join(str(problem.get("loc", ["?"])[-1]) for problem in problems)
+    message = f"invalid or missing: {fields}"
     if request.url.path.startswith("/api/"):
-        return await request_validation_exception_handler(request, error)  # type: ignore[arg-type]
-    fields = ", ".join(
-        str(problem.get("loc", ["?"])[-1]) for problem in getattr(error, "errors", list)()
-    )
-    return render(request, "error.html", status_code=422, message=f"invalid or missing: {fields}")
+        return as_json({"error": message, "detail": jsonable_encoder(problems)}, 422)
+    return render(request, "error.html", status_code=422, message=message)
+
+
+async def _http_error(request: Request, error: Exception) -> Response:
+    """No such page or route, or a method it does not take: said as every error is."""
+    status = getattr(error, "status_code", 500)
+    message = "no such page" if status == 404 else str(getattr(error, "detail", error))
+    if request.url.path.startswith("/api/"):
+        return as_json({"error": message}, status_code=status)
+    return render(request, "error.html", status_code=status, message=message)
 
 
 async def _failed(request: Request, error: Exception) -> Response:

@@ -4,6 +4,7 @@ and the filters and forms routes share."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 import threading
 from collections.abc import Callable
 from typing import Any, cast
@@ -160,9 +161,34 @@ def page_after(before: str | None) -> str | None:
 
 def when(value: Any) -> str:
     """A moment as the pages show it."""
+    if isinstance(value, str):
+        try:
+            value = dt.datetime.fromisoformat(value)
+        except ValueError:
+            return str(value)
     if isinstance(value, dt.datetime):
         return value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     return "-" if value is None else str(value)
+
+
+def seconds(value: Any) -> str:
+    """A duration in seconds as the pages show it; ``-`` when there is none."""
+    return "-" if value is None else f"{value:g} s"
+
+
+def linked_ids(text: str) -> list[tuple[str, str | None]]:
+    """``text`` cut into parts, each job id among them marked (for a link to its job)."""
+    parts: list[tuple[str, str | None]] = []
+    last = 0
+    for found in JOB_ID.finditer(text):
+        parts.append((text[last : found.start()], None))
+        parts.append((found.group(), found.group()))
+        last = found.end()
+    parts.append((text[last:], None))
+    return [(part, job_id) for part, job_id in parts if part]
+
+
+JOB_ID = re.compile(r"\b[0-9a-f]{24}\b")
 
 
 def bson_text(value: Any) -> str:

@@ -21,7 +21,7 @@ from recruiter.web.context import (
     shared_overview,
     whole_number,
 )
-from recruiter.web.security import SESSION_COOKIE, check_same_origin
+from recruiter.web.security import SESSION_COOKIE, Refused, check_same_origin
 
 router = APIRouter(include_in_schema=False)
 
@@ -77,6 +77,7 @@ def jobs_page(
     return render(
         request,
         "jobs.html",
+        bulk_actions=actions.bulk_actions_for(where.state),
         rows=[listing.summary(job, now) for job in found.jobs],
         where=where,
         finished_within=query.finished_within or "",
@@ -122,7 +123,12 @@ def login_page(request: Request) -> HTMLResponse:
 @router.post("/login")
 def login(request: Request, token: Annotated[str, Form()] = "") -> Response:
     check_same_origin(origin_of(request), request.headers.get("host"))
-    session = guard_of(request).sign_in(token)
+    try:
+        session = guard_of(request).sign_in(token)
+    except Refused as error:
+        if error.status != 401:
+            raise
+        return render(request, "login.html", status_code=401, error=str(error))
     response = RedirectResponse("/", status_code=303)
     response.set_cookie(SESSION_COOKIE, session.id, httponly=True, samesite="strict", path="/")
     return response

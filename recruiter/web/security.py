@@ -125,8 +125,10 @@ class Guard:
         if not self.actions_allowed:
             raise Refused(self.why_not())
         scheme, _, given = (authorization or "").partition(" ")
-        if scheme.lower() != "bearer" or not self.token_matches(given.strip()):
+        if scheme.lower() != "bearer" or not given.strip():
             raise Refused("send the token as Authorization: Bearer TOKEN", status=401)
+        if not self.token_matches(given.strip()):
+            raise Refused("wrong token", status=401)
 
 
 def check_same_origin(origin: str | None, host: str | None) -> None:

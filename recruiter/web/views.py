@@ -4,7 +4,7 @@ page, each reading through :mod:`recruiter.listing` and the :class:`recruiter.Qu
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from recruiter import listing
@@ -90,13 +90,56 @@ def last_hour(store: Store, now: dt.datetime, finished: int, failed: int) -> dic
 
 
 def policy_in_words(policy: Mapping[str, Any]) -> str:
-    """A job's stored retry policy as a person reads it."""
+    """A job's stored retry policy as a person reads it.
+
+    >>> policy_in_words({"class": "RetryManyTimes",
+    ...     "parameters": {"retry_how_many_times": 3, "seconds_to_wait_before_retry": 60}})
+    'retried up to 3 times, 60 s after each failure'
+    """
     name = str(policy.get("class", "?")).rsplit(".", 1)[-1]
-    parameters = policy.get("parameters")
-    if not isinstance(parameters, Mapping) or not parameters:
-        return name
-    said = ", ".join(f"{key.replace('_', ' ')} {value}" for key, value in parameters.items())
-    return f"{name}: {said}"
+    given = policy.get("parameters")
+    p: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
+    try:
+        return str(_IN_WORDS[name](p))
+    except (KeyError, TypeError, ValueError):
+        said = ", ".join(f"{key.replace('_', ' ')} {value}" for key, value in p.items())
+        return f"{name}: {said}" if said else name
+
+
+def _times(n: Any) -> str:
+    return "once" if n == 1 else f"up to {n} times"
+
+
+def _exponential(p: Mapping[str, Any]) -> str:
+    said = f"retried {_times(p['retry_how_many_times'])}, "
+    said += f"{p['seconds_to_initially_wait_before_retry']:g} s after the first failure, "
+    said += "twice as long after each next"
+    if p.get("max_seconds_to_wait") is not None:
+        said += f" (at most {p['max_seconds_to_wait']:g} s)"
+    return said
+
+
+_IN_WORDS: dict[str, Callable[[Mapping[str, Any]], str]] = {
+    "DoNotDoItAgain": lambda p: "never retried: one attempt",
+    "RetryManyTimes": lambda p: (
+        f"retried {_times(p['retry_how_many_times'])}, "
+        f"{p['seconds_to_wait_before_retry']:g} s after each failure"
+    ),
+    "ExponentialBackoff": _exponential,
+    "RetryForever": lambda p: (
+        f"retried forever, {p['seconds_to_wait_before_retry']:g} s after each failure"
+    ),
+    "TimeTable": lambda p: (
+        "retried by a time table: "
+        + ", ".join(
+            f"every {wait:g} s for its first {window:g} s" for window, wait in p["time_table"]
+        )
+    ),
+    "RetriableExceptionFilter": lambda p: (
+        f"retried on {', '.join(p['retriable_exceptions'])} only: "
+        + policy_in_words(p["filtered_retry_policy"])
+    ),
+}
 
 
 def attempts_in_words(job: Job, now: dt.datetime) -> str:
@@ -135,8 +178,9 @@ def job_detail(queue: Queue, job_id: str) -> dict[str, Any]:
         "cancel_requested_at": job.cancel_requested_at,
         "problems": list(job.problems),
         "history": [dict(attempt) for attempt in job.history],
+        "recovered_as": None if job.recovered_as is None else str(job.recovered_as),
         **result_of(job),
-        "actions": actions_for(state),
+        "actions": actions_for(state, retried=job.recovered_as is not None),
     }
 
 
@@ -150,10 +194,11 @@ def result_of(job: Job) -> dict[str, Any]:
         return {"result": None, "result_dropped": error.why}
 
 
-def actions_for(state: str) -> list[str]:
-    """What may be done to a job in ``state`` (each a :class:`Queue` method)."""
+def actions_for(state: str, *, retried: bool = False) -> list[str]:
+    """What may be done to a job in ``state`` (each a :class:`Queue` method); a failed
+    job retried already is not retried again (it may be recovered)."""
     if state in FAILED:
-        return ["retry", "recover"]
+        return ["recover"] if retried else ["retry", "recover"]
     if state in ("done", "cancelled") or state not in ("ready", "postponed"):
         return ["recover"] if state not in ("running", "handed out") else ["cancel"]
     return ["run", "cancel"]
