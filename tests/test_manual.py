@@ -63,7 +63,7 @@ def test_wait_returns_the_finished_jobs_in_order_or_times_out(
         "not-scheduled-by-retry-policy",
         "done",
     ]
-    with pytest.raises(WaitTimeout, match=f"1 jobs not finished after 0:00:01: {pending}"):
+    with pytest.raises(WaitTimeout, match=f"1 job not finished after 0:00:01: {pending}"):
         queue.wait([ok, pending], timeout="1s")
 
 
