@@ -35,9 +35,12 @@ _JOB_TASKS: contextvars.ContextVar[set[asyncio.Task[Any]] | None] = contextvars.
 
 
 def _tracked_task(loop: asyncio.AbstractEventLoop, coro: Any, **options: Any) -> asyncio.Task[Any]:
-    """The worker loop's task factory: a task started within a job is the job's."""
+    """The worker loop's task factory: a task started within a job is the job's, unless
+    it was given a context of its own that does not say so (``context=`` is read, not
+    the caller's: the factory runs in the caller's)."""
     task: asyncio.Task[Any] = asyncio.Task(coro, loop=loop, **options)
-    started = _JOB_TASKS.get()
+    context = options.get("context")
+    started = _JOB_TASKS.get() if context is None else context.get(_JOB_TASKS)
     if started is not None:
         started.add(task)
     return task

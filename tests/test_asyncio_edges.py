@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import datetime as dt
 import os
 import threading
@@ -422,3 +423,30 @@ def test_a_job_calling_an_async_generator_method_fails_instead_of_done_unrun(
     execution = execute(mqueue, spec, event_loop, None)
     assert execution.outcome is Outcome.ARCHIVED, "before the fix: done, its body never run"
     assert "generator" in mqueue.job(execution.job_id).history[-1]["message"]
+
+
+KEPT: list[asyncio.Task[None]] = []
+
+
+@registry.workable("review.starts_a_shared_client")
+async def starts_a_shared_client() -> None:
+    """Starts two tasks: one of its own, and a shared client's, in a context of its own
+    (as docs/processes.md says), which must outlive the job."""
+
+    async def forever() -> None:
+        await asyncio.Event().wait()
+
+    loop = asyncio.get_running_loop()
+    KEPT.append(loop.create_task(forever()))  # the job's: cancelled as it ends
+    KEPT.append(loop.create_task(forever(), context=contextvars.Context()))  # the client's
+
+
+def test_a_task_started_in_a_context_of_its_own_outlives_the_job(
+    mqueue: Queue, event_loop: EventLoop
+) -> None:
+    execution = execute(mqueue, JobSpec("review.starts_a_shared_client"), event_loop, None)
+    assert execution.outcome is Outcome.DONE
+    own, shared = KEPT
+    assert own.cancelled()
+    assert not shared.done(), "a shared client's task goes on after the job"
+    event_loop.loop.call_soon_threadsafe(shared.cancel)
