@@ -324,3 +324,13 @@ def test_the_bulk_buttons_are_those_that_apply_to_the_state(queue: Queue) -> Non
     assert 'value="run"' not in failed
     assert 'value="cancel"' not in failed
     assert 'name="action"' not in browser.get("/jobs", params={"state": "done"}).text
+
+
+def test_a_bulk_cancel_of_jobs_finished_lately_selects_none_and_says_so(
+    queue: Queue, jobs: dict[str, Any]
+) -> None:
+    browser, csrf = signed_in(queue)
+    form = {"csrf": csrf, "action": "cancel", "finished_within": "1h"}
+    asked = browser.post("/bulk", data=form)
+    assert asked.status_code == 200
+    assert "cancel 0 jobs?" in asked.text

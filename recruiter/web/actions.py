@@ -65,11 +65,13 @@ def selected(queue: Queue, where: JobFilter, action: str, upto: str | None = Non
     if action not in BULK_ACTIONS:
         raise InvalidJob(f"{action!r} is not a bulk action: one of {', '.join(BULK_ACTIONS)}")
     if where.state is None:  # read only the states the action applies to, not the archive
-        found = {
-            job_id
-            for state in ACTION_STATES[action]
-            for job_id in _selected(queue, replace(where, state=state), action, upto)
-        }
+        found: set[str] = set()
+        for state in ACTION_STATES[action]:
+            try:
+                narrowed = replace(where, state=state).validate()
+            except InvalidFilter:
+                continue  # finished within a time, but the action takes unfinished jobs
+            found.update(_selected(queue, narrowed, action, upto))
         return sorted(found, reverse=True)[:BULK_LIMIT]
     return _selected(queue, where, action, upto)
 
