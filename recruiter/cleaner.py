@@ -30,6 +30,7 @@ from recruiter.loop import Backoff, Pause
 from recruiter.recovery import Released, release_unheld, take_back_from_dead
 from recruiter.store import Store, WorkerRecord
 from recruiter.store.jobs import ARCHIVE_BATCH, PURGE_BATCH
+from recruiter.tracing import process_span
 
 logger = logging.getLogger(__name__)
 
@@ -129,7 +130,12 @@ class Cleaner:
         if self._watching_since is None:
             self._watching_since = now
         try:
-            return self._round(now)
+            with process_span("recruiter.clean") as note:
+                result = self._round(now)
+                note("dead_workers", result.dead_workers)
+                note("released", sum(result.released.values()))
+                note("purged", result.purged)
+            return result
         except DatabaseError:
             self._watching_since = None
             raise

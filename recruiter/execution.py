@@ -47,6 +47,7 @@ from recruiter.retry import (
 from recruiter.stopping import JobCancelled, Running, Stopped, Watch
 from recruiter.store import Store
 from recruiter.store.jobs import Ending, ending, finishing, rescheduling, starting
+from recruiter.tracing import attempt_span
 from recruiter.workable import Registry, RetryStatistics, WorkableHooks, running_as
 
 logger = logging.getLogger(__name__)
@@ -226,26 +227,31 @@ class Executor:
             execution = self._skip(job, token, started_at, *skip)
             self._ended(job, execution, Ran())
             return dataclasses.replace(execution, group=job.group)
+        with attempt_span(job.id, job.workable, job.group, job.attempts, job.trace) as outcome:
+            ran = self._call(job, statistics, policy_problem)
+            execution = self._conclude(job, token, ran, started_at, policy, began_by=began_by)
+            outcome(execution.outcome.value)
+        self._ended(job, execution, ran)
+        return dataclasses.replace(execution, group=job.group)
+
+    def _call(self, job: Job, statistics: RetryStatistics, policy_problem: str | None) -> Ran:
+        """Run the job's code, watched for its timeout and cancellation."""
         running = Running(job.id, job.timeout)
         if self.watch is not None and self.watch.stopping is not None:
             # stopped between its start and its code (a manual run declared dead)
-            ran = _not_run(self.watch.stopping)
-        elif self.watch is None:
-            ran = _run(self.registry, job, statistics, policy_problem, running, loop=self.loop)
-        else:
-            with self.watch.watching(running):
-                ran = _run(
-                    self.registry,
-                    job,
-                    statistics,
-                    policy_problem,
-                    running,
-                    runner=self.runner,
-                    loop=self.loop,
-                )
-        execution = self._conclude(job, token, ran, started_at, policy, began_by=began_by)
-        self._ended(job, execution, ran)
-        return dataclasses.replace(execution, group=job.group)
+            return _not_run(self.watch.stopping)
+        if self.watch is None:
+            return _run(self.registry, job, statistics, policy_problem, running, loop=self.loop)
+        with self.watch.watching(running):
+            return _run(
+                self.registry,
+                job,
+                statistics,
+                policy_problem,
+                running,
+                runner=self.runner,
+                loop=self.loop,
+            )
 
     def rider(self, job_id: Any, token: ObjectId, job: Job | None = None) -> Rider:
         """A start of the job's attempt, stamped now (``job``: as read before it)."""

@@ -334,6 +334,8 @@ class Job:
     """What is wrong with the stored document; empty for a healthy one."""
     recovered_as: Any = None
     """The job this finished one was recovered (or retried) as, if it was."""
+    trace: Mapping[str, Any] | None = None
+    """The trace context the job was scheduled in (W3C headers), if one was recorded."""
 
     @property
     def finished(self) -> bool:
@@ -403,6 +405,7 @@ class Job:
             history=tuple(h for h in reader.array("history") if isinstance(h, Mapping)),
             problems=tuple(reader.problems),
             recovered_as=document.get("recovered_as"),
+            trace=document["trace"] if isinstance(document.get("trace"), Mapping) else None,
         )
 
 

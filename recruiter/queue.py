@@ -50,6 +50,7 @@ from recruiter.schedule import (
 from recruiter.schedulers import job_template
 from recruiter.schema_check import SchemaCheck
 from recruiter.store import Database, SchedulerRecord, Store
+from recruiter.tracing import current_context
 from recruiter.workable import Registry
 
 RESUME_TRIES = 3
@@ -129,6 +130,10 @@ class Queue:
         # taken for one that began after (recruiter.execution, the executed-after rule)
         now = self.clock.latest()
         documents = [spec.to_document(ObjectId(), now) for spec in specs]
+        scheduled_in = current_context()
+        if scheduled_in is not None:
+            for document in documents:
+                document["trace"] = scheduled_in
         if session is not None:
             return self.store.insert_jobs_in(documents, session)
         return self._insert(documents)

@@ -34,6 +34,7 @@ from recruiter.planning import SETTINGS_REFRESH, SETTINGS_REFRESH_FOLLOWED, Plan
 from recruiter.recovery import put_back, release_unheld
 from recruiter.schedulers import create_due_occurrences
 from recruiter.store import Store, WorkerRecord
+from recruiter.tracing import process_span
 
 logger = logging.getLogger(__name__)
 
@@ -200,7 +201,12 @@ class Recruiter:
     def run_once(self, now: dt.datetime) -> RoundResult:
         """One round: create the repeatable jobs due, hand ready jobs to available workers."""
         try:
-            return self._round(now)
+            with process_span("recruiter.round") as note:
+                result = self._round(now)
+                note("assigned", result.assigned)
+                note("available_workers", result.available_workers)
+                note("skipped", result.skipped)
+            return result
         except DatabaseError:
             # the round may have stopped between locking and assigning: look at once
             self._next_rollback = None

@@ -1,0 +1,125 @@
+"""Traces with OpenTelemetry's SDK and its in-memory exporter: the scheduling span's
+context kept in the job, each attempt a span linked to it, rounds and releases spans."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from recruiter import JobSpec, Queue, Registry, RetryManyTimes
+from recruiter.cleaner import Cleaner
+from recruiter.clock import FrozenClock
+from recruiter.recruiter import Recruiter
+from recruiter.testing import drain
+
+EXPORTER = InMemorySpanExporter()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _provider() -> Iterator[None]:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
+    trace.set_tracer_provider(provider)  # once per process: later tests keep it...
+    yield
+    provider.shutdown()  # ...but it keeps no span of theirs
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    EXPORTER.clear()
+    yield EXPORTER
+    EXPORTER.clear()
+
+
+@pytest.fixture
+def app(registry: Registry) -> Registry:
+    tracer = trace.get_tracer("the application")
+
+    @registry.workable("shop.invoice")
+    def invoice(order: int) -> None:
+        with tracer.start_as_current_span("render the invoice"):
+            pass
+
+    @registry.workable("shop.flaky")
+    def flaky() -> None:
+        raise ConnectionError("the mail server is away")
+
+    return registry
+
+
+def named(exporter: InMemorySpanExporter, prefix: str) -> list[ReadableSpan]:
+    return [span for span in exporter.get_finished_spans() if span.name.startswith(prefix)]
+
+
+def test_an_attempt_is_a_span_linked_to_the_span_that_scheduled_it(
+    queue: Queue, app: Registry, spans: InMemorySpanExporter
+) -> None:
+    tracer = trace.get_tracer("the application")
+    with tracer.start_as_current_span("POST /orders") as request:
+        job_id = queue.schedule(JobSpec("shop.invoice", {"order": 7}).in_group("billing"))
+    assert "traceparent" in (queue.job(job_id).trace or {})
+    drain(queue, app)
+    [attempt] = named(spans, "recruiter.attempt")
+    assert attempt.name == "recruiter.attempt shop.invoice"
+    assert attempt.attributes is not None
+    assert dict(attempt.attributes) == {
+        "recruiter.job_id": str(job_id),
+        "recruiter.workable": "shop.invoice",
+        "recruiter.group": "billing",
+        "recruiter.attempt": 1,
+        "recruiter.outcome": "done",
+    }
+    [link] = attempt.links
+    assert link.context.span_id == request.get_span_context().span_id
+    assert link.context.trace_id == request.get_span_context().trace_id
+    [inner] = named(spans, "render the invoice")
+    assert inner.parent is not None
+    assert attempt.context is not None
+    assert inner.parent.span_id == attempt.context.span_id, "the job's spans are its children"
+
+
+def test_a_job_scheduled_outside_any_span_keeps_no_trace(
+    queue: Queue, app: Registry, spans: InMemorySpanExporter
+) -> None:
+    job_id = queue.schedule(JobSpec("shop.invoice", {"order": 8}))
+    assert queue.job(job_id).trace is None
+    assert "trace" not in queue.store.scheduled.find_one({"_id": job_id})  # type: ignore[operator]
+    drain(queue, app)
+    [attempt] = named(spans, "recruiter.attempt")
+    assert attempt.links == ()
+
+
+def test_each_attempt_says_how_it_ended(
+    queue: Queue, app: Registry, spans: InMemorySpanExporter
+) -> None:
+    queue.schedule(JobSpec("shop.flaky").retry_with(RetryManyTimes(1, 0)))
+    drain(queue, app, with_scheduled=True)
+    outcomes = [
+        (span.attributes or {}).get("recruiter.outcome")
+        for span in named(spans, "recruiter.attempt")
+    ]
+    assert outcomes == ["retry", "archived"]
+
+
+def test_rounds_and_releases_are_spans(
+    queue: Queue, app: Registry, clock: FrozenClock, spans: InMemorySpanExporter
+) -> None:
+    from recruiter.worker import WorkerSlot
+
+    WorkerSlot(queue.store, app, clock, "*").register()  # it knows shop.invoice
+    queue.schedule(JobSpec("shop.invoice", {"order": 9}))
+    Recruiter(queue.store).run_once(clock.now())
+    [round_] = named(spans, "recruiter.round")
+    assert (round_.attributes or {}).get("recruiter.assigned") == 1
+    cleaner = Cleaner(queue.store)
+    for _ in range(6):  # it watches, round after round, before it declares anyone dead
+        cleaner.run_once(clock.advance(10))
+    cleaned = [span.attributes or {} for span in named(spans, "recruiter.clean")]
+    assert len(cleaned) == 6
+    assert [a.get("recruiter.dead_workers") for a in cleaned].count(1) == 1
+    assert [a.get("recruiter.released") for a in cleaned].count(1) == 1
