@@ -120,11 +120,8 @@ class Queue:
         for spec in specs:
             if not isinstance(spec, JobSpec):
                 raise InvalidJob(f"expected a JobSpec (from workable.job(...)), got {spec!r}")
-        if session is not None and not getattr(session, "in_transaction", False):
-            raise InvalidJob(
-                "session= schedules in the application's transaction: start one first "
-                "(with session.start_transaction(): ..., or session.with_transaction(...))"
-            )
+        if session is not None:
+            _in_a_transaction(session)
         self.check_schema()
         # the latest the time may be: a run of a duplicate that began before is never
         # taken for one that began after (recruiter.execution, the executed-after rule)
@@ -246,6 +243,7 @@ class Queue:
         concurrency: int | None = None,
         rate: Rate | str | None = None,
         weight: int = 1,
+        session: Any = None,
     ) -> GroupSettings:
         """Set ``group``'s settings, replacing any it had; return them.
 
@@ -253,7 +251,8 @@ class Queue:
         ``rate``: at most so many hand-outs per window (``"10/1s"`` or a :class:`Rate`);
         ``weight``: its share of the workers of any group. ``None`` means no limit. The
         leading recruiter applies them from its next round (within a second when it
-        polls).
+        polls). With ``session``, in the application's transaction: they apply if and
+        only if it commits (see :meth:`schedule_many`).
 
         >>> import mongomock
         >>> queue = Queue(mongomock.MongoClient().shop)
@@ -263,13 +262,21 @@ class Queue:
         if isinstance(rate, str):
             rate = Rate.parse(rate)
         settings = GroupSettings(group, concurrency, rate, weight)
-        self.store.set_group_settings(settings, self.clock.now())
+        if session is not None:
+            _in_a_transaction(session)
+            self.store.set_group_settings_in(settings, self.clock.now(), session)
+        else:
+            self.store.set_group_settings(settings, self.clock.now())
         return settings
 
-    def unlimit_group(self, group: str) -> bool:
-        """Remove ``group``'s settings: no limits, weight 1. ``False`` if it had none."""
+    def unlimit_group(self, group: str, *, session: Any = None) -> bool:
+        """Remove ``group``'s settings: no limits, weight 1. ``False`` if it had none.
+        With ``session``, in the application's transaction."""
         if not isinstance(group, str):
             raise InvalidGroupSettings(f"a group is a string, got {group!r}")
+        if session is not None:
+            _in_a_transaction(session)
+            return self.store.remove_group_settings_in(group, session)
         return self.store.remove_group_settings(group)
 
     def group_settings(self) -> list[GroupSettings]:
@@ -324,3 +331,12 @@ class Queue:
         if job is None:
             raise JobNotFound(job_id)
         return job
+
+
+def _in_a_transaction(session: Any) -> None:
+    """Refuse a session outside a transaction: its writes would not wait for a commit."""
+    if not getattr(session, "in_transaction", False):
+        raise InvalidJob(
+            "session= writes in the application's transaction: start one first "
+            "(with session.start_transaction(): ..., or session.with_transaction(...))"
+        )

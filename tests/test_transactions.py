@@ -129,3 +129,25 @@ def test_the_drivers_transient_errors_reach_the_application_as_they_are() -> Non
     with pytest.raises(OperationFailure) as raised:
         insert_meeting_a_write_conflict()
     assert raised.value.has_error_label("TransientTransactionError")
+
+
+def test_a_groups_limits_change_if_and_only_if_the_transaction_commits(shop: Queue) -> None:
+    client = shop.store.database.client
+
+    def limit_then_fail() -> None:
+        with client.start_session() as session, session.start_transaction():
+            shop.limit_group("mail", concurrency=2, session=session)
+            raise RuntimeError("the application's own failure: the transaction aborts")
+
+    with pytest.raises(RuntimeError, match="aborts"):
+        limit_then_fail()
+    assert shop.group_settings() == []
+    with client.start_session() as session, session.start_transaction():
+        shop.limit_group("mail", concurrency=2, session=session)
+        assert shop.group_settings() == [], "not seen outside before it commits"
+    assert [s.concurrency for s in shop.group_settings()] == [2]
+    with client.start_session() as session, session.start_transaction():
+        assert shop.unlimit_group("mail", session=session)
+    assert shop.group_settings() == []
+    with client.start_session() as session, pytest.raises(InvalidJob, match="start one first"):
+        shop.limit_group("mail", concurrency=1, session=session)

@@ -19,6 +19,7 @@ from pymongo.collection import Collection
 
 from recruiter.groups import GroupSettings
 from recruiter.store.base import Document, aware, update_each
+from recruiter.store.failures import in_the_callers_transaction
 from recruiter.store.jobs import ready_query
 
 
@@ -53,16 +54,32 @@ class GroupVerbs:
 
     def set_group_settings(self, settings: GroupSettings, now: dt.datetime) -> bool:
         """Replace the group's settings (its starts stay); return whether it is new."""
+        return self._set_group_settings(settings, now, None)
+
+    @in_the_callers_transaction
+    def set_group_settings_in(
+        self, settings: GroupSettings, now: dt.datetime, session: Any
+    ) -> bool:
+        """:meth:`set_group_settings` in the application's transaction ``session``."""
+        return self._set_group_settings(settings, now, session)
+
+    def _set_group_settings(self, settings: GroupSettings, now: dt.datetime, session: Any) -> bool:
         result = self.groups.update_one(
             {"_id": settings.group},
             {"$set": {**settings.to_document(), "changed_at": now}},
             upsert=True,
+            session=session,
         )
         return result.upserted_id is not None
 
     def remove_group_settings(self, group: str) -> bool:
         """Forget the group's settings: no limits, weight 1. ``False`` if it had none."""
         return self.groups.delete_one({"_id": group}).deleted_count == 1
+
+    @in_the_callers_transaction
+    def remove_group_settings_in(self, group: str, session: Any) -> bool:
+        """:meth:`remove_group_settings` in the application's transaction ``session``."""
+        return self.groups.delete_one({"_id": group}, session=session).deleted_count == 1
 
     def group_records(self) -> list[GroupRecord]:
         """Every group with settings, by name."""
