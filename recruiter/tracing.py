@@ -16,6 +16,7 @@ costs nothing and records nothing. Metrics stay with Prometheus (``recruiter met
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -26,17 +27,75 @@ except ImportError:  # pragma: no cover - exercised where the extra is absent
     propagate = None  # type: ignore[assignment]
     trace = None  # type: ignore[assignment]
 
+logger = logging.getLogger(__name__)
+
 TRACER = "recruiter"
+
+
+def _safely(what: str, call: Callable[[], Any], default: Any = None) -> Any:
+    """``call()``, or ``default`` when it fails: tracing is never worth an attempt, a
+    round or a schedule (a broken tracer provider, propagator or exporter is logged)."""
+    try:
+        return call()
+    except Exception:
+        logger.warning("tracing: could not %s", what, exc_info=True)
+        return default
 
 
 def current_context() -> dict[str, str] | None:
     """The current span's context as W3C trace-context headers, to store in a job; none
-    when no span records (or OpenTelemetry is not installed)."""
-    if trace is None or not trace.get_current_span().get_span_context().is_valid:
+    when no span records (or OpenTelemetry is not installed, or it fails)."""
+    if trace is None:
+        return None
+    return _safely("read the current span's context", _current_context)  # type: ignore[no-any-return]
+
+
+def _current_context() -> dict[str, str] | None:
+    if not trace.get_current_span().get_span_context().is_valid:
         return None
     carrier: dict[str, str] = {}
     propagate.inject(carrier)
     return carrier or None
+
+
+@contextmanager
+def _span(start: Callable[[], Any]) -> Iterator[Callable[[str, Any], None]]:
+    """The span ``start()`` makes, current around the body; yields a function that
+    sets an attribute on it. What the tracer raises is logged, never let out; what the
+    body raises is let out as it is."""
+    manager = _safely("start a span", start)
+    span = None
+    if manager is not None:
+        try:
+            span = manager.__enter__()
+        except Exception:
+            logger.warning("tracing: could not start a span", exc_info=True)
+            manager = None
+
+    def note(key: str, value: Any) -> None:
+        if span is not None:
+            _safely(f"set {key}", lambda: span.set_attribute(key, value))
+
+    try:
+        yield note
+    except BaseException as error:
+        if manager is not None:
+            try:
+                manager.__exit__(type(error), error, error.__traceback__)
+            except BaseException as raised:
+                if raised is not error:
+                    logger.warning("tracing: could not end a span", exc_info=True)
+        raise
+    if manager is not None:
+        _safely("end a span", lambda: manager.__exit__(None, None, None))
+
+
+def _links(scheduled_in: Mapping[str, Any] | None) -> list[Any]:
+    if not isinstance(scheduled_in, Mapping):
+        return []
+    carrier = {str(k): str(v) for k, v in scheduled_in.items() if isinstance(v, str)}
+    scheduled = trace.get_current_span(propagate.extract(carrier)).get_span_context()
+    return [trace.Link(scheduled)] if scheduled.is_valid else []
 
 
 @contextmanager
@@ -48,26 +107,21 @@ def attempt_span(
     if trace is None:
         yield lambda outcome: None
         return
-    links = []
-    if isinstance(scheduled_in, Mapping):
-        carrier = {str(k): str(v) for k, v in scheduled_in.items() if isinstance(v, str)}
-        scheduled = trace.get_current_span(propagate.extract(carrier)).get_span_context()
-        if scheduled.is_valid:
-            links.append(trace.Link(scheduled))
+    links = _safely("read the job's trace context", lambda: _links(scheduled_in), [])
     attributes: dict[str, str | int] = {
         "recruiter.job_id": str(job_id),
         "recruiter.workable": workable,
         "recruiter.group": group,
         "recruiter.attempt": attempt,
     }
-    tracer = trace.get_tracer(TRACER)
-    with tracer.start_as_current_span(
+    start = lambda: trace.get_tracer(TRACER).start_as_current_span(  # noqa: E731
         f"recruiter.attempt {workable}",
         kind=trace.SpanKind.CONSUMER,
         links=links,
         attributes=attributes,
-    ) as span:
-        yield lambda outcome: span.set_attribute("recruiter.outcome", outcome)
+    )
+    with _span(start) as note:
+        yield lambda outcome: note("recruiter.outcome", outcome)
 
 
 @contextmanager
@@ -77,5 +131,8 @@ def process_span(name: str, **attributes: Any) -> Iterator[Callable[[str, Any], 
     if trace is None:
         yield lambda key, value: None
         return
-    with trace.get_tracer(TRACER).start_as_current_span(name, attributes=attributes) as span:
-        yield lambda key, value: span.set_attribute(f"recruiter.{key}", value)
+    start = lambda: trace.get_tracer(TRACER).start_as_current_span(  # noqa: E731
+        name, attributes=attributes
+    )
+    with _span(start) as note:
+        yield lambda key, value: note(f"recruiter.{key}", value)

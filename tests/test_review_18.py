@@ -1,0 +1,154 @@
+"""Review 18: results, transactional enqueue and traces (issue 18)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from opentelemetry import propagate, trace
+from pymongo.errors import OperationFailure
+
+from recruiter import JobSpec, Queue, Registry
+from recruiter.clock import FrozenClock
+from recruiter.errors import ResultNotKept
+from recruiter.execution import Outcome
+from recruiter.recruiter import Recruiter
+from recruiter.worker import WorkerSlot
+
+
+class _HostileTracer:
+    """A tracer whose every span start fails (a broken exporter/SDK, a bad plugin)."""
+
+    def start_as_current_span(self, *arguments: Any, **options: Any) -> Any:
+        raise RuntimeError("the tracer provider is broken")
+
+    start_span = start_as_current_span
+
+
+class _SpanThatFailsLate:
+    def set_attribute(self, *arguments: Any) -> None:
+        raise RuntimeError("set_attribute is broken")
+
+
+class _LateTracer:
+    """A tracer whose spans start, but fail when told anything."""
+
+    @contextmanager
+    def start_as_current_span(self, *arguments: Any, **options: Any) -> Iterator[Any]:
+        yield _SpanThatFailsLate()
+
+
+@pytest.fixture
+def app(registry: Registry) -> Registry:
+    @registry.workable("review.add")
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    return registry
+
+
+def _assigned_slot(queue: Queue, app: Registry, clock: FrozenClock) -> WorkerSlot:
+    slot = WorkerSlot(queue.store, app, clock, "*")
+    slot.register()
+    assert Recruiter(queue.store).run_once(clock.now()).assigned == 1
+    return slot
+
+
+@pytest.mark.parametrize("tracer", [_HostileTracer, _LateTracer])
+def test_a_broken_tracer_neither_fails_the_attempt_nor_leaves_the_job_locked(
+    mongomock_database: Any,
+    app: Registry,
+    clock: FrozenClock,
+    monkeypatch: pytest.MonkeyPatch,
+    tracer: type,
+) -> None:
+    queue = Queue(mongomock_database, clock)
+    job_id = queue.schedule(JobSpec("review.add", {"a": 2, "b": 3}))
+    slot = _assigned_slot(queue, app, clock)
+    monkeypatch.setattr(trace, "get_tracer", lambda *a, **k: tracer())
+    ran = slot.run_once().ran  # raised RuntimeError from tracing: job locked and started
+    assert ran is not None
+    assert ran.outcome is Outcome.DONE
+    job = queue.job(job_id)
+    assert (job.locked, job.why, job.result) == (False, "done", 5)
+
+
+@pytest.mark.parametrize("tracer", [_HostileTracer, _LateTracer])
+def test_a_broken_tracer_does_not_fail_the_recruiters_round(
+    mongomock_database: Any,
+    app: Registry,
+    clock: FrozenClock,
+    monkeypatch: pytest.MonkeyPatch,
+    tracer: type,
+) -> None:
+    queue = Queue(mongomock_database, clock)
+    queue.schedule(JobSpec("review.add", {"a": 2, "b": 3}))
+    WorkerSlot(queue.store, app, clock, "*").register()
+    monkeypatch.setattr(trace, "get_tracer", lambda *a, **k: tracer())
+    # raised RuntimeError after the round assigned the job: its report lost
+    assert Recruiter(queue.store).run_once(clock.now()).assigned == 1
+
+
+def test_a_broken_propagator_does_not_fail_an_attempt_of_a_job_with_a_trace(
+    mongomock_database: Any,
+    app: Registry,
+    clock: FrozenClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    queue = Queue(mongomock_database, clock)
+    job_id = queue.schedule(JobSpec("review.add", {"a": 2, "b": 3}))
+    queue.store.scheduled.update_one(
+        {"_id": job_id}, {"$set": {"trace": {"traceparent": "00-zz-damaged"}}}
+    )
+    slot = _assigned_slot(queue, app, clock)
+
+    def extract(*arguments: Any, **options: Any) -> Any:
+        raise ValueError("a propagator that chokes on a damaged header")
+
+    monkeypatch.setattr(propagate, "extract", extract)
+    ran = slot.run_once().ran
+    assert ran is not None
+    assert ran.outcome is Outcome.DONE
+    assert queue.job(job_id).locked is False
+
+
+def test_a_result_is_dropped_rather_than_the_end_when_the_document_would_be_too_large(
+    mongomock_database: Any, app: Registry, clock: FrozenClock
+) -> None:
+    """Real MongoDB refuses an update whose resulting document exceeds 16 MB (17419).
+    A job's result takes up to 1 MB, twice (``last_execution`` and ``history``); the
+    trimmed retry of ``_record_attempt`` keeps it, so a job whose trimmed end would fit
+    without it is never ended: it stays locked and started, and is run again."""
+    queue = Queue(mongomock_database, clock)
+    job_id = queue.schedule(JobSpec("review.big"))
+
+    @app.workable("review.big")
+    def big() -> str:
+        return "r" * 900_000
+
+    collection = queue.store.scheduled
+
+    class TooLargeWithAResult:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(collection, name)
+
+        def update_one(self, query: Any, update: Any, *a: Any, **k: Any) -> Any:
+            last = update.get("$set", {}).get("last_execution", {})
+            if "result" in last:  # what the server says: the document would be too big
+                raise OperationFailure(
+                    "Resulting document after update is larger than 16777216", 17419
+                )
+            return collection.update_one(query, update, *a, **k)
+
+    slot = _assigned_slot(queue, app, clock)
+    queue.store.scheduled = TooLargeWithAResult()  # type: ignore[assignment]
+    ran = slot.run_once().ran  # raised DocumentTooLarge: the job stayed locked and started
+    queue.store.scheduled = collection
+    assert ran is not None
+    assert ran.outcome is Outcome.DONE
+    job = queue.job(job_id)
+    assert (job.locked, job.why) == (False, "done")
+    with pytest.raises(ResultNotKept, match="size limit"):
+        _ = job.result
