@@ -74,10 +74,13 @@ TRIMMED_TEXT = 1024
 
 
 def _trimmed(execution: Document) -> Document:
-    """``execution`` cut down to fit: no output, a short message and trace."""
+    """``execution`` cut down to fit: no output nor result, a short message and trace."""
     trimmed = {**execution}
     if "output" in trimmed:
         trimmed["output"] = {"dropped": "the job's document would exceed the size limit"}
+    if "result" in trimmed:  # up to a megabyte, twice: the job is done all the same
+        del trimmed["result"]
+        trimmed["result_dropped"] = "the job's document would exceed the size limit with it"
     for key in ("message", "trace"):
         value = trimmed.get(key)
         if isinstance(value, str) and len(value) > TRIMMED_TEXT:
