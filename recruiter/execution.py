@@ -550,18 +550,41 @@ def _run(
 
 def kept_result(value: Any) -> dict[str, Any]:
     """The fields an attempt keeps of what the job's code returned: none for ``None``;
-    ``result`` when it is BSON data within :data:`RESULT_BYTES`; else ``result_dropped``,
-    saying why (the job is done all the same: its code ran to its end)."""
+    ``result`` when it is BSON data within :data:`RESULT_BYTES` and :data:`RESULT_DEPTH`;
+    else ``result_dropped``, saying why (the job is done all the same: its code ran to
+    its end, and that end must be recorded whatever it returned)."""
     if value is None:
         return {}
     try:
-        size = len(bson.encode({"result": value}))
-    except (bson.errors.BSONError, OverflowError, TypeError, ValueError) as error:
+        encoded = bson.encode({"result": value})
+        if len(encoded) > RESULT_BYTES:
+            why = f"its result takes {len(encoded)} bytes, over {RESULT_BYTES}: not kept"
+            return {"result_dropped": why}
+        depth = _depth(bson.decode(encoded)["result"])
+    except Exception as error:
+        # any: a value that holds itself (RecursionError), a Mapping that raises...
         why = f"its result is not BSON data, so it was not kept: {error!r}"
         return {"result_dropped": why[:TRACE_LIMIT]}
-    if size > RESULT_BYTES:
-        return {"result_dropped": f"its result takes {size} bytes, over {RESULT_BYTES}: not kept"}
+    if depth > RESULT_DEPTH:
+        return {
+            "result_dropped": f"its result is nested over {RESULT_DEPTH} levels, more than "
+            "MongoDB stores in a job's history: not kept"
+        }
     return {"result": value}
+
+
+RESULT_DEPTH = 90
+"""The deepest a kept result may be nested: MongoDB refuses documents nested over 100
+levels, and a result is kept at ``history.N.result``."""
+
+
+def _depth(value: Any) -> int:
+    """How many dicts and lists deep ``value`` (decoded BSON: no cycles) is nested."""
+    deepest, level = 0, [value]
+    while containers := [item for item in level if isinstance(item, (dict, list))]:
+        deepest += 1
+        level = [c for i in containers for c in (i.values() if isinstance(i, dict) else i)]
+    return deepest
 
 
 def _not_run(why: type[Stopped]) -> Ran:

@@ -152,3 +152,44 @@ def test_a_result_is_dropped_rather_than_the_end_when_the_document_would_be_too_
     assert (job.locked, job.why) == (False, "done")
     with pytest.raises(ResultNotKept, match="size limit"):
         _ = job.result
+
+
+def test_a_result_that_bson_cannot_walk_is_dropped_not_left_locked(
+    mongomock_database: Any, app: Registry, clock: FrozenClock
+) -> None:
+    """``kept_result`` catches a few exception types; ``bson.encode`` of a list that
+    holds itself raises RecursionError (a broken Mapping, anything): it escaped ``_run``
+    after the job's code ran to its end, out of ``execute``, the job locked and started."""
+    queue = Queue(mongomock_database, clock)
+
+    @app.workable("review.loop")
+    def loop() -> list[Any]:
+        itself: list[Any] = []
+        itself.append(itself)
+        return itself
+
+    job_id = queue.schedule(JobSpec("review.loop"))
+    slot = _assigned_slot(queue, app, clock)
+    ran = slot.run_once().ran  # raised RecursionError
+    assert ran is not None
+    assert ran.outcome is Outcome.DONE
+    job = queue.job(job_id)
+    assert (job.locked, job.why) == (False, "done")
+    with pytest.raises(ResultNotKept, match="not BSON"):
+        _ = job.result
+
+
+def test_a_result_nested_deeper_than_mongodb_stores_is_dropped() -> None:
+    """MongoDB refuses documents nested over 100 levels; the result is stored at depth
+    2 (``last_execution.result``) and 3 (``history.N.result``): a result nested 99 deep
+    makes the end write fail (WriteRejected, not trimmed): the job stays locked."""
+    from recruiter.execution import kept_result
+
+    deep: dict[str, Any] = {}
+    for _ in range(99):
+        deep = {"d": deep}
+    assert "result_dropped" in kept_result(deep)
+    shallow: dict[str, Any] = {}
+    for _ in range(20):
+        shallow = {"d": shallow}
+    assert kept_result(shallow) == {"result": shallow}
