@@ -95,6 +95,20 @@ class Queue:
         resolved, _ = resolve_uri(uri or os.environ.get(URI_VARIABLE))
         return cls(open_database(resolved, database, wait=to_timedelta(wait, name="wait")), clock)
 
+    def _check_session(self, session: Any) -> None:
+        """Refuse a session outside a transaction (its writes would not wait for a
+        commit) or of another client (a transaction cannot span two)."""
+        if not getattr(session, "in_transaction", False):
+            raise InvalidJob(
+                "session= writes in the application's transaction: start one first "
+                "(with session.start_transaction(): ..., or session.with_transaction(...))"
+            )
+        if getattr(session, "client", None) is not self.store.database.client:
+            raise InvalidJob(
+                "session= must be a session of this queue's own client (the MongoClient "
+                "the queue was made with): a transaction cannot span two clients"
+            )
+
     def close(self) -> None:
         """Close the connection of a queue made by :meth:`connect`."""
         self.store.database.client.close()
@@ -121,7 +135,7 @@ class Queue:
             if not isinstance(spec, JobSpec):
                 raise InvalidJob(f"expected a JobSpec (from workable.job(...)), got {spec!r}")
         if session is not None:
-            _in_a_transaction(session)
+            self._check_session(session)
         self.check_schema()
         # the latest the time may be: a run of a duplicate that began before is never
         # taken for one that began after (recruiter.execution, the executed-after rule)
@@ -263,7 +277,7 @@ class Queue:
             rate = Rate.parse(rate)
         settings = GroupSettings(group, concurrency, rate, weight)
         if session is not None:
-            _in_a_transaction(session)
+            self._check_session(session)
             self.store.set_group_settings_in(settings, self.clock.now(), session)
         else:
             self.store.set_group_settings(settings, self.clock.now())
@@ -275,7 +289,7 @@ class Queue:
         if not isinstance(group, str):
             raise InvalidGroupSettings(f"a group is a string, got {group!r}")
         if session is not None:
-            _in_a_transaction(session)
+            self._check_session(session)
             return self.store.remove_group_settings_in(group, session)
         return self.store.remove_group_settings(group)
 
@@ -331,12 +345,3 @@ class Queue:
         if job is None:
             raise JobNotFound(job_id)
         return job
-
-
-def _in_a_transaction(session: Any) -> None:
-    """Refuse a session outside a transaction: its writes would not wait for a commit."""
-    if not getattr(session, "in_transaction", False):
-        raise InvalidJob(
-            "session= writes in the application's transaction: start one first "
-            "(with session.start_transaction(): ..., or session.with_transaction(...))"
-        )

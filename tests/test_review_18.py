@@ -193,3 +193,28 @@ def test_a_result_nested_deeper_than_mongodb_stores_is_dropped() -> None:
     for _ in range(20):
         shallow = {"d": shallow}
     assert kept_result(shallow) == {"result": shallow}
+
+
+@pytest.mark.real_server
+def test_a_session_of_another_client_is_refused_in_the_projects_words(
+    real_database: Any, real_server_uri: str, registry: Registry, clock: FrozenClock
+) -> None:
+    """A session from another client: pymongo's InvalidOperation escaped raw (not a
+    RecruiterError), after the schema check, rather than the InvalidJob a session
+    outside a transaction gets."""
+    from pymongo import MongoClient
+
+    from recruiter.errors import InvalidJob
+
+    queue = Queue(real_database, clock)
+    other: MongoClient[dict[str, Any]] = MongoClient(real_server_uri, tz_aware=True)
+    try:
+        with (
+            other.start_session() as session,
+            session.start_transaction(),
+            pytest.raises(InvalidJob, match="client"),
+        ):
+            queue.schedule(JobSpec("review.add", {"a": 1, "b": 2}), session=session)
+    finally:
+        other.close()
+    assert queue.store.count_jobs("scheduled", {}) == 0
