@@ -218,3 +218,20 @@ def test_a_session_of_another_client_is_refused_in_the_projects_words(
     finally:
         other.close()
     assert queue.store.count_jobs("scheduled", {}) == 0
+
+
+def test_a_broken_propagator_does_not_fail_a_schedule_in_a_span(
+    mongomock_database: Any, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, use_span
+
+    queue = Queue(mongomock_database, clock)
+
+    def inject(*arguments: Any, **options: Any) -> None:
+        raise RuntimeError("a propagator that fails")
+
+    monkeypatch.setattr(propagate, "inject", inject)
+    context = SpanContext(trace_id=1, span_id=2, is_remote=False)
+    with use_span(NonRecordingSpan(context)):
+        job_id = queue.schedule(JobSpec("review.add", {"a": 1, "b": 2}))  # raised
+    assert queue.job(job_id).trace is None
