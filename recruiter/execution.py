@@ -560,7 +560,8 @@ def kept_result(value: Any) -> dict[str, Any]:
         if len(encoded) > RESULT_BYTES:
             why = f"its result takes {len(encoded)} bytes, over {RESULT_BYTES}: not kept"
             return {"result_dropped": why}
-        depth = _depth(bson.decode(encoded)["result"])
+        decoded = bson.decode(encoded)["result"]
+        depth, key = _depth(decoded), _unstorable_key(decoded)
     except Exception as error:
         # any: a value that holds itself (RecursionError), a Mapping that raises...
         why = f"its result is not BSON data, so it was not kept: {error!r}"
@@ -569,6 +570,11 @@ def kept_result(value: Any) -> dict[str, Any]:
         return {
             "result_dropped": f"its result is nested over {RESULT_DEPTH} levels, more than "
             "MongoDB stores in a job's history: not kept"
+        }
+    if key is not None:
+        return {
+            "result_dropped": f"its result has the key {key[:100]!r}: a key may not start "
+            "with $ nor hold '.' (as a job's parameters): not kept"
         }
     return {"result": value}
 
@@ -585,6 +591,25 @@ def _depth(value: Any) -> int:
         deepest += 1
         level = [c for i in containers for c in (i.values() if isinstance(i, dict) else i)]
     return deepest
+
+
+def _unstorable_key(value: Any) -> str | None:
+    """A key of ``value``'s documents (decoded BSON) that an update could not write in a
+    job (``$...``, or one holding a dot), if any."""
+    level = [value]
+    while level:
+        for item in level:
+            if isinstance(item, dict):
+                for key in item:
+                    if key.startswith("$") or "." in key:
+                        return str(key)
+        level = [
+            child
+            for item in level
+            if isinstance(item, (dict, list))
+            for child in (item.values() if isinstance(item, dict) else item)
+        ]
+    return None
 
 
 def _not_run(why: type[Stopped]) -> Ran:
@@ -607,8 +632,9 @@ def storable(output: dict[str, Any]) -> dict[str, Any]:
     recorded, and twice: in ``last_execution`` and in ``history``)."""
     try:
         size = len(bson.encode({"output": output}))
-    except (bson.errors.BSONError, OverflowError, TypeError, ValueError) as error:
-        # (ValueError: text that is not UTF-8, a lone surrogate from a file name)
+    except Exception as error:
+        # any: text that is not UTF-8 (ValueError), a value that holds itself
+        # (RecursionError), a Mapping that raises: the attempt's end is written whatever
         return {"dropped": f"the output recorded is not BSON: {error!r}"[:TRACE_LIMIT]}
     if size > OUTPUT_BYTES:
         return {"dropped": f"the output recorded takes {size} bytes, over {OUTPUT_BYTES}"}

@@ -1,4 +1,6 @@
-"""Review 18: results, transactional enqueue and traces (issue 18)."""
+"""Values a job, an application or a tracer may hand us that must never fail an attempt
+nor leave a job locked: results BSON cannot walk, keep or write, a broken tracer or
+propagator, a session of another client (found by an adversarial review of issue 18)."""
 
 from __future__ import annotations
 
@@ -235,3 +237,19 @@ def test_a_broken_propagator_does_not_fail_a_schedule_in_a_span(
     with use_span(NonRecordingSpan(context)):
         job_id = queue.schedule(JobSpec("review.add", {"a": 1, "b": 2}))  # raised
     assert queue.job(job_id).trace is None
+
+
+def test_a_result_with_a_key_an_update_cannot_write_is_dropped() -> None:
+    from recruiter.execution import kept_result
+
+    assert "result_dropped" in kept_result({"$schema": "draft-07"})
+    assert "result_dropped" in kept_result([{"a.b": 1}])
+    assert kept_result({"ok": [{"fine": 1}]}) == {"result": {"ok": [{"fine": 1}]}}
+
+
+def test_an_output_that_holds_itself_is_dropped_not_raised() -> None:
+    from recruiter.execution import storable
+
+    looped: list[Any] = []
+    looped.append(looped)
+    assert "not BSON" in storable({"loop": looped})["dropped"]
