@@ -7,7 +7,7 @@ from typing import Any
 
 from bson import ObjectId
 
-from recruiter import JobSpec, RetryPolicy
+from recruiter import JobSpec, Queue, RetryPolicy
 from recruiter.policies import DoNotDoItAgain
 from recruiter.store import Store
 
@@ -35,3 +35,10 @@ def locked_job(store: Store, now: dt.datetime, token: ObjectId, **options: Any) 
     job_id = queued_job(store, now, **options)
     assert store.lock_jobs([job_id], token, now) == [job_id]
     return job_id
+
+
+class Unclosed(Queue):
+    """A queue whose ``close`` keeps the in-memory database for the test to read (the
+    commands close the queue they open; a test hands them this one)."""
+
+    def close(self) -> None: ...

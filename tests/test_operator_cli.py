@@ -22,12 +22,7 @@ from recruiter.embedded import free_port
 from recruiter.manual import NotFinished
 from recruiter.metrics import QueueCollector
 from recruiter.testing import drain
-
-
-class Unclosed(Queue):
-    """A queue whose ``close`` keeps the in-memory database for the test to read."""
-
-    def close(self) -> None: ...
+from tests.factories import Unclosed
 
 
 @pytest.fixture

@@ -142,10 +142,9 @@ def test_jobs_show_prints_the_result(
 
     jobs_cli = importlib.import_module("recruiter.cli.jobs")  # the package's `jobs` is the app
 
-    class Kept(Queue):
-        def close(self) -> None: ...
+    from tests.factories import Unclosed
 
-    kept = Kept(queue.store.database, queue.clock)
+    kept = Unclosed(queue.store.database, queue.clock)
     monkeypatch.setattr(jobs_cli, "open_queue", lambda uri, database: kept)
     done = kept.schedule(JobSpec("results.data"))
     dropped = kept.schedule(JobSpec("results.object"))

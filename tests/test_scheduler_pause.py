@@ -101,11 +101,9 @@ def test_the_cli_pauses_lists_and_resumes(
     queue: Queue, report: JobSpec, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from recruiter.cli import views
+    from tests.factories import Unclosed
 
-    class Kept(Queue):
-        def close(self) -> None: ...
-
-    kept = Kept(queue.store.database, queue.clock)
+    kept = Unclosed(queue.store.database, queue.clock)
     monkeypatch.setattr(views, "open_queue", lambda uri, database: kept)
     kept.repeat("report", report, Every("1m"))
     runner = CliRunner()

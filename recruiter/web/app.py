@@ -20,6 +20,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from recruiter.cli.tables import counted
 from recruiter.errors import DatabaseUnavailable, JobNotFound, RecruiterError
 from recruiter.listing import InvalidFilter
 from recruiter.queue import Queue
@@ -75,6 +76,7 @@ def create_app(queue: Queue, config: WebConfig | None = None) -> FastAPI:
     templates.env.filters["bson"] = bson_text
     templates.env.filters["seconds"] = seconds
     templates.env.filters["linked_ids"] = linked_ids
+    templates.env.filters["counted"] = counted
     templates.env.globals["refresh_ms"] = int(config.refresh_seconds * 1000)
     app.state.queue = queue
     app.state.guard = Guard(config.token, config.read_only)
