@@ -20,8 +20,8 @@ def application(*names: str) -> Registry:
     return registry
 
 
-def slot(queue: Queue, registry: Registry, clock: FrozenClock) -> WorkerSlot:
-    worker = WorkerSlot(queue.store, registry, clock, "*")
+def slot(queue: Queue, registry: Registry, clock: FrozenClock, group: str = "*") -> WorkerSlot:
+    worker = WorkerSlot(queue.store, registry, clock, group)
     worker.register()
     return worker
 

@@ -10,31 +10,11 @@ from typing import Any
 
 from bson import ObjectId
 
-from recruiter import JobSpec, Queue, Registry
+from recruiter import JobSpec, Queue
 from recruiter.clock import FrozenClock
 from recruiter.recruiter import Recruiter
-from recruiter.store import Store, digest_of
-from recruiter.worker import WorkerSlot
-
-
-def application(*names: str) -> Registry:
-    registry = Registry()
-    for name in names:
-        registry.workable(name, lambda: None)
-    return registry
-
-
-def slot(queue: Queue, registry: Registry, clock: FrozenClock, group: str = "*") -> WorkerSlot:
-    worker = WorkerSlot(queue.store, registry, clock, group)
-    worker.register()
-    return worker
-
-
-def assigned(store: Store, worker: WorkerSlot) -> tuple[Any, ...]:
-    assert worker.id is not None
-    record = store.find_worker(worker.id)
-    assert record is not None
-    return () if record.assignment is None else record.assignment.job_ids
+from recruiter.store import digest_of
+from tests.test_routing import application, assigned, slot
 
 
 def test_groups_holding_only_jobs_no_worker_knows_do_not_starve_the_others(
