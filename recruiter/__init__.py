@@ -7,6 +7,7 @@ and whose whole history can be read back.
 from importlib.metadata import PackageNotFoundError, version
 
 from recruiter.clock import Clock, FrozenClock, SystemClock
+from recruiter.dependencies import Batch, BatchStatus, Workflow
 from recruiter.errors import (
     DatabaseError,
     DatabaseUnavailable,
@@ -26,7 +27,7 @@ from recruiter.errors import (
     WriteRejected,
 )
 from recruiter.groups import GroupSettings, InvalidGroupSettings, Rate
-from recruiter.job import Job, JobSpec, Root
+from recruiter.job import After, Job, JobSpec, Root
 from recruiter.manual import Cancellation
 from recruiter.policies import (
     DoNotDoItAgain,
@@ -65,6 +66,9 @@ except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0+unknown"
 
 __all__ = [
+    "After",
+    "Batch",
+    "BatchStatus",
     "Cancellation",
     "Clock",
     "Cron",
@@ -114,6 +118,7 @@ __all__ = [
     "Why",
     "Workable",
     "WorkerDied",
+    "Workflow",
     "WriteRejected",
     "record_output",
     "register_retry_policy",

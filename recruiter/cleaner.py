@@ -15,7 +15,10 @@ Each round it:
    (workers only mark a job finished; a crash in the middle of a move is completed too);
 4. purges archived jobs that finished more than ``clean_after`` ago, up to 5,000 a round
    in two commands (a round that purged a full batch is followed by another at once),
-   crashed ones included.
+   crashed ones included;
+5. sweeps the jobs waiting for others (:func:`recruiter.dependencies.sweep`): one whose
+   dependencies (or batch) ended, and that nobody told (its worker crashed before it
+   could, say), is made ready or cancelled as its rule says.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import logging
 from collections import Counter
 from dataclasses import dataclass, field
 
+from recruiter.dependencies import sweep
 from recruiter.errors import DatabaseError
 from recruiter.loop import Backoff, Pause
 from recruiter.recovery import Released, release_unheld, take_back_from_dead
@@ -88,6 +92,8 @@ class CleanResult:
     released: Counter[str] = field(default_factory=Counter)
     archived_moves: int = 0
     purged: int = 0
+    settled: int = 0
+    """Waiting jobs the sweep made ready or cancelled."""
 
     @property
     def busy(self) -> bool:
@@ -155,7 +161,16 @@ class Cleaner:
         purged = self.store.purge_archived(now - self.config.clean_after)
         if purged:
             logger.info("cleaner: purged %d archived jobs", purged)
-        return CleanResult(removed, released, moved, purged)
+        swept = sweep(self.store, now)
+        settled = len(swept.ready) + len(swept.cancelled)
+        if settled:
+            logger.info(
+                "cleaner: %d waiting jobs made ready and %d cancelled, their dependencies "
+                "having ended unnoticed",
+                len(swept.ready),
+                len(swept.cancelled),
+            )
+        return CleanResult(removed, released, moved, purged, settled)
 
     def _dead_workers(
         self, now: dt.datetime, seen_before: dt.datetime

@@ -29,6 +29,7 @@ import bson
 from bson import ObjectId
 
 from recruiter.clock import Clock
+from recruiter.dependencies import Ended, follow_up_safely
 from recruiter.errors import DatabaseError, DatabaseUnavailable, RecruiterError
 from recruiter.events import JOB_ENDED, JOB_FAILURE_LAST, JOB_STARTED, JobEvent, call_safely
 from recruiter.job import TRACE_LIMIT, Job
@@ -102,6 +103,10 @@ class Outcome(StrEnum):
     """It was no longer held with this lock token: nothing this attempt wrote took effect."""
     SKIPPED = "skipped"
     """It was not run, as a duplicate or a superseded leaf: archived with the reason."""
+
+
+ENDING_OUTCOMES = (Outcome.DONE, Outcome.ARCHIVED, Outcome.SKIPPED)
+"""The outcomes that end a job for good: those waiting for it are told."""
 
 
 @dataclass(frozen=True)
@@ -225,14 +230,21 @@ class Executor:
         skip = self._skip_reason(job)
         if skip is not None:
             execution = self._skip(job, token, started_at, *skip)
+            self._follow_up(job, execution)
             self._ended(job, execution, Ran())
             return dataclasses.replace(execution, group=job.group)
         with attempt_span(job.id, job.workable, job.group, job.attempts, job.trace) as outcome:
             ran = self._call(job, statistics, policy_problem)
             execution = self._conclude(job, token, ran, started_at, policy, began_by=began_by)
             outcome(execution.outcome.value)
+        self._follow_up(job, execution)
         self._ended(job, execution, ran)
         return dataclasses.replace(execution, group=job.group)
+
+    def _follow_up(self, job: Job, execution: Execution) -> None:
+        """Tell the jobs waiting for this one (or its batch's callbacks) that it ended."""
+        if execution.outcome in ENDING_OUTCOMES and (job.followed or job.batch is not None):
+            follow_up_safely(self.store, Ended(job.id, job.batch), self.clock.now())
 
     def _call(self, job: Job, statistics: RetryStatistics, policy_problem: str | None) -> Ran:
         """Run the job's code, watched for its timeout and cancellation."""

@@ -36,6 +36,11 @@ TRACE_LIMIT = 8192
 """Characters of a traceback kept per attempt."""
 PRIORITY_RANGE = range(-1000, 1001)
 """Priorities a job may have; higher runs first within its group, 0 by default."""
+MOST_DEPENDENCIES = 1000
+"""The most jobs one job may wait for (a batch counts as one: wait for a batch instead)."""
+RULES = ("done", "ended")
+"""When a job waiting for others runs: once they are all done (and it is cancelled as
+soon as one ends otherwise), or once they have all ended, however."""
 
 
 def check_bson(workable: str, parameters: Any) -> dict[str, Any]:
@@ -108,6 +113,61 @@ def _check_tags(tags: tuple[Any, ...]) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
+class After:
+    """What a job waits for before it is ready: jobs (by id), or a batch, and its rule.
+
+    ``rule="done"``: it runs once they are all done (a duplicate or superseded job counts
+    as done: another run did its work), and is cancelled as soon as one ends otherwise.
+    ``rule="ended"``: it runs once they have all ended, however. ``results``: the name of
+    a parameter that receives their results, in order (``None`` for one not done).
+    """
+
+    jobs: tuple[Any, ...] = ()
+    rule: str = "done"
+    results: str | None = None
+    batch: ObjectId | None = None
+
+    def __post_init__(self) -> None:
+        if self.rule not in RULES:
+            raise InvalidJob(
+                f"rule must be one of {', '.join(map(repr, RULES))}, got {self.rule!r}"
+            )
+        if self.results is not None and (
+            not isinstance(self.results, str) or not self.results.isidentifier()
+        ):
+            raise InvalidJob(f"results names a parameter, got {self.results!r}")
+        if self.batch is None and not self.jobs:
+            raise InvalidJob("after() needs at least one job to wait for")
+        if len(self.jobs) > MOST_DEPENDENCIES:
+            raise InvalidJob(
+                f"a job may wait for at most {MOST_DEPENDENCIES} jobs, got {len(self.jobs)}: "
+                "make them a batch (queue.batch) and wait for it"
+            )
+        for job_id in self.jobs:
+            if not isinstance(job_id, ObjectId | str) or (isinstance(job_id, str) and not job_id):
+                raise InvalidJob(f"after() takes job ids, got {job_id!r}")
+        unique = tuple(dict.fromkeys(as_object_id(job_id) for job_id in self.jobs))
+        object.__setattr__(self, "jobs", unique)
+
+    def to_document(self) -> dict[str, Any]:
+        document: dict[str, Any] = {"rule": self.rule}
+        if self.batch is not None:
+            document["batch"] = self.batch
+        else:
+            document["jobs"] = list(self.jobs)
+        if self.results is not None:
+            document["results"] = self.results
+        return document
+
+
+def as_object_id(job_id: ObjectId | str) -> ObjectId | str:
+    """An ObjectId from its hex form; other ids are returned as given."""
+    if isinstance(job_id, str) and ObjectId.is_valid(job_id):
+        return ObjectId(job_id)
+    return job_id
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """A job to schedule: which workable, with which parameters, where, when, how retried.
 
@@ -141,6 +201,8 @@ class JobSpec:
     """Set on a leaf job: the root job it was fanned out from."""
     timeout: dt.timedelta | None = None
     """How long an attempt may run before it is stopped and fails with ``JobTimedOut``."""
+    waits: After | None = None
+    """What the job waits for before it is ready (:meth:`after`)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.workable, str) or not self.workable:
@@ -176,6 +238,23 @@ class JobSpec:
             not isinstance(self.timeout, dt.timedelta) or self.timeout < shortest
         ):
             raise InvalidJob(f"a timeout must be at least 1ms, got {self.timeout!r}")
+        self._check_waits()
+
+    def _check_waits(self) -> None:
+        if self.waits is None:
+            return
+        if not isinstance(self.waits, After):
+            raise InvalidJob(f"a job waits for an After, got {self.waits!r}")
+        if self.dedup is not None or self.root_signature is not None or self.leaf_of is not None:
+            raise InvalidJob(
+                "a job that waits for others cannot be deduplicated, a root or a leaf: a "
+                "duplicate would join a queued job that does not wait"
+            )
+        if self.waits.results is not None and self.waits.results in self.parameters:
+            raise InvalidJob(
+                f"the job already has a parameter {self.waits.results!r}: name another one "
+                "for its dependencies' results"
+            )
 
     def _check_deduplication(self) -> None:
         if self.dedup is not None:
@@ -206,6 +285,25 @@ class JobSpec:
     def as_leaf_of(self, root: Root) -> JobSpec:
         """Make this a leaf of ``root`` (a running root job's ``retry_statistics().root``)."""
         return dataclasses.replace(self, leaf_of=root, root_signature=None)
+
+    def after(
+        self, *job_ids: ObjectId | str, rule: str = "done", results: bool | str = False
+    ) -> JobSpec:
+        """Wait for these jobs (their ids) before being ready: run once they are all done
+        (``rule="done"``; cancelled as soon as one ends otherwise), or once they have all
+        ended however (``rule="ended"``). With ``results`` (``True``, or the name of a
+        parameter), the job's code receives their results, in this order, as the
+        parameter ``results`` (or that name). A ``run_at`` / ``run_in`` still applies: the
+        job runs when both its time has come and its dependencies allow.
+
+        Jobs scheduled together that wait for each other: see
+        :class:`recruiter.dependencies.Workflow`. Hundreds of jobs: make them a batch
+        (:meth:`recruiter.Queue.batch`). See ``docs/workflows.md``.
+        """
+        name = "results" if results is True else (results or None)
+        if not isinstance(name, str | None):
+            raise InvalidJob(f"results is True or a parameter's name, got {results!r}")
+        return dataclasses.replace(self, waits=After(tuple(job_ids), rule, name))
 
     def in_group(self, group: str) -> JobSpec:
         """Run on workers of ``group`` (default ``generic``)."""
@@ -294,6 +392,12 @@ class JobSpec:
         elif self.leaf_of is not None:
             root = {"signature": self.leaf_of.signature, "at": to_millis(self.leaf_of.at)}
             document["root"] = {**root, "leaf": True}
+        if self.waits is not None:
+            # no scheduled_at while it waits: no round can find it (it is not ready)
+            waits = self.waits
+            document["after"] = {**waits.to_document(), "not_before": document["scheduled_at"]}
+            del document["scheduled_at"]
+            document["waiting_for"] = [waits.batch] if waits.batch is not None else list(waits.jobs)
         return document
 
 
@@ -336,6 +440,24 @@ class Job:
     """The job this finished one was recovered (or retried) as, if it was."""
     trace: Mapping[str, Any] | None = None
     """The trace context the job was scheduled in (W3C headers), if one was recorded."""
+    batch: Any = None
+    """The batch the job is a member of, if it is one (:meth:`recruiter.Queue.batch`)."""
+    waits: Mapping[str, Any] | None = None
+    """What it waits (or waited) for before being ready: ``jobs`` or ``batch``, ``rule``,
+    ``results`` (see :class:`After`)."""
+    waiting_for: tuple[Any, ...] = ()
+    """What it still waits for (job ids, or its batch): empty once it is ready."""
+    dependencies: tuple[Mapping[str, Any], ...] = ()
+    """How each job it waited for ended, as noted: ``job`` (or ``batch``) and ``why``."""
+    followed: bool = False
+    """Whether a job waits for this one: its end is followed up at once."""
+    cancelled_because: str | None = None
+    """Why it was cancelled without running, when a job it waited for did not end done."""
+
+    @property
+    def blocked(self) -> bool:
+        """Whether it waits for other jobs (or a batch) to end before being ready."""
+        return bool(self.waiting_for) and self.why is None
 
     @property
     def finished(self) -> bool:
@@ -406,7 +528,27 @@ class Job:
             problems=tuple(reader.problems),
             recovered_as=document.get("recovered_as"),
             trace=document["trace"] if isinstance(document.get("trace"), Mapping) else None,
+            batch=document.get("batch"),
+            waits=document["after"] if isinstance(document.get("after"), Mapping) else None,
+            waiting_for=tuple(reader.array("waiting_for")),
+            dependencies=tuple(d for d in reader.array("dependencies") if isinstance(d, Mapping)),
+            followed=document.get("followed") is True,
+            cancelled_because=_text_or_none(document.get("cancelled_because")),
         )
+
+
+def state_of(job: Job, now: dt.datetime) -> str:
+    """A job's state in one word: why it finished, or running, handed out, waiting (for
+    other jobs), postponed, ready."""
+    if job.why is not None:
+        return job.why
+    if job.locked:
+        return "running" if job.lock_started_at else "handed out"
+    if job.blocked:
+        return "waiting"
+    if job.scheduled_at is not None and job.scheduled_at > now:
+        return "postponed"
+    return "ready"
 
 
 def _text_or_none(value: Any) -> str | None:

@@ -13,7 +13,7 @@ from typing import Any
 
 from bson import ObjectId
 
-from recruiter.job import Job
+from recruiter.job import Job, state_of
 from recruiter.queue import Queue
 from recruiter.retry import FAILED as FAILED_WHYS
 from recruiter.store import as_object_id
@@ -21,7 +21,7 @@ from recruiter.store.analytics import unfinished_state_queries
 
 FAILED = [str(why) for why in FAILED_WHYS]
 """The reasons a job failed for good."""
-STATES = ("ready", "postponed", "running", "done", "failed", "cancelled", "finished")
+STATES = ("ready", "postponed", "waiting", "running", "done", "failed", "cancelled", "finished")
 """The states jobs can be listed by."""
 PAGE = 50
 """Jobs on a page, unless asked otherwise."""
@@ -31,18 +31,6 @@ RECENT_FAILURES = 5
 
 class InvalidFilter(ValueError):
     """A filter of a job listing that cannot be applied: the message says which and why."""
-
-
-def state_of(job: Job, now: dt.datetime) -> str:
-    """A job's state in one word: why it finished, or running, handed out, postponed,
-    ready."""
-    if job.why is not None:
-        return job.why
-    if job.locked:
-        return "running" if job.lock_started_at else "handed out"
-    if job.scheduled_at is not None and job.scheduled_at > now:
-        return "postponed"
-    return "ready"
 
 
 def summary(job: Job, now: dt.datetime) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from typing import Any
 from bson import ObjectId
 
 from recruiter.clock import Clock
+from recruiter.dependencies import Ended, follow_up_safely
 from recruiter.errors import DatabaseError, JobNotFound, RecruiterError
 from recruiter.execution import Execution, Executor, Identity
 from recruiter.job import Job
@@ -96,6 +97,7 @@ def cancel(store: Store, job_id: Any, now: dt.datetime) -> Cancellation:
     for _ in range(CANCEL_TRIES):  # a job may move between waiting and locked meanwhile
         if store.cancel_if_waiting(job_id, now):
             logger.info("job %s cancelled", job_id)
+            _follow_up(store, job_id, now)
             return Cancellation.CANCELLED
         if store.request_cancel_if_locked(job_id, now):
             logger.info("job %s: cancellation asked of its worker", job_id)
@@ -104,6 +106,15 @@ def cancel(store: Store, job_id: Any, now: dt.datetime) -> Cancellation:
         if job is None or job.finished:
             return Cancellation.FINISHED
     raise RecruiterError(f"job {job_id} kept changing state while being cancelled: try again")
+
+
+def _follow_up(store: Store, job_id: Any, now: dt.datetime) -> None:
+    """Tell what waits for a cancelled job (cancelled in turn) and its batch's callbacks."""
+    try:
+        job = store.find_job(job_id)
+    except DatabaseError:
+        job = None  # the cleaner's sweep tells them
+    follow_up_safely(store, Ended(job_id, job.batch if job else None), now)
 
 
 RECOVERED_FIELDS = (

@@ -13,20 +13,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import os
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 from bson import ObjectId
 
 from recruiter.analytics import Analytics, analytics
 from recruiter.clock import Clock, to_millis
 from recruiter.connection import URI_VARIABLE, open_database, resolve_uri
+from recruiter.dependencies import Batch, BatchStatus, Workflow, check_batch, settle
 from recruiter.duration import Duration, to_timedelta
 from recruiter.errors import DatabaseUnavailable, InvalidJob, JobNotFound
 from recruiter.groups import GroupSettings, InvalidGroupSettings, Rate
-from recruiter.job import Job, JobSpec
+from recruiter.job import After, Job, JobSpec, as_object_id, state_of
 from recruiter.loop import Backoff
 from recruiter.manual import (
     Cancellation,
@@ -50,9 +52,11 @@ from recruiter.schedule import (
 from recruiter.schedulers import job_template
 from recruiter.schema_check import SchemaCheck
 from recruiter.store import Database, SchedulerRecord, Store
+from recruiter.store.waiting import SUCCEEDED
 from recruiter.tracing import current_context
 from recruiter.workable import Registry
 
+T = TypeVar("T")
 RESUME_TRIES = 3
 """Tries of a resume whose scheduler is declared again with a new schedule meanwhile."""
 SCHEDULE_PATIENCE = 10.0
@@ -130,6 +134,14 @@ class Queue:
         driver's errors reach the caller as they are, so that ``with_transaction``
         retries a transient one (see docs/transactions.md).
         """
+        specs = self._checked(jobs, session)
+        # the latest the time may be: a run of a duplicate that began before is never
+        # taken for one that began after (recruiter.execution, the executed-after rule)
+        now = self.clock.latest()
+        documents = [spec.to_document(ObjectId(), now) for spec in specs]
+        return self._store_documents(documents, session)
+
+    def _checked(self, jobs: Iterable[Any], session: Any) -> list[JobSpec]:
         specs = list(jobs)
         for spec in specs:
             if not isinstance(spec, JobSpec):
@@ -137,27 +149,73 @@ class Queue:
         if session is not None:
             self._check_session(session)
         self.check_schema()
-        # the latest the time may be: a run of a duplicate that began before is never
-        # taken for one that began after (recruiter.execution, the executed-after rule)
-        now = self.clock.latest()
-        documents = [spec.to_document(ObjectId(), now) for spec in specs]
+        return specs
+
+    def _store_documents(self, documents: list[dict[str, Any]], session: Any) -> list[ObjectId]:
+        """Store new jobs' documents (in the transaction ``session``, if given): those that
+        wait for others after the rest, each after what it waits for; then note at once
+        what they wait for that has ended already. Return their ids (a deduplicated
+        job's: the queued duplicate's)."""
         scheduled_in = current_context()
         if scheduled_in is not None:
             for document in documents:
                 document["trace"] = scheduled_in
-        if session is not None:
-            return self.store.insert_jobs_in(documents, session)
-        return self._insert(documents)
+        waiting = [d for d in documents if "waiting_for" in d]
+        plain = [d for d in documents if "waiting_for" not in d]
+        own = {d["_id"] for d in documents}
+        waited = list(dict.fromkeys(w for d in waiting for w in d["after"].get("jobs", [])))
+        outside = [w for w in waited if w not in own]
+        missing = set(outside) - self.store.existing_jobs(outside, session)
+        if missing:
+            raise InvalidJob(
+                f"no job {', '.join(sorted(map(str, missing)))} to wait for: wait for jobs "
+                "scheduled before (or for steps of the same Workflow)"
+            )
+        for document in plain:
+            if document["_id"] in waited:
+                document["followed"] = True
+        ids = self._insert(outside, plain, waiting, session)
+        stored = dict(zip([d["_id"] for d in plain], ids, strict=True))
+        if outside:
+            # an end that landed before the insert was followed up without these jobs
+            now = self.clock.now()
+            for document in waiting:
+                if any(w in outside for w in document["waiting_for"]):
+                    settle(self.store, document, now, session)
+        return [stored.get(d["_id"], d["_id"]) for d in documents]
 
-    def _insert(self, documents: list[dict[str, Any]]) -> list[ObjectId]:
-        """Store the jobs, trying again while the database does not answer, for up to
-        :data:`SCHEDULE_PATIENCE` seconds: each try inserts the same ids, so a try whose
+    def _insert(
+        self,
+        waited: list[Any],
+        plain: list[dict[str, Any]],
+        waiting: list[dict[str, Any]],
+        session: Any,
+    ) -> list[Any]:
+        """Mark the jobs ``waited`` for as followed, then insert ``plain`` (return their
+        ids: a deduplicated job's is the queued duplicate's), then ``waiting`` in order."""
+        store = self.store
+        if session is not None:
+            store.mark_followed(waited, session)
+            ids = store.insert_jobs_in(plain, session) if plain else []
+            if waiting:
+                store.insert_in_order_in(waiting, session)
+            return ids
+        if waited:
+            self._patiently(lambda: store.mark_followed(waited))
+        ids = self._patiently(lambda: store.insert_jobs(plain)) if plain else []
+        if waiting:
+            self._patiently(lambda: store.insert_in_order(waiting))
+        return ids
+
+    def _patiently(self, write: Callable[[], T]) -> T:
+        """``write()``, tried again while the database does not answer, for up to
+        :data:`SCHEDULE_PATIENCE` seconds: each try writes the same ids, so a try whose
         reply was lost after it landed stores nothing twice."""
         deadline = self.clock.monotonic() + SCHEDULE_PATIENCE
         wait = 0.0
         while True:
             try:
-                return self.store.insert_jobs(documents)
+                return write()
             except DatabaseUnavailable as error:
                 if self.clock.monotonic() >= deadline:
                     raise DatabaseUnavailable(
@@ -166,6 +224,83 @@ class Queue:
                     ) from error
                 wait = SCHEDULE_RETRIES.after(wait)
                 self.clock.sleep(wait)
+
+    def schedule_workflow(self, workflow: Workflow, *, session: Any = None) -> dict[str, ObjectId]:
+        """Store the steps of ``workflow``, each waiting for those it names; return each
+        step's job id by name. All or (on a validation error, a cycle) none; with
+        ``session``, in the application's transaction (see :meth:`schedule_many`)."""
+        if not isinstance(workflow, Workflow):
+            raise InvalidJob(f"expected a Workflow, got {workflow!r}")
+        names, specs = workflow.specs()
+        for name in workflow.waited_for_within():
+            if specs[list(names).index(name)].dedup is not None:
+                raise InvalidJob(
+                    f"step {name!r} is waited for and deduplicated: a duplicate would "
+                    "join a queued job that nothing waits for"
+                )
+        self._checked(specs, session)
+        now = self.clock.latest()
+        documents = [
+            spec.to_document(job_id, now)
+            for job_id, spec in zip(names.values(), specs, strict=True)
+        ]
+        stored = self._store_documents(documents, session)
+        return dict(zip(names, stored, strict=True))
+
+    def batch(
+        self,
+        jobs: Iterable[JobSpec],
+        *,
+        on_success: JobSpec | None = None,
+        on_complete: JobSpec | None = None,
+        session: Any = None,
+    ) -> Batch:
+        """Store ``jobs`` as one batch, with callbacks each scheduled exactly once:
+        ``on_success`` when every job of the batch is done (cancelled as soon as one
+        fails for good or is cancelled), ``on_complete`` when every job has ended,
+        however. The callbacks are stored after the jobs; with ``session``, all in the
+        application's transaction. See docs/workflows.md."""
+        members = check_batch(list(jobs), [on_success, on_complete])
+        self._checked(members, session)
+        batch_id = ObjectId()
+        now = self.clock.latest()
+        documents = [{**spec.to_document(ObjectId(), now), "batch": batch_id} for spec in members]
+        callbacks: dict[str, ObjectId | None] = {"done": None, "ended": None}
+        for rule, spec in (("done", on_success), ("ended", on_complete)):
+            if spec is not None:
+                waiting = dataclasses.replace(spec, waits=After(rule=rule, batch=batch_id))
+                documents.append(waiting.to_document(ObjectId(), now))
+                callbacks[rule] = documents[-1]["_id"]
+        self._store_documents(documents, session)
+        member_ids = [d["_id"] for d in documents if d.get("batch") == batch_id]
+        return Batch(batch_id, member_ids, callbacks["done"], callbacks["ended"])
+
+    def batch_status(self, batch_id: ObjectId | str) -> BatchStatus:
+        """Where the batch stands: its members by how they ended, its callbacks' states.
+        Raises :class:`~recruiter.errors.JobNotFound` for a batch with no member stored."""
+        batch = as_object_id(batch_id)
+        members = self.store.batch_members(batch)
+        if not members:
+            raise JobNotFound(batch_id)
+        whys = list(members.values())
+        callbacks = {
+            job.waits.get("rule"): job
+            for job in self.store.jobs_waiting_for_batch(batch)
+            if job.waits is not None
+        }
+        now = self.clock.now()
+        success, complete = callbacks.get("done"), callbacks.get("ended")
+        return BatchStatus(
+            batch,
+            members=len(whys),
+            unfinished=sum(1 for why in whys if why is None),
+            done=sum(1 for why in whys if why in SUCCEEDED),
+            ended_otherwise=sum(1 for why in whys if why is not None and why not in SUCCEEDED),
+            on_success=success.id if success else None,
+            on_success_state=state_of(success, now) if success else None,
+            on_complete=complete.id if complete else None,
+            on_complete_state=state_of(complete, now) if complete else None,
+        )
 
     def repeat(
         self,

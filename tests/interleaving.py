@@ -48,12 +48,15 @@ def _around(
 ) -> list[Any]:
     real: Callable[..., Any] = getattr(target, verb)
     happened: list[Any] = []
+    began: list[bool] = []  # (the step's own calls of the verb do not start it again)
 
     def wrapped(*arguments: Any, **options: Any) -> Any:
-        if before and not happened:
+        if before and not began:
+            began.append(True)
             happened.append(step())
         result = real(*arguments, **options)
-        if not before and not happened and when(result):
+        if not before and not began and when(result):
+            began.append(True)
             happened.append(step())
         return result
 

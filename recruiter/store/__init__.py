@@ -27,17 +27,19 @@ from pymongo.collection import Collection
 from pymongo.database import Database
 
 from recruiter.clock import DatabaseClock, SystemClock
+from recruiter.job import as_object_id
 from recruiter.store.analytics import AnalyticsVerbs
 from recruiter.store.base import Document
 from recruiter.store.dedup import DedupVerbs
 from recruiter.store.failures import translate_methods
 from recruiter.store.groups import GroupRecord, GroupVerbs
-from recruiter.store.jobs import JobVerbs, LockRecord, as_object_id
+from recruiter.store.jobs import JobVerbs, LockRecord
 from recruiter.store.leases import LeaseVerbs
 from recruiter.store.roster import Assignment, RanReport, RosterVerbs, WorkerRecord
 from recruiter.store.schedulers import SchedulerRecord, SchedulerVerbs
 from recruiter.store.schema import check_schema, ensure_indexes, ensure_schema
 from recruiter.store.server import ServerVerbs
+from recruiter.store.waiting import WaitingVerbs
 from recruiter.store.watch import (
     ChangeFeed,
     ChangeStreamsUnavailable,
@@ -93,6 +95,7 @@ class Store(
     WatchVerbs,
     ServerVerbs,
     WorkableVerbs,
+    WaitingVerbs,
 ):
     """Every collection recruiter uses, and every operation on them."""
 

@@ -23,7 +23,7 @@ from pymongo.database import Database
 from pymongo.errors import BulkWriteError, OperationFailure
 
 from recruiter.errors import DocumentTooLarge, RecruiterError, WriteRejected
-from recruiter.job import HISTORY_LIMIT, Job
+from recruiter.job import HISTORY_LIMIT, Job, as_object_id
 from recruiter.store.base import ONE_REPLY, Document, aware, on_mongomock, update_each
 from recruiter.store.failures import in_the_callers_transaction, translate
 
@@ -148,13 +148,6 @@ def starting(job_id: Any, token: ObjectId, started: Document) -> Statement:
     return owned, update
 
 
-def as_object_id(job_id: ObjectId | str) -> ObjectId | str:
-    """An ObjectId from its hex form; other ids are returned as given."""
-    if isinstance(job_id, str) and ObjectId.is_valid(job_id):
-        return ObjectId(job_id)
-    return job_id
-
-
 READY_ORDER = {"priority": -1, "scheduled_at": 1}
 """The order ready jobs are handed out in: highest priority first, then oldest due."""
 DUE_ORDER = {"scheduled_at": 1}
@@ -245,6 +238,31 @@ class JobVerbs:
         if new:
             self.scheduled.insert_many(new, session=session)
         return ids
+
+    def insert_in_order(self, documents: Sequence[Document], session: Any = None) -> None:
+        """Insert new jobs in their order, each only once the ones before it are stored:
+        a job after those it waits for, a batch's callbacks after its members. A try
+        after a lost reply inserts the same ids: those stored already are skipped.
+        (None is deduplicated: :class:`~recruiter.job.JobSpec` refuses it for them.)"""
+        position = 0
+        while position < len(documents):
+            try:
+                self.scheduled.insert_many(documents[position:], ordered=True, session=session)
+                return
+            except BulkWriteError as error:
+                failures = error.details.get("writeErrors") or []
+                if session is not None or not failures or error.details.get("writeConcernErrors"):
+                    raise
+                index = position + failures[0]["index"]
+                stored = failures[0]["code"] == DUPLICATE_KEY
+                if not stored or not self._stored(documents[index]["_id"]):
+                    raise
+                position = index + 1
+
+    @in_the_callers_transaction
+    def insert_in_order_in(self, documents: Sequence[Document], session: Any) -> None:
+        """:meth:`insert_in_order`, in the application's transaction ``session``."""
+        self.scheduled.insert_many(list(documents), ordered=True, session=session)
 
     def _insert_unless_queued(self, documents: list[Document]) -> list[int]:
         """Insert ``documents``; return the indexes of those refused as duplicates.
@@ -424,12 +442,14 @@ class JobVerbs:
         return result.modified_count == 1
 
     def cancel_if_waiting(self, job_id: Any, now: dt.datetime) -> bool:
-        """Finish a waiting job as ``cancelled``: the commit, as for any finished job."""
+        """Finish a waiting job (due, or waiting for others) as ``cancelled``: the commit,
+        as for any finished job."""
+        waiting = [{"scheduled_at": {"$exists": True}}, {"waiting_for": {"$exists": True}}]
         result = self.scheduled.update_one(
-            {"_id": job_id, "locked": False, "scheduled_at": {"$exists": True}},
+            {"_id": job_id, "locked": False, "why": {"$exists": False}, "$or": waiting},
             {
                 "$set": {"done": False, "why": "cancelled", "archived_at": now},
-                "$unset": {"scheduled_at": "", "queued_key": ""},
+                "$unset": {"scheduled_at": "", "queued_key": "", "waiting_for": ""},
             },
         )
         return result.modified_count == 1

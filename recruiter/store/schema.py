@@ -48,6 +48,12 @@ INDEXES: Mapping[str, tuple[IndexModel, ...]] = {
             name="locks",
             partialFilterExpression={"locked": True},
         ),
+        # the jobs that wait for a job or a batch (only those have waiting_for)
+        IndexModel([("waiting_for", ASCENDING)], name="waiting_for", sparse=True),
+        # a batch's members that have not ended, or did not end done
+        IndexModel([("batch", ASCENDING), ("why", ASCENDING)], name="batch", sparse=True),
+        # a batch's callbacks
+        IndexModel([("after.batch", ASCENDING)], name="batch_callbacks", sparse=True),
         # deduplication: one queued job per key (the key is removed at the first lock)
         IndexModel([("queued_key", ASCENDING)], name="queued_key", unique=True, sparse=True),
     ),
@@ -81,6 +87,8 @@ INDEXES: Mapping[str, tuple[IndexModel, ...]] = {
         # the latest failures (or cancellations…) of the operator's views
         IndexModel([("why", ASCENDING), ("archived_at", ASCENDING)], name="why_archived_at"),
         IndexModel([("tags", ASCENDING)], name="tags", sparse=True),
+        IndexModel([("batch", ASCENDING), ("why", ASCENDING)], name="batch", sparse=True),
+        IndexModel([("after.batch", ASCENDING)], name="batch_callbacks", sparse=True),
     ),
 }
 

@@ -10,6 +10,7 @@ from bson import ObjectId
 from recruiter import listing
 from recruiter.errors import InvalidJob, RecruiterError
 from recruiter.groups import GroupSettings
+from recruiter.job import state_of
 from recruiter.listing import FAILED, InvalidFilter, JobFilter
 from recruiter.queue import Queue
 
@@ -83,7 +84,7 @@ def _selected(queue: Queue, where: JobFilter, action: str, upto: str | None) -> 
         page = listing.list_jobs(queue, where, listing.PAGE * 10, before)
         now = queue.clock.now()
         for job in page.jobs:
-            state = listing.state_of(job, now)
+            state = state_of(job, now)
             if (
                 (action == "retry" and state in FAILED and job.recovered_as is None)
                 or (action == "run" and state in ("ready", "postponed"))

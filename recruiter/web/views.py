@@ -10,7 +10,7 @@ from typing import Any
 from recruiter import listing
 from recruiter.analytics import average, last_minute, spans
 from recruiter.errors import ResultNotKept
-from recruiter.job import Job
+from recruiter.job import Job, state_of
 from recruiter.listing import FAILED
 from recruiter.queue import Queue
 from recruiter.schedule import InvalidSchedule, schedule_from
@@ -158,7 +158,7 @@ def job_detail(queue: Queue, job_id: str) -> dict[str, Any]:
     """One job, every field and every attempt (``JobNotFound`` if there is none)."""
     job = queue.job(job_id)
     now = queue.clock.now()
-    state = listing.state_of(job, now)
+    state = state_of(job, now)
     return {
         "id": str(job.id),
         "state": state,

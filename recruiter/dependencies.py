@@ -1,0 +1,457 @@
+"""Jobs that wait for others: chains, workflows (a small DAG), and batches with callbacks.
+
+A job scheduled with :meth:`~recruiter.job.JobSpec.after` (or as a step of a
+:class:`Workflow`, or as a batch's callback) is stored *waiting*: no ``scheduled_at``,
+and a ``waiting_for`` array of the ids it still waits for (a batch's callbacks wait for
+the batch's id). It becomes ready when the last one ends, as its rule says:
+
+- ``done`` (the default): once they are all done; cancelled as soon as one ends
+  otherwise (failed for good, or cancelled), which cancels what waits for it in turn;
+- ``ended``: once they have all ended, however.
+
+Who notices an end (:func:`follow_up`):
+
+1. the worker that ended the job, at once, when the job was marked ``followed`` (a job
+   that waits for it was scheduled before it started) or is a batch's member;
+2. the scheduling itself: a job whose dependencies ended before it was stored is
+   settled right after its insert (the insert comes first, so an end that lands
+   meanwhile is seen by one of the two);
+3. the cleaner's sweep (:func:`sweep`), every round: an end whose follow-up was lost to a
+   crash, or that its worker did not know to follow up, is noticed within a round.
+
+Each notice is a conditional update of the waiting job alone (see
+:mod:`recruiter.store.waiting`): any of the three may notice the same end, at once, and
+it is noted once; a callback is made ready, or cancelled, exactly once.
+
+A batch has no counters of its own to keep in step: its progress is read from its
+members (:meth:`recruiter.Queue.batch_status`), and "every member has ended" is one
+indexed read (no unfinished member left), true for good once true.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import islice
+from typing import Any
+
+from bson import ObjectId
+
+from recruiter.errors import DatabaseError, DocumentTooLarge, InvalidJob
+from recruiter.job import After, JobSpec, as_object_id
+from recruiter.store import Store
+from recruiter.store.base import Document
+from recruiter.store.waiting import SUCCEEDED
+
+logger = logging.getLogger(__name__)
+
+NOTE_TRIES = 5
+"""Tries of one notice while other notices of the same job land between its read and
+its write (each of them progress: the job waits for one less)."""
+FOLLOW_UP_CHUNK = 100
+"""Ended jobs whose waiting jobs are read in one query."""
+SWEEP_PAGE = 500
+"""Waiting jobs the sweep checks at once: their dependencies in one query."""
+
+
+@dataclass(frozen=True)
+class Ended:
+    """A job that ended, as a follow-up needs it: its id, and its batch if it has one."""
+
+    id: Any
+    batch: Any = None
+
+
+@dataclass
+class Settled:
+    """What a follow-up did: jobs made ready, jobs cancelled (their own waiting jobs
+    followed up in turn)."""
+
+    ready: list[Any] = field(default_factory=list)
+    cancelled: list[Any] = field(default_factory=list)
+
+
+def follow_up(
+    store: Store, ended: Iterable[Ended], now: dt.datetime, session: Any = None
+) -> Settled:
+    """Note these ends in every job that waits for them; make ready, or cancel, those
+    that waited for nothing else. A cancelled job's own waiting jobs are followed up in
+    turn (a chain fails down at once)."""
+    settled = Settled()
+    pending = deque(ended)
+    while pending:
+        chunk = [pending.popleft() for _ in range(min(FOLLOW_UP_CHUNK, len(pending)))]
+        waited_for = [e.id for e in chunk] + list({e.batch for e in chunk if e.batch is not None})
+        for document in store.waiting_on(waited_for, session):
+            outcome = settle(store, document, now, session)
+            if outcome == "ready":
+                settled.ready.append(document["_id"])
+            elif outcome == "cancelled":
+                settled.cancelled.append(document["_id"])
+                pending.append(Ended(document["_id"], document.get("batch")))
+    return settled
+
+
+def follow_up_safely(store: Store, ended: Ended, now: dt.datetime) -> None:
+    """:func:`follow_up` one job, logging a database error instead of raising it: the
+    job's end is recorded already, and the cleaner's sweep notes what this missed."""
+    try:
+        follow_up(store, [ended], now)
+    except DatabaseError as error:
+        logger.warning(
+            "job %s: the jobs waiting for it were not told of its end (%s): the cleaner's "
+            "sweep will",
+            ended.id,
+            error,
+        )
+
+
+def settle(store: Store, document: Document, now: dt.datetime, session: Any = None) -> str:
+    """Note every end the waiting job ``document`` waits for that has come: ``"ready"``
+    if that made it ready, ``"cancelled"`` if its rule cancelled it, else
+    ``"waiting"`` (or ``"gone"``: another process settled it meanwhile)."""
+    return _Notices(store, now, session).settle(document)
+
+
+@dataclass(frozen=True)
+class _Notices:
+    """Notices of ends in waiting jobs, at ``now`` (in the transaction ``session``)."""
+
+    store: Store
+    now: dt.datetime
+    session: Any = None
+
+    def settle(self, document: Document) -> str:
+        after = document.get("after")
+        after = after if isinstance(after, Mapping) else {}
+        rule = "ended" if after.get("rule") == "ended" else "done"
+        if "batch" in after:
+            return self._settle_batch(document, after["batch"], rule)
+        waiting = [w for w in document.get("waiting_for") or [] if w is not None]
+        unfinished = self.store.unfinished_among(waiting, self.session)
+        ended = [w for w in waiting if w not in unfinished]
+        if not ended:
+            return "waiting"
+        states = self.store.ended_documents(ended, self.session)
+        current: Document | None = document
+        for dependency in ended:
+            entry = _entry(dependency, states.get(dependency), after)
+            if rule == "done" and entry["why"] not in SUCCEEDED:
+                because = f"job {dependency} it waited for ended {entry['why']}"
+                return self._cancel(document["_id"], dependency, entry, because)
+            current = self._note(current, dependency, entry)
+            if current is None:
+                return "gone"
+            if "waiting_for" not in current:
+                return "ready"
+        return "waiting"
+
+    def _settle_batch(self, document: Document, batch: Any, rule: str) -> str:
+        failure = self.store.batch_failure(batch, self.session)
+        if rule == "done" and failure is not None:
+            entry = {"batch": batch, "why": "failed"}
+            because = f"job {failure['_id']} of batch {batch} ended {failure.get('why')}"
+            return self._cancel(document["_id"], batch, entry, because)
+        if self.store.batch_unfinished(batch, self.session):
+            return "waiting"
+        entry = {"batch": batch, "why": "done" if failure is None else "ended"}
+        current = self._note(document, batch, entry)
+        if current is None:
+            return "gone"
+        return "ready" if "waiting_for" not in current else "waiting"
+
+    def _cancel(self, job_id: Any, waited_for: Any, entry: Document, because: str) -> str:
+        cancelled = self.store.cancel_waiting(
+            job_id, waited_for, entry, because=because, now=self.now, session=self.session
+        )
+        if cancelled:
+            logger.info("job %s cancelled: %s", job_id, because)
+            return "cancelled"
+        return "gone"
+
+    def _note(self, document: Document | None, waited_for: Any, entry: Document) -> Document | None:
+        """Note ``entry`` (``waited_for`` ended) in the waiting job: pulled from what it
+        waits for while others remain, or the job made ready when it was the last.
+        Return the job as it is now (without ``waiting_for`` once ready), or ``None``
+        when it waits for nothing any more (settled by another process)."""
+        for _ in range(NOTE_TRIES):
+            if document is None:
+                return None
+            waiting = list(document.get("waiting_for") or [])
+            if waited_for not in waiting:
+                return document  # noted already, by another process
+            noted = [*(document.get("dependencies") or []), entry]
+            if waiting == [waited_for]:
+                fields = _ready_fields(document, noted, self.now)
+                if self._release(document["_id"], waited_for, entry, fields):
+                    return {k: v for k, v in document.items() if k != "waiting_for"}
+            elif self.store.pull_dependency(document["_id"], waited_for, entry, self.session):
+                rest = [w for w in waiting if w != waited_for]
+                return {**document, "waiting_for": rest, "dependencies": noted}
+            document = self.store.blocked_document(document["_id"], self.session)
+        logger.warning("a job waiting for %s kept changing: the next sweep goes on", waited_for)
+        return document
+
+    def _release(self, job_id: Any, waited_for: Any, entry: Document, fields: Document) -> bool:
+        release = self.store.release_waiting
+        try:
+            return release(job_id, waited_for, entry, fields=fields, session=self.session)
+        except DocumentTooLarge:
+            # its dependencies' results do not fit in it: it runs with none
+            logger.error("job %s: its dependencies' results are too large to pass", job_id)
+            trimmed = {
+                k: (None if k.startswith("workable.parameters.") else v) for k, v in fields.items()
+            }
+            entry = {k: v for k, v in entry.items() if k != "result"}
+            return release(job_id, waited_for, entry, fields=trimmed, session=self.session)
+
+
+def _entry(dependency: Any, state: Document | None, after: Mapping[str, Any]) -> Document:
+    """How ``dependency`` ended, as noted in the waiting job (``purged``: ended so long
+    ago that the archive no longer has it)."""
+    if state is None:
+        return {"job": dependency, "why": "purged"}
+    why = state.get("why") if isinstance(state.get("why"), str) else "unknown"
+    entry: Document = {"job": dependency, "why": why}
+    last = state.get("last_execution")
+    if after.get("results") and why == "done" and isinstance(last, Mapping) and "result" in last:
+        entry["result"] = last["result"]
+    return entry
+
+
+def _ready_fields(document: Document, noted: Sequence[Any], now: dt.datetime) -> Document:
+    """What makes the waiting job ready: due at its own time (``run_at`` / ``run_in``)
+    or now, whichever is later; its dependencies' results, if it asked for them."""
+    after = document.get("after")
+    after = after if isinstance(after, Mapping) else {}
+    not_before = after.get("not_before")
+    due = not_before if isinstance(not_before, dt.datetime) and not_before > now else now
+    fields: Document = {"scheduled_at": due}
+    name = after.get("results")
+    if isinstance(name, str) and name.isidentifier():
+        results = {
+            entry.get("job"): entry.get("result") for entry in noted if isinstance(entry, Mapping)
+        }
+        jobs = after.get("jobs")
+        waited = jobs if isinstance(jobs, list) else []
+        fields[f"workable.parameters.{name}"] = [results.get(job_id) for job_id in waited]
+    return fields
+
+
+def sweep(store: Store, now: dt.datetime) -> Settled:
+    """Settle every waiting job whose dependencies ended (or batch did), whoever missed
+    it: the cleaner's safety net, each round. Reads the waiting jobs in pages, and their
+    unfinished dependencies in one query a page: a round over waiting jobs whose
+    dependencies still run writes nothing."""
+    settled = Settled()
+    batches: dict[Any, bool] = {}  # batch -> whether a callback may be settled now
+    blocked = store.blocked_jobs()
+    while page := list(islice(blocked, SWEEP_PAGE)):
+        by_jobs = [d for d in page if not _waits_for_batch(d)]
+        waited = {w for d in by_jobs for w in d.get("waiting_for") or []}
+        unfinished = store.unfinished_among(list(waited)) if waited else set()
+        for document in page:
+            if _waits_for_batch(document):
+                batch = document["after"]["batch"]
+                if batch not in batches:
+                    batches[batch] = not store.batch_unfinished(batch) or (
+                        store.batch_failure(batch) is not None
+                    )
+                if not batches[batch]:
+                    continue
+            elif all(w in unfinished for w in document.get("waiting_for") or []):
+                continue
+            outcome = settle(store, document, now)
+            if outcome == "ready":
+                settled.ready.append(document["_id"])
+            elif outcome == "cancelled":
+                settled.cancelled.append(document["_id"])
+    if settled.cancelled:
+        ended = [Ended(job_id) for job_id in settled.cancelled]
+        cascade = follow_up(store, ended, now)
+        settled.ready += cascade.ready
+        settled.cancelled += cascade.cancelled
+    return settled
+
+
+def _waits_for_batch(document: Document) -> bool:
+    after = document.get("after")
+    return isinstance(after, Mapping) and "batch" in after
+
+
+# --- building what waits ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A scheduled batch: its id, its members' ids (in order) and its callbacks' ids."""
+
+    id: ObjectId
+    jobs: list[ObjectId]
+    on_success: ObjectId | None
+    on_complete: ObjectId | None
+
+
+@dataclass(frozen=True)
+class BatchStatus:
+    """Where a batch stands, read from its members (see :meth:`recruiter.Queue.batch_status`)."""
+
+    id: Any
+    members: int
+    """Members still stored (those purged from the archive long after they ended are not)."""
+    unfinished: int
+    done: int
+    """Members that ended done (or were skipped because another run did their work)."""
+    ended_otherwise: int
+    """Members that failed for good or were cancelled."""
+    on_success: Any = None
+    on_success_state: str | None = None
+    on_complete: Any = None
+    on_complete_state: str | None = None
+
+    @property
+    def ended(self) -> bool:
+        """Whether every member has ended."""
+        return self.unfinished == 0
+
+
+@dataclass(frozen=True)
+class _Step:
+    job: JobSpec
+    after: tuple[Any, ...]
+    rule: str
+    results: bool | str
+
+
+class Workflow:
+    """Jobs scheduled together, some waiting for others: a small DAG, stored in one
+    command by :meth:`recruiter.Queue.schedule_workflow` (all or, on a validation error,
+    none).
+
+    >>> from recruiter import Registry
+    >>> registry = Registry()
+    >>> @registry.workable("shop.fetch")
+    ... def fetch(url: str) -> str: ...
+    >>> @registry.workable("shop.report")
+    ... def report(results: list[str]) -> None: ...
+    >>> flow = Workflow()
+    >>> flow.add("a", fetch.job("https://a.example")).add("b", fetch.job("https://b.example"))
+    Workflow(['a', 'b'])
+    >>> flow.add("report", report.job(), after=["a", "b"], results=True).order()
+    ['a', 'b', 'report']
+
+    A step waits for steps of the flow (by name), or for jobs scheduled before (by
+    their ``ObjectId``). A cycle, or a name no step has, is refused when it is scheduled.
+    """
+
+    def __init__(self) -> None:
+        self._steps: dict[str, _Step] = {}
+
+    def __repr__(self) -> str:
+        return f"Workflow({list(self._steps)!r})"
+
+    def add(
+        self,
+        name: str,
+        job: JobSpec,
+        *,
+        after: Sequence[str | ObjectId] = (),
+        rule: str = "done",
+        results: bool | str = False,
+    ) -> Workflow:
+        """Add the step ``name``: ``job``, once the steps (names) and jobs (ObjectIds)
+        of ``after`` end as ``rule`` says (see :meth:`~recruiter.job.JobSpec.after`)."""
+        if not isinstance(name, str) or not name:
+            raise InvalidJob(f"a step's name is a non-empty string, got {name!r}")
+        if name in self._steps:
+            raise InvalidJob(f"the workflow has a step {name!r} already")
+        if not isinstance(job, JobSpec):
+            raise InvalidJob(f"expected a JobSpec (from workable.job(...)), got {job!r}")
+        if job.waits is not None:
+            raise InvalidJob(f"step {name!r}: say what it waits for with add(after=...)")
+        if isinstance(after, str | ObjectId):
+            after = [after]
+        for item in after:
+            if not isinstance(item, str | ObjectId):
+                raise InvalidJob(
+                    f"step {name!r} waits for a step's name or a job's ObjectId, got {item!r}"
+                )
+        if after:
+            After(tuple(ObjectId() for _ in after), rule, None)  # the rule and the count
+        self._steps[name] = _Step(job, tuple(after), rule, results)
+        return self
+
+    def order(self) -> list[str]:
+        """The steps, each after the steps it waits for; raises :class:`InvalidJob` on
+        a cycle or an unknown step."""
+        for name, step in self._steps.items():
+            for item in step.after:
+                if isinstance(item, str) and item not in self._steps:
+                    raise InvalidJob(f"step {name!r} waits for {item!r}: no step has that name")
+        ordered: list[str] = []
+        state: dict[str, str] = {}
+
+        def visit(name: str, path: list[str]) -> None:
+            if state.get(name) == "done":
+                return
+            if state.get(name) == "visiting":
+                cycle = [*path[path.index(name) :], name]
+                raise InvalidJob("the workflow has a cycle: " + " -> ".join(cycle))
+            state[name] = "visiting"
+            for item in self._steps[name].after:
+                if isinstance(item, str):
+                    visit(item, [*path, name])
+            state[name] = "done"
+            ordered.append(name)
+
+        for name in self._steps:
+            visit(name, [])
+        return ordered
+
+    def specs(self) -> tuple[dict[str, ObjectId], list[JobSpec]]:
+        """Each step's new id, and the specs to store in order (the waiting ones with
+        their dependencies' ids)."""
+        order = self.order()
+        ids = {name: ObjectId() for name in order}
+        specs = []
+        for name in order:
+            step = self._steps[name]
+            spec = step.job
+            if step.after:
+                waited = [ids[i] if isinstance(i, str) else i for i in step.after]
+                spec = spec.after(*waited, rule=step.rule, results=step.results)
+            specs.append(spec)
+        return ids, specs
+
+    def waited_for_within(self) -> set[str]:
+        """The names of steps another step waits for."""
+        return {i for step in self._steps.values() for i in step.after if isinstance(i, str)}
+
+
+def check_batch(jobs: Sequence[Any], callbacks: Sequence[Any]) -> list[JobSpec]:
+    """The members of a batch, checked: JobSpecs, at least one, none deduplicated (a
+    duplicate would join a job that is not in the batch)."""
+    members = list(jobs)
+    if not members:
+        raise InvalidJob("a batch needs at least one job")
+    for spec in [*members, *(c for c in callbacks if c is not None)]:
+        if not isinstance(spec, JobSpec):
+            raise InvalidJob(f"expected a JobSpec (from workable.job(...)), got {spec!r}")
+    for spec in members:
+        if spec.dedup is not None or spec.root_signature is not None or spec.leaf_of is not None:
+            raise InvalidJob(
+                "a batch's jobs cannot be deduplicated, roots or leaves: a duplicate would "
+                "join a queued job outside the batch"
+            )
+    for spec in callbacks:
+        if spec is not None and spec.waits is not None:
+            raise InvalidJob("a batch's callback waits for the batch: drop its after()")
+    return members
+
+
+def waited_ids(specs: Iterable[JobSpec]) -> list[Any]:
+    """The ids these specs wait for (existing jobs, or ones scheduled with them)."""
+    return list(dict.fromkeys(as_object_id(i) for s in specs if s.waits for i in s.waits.jobs))

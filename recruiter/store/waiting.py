@@ -1,0 +1,165 @@
+"""The verbs of jobs that wait for others: dependencies and batches.
+
+A waiting job has no ``scheduled_at`` (no round can find it) and a ``waiting_for``
+array: the ids of the jobs it still waits for, or its batch's id. Each dependency that
+ends is noted once, by a conditional update of the waiting job alone: pulled from
+``waiting_for`` while others remain, or, when it is the last, the job made ready (or,
+under the rule ``done``, cancelled) in the same write. Whoever notes it (the worker that
+ended the dependency, the cleaner's sweep, both at once), the filter lets one write
+land: no counter in a second document can be counted twice or lost.
+
+The decisions (which dependency, what to do) are :mod:`recruiter.dependencies`'s.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from pymongo.collection import Collection
+
+from recruiter.job import Job
+from recruiter.store.base import ONE_REPLY, Document
+
+SUCCEEDED = ("done", "duplicate", "superseded")
+"""How a job may end and count as done for those waiting for it: it ran, or another run
+did its work."""
+BLOCKED_FIELDS = {"after": 1, "waiting_for": 1, "dependencies": 1, "batch": 1, "followed": 1}
+ENDED_FIELDS = {"why": 1, "batch": 1, "followed": 1, "last_execution": 1}
+
+
+class WaitingVerbs:
+    """Operations on jobs that wait for others, in ``scheduled`` and ``archived``."""
+
+    scheduled: Collection[Document]
+    archived: Collection[Document]
+
+    def mark_followed(self, job_ids: Sequence[Any], session: Any = None) -> None:
+        """Mark these jobs as waited for, so that their worker follows up their end at
+        once (a job that ended already is left as it is)."""
+        if job_ids:
+            self.scheduled.update_many(
+                {"_id": {"$in": list(job_ids)}, "why": {"$exists": False}},
+                {"$set": {"followed": True}},
+                session=session,
+            )
+
+    def waiting_on(self, waited_for: Sequence[Any], session: Any = None) -> list[Document]:
+        """The jobs that still wait for any of ``waited_for`` (job or batch ids)."""
+        if not waited_for:
+            return []
+        query = {"waiting_for": {"$in": list(waited_for)}}
+        return list(self.scheduled.find(query, BLOCKED_FIELDS, session=session))
+
+    def existing_jobs(self, job_ids: Sequence[Any], session: Any = None) -> set[Any]:
+        """Those of ``job_ids`` stored, queued, running or archived."""
+        found: set[Any] = set()
+        if job_ids:
+            query = {"_id": {"$in": list(job_ids)}}
+            for collection in (self.scheduled, self.archived):
+                found |= {d["_id"] for d in collection.find(query, {"_id": 1}, session=session)}
+        return found
+
+    def jobs_waiting_for_batch(self, batch: Any) -> list[Job]:
+        """A batch's callbacks, waiting, run or ended."""
+        query = {"after.batch": batch}
+        found = {d["_id"]: d for d in self.archived.find(query)}
+        found.update({d["_id"]: d for d in self.scheduled.find(query)})
+        return [Job.from_document(d) for d in found.values()]
+
+    def blocked_jobs(self) -> Iterator[Document]:
+        """Every job that waits, read on the sparse ``waiting_for`` index: the sweep's."""
+        query = {"waiting_for": {"$exists": True}}
+        yield from self.scheduled.find(query, BLOCKED_FIELDS).batch_size(ONE_REPLY)
+
+    def blocked_document(self, job_id: Any, session: Any = None) -> Document | None:
+        """A waiting job as the decisions read it; ``None`` once it waits no more."""
+        query = {"_id": job_id, "waiting_for": {"$exists": True}}
+        return self.scheduled.find_one(query, BLOCKED_FIELDS, session=session)
+
+    def unfinished_among(self, job_ids: Sequence[Any], session: Any = None) -> set[Any]:
+        """Those of ``job_ids`` that have not ended (an unfinished job is never archived)."""
+        if not job_ids:
+            return set()
+        query = {"_id": {"$in": list(job_ids)}, "why": {"$exists": False}}
+        return {d["_id"] for d in self.scheduled.find(query, {"_id": 1}, session=session)}
+
+    def ended_documents(self, job_ids: Sequence[Any], session: Any = None) -> dict[Any, Document]:
+        """How those of ``job_ids`` that ended did (``why``, the last attempt), whether
+        archived or not yet; a job purged from the archive is absent."""
+        found: dict[Any, Document] = {}
+        query = {"_id": {"$in": list(job_ids)}, "why": {"$exists": True}}
+        for collection in (self.scheduled, self.archived):
+            for document in collection.find(query, ENDED_FIELDS, session=session):
+                found.setdefault(document["_id"], document)
+        return found
+
+    def batch_unfinished(self, batch: Any, session: Any = None) -> bool:
+        """Whether a member of ``batch`` has not ended yet."""
+        query = {"batch": batch, "why": {"$exists": False}}
+        return self.scheduled.find_one(query, {"_id": 1}, session=session) is not None
+
+    def batch_failure(self, batch: Any, session: Any = None) -> Document | None:
+        """A member of ``batch`` that ended without being done, if one did."""
+        query = {"batch": batch, "why": {"$exists": True, "$nin": list(SUCCEEDED)}}
+        for collection in (self.scheduled, self.archived):
+            document = collection.find_one(query, {"why": 1}, session=session)
+            if document is not None:
+                return document
+        return None
+
+    def batch_members(self, batch: Any) -> dict[Any, str | None]:
+        """Every member of ``batch`` still stored, and how it ended (``None``: not yet)."""
+        found: dict[Any, str | None] = {}
+        for collection in (self.scheduled, self.archived):
+            for document in collection.find({"batch": batch}, {"why": 1}):
+                why = document.get("why")
+                if found.get(document["_id"]) is None:
+                    found[document["_id"]] = why if isinstance(why, str) else None
+        return found
+
+    def pull_dependency(
+        self, job_id: Any, waited_for: Any, entry: Document, session: Any = None
+    ) -> bool:
+        """Note that ``waited_for`` ended (``entry``), if the job still waits for it and
+        for something else too."""
+        owned = {"_id": job_id, "waiting_for": waited_for, "waiting_for.1": {"$exists": True}}
+        update = {"$pull": {"waiting_for": waited_for}, "$push": {"dependencies": entry}}
+        return self.scheduled.update_one(owned, update, session=session).modified_count == 1
+
+    def release_waiting(
+        self,
+        job_id: Any,
+        waited_for: Any,
+        entry: Document,
+        *,
+        fields: Document,
+        session: Any = None,
+    ) -> bool:
+        """Make the job ready (``fields``: its ``scheduled_at``, its dependencies'
+        results), if ``waited_for`` is the last thing it waits for."""
+        owned = {"_id": job_id, "waiting_for": [waited_for]}
+        update = {"$set": fields, "$unset": {"waiting_for": ""}, "$push": {"dependencies": entry}}
+        return self.scheduled.update_one(owned, update, session=session).modified_count == 1
+
+    def cancel_waiting(
+        self,
+        job_id: Any,
+        waited_for: Any,
+        entry: Document,
+        *,
+        because: str,
+        now: dt.datetime,
+        session: Any = None,
+    ) -> bool:
+        """End the job as ``cancelled`` (``because``), if it still waits for ``waited_for``."""
+        owned = {"_id": job_id, "waiting_for": waited_for}
+        fields = {
+            "done": False,
+            "why": "cancelled",
+            "archived_at": now,
+            "cancelled_because": because,
+        }
+        update = {"$set": fields, "$unset": {"waiting_for": ""}, "$push": {"dependencies": entry}}
+        return self.scheduled.update_one(owned, update, session=session).modified_count == 1

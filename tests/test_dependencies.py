@@ -1,0 +1,410 @@
+"""Jobs that wait for others: chains, rules, results passed on, workflows, batches.
+
+What one process does is tested on both servers; what two processes do at once (a
+dependency ending while its dependent is stored, two ends noticed at once, a sweep
+beside a worker, an operator's cancel between a read and a write) is written out on
+the real server, step by step, on a frozen clock.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from bson import ObjectId
+from pymongo.database import Database
+
+from recruiter import JobSpec, Queue, Registry, RetryManyTimes, Workflow
+from recruiter.cleaner import Cleaner
+from recruiter.clock import FrozenClock
+from recruiter.dependencies import Ended, follow_up, sweep
+from recruiter.errors import InvalidJob
+from recruiter.execution import Execution, Executor, Identity
+from recruiter.job import state_of
+from recruiter.testing import drain
+from tests import interleaving
+
+
+@pytest.fixture
+def app(registry: Registry) -> Registry:
+    @registry.workable("deps.add")
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    @registry.workable("deps.total")
+    def total(results: list[Any] | None = None) -> int:
+        return sum(r or 0 for r in results or [])
+
+    @registry.workable("deps.fail")
+    def fail() -> None:
+        raise ValueError("no")
+
+    return registry
+
+
+def add(a: int, b: int) -> JobSpec:
+    return JobSpec("deps.add", {"a": a, "b": b})
+
+
+def total() -> JobSpec:
+    return JobSpec("deps.total")
+
+
+def fail() -> JobSpec:
+    return JobSpec("deps.fail")
+
+
+def run(queue: Queue, registry: Registry, job_id: Any) -> Execution:
+    """One worker's attempt at ``job_id``: locked, then run."""
+    token = ObjectId()
+    assert queue.store.lock_jobs([job_id], token, queue.clock.now()) == [job_id]
+    executor = Executor(queue.store, registry, queue.clock, Identity.of_this_process())
+    return executor.execute(job_id, token)
+
+
+def state(queue: Queue, job_id: Any) -> str:
+    return state_of(queue.job(job_id), queue.clock.now())
+
+
+# --- one process ----------------------------------------------------------------------
+
+
+def test_a_job_waits_until_what_it_waits_for_is_done(queue: Queue, app: Registry) -> None:
+    first = queue.schedule(add(1, 2))
+    then = queue.schedule(add(3, 4).after(first))
+    assert state(queue, then) == "waiting"
+    assert queue.store.ready_job_ids(queue.clock.now(), None, 10) == [first]
+    report = drain(queue, app)
+    assert [e.job_id for e in report.executions] == [first, then]
+    assert queue.job(then).dependencies == ({"job": first, "why": "done"},)
+
+
+def test_under_the_rule_done_a_failure_cancels_the_chain_below(queue: Queue, app: Registry) -> None:
+    failing = queue.schedule(fail())
+    second = queue.schedule(add(1, 1).after(failing))
+    third = queue.schedule(add(2, 2).after(second))
+    report = drain(queue, app)
+    assert [e.job_id for e in report.executions] == [failing]
+    for job_id in (second, third):
+        job = queue.job(job_id)
+        assert job.why == "cancelled"
+        assert job.attempts == 0
+        assert job.cancelled_because is not None
+        assert "ended" in job.cancelled_because
+    assert str(failing) in (queue.job(second).cancelled_because or "")
+
+
+def test_under_the_rule_ended_a_job_runs_whatever_its_dependencies_did(
+    queue: Queue, app: Registry
+) -> None:
+    failing = queue.schedule(fail())
+    done = queue.schedule(add(1, 2))
+    then = queue.schedule(total().after(failing, done, rule="ended", results=True))
+    report = drain(queue, app)
+    assert report.results[then] == 3
+    assert queue.job(then).parameters["results"] == [None, 3]
+
+
+def test_results_come_in_the_order_of_after_under_the_name_asked(
+    queue: Queue, app: Registry
+) -> None:
+    app.workable("deps.pair")(lambda inputs=None: inputs)
+    one, two = queue.schedule(add(1, 0)), queue.schedule(add(2, 0))
+    pair = queue.schedule(JobSpec("deps.pair").after(two, one, results="inputs"))
+    queue.run_here(app, one)
+    queue.run_here(app, two)
+    assert drain(queue, app).results[pair] == [2, 1]
+
+
+def test_a_waiting_job_keeps_its_own_time(queue: Queue, app: Registry, clock: FrozenClock) -> None:
+    first = queue.schedule(add(1, 2))
+    later = queue.schedule(add(3, 4).after(first).run_in("1h"))
+    drain(queue, app)
+    assert state(queue, later) == "postponed"
+    clock.advance(hours=1)
+    assert later in drain(queue, app).results
+
+
+def test_waiting_for_a_job_that_ended_already_is_ready_at_once(queue: Queue, app: Registry) -> None:
+    first = queue.schedule(add(1, 2))
+    drain(queue, app)
+    then = queue.schedule(add(3, 4).after(first))
+    assert state(queue, then) == "ready"
+
+
+def test_waiting_for_no_such_job_is_refused_and_nothing_is_stored(queue: Queue) -> None:
+    known = queue.schedule(add(1, 2))
+    with pytest.raises(InvalidJob, match=r"no job .* to wait for"):
+        queue.schedule_many([add(0, 0), add(3, 4).after(known, ObjectId())])
+    assert queue.store.count_jobs("scheduled") == 1
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: add(1, 1).after(), "at least one job"),
+        (lambda: add(1, 1).after(ObjectId(), rule="maybe"), "rule must be"),
+        (lambda: add(1, 1).after(*[ObjectId() for _ in range(1001)]), "at most 1000"),
+        (lambda: add(1, 1).deduplicated().after(ObjectId()), "cannot be deduplicated"),
+        (lambda: add(1, 1).after(ObjectId(), results="a"), "already has a parameter"),
+        (lambda: add(1, 1).after(3.5), "takes job ids"),  # type: ignore[arg-type]
+    ],
+)
+def test_a_bad_after_is_refused_where_it_is_written(build: Any, message: str) -> None:
+    with pytest.raises(InvalidJob, match=message):
+        build()
+
+
+def test_cancelling_a_waiting_job_cancels_what_waits_for_it(queue: Queue) -> None:
+    first = queue.schedule(add(1, 2))
+    second = queue.schedule(add(1, 1).after(first))
+    third = queue.schedule(add(2, 2).after(second))
+    queue.cancel(second)
+    assert queue.job(second).why == "cancelled"
+    assert queue.job(third).why == "cancelled"
+    assert state(queue, first) == "ready"
+
+
+def test_a_workflow_runs_each_step_after_those_it_names(queue: Queue, app: Registry) -> None:
+    flow = (
+        Workflow()
+        .add("sum", total(), after=["left", "right"], results=True)
+        .add("left", add(1, 2))
+        .add("right", add(3, 4))
+    )
+    ids = queue.schedule_workflow(flow)
+    report = drain(queue, app)
+    order = [e.job_id for e in report.executions]
+    assert order.index(ids["sum"]) == 2
+    assert report.results[ids["sum"]] == 10
+
+
+def test_a_workflow_with_a_cycle_or_an_unknown_step_stores_nothing(queue: Queue) -> None:
+    cycle = Workflow().add("a", add(1, 1), after=["c"]).add("b", add(1, 1), after=["a"])
+    cycle.add("c", add(1, 1), after=["b"])
+    with pytest.raises(InvalidJob, match="cycle: a -> c -> b -> a"):
+        queue.schedule_workflow(cycle)
+    with pytest.raises(InvalidJob, match="no step has that name"):
+        queue.schedule_workflow(Workflow().add("a", add(1, 1), after=["nope"]))
+    with pytest.raises(InvalidJob, match="already"):
+        Workflow().add("a", add(1, 1)).add("a", add(1, 1))
+    assert queue.store.count_jobs("scheduled") == 0
+
+
+def test_a_workflow_step_may_wait_for_a_job_scheduled_before(queue: Queue, app: Registry) -> None:
+    before = queue.schedule(add(5, 5))
+    ids = queue.schedule_workflow(Workflow().add("then", total(), after=[before], results=True))
+    assert drain(queue, app).results[ids["then"]] == 10
+
+
+# --- batches --------------------------------------------------------------------------
+
+
+def test_a_batch_calls_back_once_every_job_is_done(queue: Queue, app: Registry) -> None:
+    batch = queue.batch([add(i, i) for i in range(5)], on_success=add(0, 1), on_complete=add(0, 2))
+    assert queue.batch_status(batch.id).on_success_state == "waiting"
+    report = drain(queue, app)
+    order = [e.job_id for e in report.executions]
+    assert set(order[:5]) == set(batch.jobs)
+    assert sorted(order[5:]) == sorted([batch.on_success, batch.on_complete])
+    status = queue.batch_status(batch.id)
+    assert (status.members, status.done, status.unfinished, status.ended_otherwise) == (5, 5, 0, 0)
+    assert status.on_success_state == status.on_complete_state == "done"
+
+
+def test_a_member_failing_cancels_on_success_at_once_and_on_complete_still_runs(
+    queue: Queue, app: Registry
+) -> None:
+    """Celery's chord never calls back when a member fails: here on_complete runs."""
+    batch = queue.batch([fail(), add(1, 1)], on_success=add(0, 1), on_complete=add(0, 2))
+    run(queue, app, batch.jobs[0])
+    assert queue.job(batch.on_success).why == "cancelled"
+    assert state(queue, batch.on_complete) == "waiting"
+    run(queue, app, batch.jobs[1])
+    assert state(queue, batch.on_complete) == "ready"
+    status = queue.batch_status(batch.id)
+    assert (status.done, status.ended_otherwise) == (1, 1)
+
+
+def test_a_member_that_fails_then_succeeds_on_retry_lets_on_success_run(
+    queue: Queue, app: Registry, clock: FrozenClock
+) -> None:
+    flaky: list[int] = []
+
+    @app.workable("deps.flaky")
+    def flaky_job() -> None:
+        flaky.append(1)
+        if len(flaky) == 1:
+            raise ValueError("first time")
+
+    spec = JobSpec("deps.flaky").retry_with(RetryManyTimes(3, "1s"))
+    batch = queue.batch([spec], on_success=add(0, 1))
+    run(queue, app, batch.jobs[0])
+    assert state(queue, batch.on_success) == "waiting"  # a retry is not an end
+    clock.advance(1)
+    assert batch.on_success in drain(queue, app).results
+
+
+def test_cancelling_a_waiting_member_cancels_on_success(queue: Queue) -> None:
+    batch = queue.batch([add(1, 1), add(2, 2)], on_success=add(0, 1), on_complete=add(0, 2))
+    queue.cancel(batch.jobs[0])
+    assert queue.job(batch.on_success).why == "cancelled"
+    assert state(queue, batch.on_complete) == "waiting"
+
+
+@pytest.mark.parametrize(
+    ("jobs", "options", "message"),
+    [
+        ([], {}, "at least one"),
+        ([add(1, 1).deduplicated()], {}, "cannot be deduplicated"),
+        ([add(1, 1)], {"on_success": add(1, 1).after(ObjectId())}, "drop its after"),
+        (["not a spec"], {}, "expected a JobSpec"),
+    ],
+)
+def test_a_bad_batch_is_refused_and_nothing_is_stored(
+    queue: Queue, jobs: list[Any], options: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(InvalidJob, match=message):
+        queue.batch(jobs, **options)
+    assert queue.store.count_jobs("scheduled") == 0
+
+
+# --- two processes at once (the real server) --------------------------------------------
+
+
+@pytest.fixture
+def shop(real_database: Database[Any], clock: FrozenClock) -> Queue:
+    return Queue(real_database, clock)
+
+
+@pytest.mark.real_server
+def test_a_dependency_ending_while_its_dependent_is_stored_is_noticed(
+    shop: Queue, app: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Marked followed, the dependency ends (its follow-up finds nothing yet), then the
+    dependent is stored: its own settle after the insert notices the end."""
+    first = shop.schedule(add(1, 2))
+    ended = interleaving.before(
+        monkeypatch, shop.store, "insert_in_order", lambda: run(shop, app, first)
+    )
+    then = shop.schedule(add(3, 4).after(first))
+    assert ended
+    assert ended[0].job_id == first
+    assert state(shop, then) == "ready"
+    assert shop.job(then).dependencies == ({"job": first, "why": "done"},)
+
+
+@pytest.mark.real_server
+def test_a_worker_that_dies_before_telling_leaves_it_to_the_cleaners_sweep(
+    shop: Queue, app: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = shop.schedule(add(1, 2))
+    then = shop.schedule(add(3, 4).after(first))
+    batch = shop.batch([add(1, 1)], on_complete=add(0, 0))
+    monkeypatch.setattr("recruiter.execution.follow_up_safely", lambda *a: None)  # the crash
+    run(shop, app, first)
+    run(shop, app, batch.jobs[0])
+    assert state(shop, then) == state(shop, batch.on_complete) == "waiting"
+    result = Cleaner(shop.store).run_once(shop.clock.now())
+    assert result.settled == 2
+    assert state(shop, then) == state(shop, batch.on_complete) == "ready"
+
+
+@pytest.mark.real_server
+def test_the_sweep_and_the_worker_noticing_the_same_end_note_it_once(
+    shop: Queue, app: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = shop.schedule(add(1, 2))
+    then = shop.schedule(add(3, 4).after(first))
+    swept = interleaving.after(
+        monkeypatch,
+        shop.store,
+        "ended_documents",
+        lambda: sweep(shop.store, shop.clock.now()),
+    )
+    run(shop, app, first)  # its follow-up reads the end, then the sweep settles it all
+    assert swept
+    assert swept[0].ready == [then]
+    job = shop.job(then)
+    assert state(shop, then) == "ready"
+    assert job.dependencies == ({"job": first, "why": "done"},)
+
+
+@pytest.mark.real_server
+def test_two_dependencies_ending_at_once_make_their_dependent_ready_once(
+    shop: Queue, app: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first end's follow-up has read the dependent (waiting for both) when the
+    second job ends and is followed up whole; the first's pull then finds nothing."""
+    one, two = shop.schedule(add(1, 0)), shop.schedule(add(2, 0))
+    both = shop.schedule(total().after(one, two, results=True))
+    run(shop, app, one)  # (followed up: the dependent waits for two only)
+    shop.store.database.scheduled.update_one(  # as if one's follow-up had not landed
+        {"_id": both}, {"$set": {"waiting_for": [one, two], "dependencies": []}}
+    )
+    second = interleaving.after(
+        monkeypatch, shop.store, "ended_documents", lambda: run(shop, app, two)
+    )
+    follow_up(shop.store, [Ended(one)], shop.clock.now())
+    assert second
+    job = shop.job(both)
+    assert state(shop, both) == "ready"
+    assert sorted(str(d["job"]) for d in job.dependencies) == sorted([str(one), str(two)])
+    assert job.parameters["results"] == [1, 2]
+
+
+@pytest.mark.real_server
+def test_an_operators_cancel_between_the_read_and_the_release_stands(
+    shop: Queue, app: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = shop.schedule(add(1, 2))
+    then = shop.schedule(add(3, 4).after(first))
+    cancelled = interleaving.after(
+        monkeypatch, shop.store, "ended_documents", lambda: shop.cancel(then)
+    )
+    run(shop, app, first)
+    assert cancelled
+    job = shop.job(then)
+    assert job.why == "cancelled"
+    assert job.scheduled_at is None
+    assert not job.waiting_for
+
+
+@pytest.mark.real_server
+@pytest.mark.parametrize("second_first", [False, True])
+def test_the_last_two_members_ending_at_once_call_back_once(
+    shop: Queue, app: Registry, monkeypatch: pytest.MonkeyPatch, second_first: bool
+) -> None:
+    """Each member's end lands before its follow-up reads the batch, so the one that
+    reads last sees no member left; if both do, the release lets one through."""
+    batch = shop.batch([add(1, 1), add(2, 2)], on_success=add(0, 1), on_complete=add(0, 2))
+    verb = "batch_unfinished" if second_first else "record_end"
+    interleaving.after(monkeypatch, shop.store, verb, lambda: run(shop, app, batch.jobs[1]))
+    run(shop, app, batch.jobs[0])
+    for callback in (batch.on_success, batch.on_complete):
+        job = shop.job(callback)
+        assert state(shop, callback) == "ready"
+        assert len(job.dependencies) == 1
+        assert job.dependencies[0]["why"] == "done"
+
+
+@pytest.mark.real_server
+def test_a_database_hiccup_in_the_follow_up_delays_the_callback_never_loses_it(
+    shop: Queue, app: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Celery's chord callback is lost when the broker hiccups as the last member
+    ends: here the end is recorded, and the sweep calls back."""
+    from recruiter.errors import DatabaseUnavailable
+
+    batch = shop.batch([add(1, 1)], on_complete=add(0, 2))
+
+    def hiccup(*arguments: Any, **options: Any) -> Any:
+        raise DatabaseUnavailable("connection reset")
+
+    monkeypatch.setattr(shop.store, "waiting_on", hiccup)
+    assert run(shop, app, batch.jobs[0]).outcome.value == "done"
+    monkeypatch.undo()
+    assert state(shop, batch.on_complete) == "waiting"
+    Cleaner(shop.store).run_once(shop.clock.now())
+    assert state(shop, batch.on_complete) == "ready"
+    assert Cleaner(shop.store).run_once(shop.clock.now()).settled == 0
