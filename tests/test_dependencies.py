@@ -20,7 +20,7 @@ from recruiter.clock import FrozenClock
 from recruiter.dependencies import Ended, follow_up, sweep
 from recruiter.errors import InvalidJob
 from recruiter.execution import Execution, Executor, Identity
-from recruiter.job import state_of
+from recruiter.job import Job, state_of
 from recruiter.testing import drain
 from tests import interleaving
 
@@ -60,6 +60,10 @@ def run(queue: Queue, registry: Registry, job_id: Any) -> Execution:
     assert queue.store.lock_jobs([job_id], token, queue.clock.now()) == [job_id]
     executor = Executor(queue.store, registry, queue.clock, Identity.of_this_process())
     return executor.execute(job_id, token)
+
+
+def job_of(queue: Queue, job_id: Any) -> Job:
+    return queue.job(job_id)
 
 
 def state(queue: Queue, job_id: Any) -> str:
@@ -206,7 +210,7 @@ def test_a_batch_calls_back_once_every_job_is_done(queue: Queue, app: Registry) 
     report = drain(queue, app)
     order = [e.job_id for e in report.executions]
     assert set(order[:5]) == set(batch.jobs)
-    assert sorted(order[5:]) == sorted([batch.on_success, batch.on_complete])
+    assert set(order[5:]) == {batch.on_success, batch.on_complete}
     status = queue.batch_status(batch.id)
     assert (status.members, status.done, status.unfinished, status.ended_otherwise) == (5, 5, 0, 0)
     assert status.on_success_state == status.on_complete_state == "done"
@@ -218,7 +222,7 @@ def test_a_member_failing_cancels_on_success_at_once_and_on_complete_still_runs(
     """Celery's chord never calls back when a member fails: here on_complete runs."""
     batch = queue.batch([fail(), add(1, 1)], on_success=add(0, 1), on_complete=add(0, 2))
     run(queue, app, batch.jobs[0])
-    assert queue.job(batch.on_success).why == "cancelled"
+    assert job_of(queue, batch.on_success).why == "cancelled"
     assert state(queue, batch.on_complete) == "waiting"
     run(queue, app, batch.jobs[1])
     assert state(queue, batch.on_complete) == "ready"
@@ -248,7 +252,7 @@ def test_a_member_that_fails_then_succeeds_on_retry_lets_on_success_run(
 def test_cancelling_a_waiting_member_cancels_on_success(queue: Queue) -> None:
     batch = queue.batch([add(1, 1), add(2, 2)], on_success=add(0, 1), on_complete=add(0, 2))
     queue.cancel(batch.jobs[0])
-    assert queue.job(batch.on_success).why == "cancelled"
+    assert job_of(queue, batch.on_success).why == "cancelled"
     assert state(queue, batch.on_complete) == "waiting"
 
 
@@ -382,7 +386,7 @@ def test_the_last_two_members_ending_at_once_call_back_once(
     interleaving.after(monkeypatch, shop.store, verb, lambda: run(shop, app, batch.jobs[1]))
     run(shop, app, batch.jobs[0])
     for callback in (batch.on_success, batch.on_complete):
-        job = shop.job(callback)
+        job = job_of(shop, callback)
         assert state(shop, callback) == "ready"
         assert len(job.dependencies) == 1
         assert job.dependencies[0]["why"] == "done"
