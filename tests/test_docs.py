@@ -24,6 +24,7 @@ BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
         "manual.md",
         "events.md",
         "stopping.md",
+        "workflows.md",
     ],
 )
 def test_the_examples_of_a_page_run(page: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -20,6 +20,7 @@ from bson import ObjectId
 from recruiter import RetryManyTimes
 from tests.faults.ledger import Run
 from tests.faults.oracle import Report, judge
+from tests.faults.oracle import _batches as check_batches
 from tests.faults.oracle import _concurrency as check_concurrency
 from tests.faults.oracle import _repeats as check_repeats
 from tests.faults.scenario import (
@@ -55,6 +56,7 @@ def test_no_job_is_lost_or_run_twice_under_every_kind_of_fault(seed: int, tmp_pa
     expected = set(ALL_FAULTS) - (set(DATABASE_FAULTS) if uri else set())
     assert set(report.faults) == expected, explain(report, tmp_path)
     assert report.lost == 0
+    assert report.batches >= 4, "the jobs come in batches of 15, each with its callbacks"
 
 
 @pytest.mark.real_server
@@ -287,3 +289,28 @@ def test_the_oracle_catches_a_job_cancelled_that_nobody_cancelled() -> None:
     report = judge(dataclasses.replace(never_ran, cancelled=[str(JOB)]))
     assert report.ok, report.violations
     assert report.cancelled == {"cancelled": 1}
+
+
+def test_the_oracle_checks_each_batch_callback_once_and_after_its_batch() -> None:
+    base = record([attempt(1, W1, 10, 1, 2)], [run(1, W1, 10, 1, 2)])
+    member = {**base.archived[0], "archived_at": at(2)}
+    success, complete = ObjectId(), ObjectId()
+    batch = {"jobs": [str(JOB)], "on_success": str(success), "on_complete": str(complete)}
+
+    def callback(job_id: ObjectId, why: str, start: float, noted: int = 1) -> dict[str, Any]:
+        history = [attempt(1, W2, 11, start, start + 1)] if why == "done" else []
+        entries = [{"batch": ObjectId(), "why": "done"}] * noted
+        return {"_id": job_id, "why": why, "history": history, "dependencies": entries}
+
+    def judged(member_why: str, *callbacks: dict[str, Any]) -> list[str]:
+        report = Report(0, 0.0, Counter())
+        archived = [{**member, "why": member_why}, *callbacks]
+        check_batches(dataclasses.replace(base, archived=archived, batches=[batch]), report)
+        return report.violations
+
+    assert judged("done", callback(success, "done", 3), callback(complete, "done", 3)) == []
+    assert judged("tried-too-many-times", callback(success, "cancelled", 0)) == []
+    assert judged("tried-too-many-times", callback(success, "done", 3))  # ran, should not
+    assert judged("done", callback(success, "cancelled", 0))  # cancelled, should have run
+    assert judged("done", callback(complete, "done", 3, noted=2))  # told twice
+    assert judged("done", callback(complete, "done", 1.5))  # before its batch's last end

@@ -19,6 +19,7 @@ from recruiter.errors import WorkerDied
 from recruiter.job import HISTORY_LIMIT
 from recruiter.retry import FailedAttempt, Failure, GiveUp, RetryAt, policy_from_document
 from recruiter.stopping import JobTimedOut
+from recruiter.store.waiting import SUCCEEDED
 from recruiter.worker import DECLARED_DEAD_EXIT
 from tests.faults.app import Planned
 from tests.faults.ledger import Run
@@ -36,6 +37,9 @@ RESUME_GRACE = 1.0
 was declared dead (and exits): one heartbeat round trip, generously."""
 CLOCK_TOLERANCE = dt.timedelta(milliseconds=2)
 """Stored dates have millisecond precision."""
+CLOCK_SKEW = dt.timedelta(milliseconds=100)
+"""How far two processes' reckonings of the server's time may differ (each reads it now
+and then, and runs on its monotonic clock in between)."""
 TIMED_OUT = "recruiter.stopping.JobTimedOut"
 STOPPED = (TIMED_OUT, "recruiter.stopping.JobCancelled")
 """Failures of attempts stopped from outside: the job's run ended early, effect or not."""
@@ -79,6 +83,8 @@ class Report:
     cancelled: Counter[str] = field(default_factory=Counter)
     """Jobs the runner asked to cancel, by how they ended."""
     most_slow_at_once: int = 0
+    batches: int = 0
+    """Batches whose callbacks were judged."""
     """The most attempts of the concurrency-limited group ``slow`` running at once."""
 
     @property
@@ -105,6 +111,7 @@ class Report:
             "timed_out_attempts": self.timed_out_attempts,
             "cancelled": dict(self.cancelled),
             "most_slow_at_once": self.most_slow_at_once,
+            "batches_called_back": self.batches,
         }
 
 
@@ -112,6 +119,7 @@ def judge(record: Record) -> Report:
     report = Report(len(record.planned), record.seconds, faults_by_kind(record))
     report.skipped = sum(1 for fault in record.faults if fault.kind == "skipped")
     timeline = Timeline(record.faults)
+    callbacks = {b[name] for b in record.batches for name in ("on_success", "on_complete")}
     _completion(record, report)
     runs = defaultdict(list)
     for run in record.runs:
@@ -122,7 +130,11 @@ def judge(record: Record) -> Report:
         if kind is None:
             report.violations.append(f"job {job_id} archived but never scheduled")
             continue
-        if document.get("why") == "cancelled" and job_id not in record.cancelled:
+        if (
+            document.get("why") == "cancelled"
+            and job_id not in record.cancelled
+            and job_id not in callbacks  # (judged by _batches)
+        ):
             report.violations.append(f"job {job_id} cancelled, but nobody asked for it")
         JobJudge(document, kind, runs.pop(job_id, []), timeline, record, report).judge()
     for job_id in runs:
@@ -132,6 +144,7 @@ def judge(record: Record) -> Report:
     _exits(record, report)
     _repeats(record, report)
     _concurrency(record, report)
+    _batches(record, report)
     ends = {str(d["_id"]): d.get("why") for d in record.archived}
     report.cancelled = Counter(str(ends.get(job_id)) for job_id in record.cancelled)
     return report
@@ -157,6 +170,50 @@ def _concurrency(record: Record, report: Report) -> None:
             f"{report.most_slow_at_once} jobs of group slow ran at once, "
             f"above its limit of {SLOW_CONCURRENCY}"
         )
+
+
+def _batches(record: Record, report: Report) -> None:
+    """Each batch's callbacks: on_complete released once every job of the batch had
+    ended; on_success too if every job ended done, else cancelled (never run); each
+    told of its batch once; neither ran twice (the ledger, by :class:`JobJudge`), nor
+    began before the last start of any job of the batch (by the ledger's one clock)."""
+    archived = {str(d["_id"]): d for d in record.archived}
+    started: dict[str, list[float]] = defaultdict(list)
+    for run in record.runs:
+        started[run.job].append(run.started)
+    for batch in record.batches:
+        members = [archived.get(job_id) for job_id in batch["jobs"]]
+        if any(member is None for member in members):
+            continue  # reported as lost
+        all_done = all(m.get("why") in SUCCEEDED for m in members if m is not None)
+        last_start = max((t for job_id in batch["jobs"] for t in started[job_id]), default=0.0)
+        last_end = max(m["archived_at"] for m in members if m is not None)
+        for name in ("on_success", "on_complete"):
+            callback = archived.get(batch[name])
+            if callback is None:
+                continue  # reported as lost
+            # (once released, a callback is a job like any: its policy judges its runs)
+            why, noted = callback.get("why"), callback.get("dependencies") or []
+            cancel = name == "on_success" and not all_done
+            if (why == "cancelled") != cancel or len(noted) != 1:
+                report.violations.append(
+                    f"batch callback {name} {batch[name]} ended {why}, its batch noted "
+                    f"{len(noted)} times; expected {'cancelled' if cancel else 'released'}, once"
+                )
+            if cancel and callback.get("attempts"):
+                report.violations.append(f"{name} {batch[name]} ran, though cancelled")
+            runs = started.get(batch[name], [])
+            if runs and min(runs) < last_start:
+                report.violations.append(
+                    f"{name} {batch[name]} began before a job of its batch began its last run"
+                )
+            first = (callback.get("history") or [{}])[0].get("started_at")
+            if isinstance(first, dt.datetime) and first + CLOCK_SKEW < last_end:
+                report.violations.append(
+                    f"{name} {batch[name]} started at {first}, before its batch's last end "
+                    f"at {last_end}"
+                )
+        report.batches += 1
 
 
 def _occurrence_at(document: Mapping[str, Any]) -> dt.datetime | None:

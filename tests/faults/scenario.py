@@ -153,6 +153,9 @@ class Record:
     """The first occurrence of the repeatable job, as declared."""
     cancelled: list[str] = field(default_factory=list)
     """The planned jobs the runner asked to cancel (waiting or running at the time)."""
+    batches: list[dict[str, Any]] = field(default_factory=list)
+    """Each batch the jobs were scheduled in: ``jobs`` (ids), ``on_success`` and
+    ``on_complete`` (the ids of its callbacks, quick jobs, in ``planned`` too)."""
 
 
 JSON = json_util.JSONOptions(json_mode=json_util.JSONMode.CANONICAL, tz_aware=True, tzinfo=dt.UTC)
@@ -587,6 +590,7 @@ class Driver:
         self.repeating = False
         self.repeat_first: dt.datetime | None = None
         self.cancelled: list[str] = []
+        self.batches: list[dict[str, Any]] = []
 
     def drive(self) -> Record:
         self.run.queue.limit_group("slow", concurrency=SLOW_CONCURRENCY)
@@ -620,9 +624,19 @@ class Driver:
             self.jobs.append(("slow", slow_job(self.run.chooser)))
         if self.jobs and queued < self.scenario.batch and (self.batch_due() or self.waited > 10):
             batch = self.jobs[: self.scenario.batch]
-            ids = self.run.queue.schedule_many(spec for _, spec in batch)
+            # one batch of the queue, with both callbacks: each must run (or, for
+            # on_success, be cancelled) exactly once, after the last job of it ended
+            scheduled = self.run.queue.batch(
+                [spec for _, spec in batch], on_success=succeed.job(0), on_complete=succeed.job(0)
+            )
+            ids = scheduled.jobs
             self.jobs = self.jobs[self.scenario.batch :]
             self.planned.update((str(i), kind) for i, (kind, _) in zip(ids, batch, strict=True))
+            callbacks = {"on_success": scheduled.on_success, "on_complete": scheduled.on_complete}
+            self.planned.update((str(i), "succeed") for i in callbacks.values())
+            self.batches.append(
+                {"jobs": [str(i) for i in ids]} | {name: str(i) for name, i in callbacks.items()}
+            )
         elif not (self.jobs or self.run.later or self.faults):
             if self.repeating:
                 self.run.queue.stop_repeating(REPEATED)
@@ -660,10 +674,13 @@ class Driver:
         unfinished = self.run.database.scheduled.find(
             {"why": {"$exists": False}}, {"_id": 1, "locked": 1}
         )
+        callbacks = {b[name] for b in self.batches for name in ("on_success", "on_complete")}
         candidates = sorted(
             (not d.get("locked"), str(d["_id"]))
             for d in unfinished
-            if str(d["_id"]) in self.planned and str(d["_id"]) not in self.cancelled
+            if str(d["_id"]) in self.planned
+            and str(d["_id"]) not in self.cancelled
+            and str(d["_id"]) not in callbacks
         )
         if not candidates:
             return
@@ -689,6 +706,7 @@ class Driver:
             seconds=time.time() - self.started,
             repeat_first=self.repeat_first,
             cancelled=self.cancelled,
+            batches=self.batches,
         )
 
 
