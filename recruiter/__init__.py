@@ -9,6 +9,7 @@ from importlib.metadata import PackageNotFoundError, version
 from recruiter.clock import Clock, FrozenClock, SystemClock
 from recruiter.dependencies import Batch, BatchStatus, Workflow
 from recruiter.errors import (
+    BatchNotFound,
     DatabaseError,
     DatabaseUnavailable,
     DatabaseUnreachable,
@@ -68,6 +69,7 @@ except PackageNotFoundError:  # running from a source tree that is not installed
 __all__ = [
     "After",
     "Batch",
+    "BatchNotFound",
     "BatchStatus",
     "Cancellation",
     "Clock",

@@ -72,6 +72,14 @@ class JobNotFound(RecruiterError):
         self.job_id = job_id
 
 
+class BatchNotFound(JobNotFound):
+    """No job of this batch is stored (an unknown id, or one purged long ago)."""
+
+    def __init__(self, batch_id: object) -> None:
+        RecruiterError.__init__(self, f"no job of a batch {batch_id} in scheduled nor archived")
+        self.job_id = batch_id
+
+
 class SchemaTooNew(RecruiterError):
     """The database was written by a newer recruiter than this one."""
 

@@ -33,6 +33,29 @@ class InvalidFilter(ValueError):
     """A filter of a job listing that cannot be applied: the message says which and why."""
 
 
+def waits_in_words(job: Job) -> list[str]:
+    """What a job waits (or waited) for, one line each: the rule, then each job (or its
+    batch) and how it ended, or that it has not yet; and why it was cancelled, if one
+    did not end as its rule asked. Empty for a job that waits for nothing."""
+    waits = job.waits
+    if waits is None:
+        return []
+    ended = {
+        str(entry.get("job", entry.get("batch"))): entry.get("why") for entry in job.dependencies
+    }
+    rule = "all done" if waits.get("rule") != "ended" else "all ended, however"
+    results = f", their results as {waits['results']!r}" if waits.get("results") else ""
+    lines = [f"runs when {rule}{results}"]
+    batch = waits.get("batch")
+    waited = [f"batch {batch}"] if batch is not None else [str(i) for i in waits.get("jobs", [])]
+    for name in waited:
+        key = name.removeprefix("batch ")
+        lines.append(f"{name}: " + (f"ended {ended[key]}" if key in ended else "not ended yet"))
+    if job.cancelled_because:
+        lines.append(f"cancelled: {job.cancelled_because}")
+    return lines
+
+
 def summary(job: Job, now: dt.datetime) -> dict[str, Any]:
     """A job in a line of a listing, as plain data."""
     last = job.last_execution or {}

@@ -26,7 +26,7 @@ from recruiter.clock import Clock, to_millis
 from recruiter.connection import URI_VARIABLE, open_database, resolve_uri
 from recruiter.dependencies import Batch, BatchStatus, Workflow, check_batch, settle
 from recruiter.duration import Duration, to_timedelta
-from recruiter.errors import DatabaseUnavailable, InvalidJob, JobNotFound
+from recruiter.errors import BatchNotFound, DatabaseUnavailable, InvalidJob, JobNotFound
 from recruiter.groups import GroupSettings, InvalidGroupSettings, Rate
 from recruiter.job import After, Job, JobSpec, as_object_id, state_of
 from recruiter.loop import Backoff
@@ -277,11 +277,11 @@ class Queue:
 
     def batch_status(self, batch_id: ObjectId | str) -> BatchStatus:
         """Where the batch stands: its members by how they ended, its callbacks' states.
-        Raises :class:`~recruiter.errors.JobNotFound` for a batch with no member stored."""
+        Raises :class:`~recruiter.errors.BatchNotFound` for a batch with no job stored."""
         batch = as_object_id(batch_id)
         members = self.store.batch_members(batch)
         if not members:
-            raise JobNotFound(batch_id)
+            raise BatchNotFound(batch_id)
         whys = list(members.values())
         callbacks = {
             job.waits.get("rule"): job

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import importlib
 import json
+import re
 import urllib.request
 from typing import Any
 
@@ -15,7 +16,7 @@ from bson import ObjectId
 from prometheus_client import CollectorRegistry, start_http_server
 from typer.testing import CliRunner
 
-from recruiter import JobNotFound, JobSpec, Queue, Registry, RetryManyTimes
+from recruiter import BatchNotFound, JobNotFound, JobSpec, Queue, Registry, RetryManyTimes
 from recruiter.cli import ExitCode, app
 from recruiter.clock import FrozenClock
 from recruiter.embedded import free_port
@@ -361,3 +362,34 @@ def test_a_wait_says_when_nothing_would_run_the_jobs(
     _say_who_is_missing(cli)
     said = " ".join(capsys.readouterr().err.split())
     assert "no recruiter leads (recruiter run) and no worker is on the roster" in said
+
+
+def test_jobs_show_says_what_a_job_waits_for_and_the_batch_command_where_it_stands(
+    cli: Queue, app_registry: Registry
+) -> None:
+    first = cli.schedule(JobSpec("tests.noop"))
+    second = cli.schedule(JobSpec("tests.noop"))
+    then = cli.schedule(JobSpec("tests.noop").after(first, second, rule="ended"))
+    cli.run_here(app_registry, first)
+    shown = invoke("jobs", "show", str(then)).output
+    assert "waiting" in shown
+    assert "runs when all ended, however" in shown
+    assert f"{first}: ended done" in shown
+    assert f"{second}: not ended yet" in shown
+    listed = invoke("jobs", "list", "--state", "waiting").output
+    assert str(then) in listed
+    assert str(second) not in listed
+
+    batch = cli.batch([JobSpec("tests.noop")] * 2, on_complete=JobSpec("tests.noop"))
+    cli.run_here(app_registry, batch.jobs[0])
+    assert f"recruiter jobs batch {batch.id}" in invoke("jobs", "show", str(batch.jobs[0])).output
+    status = invoke("jobs", "batch", str(batch.id)).output
+    assert re.search(r"not ended yet\s*\|\s*1\s", status.replace("│", "|"))
+    assert re.search(r"on_success\s*\|\s*-\s", status.replace("│", "|"))
+    assert f"{batch.on_complete}: waiting" in status
+
+
+def test_jobs_batch_of_an_unknown_batch_says_so(cli: Queue) -> None:
+    result = CliRunner().invoke(app, ["jobs", "batch", str(ObjectId())])
+    assert isinstance(result.exception, BatchNotFound), "exit code 6, said by recruiter's main"
+    assert "no job of a batch" in str(result.exception)

@@ -241,6 +241,10 @@ def show_job(
         fields.add_row(name, str(value))
     if job.why == "done":
         fields.add_row("result", _result_text(job))
+    if job.batch is not None:
+        fields.add_row("batch", f"{job.batch} (recruiter jobs batch {job.batch})")
+    for line in listing.waits_in_words(job):
+        fields.add_row("waits for", line)
     if job.problems:
         fields.add_row("problems", "; ".join(job.problems))
     console.print(fields)
@@ -255,6 +259,31 @@ def show_job(
             console.print(f"  {attempt['class']}: {attempt.get('message')}", highlight=False)
         if attempt.get("trace"):
             console.print(str(attempt["trace"]).rstrip(), highlight=False, markup=False)
+
+
+@jobs.command("batch")
+def show_batch(
+    batch_id: Annotated[str, typer.Argument(help="The batch's id (queue.batch(...).id).")],
+    mongodb_uri: MongoUri = None,
+    database: DatabaseName = None,
+) -> None:
+    """Show where a batch stands: its jobs by how they ended, and its callbacks."""
+    queue = open_queue(mongodb_uri, database)
+    try:
+        status = queue.batch_status(batch_id)
+    finally:
+        queue.close()
+    table = Table("", "", title=f"batch {status.id}")
+    table.add_row("jobs", str(status.members))
+    table.add_row("not ended yet", str(status.unfinished))
+    table.add_row("done", str(status.done))
+    table.add_row("failed or cancelled", str(status.ended_otherwise))
+    for name, job_id, state in [
+        ("on_success", status.on_success, status.on_success_state),
+        ("on_complete", status.on_complete, status.on_complete_state),
+    ]:
+        table.add_row(name, f"{job_id}: {state}" if job_id is not None else "-")
+    console.print(table)
 
 
 def _say_who_is_missing(queue: Queue) -> None:
