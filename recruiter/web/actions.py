@@ -21,7 +21,7 @@ BULK_LIMIT = 10_000
 ACTION_STATES = {
     "retry": ("failed",),
     "run": ("ready", "postponed"),
-    "cancel": ("ready", "postponed", "running"),
+    "cancel": ("ready", "postponed", "waiting", "running"),
 }
 """The states of the jobs each bulk action applies to."""
 

@@ -179,6 +179,8 @@ def job_detail(queue: Queue, job_id: str) -> dict[str, Any]:
         "problems": list(job.problems),
         "history": [dict(attempt) for attempt in job.history],
         "recovered_as": None if job.recovered_as is None else str(job.recovered_as),
+        "batch": None if job.batch is None else str(job.batch),
+        "waits": listing.waits_in_words(job),
         **result_of(job),
         "actions": actions_for(state, retried=job.recovered_as is not None),
     }
@@ -199,6 +201,8 @@ def actions_for(state: str, *, retried: bool = False) -> list[str]:
     job retried already is not retried again (it may be recovered)."""
     if state in FAILED:
         return ["recover"] if retried else ["retry", "recover"]
+    if state == "waiting":
+        return ["cancel"]  # (run now would not run it: it waits for other jobs)
     if state in ("done", "cancelled") or state not in ("ready", "postponed"):
         return ["recover"] if state not in ("running", "handed out") else ["cancel"]
     return ["run", "cancel"]
