@@ -49,7 +49,13 @@ from recruiter.stopping import JobCancelled, Running, Stopped, Watch
 from recruiter.store import Store
 from recruiter.store.jobs import Ending, ending, finishing, rescheduling, starting
 from recruiter.tracing import attempt_span
-from recruiter.workable import Registry, RetryStatistics, WorkableHooks, running_as
+from recruiter.workable import (
+    Registry,
+    RetryStatistics,
+    WorkableHooks,
+    in_session,
+    running_as,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -234,8 +240,12 @@ class Executor:
             self._ended(job, execution, Ran())
             return dataclasses.replace(execution, group=job.group)
         with attempt_span(job.id, job.workable, job.group, job.attempts, job.trace) as outcome:
-            ran = self._call(job, statistics, policy_problem)
-            execution = self._conclude(job, token, ran, started_at, policy, began_by=began_by)
+            if self.registry.runs_in_transaction(job.workable):
+                attempt = _Attempt(job, token, statistics, policy, policy_problem, started_at)
+                execution, ran = self._in_transaction(attempt, began_by)
+            else:
+                ran = self._call(job, statistics, policy_problem)
+                execution = self._conclude(job, token, ran, started_at, policy, began_by=began_by)
             outcome(execution.outcome.value)
         self._follow_up(job, execution)
         self._ended(job, execution, ran)
@@ -245,6 +255,33 @@ class Executor:
         """Tell the jobs waiting for this one (or its batch's callbacks) that it ended."""
         if execution.outcome in ENDING_OUTCOMES and (job.followed or job.batch is not None):
             follow_up_safely(self.store, Ended(job.id, job.batch), self.clock.now())
+
+    def _in_transaction(self, attempt: _Attempt, began_by: dt.datetime) -> tuple[Execution, Ran]:
+        """Run a transactional job (``transaction=True``): its code and its end as done in
+        one transaction, committed together or not at all. A failure aborts it (the
+        job's writes with it) and is recorded outside, through the retry policy; a job
+        no longer held is fenced off with its writes."""
+        job = attempt.job
+        self._then = None  # (the next job of a batch starts on its own)
+        run = _TransactionalRun(self, attempt)
+        try:
+            self.store.run_in_transaction(run)
+        except _RolledBack:
+            pass
+        except _FencedOff:
+            return _fenced(job), run.ran
+        except DatabaseError as error:
+            if not (run.done and self._recorded(job.id, run.done)):  # (else: its reply lost)
+                run.ran, run.done = _failed_by(error), {}  # not committed: its writes neither
+        ran = run.ran
+        if not run.done:
+            execution = self._conclude(
+                job, attempt.token, ran, attempt.started_at, attempt.policy, began_by=began_by
+            )
+            return execution, ran
+        logger.info("job %s done, with its writes (attempt %d)", job.id, job.attempts)
+        self._remember_success(job, began_by, run.done["ended_at"])
+        return Execution(job.id, Outcome.DONE, job.attempts, result=ran.result.get("result")), ran
 
     def _call(self, job: Job, statistics: RetryStatistics, policy_problem: str | None) -> Ran:
         """Run the job's code, watched for its timeout and cancellation."""
@@ -622,6 +659,89 @@ def _unstorable_key(value: Any) -> str | None:
             for child in (item.values() if isinstance(item, dict) else item)
         ]
     return None
+
+
+@dataclass(frozen=True)
+class _Attempt:
+    """An attempt of a transactional job, as :meth:`Executor._in_transaction` runs it."""
+
+    job: Job
+    token: ObjectId
+    statistics: RetryStatistics
+    policy: RetryPolicy
+    policy_problem: str | None
+    started_at: dt.datetime
+
+
+class _TransactionalRun:
+    """What runs in a transactional job's transaction: its code, then its end as done
+    (:meth:`Executor._in_transaction`); run again if the transaction is retried."""
+
+    def __init__(self, executor: Executor, attempt: _Attempt) -> None:
+        self.executor = executor
+        self.attempt = attempt
+        self.ran = Ran()
+        self.done: dict[str, Any] = {}
+        """The end recorded in the transaction, once it is."""
+
+    def __call__(self, session: Any) -> None:
+        executor, attempt, job = self.executor, self.attempt, self.attempt.job
+        self.done = {}
+        if executor.runner is not None or executor.loop is not None:
+            self.ran = _refused(job.workable)
+        else:
+            with in_session(session):
+                self.ran = executor._call(job, attempt.statistics, attempt.policy_problem)
+        ran = self.ran
+        if ran.error is not None and _transient(ran.error):
+            raise ran.error  # (the transaction's to retry, the job's code with it)
+        if ran.failure is not None:
+            raise _RolledBack
+        ended_at = executor.clock.now()
+        record = executor._record(job, attempt.started_at, ended_at)
+        record.update({"outcome": Outcome.DONE.value, **_extras(ran), **ran.result})
+        end = finishing(job.id, attempt.token, Why.DONE, ended_at)
+        if not executor.store.record_end_in(end, record, session):
+            raise _FencedOff
+        self.done = record
+
+
+class _RolledBack(Exception):
+    """The transactional job's code failed: its transaction is aborted."""
+
+
+class _FencedOff(Exception):
+    """The transactional job is no longer held: its transaction is aborted."""
+
+
+def _extras(ran: Ran) -> dict[str, Any]:
+    """What an attempt's record keeps of its run beside the outcome."""
+    extras: dict[str, Any] = {}
+    if ran.output:
+        extras["output"] = ran.output
+    if ran.process:
+        extras["process"] = ran.process
+    return extras
+
+
+def _transient(error: BaseException) -> bool:
+    """Whether ``error`` is a driver's error its transaction may be tried again after."""
+    has_label = getattr(error, "has_error_label", None)
+    return callable(has_label) and bool(has_label("TransientTransactionError"))
+
+
+def _refused(workable: str) -> Ran:
+    """A transactional job handed to a worker that cannot run it in a transaction."""
+    return _failed_by(
+        RecruiterError(
+            f"workable {workable!r} runs in a transaction (transaction=True): only a "
+            "worker of the threads pool runs it, not one of the processes or asyncio pool"
+        )
+    )
+
+
+def _failed_by(error: BaseException) -> Ran:
+    return Ran(Failure.from_exception(error), None, {}, error, WorkableHooks())
 
 
 def _not_run(why: type[Stopped]) -> Ran:

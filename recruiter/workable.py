@@ -120,6 +120,42 @@ def record_output(**fields: Any) -> None:
         output.fields.update(fields)
 
 
+_session: contextvars.ContextVar[Any] = contextvars.ContextVar(
+    "recruiter_job_session", default=None
+)
+
+
+def job_session() -> Any:
+    """The pymongo ``ClientSession`` whose transaction the running job's completion
+    commits in, for a workable registered with ``transaction=True``: write with it
+    (on its client, ``session.client``) and the writes commit with the job's "done",
+    or not at all (see docs/transactions.md).
+
+    >>> @registry.workable("orders.confirm", transaction=True)  # doctest: +SKIP
+    ... def confirm(order: int) -> None:
+    ...     session = job_session()
+    ...     orders = session.client.shop.orders
+    ...     orders.update_one({"_id": order}, {"$set": {"confirmed": True}}, session=session)
+    """
+    session = _session.get()
+    if session is None:
+        raise NotInAJob(
+            "job_session() is for the code of a workable registered with "
+            "transaction=True, while its job runs"
+        )
+    return session
+
+
+@contextmanager
+def in_session(session: Any) -> Iterator[None]:
+    """Make ``session`` what :func:`job_session` returns while the job runs."""
+    token = _session.set(session)
+    try:
+        yield
+    finally:
+        _session.reset(token)
+
+
 @contextmanager
 def running_as(statistics: RetryStatistics) -> Iterator[dict[str, Any]]:
     """Make ``statistics`` what :func:`retry_statistics` returns while the job runs;
@@ -301,6 +337,7 @@ class Registry:
 
     def __init__(self) -> None:
         self._workables: dict[str, Entry] = {}
+        self._transactional: set[str] = set()
         self.listeners = Listeners()
 
     @overload
@@ -339,24 +376,37 @@ class Registry:
         return WorkableHooks()
 
     @overload
-    def workable(self, name: str) -> _Decorator: ...
+    def workable(self, name: str, *, transaction: bool = False) -> _Decorator: ...
 
     @overload
-    def workable(self, name: str, target: type[W]) -> type[W]: ...  # type: ignore[overload-overlap]
+    def workable(  # type: ignore[overload-overlap]
+        self, name: str, target: type[W], *, transaction: bool = False
+    ) -> type[W]: ...
 
     @overload
-    def workable(self, name: str, target: Callable[P, R]) -> FunctionWorkable[P, R]: ...
+    def workable(
+        self, name: str, target: Callable[P, R], *, transaction: bool = False
+    ) -> FunctionWorkable[P, R]: ...
 
-    def workable(self, name: str, target: Any = None) -> Any:
+    def workable(self, name: str, target: Any = None, *, transaction: bool = False) -> Any:
         """Register a function or a :class:`Workable` subclass under ``name``.
 
         Use as a decorator, ``@registry.workable("name")``, or call
-        ``registry.workable("name", function)``.
+        ``registry.workable("name", function)``. With ``transaction=True``, each attempt
+        runs in a MongoDB transaction that commits the job's writes (made with
+        :func:`job_session`) and its end as done together: a crash between the two
+        cannot make it run twice (threads-pool workers only; see docs/transactions.md).
         """
         if not isinstance(name, str) or not name.strip():
             raise InvalidJob(f"a workable name must be a non-empty string, got {name!r}")
-        decorator = _Decorator(self, name)
+        if not isinstance(transaction, bool):
+            raise InvalidJob(f"transaction is True or False, got {transaction!r}")
+        decorator = _Decorator(self, name, transaction)
         return decorator if target is None else decorator(target)
+
+    def runs_in_transaction(self, name: str) -> bool:
+        """Whether the workable ``name`` was registered with ``transaction=True``."""
+        return name in self._transactional
 
     def command(
         self,
@@ -381,9 +431,10 @@ class Registry:
             raise DuplicateRegistration("workable", name)
         self._workables[name] = entry
 
-    def names(self) -> list[str]:
-        """The registered names, sorted."""
-        return sorted(self._workables)
+    def names(self, *, transactional: bool = True) -> list[str]:
+        """The registered names, sorted (without those registered with
+        ``transaction=True`` when ``transactional`` is false)."""
+        return sorted(n for n in self._workables if transactional or n not in self._transactional)
 
     def __contains__(self, name: object) -> bool:
         return name in self._workables
@@ -469,9 +520,10 @@ def _command_run(command: Command, parameters: Mapping[str, Any]) -> Callable[[]
 
 
 class _Decorator:
-    def __init__(self, registry: Registry, name: str) -> None:
+    def __init__(self, registry: Registry, name: str, transaction: bool = False) -> None:
         self.registry = registry
         self.name = name
+        self.transaction = transaction
 
     @overload
     def __call__(self, target: type[W]) -> type[W]: ...  # type: ignore[overload-overlap]
@@ -490,11 +542,22 @@ class _Decorator:
                 _synchronous(getattr(target, hook), hook)
             _not_a_generator(target.execute, "the execute method")
             self.registry._register(self.name, target)
+            self._mark()
             target.workable_name = self.name
             return target
         if not callable(target):
             raise InvalidJob(f"only functions and Workable classes can be registered: {target!r}")
         _not_a_generator(target, "the workable")
+        if self.transaction and inspect.iscoroutinefunction(target):
+            raise InvalidJob(
+                f"workable {self.name!r}: an async def job cannot run in a transaction "
+                "(a pymongo session is not for asyncio): drop transaction=True"
+            )
         entry: FunctionWorkable[..., Any] = FunctionWorkable(self.name, target)
         self.registry._register(self.name, entry)
+        self._mark()
         return entry
+
+    def _mark(self) -> None:
+        if self.transaction:
+            self.registry._transactional.add(self.name)

@@ -194,10 +194,16 @@ class WorkerSlot:
             self.clock.latest(),
             self.heartbeat_every,
             batches=True,
-            workables=self.registry.names(),  # what it tells the recruiter it can run
+            workables=self.runnable_workables(),  # what it tells the recruiter it can run
         )
         logger.info("worker %s: registered, working on %s", self.id, self.group)
         return self.id
+
+    def runnable_workables(self) -> list[str]:
+        """The workables this slot can run: all registered, but those that run in a
+        transaction (``transaction=True``) on a processes or asyncio pool's slot."""
+        threads = self.job_process is None and self.loop is None
+        return self.registry.names(transactional=threads)
 
     def run_once(self) -> SlotResult:
         """Run the job assigned to this slot, if any."""

@@ -10,8 +10,8 @@ never in neither.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Collection as Collection_
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,10 +22,15 @@ from pymongo.collection import Collection
 from pymongo.database import Database
 from pymongo.errors import BulkWriteError, OperationFailure
 
-from recruiter.errors import DocumentTooLarge, RecruiterError, WriteRejected
+from recruiter.errors import (
+    DocumentTooLarge,
+    RecruiterError,
+    TransactionsUnavailable,
+    WriteRejected,
+)
 from recruiter.job import HISTORY_LIMIT, Job, as_object_id
 from recruiter.store.base import ONE_REPLY, Document, aware, on_mongomock, update_each
-from recruiter.store.failures import in_the_callers_transaction, translate
+from recruiter.store.failures import NO_TRANSACTIONS_HERE, in_the_callers_transaction, translate
 
 DUPLICATE_KEY = 11000
 LOCK_PAGE = 10_000
@@ -632,6 +637,40 @@ class JobVerbs:
         """End an attempt as ``end`` says (:func:`finishing`, :func:`rescheduling`),
         recording ``execution``, if its filter still holds."""
         return self._record_attempt(*end, execution)
+
+    @in_the_callers_transaction
+    def record_end_in(self, end: Ending, execution: Document, session: Any) -> bool:
+        """:meth:`record_end`, in the transaction ``session`` (of
+        :meth:`run_in_transaction`): the driver's errors are left as they are, for its
+        retries; a record too large is trimmed as outside one."""
+        owned, fields, unset = end
+        update = _attempt_update(fields, unset, execution)
+        try:
+            return self.scheduled.update_one(owned, update, session=session).modified_count == 1
+        except (OperationFailure, InvalidDocument) as error:
+            if not isinstance(translate(error), DocumentTooLarge):
+                raise
+        update = _attempt_update(fields, unset, _trimmed(execution))
+        return self.scheduled.update_one(owned, update, session=session).modified_count == 1
+
+    def run_in_transaction(self, attempt: Callable[[Any], None]) -> None:
+        """Run ``attempt(session)`` in a transaction of its own, committed when it
+        returns and aborted when it raises; a transient error (a write conflict, an
+        election) runs it again, as pymongo's ``with_transaction`` does.
+
+        Raises :class:`~recruiter.errors.TransactionsUnavailable` where there are none
+        (a standalone server, mongomock), and what ``attempt`` raises as it is.
+        """
+        client = self.database.client
+        try:
+            with client.start_session() as session:
+                session.with_transaction(attempt, write_concern=self.database.write_concern)
+        except NotImplementedError as error:  # mongomock
+            raise TransactionsUnavailable(f"this database has no transactions: {error}") from error
+        except OperationFailure as error:
+            if error.code == NO_TRANSACTIONS_HERE:
+                raise TransactionsUnavailable(str(error)) from error
+            raise
 
     def write_in_order(self, statements: Sequence[Statement]) -> int:
         """Apply ``statements`` (from :func:`ending` and :func:`starting`) to ``scheduled``
