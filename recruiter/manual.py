@@ -25,7 +25,7 @@ from typing import Any
 from bson import ObjectId
 
 from recruiter.clock import Clock
-from recruiter.dependencies import Ended, follow_up_safely
+from recruiter.dependencies import Ended, follow_up, follow_up_safely
 from recruiter.errors import DatabaseError, JobNotFound, RecruiterError
 from recruiter.execution import Execution, Executor, Identity
 from recruiter.job import Job
@@ -106,6 +106,19 @@ def cancel(store: Store, job_id: Any, now: dt.datetime) -> Cancellation:
         if job is None or job.finished:
             return Cancellation.FINISHED
     raise RecruiterError(f"job {job_id} kept changing state while being cancelled: try again")
+
+
+def cancel_in(store: Store, job_id: Any, now: dt.datetime, session: Any) -> Cancellation:
+    """:func:`cancel`, in the application's transaction ``session``: the jobs that wait
+    for a cancelled one are cancelled in it too."""
+    job_id = as_object_id(job_id)
+    said = store.cancel_in(job_id, now, session)
+    if said == "missing":
+        raise JobNotFound(job_id)
+    if said == "cancelled":
+        follow_up(store, [Ended(job_id, store.batch_of(job_id, session))], now, session)
+        return Cancellation.CANCELLED
+    return Cancellation.STOPPING if said == "stopping" else Cancellation.FINISHED
 
 
 def _follow_up(store: Store, job_id: Any, now: dt.datetime) -> None:

@@ -34,6 +34,7 @@ from recruiter.manual import (
     Cancellation,
     ManualRun,
     cancel,
+    cancel_in,
     recover,
     run_here,
     run_now,
@@ -310,6 +311,7 @@ class Queue:
         *,
         unique: bool = False,
         missed: Missed = DEFAULT_MISSED,
+        session: Any = None,
     ) -> bool:
         """Create ``job`` at each occurrence of ``schedule`` (a cron expression, or a
         :class:`~recruiter.schedule.Cron` or :class:`~recruiter.schedule.Every`), from the
@@ -320,7 +322,9 @@ class Queue:
         the job of the last one is still queued or running. ``missed`` says what to do
         with occurrences missed while no recruiter led (due more than
         :data:`~recruiter.schedulers.MISSED_GRACE` ago): ``"latest"`` creates only the
-        latest one due and skips the others, ``"all"`` creates every one.
+        latest one due and skips the others, ``"all"`` creates every one. With
+        ``session``, in the application's transaction: declared if and only if it
+        commits (see :meth:`schedule_many`).
         """
         if not isinstance(urn, str) or not urn.strip():
             raise InvalidJob(f"a scheduler needs a non-empty urn, got {urn!r}")
@@ -343,11 +347,24 @@ class Queue:
         now = self.clock.now()
         template = job_template(job.to_document(ObjectId(), now))
         first = to_millis(schedule.next_after(now))
+        unique = unique is True
+        if session is not None:
+            self._check_session(session)
+            return self.store.upsert_scheduler_in(
+                urn,
+                template,
+                schedule.to_document(),
+                unique=unique,
+                missed=rule,
+                first_at=first,
+                now=now,
+                session=session,
+            )
         return self.store.upsert_scheduler(
             urn,
             template,
             schedule.to_document(),
-            unique=unique is True,
+            unique=unique,
             missed=rule,
             first_at=first,
             now=now,
@@ -453,9 +470,14 @@ class Queue:
         workables of ``registry``; return how each ended (see :mod:`recruiter.manual`)."""
         return run_here(self.store, registry, self.clock, job_ids)
 
-    def cancel(self, job_id: ObjectId | str) -> Cancellation:
-        """Cancel a job: a waiting one is finished as ``cancelled`` at once; a running one
-        is stopped by its worker within a heartbeat (see :mod:`recruiter.stopping`)."""
+    def cancel(self, job_id: ObjectId | str, *, session: Any = None) -> Cancellation:
+        """Cancel a job: a waiting one is finished as ``cancelled`` at once, and so are
+        the jobs that wait for it; a running one is stopped by its worker within a
+        heartbeat (see :mod:`recruiter.stopping`). With ``session``, in the
+        application's transaction: cancelled if and only if it commits."""
+        if session is not None:
+            self._check_session(session)
+            return cancel_in(self.store, job_id, self.clock.now(), session)
         return cancel(self.store, job_id, self.clock.now())
 
     def recover(

@@ -7,10 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from bson import ObjectId
 from pymongo.database import Database
 from pymongo.errors import OperationFailure
 
-from recruiter import JobSpec, Queue, Registry
+from recruiter import JobNotFound, JobSpec, Queue, Registry
 from recruiter.clock import FrozenClock
 from recruiter.errors import InvalidJob, TransactionsUnavailable
 from recruiter.recruiter import Recruiter
@@ -151,3 +152,52 @@ def test_a_groups_limits_change_if_and_only_if_the_transaction_commits(shop: Que
     assert shop.group_settings() == []
     with client.start_session() as session, pytest.raises(InvalidJob, match="start one first"):
         shop.limit_group("mail", concurrency=1, session=session)
+
+
+def in_transaction(shop: Queue, write: Any, *, abort: bool = False) -> Any:
+    """``write(session)`` in a transaction of the application's, committed or aborted."""
+    with shop.store.database.client.start_session() as session:
+        session.start_transaction()
+        said = write(session)
+        if abort:
+            session.abort_transaction()
+        else:
+            session.commit_transaction()
+    return said
+
+
+def test_a_repeatable_job_is_declared_if_and_only_if_the_transaction_commits(
+    shop: Queue,
+) -> None:
+    spec = JobSpec("shop.confirm_order", {"order": 0})
+    in_transaction(shop, lambda s: shop.repeat("nightly", spec, "0 3 * * *", session=s), abort=True)
+    assert shop.schedulers() == []
+    assert in_transaction(shop, lambda s: shop.repeat("nightly", spec, "0 3 * * *", session=s))
+    assert [s.urn for s in shop.schedulers()] == ["nightly"]
+    changed = in_transaction(shop, lambda s: shop.repeat("nightly", spec, "0 4 * * *", session=s))
+    assert changed is False
+    assert "0 4 * * *" in str(shop.schedulers()[0].schedule)
+
+
+def test_a_job_is_cancelled_if_and_only_if_the_transaction_commits(shop: Queue) -> None:
+    first = shop.schedule(JobSpec("shop.confirm_order", {"order": 1}))
+    then = shop.schedule(JobSpec("shop.confirm_order", {"order": 2}).after(first))
+    said = in_transaction(shop, lambda s: shop.cancel(first, session=s), abort=True)
+    assert said == "cancelled"
+    assert shop.job(first).why is None
+    assert shop.job(then).waiting_for == (first,)
+    assert in_transaction(shop, lambda s: shop.cancel(first, session=s)) == "cancelled"
+    assert shop.job(first).why == "cancelled"
+    assert shop.job(then).why == "cancelled", "what waits for it, in the same commit"
+    assert in_transaction(shop, lambda s: shop.cancel(first, session=s)) == "finished"
+    with pytest.raises(JobNotFound):
+        in_transaction(shop, lambda s: shop.cancel(ObjectId(), session=s))
+
+
+def test_a_running_job_is_asked_to_stop_when_the_transaction_commits(shop: Queue) -> None:
+    job_id = shop.schedule(JobSpec("shop.confirm_order", {"order": 3}))
+    shop.store.lock_jobs([job_id], ObjectId(), shop.clock.now())
+    assert in_transaction(shop, lambda s: shop.cancel(job_id, session=s), abort=True) == "stopping"
+    assert shop.job(job_id).cancel_requested_at is None
+    assert in_transaction(shop, lambda s: shop.cancel(job_id, session=s)) == "stopping"
+    assert shop.job(job_id).cancel_requested_at is not None

@@ -446,7 +446,7 @@ class JobVerbs:
         )
         return result.modified_count == 1
 
-    def cancel_if_waiting(self, job_id: Any, now: dt.datetime) -> bool:
+    def cancel_if_waiting(self, job_id: Any, now: dt.datetime, session: Any = None) -> bool:
         """Finish a waiting job (due, or waiting for others) as ``cancelled``: the commit,
         as for any finished job."""
         waiting = [{"scheduled_at": {"$exists": True}}, {"waiting_for": {"$exists": True}}]
@@ -456,15 +456,30 @@ class JobVerbs:
                 "$set": {"done": False, "why": "cancelled", "archived_at": now},
                 "$unset": {"scheduled_at": "", "queued_key": "", "waiting_for": ""},
             },
+            session=session,
         )
         return result.modified_count == 1
 
-    def request_cancel_if_locked(self, job_id: Any, now: dt.datetime) -> bool:
+    def request_cancel_if_locked(self, job_id: Any, now: dt.datetime, session: Any = None) -> bool:
         """Ask the holder of a handed-out or running job to stop it."""
         result = self.scheduled.update_one(
-            {"_id": job_id, "locked": True}, {"$set": {"cancel_requested_at": now}}
+            {"_id": job_id, "locked": True}, {"$set": {"cancel_requested_at": now}}, session=session
         )
         return result.matched_count == 1
+
+    @in_the_callers_transaction
+    def cancel_in(self, job_id: Any, now: dt.datetime, session: Any) -> str:
+        """Cancel a job in the application's transaction ``session``: ``cancelled`` (it
+        was waiting), ``stopping`` (its holder is asked to stop it), ``finished`` (it
+        had ended), or ``missing``."""
+        if self.cancel_if_waiting(job_id, now, session):
+            return "cancelled"
+        if self.request_cancel_if_locked(job_id, now, session):
+            return "stopping"
+        for collection in (self.scheduled, self.archived):
+            if collection.find_one({"_id": job_id}, {"_id": 1}, session=session) is not None:
+                return "finished"
+        return "missing"
 
     def cancel_requested(self, job_ids: Sequence[Any]) -> set[Any]:
         """Those of ``job_ids`` whose cancellation was asked for while they were locked."""

@@ -32,6 +32,7 @@ from pymongo.errors import DuplicateKeyError
 
 from recruiter.schedule import DEFAULT_MISSED, MISSED_RULES, Missed
 from recruiter.store.base import Document, aware
+from recruiter.store.failures import in_the_callers_transaction
 
 UPSERT_TRIES = 5
 """Tries of a declaration that meets a pause or resume at each one."""
@@ -123,33 +124,67 @@ class SchedulerVerbs:
         ``first_at``; an unchanged one keeps its ``next_at``.
         """
         fields = {"job": job, "unique": unique, "missed": missed, "updated_at": now}
+        for _ in range(UPSERT_TRIES):
+            try:
+                return self._upsert_scheduler(urn, fields, schedule, first_at, now)
+            except DuplicateKeyError:
+                continue  # paused between its two updates: the first one's case now
+        raise AssertionError("a scheduler paused and resumed again and again meanwhile")
+
+    @in_the_callers_transaction
+    def upsert_scheduler_in(
+        self,
+        urn: str,
+        job: Document,
+        schedule: Document,
+        *,
+        unique: bool,
+        missed: Missed,
+        first_at: dt.datetime,
+        now: dt.datetime,
+        session: Any,
+    ) -> bool:
+        """:meth:`upsert_scheduler` in the application's transaction ``session`` (a
+        pause meanwhile is a write conflict, for its ``with_transaction`` to retry)."""
+        fields = {"job": job, "unique": unique, "missed": missed, "updated_at": now}
+        return self._upsert_scheduler(urn, fields, schedule, first_at, now, session=session)
+
+    def _upsert_scheduler(
+        self,
+        urn: str,
+        fields: Document,
+        schedule: Document,
+        first_at: dt.datetime,
+        now: dt.datetime,
+        *,
+        session: Any = None,
+    ) -> bool:
         same = self.schedulers.update_one(
-            {"_id": urn, "schedule": schedule, "broken": {"$exists": False}}, {"$set": fields}
+            {"_id": urn, "schedule": schedule, "broken": {"$exists": False}},
+            {"$set": fields},
+            session=session,
         )
         if same.matched_count:
             return False
-        for _ in range(UPSERT_TRIES):
-            # paused, it stays paused with its new schedule: resuming starts it again
-            paused = self.schedulers.update_one(
-                {"_id": urn, "paused_at": {"$exists": True}},
-                {"$set": {**fields, "schedule": schedule}, "$unset": {"broken": ""}},
-            )
-            if paused.matched_count:
-                return False
-            try:
-                result = self.schedulers.update_one(
-                    {"_id": urn, "paused_at": {"$exists": False}},
-                    {
-                        "$set": {**fields, "schedule": schedule, "next_at": first_at},
-                        "$unset": {"broken": ""},
-                        "$setOnInsert": {"created_at": now, "created": 0, "skipped": 0},
-                    },
-                    upsert=True,
-                )
-            except DuplicateKeyError:
-                continue  # paused between the two updates: the first one's case
-            return result.upserted_id is not None
-        raise AssertionError("a scheduler paused and resumed again and again meanwhile")
+        # paused, it stays paused with its new schedule: resuming starts it again
+        paused = self.schedulers.update_one(
+            {"_id": urn, "paused_at": {"$exists": True}},
+            {"$set": {**fields, "schedule": schedule}, "$unset": {"broken": ""}},
+            session=session,
+        )
+        if paused.matched_count:
+            return False
+        result = self.schedulers.update_one(
+            {"_id": urn, "paused_at": {"$exists": False}},
+            {
+                "$set": {**fields, "schedule": schedule, "next_at": first_at},
+                "$unset": {"broken": ""},
+                "$setOnInsert": {"created_at": now, "created": 0, "skipped": 0},
+            },
+            upsert=True,
+            session=session,
+        )
+        return result.upserted_id is not None
 
     def find_scheduler(self, urn: str) -> SchedulerRecord | None:
         document = self.schedulers.find_one({"_id": urn})

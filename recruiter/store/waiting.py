@@ -68,6 +68,11 @@ class WaitingVerbs:
         found.update({d["_id"]: d for d in self.scheduled.find(query)})
         return [Job.from_document(d) for d in found.values()]
 
+    def batch_of(self, job_id: Any, session: Any = None) -> Any:
+        """The batch of the job ``job_id`` in ``scheduled``, if it is in one."""
+        document = self.scheduled.find_one({"_id": job_id}, {"batch": 1}, session=session)
+        return None if document is None else document.get("batch")
+
     def blocked_jobs(self) -> Iterator[Document]:
         """Every job that waits, read on the sparse ``waiting_for`` index: the sweep's."""
         query = {"waiting_for": {"$exists": True}}
