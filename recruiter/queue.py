@@ -172,8 +172,8 @@ class Queue:
                 f"no job {', '.join(sorted(map(str, missing)))} to wait for: wait for jobs "
                 "scheduled before (or for steps of the same Workflow)"
             )
-        for document in plain:
-            if document["_id"] in waited:
+        for document in documents:
+            if document["_id"] in waited:  # (a step another step of the call waits for)
                 document["followed"] = True
         ids = self._insert(outside, plain, waiting, session)
         stored = dict(zip([d["_id"] for d in plain], ids, strict=True))

@@ -431,3 +431,16 @@ def test_the_dashboard_shows_what_a_job_waits_for_and_offers_to_cancel_it(
     page = client.get(f"/jobs/{then}").text
     assert "waits for" in page
     assert f"{first}: not ended yet" in page
+
+
+def test_a_chain_of_steps_runs_whole_without_waiting_for_the_cleaner(
+    queue: Queue, app: Registry
+) -> None:
+    """A step that waits and is waited for is followed up by its worker, like any."""
+    flow = Workflow().add("a", add(1, 1)).add("b", add(2, 2), after=["a"])
+    flow.add("c", total(), after=["b", "a"], results=True)
+    ids = queue.schedule_workflow(flow)
+    assert queue.job(ids["b"]).followed
+    report = drain(queue, app)
+    assert [e.job_id for e in report.executions] == [ids["a"], ids["b"], ids["c"]]
+    assert report.results[ids["c"]] == 6

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pymongo import MongoClient
 
 DOCS = Path(__file__).parent.parent / "docs"
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
@@ -33,6 +37,34 @@ def test_the_examples_of_a_page_run(page: str, capsys: pytest.CaptureFixture[str
     namespace: dict[str, object] = {"__name__": f"docs_{page}"}
     for block in blocks:
         exec(compile(block, f"{DOCS / page}", "exec"), namespace)
+
+
+def test_the_traces_page_runs_in_a_process_of_its_own() -> None:
+    """Its examples set the process's tracer provider, which is set once per process."""
+    blocks = BLOCK.findall((DOCS / "traces.md").read_text())
+    assert len(blocks) >= 2, "traces.md has its setup and its example"
+    done = subprocess.run(
+        [sys.executable, "-c", "\n".join(blocks)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.real_server
+def test_the_transactions_page_runs_on_the_real_server(real_server_uri: str) -> None:
+    """Its examples need a server with transactions: ``client`` is one on the test's."""
+    client: MongoClient[dict[str, Any]] = MongoClient(real_server_uri, tz_aware=True)
+    client.drop_database("shop")
+    namespace: dict[str, object] = {"__name__": "docs_transactions", "client": client}
+    try:
+        for block in BLOCK.findall((DOCS / "transactions.md").read_text()):
+            exec(compile(block, f"{DOCS / 'transactions.md'}", "exec"), namespace)
+    finally:
+        client.drop_database("shop")
+        client.close()
 
 
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
