@@ -59,10 +59,13 @@ SWEEP_PAGE = 500
 
 @dataclass(frozen=True)
 class Ended:
-    """A job that ended, as a follow-up needs it: its id, and its batch if it has one."""
+    """A job that ended, as a follow-up needs it: its id, its batch if it has one."""
 
     id: Any
     batch: Any = None
+    why: str | None = None
+    """How it ended, when known (its worker knows): spares its batch's callbacks a read
+    of whether a member failed, until the last member ends."""
 
 
 @dataclass
@@ -85,8 +88,12 @@ def follow_up(
     while pending:
         chunk = [pending.popleft() for _ in range(min(FOLLOW_UP_CHUNK, len(pending)))]
         waited_for = [e.id for e in chunk] + list({e.batch for e in chunk if e.batch is not None})
+        notices = _Notices(store, now, session)
+        for member in chunk:
+            if member.batch is not None and member.why is not None:
+                notices.told(member)
         for document in store.waiting_on(waited_for, session):
-            outcome = settle(store, document, now, session)
+            outcome = notices.settle(document)
             if outcome == "ready":
                 settled.ready.append(document["_id"])
             elif outcome == "cancelled":
@@ -116,13 +123,26 @@ def settle(store: Store, document: Document, now: dt.datetime, session: Any = No
     return _Notices(store, now, session).settle(document)
 
 
-@dataclass(frozen=True)
 class _Notices:
-    """Notices of ends in waiting jobs, at ``now`` (in the transaction ``session``)."""
+    """Notices of ends in waiting jobs, at ``now`` (in the transaction ``session``).
 
-    store: Store
-    now: dt.datetime
-    session: Any = None
+    What it reads of a batch (an unfinished member left, a member that failed) it reads
+    once; told how a member ended (:meth:`told`), it reads whether one failed only once
+    none is left unfinished: a member's end costs its batch's callbacks one read."""
+
+    def __init__(self, store: Store, now: dt.datetime, session: Any = None) -> None:
+        self.store = store
+        self.now = now
+        self.session = session
+        self._failures: dict[Any, Document | None] = {}
+        self._told: set[Any] = set()
+        self._unfinished: dict[Any, bool] = {}
+
+    def told(self, member: Ended) -> None:
+        """``member`` of its batch ended as it says (its worker's word)."""
+        self._told.add(member.batch)
+        if member.why not in SUCCEEDED:
+            self._failures[member.batch] = {"_id": member.id, "why": member.why}
 
     def settle(self, document: Document) -> str:
         after = document.get("after")
@@ -131,11 +151,8 @@ class _Notices:
         if "batch" in after:
             return self._settle_batch(document, after["batch"], rule)
         waiting = [w for w in document.get("waiting_for") or [] if w is not None]
-        unfinished = self.store.unfinished_among(waiting, self.session)
-        ended = [w for w in waiting if w not in unfinished]
-        if not ended:
-            return "waiting"
-        states = self.store.ended_documents(ended, self.session)
+        states = self.store.dependency_documents(waiting, self.session)
+        ended = [w for w in waiting if w not in states or "why" in states[w]]
         current: Document | None = document
         for dependency in ended:
             entry = _entry(dependency, states.get(dependency), after)
@@ -150,18 +167,28 @@ class _Notices:
         return "waiting"
 
     def _settle_batch(self, document: Document, batch: Any, rule: str) -> str:
-        failure = self.store.batch_failure(batch, self.session)
+        failure = self._failures.get(batch)
+        if rule == "done" and failure is None and batch not in self._told:
+            failure = self._failure(batch)  # (a sweep: nobody told how a member ended)
         if rule == "done" and failure is not None:
             entry = {"batch": batch, "why": "failed"}
             because = f"job {failure['_id']} of batch {batch} ended {failure.get('why')}"
             return self._cancel(document["_id"], batch, entry, because)
-        if self.store.batch_unfinished(batch, self.session):
+        if batch not in self._unfinished:
+            self._unfinished[batch] = self.store.batch_unfinished(batch, self.session)
+        if self._unfinished[batch]:
             return "waiting"
+        failure = self._failure(batch)
         entry = {"batch": batch, "why": "done" if failure is None else "ended"}
         current = self._note(document, batch, entry)
         if current is None:
             return "gone"
         return "ready" if "waiting_for" not in current else "waiting"
+
+    def _failure(self, batch: Any) -> Document | None:
+        if batch not in self._failures:
+            self._failures[batch] = self.store.batch_failure(batch, self.session)
+        return self._failures[batch]
 
     def _cancel(self, job_id: Any, waited_for: Any, entry: Document, because: str) -> str:
         cancelled = self.store.cancel_waiting(

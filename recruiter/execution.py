@@ -254,7 +254,9 @@ class Executor:
     def _follow_up(self, job: Job, execution: Execution) -> None:
         """Tell the jobs waiting for this one (or its batch's callbacks) that it ended."""
         if execution.outcome in ENDING_OUTCOMES and (job.followed or job.batch is not None):
-            follow_up_safely(self.store, Ended(job.id, job.batch), self.clock.now())
+            why = Why.DONE if execution.outcome is Outcome.DONE else execution.why
+            ended = Ended(job.id, job.batch, None if why is None else str(why))
+            follow_up_safely(self.store, ended, self.clock.now())
 
     def _in_transaction(self, attempt: _Attempt, began_by: dt.datetime) -> tuple[Execution, Ran]:
         """Run a transactional job (``transaction=True``): its code and its end as done in

@@ -52,3 +52,12 @@ def test_the_dashboard_benchmark_times_every_read(real_server_uri: str) -> None:
     assert (figures["scheduled"], figures["archived"]) == (40, 40)
     assert set(figures["median_ms"]) >= {"overview", "jobs, first page", "one job"}
     assert all(value >= 0 for value in figures["median_ms"].values())
+
+
+def test_the_workflows_benchmark_counts_what_waiting_costs(real_server_uri: str) -> None:
+    from benchmarks.workflows import measure as measure_waiting
+
+    figures = measure_waiting(real_server_uri, 6)
+    assert set(figures) == {"plain", "chain", "workflow", "batch", "sweep"}
+    assert figures["chain"]["run"] > figures["plain"]["run"], "telling a dependent costs"
+    assert figures["sweep"]["run"] >= 1

@@ -323,7 +323,7 @@ def test_the_sweep_and_the_worker_noticing_the_same_end_note_it_once(
     swept = interleaving.after(
         monkeypatch,
         shop.store,
-        "ended_documents",
+        "dependency_documents",
         lambda: sweep(shop.store, shop.clock.now()),
     )
     run(shop, app, first)  # its follow-up reads the end, then the sweep settles it all
@@ -347,7 +347,7 @@ def test_two_dependencies_ending_at_once_make_their_dependent_ready_once(
         {"_id": both}, {"$set": {"waiting_for": [one, two], "dependencies": []}}
     )
     second = interleaving.after(
-        monkeypatch, shop.store, "ended_documents", lambda: run(shop, app, two)
+        monkeypatch, shop.store, "dependency_documents", lambda: run(shop, app, two)
     )
     follow_up(shop.store, [Ended(one)], shop.clock.now())
     assert second
@@ -364,7 +364,7 @@ def test_an_operators_cancel_between_the_read_and_the_release_stands(
     first = shop.schedule(add(1, 2))
     then = shop.schedule(add(3, 4).after(first))
     cancelled = interleaving.after(
-        monkeypatch, shop.store, "ended_documents", lambda: shop.cancel(then)
+        monkeypatch, shop.store, "dependency_documents", lambda: shop.cancel(then)
     )
     run(shop, app, first)
     assert cancelled

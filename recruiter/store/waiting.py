@@ -55,9 +55,10 @@ class WaitingVerbs:
     def existing_jobs(self, job_ids: Sequence[Any], session: Any = None) -> set[Any]:
         """Those of ``job_ids`` stored, queued, running or archived."""
         found: set[Any] = set()
-        if job_ids:
-            query = {"_id": {"$in": list(job_ids)}}
-            for collection in (self.scheduled, self.archived):
+        for collection in (self.scheduled, self.archived):
+            missing = [job_id for job_id in job_ids if job_id not in found]
+            if missing:  # (in archived: only those not queued)
+                query = {"_id": {"$in": missing}}
                 found |= {d["_id"] for d in collection.find(query, {"_id": 1}, session=session)}
         return found
 
@@ -90,13 +91,21 @@ class WaitingVerbs:
         query = {"_id": {"$in": list(job_ids)}, "why": {"$exists": False}}
         return {d["_id"] for d in self.scheduled.find(query, {"_id": 1}, session=session)}
 
-    def ended_documents(self, job_ids: Sequence[Any], session: Any = None) -> dict[Any, Document]:
-        """How those of ``job_ids`` that ended did (``why``, the last attempt), whether
-        archived or not yet; a job purged from the archive is absent."""
+    def dependency_documents(
+        self, job_ids: Sequence[Any], session: Any = None
+    ) -> dict[Any, Document]:
+        """Where each of ``job_ids`` stands: its ``why`` (none while it has not ended) and
+        its last attempt; read in ``scheduled``, then in ``archived`` for those not
+        found there (a job just ended is still in ``scheduled``: one query, usually). A
+        job purged from the archive is absent."""
         found: dict[Any, Document] = {}
-        query = {"_id": {"$in": list(job_ids)}, "why": {"$exists": True}}
-        for collection in (self.scheduled, self.archived):
-            for document in collection.find(query, ENDED_FIELDS, session=session):
+        query = {"_id": {"$in": list(job_ids)}}
+        for document in self.scheduled.find(query, ENDED_FIELDS, session=session):
+            found[document["_id"]] = document
+        missing = [job_id for job_id in job_ids if job_id not in found]
+        if missing:
+            archived = {"_id": {"$in": missing}, "why": {"$exists": True}}
+            for document in self.archived.find(archived, ENDED_FIELDS, session=session):
                 found.setdefault(document["_id"], document)
         return found
 
