@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     for way, counts in figures.items():
         if way == "sweep":
             print(
-                f"| one sweep over {options.jobs} waiting jobs | – | {counts['run']:.0f} in all |"
+                f"| one sweep over {options.jobs} waiting jobs | - | {counts['run']:.0f} in all |"
             )
         else:
             print(f"| {way} | {counts['schedule']:.2f} | {counts['run']:.2f} |")
