@@ -23,6 +23,7 @@ from tests.faults.oracle import Report, judge
 from tests.faults.oracle import _batches as check_batches
 from tests.faults.oracle import _concurrency as check_concurrency
 from tests.faults.oracle import _repeats as check_repeats
+from tests.faults.oracle import _transactional_effects as check_effects
 from tests.faults.scenario import (
     ALL_FAULTS,
     DATABASE_FAULTS,
@@ -57,6 +58,7 @@ def test_no_job_is_lost_or_run_twice_under_every_kind_of_fault(seed: int, tmp_pa
     assert set(report.faults) == expected, explain(report, tmp_path)
     assert report.lost == 0
     assert report.batches >= 4, "the jobs come in batches of 15, each with its callbacks"
+    assert report.transactional >= 1, "some jobs write their effect in their transaction"
 
 
 @pytest.mark.real_server
@@ -314,3 +316,23 @@ def test_the_oracle_checks_each_batch_callback_once_and_after_its_batch() -> Non
     assert judged("done", callback(success, "cancelled", 0))  # cancelled, should have run
     assert judged("done", callback(complete, "done", 3, noted=2))  # told twice
     assert judged("done", callback(complete, "done", 1.5))  # before its batch's last end
+
+
+def test_the_oracle_counts_one_committed_effect_per_transactional_job_done() -> None:
+    base = record([attempt(1, W1, 10, 1, 2)], [run(1, W1, 10, 1, 2)])
+    job = {**base.archived[0], "workable": {"class": "faults.confirm", "parameters": {}}}
+
+    def judged(why: str, effects: int) -> list[str]:
+        report = Report(0, 0.0, Counter())
+        done = dataclasses.replace(
+            base, archived=[{**job, "why": why}], effects=[{"job": JOB}] * effects
+        )
+        check_effects(done, report)
+        assert report.transactional == 1
+        return report.violations
+
+    assert judged("done", 1) == []
+    assert judged("tried-too-many-times", 0) == []
+    assert judged("done", 2), "an effect committed twice"
+    assert judged("done", 0), "done without its effect"
+    assert judged("cancelled", 1), "an effect of a job that did not end done"

@@ -11,6 +11,7 @@ import time
 
 from recruiter import Registry, retry_statistics
 from recruiter.stopping import Stopped
+from recruiter.workable import job_session
 from tests.faults import ledger
 
 registry = Registry()
@@ -54,7 +55,10 @@ def _ended(run: dict[str, object], fail: bool) -> None:
 
 
 def _run(kind: str, milliseconds: int, fail: bool) -> None:
-    run = _started(kind)
+    _work_and_end(_started(kind), milliseconds, fail)
+
+
+def _work_and_end(run: dict[str, object], milliseconds: int, fail: bool) -> None:
     try:
         work(milliseconds)
     except Stopped:  # its timeout stopped it: it ended, without its effect
@@ -89,6 +93,18 @@ def flaky(milliseconds: int, fail_times: int) -> None:
 def broken(milliseconds: int) -> None:
     """Always fails."""
     _run("broken", milliseconds, fail=True)
+
+
+@registry.workable("faults.confirm", transaction=True)
+def confirm(milliseconds: int, database: str) -> None:
+    """Writes its effect in ``database``'s ``effects`` with its job's session, then works
+    for ``milliseconds``: the effect commits with the job's end as done, or not at all
+    (the oracle counts one effect per job done, none for the others)."""
+    run = _started("succeed")
+    session = job_session()
+    effects = session.client[database].effects
+    effects.insert_one({"job": run["job"], "attempt": run["attempt"]}, session=session)
+    _work_and_end(run, milliseconds, fail=False)
 
 
 # the same, as async def jobs: on the event loop of an asyncio-pool worker, on a loop of

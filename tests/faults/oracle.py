@@ -85,6 +85,8 @@ class Report:
     most_slow_at_once: int = 0
     batches: int = 0
     """Batches whose callbacks were judged."""
+    transactional: int = 0
+    """Jobs of ``faults.confirm`` whose committed effects were counted."""
     """The most attempts of the concurrency-limited group ``slow`` running at once."""
 
     @property
@@ -112,6 +114,7 @@ class Report:
             "cancelled": dict(self.cancelled),
             "most_slow_at_once": self.most_slow_at_once,
             "batches_called_back": self.batches,
+            "transactional_jobs": self.transactional,
         }
 
 
@@ -145,6 +148,7 @@ def judge(record: Record) -> Report:
     _repeats(record, report)
     _concurrency(record, report)
     _batches(record, report)
+    _transactional_effects(record, report)
     ends = {str(d["_id"]): d.get("why") for d in record.archived}
     report.cancelled = Counter(str(ends.get(job_id)) for job_id in record.cancelled)
     return report
@@ -214,6 +218,23 @@ def _batches(record: Record, report: Report) -> None:
                     f"at {last_end}"
                 )
         report.batches += 1
+
+
+def _transactional_effects(record: Record, report: Report) -> None:
+    """A job of ``faults.confirm`` writes its effect in its transaction: once if it
+    ended done, never otherwise, whatever was killed when."""
+    effects = Counter(str(effect.get("job")) for effect in record.effects)
+    for document in record.archived:
+        if (document.get("workable") or {}).get("class") != "faults.confirm":
+            continue
+        report.transactional += 1
+        job_id = str(document["_id"])
+        expected = 1 if document.get("why") == "done" else 0
+        if effects[job_id] != expected:
+            report.violations.append(
+                f"job {job_id} (faults.confirm) ended {document.get('why')} with "
+                f"{effects[job_id]} effects committed, not {expected}"
+            )
 
 
 def _occurrence_at(document: Mapping[str, Any]) -> dt.datetime | None:

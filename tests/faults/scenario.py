@@ -41,6 +41,7 @@ from tests.faults.app import (
     Planned,
     broken,
     broken_async,
+    confirm,
     flaky,
     flaky_async,
     succeed,
@@ -153,6 +154,8 @@ class Record:
     """The first occurrence of the repeatable job, as declared."""
     cancelled: list[str] = field(default_factory=list)
     """The planned jobs the runner asked to cancel (waiting or running at the time)."""
+    effects: list[dict[str, Any]] = field(default_factory=list)
+    """What the jobs of ``faults.confirm`` wrote in their transactions."""
     batches: list[dict[str, Any]] = field(default_factory=list)
     """Each batch the jobs were scheduled in: ``jobs`` (ids), ``on_success`` and
     ``on_complete`` (the ids of its callbacks, quick jobs, in ``planned`` too)."""
@@ -195,10 +198,11 @@ def load(directory: Path) -> Record:
 
 
 def plan_jobs(
-    chooser: random.Random, count: int, async_share: float = 0.0
+    chooser: random.Random, count: int, async_share: float = 0.0, database: str = "faults"
 ) -> list[tuple[str, JobSpec]]:
     """A seeded mix of jobs, several retry policies and priorities, two groups; of the
-    quick ones, ``async_share`` are ``async def`` jobs."""
+    quick ones, ``async_share`` are ``async def`` jobs, and some write their effect in
+    ``database`` in their job's transaction (``faults.confirm``)."""
     jobs: list[tuple[str, JobSpec]] = []
 
     def twin(sync: Any, of_async: Any) -> Any:
@@ -210,6 +214,9 @@ def plan_jobs(
             policy = chooser.choice([RetryManyTimes(4, 0.05), ExponentialBackoff(4, 0.05)])
             job = twin(succeed, succeed_async).job(chooser.randint(0, 30))
             jobs.append(("succeed", job.retry_with(policy)))
+        elif roll < 0.5:
+            job = confirm.job(chooser.randint(0, 30), database)
+            jobs.append(("succeed", job.retry_with(RetryManyTimes(4, 0.05))))
         elif roll < 0.55:
             job = twin(succeed, succeed_async).job(chooser.randint(0, 30))
             jobs.append(("succeed", job.with_priority(chooser.choice([-5, 5]))))  # no retry
@@ -582,7 +589,7 @@ class Driver:
         self.scenario = run.scenario
         self.started = time.time()
         async_share = 0.5 if self.scenario.asyncio_pool else 0.0
-        self.jobs = plan_jobs(run.chooser, self.scenario.jobs, async_share)
+        self.jobs = plan_jobs(run.chooser, self.scenario.jobs, async_share, run.database_name)
         self.planned: dict[str, str] = {}
         self.faults = run.fault_plan()
         self.next_fault = self.started + 2.0 + run.chooser.uniform(*self.scenario.gap)
@@ -706,6 +713,7 @@ class Driver:
             seconds=time.time() - self.started,
             repeat_first=self.repeat_first,
             cancelled=self.cancelled,
+            effects=list(database.effects.find()),
             batches=self.batches,
         )
 
