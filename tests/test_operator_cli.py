@@ -393,3 +393,11 @@ def test_jobs_batch_of_an_unknown_batch_says_so(cli: Queue) -> None:
     result = CliRunner().invoke(app, ["jobs", "batch", str(ObjectId())])
     assert isinstance(result.exception, BatchNotFound), "exit code 6, said by recruiter's main"
     assert "no job of a batch" in str(result.exception)
+
+
+def test_running_a_job_that_waits_for_others_now_says_why_it_does_not(cli: Queue) -> None:
+    first = cli.schedule(JobSpec("tests.noop"))
+    then = cli.schedule(JobSpec("tests.noop").after(first))
+    said = invoke("jobs", "run", str(then)).output
+    assert "waits for other jobs" in said
+    assert "0 jobs due now" in said

@@ -81,7 +81,10 @@ def run_jobs(
         else:
             not_waiting = queue.run_now(*job_ids)
             for job_id in not_waiting:
-                console.print(f"job {job_id} was not waiting: left as it is", highlight=False)
+                said = "was not waiting"
+                if queue.job(job_id).blocked:
+                    said = f"waits for other jobs (jobs show {job_id}), and runs when they end"
+                console.print(f"job {job_id} {said}: left as it is", highlight=False)
             due = counted(len(job_ids) - len(not_waiting), "job")
             console.print(f"{due} due now", highlight=False)
             if not wait:
