@@ -444,3 +444,20 @@ def test_a_chain_of_steps_runs_whole_without_waiting_for_the_cleaner(
     report = drain(queue, app)
     assert [e.job_id for e in report.executions] == [ids["a"], ids["b"], ids["c"]]
     assert report.results[ids["c"]] == 6
+
+
+def test_a_recovered_dependent_waits_for_nothing_and_is_in_no_batch(
+    queue: Queue, app: Registry
+) -> None:
+    failing = queue.schedule(fail())
+    then = queue.schedule(add(1, 1).after(failing))
+    batch = queue.batch([fail()], on_success=add(0, 1))
+    drain(queue, app)
+    assert job_of(queue, batch.on_success).why == "cancelled"
+    copies = [queue.recover(then), queue.recover(batch.jobs[0])]
+    for copy in copies:
+        job = queue.job(copy)
+        assert not job.blocked
+        assert job.waits is None
+        assert job.batch is None
+    assert state(queue, copies[0]) == "ready"
