@@ -201,3 +201,19 @@ def test_a_running_job_is_asked_to_stop_when_the_transaction_commits(shop: Queue
     assert shop.job(job_id).cancel_requested_at is None
     assert in_transaction(shop, lambda s: shop.cancel(job_id, session=s)) == "stopping"
     assert shop.job(job_id).cancel_requested_at is not None
+
+
+def test_a_batch_and_its_callbacks_exist_if_and_only_if_the_transaction_commits(
+    shop: Queue, app: Registry
+) -> None:
+    def batch(session: Any) -> Any:
+        jobs = [JobSpec("shop.confirm_order", {"order": n}) for n in range(3)]
+        done = JobSpec("shop.confirm_order", {"order": 99})
+        return shop.batch(jobs, on_complete=done, session=session)
+
+    in_transaction(shop, batch, abort=True)
+    assert shop.store.count_jobs("scheduled") == 0
+    scheduled = in_transaction(shop, batch)
+    assert shop.batch_status(scheduled.id).on_complete_state == "waiting"
+    assert len(drain(shop, app).executions) == 4
+    assert shop.job(scheduled.on_complete).why == "done"
