@@ -11,6 +11,8 @@ what a chain or a batch costs a job on top of running it.
 - ``chain``: N jobs, each ``after()`` the one before (scheduled one by one);
 - ``workflow``: the same chain as one ``Workflow``;
 - ``batch``: N jobs in one batch with ``on_success`` and ``on_complete``;
+- ``transactional``: N jobs of a workable registered with ``transaction=True`` (their
+  code writes nothing: what the transaction itself costs);
 - ``sweep``: one cleaner sweep over N waiting jobs whose dependencies still run.
 """
 
@@ -33,11 +35,13 @@ from recruiter.embedded import start_server
 from recruiter.testing import drain
 
 WORKABLE = "bench.noop"
+TRANSACTIONAL = "bench.noop_in_a_transaction"
 
 
 def _registry() -> Registry:
     registry = Registry()
     registry.workable(WORKABLE, lambda: None)
+    registry.workable(TRANSACTIONAL, lambda: None, transaction=True)
     return registry
 
 
@@ -63,11 +67,16 @@ def _batch(queue: Queue, jobs: int) -> None:
     queue.batch([JobSpec(WORKABLE)] * (jobs - 2), on_success=callback, on_complete=callback)
 
 
+def _transactional(queue: Queue, jobs: int) -> None:
+    queue.schedule_many(JobSpec(TRANSACTIONAL) for _ in range(jobs))
+
+
 WAYS: dict[str, Callable[[Queue, int], None]] = {
     "plain": _plain,
     "chain": _chain,
     "workflow": _workflow,
     "batch": _batch,
+    "transactional": _transactional,
 }
 
 

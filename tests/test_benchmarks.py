@@ -58,6 +58,6 @@ def test_the_workflows_benchmark_counts_what_waiting_costs(real_server_uri: str)
     from benchmarks.workflows import measure as measure_waiting
 
     figures = measure_waiting(real_server_uri, 6)
-    assert set(figures) == {"plain", "chain", "workflow", "batch", "sweep"}
+    assert set(figures) == {"plain", "chain", "workflow", "batch", "transactional", "sweep"}
     assert figures["chain"]["run"] > figures["plain"]["run"], "telling a dependent costs"
     assert figures["sweep"]["run"] >= 1
