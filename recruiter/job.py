@@ -538,14 +538,14 @@ class Job:
 
 
 def state_of(job: Job, now: dt.datetime) -> str:
-    """A job's state in one word: why it finished, or running, handed out, waiting (for
-    other jobs), postponed, ready."""
+    """A job's state in one word: why it finished, or running, handed out, blocked
+    (waiting for other jobs), postponed, ready."""
     if job.why is not None:
         return job.why
     if job.locked:
         return "running" if job.lock_started_at else "handed out"
     if job.blocked:
-        return "waiting"
+        return "blocked"
     if job.scheduled_at is not None and job.scheduled_at > now:
         return "postponed"
     return "ready"

@@ -21,7 +21,7 @@ from recruiter.store.analytics import unfinished_state_queries
 
 FAILED = [str(why) for why in FAILED_WHYS]
 """The reasons a job failed for good."""
-STATES = ("ready", "postponed", "waiting", "running", "done", "failed", "cancelled", "finished")
+STATES = ("ready", "postponed", "blocked", "running", "done", "failed", "cancelled", "finished")
 """The states jobs can be listed by."""
 PAGE = 50
 """Jobs on a page, unless asked otherwise."""

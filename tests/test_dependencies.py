@@ -76,7 +76,7 @@ def state(queue: Queue, job_id: Any) -> str:
 def test_a_job_waits_until_what_it_waits_for_is_done(queue: Queue, app: Registry) -> None:
     first = queue.schedule(add(1, 2))
     then = queue.schedule(add(3, 4).after(first))
-    assert state(queue, then) == "waiting"
+    assert state(queue, then) == "blocked"
     assert queue.store.ready_job_ids(queue.clock.now(), None, 10) == [first]
     report = drain(queue, app)
     assert [e.job_id for e in report.executions] == [first, then]
@@ -206,7 +206,7 @@ def test_a_workflow_step_may_wait_for_a_job_scheduled_before(queue: Queue, app: 
 
 def test_a_batch_calls_back_once_every_job_is_done(queue: Queue, app: Registry) -> None:
     batch = queue.batch([add(i, i) for i in range(5)], on_success=add(0, 1), on_complete=add(0, 2))
-    assert queue.batch_status(batch.id).on_success_state == "waiting"
+    assert queue.batch_status(batch.id).on_success_state == "blocked"
     report = drain(queue, app)
     order = [e.job_id for e in report.executions]
     assert set(order[:5]) == set(batch.jobs)
@@ -223,7 +223,7 @@ def test_a_member_failing_cancels_on_success_at_once_and_on_complete_still_runs(
     batch = queue.batch([fail(), add(1, 1)], on_success=add(0, 1), on_complete=add(0, 2))
     run(queue, app, batch.jobs[0])
     assert job_of(queue, batch.on_success).why == "cancelled"
-    assert state(queue, batch.on_complete) == "waiting"
+    assert state(queue, batch.on_complete) == "blocked"
     run(queue, app, batch.jobs[1])
     assert state(queue, batch.on_complete) == "ready"
     status = queue.batch_status(batch.id)
@@ -244,7 +244,7 @@ def test_a_member_that_fails_then_succeeds_on_retry_lets_on_success_run(
     spec = JobSpec("deps.flaky").retry_with(RetryManyTimes(3, "1s"))
     batch = queue.batch([spec], on_success=add(0, 1))
     run(queue, app, batch.jobs[0])
-    assert state(queue, batch.on_success) == "waiting"  # a retry is not an end
+    assert state(queue, batch.on_success) == "blocked"  # a retry is not an end
     clock.advance(1)
     assert batch.on_success in drain(queue, app).results
 
@@ -253,7 +253,7 @@ def test_cancelling_a_waiting_member_cancels_on_success(queue: Queue) -> None:
     batch = queue.batch([add(1, 1), add(2, 2)], on_success=add(0, 1), on_complete=add(0, 2))
     queue.cancel(batch.jobs[0])
     assert job_of(queue, batch.on_success).why == "cancelled"
-    assert state(queue, batch.on_complete) == "waiting"
+    assert state(queue, batch.on_complete) == "blocked"
 
 
 @pytest.mark.parametrize(
@@ -308,7 +308,7 @@ def test_a_worker_that_dies_before_telling_leaves_it_to_the_cleaners_sweep(
     monkeypatch.setattr("recruiter.execution.follow_up_safely", lambda *a: None)  # the crash
     run(shop, app, first)
     run(shop, app, batch.jobs[0])
-    assert state(shop, then) == state(shop, batch.on_complete) == "waiting"
+    assert state(shop, then) == state(shop, batch.on_complete) == "blocked"
     result = Cleaner(shop.store).run_once(shop.clock.now())
     assert result.settled == 2
     assert state(shop, then) == state(shop, batch.on_complete) == "ready"
@@ -408,7 +408,7 @@ def test_a_database_hiccup_in_the_follow_up_delays_the_callback_never_loses_it(
     monkeypatch.setattr(shop.store, "waiting_on", hiccup)
     assert run(shop, app, batch.jobs[0]).outcome.value == "done"
     monkeypatch.undo()
-    assert state(shop, batch.on_complete) == "waiting"
+    assert state(shop, batch.on_complete) == "blocked"
     Cleaner(shop.store).run_once(shop.clock.now())
     assert state(shop, batch.on_complete) == "ready"
     assert Cleaner(shop.store).run_once(shop.clock.now()).settled == 0
@@ -425,7 +425,7 @@ def test_the_dashboard_shows_what_a_job_waits_for_and_offers_to_cancel_it(
     then = queue.schedule(add(3, 4).after(first))
     client = TestClient(create_app(queue), base_url="http://127.0.0.1:8087")
     shown = client.get(f"/api/jobs/{then}").json()
-    assert shown["state"] == "waiting"
+    assert shown["state"] == "blocked"
     assert shown["actions"] == ["cancel"]
     assert shown["waits"] == ["runs when all done", f"{first}: not ended yet"]
     page = client.get(f"/jobs/{then}").text

@@ -372,11 +372,11 @@ def test_jobs_show_says_what_a_job_waits_for_and_the_batch_command_where_it_stan
     then = cli.schedule(JobSpec("tests.noop").after(first, second, rule="ended"))
     cli.run_here(app_registry, first)
     shown = invoke("jobs", "show", str(then)).output
-    assert "waiting" in shown
+    assert "blocked" in shown
     assert "runs when all ended, however" in shown
     assert f"{first}: ended done" in shown
     assert f"{second}: not ended yet" in shown
-    listed = invoke("jobs", "list", "--state", "waiting").output
+    listed = invoke("jobs", "list", "--state", "blocked").output
     assert str(then) in listed
     assert str(second) not in listed
 
@@ -386,7 +386,7 @@ def test_jobs_show_says_what_a_job_waits_for_and_the_batch_command_where_it_stan
     status = invoke("jobs", "batch", str(batch.id)).output
     assert re.search(r"not ended yet\s*\|\s*1\s", status.replace("│", "|"))
     assert re.search(r"on_success\s*\|\s*-\s", status.replace("│", "|"))
-    assert f"{batch.on_complete}: waiting" in status
+    assert f"{batch.on_complete}: blocked" in status
 
 
 def test_jobs_batch_of_an_unknown_batch_says_so(cli: Queue) -> None:

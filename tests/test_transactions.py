@@ -214,6 +214,6 @@ def test_a_batch_and_its_callbacks_exist_if_and_only_if_the_transaction_commits(
     in_transaction(shop, batch, abort=True)
     assert shop.store.count_jobs("scheduled") == 0
     scheduled = in_transaction(shop, batch)
-    assert shop.batch_status(scheduled.id).on_complete_state == "waiting"
+    assert shop.batch_status(scheduled.id).on_complete_state == "blocked"
     assert len(drain(shop, app).executions) == 4
     assert shop.job(scheduled.on_complete).why == "done"

@@ -26,12 +26,12 @@ UNFINISHED_STATES = ("ready", "postponed", "running")
 
 def unfinished_state_queries(now: dt.datetime) -> dict[str, Document]:
     """The filter of ``scheduled`` for each state of an unfinished job at ``now``:
-    ready (due, not handed out), postponed (due later), waiting (for other jobs),
+    ready (due, not handed out), postponed (due later), blocked (waiting for other jobs),
     running (handed out)."""
     return {
         "ready": ready_query(now),
         "postponed": {"locked": False, "scheduled_at": {"$gt": now}},
-        "waiting": {"waiting_for": {"$exists": True}},
+        "blocked": {"waiting_for": {"$exists": True}},
         "running": {"locked": True},
     }
 

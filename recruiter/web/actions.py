@@ -21,7 +21,7 @@ BULK_LIMIT = 10_000
 ACTION_STATES = {
     "retry": ("failed",),
     "run": ("ready", "postponed"),
-    "cancel": ("ready", "postponed", "waiting", "running"),
+    "cancel": ("ready", "postponed", "blocked", "running"),
 }
 """The states of the jobs each bulk action applies to."""
 

@@ -201,7 +201,7 @@ def actions_for(state: str, *, retried: bool = False) -> list[str]:
     job retried already is not retried again (it may be recovered)."""
     if state in FAILED:
         return ["recover"] if retried else ["retry", "recover"]
-    if state == "waiting":
+    if state == "blocked":
         return ["cancel"]  # (run now would not run it: it waits for other jobs)
     if state in ("done", "cancelled") or state not in ("ready", "postponed"):
         return ["recover"] if state not in ("running", "handed out") else ["cancel"]
