@@ -37,7 +37,7 @@ BULK_LIMIT = 100_000
 """The exit code of ``recruiter job run --wait`` when a job finished other than done."""
 
 jobs = typer.Typer(
-    help="Jobs: list, show, run now (and wait), cancel, retry, recover.",
+    help="Jobs: list, show, run now (and wait), cancel, retry, recover; a batch where it stands.",
     no_args_is_help=True,
 )
 console = Console()
