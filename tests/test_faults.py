@@ -336,3 +336,22 @@ def test_the_oracle_counts_one_committed_effect_per_transactional_job_done() -> 
     assert judged("done", 2), "an effect committed twice"
     assert judged("done", 0), "done without its effect"
     assert judged("cancelled", 1), "an effect of a job that did not end done"
+
+
+def test_the_ledger_reads_a_transactions_tries_as_one_run(tmp_path: Path) -> None:
+    """A transactional job's code runs again when its transaction is tried again: one
+    run of its attempt, from its first start to its last end; any other second start
+    is a broken ledger."""
+    from tests.faults.ledger import read
+
+    def line(event: str, t: float, kind: str = "transactional", **fields: Any) -> str:
+        entry = {"event": event, "t": t, "job": "J", "attempt": 1, "worker": "W", "pid": 7}
+        return json.dumps({**entry, "kind": kind, **fields})
+
+    lines = [line("start", 1), line("end", 2, effect=True), line("start", 3)]
+    (tmp_path / "7.jsonl").write_text("\n".join([*lines, line("end", 4, effect=True)]))
+    (run_,) = read(tmp_path)
+    assert (run_.started, run_.ended, run_.effect) == (1, 4, True)
+    (tmp_path / "7.jsonl").write_text("\n".join([line("start", 1, "succeed")] * 2))
+    with pytest.raises(AssertionError, match="two starts"):
+        read(tmp_path)

@@ -100,7 +100,7 @@ def confirm(milliseconds: int, database: str) -> None:
     """Writes its effect in ``database``'s ``effects`` with its job's session, then works
     for ``milliseconds``: the effect commits with the job's end as done, or not at all
     (the oracle counts one effect per job done, none for the others)."""
-    run = _started("succeed")
+    run = _started("transactional")  # (the ledger's kind: a start may come again)
     session = job_session()
     effects = session.client[database].effects
     effects.insert_one({"job": run["job"], "attempt": run["attempt"]}, session=session)

@@ -60,6 +60,9 @@ def read(directory: Path) -> list[Run]:
     for line in _lines(directory):
         key = (line["job"], line["attempt"], line["worker"])
         if line["event"] == "start":
+            if key in runs and _tried_again(runs[key], line):
+                runs[key].ended, runs[key].effect = None, False
+                continue
             if key in runs:
                 raise AssertionError(f"the ledger has two starts of {key}")
             runs[key] = Run(line["job"], line["attempt"], line["worker"], line["pid"], line["t"])
@@ -67,6 +70,14 @@ def read(directory: Path) -> list[Run]:
             run = runs[key]
             run.ended, run.effect = line["t"], line["effect"]
     return sorted(runs.values(), key=lambda run: run.started)
+
+
+def _tried_again(run: Run, line: dict[str, Any]) -> bool:
+    """Whether ``line`` starts the same attempt again in the same process: a job run in
+    its transaction (``faults.confirm``) whose transaction was tried again, its code
+    with it (a write conflict, an election); the earlier try's writes were rolled back.
+    Its run spans them all."""
+    return line.get("kind") == "transactional" and line["pid"] == run.pid
 
 
 def _lines(directory: Path) -> Iterator[dict[str, Any]]:
