@@ -1,0 +1,75 @@
+"""The review of jobs that wait for others: each test a scenario that failed before its
+fix (a chain of steps that hung until the sweep, a callback released despite a failure,
+a damaged document that stopped the sweep, ...).
+
+One process is tested on both servers; two processes at once are written out on the
+real server, step by step, on a frozen clock (``tests/interleaving.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from bson import ObjectId
+
+from recruiter import JobSpec, Queue, Registry, Workflow
+from recruiter.execution import Execution, Executor, Identity
+from recruiter.job import Job, state_of
+from recruiter.testing import drain
+
+
+@pytest.fixture
+def app(registry: Registry) -> Registry:
+    @registry.workable("review.add")
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    @registry.workable("review.fail")
+    def fail() -> None:
+        raise ValueError("no")
+
+    return registry
+
+
+def add(a: int, b: int) -> JobSpec:
+    return JobSpec("review.add", {"a": a, "b": b})
+
+
+def fail() -> JobSpec:
+    return JobSpec("review.fail")
+
+
+def run(queue: Queue, registry: Registry, job_id: Any) -> Execution:
+    """One worker's attempt at ``job_id``: locked, then run."""
+    token = ObjectId()
+    assert queue.store.lock_jobs([job_id], token, queue.clock.now()) == [job_id]
+    executor = Executor(queue.store, registry, queue.clock, Identity.of_this_process())
+    return executor.execute(job_id, token)
+
+
+def job_of(queue: Queue, job_id: Any) -> Job:
+    return queue.job(job_id)
+
+
+def state(queue: Queue, job_id: Any) -> str:
+    return state_of(queue.job(job_id), queue.clock.now())
+
+
+# --- one process ----------------------------------------------------------------------
+
+
+def test_a_workflow_step_waited_for_by_another_tells_it_when_it_ends(
+    queue: Queue, app: Registry
+) -> None:
+    """A chain of three steps: the middle one waits, and is waited for. Its worker must
+    tell the last step at once, not leave it to the cleaner's sweep."""
+    flow = (
+        Workflow()
+        .add("a", add(1, 0))
+        .add("b", add(2, 0), after=["a"])
+        .add("c", add(3, 0), after=["b"])
+    )
+    ids = queue.schedule_workflow(flow)
+    report = drain(queue, app)
+    assert [e.job_id for e in report.executions] == [ids["a"], ids["b"], ids["c"]]
