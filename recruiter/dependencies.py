@@ -116,6 +116,33 @@ def follow_up_safely(store: Store, ended: Ended, now: dt.datetime) -> None:
         )
 
 
+def settle_stored(
+    store: Store,
+    documents: Sequence[Document],
+    outside: Sequence[Any],
+    now: dt.datetime,
+    session: Any = None,
+) -> Settled:
+    """Settle the waiting jobs just stored (``documents``) that wait for jobs of
+    ``outside``, scheduled before: an end that landed before their insert was followed
+    up without them. One cancelled so is an end in turn: what waits for it (a later
+    step, its batch's callbacks) is told at once, as after any cancellation."""
+    settled = Settled()
+    for document in documents:
+        if any(w in outside for w in document["waiting_for"]):
+            outcome = settle(store, document, now, session)
+            if outcome == "ready":
+                settled.ready.append(document["_id"])
+            elif outcome == "cancelled":
+                settled.cancelled.append(document["_id"])
+    ended = [Ended(d["_id"], d.get("batch")) for d in documents if d["_id"] in settled.cancelled]
+    if ended:
+        cascade = follow_up(store, ended, now, session)
+        settled.ready += cascade.ready
+        settled.cancelled += cascade.cancelled
+    return settled
+
+
 def settle(store: Store, document: Document, now: dt.datetime, session: Any = None) -> str:
     """Note every end the waiting job ``document`` waits for that has come: ``"ready"``
     if that made it ready, ``"cancelled"`` if its rule cancelled it, else

@@ -24,7 +24,7 @@ from bson import ObjectId
 from recruiter.analytics import Analytics, analytics
 from recruiter.clock import Clock, to_millis
 from recruiter.connection import URI_VARIABLE, open_database, resolve_uri
-from recruiter.dependencies import Batch, BatchStatus, Workflow, check_batch, settle
+from recruiter.dependencies import Batch, BatchStatus, Workflow, check_batch, settle_stored
 from recruiter.duration import Duration, to_timedelta
 from recruiter.errors import BatchNotFound, DatabaseUnavailable, InvalidJob, JobNotFound
 from recruiter.groups import GroupSettings, InvalidGroupSettings, Rate
@@ -179,10 +179,7 @@ class Queue:
         stored = dict(zip([d["_id"] for d in plain], ids, strict=True))
         if outside:
             # an end that landed before the insert was followed up without these jobs
-            now = self.clock.now()
-            for document in waiting:
-                if any(w in outside for w in document["waiting_for"]):
-                    settle(self.store, document, now, session)
+            settle_stored(self.store, waiting, outside, self.clock.now(), session)
         return [stored.get(d["_id"], d["_id"]) for d in documents]
 
     def _insert(

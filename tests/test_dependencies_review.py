@@ -73,3 +73,27 @@ def test_a_workflow_step_waited_for_by_another_tells_it_when_it_ends(
     ids = queue.schedule_workflow(flow)
     report = drain(queue, app)
     assert [e.job_id for e in report.executions] == [ids["a"], ids["b"], ids["c"]]
+
+
+def test_a_step_cancelled_as_it_is_stored_cancels_what_waits_for_it_at_once(
+    queue: Queue, app: Registry
+) -> None:
+    """The job a step waits for failed before the workflow was stored: the step is
+    cancelled by its scheduling, and the step after it too, not at the next sweep."""
+    failed = queue.schedule(fail())
+    drain(queue, app)
+    flow = Workflow().add("b", add(1, 1), after=[failed]).add("c", add(2, 2), after=["b"])
+    ids = queue.schedule_workflow(flow)
+    assert queue.job(ids["b"]).why == "cancelled"
+    assert queue.job(ids["c"]).why == "cancelled"
+
+
+def test_a_batch_member_cancelled_as_it_is_stored_tells_its_callbacks_at_once(
+    queue: Queue, app: Registry
+) -> None:
+    failed = queue.schedule(fail())
+    drain(queue, app)
+    batch = queue.batch([add(1, 1).after(failed)], on_success=add(0, 1), on_complete=add(0, 2))
+    assert queue.job(batch.jobs[0]).why == "cancelled"
+    assert job_of(queue, batch.on_success).why == "cancelled"
+    assert state(queue, batch.on_complete) == "ready"
