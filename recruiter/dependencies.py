@@ -194,26 +194,36 @@ class _Notices:
         return "waiting"
 
     def _settle_batch(self, document: Document, batch: Any, rule: str) -> str:
-        failure = self._failures.get(batch)
+        failure = self._failures.get(batch)  # (told: this member failed)
         if rule == "done" and failure is None and batch not in self._told:
             failure = self._failure(batch)  # (a sweep: nobody told how a member ended)
         if rule == "done" and failure is not None:
-            entry = {"batch": batch, "why": "failed"}
-            because = f"job {failure['_id']} of batch {batch} ended {failure.get('why')}"
-            return self._cancel(document["_id"], batch, entry, because)
+            return self._cancel_callback(document, batch, failure)
         if batch not in self._unfinished:
             self._unfinished[batch] = self.store.batch_unfinished(batch, self.session)
         if self._unfinished[batch]:
             return "waiting"
+        # none unfinished: every end has landed, and a read of the failures now sees
+        # each (one read before the unfinished one could miss a member failing between
+        # the two, and release on_success although it failed)
         failure = self._failure(batch)
+        if rule == "done" and failure is not None:
+            return self._cancel_callback(document, batch, failure)
         entry = {"batch": batch, "why": "done" if failure is None else "ended"}
         current = self._note(document, batch, entry)
         if current is None:
             return "gone"
         return "ready" if "waiting_for" not in current else "waiting"
 
+    def _cancel_callback(self, document: Document, batch: Any, failure: Document) -> str:
+        entry = {"batch": batch, "why": "failed"}
+        because = f"job {failure['_id']} of batch {batch} ended {failure.get('why')}"
+        return self._cancel(document["_id"], batch, entry, because)
+
     def _failure(self, batch: Any) -> Document | None:
-        if batch not in self._failures:
+        """A member of ``batch`` that ended without being done: one known already (an
+        end is final), else as read now."""
+        if self._failures.get(batch) is None:
             self._failures[batch] = self.store.batch_failure(batch, self.session)
         return self._failures[batch]
 

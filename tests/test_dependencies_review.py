@@ -12,11 +12,16 @@ from typing import Any
 
 import pytest
 from bson import ObjectId
+from pymongo.database import Database
 
 from recruiter import JobSpec, Queue, Registry, Workflow
+from recruiter.cleaner import Cleaner
+from recruiter.clock import FrozenClock
+from recruiter.dependencies import Ended, follow_up, settle
 from recruiter.execution import Execution, Executor, Identity
 from recruiter.job import Job, state_of
 from recruiter.testing import drain
+from tests import interleaving
 
 
 @pytest.fixture
@@ -97,3 +102,42 @@ def test_a_batch_member_cancelled_as_it_is_stored_tells_its_callbacks_at_once(
     assert queue.job(batch.jobs[0]).why == "cancelled"
     assert job_of(queue, batch.on_success).why == "cancelled"
     assert state(queue, batch.on_complete) == "ready"
+
+
+# --- two processes at once (the real server) --------------------------------------------
+
+
+@pytest.fixture
+def shop(real_database: Database[Any], clock: FrozenClock) -> Queue:
+    return Queue(real_database, clock)
+
+
+@pytest.mark.real_server
+def test_a_member_failing_between_the_failure_read_and_the_release_cancels_on_success(
+    shop: Queue, app: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A settle nobody told how a member ended (the sweep's) reads that no member
+    failed; then the last member fails for good (its own follow-up still on its way);
+    then the settle reads that no member is unfinished. Released then, on_success would
+    run although a member failed: it reads the failures again once none is unfinished."""
+    batch = shop.batch([add(1, 1), fail()], on_success=add(0, 1))
+    ok, bad = batch.jobs
+    real_follow_up = "recruiter.execution.follow_up_safely"
+    with monkeypatch.context() as quiet:
+        quiet.setattr(real_follow_up, lambda *a: None)  # told later, below
+        run(shop, app, ok)
+
+    def the_failure_ends() -> Execution:
+        with monkeypatch.context() as inner:
+            inner.setattr(real_follow_up, lambda *a: None)
+            return run(shop, app, bad)
+
+    callback = shop.store.blocked_document(batch.on_success)
+    assert callback is not None
+    ended = interleaving.after(monkeypatch, shop.store, "batch_failure", the_failure_ends)
+    settle(shop.store, callback, shop.clock.now())
+    assert ended
+    assert ended[0].outcome.value == "archived"
+    follow_up(shop.store, [Ended(bad, batch.id)], shop.clock.now())  # the late follow-up
+    Cleaner(shop.store).run_once(shop.clock.now())
+    assert job_of(shop, batch.on_success).why == "cancelled"
