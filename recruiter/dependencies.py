@@ -177,7 +177,7 @@ class _Notices:
         rule = "ended" if after.get("rule") == "ended" else "done"
         if "batch" in after:
             return self._settle_batch(document, after["batch"], rule)
-        waiting = [w for w in document.get("waiting_for") or [] if w is not None]
+        waiting = _waited(document)
         states = self.store.dependency_documents(waiting, self.session)
         ended = [w for w in waiting if w not in states or "why" in states[w]]
         current: Document | None = document
@@ -310,10 +310,11 @@ def sweep(store: Store, now: dt.datetime) -> Settled:
     it: the cleaner's safety net, each round. Reads the waiting jobs in pages, and their
     unfinished dependencies in one query a page: a round over waiting jobs whose
     dependencies still run writes nothing."""
-    settled = Settled()
+    settled, ended = Settled(), []
     batches: dict[Any, bool] = {}  # batch -> whether a callback may be settled now
     blocked = store.blocked_jobs()
-    while page := list(islice(blocked, SWEEP_PAGE)):
+    while read := list(islice(blocked, SWEEP_PAGE)):
+        page = [d for d in read if _sweepable(d)]
         by_jobs = [d for d in page if not _waits_for_batch(d)]
         waited = {w for d in by_jobs for w in d.get("waiting_for") or []}
         unfinished = store.unfinished_among(list(waited)) if waited else set()
@@ -333,12 +334,49 @@ def sweep(store: Store, now: dt.datetime) -> Settled:
                 settled.ready.append(document["_id"])
             elif outcome == "cancelled":
                 settled.cancelled.append(document["_id"])
-    if settled.cancelled:
-        ended = [Ended(job_id) for job_id in settled.cancelled]
+                ended.append(Ended(document["_id"], document.get("batch")))
+    if ended:  # (what waits for a job cancelled here, its batch's callbacks too)
         cascade = follow_up(store, ended, now)
         settled.ready += cascade.ready
         settled.cancelled += cascade.cancelled
     return settled
+
+
+def _waited(document: Document) -> list[Any]:
+    """The ids the waiting job ``document`` still waits for; none when its
+    ``waiting_for`` was damaged by hand (not an array, or an id that is a document or an
+    array): one bad job never stops a follow-up."""
+    waiting = document.get("waiting_for")
+    if not isinstance(waiting, list) or not all(_hashable(w) for w in waiting):
+        return []
+    return [w for w in waiting if w is not None]
+
+
+def _sweepable(document: Document) -> bool:
+    """Whether the sweep can read what ``document`` waits for. A job damaged by hand is
+    skipped, with a warning each round: one bad document never stops the sweep of the
+    others (nor, raising every round, the cleaner's)."""
+    after = document.get("after")
+    batch = after.get("batch") if isinstance(after, Mapping) else None
+    waiting = document.get("waiting_for")
+    if isinstance(waiting, list) and all(_hashable(w) for w in [*waiting, batch]):
+        return True
+    logger.warning(
+        "job %s: what it waits for is damaged (waiting_for %r, after %r): the sweep skips "
+        "it; cancel it, or repair it",
+        document.get("_id"),
+        waiting,
+        after,
+    )
+    return False
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
 
 
 def _waits_for_batch(document: Document) -> bool:

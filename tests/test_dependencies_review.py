@@ -104,6 +104,37 @@ def test_a_batch_member_cancelled_as_it_is_stored_tells_its_callbacks_at_once(
     assert state(queue, batch.on_complete) == "ready"
 
 
+@pytest.mark.parametrize(
+    "damage",
+    [
+        {"$set": {"waiting_for": 5}},
+        {"$set": {"waiting_for": [{"job": 1}]}},
+        {"$set": {"waiting_for": [[1, 2]]}},
+        {"$set": {"after.batch": {"id": 1}}},
+        {"$set": {"after": "nothing"}},
+    ],
+)
+def test_a_waiting_job_damaged_by_hand_does_not_stop_the_sweep_of_the_others(
+    queue: Queue, app: Registry, monkeypatch: pytest.MonkeyPatch, damage: dict[str, Any]
+) -> None:
+    first = queue.schedule(add(1, 2))
+    batch = queue.batch([add(0, 0)], on_complete=add(0, 1))
+    damaged = batch.on_complete if "after.batch" in damage["$set"] else None
+    if damaged is None:
+        damaged = queue.schedule(add(3, 4).after(first))
+    queue.store.scheduled.update_one({"_id": damaged}, damage)
+    then = queue.schedule(add(5, 6).after(first))
+    monkeypatch.setattr("recruiter.execution.follow_up_safely", lambda *a: None)  # a crash
+    monkeypatch.setattr("recruiter.dependencies.SWEEP_PAGE", 1)  # (a page of damaged jobs)
+    run(queue, app, first)
+    result = Cleaner(queue.store).run_once(queue.clock.now())
+    assert state(queue, then) == "ready"
+    assert result.settled >= 1
+    run(queue, app, batch.jobs[0])  # a follow-up that meets the damaged job raises nothing
+    monkeypatch.undo()
+    follow_up(queue.store, [Ended(first), Ended(batch.jobs[0], batch.id)], queue.clock.now())
+
+
 # --- two processes at once (the real server) --------------------------------------------
 
 
