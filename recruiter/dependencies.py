@@ -252,12 +252,26 @@ class _Notices:
                 fields = _ready_fields(document, noted, self.now)
                 if self._release(document["_id"], waited_for, entry, fields):
                     return {k: v for k, v in document.items() if k != "waiting_for"}
-            elif self.store.pull_dependency(document["_id"], waited_for, entry, self.session):
+            elif (pulled := self._pull(document["_id"], waited_for, entry)) is not None:
                 rest = [w for w in waiting if w != waited_for]
+                noted = [*(document.get("dependencies") or []), pulled]
                 return {**document, "waiting_for": rest, "dependencies": noted}
             document = self.store.blocked_document(document["_id"], self.session)
         logger.warning("a job waiting for %s kept changing: the next sweep goes on", waited_for)
         return document
+
+    def _pull(self, job_id: Any, waited_for: Any, entry: Document) -> Document | None:
+        """Note ``entry`` while others remain; return the entry noted, or ``None`` when
+        the job no longer waits for ``waited_for`` and others. The results noted before
+        the last end wait in the job for its release: one that no longer fits in it is
+        dropped (the job gets ``None`` for it), as at the release."""
+        pull = self.store.pull_dependency
+        try:
+            return entry if pull(job_id, waited_for, entry, self.session) else None
+        except DocumentTooLarge:
+            logger.error("job %s: the result of job %s is too large to pass", job_id, waited_for)
+            entry = {k: v for k, v in entry.items() if k != "result"}
+            return entry if pull(job_id, waited_for, entry, self.session) else None
 
     def _release(self, job_id: Any, waited_for: Any, entry: Document, fields: Document) -> bool:
         release = self.store.release_waiting

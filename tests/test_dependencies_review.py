@@ -172,3 +172,30 @@ def test_a_member_failing_between_the_failure_read_and_the_release_cancels_on_su
     follow_up(shop.store, [Ended(bad, batch.id)], shop.clock.now())  # the late follow-up
     Cleaner(shop.store).run_once(shop.clock.now())
     assert job_of(shop, batch.on_success).why == "cancelled"
+
+
+@pytest.mark.real_server
+def test_results_too_large_to_note_are_dropped_and_the_dependent_still_runs(
+    shop: Queue, app: Registry
+) -> None:
+    """Each end noted before the last keeps its result in the waiting job, for the
+    release to pass on: eighteen results of almost 1 MB (the most a result may be) do not
+    fit in its 16 MB. Those that do not fit are dropped (``None``), as at the release;
+    the job is not stuck waiting, nor the sweep raising on it every round."""
+
+    @app.workable("review.large")
+    def large() -> str:
+        return "x" * 990_000
+
+    @app.workable("review.sizes")
+    def sizes(results: list[Any] | None = None) -> list[int | None]:
+        return [None if r is None else len(r) for r in results or []]
+
+    waited = [shop.schedule(JobSpec("review.large")) for _ in range(18)]
+    then = shop.schedule(JobSpec("review.sizes").after(*waited, results=True))
+    for job_id in waited:
+        run(shop, app, job_id)
+    Cleaner(shop.store).run_once(shop.clock.now())
+    assert state(shop, then) == "ready"
+    assert len(job_of(shop, then).dependencies) == 18
+    assert then in drain(shop, app).results
