@@ -71,11 +71,17 @@ class DeclaredDead(RecruiterError):
 
 
 class NotWaiting(RecruiterError):
-    """A job asked to run now is already handed out or finished."""
+    """A job asked to run now is already handed out or finished, or waits for other
+    jobs (it runs when they end, as its rule says: running it before would break it)."""
 
     def __init__(self, job: Job) -> None:
-        state = f"finished ({job.why})" if job.finished else "handed out to a worker already"
-        super().__init__(f"job {job.id} is {state}: it was not run again")
+        if job.blocked:
+            message = f"job {job.id} waits for other jobs: it runs once they end (or cancel it)"
+        elif job.finished:
+            message = f"job {job.id} is finished ({job.why}): it was not run again"
+        else:
+            message = f"job {job.id} is handed out to a worker already: it was not run again"
+        super().__init__(message)
         self.job = job
 
 

@@ -199,3 +199,14 @@ def test_results_too_large_to_note_are_dropped_and_the_dependent_still_runs(
     assert state(shop, then) == "ready"
     assert len(job_of(shop, then).dependencies) == 18
     assert then in drain(shop, app).results
+
+
+def test_running_here_a_job_that_waits_for_others_says_so(queue: Queue, app: Registry) -> None:
+    from recruiter.manual import NotWaiting
+
+    first = queue.schedule(add(1, 2))
+    then = queue.schedule(add(3, 4).after(first))
+    with pytest.raises(NotWaiting, match="waits for other jobs") as raised:
+        queue.run_here(app, then)
+    assert "handed out" not in str(raised.value)
+    assert state(queue, then) == "waiting"
