@@ -176,6 +176,8 @@ class _Notices:
         after = after if isinstance(after, Mapping) else {}
         rule = "ended" if after.get("rule") == "ended" else "done"
         if "batch" in after:
+            if not _hashable(after["batch"]):
+                return "waiting"  # damaged by hand: the sweep says so, each round
             return self._settle_batch(document, after["batch"], rule)
         waiting = _waited(document)
         states = self.store.dependency_documents(waiting, self.session)

@@ -209,4 +209,4 @@ def test_running_here_a_job_that_waits_for_others_says_so(queue: Queue, app: Reg
     with pytest.raises(NotWaiting, match="waits for other jobs") as raised:
         queue.run_here(app, then)
     assert "handed out" not in str(raised.value)
-    assert state(queue, then) == "waiting"
+    assert state(queue, then) == "blocked"
