@@ -448,7 +448,8 @@ class Queue:
 
     def run_now(self, *job_ids: ObjectId | str) -> list[ObjectId | str]:
         """Make these waiting jobs due now: the workers take them at the next round.
-        Return those that were not waiting (handed out or finished: left as they are)."""
+        Return those that were not (handed out, finished, or blocked: waiting for
+        other jobs, as their rule says); they are left as they are."""
         return run_now(self.store, job_ids, self.clock.now())
 
     def wait(self, job_ids: Iterable[ObjectId | str], timeout: Duration = "1m") -> list[Job]:
