@@ -328,7 +328,7 @@ def sweep(store: Store, now: dt.datetime) -> Settled:
     dependencies still run writes nothing."""
     settled, ended = Settled(), []
     batches: dict[Any, bool] = {}  # batch -> whether a callback may be settled now
-    blocked = store.blocked_jobs()
+    blocked = iter(store.blocked_jobs())
     while read := list(islice(blocked, SWEEP_PAGE)):
         page = [d for d in read if _sweepable(d)]
         by_jobs = [d for d in page if not _waits_for_batch(d)]

@@ -288,3 +288,19 @@ def test_a_dead_workers_job_is_released_even_if_its_removal_lost_its_reply(
     assert sum(r for r in released if r > 0) == 1, "released once"
     job = queue.job(job_id)
     assert (job.locked, job.attempts, job.history[-1]["crashed"]) == (False, 1, True)
+
+
+def test_no_store_verb_is_a_generator_whose_reads_would_escape_the_seam() -> None:
+    """A generator's body runs after its call returned: the driver's errors raised as
+    it is read would reach the caller untranslated (a cleaner's sweep crashed on one
+    during a database restart). Every verb reads what it returns before returning."""
+    import inspect
+
+    from recruiter.store import Store
+
+    generators = [
+        name
+        for name, verb in inspect.getmembers(Store, inspect.isfunction)
+        if inspect.isgeneratorfunction(inspect.unwrap(verb))
+    ]
+    assert generators == []

@@ -14,7 +14,7 @@ The decisions (which dependency, what to do) are :mod:`recruiter.dependencies`'s
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from pymongo.collection import Collection
@@ -74,10 +74,13 @@ class WaitingVerbs:
         document = self.scheduled.find_one({"_id": job_id}, {"batch": 1}, session=session)
         return None if document is None else document.get("batch")
 
-    def blocked_jobs(self) -> Iterator[Document]:
-        """Every job that waits, read on the sparse ``waiting_for`` index: the sweep's."""
+    def blocked_jobs(self) -> list[Document]:
+        """Every job that waits, read on the sparse ``waiting_for`` index: the sweep's.
+
+        A list, read whole here: a failure of the read is translated at the seam like
+        any (a generator would raise the driver's own errors to its caller, later)."""
         query = {"waiting_for": {"$exists": True}}
-        yield from self.scheduled.find(query, BLOCKED_FIELDS).batch_size(ONE_REPLY)
+        return list(self.scheduled.find(query, BLOCKED_FIELDS).batch_size(ONE_REPLY))
 
     def blocked_document(self, job_id: Any, session: Any = None) -> Document | None:
         """A waiting job as the decisions read it; ``None`` once it waits no more."""
