@@ -262,15 +262,17 @@ class Queue:
         self._checked(members, session)
         batch_id = ObjectId()
         now = self.clock.latest()
-        documents = [{**spec.to_document(ObjectId(), now), "batch": batch_id} for spec in members]
         callbacks: dict[str, ObjectId | None] = {"done": None, "ended": None}
+        waiting: list[dict[str, Any]] = []
         for rule, spec in (("done", on_success), ("ended", on_complete)):
             if spec is not None:
-                waiting = dataclasses.replace(spec, waits=After(rule=rule, batch=batch_id))
-                documents.append(waiting.to_document(ObjectId(), now))
-                callbacks[rule] = documents[-1]["_id"]
-        self._store_documents(documents, session)
-        member_ids = [d["_id"] for d in documents if d.get("batch") == batch_id]
+                callback = dataclasses.replace(spec, waits=After(rule=rule, batch=batch_id))
+                waiting.append(callback.to_document(ObjectId(), now))
+                callbacks[rule] = waiting[-1]["_id"]
+        named = {"batch": batch_id, "batch_callbacks": [d["_id"] for d in waiting]}
+        documents = [{**spec.to_document(ObjectId(), now), **named} for spec in members]
+        self._store_documents([*documents, *waiting], session)
+        member_ids = [d["_id"] for d in documents]
         return Batch(batch_id, member_ids, callbacks["done"], callbacks["ended"])
 
     def batch_status(self, batch_id: ObjectId | str) -> BatchStatus:
@@ -283,7 +285,7 @@ class Queue:
         whys = list(members.values())
         callbacks = {
             job.waits.get("rule"): job
-            for job in self.store.jobs_waiting_for_batch(batch)
+            for job in self.store.batch_callbacks(batch)
             if job.waits is not None
         }
         now = self.clock.now()

@@ -52,8 +52,6 @@ INDEXES: Mapping[str, tuple[IndexModel, ...]] = {
         IndexModel([("waiting_for", ASCENDING)], name="waiting_for", sparse=True),
         # a batch's members that have not ended, or did not end done
         IndexModel([("batch", ASCENDING), ("why", ASCENDING)], name="batch", sparse=True),
-        # a batch's callbacks
-        IndexModel([("after.batch", ASCENDING)], name="batch_callbacks", sparse=True),
         # deduplication: one queued job per key (the key is removed at the first lock)
         IndexModel([("queued_key", ASCENDING)], name="queued_key", unique=True, sparse=True),
     ),
@@ -88,7 +86,6 @@ INDEXES: Mapping[str, tuple[IndexModel, ...]] = {
         IndexModel([("why", ASCENDING), ("archived_at", ASCENDING)], name="why_archived_at"),
         IndexModel([("tags", ASCENDING)], name="tags", sparse=True),
         IndexModel([("batch", ASCENDING), ("why", ASCENDING)], name="batch", sparse=True),
-        IndexModel([("after.batch", ASCENDING)], name="batch_callbacks", sparse=True),
     ),
 }
 

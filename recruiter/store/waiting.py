@@ -14,7 +14,7 @@ The decisions (which dependency, what to do) are :mod:`recruiter.dependencies`'s
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pymongo.collection import Collection
@@ -34,6 +34,8 @@ class WaitingVerbs:
 
     scheduled: Collection[Document]
     archived: Collection[Document]
+
+    find_job: Callable[[Any], Job | None]  # (JobVerbs')
 
     def mark_followed(self, job_ids: Sequence[Any], session: Any = None) -> None:
         """Mark these jobs as waited for, so that their worker follows up their end at
@@ -62,12 +64,16 @@ class WaitingVerbs:
                 found |= {d["_id"] for d in collection.find(query, {"_id": 1}, session=session)}
         return found
 
-    def jobs_waiting_for_batch(self, batch: Any) -> list[Job]:
-        """A batch's callbacks, waiting, run or ended."""
-        query = {"after.batch": batch}
-        found = {d["_id"]: d for d in self.archived.find(query)}
-        found.update({d["_id"]: d for d in self.scheduled.find(query)})
-        return [Job.from_document(d) for d in found.values()]
+    def batch_callbacks(self, batch: Any) -> list[Job]:
+        """A batch's callbacks, waiting, run or ended: named by its members (each holds
+        their ids in ``batch_callbacks``: no index of its own to keep on every write)."""
+        for collection in (self.scheduled, self.archived):
+            member = collection.find_one({"batch": batch}, {"batch_callbacks": 1})
+            if member is not None:
+                ids = member.get("batch_callbacks")
+                ids = ids if isinstance(ids, list) else []
+                return [job for job in map(self.find_job, ids) if job is not None]
+        return []
 
     def batch_of(self, job_id: Any, session: Any = None) -> Any:
         """The batch of the job ``job_id`` in ``scheduled``, if it is in one."""
