@@ -15,7 +15,8 @@ Who notices an end (:func:`follow_up`):
    that waits for it was scheduled before it started) or is a batch's member;
 2. the scheduling itself: a job whose dependencies ended before it was stored is
    settled right after its insert (the insert comes first, so an end that lands
-   meanwhile is seen by one of the two);
+   meanwhile is seen by one of the two); so are a batch's callbacks, stored after its
+   members (one may have ended in between);
 3. the cleaner's sweep (:func:`sweep`), every round: an end whose follow-up was lost to a
    crash, or that its worker did not know to follow up, is noticed within a round.
 
@@ -123,14 +124,15 @@ def settle_stored(
     now: dt.datetime,
     session: Any = None,
 ) -> Settled:
-    """Settle the waiting jobs just stored (``documents``) that wait for jobs of
-    ``outside``, scheduled before: an end that landed before their insert was followed
-    up without them. One cancelled so is an end in turn: what waits for it (a later
-    step, its batch's callbacks) is told at once, as after any cancellation."""
+    """Settle the waiting jobs just stored (``documents``) that wait for jobs (or
+    batches) of ``outside``, stored before them: an end that landed before their insert
+    was followed up without them. One cancelled so is an end in turn: what waits for it
+    (a later step, its batch's callbacks) is told at once, as after any cancellation."""
     settled = Settled()
+    notices = _Notices(store, now, session)  # (a batch's two callbacks: one read)
     for document in documents:
         if any(w in outside for w in document["waiting_for"]):
-            outcome = settle(store, document, now, session)
+            outcome = notices.settle(document)
             if outcome == "ready":
                 settled.ready.append(document["_id"])
             elif outcome == "cancelled":

@@ -177,9 +177,14 @@ class Queue:
                 document["followed"] = True
         ids = self._insert(outside, plain, waiting, session)
         stored = dict(zip([d["_id"] for d in plain], ids, strict=True))
-        if outside:
+        # a batch's members are stored before its callbacks, in another command: one
+        # that ended in between told no callback (in a transaction, none is seen before
+        # the commit)
+        batches = [] if session is not None else [d["after"].get("batch") for d in waiting]
+        batches = [b for b in dict.fromkeys(batches) if b is not None]
+        if outside or batches:
             # an end that landed before the insert was followed up without these jobs
-            settle_stored(self.store, waiting, outside, self.clock.now(), session)
+            settle_stored(self.store, waiting, [*outside, *batches], self.clock.now(), session)
         return [stored.get(d["_id"], d["_id"]) for d in documents]
 
     def _insert(

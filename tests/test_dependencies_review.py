@@ -210,3 +210,27 @@ def test_running_here_a_job_that_waits_for_others_says_so(queue: Queue, app: Reg
         queue.run_here(app, then)
     assert "handed out" not in str(raised.value)
     assert state(queue, then) == "blocked"
+
+
+@pytest.mark.real_server
+def test_a_member_ending_before_its_callbacks_are_stored_is_noticed_by_their_scheduling(
+    shop: Queue, app: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The members are stored first, the callbacks in a second insert. A member that
+    runs and fails in between finds no callback to tell: the scheduling must notice it
+    after the callbacks' insert, as it does for a job waiting for one that ended, not
+    leave on_success waiting (and on_complete blocked) until the cleaner's sweep."""
+    job_ids: list[Any] = []
+
+    def stored(ids: Any) -> bool:
+        job_ids.extend(ids)
+        return True
+
+    ended = interleaving.after(
+        monkeypatch, shop.store, "insert_jobs", lambda: run(shop, app, job_ids[0]), when=stored
+    )
+    batch = shop.batch([fail()], on_success=add(0, 1), on_complete=add(0, 2))
+    assert ended
+    assert ended[0].outcome.value == "archived"
+    assert job_of(shop, batch.on_success).why == "cancelled"
+    assert state(shop, batch.on_complete) == "ready"
