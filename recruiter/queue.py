@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import os
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
@@ -351,24 +352,15 @@ class Queue:
         now = self.clock.now()
         template = job_template(job.to_document(ObjectId(), now))
         first = to_millis(schedule.next_after(now))
-        unique = unique is True
+        upsert: Callable[..., bool] = self.store.upsert_scheduler
         if session is not None:
             self._check_session(session)
-            return self.store.upsert_scheduler_in(
-                urn,
-                template,
-                schedule.to_document(),
-                unique=unique,
-                missed=rule,
-                first_at=first,
-                now=now,
-                session=session,
-            )
-        return self.store.upsert_scheduler(
+            upsert = functools.partial(self.store.upsert_scheduler_in, session=session)
+        return upsert(
             urn,
             template,
             schedule.to_document(),
-            unique=unique,
+            unique=unique is True,
             missed=rule,
             first_at=first,
             now=now,

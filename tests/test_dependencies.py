@@ -27,6 +27,12 @@ from tests import interleaving
 
 @pytest.fixture
 def app(registry: Registry) -> Registry:
+    return register(registry)
+
+
+def register(registry: Registry) -> Registry:
+    """The workables of these tests, in ``registry``."""
+
     @registry.workable("deps.add")
     def add(a: int, b: int) -> int:
         return a + b

@@ -11,54 +11,26 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from bson import ObjectId
 from pymongo.database import Database
 
 from recruiter import JobSpec, Queue, Registry, Workflow
 from recruiter.cleaner import Cleaner
 from recruiter.clock import FrozenClock
 from recruiter.dependencies import Ended, follow_up, settle
-from recruiter.execution import Execution, Executor, Identity
-from recruiter.job import Job, state_of
+from recruiter.execution import Execution
 from recruiter.testing import drain
 from tests import interleaving
+from tests.test_dependencies import add, fail, job_of, register, run, state
 
 
 @pytest.fixture
 def app(registry: Registry) -> Registry:
-    @registry.workable("review.add")
-    def add(a: int, b: int) -> int:
-        return a + b
-
-    @registry.workable("review.fail")
-    def fail() -> None:
-        raise ValueError("no")
-
-    return registry
+    return register(registry)
 
 
-def add(a: int, b: int) -> JobSpec:
-    return JobSpec("review.add", {"a": a, "b": b})
-
-
-def fail() -> JobSpec:
-    return JobSpec("review.fail")
-
-
-def run(queue: Queue, registry: Registry, job_id: Any) -> Execution:
-    """One worker's attempt at ``job_id``: locked, then run."""
-    token = ObjectId()
-    assert queue.store.lock_jobs([job_id], token, queue.clock.now()) == [job_id]
-    executor = Executor(queue.store, registry, queue.clock, Identity.of_this_process())
-    return executor.execute(job_id, token)
-
-
-def job_of(queue: Queue, job_id: Any) -> Job:
-    return queue.job(job_id)
-
-
-def state(queue: Queue, job_id: Any) -> str:
-    return state_of(queue.job(job_id), queue.clock.now())
+@pytest.fixture
+def shop(real_database: Database[Any], clock: FrozenClock) -> Queue:
+    return Queue(real_database, clock)
 
 
 # --- one process ----------------------------------------------------------------------
@@ -136,11 +108,6 @@ def test_a_waiting_job_damaged_by_hand_does_not_stop_the_sweep_of_the_others(
 
 
 # --- two processes at once (the real server) --------------------------------------------
-
-
-@pytest.fixture
-def shop(real_database: Database[Any], clock: FrozenClock) -> Queue:
-    return Queue(real_database, clock)
 
 
 @pytest.mark.real_server
