@@ -329,7 +329,7 @@ def sweep(store: Store, now: dt.datetime) -> Settled:
     unfinished dependencies in one query a page: a round over waiting jobs whose
     dependencies still run writes nothing."""
     settled, ended = Settled(), []
-    batches: dict[Any, bool] = {}  # batch -> whether a callback may be settled now
+    notices = _Notices(store, now)  # (each open batch read once: its callbacks share it)
     blocked = iter(store.blocked_jobs())
     while read := list(islice(blocked, SWEEP_PAGE)):
         page = [d for d in read if _sweepable(d)]
@@ -337,17 +337,11 @@ def sweep(store: Store, now: dt.datetime) -> Settled:
         waited = {w for d in by_jobs for w in d.get("waiting_for") or []}
         unfinished = store.unfinished_among(list(waited)) if waited else set()
         for document in page:
-            if _waits_for_batch(document):
-                batch = document["after"]["batch"]
-                if batch not in batches:
-                    batches[batch] = not store.batch_unfinished(batch) or (
-                        store.batch_failure(batch) is not None
-                    )
-                if not batches[batch]:
-                    continue
-            elif all(w in unfinished for w in document.get("waiting_for") or []):
+            if not _waits_for_batch(document) and all(
+                w in unfinished for w in document.get("waiting_for") or []
+            ):
                 continue
-            outcome = settle(store, document, now)
+            outcome = notices.settle(document)
             if outcome == "ready":
                 settled.ready.append(document["_id"])
             elif outcome == "cancelled":

@@ -130,10 +130,10 @@ def cancel_in(store: Store, job_id: Any, now: dt.datetime, session: Any) -> Canc
 def _follow_up(store: Store, job_id: Any, now: dt.datetime) -> None:
     """Tell what waits for a cancelled job (cancelled in turn) and its batch's callbacks."""
     try:
-        job = store.find_job(job_id)
+        batch = store.batch_of(job_id)
     except DatabaseError:
-        job = None  # the cleaner's sweep tells them
-    follow_up_safely(store, Ended(job_id, job.batch if job else None), now)
+        batch = None  # the cleaner's sweep tells them
+    follow_up_safely(store, Ended(job_id, batch), now)
 
 
 RECOVERED_FIELDS = (
