@@ -20,9 +20,12 @@ import os
 import socket
 import sys
 from enum import StrEnum
+from typing import Any
 
 from rich.console import Console
 from rich.logging import RichHandler
+
+from recruiter.printable import printable
 
 
 class Level(StrEnum):
@@ -57,7 +60,31 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
-class UtcFormatter(logging.Formatter):
+class PrintableFormatter(logging.Formatter):
+    """Lines safe for a terminal: a message is one line with its control characters made
+    visible (a job's error message is untrusted text: it must neither steer the
+    terminal nor forge a log line); a traceback keeps its lines.
+
+    >>> error = "a\\nb\\x1b[2J"
+    >>> record = logging.LogRecord("w", logging.INFO, "", 0, "job %s: %s", ("1", error), None)
+    >>> PrintableFormatter("%(message)s").format(record)
+    'job 1: a\\\\nb\\\\x1b[2J'
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        shown = logging.makeLogRecord(record.__dict__)
+        shown.msg, shown.args = printable(record.getMessage(), lines=False), None
+        shown.exc_text = None  # another formatter's text, not made printable
+        return super().format(shown)
+
+    def formatException(self, ei: Any) -> str:
+        return printable(super().formatException(ei))
+
+    def formatStack(self, stack_info: str) -> str:
+        return printable(super().formatStack(stack_info))
+
+
+class UtcFormatter(PrintableFormatter):
     """Times as ISO 8601 UTC with milliseconds, whatever the machine's time zone."""
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
@@ -88,8 +115,9 @@ def setup_logging(process: str, level: Level, json_lines: bool = False) -> None:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(JsonFormatter(process))
     elif sys.stderr.isatty():
-        handler = RichHandler(console=Console(stderr=True), show_path=False, rich_tracebacks=True)
-        handler.setFormatter(logging.Formatter(prefix))
+        # tracebacks through the formatter, which makes their text printable
+        handler = RichHandler(console=Console(stderr=True), show_path=False, markup=False)
+        handler.setFormatter(PrintableFormatter(prefix))
     else:  # a file, a pipe, journald: one plain line per record, never wrapped
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(UtcFormatter(f"%(asctime)s %(levelname)s {prefix}"))

@@ -131,15 +131,15 @@ def test_waiting_for_the_database_says_so_before_the_first_try_fails() -> None:
 
 
 def test_ids_in_tables_are_whole_on_an_80_column_terminal() -> None:
-    from rich.console import Console
     from rich.table import Table
 
     from recruiter.cli.tables import id_column
+    from recruiter.cli.terminal import Terminal
 
     table = Table(id_column("job"), "workable", "last error")
     job_id = "6b03f363855e6b03f363855e"
     table.add_row(job_id, "a.very.long.workable.name." * 3, "a long error message " * 10)
-    console = Console(width=80, record=True)
+    console = Terminal(width=80, record=True)
     console.print(table)
     assert job_id in console.export_text()
 

@@ -12,12 +12,12 @@ from enum import IntEnum
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from recruiter import __version__
 from recruiter.cli.groups import groups
 from recruiter.cli.jobs import JOB_FAILED_EXIT, jobs
 from recruiter.cli.processes import clean, run, worker
+from recruiter.cli.terminal import console, errors, styled
 from recruiter.cli.together import DemoTimeout, demo, up
 from recruiter.cli.top import metrics, top
 from recruiter.cli.views import analytics_command, schedulers, status, workers
@@ -52,8 +52,6 @@ app.add_typer(embedded, name="embedded")
 app.add_typer(groups, name="group")
 app.add_typer(jobs, name="jobs")
 app.add_typer(jobs, name="job", hidden=True)  # the singular, as issue 6 named it
-console = Console()
-errors = Console(stderr=True)
 
 
 class ExitCode(IntEnum):
@@ -126,13 +124,11 @@ def embedded_status(
         console.print(
             f"no embedded database runs for {directory} (any command given no MongoDB URI "
             "starts it)",
-            highlight=False,
         )
         return
     console.print(
         f"the embedded database runs: {server.uri}, pid {server.pid}, data in "
         f"{server.storage_path}; `recruiter embedded stop` stops it",
-        highlight=False,
     )
 
 
@@ -151,5 +147,5 @@ def main() -> None:
     try:
         app()
     except RecruiterError as error:
-        errors.print(f"[bold red]error:[/] {error}", highlight=False)
+        errors.print(styled("error:", "bold red"), str(error))
         sys.exit(exit_code_of(error))

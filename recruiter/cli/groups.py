@@ -6,17 +6,16 @@ import json
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from recruiter.cli.options import DatabaseName, MongoUri, open_queue
+from recruiter.cli.terminal import console
 from recruiter.groups import GroupSettings, Rate
 
 groups = typer.Typer(
     help="Groups' concurrency and rate limits, and shares of any-group workers: set, unset, list.",
     no_args_is_help=True,
 )
-console = Console()
 
 
 def _rate(text: str | None) -> Rate | None:
@@ -50,7 +49,7 @@ def set_group(
         queue.limit_group(group, concurrency=concurrency, rate=settings.rate, weight=weight)
     finally:
         queue.close()
-    console.print(f"group {group}: {settings.describe()}", highlight=False)
+    console.print(f"group {group}: {settings.describe()}")
 
 
 @groups.command("unset")

@@ -6,12 +6,13 @@ import dataclasses
 import datetime as dt
 import json
 import sys
+import textwrap
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 import typer
 from bson import json_util
 from bson.json_util import RELAXED_JSON_OPTIONS
-from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
@@ -25,6 +26,7 @@ from recruiter.cli.options import (
     open_queue,
 )
 from recruiter.cli.tables import counted, id_column
+from recruiter.cli.terminal import console, errors, moment_text, styled
 from recruiter.errors import ResultNotKept
 from recruiter.job import Job
 from recruiter.listing import FAILED, STATES, InvalidFilter, JobFilter, state_queries
@@ -40,8 +42,6 @@ jobs = typer.Typer(
     help="Jobs: list, show, run now (and wait), cancel, retry, recover; a batch where it stands.",
     no_args_is_help=True,
 )
-console = Console()
-errors = Console(stderr=True)
 
 
 @jobs.command("run")
@@ -84,9 +84,9 @@ def run_jobs(
                 said = "was not waiting"
                 if queue.job(job_id).blocked:
                     said = f"waits for other jobs (jobs show {job_id}), and runs when they end"
-                console.print(f"job {job_id} {said}: left as it is", highlight=False)
+                console.print(f"job {job_id} {said}: left as it is")
             due = counted(len(job_ids) - len(not_waiting), "job")
-            console.print(f"{due} due now", highlight=False)
+            console.print(f"{due} due now")
             if not wait:
                 return
             _say_who_is_missing(queue)
@@ -155,7 +155,7 @@ def _cancel_each(queue: Queue, ids: list[Any], state: str | None) -> dict[str, i
                 outcome = str(queue.cancel(job_id))
             said[outcome] = said.get(outcome, 0) + 1
             if len(ids) == 1:
-                console.print(f"job {job_id}: {outcome}", highlight=False)
+                console.print(f"job {job_id}: {outcome}")
             progress.advance(task)
     return said
 
@@ -236,8 +236,8 @@ def show_job(
         ("priority", job.priority),
         ("tags", ", ".join(job.tags) or "-"),
         ("urn", job.urn or "-"),
-        ("created", job.created_at),
-        ("due", job.scheduled_at or "-"),
+        ("created", moment_text(job.created_at)),
+        ("due", moment_text(job.scheduled_at)),
         ("attempts", job.attempts),
         ("retry policy", json.dumps(dict(job.retry_policy), default=str)),
     ]:
@@ -252,16 +252,34 @@ def show_job(
         fields.add_row("problems", "; ".join(job.problems))
     console.print(fields)
     for attempt in job.history:
-        console.print(
-            f"[bold]attempt {attempt.get('attempt')}[/]: {attempt.get('outcome')}, "
-            f"started {attempt.get('started_at')}, ended {attempt.get('ended_at')}, "
-            f"worker {attempt.get('worker')} ({attempt.get('hostname')}:{attempt.get('pid')})",
-            highlight=False,
-        )
-        if attempt.get("class"):
-            console.print(f"  {attempt['class']}: {attempt.get('message')}", highlight=False)
-        if attempt.get("trace"):
-            console.print(str(attempt["trace"]).rstrip(), highlight=False, markup=False)
+        _print_attempt(attempt)
+
+
+def _print_attempt(attempt: Mapping[str, Any]) -> None:
+    """An attempt as lines: how it ended, when, where; its error, traceback and output."""
+    started, ended = attempt.get("started_at"), attempt.get("ended_at")
+    took = ""
+    if isinstance(started, dt.datetime) and isinstance(ended, dt.datetime):
+        took = f", took {(ended - started).total_seconds():.3f}s"
+    worker = attempt.get("worker") or "-"
+    console.print(
+        styled(f"attempt {attempt.get('attempt')}", "bold"),
+        f": {attempt.get('outcome')}, started {moment_text(started)}{took}, "
+        f"worker {worker} ({attempt.get('hostname')}:{attempt.get('pid')})",
+        sep="",
+    )
+    if attempt.get("class"):
+        console.print(f"  {attempt['class']}: {attempt.get('message')}")
+    if attempt.get("trace"):
+        console.print(str(attempt["trace"]).rstrip())
+    output = attempt.get("output")
+    for name, value in output.items() if isinstance(output, Mapping) else []:
+        text = value if isinstance(value, str) else json_util.dumps(value)
+        if "\n" in text.rstrip("\n"):
+            console.print(f"  output {name}:")
+            console.print(textwrap.indent(text.rstrip("\n"), "    "))
+        else:
+            console.print(f"  output {name}: {text.rstrip()}")
 
 
 @jobs.command("batch")
@@ -302,7 +320,6 @@ def _say_who_is_missing(queue: Queue) -> None:
         errors.print(
             f"warning: {' and '.join(missing)}: the jobs wait until they run "
             "(recruiter up starts all three)",
-            highlight=False,
         )
 
 
@@ -342,7 +359,7 @@ def recover_job(
         new_id = queue.recover(job_id, at)
     finally:
         queue.close()
-    console.print(f"job {job_id} recovered as job {new_id}", highlight=False)
+    console.print(f"job {job_id} recovered as job {new_id}")
 
 
 @jobs.command("retry")
@@ -381,7 +398,7 @@ def retry_jobs(
     finally:
         queue.close()
     skipped = f" ({len(ids) - retried} retried already)" if retried < len(ids) else ""
-    console.print(f"{counted(retried, 'job')} scheduled again{skipped}", highlight=False)
+    console.print(f"{counted(retried, 'job')} scheduled again{skipped}")
 
 
 def _failed_jobs(

@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import os
-import sys
 import threading
 from collections import Counter
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
@@ -33,6 +30,7 @@ from recruiter.cli.options import (
 )
 from recruiter.cli.processes import stop_on_signals, stopped_cleanly
 from recruiter.cli.tables import counted, id_column
+from recruiter.cli.terminal import console
 from recruiter.clock import SystemClock
 from recruiter.connection import open_database, resolve_uri
 from recruiter.demo import sample_jobs
@@ -43,9 +41,6 @@ from recruiter.queue import Queue
 from recruiter.supervisor import Child, Supervisor
 
 logger = logging.getLogger(__name__)
-# the demo's table is its point: piped (bin/run | less, a CI log), rich would cut it to
-# 80 columns; a terminal gives its own width
-console = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160)
 
 DEMO_DATABASE = "recruiter_demo"
 
@@ -152,7 +147,7 @@ def demo(
         return
     logs = demo_logs()
     console.print(
-        f"scheduled {counted(len(ids), 'job')} in database [bold]{database}[/]; starting a "
+        f"scheduled {counted(len(ids), 'job')} in database {database}; starting a "
         f"recruiter, a cleaner and {counted(workers, 'worker')} (their logs: {logs}/)"
     )
     children = team(
@@ -172,13 +167,11 @@ def demo(
     console.print(
         f"\nread a job back with `recruiter jobs show ID --database {database}`, or see "
         f"them all in the dashboard: `recruiter web --database {database}`",
-        highlight=False,
     )
     if embedded:
         console.print(
             f"the embedded database still runs, at {uri} (data in {home()}): "
             "`recruiter embedded stop` stops it",
-            highlight=False,
         )
 
 

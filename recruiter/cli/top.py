@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 import typer
 from prometheus_client import CollectorRegistry, start_http_server
-from rich.console import Console, Group
+from rich.console import Group
 from rich.live import Live
 from rich.table import Table
 
@@ -30,12 +30,12 @@ from recruiter.cli.options import (
     duration_option,
     open_queue,
 )
+from recruiter.cli.terminal import console
 from recruiter.logs import Level, setup_logging
 from recruiter.metrics import QueueCollector
 from recruiter.queue import Queue
 from recruiter.retry import FAILED
 
-console = Console()
 logger = logging.getLogger(__name__)
 
 

@@ -5,19 +5,20 @@ Both read only; ``--json`` prints one JSON document for scripts instead of table
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console, Group
+from rich.console import Group
 from rich.table import Table
 
 from recruiter.analytics import Analytics
 from recruiter.cli.options import DatabaseName, MongoUri, open_queue
 from recruiter.cli.tables import id_column
+from recruiter.cli.terminal import console, moment_text
 from recruiter.listing import status_document, worker_rows
 
-console = Console()
 AsJson = Annotated[bool, typer.Option("--json", help="One JSON document, for scripts.")]
 
 
@@ -140,7 +141,7 @@ def list_schedulers(
             str(row["group"]),
             _schedule(row["schedule"]),
             str(row["missed"]),
-            str(row["next_at"] or "-"),
+            moment_text(_moment(row["next_at"])),
             str(row["created"]),
             _state(row),
         )
@@ -199,7 +200,7 @@ def resume_scheduler(
 
 def _state(row: dict[str, Any]) -> str:
     if row["paused_at"]:
-        return f"paused since {row['paused_at']}"
+        return f"paused since {moment_text(_moment(row['paused_at']))}"
     return f"broken: {row['broken']}" if row["broken"] else "ok"
 
 
@@ -236,7 +237,8 @@ def _workers_table(rows: list[dict[str, Any]]) -> Table:
 def status_view(document: dict[str, Any]) -> Group:
     leaders = Table("process", "leader", "lease expires", title="leaders")
     for name, lease in document["leases"].items():
-        leaders.add_row(name, lease["holder"] or "none: nobody leads", lease["expires_at"] or "-")
+        expires = moment_text(_moment(lease["expires_at"]))
+        leaders.add_row(name, lease["holder"] or "none: nobody leads", expires)
     workers_table = _workers_table(document["workers"])
     groups = Table("group", "ready", "running", "limits", title="groups")
     for group in document["groups"]:
@@ -261,9 +263,15 @@ def status_view(document: dict[str, Any]) -> Group:
         table = Table("workable", "ready jobs", "waiting since", "waited", title=title)
         for entry in waiting:
             waited = _waited(entry["waited_s"])
-            table.add_row(entry["workable"], str(entry["jobs"]), entry["since"], waited)
+            since = moment_text(_moment(entry["since"]))
+            table.add_row(entry["workable"], str(entry["jobs"]), since, waited)
         shown.append(table)
     return Group(*shown, failures)
+
+
+def _moment(text: str | None) -> dt.datetime | None:
+    """A time of the JSON document (ISO text), back to a time to show."""
+    return None if text is None else dt.datetime.fromisoformat(text)
 
 
 def _waited(seconds: float) -> str:

@@ -1,0 +1,83 @@
+"""The one way the CLI writes to a terminal: every string is literal text.
+
+Every string the commands print, in a sentence, a table cell or a title, may hold text
+from the database (a group, a tag, an error message, a traceback, parameters), which is
+untrusted. A :class:`Terminal` never reads a string as rich markup (``[bold]``,
+``[link=…]``, a stray ``[/]`` that would raise ``MarkupError``), never highlights nor
+replaces emoji codes in it, and shows its control characters as escapes
+(:func:`recruiter.printable.printable`). So a command's own styling is built as
+:class:`rich.text.Text` (see :func:`styled`), never as markup in a string, and text
+from the database is handed over as a plain ``str``, never wrapped in a ``Text``.
+
+Piped or redirected (its file is not a terminal and ``COLUMNS`` is unset), a Terminal
+is :data:`PIPED_WIDTH` wide, so that ids and names are never cut at 80 columns.
+
+>>> import io
+>>> out = io.StringIO()
+>>> Terminal(file=out).print("[bold]not bold[/bold] [/x] \\x1b[2J")
+>>> out.getvalue()
+'[bold]not bold[/bold] [/x] \\\\x1b[2J\\n'
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from rich.console import Console, ConsoleDimensions
+from rich.text import Text
+
+from recruiter.printable import printable
+
+PIPED_WIDTH = 1000
+"""Columns of a Terminal whose output is not a terminal: tables are as wide as their
+content, so nothing is cut; only text longer than this wraps."""
+
+
+class Terminal(Console):
+    """A rich console for which every string is literal, printable text."""
+
+    def render_str(self, text: str, **options: Any) -> Text:
+        options.update(markup=False, emoji=False, highlight=False, highlighter=None)
+        return super().render_str(printable(text), **options)
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        measured = super().size
+        if self.is_terminal or "COLUMNS" in self._environ or self._width is not None:
+            return measured
+        return ConsoleDimensions(PIPED_WIDTH, measured.height)
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        self._width, self._height = new_size
+
+
+def moment_text(moment: object) -> str:
+    """A time as every view shows it: ``2026-11-22 09:00:00 UTC`` (``-`` for none).
+
+    >>> import datetime as dt
+    >>> moment_text(dt.datetime(2026, 11, 22, 9, 0, 0, 123456, tzinfo=dt.UTC))
+    '2026-11-22 09:00:00.123 UTC'
+    >>> moment_text(None)
+    '-'
+    """
+    if not isinstance(moment, dt.datetime):
+        return "-" if moment is None else str(moment)
+    moment = moment.astimezone(dt.UTC) if moment.tzinfo is not None else moment
+    text = moment.strftime("%Y-%m-%d %H:%M:%S")
+    if moment.microsecond:
+        text += f".{moment.microsecond // 1000:03d}"
+    return f"{text} UTC"
+
+
+def styled(text: str, style: str) -> Text:
+    """The command's own words in a style (``styled("error:", "bold red")``): never
+    text from the database, which must reach the console as a plain ``str``."""
+    return Text(text, style=style)
+
+
+console = Terminal()
+"""Standard output."""
+errors = Terminal(stderr=True)
+"""Standard error: warnings and errors."""

@@ -1,0 +1,44 @@
+"""Text from the database made safe to print: every character that would steer a terminal
+is shown as an escape instead.
+
+Everything a job carries (its parameters, group, tags, error messages, tracebacks,
+output, result) comes from applications and their errors: it is untrusted text. Printed
+raw, an escape sequence in it could clear the operator's screen, retitle the window,
+hide a line behind a carriage return or reverse the text's direction. The terminal views
+(``recruiter/cli/terminal.py``) and the plain log lines (``recruiter/logs.py``) pass
+such text through :func:`printable`; JSON output needs nothing (JSON escapes control
+characters itself) and the dashboard escapes HTML.
+
+>>> printable("could not open [/var/data/in.csv]")
+'could not open [/var/data/in.csv]'
+>>> printable("\\x1b[2Jcleared\\rhidden\\x00")
+'\\\\x1b[2Jcleared\\\\rhidden\\\\x00'
+>>> printable("two\\nlines\\tand a tab")
+'two\\nlines\\tand a tab'
+>>> printable("two\\nlines", lines=False)
+'two\\\\nlines'
+"""
+
+from __future__ import annotations
+
+_NAMED = {0x0A: "\\n", 0x09: "\\t", 0x0D: "\\r"}
+_CONTROL = [*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)]
+"""C0 controls, DEL and C1 controls (U+009B is a one-character CSI on some terminals)."""
+_BIDI = [0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+"""Marks and overrides that reverse how the text around them reads (trojan-source)."""
+
+_SHOWN: dict[int, str] = {
+    code: _NAMED.get(code, f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+    for code in [*_CONTROL, *_BIDI]
+}
+_KEEP_LINES = _SHOWN | {0x0A: "\n", 0x09: "\t"}
+
+
+def printable(text: str, *, lines: bool = True) -> str:
+    """``text`` with every control character made visible (``\\x1b``, ``\\r``, ``\\u202e``).
+
+    With ``lines`` (the default), newlines and tabs are kept: a traceback reads as
+    lines. Without, they are shown as ``\\n`` and ``\\t`` too, for text that must stay on
+    one line (a log line, a name inside a sentence).
+    """
+    return text.translate(_KEEP_LINES if lines else _SHOWN)

@@ -1,0 +1,177 @@
+"""Hostile job data on every operator view: text from the database is shown as literal
+text (never rich markup), its control characters made visible, and ``--json`` still
+carries the original text (``recruiter/cli/terminal.py``).
+
+Each payload is put in every field a job or a scheduler carries (error message,
+traceback, group, tags, workable name, urn, parameters, result, output, scheduler name,
+a worker's group and host); each view must exit as it would on plain data, write no
+byte below 0x20 but newline and tab, and show the payload as printable text.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import mongomock
+import pytest
+from bson import ObjectId
+from typer.testing import CliRunner
+
+from recruiter import Every, FrozenClock, JobSpec, Queue, Registry, record_output
+from recruiter.cli import app
+from recruiter.printable import printable
+from recruiter.testing import drain
+from tests.factories import Unclosed
+
+PAYLOADS = {
+    "closing tag": "could not open [/var/data/in.csv] [/x]",
+    "markup": "[bold red]RED[/bold red]",
+    "link": "[link=http://evil.example]click[/link]",
+    "clear screen": "\x1b[2J",
+    "window title": "\x1b]0;title\x07",
+    "carriage return": "seen\rhidden",
+    "nul": "a\x00b",
+    "c1 csi": "\x9b31m",
+    "bidi override": "abc\u202edef",
+}
+
+
+@dataclass
+class World:
+    """A database whose jobs, worker and scheduler all carry one payload."""
+
+    payload: str
+    queue: Queue
+    failed: ObjectId
+    done: ObjectId
+    unknown: ObjectId
+    batch: ObjectId
+
+
+@pytest.fixture(params=list(PAYLOADS.values()), ids=list(PAYLOADS))
+def world(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, clock: FrozenClock
+) -> World:
+    payload: str = request.param
+    queue = Unclosed(mongomock.MongoClient(tz_aware=True).shop, clock)
+    for name in ("recruiter.cli.views", "recruiter.cli.jobs", "recruiter.cli.top"):
+        module = importlib.import_module(name)  # the package's `jobs` is the typer app
+        monkeypatch.setattr(module, "open_queue", lambda uri, database: queue)
+    registry = Registry()
+
+    @registry.workable("tests.boom")
+    def boom(msg: str) -> None:
+        raise ValueError(msg)
+
+    @registry.workable("tests.echo")
+    def echo(msg: str) -> str:
+        record_output(note=msg)
+        return msg
+
+    def hostile(workable: str) -> JobSpec:
+        spec = JobSpec(workable, {"msg": payload}).in_group(payload).tagged(payload)
+        return spec.with_urn(payload)
+
+    failed = queue.schedule(hostile("tests.boom"))
+    done = queue.schedule(hostile("tests.echo"))
+    batch = queue.batch([hostile("tests.boom")], on_complete=hostile("tests.echo")).id
+    drain(queue, registry)
+    unknown = queue.schedule(hostile(f"unknown.{payload}"))
+    queue.repeat(payload, JobSpec("tests.echo", {"msg": payload}).in_group(payload), Every(60))
+    known = registry.names()
+    queue.store.register_worker(payload, 4242, payload, clock.now(), workables=known)
+    return World(payload, queue, failed, done, unknown, batch)
+
+
+def shown(*arguments: str, exit_code: int = 0) -> str:
+    """The command's standard output, checked: exit code, and no control byte."""
+    result = CliRunner().invoke(app, list(arguments), env={"COLUMNS": None})
+    assert result.exit_code == exit_code, result.output
+    for stream in (result.stdout_bytes, result.stderr_bytes):
+        controls = sorted({byte for byte in stream if byte < 0x20 and byte not in b"\n\t"})
+        assert not controls, f"control bytes {controls} reached the terminal:\n{result.output}"
+        assert b"\xc2\x9b" not in stream, "a C1 control reached the terminal"
+    return result.stdout
+
+
+def strings(value: Any) -> set[str]:
+    """Every string in a JSON value, keys included."""
+    if isinstance(value, str):
+        return {value}
+    if isinstance(value, dict):
+        return set(value) | {text for item in value.values() for text in strings(item)}
+    if isinstance(value, list):
+        return {text for item in value for text in strings(item)}
+    return set()
+
+
+def carries(output: str, payload: str) -> bool:
+    """Whether JSON ``output`` parses and holds ``payload``, inside some string."""
+    return any(payload in text for text in strings(json.loads(output)))
+
+
+def test_status_shows_hostile_groups_workables_hosts_and_errors_literally(world: World) -> None:
+    text = printable(world.payload)
+    output = shown("status")
+    assert f"unknown.{text}" in output  # a workable no worker knows
+    assert output.count(text) >= 4  # groups, the worker's group and host, the last error
+    assert carries(shown("status", "--json"), world.payload)
+
+
+def test_jobs_list_shows_hostile_fields_literally(world: World) -> None:
+    text = printable(world.payload)
+    output = shown("jobs", "list", "--limit", "50")
+    assert f"unknown.{text}" in output
+    assert output.count(text) >= 6  # each job's group, the failures' last errors
+    assert carries(shown("jobs", "list", "--json"), world.payload)
+
+
+def test_jobs_show_shows_every_hostile_field_literally(world: World) -> None:
+    text = printable(world.payload)
+    failed = shown("jobs", "show", str(world.failed))
+    for field in ("group", "tags", "urn"):
+        assert re.search(rf"│ {field} +│ {re.escape(text)} +│", failed), field
+    assert json.dumps({"msg": world.payload}) in failed  # parameters: JSON, escaped
+    assert failed.count(f"ValueError: {text}") == 2
+    done = shown("jobs", "show", str(world.done))
+    assert f"note: {text}" in done  # the attempt's output
+    assert json.dumps(world.payload) in done  # the result, as JSON
+    assert f"unknown.{text}" in shown("jobs", "show", str(world.unknown))
+    for job in (world.failed, world.done):
+        assert carries(shown("jobs", "show", str(job), "--json"), world.payload)
+
+
+def test_top_analytics_workers_schedulers_and_batch_show_hostile_names_literally(
+    world: World,
+) -> None:
+    text = printable(world.payload)
+    assert text in shown("top", "--once")
+    assert f"group {text}" in shown("analytics", "--group", world.payload)
+    assert carries(shown("analytics", "--group", world.payload, "--json"), world.payload)
+    assert shown("workers").count(text) == 2  # its group and its host
+    assert carries(shown("workers", "--json"), world.payload)
+    assert shown("schedulers", "list").count(text) == 2  # its urn and its job's group
+    assert carries(shown("schedulers", "list", "--json"), world.payload)
+    assert "on_complete" in shown("jobs", "batch", str(world.batch))
+
+
+def test_a_wait_shows_hostile_results_and_errors_literally(world: World) -> None:
+    text = printable(world.payload)
+    assert json.dumps(world.payload) in shown("jobs", "run", str(world.done), "--wait")
+    failed = shown("jobs", "run", str(world.failed), "--wait", exit_code=9)
+    assert text in failed
+
+
+def test_markup_in_job_data_is_never_interpreted() -> None:
+    """The first report: a bracket in an error message made every view exit 1."""
+    from recruiter.cli.terminal import Terminal
+
+    terminal = Terminal(record=True, width=200)
+    terminal.print("could not open [/var/data/in.csv]", "[link=http://evil.example]x[/link]")
+    assert terminal.export_text() == (
+        "could not open [/var/data/in.csv] [link=http://evil.example]x[/link]\n"
+    )
