@@ -36,8 +36,10 @@ class Analytics:
     """Due and waiting for a worker."""
     postponed: int
     """Waiting for a later due time (scheduled later, or a retry's backoff)."""
+    handed_out: int
+    """Handed out to a worker, not started yet."""
     running: int
-    """Handed out to a worker, or running."""
+    """Started by a worker, not ended yet."""
     orphans: int
     """Handed out to no worker on the roster: a dead worker's, which the cleaner will
     release (the original's *zombies*)."""
@@ -73,6 +75,7 @@ def analytics(store: Store, now: dt.datetime, group: str | None = None) -> Analy
         group=group,
         ready=counts["ready"],
         postponed=counts["postponed"],
+        handed_out=counts["handed out"],
         running=counts["running"],
         **last_minute(store, now, group),
     )

@@ -25,6 +25,8 @@ logger = logging.getLogger(__name__)
 
 URI_VARIABLE = "MONGODB_URI"
 """The environment variable the commands (and ``Queue.connect()``) take the URI from."""
+URI_SCHEMES = ("mongodb://", "mongodb+srv://")
+"""How a MongoDB URI starts."""
 DEFAULT_DATABASE = "recruiter"
 """The database used when neither the URI nor an option names one."""
 SLOW_ANSWER = 1.0
@@ -147,6 +149,9 @@ def open_store(
             logger.warning("the database stopped answering (%s); trying again", error)
             pause = WAIT_PAUSES.after(pause)
             clock.sleep(min(pause, remaining))
+        except BaseException:  # a newer schema, say: the caller gets no store to close
+            store.database.client.close()
+            raise
 
 
 def database_at(uri: str, database: str | None = None) -> Database[Any]:
@@ -157,6 +162,9 @@ def database_at(uri: str, database: str | None = None) -> Database[Any]:
 
 
 def _client(uri: str) -> MongoClient[dict[str, Any]]:
+    if not uri.startswith(URI_SCHEMES):
+        # pymongo would take it for a host name and fail only once it found no server
+        raise InvalidUri(redact(uri), "it does not start with mongodb:// or mongodb+srv://")
     options: dict[str, Any] = {"tz_aware": True}
     if "serverselectiontimeoutms" not in uri.lower():
         options["serverSelectionTimeoutMS"] = SERVER_SELECTION_TIMEOUT_MS

@@ -29,6 +29,10 @@ _UNITS: dict[str, float] = {
 }
 _PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]+)\s*$")
 
+LONGEST = dt.timedelta(days=365_000)
+"""The longest duration accepted (about a thousand years): any longer is a mistake, and
+a delay that long would put a job past the last date Python can hold (year 9999)."""
+
 Duration = dt.timedelta | float | int | str
 """Anything :func:`to_timedelta` accepts: a timedelta, seconds, or a text like ``"5m"``."""
 
@@ -51,7 +55,7 @@ def parse_duration(text: str) -> dt.timedelta:
     try:
         return dt.timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
     except OverflowError:
-        raise ValueError(f"duration {text!r} is too long") from None
+        raise ValueError(f"duration {text!r} is too long: at most {LONGEST.days}d") from None
 
 
 def to_timedelta(value: Duration, *, name: str = "duration") -> dt.timedelta:
@@ -61,11 +65,42 @@ def to_timedelta(value: Duration, *, name: str = "duration") -> dt.timedelta:
     if isinstance(value, dt.timedelta):
         delta = value
     elif isinstance(value, int | float):
-        delta = dt.timedelta(seconds=value)
+        try:
+            delta = dt.timedelta(seconds=value)
+        except OverflowError:
+            raise ValueError(
+                f"{name} of {value} seconds is too long: at most {LONGEST.days}d"
+            ) from None
     elif isinstance(value, str):
         delta = parse_duration(value)
     else:
         raise ValueError(f"{name} must be a timedelta, seconds or a text like '5m', not {value!r}")
     if delta < dt.timedelta(0):
-        raise ValueError(f"{name} must not be negative, got {delta}")
+        raise ValueError(f"{name} must not be negative, got {format_duration(delta)}")
+    if delta > LONGEST:
+        raise ValueError(
+            f"{name} {format_duration(delta)} is too long: at most {format_duration(LONGEST)}"
+        )
     return delta
+
+
+def format_duration(delta: dt.timedelta) -> str:
+    """``delta`` as an operator writes it (what :func:`parse_duration` reads back).
+
+    >>> format_duration(dt.timedelta(0)), format_duration(dt.timedelta(milliseconds=250))
+    ('0s', '250ms')
+    >>> format_duration(dt.timedelta(seconds=90)), format_duration(dt.timedelta(seconds=1.5))
+    ('1m 30s', '1.5s')
+    >>> format_duration(dt.timedelta(days=2, hours=3)), format_duration(-dt.timedelta(seconds=1))
+    ('2d 3h', '-1s')
+    """
+    total = delta.total_seconds()
+    sign, total = ("-" if total < 0 else ""), abs(total)
+    if 0 < total < 1:
+        return f"{sign}{round(total * 1000, 3):g}ms"
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, seconds = divmod(rest, 60)
+    parts = [f"{int(days)}d" if days else "", f"{int(hours)}h" if hours else ""]
+    parts += [f"{int(minutes)}m" if minutes else "", f"{round(seconds, 3):g}s" if seconds else ""]
+    return sign + (" ".join(part for part in parts if part) or "0s")

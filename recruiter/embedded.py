@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from recruiter.errors import RecruiterError
+from recruiter.errors import EmbeddedServerError
 from recruiter.store.server import answers
 
 HOME_VARIABLE = "RECRUITER_HOME"
@@ -37,10 +37,6 @@ _detached: list[subprocess.Popen[bytes]] = []
 """Handles of servers started to outlive this process, kept so they are never collected."""
 READY_TIMEOUT = 30.0
 STOP_TIMEOUT = 10.0
-
-
-class EmbeddedServerError(RecruiterError):
-    """The embedded server could not be started or reached."""
 
 
 @dataclass(frozen=True)
@@ -181,7 +177,13 @@ def ensure_local_server(directory: Path | None = None) -> EmbeddedServer:
     servers on one data directory.
     """
     directory = directory or home()
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise EmbeddedServerError(
+            f"cannot make the embedded database's home {directory}: {error.strerror}; set "
+            f"{HOME_VARIABLE} to a directory you may write, or give a MongoDB URI"
+        ) from error
     state = directory / "server.json"
     with _locked(directory / "server.lock"):
         server = _read_state(state)

@@ -9,6 +9,12 @@ an attempt whose worker died, handed to the job's retry policy like any exceptio
 
 from __future__ import annotations
 
+import datetime as dt
+from collections.abc import Sequence
+from typing import Any
+
+from recruiter.duration import format_duration
+
 
 class RecruiterError(Exception):
     """Base of every error raised by recruiter."""
@@ -36,6 +42,21 @@ class UnknownWorkable(RecruiterError):
             f"@registry.workable({name!r}) in the application the worker loads (--app)"
         )
         self.name = name
+
+
+class NotRunnableHere(UnknownWorkable):
+    """A job asked to run in this process (``run_here``, ``recruiter jobs run --here``)
+    runs a workable the given registry does not know: no job was taken."""
+
+    def __init__(self, job_id: object, name: str) -> None:
+        RecruiterError.__init__(
+            self,
+            f"job {job_id} runs the workable {name!r}, which this application (--app) does "
+            "not register: no job was taken or changed; run it with the application that "
+            f"registers it, or on the workers (recruiter jobs run {job_id})",
+        )
+        self.name = name
+        self.job_id = job_id
 
 
 class UnknownRetryPolicy(RecruiterError):
@@ -78,6 +99,38 @@ class BatchNotFound(JobNotFound):
     def __init__(self, batch_id: object) -> None:
         RecruiterError.__init__(self, f"no job of a batch {batch_id} in scheduled nor archived")
         self.job_id = batch_id
+
+
+class SchedulerNotFound(RecruiterError):
+    """No scheduler (repeatable job) has this urn."""
+
+    def __init__(self, urn: str) -> None:
+        super().__init__(
+            f"no scheduler has the urn {urn!r} (recruiter schedulers list shows them all)"
+        )
+        self.urn = urn
+
+
+class SchedulerBusy(RecruiterError):
+    """A scheduler changed at every try to resume it (declared again meanwhile, by
+    deploys at the same moment): it is still paused."""
+
+    def __init__(self, urn: str) -> None:
+        super().__init__(
+            f"the scheduler {urn!r} changed at every try to resume it: it is still paused; "
+            "try again"
+        )
+        self.urn = urn
+
+
+class NotFailed(RecruiterError):
+    """A job asked to be retried did not fail: nothing was retried."""
+
+    def __init__(self, job_id: object, why: str | None) -> None:
+        state = f"it ended {why}" if why else "it has not finished"
+        super().__init__(f"job {job_id} did not fail ({state}): nothing was retried")
+        self.job_id = job_id
+        self.why = why
 
 
 class SchemaTooNew(RecruiterError):
@@ -170,3 +223,39 @@ class InvalidUri(RecruiterError):
         )
         self.uri = uri
         self.reason = reason
+
+
+class WaitTimeout(RecruiterError):
+    """Jobs waited for were not finished in time; they go on, nothing was changed."""
+
+    def __init__(self, unfinished: Sequence[Any], timeout: dt.timedelta) -> None:
+        shown = ", ".join(str(j) for j in unfinished[:5])
+        more = f" and {len(unfinished) - 5} more" if len(unfinished) > 5 else ""
+        super().__init__(
+            f"{len(unfinished)} job{'' if len(unfinished) == 1 else 's'} not finished after "
+            f"{format_duration(timeout)}: {shown}{more}; they go on (wait again, or look at "
+            "them with recruiter jobs show ID, or queue.job(id))"
+        )
+        self.unfinished = list(unfinished)
+
+
+class DeclaredDead(RecruiterError):
+    """This process was declared dead while it ran a job here: the job was released and
+    may be running elsewhere now; its code here was stopped, and nothing it wrote after
+    counts. Usually a process frozen (or cut off from the database) past the cleaner's
+    timeout: look at what held it back."""
+
+    def __init__(self, job_id: Any) -> None:
+        super().__init__(
+            f"this process was declared dead while it ran job {job_id}: the job was released "
+            "(it may run elsewhere) and its code here was stopped"
+        )
+        self.job_id = job_id
+
+
+class EmbeddedServerError(RecruiterError):
+    """The embedded server could not be started or reached."""
+
+
+class DemoTimeout(RecruiterError):
+    """The demo's jobs did not all finish in time."""

@@ -21,7 +21,7 @@ import bson
 from bson import ObjectId, json_util
 
 from recruiter.clock import to_millis
-from recruiter.duration import Duration, to_timedelta
+from recruiter.duration import Duration, format_duration, to_timedelta
 from recruiter.errors import InvalidJob, InvalidParameters, InvalidRetryPolicy, ResultNotKept
 from recruiter.policies import DoNotDoItAgain, RetriableExceptionFilter
 from recruiter.retry import RetryPolicy
@@ -38,6 +38,12 @@ PRIORITY_RANGE = range(-1000, 1001)
 """Priorities a job may have; higher runs first within its group, 0 by default."""
 MOST_DEPENDENCIES = 1000
 """The most jobs one job may wait for (a batch counts as one: wait for a batch instead)."""
+PARAMETERS_LIMIT = 12 * 1024 * 1024
+"""The most bytes of BSON a job's parameters may take: MongoDB stores a document of at most
+16 MiB, and a job keeps beside its parameters its history (up to :data:`HISTORY_LIMIT`
+attempts with their traceback and output) and its result."""
+DOCUMENT_LIMIT = 16 * 1024 * 1024
+"""MongoDB's largest document (its ``maxBsonObjectSize``)."""
 RULES = ("done", "ended")
 """When a job waiting for others runs: once they are all done (and it is cancelled as
 soon as one ends otherwise), or once they have all ended, however."""
@@ -49,10 +55,27 @@ def check_bson(workable: str, parameters: Any) -> dict[str, Any]:
         raise InvalidParameters(workable, f"expected a mapping, got {type(parameters).__name__}")
     _check_keys(workable, parameters)
     try:
-        bson.encode({"parameters": parameters})
+        size = len(bson.encode({"parameters": parameters}))
     except (bson.errors.InvalidDocument, OverflowError, TypeError) as error:
         raise InvalidParameters(workable, f"not BSON-serializable: {error}") from error
+    if size > PARAMETERS_LIMIT:
+        raise InvalidParameters(
+            workable,
+            f"they take {_megabytes(size)} of BSON, over the {_megabytes(PARAMETERS_LIMIT)} a "
+            f"job's parameters may take (MongoDB stores a document of at most "
+            f"{_megabytes(DOCUMENT_LIMIT)}, and a job keeps its history and result beside "
+            "them): store large data elsewhere (GridFS, a file store) and pass where it is",
+        )
     return dict(parameters)
+
+
+def _megabytes(size: int) -> str:
+    """A size in MiB, as messages give it.
+
+    >>> _megabytes(17_000_000), _megabytes(16 * 1024 * 1024)
+    ('16.2 MiB', '16 MiB')
+    """
+    return f"{size / 1024 / 1024:.3g} MiB"
 
 
 def _check_keys(workable: str, value: Any, path: str = "") -> None:
@@ -237,7 +260,12 @@ class JobSpec:
         if self.timeout is not None and (
             not isinstance(self.timeout, dt.timedelta) or self.timeout < shortest
         ):
-            raise InvalidJob(f"a timeout must be at least 1ms, got {self.timeout!r}")
+            shown = (
+                format_duration(self.timeout)
+                if isinstance(self.timeout, dt.timedelta)
+                else repr(self.timeout)
+            )
+            raise InvalidJob(f"a timeout must be at least 1ms, got {shown}")
         self._check_waits()
 
     def _check_waits(self) -> None:

@@ -26,7 +26,14 @@ from bson import ObjectId
 
 from recruiter.clock import Clock
 from recruiter.dependencies import Ended, follow_up, follow_up_safely
-from recruiter.errors import DatabaseError, JobNotFound, RecruiterError
+from recruiter.errors import (
+    DatabaseError,
+    DeclaredDead,
+    JobNotFound,
+    NotRunnableHere,
+    RecruiterError,
+    WaitTimeout,
+)
 from recruiter.execution import Execution, Executor, Identity
 from recruiter.job import Job
 from recruiter.loop import Backoff
@@ -40,34 +47,6 @@ WAIT_POLLS = Backoff(0.05, 1.0)
 """Pauses between two looks at the jobs waited for: 50 ms, 100 ms… 1 s."""
 HEARTBEAT = dt.timedelta(seconds=2)
 CANCEL_TRIES = 5
-
-
-class WaitTimeout(RecruiterError):
-    """Jobs waited for were not finished in time; they go on, nothing was changed."""
-
-    def __init__(self, unfinished: Sequence[Any], timeout: dt.timedelta) -> None:
-        shown = ", ".join(str(j) for j in unfinished[:5])
-        more = f" and {len(unfinished) - 5} more" if len(unfinished) > 5 else ""
-        super().__init__(
-            f"{len(unfinished)} job{'' if len(unfinished) == 1 else 's'} not finished after "
-            f"{timeout}: {shown}{more}; they go on (wait again, or look at them with "
-            "recruiter jobs show ID, or queue.job(id))"
-        )
-        self.unfinished = list(unfinished)
-
-
-class DeclaredDead(RecruiterError):
-    """This process was declared dead while it ran a job here: the job was released and
-    may be running elsewhere now; its code here was stopped, and nothing it wrote after
-    counts. Usually a process frozen (or cut off from the database) past the cleaner's
-    timeout: look at what held it back."""
-
-    def __init__(self, job_id: Any) -> None:
-        super().__init__(
-            f"this process was declared dead while it ran job {job_id}: the job was released "
-            "(it may run elsewhere) and its code here was stopped"
-        )
-        self.job_id = job_id
 
 
 class NotWaiting(RecruiterError):
@@ -213,13 +192,20 @@ class ManualRun:
     job: Job
 
 
+def _known_jobs(store: Store, job_ids: Sequence[Any]) -> list[Job]:
+    """The jobs of ``job_ids``, as they are now (``JobNotFound`` for an unknown id)."""
+    jobs = []
+    for job_id in (as_object_id(job_id) for job_id in job_ids):
+        job = store.find_job(job_id)
+        if job is None:
+            raise JobNotFound(job_id)
+        jobs.append(job)
+    return jobs
+
+
 def _waiting_ids(store: Store, job_ids: Sequence[Any]) -> list[Any]:
     """The ids, each checked to be a known job (``JobNotFound`` otherwise)."""
-    ids = [as_object_id(job_id) for job_id in job_ids]
-    for job_id in ids:
-        if store.find_job(job_id) is None:
-            raise JobNotFound(job_id)
-    return ids
+    return [job.id for job in _known_jobs(store, job_ids)]
 
 
 def run_now(store: Store, job_ids: Sequence[Any], now: dt.datetime) -> list[Any]:
@@ -261,16 +247,21 @@ def run_here(
 ) -> list[ManualRun]:
     """Run each waiting job of ``job_ids`` in this process, one after the other.
 
-    Raises :class:`NotWaiting` at the first job that is handed out or finished already
-    (the jobs before it have run). If this process is declared dead while a job runs
-    (its heartbeats held back longer than the cleaner's dead timeout), the cleaner has
-    released the job, which may run elsewhere: its code is stopped here (as at a
-    timeout) and :class:`DeclaredDead` is raised, to the caller alone: a library does
-    not end the process it runs in (a worker process, whose own it is, exits).
+    Raises :class:`NotRunnableHere` before any job is taken when ``registry`` does not
+    register one's workable, and :class:`NotWaiting` at the first job that is handed out
+    or finished already (the jobs before it have run). If this process is declared dead
+    while a job runs (its heartbeats held back longer than the cleaner's dead timeout),
+    the cleaner has released the job, which may run elsewhere: its code is stopped here
+    (as at a timeout) and :class:`DeclaredDead` is raised, to the caller alone: a library
+    does not end the process it runs in (a worker process, whose own it is, exits).
     """
+    jobs = _known_jobs(store, job_ids)
+    for job in jobs:
+        if job.workable not in registry:  # refused before any job is taken
+            raise NotRunnableHere(job.id, job.workable)
     runs = []
-    for job_id in _waiting_ids(store, job_ids):
-        run = _run_one(store, registry, clock, job_id, heartbeat=heartbeat)
+    for job in jobs:
+        run = _run_one(store, registry, clock, job.id, heartbeat=heartbeat)
         runs.append(run)
     return runs
 

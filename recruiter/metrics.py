@@ -7,7 +7,8 @@ nothing is lost when one restarts. The last minute's latencies are a *gauge hist
 the next one sees again).
 
 =========================================== ====================================
-``recruiter_jobs{group, state}``             ready, postponed or running jobs
+``recruiter_jobs{group, state}``             ready, postponed, handed_out (not started
+                                             yet) or running jobs
 ``recruiter_jobs_finished{group, outcome}``  jobs finished in the last minute,
                                              ``done`` or ``failed``
 ``recruiter_latency_seconds{group}``         gauge histogram: due to started, last minute
@@ -74,7 +75,7 @@ class QueueCollector(Collector):
         groups = sorted({*known, *recent, *(g for c in counts.values() for g in c)})
         for group in groups:
             for state, by_group in counts.items():
-                family.add_metric([group, state], by_group.get(group, 0))
+                family.add_metric([group, state.replace(" ", "_")], by_group.get(group, 0))
         return family, groups
 
     def _finished(self, recent: Mapping[str, list[Mapping[str, Any]]], groups: list[str]) -> Metric:

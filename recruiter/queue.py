@@ -27,7 +27,13 @@ from recruiter.clock import Clock, to_millis
 from recruiter.connection import URI_VARIABLE, open_database, resolve_uri
 from recruiter.dependencies import Batch, BatchStatus, Workflow, check_batch, settle_stored
 from recruiter.duration import Duration, to_timedelta
-from recruiter.errors import BatchNotFound, DatabaseUnavailable, InvalidJob, JobNotFound
+from recruiter.errors import (
+    BatchNotFound,
+    DatabaseUnavailable,
+    InvalidJob,
+    JobNotFound,
+    SchedulerNotFound,
+)
 from recruiter.groups import GroupSettings, InvalidGroupSettings, Rate
 from recruiter.job import After, Job, JobSpec, as_object_id, state_of
 from recruiter.loop import Backoff
@@ -397,6 +403,13 @@ class Queue:
     def schedulers(self) -> list[SchedulerRecord]:
         """Every scheduler, by urn."""
         return self.store.scheduler_records()
+
+    def scheduler(self, urn: str) -> SchedulerRecord:
+        """The scheduler ``urn``, as it is now; :class:`SchedulerNotFound` if unknown."""
+        record = self.store.find_scheduler(urn)
+        if record is None:
+            raise SchedulerNotFound(urn)
+        return record
 
     def limit_group(
         self,

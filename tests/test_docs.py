@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import urllib.parse
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +67,32 @@ def test_the_transactions_page_runs_on_the_real_server(real_server_uri: str) -> 
     finally:
         client.drop_database("shop")
         client.close()
+
+
+@pytest.mark.real_server
+def test_the_readme_runs_as_written(
+    real_server_uri: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its ``Queue.connect()`` reads MONGODB_URI, set here to a database of the test's
+    server (on a fresh machine without it, the embedded database)."""
+    name = f"readme_{uuid.uuid4().hex[:8]}"
+    parts = urllib.parse.urlsplit(real_server_uri)
+    monkeypatch.setenv("MONGODB_URI", urllib.parse.urlunsplit(parts._replace(path=f"/{name}")))
+    readme = DOCS.parent / "README.md"
+    blocks = BLOCK.findall(readme.read_text())
+    assert len(blocks) >= 2, "the README shows how to schedule and how to test"
+    namespace: dict[str, Any] = {"__name__": "docs_readme"}
+    try:
+        for block in blocks:
+            exec(compile(block, f"{readme}", "exec"), namespace)
+        assert namespace["queue"].store.database.name == name
+        assert namespace["queue"].job(namespace["job_id"]).workable == "emails.send"
+    finally:
+        client: MongoClient[dict[str, Any]] = MongoClient(real_server_uri)
+        client.drop_database(name)
+        client.close()
+        if "queue" in namespace:
+            namespace["queue"].close()
 
 
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")

@@ -12,8 +12,9 @@ from bson import ObjectId
 from recruiter import JobNotFound, JobSpec, Queue, Registry, RetryManyTimes
 from recruiter.cleaner import Cleaner, CleanerConfig
 from recruiter.clock import FrozenClock, SystemClock
+from recruiter.errors import DeclaredDead, WaitTimeout
 from recruiter.execution import Outcome
-from recruiter.manual import DeclaredDead, NotWaiting, WaitTimeout, run_here
+from recruiter.manual import NotWaiting, run_here
 from recruiter.recovery import release_unheld
 from recruiter.recruiter import Recruiter
 from recruiter.stopping import HolderDeclaredDead
@@ -63,7 +64,7 @@ def test_wait_returns_the_finished_jobs_in_order_or_times_out(
         "not-scheduled-by-retry-policy",
         "done",
     ]
-    with pytest.raises(WaitTimeout, match=f"1 job not finished after 0:00:01: {pending}"):
+    with pytest.raises(WaitTimeout, match=f"1 job not finished after 1s: {pending}"):
         queue.wait([ok, pending], timeout="1s")
 
 

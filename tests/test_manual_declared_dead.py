@@ -21,7 +21,8 @@ import pytest
 from recruiter import JobSpec, Queue, Registry, RetryManyTimes
 from recruiter.cleaner import CleanerConfig
 from recruiter.clock import FrozenClock
-from recruiter.manual import DeclaredDead, run_here
+from recruiter.errors import DeclaredDead
+from recruiter.manual import run_here
 from tests.conftest import START
 from tests.interleaving import after
 from tests.test_processes import DEAD_AFTER, WatchingCleaner

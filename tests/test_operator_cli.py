@@ -20,6 +20,7 @@ from recruiter import BatchNotFound, JobNotFound, JobSpec, Queue, Registry, Retr
 from recruiter.cli import ExitCode, app
 from recruiter.clock import FrozenClock
 from recruiter.embedded import free_port
+from recruiter.errors import NotFailed, SchedulerNotFound
 from recruiter.manual import NotFinished
 from recruiter.metrics import QueueCollector
 from recruiter.testing import drain
@@ -68,16 +69,18 @@ def test_analytics_counts_waiting_jobs_and_the_last_minute(
     assert json.loads(invoke("analytics", "--json").output)["orphans"] == 0, "a round's, maybe"
     clock.advance(31)
     figures = json.loads(invoke("analytics", "--json").output)
-    assert {k: figures[k] for k in ("ready", "postponed", "running", "orphans")} == {
+    states = ("ready", "postponed", "handed_out", "running", "orphans")
+    assert {k: figures[k] for k in states} == {
         "ready": 1,
         "postponed": 1,
-        "running": 1,
+        "handed_out": 1,  # locked, never started: not running
+        "running": 0,
         "orphans": 1,
     }
     assert (figures["finished"], figures["failed"], figures["throughput_per_minute"]) == (5, 1, 5)
     assert figures["latency_average"] == 0.0, "run at once by drain on a frozen clock"
     mail = json.loads(invoke("analytics", "--group", "mail", "--json").output)
-    assert (mail["running"], mail["finished"]) == (1, 0)
+    assert (mail["handed_out"], mail["running"], mail["finished"]) == (1, 0, 0)
     assert "throughput, jobs per minute" in invoke("analytics").output
 
 
@@ -210,9 +213,9 @@ def test_failed_jobs_are_retried_in_bulk_after_a_confirmation(
     assert "0 jobs scheduled again (1 retried already)" in twice
     done = cli.schedule(JobSpec("tests.noop"))
     drain(cli, app_registry)
-    refused = CliRunner().invoke(app, ["jobs", "retry", str(done)])
-    assert refused.exit_code == ExitCode.USAGE
-    assert "did not fail (done)" in refused.output
+    refused = CliRunner().invoke(app, ["jobs", "retry", str(done)])  # exit code 6 by main
+    assert isinstance(refused.exception, NotFailed)
+    assert "did not fail (it ended done): nothing was retried" in str(refused.exception)
 
 
 def test_workers_and_schedulers_are_listed_and_a_scheduler_removed(
@@ -230,7 +233,8 @@ def test_workers_and_schedulers_are_listed_and_a_scheduler_removed(
     )
     assert "removed" in invoke("schedulers", "remove", "nightly", "--yes").output
     assert cli.schedulers() == []
-    assert "no such scheduler" in invoke("schedulers", "remove", "nightly", "--yes").output
+    again = CliRunner().invoke(app, ["schedulers", "remove", "nightly", "--yes"])
+    assert isinstance(again.exception, SchedulerNotFound)
 
 
 def test_top_renders_a_frame_of_every_group(
@@ -244,12 +248,20 @@ def test_top_renders_a_frame_of_every_group(
     cli.schedule_many(JobSpec("tests.noop").in_group("mail") for _ in range(3))
     cli.schedule(JobSpec("tests.noop").in_group("video").run_in("1h"))
     cli.store.register_worker("*", 1, "box", clock.now())
+    # a batch of three handed to one slot, its first job started: one runs, two wait
+    batch, token = (
+        cli.schedule_many(JobSpec("tests.noop").in_group("big") for _ in range(3)),
+        ObjectId(),
+    )
+    cli.store.lock_jobs(batch, token, clock.now())
+    assert cli.store.start_if_owned(batch[0], token, {"started_at": clock.now()}) is not None
     frame = invoke("top", "--once").output
     cells = [line.replace("│", " ").split() for line in frame.splitlines()]
-    rows = {row[0]: row[1:] for row in cells if row and row[0] in ("mail", "video")}
-    # ready, postponed, running, done/min, failed/min, latency s, run time s
-    assert rows["mail"] == ["3", "0", "0", "2", "0", "0.000", "0.000"]
-    assert rows["video"] == ["0", "1", "0", "0", "1", "0.000", "0.000"]
+    rows = {row[0]: row[1:] for row in cells if row and row[0] in ("mail", "video", "big")}
+    # ready, postponed, handed out, running, done/min, failed/min, latency s, run time s
+    assert rows["mail"] == ["3", "0", "0", "0", "2", "0", "0.000", "0.000"]
+    assert rows["video"] == ["0", "1", "0", "0", "0", "1", "0.000", "0.000"]
+    assert rows["big"] == ["0", "0", "2", "1", "0", "0", "-", "-"]
     assert "workers: 1 (0 busy, 1 idle)" in frame
     assert "leader: nobody" in frame
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import pytest
 from bson import ObjectId
@@ -10,6 +11,7 @@ from bson import ObjectId
 from recruiter import (
     ExponentialBackoff,
     InvalidJob,
+    InvalidParameters,
     JobNotFound,
     JobSpec,
     Queue,
@@ -106,3 +108,40 @@ def test_connect_uses_the_database_of_the_uri(real_server_uri: str) -> None:
     finally:
         queue.store.database.client.drop_database("t_connect")
         queue.close()
+
+
+def test_parameters_too_large_for_mongodb_are_refused_before_anything_is_sent(
+    queue: Queue, registry: Registry
+) -> None:
+    """A 17 MB parameter used to fail after 6 s with the driver's DocumentTooLarge, once
+    the data was sent; it is refused as it is built, naming its size and the limit."""
+
+    @registry.workable("tests.upload")
+    def upload(data: str) -> None: ...
+
+    with pytest.raises(InvalidParameters) as refused:
+        queue.schedule_many([JobSpec("tests.noop"), upload.job("x" * 17_000_000)])
+    message = str(refused.value)
+    assert "they take 16.2 MiB of BSON, over the 12 MiB a job's parameters may take" in message
+    assert "MongoDB stores a document of at most 16 MiB" in message
+    assert queue.store.count_jobs("scheduled") == 0
+    queue.schedule(upload.job("x" * 11_000_000))  # under the limit: stored
+    assert queue.store.count_jobs("scheduled") == 1
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: JobSpec("w").run_in("100000000d"), "delay 100000000d is too long: at most"),
+        (lambda: JobSpec("w").run_in(1e300), "delay of 1e+300 seconds is too long"),
+        (lambda: JobSpec("w").run_in(-1), "delay must not be negative, got -1s"),
+        (lambda: JobSpec("w").with_timeout("0s"), "a timeout must be at least 1ms, got 0s"),
+    ],
+)
+def test_durations_out_of_range_are_refused_in_words(build: Any, message: str) -> None:
+    """``run_in("100000000d")`` raised a bare OverflowError; messages showed reprs
+    (``datetime.timedelta(0)``)."""
+    with pytest.raises(InvalidJob) as refused:
+        build()
+    assert message in str(refused.value)
+    assert "datetime." not in str(refused.value)

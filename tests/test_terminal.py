@@ -175,3 +175,22 @@ def test_markup_in_job_data_is_never_interpreted() -> None:
     assert terminal.export_text() == (
         "could not open [/var/data/in.csv] [link=http://evil.example]x[/link]\n"
     )
+
+
+def test_piped_views_never_cut_ids_nor_names(
+    monkeypatch: pytest.MonkeyPatch, clock: FrozenClock
+) -> None:
+    """Piped (CliRunner's output is no terminal) and no COLUMNS: at 80 columns rich cut
+    names to ``shop.ti…``."""
+    queue = Unclosed(mongomock.MongoClient(tz_aware=True).shop, clock)
+    monkeypatch.setattr(
+        importlib.import_module("recruiter.cli.jobs"), "open_queue", lambda *_: queue
+    )
+    workable = "shop.tickets." + "very_long_name_of_a_workable_" * 4
+    group = "a-group-name-longer-than-most-" * 3
+    job = queue.schedule(JobSpec(workable, {"note": "x" * 300}).in_group(group))
+    listed = shown("jobs", "list")
+    assert workable in listed
+    assert group in listed
+    assert str(job) in listed
+    assert "x" * 300 in shown("jobs", "show", str(job))

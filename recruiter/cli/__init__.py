@@ -8,35 +8,27 @@ from __future__ import annotations
 
 import json
 import sys
-from enum import IntEnum
 from typing import Annotated
 
 import typer
 
 from recruiter import __version__
+from recruiter.cli.exit_codes import ExitCode as ExitCode
+from recruiter.cli.exit_codes import exit_code_of
 from recruiter.cli.groups import groups
-from recruiter.cli.jobs import JOB_FAILED_EXIT, jobs
+from recruiter.cli.jobs import jobs
 from recruiter.cli.processes import clean, run, worker
 from recruiter.cli.terminal import console, errors, styled
-from recruiter.cli.together import DemoTimeout, demo, up
+from recruiter.cli.together import demo, up
 from recruiter.cli.top import metrics, top
 from recruiter.cli.views import analytics_command, schedulers, status, workers
 from recruiter.cli.web import web
 from recruiter.embedded import (
-    EmbeddedServerError,
     find_local_server,
     home,
     stop_local_server,
 )
-from recruiter.errors import (
-    DatabaseUnavailable,
-    DatabaseUnreachable,
-    InvalidUri,
-    RecruiterError,
-    SchemaTooNew,
-)
-from recruiter.manual import DeclaredDead, WaitTimeout
-from recruiter.worker import DECLARED_DEAD_EXIT
+from recruiter.errors import RecruiterError
 
 app = typer.Typer(
     name="recruiter",
@@ -52,35 +44,6 @@ app.add_typer(embedded, name="embedded")
 app.add_typer(groups, name="group")
 app.add_typer(jobs, name="jobs")
 app.add_typer(jobs, name="job", hidden=True)  # the singular, as issue 6 named it
-
-
-class ExitCode(IntEnum):
-    OK = 0
-    BUG = 1
-    USAGE = 2
-    DATABASE_UNREACHABLE = 3
-    SCHEMA_TOO_NEW = 4
-    EMBEDDED_SERVER = 5
-    INVALID = 6
-    TIMEOUT = 7
-    DECLARED_DEAD = DECLARED_DEAD_EXIT
-    JOB_FAILED = JOB_FAILED_EXIT
-
-
-def exit_code_of(error: RecruiterError) -> ExitCode:
-    if isinstance(error, InvalidUri):
-        return ExitCode.USAGE
-    if isinstance(error, DatabaseUnreachable | DatabaseUnavailable):
-        return ExitCode.DATABASE_UNREACHABLE
-    if isinstance(error, SchemaTooNew):
-        return ExitCode.SCHEMA_TOO_NEW
-    if isinstance(error, EmbeddedServerError):
-        return ExitCode.EMBEDDED_SERVER
-    if isinstance(error, DemoTimeout | WaitTimeout):
-        return ExitCode.TIMEOUT
-    if isinstance(error, DeclaredDead):
-        return ExitCode.DECLARED_DEAD
-    return ExitCode.INVALID
 
 
 app.command()(run)

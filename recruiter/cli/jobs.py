@@ -17,26 +17,26 @@ from rich.progress import Progress
 from rich.table import Table
 
 from recruiter import listing
+from recruiter.cli.exit_codes import ExitCode
 from recruiter.cli.options import (
     DEMO_APP,
     DatabaseName,
     MongoUri,
     duration_option,
+    job_id_argument,
     load_registry,
     open_queue,
 )
 from recruiter.cli.tables import counted, id_column
 from recruiter.cli.terminal import console, errors, moment_text, styled
-from recruiter.errors import ResultNotKept
+from recruiter.errors import NotFailed, ResultNotKept
 from recruiter.job import Job
 from recruiter.listing import FAILED, STATES, InvalidFilter, JobFilter, state_queries
 from recruiter.queue import Queue
 from recruiter.store import as_object_id
 
-JOB_FAILED_EXIT = 9
 BULK_LIMIT = 100_000
 """The most jobs a bulk action takes at once."""
-"""The exit code of ``recruiter job run --wait`` when a job finished other than done."""
 
 jobs = typer.Typer(
     help="Jobs: list, show, run now (and wait), cancel, retry, recover; a batch where it stands.",
@@ -46,7 +46,9 @@ jobs = typer.Typer(
 
 @jobs.command("run")
 def run_jobs(
-    job_ids: Annotated[list[str], typer.Argument(help="The ids of jobs in the queue.")],
+    job_ids: Annotated[
+        list[str], typer.Argument(parser=job_id_argument, help="The ids of jobs in the queue.")
+    ],
     wait: Annotated[
         bool, typer.Option("--wait", help="Wait until they are finished; show how they ended.")
     ] = False,
@@ -95,13 +97,14 @@ def run_jobs(
         queue.close()
     console.print(_results(finished))
     if any(job.why != "done" for job in finished):
-        sys.exit(JOB_FAILED_EXIT)
+        sys.exit(ExitCode.JOB_FAILED)
 
 
 @jobs.command("cancel")
 def cancel_jobs(
     job_ids: Annotated[
-        list[str] | None, typer.Argument(help="Jobs to cancel; or none, with --group.")
+        list[str] | None,
+        typer.Argument(parser=job_id_argument, help="Jobs to cancel; or none, with --group."),
     ] = None,
     group: Annotated[
         str | None, typer.Option(help="Every unfinished job of this group (with --state).")
@@ -208,7 +211,7 @@ def list_jobs(
 
 @jobs.command("show")
 def show_job(
-    job_id: Annotated[str, typer.Argument(help="The job's id.")],
+    job_id: Annotated[str, typer.Argument(parser=job_id_argument, help="The job's id.")],
     as_json: Annotated[
         bool, typer.Option("--json", help="One JSON document, for scripts.")
     ] = False,
@@ -284,7 +287,9 @@ def _print_attempt(attempt: Mapping[str, Any]) -> None:
 
 @jobs.command("batch")
 def show_batch(
-    batch_id: Annotated[str, typer.Argument(help="The batch's id (queue.batch(...).id).")],
+    batch_id: Annotated[
+        str, typer.Argument(parser=job_id_argument, help="The batch's id (queue.batch(...).id).")
+    ],
     mongodb_uri: MongoUri = None,
     database: DatabaseName = None,
 ) -> None:
@@ -345,7 +350,9 @@ def _moment(text: str) -> dt.datetime:
 
 @jobs.command("recover")
 def recover_job(
-    job_id: Annotated[str, typer.Argument(help="The id of a finished job.")],
+    job_id: Annotated[
+        str, typer.Argument(parser=job_id_argument, help="The id of a finished job.")
+    ],
     at: Annotated[
         dt.datetime | None,
         typer.Option(parser=_moment, help="When the new job is due (ISO; UTC unless given)."),
@@ -365,7 +372,8 @@ def recover_job(
 @jobs.command("retry")
 def retry_jobs(
     job_ids: Annotated[
-        list[str] | None, typer.Argument(help="Failed jobs; or none, with --failed-since.")
+        list[str] | None,
+        typer.Argument(parser=job_id_argument, help="Failed jobs; or none, with --failed-since."),
     ] = None,
     failed_since: Annotated[
         dt.timedelta | None,
@@ -410,7 +418,7 @@ def _failed_jobs(
     for job_id in ids:
         job = queue.job(job_id)
         if job.why not in FAILED:
-            raise typer.BadParameter(f"job {job_id} did not fail ({job.why or 'unfinished'})")
+            raise NotFailed(job_id, job.why)
     if failed_since is not None:
         query: dict[str, Any] = {
             "why": {"$in": FAILED},

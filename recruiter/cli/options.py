@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib
+import os
 import re
+import sys
 from typing import Annotated, Any, Protocol, TypeVar
 
 import typer
@@ -27,6 +29,19 @@ def duration_option(text: str) -> dt.timedelta:
         return parse_duration(text)
     except ValueError as error:
         raise typer.BadParameter(str(error)) from error
+
+
+_OBJECT_ID = re.compile(r"^[0-9a-fA-F]{24}$")
+
+
+def job_id_argument(text: str) -> str:
+    """A job's (or a batch's) id: 24 hexadecimal digits, refused otherwise (exit 2)."""
+    if not _OBJECT_ID.match(text):
+        raise typer.BadParameter(
+            f"{text!r} is not a job id: an id is 24 hexadecimal digits, as `recruiter jobs "
+            "list` shows them (6b03f363855e6b03f363855e)"
+        )
+    return text.lower()
 
 
 _SIZE = re.compile(r"^\s*(\d+)\s*(b|kb|mb|gb|kib|mib|gib)?\s*$", re.IGNORECASE)
@@ -107,7 +122,15 @@ DEMO_APP = "recruiter.demo:registry"
 
 
 def load_registry(spec: str) -> Registry:
-    """The Registry named ``module`` or ``module:attribute`` (default attribute ``registry``)."""
+    """The Registry named ``module`` or ``module:attribute`` (default attribute ``registry``).
+
+    The module is looked for in the current directory first, as ``python -m`` (and rq,
+    celery) do: ``recruiter worker --app myapp:registry`` works from the application's
+    own directory, without ``PYTHONPATH=.``.
+    """
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)  # also seen by the processes pool's children (spawned)
     module_name, _, attribute = spec.partition(":")
     try:
         module = importlib.import_module(module_name)

@@ -373,6 +373,16 @@ def clean(
         typer.Option(parser=duration_option, help="Purge archived jobs finished this long ago."),
     ] = "5d",  # type: ignore[assignment]
     lease: Lease = "15s",  # type: ignore[assignment]
+    app: Annotated[
+        str | None,
+        typer.Option(
+            "--app",
+            "--bootstrap",
+            help="A Registry (module:attribute) to load: its module may set up tracing "
+            "(the cleaner's rounds are spans), and its became-leader and stepped-down "
+            "listeners are called; none by default.",
+        ),
+    ] = None,
     mongodb_uri: MongoUri = None,
     database: DatabaseName = None,
     wait_for_database: WaitForDatabase = "0s",  # type: ignore[assignment]
@@ -383,6 +393,9 @@ def clean(
     setup_logging("cleaner", log_level, json_logs)
     stop = signalled_stop("cleaner")
     config = validated(CleanerConfig(considered_dead_after, clean_after, lease))
+    registry = None if app is None else load_registry(app)
     store = connect_store(mongodb_uri, database, wait_for_database)
-    lead(store, "cleaner", config.lease, Cleaner(store, config), config.idle_waits, stop)
+    tell = None if registry is None else Tell(registry.listeners, Queue(store.database))
+    cleaner = Cleaner(store, config)
+    lead(store, "cleaner", config.lease, cleaner, config.idle_waits, stop, tell=tell)
     stopped_cleanly()

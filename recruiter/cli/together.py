@@ -35,7 +35,7 @@ from recruiter.clock import SystemClock
 from recruiter.connection import open_database, resolve_uri
 from recruiter.demo import sample_jobs
 from recruiter.embedded import home
-from recruiter.errors import RecruiterError
+from recruiter.errors import DemoTimeout
 from recruiter.logs import Level, setup_logging
 from recruiter.queue import Queue
 from recruiter.supervisor import Child, Supervisor
@@ -50,10 +50,6 @@ def demo_logs() -> Path:
     return home() / "demo-logs"
 
 
-class DemoTimeout(RecruiterError):
-    """The demo's jobs did not all finish in time."""
-
-
 def team(
     workers: int,
     *,
@@ -64,10 +60,11 @@ def team(
     recruiter: tuple[str, ...] = (),
     cleaner: tuple[str, ...] = (),
 ) -> list[Child]:
-    """A recruiter, a cleaner and ``workers`` workers, each with the ``extra`` arguments."""
+    """A recruiter, a cleaner and ``workers`` workers, each with the ``extra`` arguments
+    and the application ``app`` (its tracing and listeners apply to all three)."""
     children = [
-        Child("recruiter", ("run", *recruiter, *extra)),
-        Child("cleaner", ("clean", *cleaner, *extra)),
+        Child("recruiter", ("run", "--app", app, *recruiter, *extra)),
+        Child("cleaner", ("clean", "--app", app, *cleaner, *extra)),
     ]
     worker = ("worker", "--app", app, "--group", group, "--concurrency", str(concurrency))
     children += [Child(f"worker-{n}", (*worker, *extra)) for n in range(1, workers + 1)]

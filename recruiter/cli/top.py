@@ -71,14 +71,16 @@ def frame(queue: Queue) -> Group:
     store, now = queue.store, queue.clock.now()
     counts = store.count_unfinished_by_group(now)
     ready, later, running = counts["ready"], counts["postponed"], counts["running"]
+    handed_out = counts["handed out"]
     finished: dict[Any, list[Mapping[str, Any]]] = defaultdict(list)
     for document in store.recently_finished(now - WINDOW):
         finished[document.get("group")].append(document)
-    groups = sorted({*ready, *later, *running, *finished}, key=str)
+    groups = sorted({*ready, *later, *handed_out, *running, *finished}, key=str)
     table = Table(
         "group",
         "ready",
         "postponed",
+        "handed out",
         "running",
         "done/min",
         "failed/min",
@@ -92,6 +94,7 @@ def frame(queue: Queue) -> Group:
             str(group),
             str(ready.get(group, 0)),
             str(later.get(group, 0)),
+            str(handed_out.get(group, 0)),
             str(running.get(group, 0)),
             str(sum(1 for d in recent if d.get("why") == "done")),
             str(sum(1 for d in recent if d.get("why") in FAILED)),

@@ -17,6 +17,7 @@ from recruiter.analytics import Analytics
 from recruiter.cli.options import DatabaseName, MongoUri, open_queue
 from recruiter.cli.tables import id_column
 from recruiter.cli.terminal import console, moment_text
+from recruiter.errors import SchedulerBusy, SchedulerNotFound
 from recruiter.listing import status_document, worker_rows
 
 AsJson = Annotated[bool, typer.Option("--json", help="One JSON document, for scripts.")]
@@ -49,6 +50,7 @@ def analytics_table(figures: Analytics) -> Table:
     rows = [
         ("ready", figures.ready),
         ("postponed", figures.postponed),
+        ("handed out (not started yet)", figures.handed_out),
         ("running", figures.running),
         ("orphans (the cleaner will release them)", figures.orphans),
         ("finished, last minute", figures.finished),
@@ -155,15 +157,16 @@ def remove_scheduler(
     mongodb_uri: MongoUri = None,
     database: DatabaseName = None,
 ) -> None:
-    """Remove a scheduler; the jobs it created stay."""
+    """Remove a scheduler; the jobs it created stay (exit code 10 if unknown)."""
     if not yes and not typer.confirm(f"remove the scheduler {urn!r}?"):
         raise typer.Abort()
     queue = open_queue(mongodb_uri, database)
     try:
-        removed = queue.stop_repeating(urn)
+        if not queue.stop_repeating(urn):
+            raise SchedulerNotFound(urn)
     finally:
         queue.close()
-    console.print(f"scheduler {urn}: " + ("removed" if removed else "no such scheduler"))
+    console.print(f"scheduler {urn}: removed")
 
 
 @schedulers.command("pause")
@@ -173,13 +176,17 @@ def pause_scheduler(
     database: DatabaseName = None,
 ) -> None:
     """Pause a scheduler: it creates no job until resumed (declaring it again keeps it
-    paused)."""
+    paused). Pausing a paused one says so; an unknown urn exits with code 10."""
     queue = open_queue(mongodb_uri, database)
     try:
         paused = queue.pause_repeating(urn)
+        record = None if paused else queue.scheduler(urn)
     finally:
         queue.close()
-    console.print(f"scheduler {urn}: " + ("paused" if paused else "unknown, or paused already"))
+    if record is None:
+        console.print(f"scheduler {urn}: paused")
+    else:
+        console.print(f"scheduler {urn}: paused already, since {moment_text(record.paused_at)}")
 
 
 @schedulers.command("resume")
@@ -189,13 +196,21 @@ def resume_scheduler(
     database: DatabaseName = None,
 ) -> None:
     """Resume a paused scheduler from its next occurrence (none missed while paused is
-    created)."""
+    created). Resuming one that is not paused says so; an unknown urn exits with code 10."""
     queue = open_queue(mongodb_uri, database)
     try:
         resumed = queue.resume_repeating(urn)
+        record = None if resumed else queue.scheduler(urn)
     finally:
         queue.close()
-    console.print(f"scheduler {urn}: " + ("resumed" if resumed else "unknown, or not paused"))
+    if record is None:
+        console.print(f"scheduler {urn}: resumed")
+    elif record.paused_at is None:
+        console.print(
+            f"scheduler {urn}: not paused (next occurrence {moment_text(record.next_at)})"
+        )
+    else:
+        raise SchedulerBusy(urn)
 
 
 def _state(row: dict[str, Any]) -> str:

@@ -21,18 +21,19 @@ RECENT_SAMPLE = 10_000
 """The most archived jobs read to compute the last minute's figures."""
 
 
-UNFINISHED_STATES = ("ready", "postponed", "running")
+UNFINISHED_STATES = ("ready", "postponed", "handed out", "running")
 
 
 def unfinished_state_queries(now: dt.datetime) -> dict[str, Document]:
     """The filter of ``scheduled`` for each state of an unfinished job at ``now``:
     ready (due, not handed out), postponed (due later), blocked (waiting for other jobs),
-    running (handed out)."""
+    handed out (to a worker, not started yet), running (started)."""
     return {
         "ready": ready_query(now),
         "postponed": {"locked": False, "scheduled_at": {"$gt": now}},
         "blocked": {"waiting_for": {"$exists": True}},
-        "running": {"locked": True},
+        "handed out": {"locked": True, "lock.started_at": {"$exists": False}},
+        "running": {"locked": True, "lock.started_at": {"$exists": True}},
     }
 
 
@@ -53,7 +54,7 @@ class AnalyticsVerbs:
     archived: Collection[Document]
 
     def count_unfinished(self, now: dt.datetime, group: str | None = None) -> dict[str, int]:
-        """How many jobs are ready, postponed and running, of ``group`` or of all."""
+        """How many jobs are in each unfinished state, of ``group`` or of all."""
         where: Document = {} if group is None else {"group": group}
         return {
             state: self.scheduled.count_documents({**where, **query})

@@ -1,0 +1,70 @@
+"""The exit codes of every ``recruiter`` command, and the one place domain errors become
+them (:func:`exit_code_of`). docs/processes.md shows this table; a test holds the two
+together, and another makes each code happen."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+from recruiter.errors import (
+    DatabaseUnavailable,
+    DatabaseUnreachable,
+    DeclaredDead,
+    DemoTimeout,
+    EmbeddedServerError,
+    InvalidUri,
+    JobNotFound,
+    RecruiterError,
+    SchedulerNotFound,
+    SchemaTooNew,
+    WaitTimeout,
+)
+
+
+class ExitCode(IntEnum):
+    """What a command's exit status means (docs/processes.md, "Exit codes")."""
+
+    OK = 0
+    """Done, or stopped as asked."""
+    BUG = 1
+    """A bug: a traceback is printed (also typer's "Aborted!" at a declined confirmation)."""
+    USAGE = 2
+    """An invalid option or argument, or a MongoDB URI that does not parse: nothing ran."""
+    DATABASE_UNREACHABLE = 3
+    """The database does not answer."""
+    SCHEMA_TOO_NEW = 4
+    """The database was written by a newer recruiter: upgrade this one."""
+    EMBEDDED_SERVER = 5
+    """The embedded database could not be started."""
+    INVALID = 6
+    """The request cannot be done as asked: nothing was changed (a job not waiting, not
+    failed or not finished; an --app that does not register the job's workable; an
+    invalid group setting; invalid job parameters)."""
+    TIMEOUT = 7
+    """``recruiter demo``, or ``recruiter jobs run --wait``, ran out of time."""
+    DECLARED_DEAD = 8
+    """A worker (or ``jobs run --here``) was declared dead while it ran a job (the
+    worker exits with it by itself: ``recruiter.worker.DECLARED_DEAD_EXIT``)."""
+    JOB_FAILED = 9
+    """``recruiter jobs run --wait`` (or ``--here``): a job finished other than done."""
+    NOT_FOUND = 10
+    """No job, batch or scheduler has the id or urn given."""
+
+
+def exit_code_of(error: RecruiterError) -> ExitCode:
+    """The exit code a command ends with on ``error``."""
+    if isinstance(error, InvalidUri):
+        return ExitCode.USAGE
+    if isinstance(error, DatabaseUnreachable | DatabaseUnavailable):
+        return ExitCode.DATABASE_UNREACHABLE
+    if isinstance(error, SchemaTooNew):
+        return ExitCode.SCHEMA_TOO_NEW
+    if isinstance(error, EmbeddedServerError):
+        return ExitCode.EMBEDDED_SERVER
+    if isinstance(error, WaitTimeout | DemoTimeout):
+        return ExitCode.TIMEOUT
+    if isinstance(error, DeclaredDead):
+        return ExitCode.DECLARED_DEAD
+    if isinstance(error, JobNotFound | SchedulerNotFound):
+        return ExitCode.NOT_FOUND
+    return ExitCode.INVALID
