@@ -3,7 +3,11 @@ context kept in the job, each attempt a span linked to it, rounds and releases s
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from opentelemetry import trace
@@ -13,7 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from recruiter import JobSpec, Queue, Registry, RetryManyTimes
 from recruiter.cleaner import Cleaner
-from recruiter.clock import FrozenClock
+from recruiter.clock import FrozenClock, SystemClock
 from recruiter.recruiter import Recruiter
 from recruiter.testing import drain
 
@@ -123,3 +127,56 @@ def test_rounds_and_releases_are_spans(
     assert len(cleaned) == 6
     assert [a.get("recruiter.dead_workers") for a in cleaned].count(1) == 1
     assert [a.get("recruiter.released") for a in cleaned].count(1) == 1
+
+
+TRACED_APP = """
+from pathlib import Path
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+
+from recruiter import Registry
+
+
+class ToFile(SpanExporter):
+    def export(self, spans):
+        with Path("spans.txt").open("a") as file:
+            file.writelines(f"{span.name}\\n" for span in spans)
+        return SpanExportResult.SUCCESS
+
+
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(ToFile()))
+trace.set_tracer_provider(provider)
+registry = Registry()
+"""
+
+
+@pytest.mark.real_server
+@pytest.mark.parametrize("command", ["clean", "run"])
+def test_the_cleaner_and_the_recruiter_commands_trace_with_their_app(
+    command: str, real_server_uri: str, tmp_path: Path
+) -> None:
+    """docs/traces.md promised the cleaner's round spans, but ``recruiter clean`` had no
+    way to load the application that sets the tracer provider up: ``--app``, as ``run``."""
+    (tmp_path / "traced_app.py").write_text(TRACED_APP)
+    spans, clock = tmp_path / "spans.txt", SystemClock()
+    database = ["--mongodb-uri", real_server_uri, "--database", f"t_{uuid.uuid4().hex[:12]}"]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "recruiter", command, "--app", "traced_app", *database],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = clock.monotonic() + 90  # a process's start on a loaded machine
+        while not (spans.exists() and spans.read_text()) and process.poll() is None:
+            assert clock.monotonic() < deadline, "no span exported"
+            clock.sleep(0.2)
+    finally:
+        process.terminate()
+        _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 0, stderr.decode()
+    expected = "recruiter.clean" if command == "clean" else "recruiter.round"
+    assert expected in spans.read_text().split(), spans.read_text()
