@@ -4,68 +4,159 @@ and whose whole history can be read back.
 >>> from recruiter import Queue, Registry, ExponentialBackoff
 """
 
-from importlib.metadata import PackageNotFoundError, version
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from recruiter.clock import Clock, FrozenClock, SystemClock
-from recruiter.dependencies import Batch, BatchStatus, Workflow
-from recruiter.errors import (
-    BatchNotFound,
-    DatabaseError,
-    DatabaseUnavailable,
-    DatabaseUnreachable,
-    DuplicateRegistration,
-    InvalidJob,
-    InvalidParameters,
-    InvalidRetryPolicy,
-    InvalidUri,
-    JobNotFound,
-    NotRunnableHere,
-    RecruiterError,
-    ResultNotKept,
-    SchemaTooNew,
-    UnknownRetryPolicy,
-    UnknownWorkable,
-    WorkerDied,
-    WriteRejected,
-)
-from recruiter.groups import GroupSettings, InvalidGroupSettings, Rate
-from recruiter.job import After, Job, JobSpec, Root
-from recruiter.manual import Cancellation
-from recruiter.policies import (
-    DoNotDoItAgain,
-    ExponentialBackoff,
-    RetriableExceptionFilter,
-    RetryForever,
-    RetryManyTimes,
-    SelectByException,
-    TimeTable,
-)
-from recruiter.queue import Queue
-from recruiter.retry import (
-    Decision,
-    FailedAttempt,
-    Failure,
-    GiveUp,
-    RetryAt,
-    RetryPolicy,
-    Why,
-    register_retry_policy,
-)
-from recruiter.schedule import Cron, Every, InvalidSchedule
-from recruiter.stopping import JobCancelled, JobTimedOut
-from recruiter.workable import (
-    FunctionWorkable,
-    Registry,
-    RetryStatistics,
-    Workable,
-    record_output,
-    retry_statistics,
-)
+if TYPE_CHECKING:
+    from recruiter.clock import Clock, FrozenClock, SystemClock
+    from recruiter.dependencies import Batch, BatchStatus, Workflow
+    from recruiter.errors import (
+        BatchNotFound,
+        DatabaseError,
+        DatabaseUnavailable,
+        DatabaseUnreachable,
+        DeclaredDead,
+        DuplicateRegistration,
+        InvalidJob,
+        InvalidParameters,
+        InvalidRetryPolicy,
+        InvalidUri,
+        JobNotFound,
+        NotFailed,
+        NotRunnableHere,
+        RecruiterError,
+        ResultNotKept,
+        SchedulerNotFound,
+        SchemaTooNew,
+        UnknownRetryPolicy,
+        UnknownWorkable,
+        WaitTimeout,
+        WorkerDied,
+        WriteRejected,
+    )
+    from recruiter.groups import GroupSettings, InvalidGroupSettings, Rate
+    from recruiter.job import After, Job, JobSpec, Root
+    from recruiter.manual import Cancellation
+    from recruiter.policies import (
+        DoNotDoItAgain,
+        ExponentialBackoff,
+        RetriableExceptionFilter,
+        RetryForever,
+        RetryManyTimes,
+        SelectByException,
+        TimeTable,
+    )
+    from recruiter.queue import Queue
+    from recruiter.retry import (
+        Decision,
+        FailedAttempt,
+        Failure,
+        GiveUp,
+        RetryAt,
+        RetryPolicy,
+        Why,
+        register_retry_policy,
+    )
+    from recruiter.schedule import Cron, Every, InvalidSchedule
+    from recruiter.stopping import JobCancelled, JobTimedOut
+    from recruiter.workable import (
+        FunctionWorkable,
+        Registry,
+        RetryStatistics,
+        Workable,
+        record_output,
+        retry_statistics,
+    )
 
-try:
-    __version__ = version("recruiter")
-except PackageNotFoundError:  # running from a source tree that is not installed
-    __version__ = "0+unknown"
+_EXPORTS = {
+    "After": "recruiter.job",
+    "Batch": "recruiter.dependencies",
+    "BatchNotFound": "recruiter.errors",
+    "BatchStatus": "recruiter.dependencies",
+    "Cancellation": "recruiter.manual",
+    "Clock": "recruiter.clock",
+    "Cron": "recruiter.schedule",
+    "DatabaseError": "recruiter.errors",
+    "DatabaseUnavailable": "recruiter.errors",
+    "DatabaseUnreachable": "recruiter.errors",
+    "Decision": "recruiter.retry",
+    "DeclaredDead": "recruiter.errors",
+    "DoNotDoItAgain": "recruiter.policies",
+    "DuplicateRegistration": "recruiter.errors",
+    "Every": "recruiter.schedule",
+    "ExponentialBackoff": "recruiter.policies",
+    "FailedAttempt": "recruiter.retry",
+    "Failure": "recruiter.retry",
+    "FrozenClock": "recruiter.clock",
+    "FunctionWorkable": "recruiter.workable",
+    "GiveUp": "recruiter.retry",
+    "GroupSettings": "recruiter.groups",
+    "InvalidGroupSettings": "recruiter.groups",
+    "InvalidJob": "recruiter.errors",
+    "InvalidParameters": "recruiter.errors",
+    "InvalidRetryPolicy": "recruiter.errors",
+    "InvalidSchedule": "recruiter.schedule",
+    "InvalidUri": "recruiter.errors",
+    "Job": "recruiter.job",
+    "JobCancelled": "recruiter.stopping",
+    "JobNotFound": "recruiter.errors",
+    "JobSpec": "recruiter.job",
+    "JobTimedOut": "recruiter.stopping",
+    "NotFailed": "recruiter.errors",
+    "NotRunnableHere": "recruiter.errors",
+    "Queue": "recruiter.queue",
+    "Rate": "recruiter.groups",
+    "RecruiterError": "recruiter.errors",
+    "Registry": "recruiter.workable",
+    "ResultNotKept": "recruiter.errors",
+    "RetriableExceptionFilter": "recruiter.policies",
+    "RetryAt": "recruiter.retry",
+    "RetryForever": "recruiter.policies",
+    "RetryManyTimes": "recruiter.policies",
+    "RetryPolicy": "recruiter.retry",
+    "RetryStatistics": "recruiter.workable",
+    "Root": "recruiter.job",
+    "SchedulerNotFound": "recruiter.errors",
+    "SchemaTooNew": "recruiter.errors",
+    "SelectByException": "recruiter.policies",
+    "SystemClock": "recruiter.clock",
+    "TimeTable": "recruiter.policies",
+    "UnknownRetryPolicy": "recruiter.errors",
+    "UnknownWorkable": "recruiter.errors",
+    "WaitTimeout": "recruiter.errors",
+    "Why": "recruiter.retry",
+    "Workable": "recruiter.workable",
+    "WorkerDied": "recruiter.errors",
+    "Workflow": "recruiter.dependencies",
+    "WriteRejected": "recruiter.errors",
+    "record_output": "recruiter.workable",
+    "register_retry_policy": "recruiter.retry",
+    "retry_statistics": "recruiter.workable",
+}
+"""Where each public name lives: imported on first use (PEP 562), so that ``import
+recruiter`` (and the ``recruiter`` command's ``--help``) does not import the driver and
+every module of the package."""
+
+
+def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            value: Any = version("recruiter")
+        except PackageNotFoundError:  # running from a source tree that is not installed
+            value = "0+unknown"
+    elif name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    else:
+        raise AttributeError(f"module 'recruiter' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS, "__version__"})
+
 
 __all__ = [
     "After",
@@ -79,6 +170,7 @@ __all__ = [
     "DatabaseUnavailable",
     "DatabaseUnreachable",
     "Decision",
+    "DeclaredDead",
     "DoNotDoItAgain",
     "DuplicateRegistration",
     "Every",
@@ -100,6 +192,7 @@ __all__ = [
     "JobNotFound",
     "JobSpec",
     "JobTimedOut",
+    "NotFailed",
     "NotRunnableHere",
     "Queue",
     "Rate",
@@ -113,12 +206,14 @@ __all__ = [
     "RetryPolicy",
     "RetryStatistics",
     "Root",
+    "SchedulerNotFound",
     "SchemaTooNew",
     "SelectByException",
     "SystemClock",
     "TimeTable",
     "UnknownRetryPolicy",
     "UnknownWorkable",
+    "WaitTimeout",
     "Why",
     "Workable",
     "WorkerDied",

@@ -26,10 +26,12 @@ import datetime as dt
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from bson import ObjectId
+if TYPE_CHECKING:  # light, for the recruiter command's --help (its --max-batch default)
+    from bson import ObjectId
 
-from recruiter.store import WorkerRecord
+    from recruiter.store import WorkerRecord
 
 DEFAULT_MAX_BATCH = 50
 """Jobs one slot may be handed at once."""

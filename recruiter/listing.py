@@ -16,13 +16,12 @@ from bson import ObjectId
 from recruiter.job import Job, state_of
 from recruiter.queue import Queue
 from recruiter.retry import FAILED as FAILED_WHYS
+from recruiter.states import STATES, UNFINISHED
 from recruiter.store import as_object_id
 from recruiter.store.analytics import unfinished_state_queries
 
 FAILED = [str(why) for why in FAILED_WHYS]
 """The reasons a job failed for good."""
-STATES = ("ready", "postponed", "blocked", "running", "done", "failed", "cancelled", "finished")
-"""The states jobs can be listed by."""
 PAGE = 50
 """Jobs on a page, unless asked otherwise."""
 RECENT_FAILURES = 5
@@ -99,7 +98,7 @@ class JobFilter:
     """Only jobs that finished this long ago at most."""
 
     def validate(self) -> JobFilter:
-        if self.finished_since is not None and self.state in ("ready", "postponed", "running"):
+        if self.finished_since is not None and self.state in UNFINISHED:
             raise InvalidFilter(f"a time since finished selects finished jobs: not {self.state}")
         if self.state is not None and self.state not in STATES:
             raise InvalidFilter(f"{self.state!r} is not a state: one of {', '.join(STATES)}")

@@ -197,3 +197,30 @@ def test_a_store_opened_while_the_database_restarts_waits_for_it(
     finally:
         store.database.client.drop_database(name)
         store.database.client.close()
+
+
+def test_help_loads_neither_the_driver_nor_the_processes() -> None:
+    """Start-up: each command imports what it needs when it runs, so ``recruiter --help``
+    (and every command's help) stays fast; its time is in docs/development.md."""
+    script = (
+        "import sys\n"
+        "from typer.testing import CliRunner\n"
+        "from recruiter.cli import app\n"
+        "for arguments in (['--help'], ['worker', '--help'], ['jobs', 'list', '--help']):\n"
+        "    assert CliRunner().invoke(app, arguments).exit_code == 0\n"
+        "heavy = {'pymongo', 'bson', 'recruiter.store', 'recruiter.worker', 'prometheus_client'}\n"
+        "print(sorted(heavy & set(sys.modules)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_the_worker_options_defaults_are_the_pools() -> None:
+    from recruiter import pool
+    from recruiter.cli import processes
+
+    assert (processes.THREADS, processes.ASYNCIO) == (pool.THREADS, pool.ASYNCIO)
+    assert processes.ASYNCIO_CONCURRENCY == pool.ASYNCIO_CONCURRENCY

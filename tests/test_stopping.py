@@ -27,10 +27,10 @@ from recruiter import (
     retry_statistics,
 )
 from recruiter.cleaner import Cleaner, CleanerConfig
-from recruiter.cli.processes import Tell
 from recruiter.clock import FrozenClock
 from recruiter.events import BECAME_LEADER, STEPPED_DOWN, Listeners
 from recruiter.execution import Executor, Identity, Outcome
+from recruiter.leader import Tell
 from recruiter.recovery import release_fenced
 from recruiter.stopping import JobTimedOut, Running, Watch
 from recruiter.testing import drain

@@ -12,7 +12,6 @@ from typing import Annotated
 
 import typer
 
-from recruiter import __version__
 from recruiter.cli.exit_codes import ExitCode as ExitCode
 from recruiter.cli.exit_codes import exit_code_of
 from recruiter.cli.groups import groups
@@ -23,11 +22,6 @@ from recruiter.cli.together import demo, up
 from recruiter.cli.top import metrics, top
 from recruiter.cli.views import analytics_command, schedulers, status, workers
 from recruiter.cli.web import web
-from recruiter.embedded import (
-    find_local_server,
-    home,
-    stop_local_server,
-)
 from recruiter.errors import RecruiterError
 
 app = typer.Typer(
@@ -63,6 +57,8 @@ app.add_typer(schedulers, name="schedulers")
 @app.command()
 def version() -> None:
     """Print the version."""
+    from recruiter import __version__
+
     console.print(__version__)
 
 
@@ -74,6 +70,8 @@ def embedded_status(
 ) -> None:
     """Say whether the user's embedded database runs, at which URI, and where its data is
     (its port is chosen at each start: scripts read it here, or use Queue.connect())."""
+    from recruiter.embedded import find_local_server, home
+
     directory = home()
     server = find_local_server(directory)
     if as_json:
@@ -98,6 +96,8 @@ def embedded_status(
 @embedded.command("stop")
 def embedded_stop() -> None:
     """Stop the user's embedded database (its data stays, for its next start)."""
+    from recruiter.embedded import home, stop_local_server
+
     directory = home()
     if stop_local_server(directory):
         console.print(f"stopped the embedded database (its data stays in {directory}/data)")

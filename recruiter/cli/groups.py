@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from recruiter.cli.options import DatabaseName, MongoUri, open_queue
 from recruiter.cli.terminal import console
-from recruiter.groups import GroupSettings, Rate
+
+if TYPE_CHECKING:  # imported where used: --help stays fast
+    from recruiter.groups import Rate
 
 groups = typer.Typer(
     help="Groups' concurrency and rate limits, and shares of any-group workers: set, unset, list.",
@@ -19,6 +21,8 @@ groups = typer.Typer(
 
 
 def _rate(text: str | None) -> Rate | None:
+    from recruiter.groups import Rate
+
     return None if text is None else Rate.parse(text)
 
 
@@ -43,6 +47,8 @@ def set_group(
 
     The leading recruiter applies them from its next round.
     """
+    from recruiter.groups import GroupSettings
+
     settings = GroupSettings(group, concurrency, _rate(rate), weight)  # checked before connecting
     queue = open_queue(mongodb_uri, database)
     try:

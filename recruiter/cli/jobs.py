@@ -8,15 +8,11 @@ import json
 import sys
 import textwrap
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from bson import json_util
-from bson.json_util import RELAXED_JSON_OPTIONS
-from rich.progress import Progress
 from rich.table import Table
 
-from recruiter import listing
 from recruiter.cli.exit_codes import ExitCode
 from recruiter.cli.options import (
     DEMO_APP,
@@ -30,10 +26,11 @@ from recruiter.cli.options import (
 from recruiter.cli.tables import counted, id_column
 from recruiter.cli.terminal import console, errors, moment_text, styled
 from recruiter.errors import NotFailed, ResultNotKept
-from recruiter.job import Job
-from recruiter.listing import FAILED, STATES, InvalidFilter, JobFilter, state_queries
-from recruiter.queue import Queue
-from recruiter.store import as_object_id
+from recruiter.states import STATES
+
+if TYPE_CHECKING:  # imported where used: `recruiter --help` does not load the driver
+    from recruiter.job import Job
+    from recruiter.queue import Queue
 
 BULK_LIMIT = 100_000
 """The most jobs a bulk action takes at once."""
@@ -118,6 +115,8 @@ def cancel_jobs(
     database: DatabaseName = None,
 ) -> None:
     """Cancel jobs: a waiting one at once, a running one stopped by its worker."""
+    from recruiter.listing import state_queries
+
     if not job_ids and group is None:
         raise typer.BadParameter("give job ids, or --group G to cancel many")
     if state is not None and state not in ("ready", "postponed", "running"):
@@ -147,6 +146,8 @@ def cancel_jobs(
 
 def _cancel_each(queue: Queue, ids: list[Any], state: str | None) -> dict[str, int]:
     """Cancel each job, with a progress bar; how many ended each way."""
+    from rich.progress import Progress
+
     said: dict[str, int] = {}
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("cancelling", total=len(ids))
@@ -180,6 +181,9 @@ def list_jobs(
     database: DatabaseName = None,
 ) -> None:
     """List jobs, newest first, with filters."""
+    from recruiter import listing
+    from recruiter.listing import InvalidFilter, JobFilter
+
     where = JobFilter(state=state, group=group, tag=tag, finished_since=since)
     try:
         where.validate()
@@ -219,6 +223,11 @@ def show_job(
     database: DatabaseName = None,
 ) -> None:
     """Show a job: its fields and every attempt, with its error and traceback."""
+    from bson import json_util
+    from bson.json_util import RELAXED_JSON_OPTIONS
+
+    from recruiter import listing
+
     queue = open_queue(mongodb_uri, database)
     try:
         job = queue.job(job_id)
@@ -260,6 +269,8 @@ def show_job(
 
 def _print_attempt(attempt: Mapping[str, Any]) -> None:
     """An attempt as lines: how it ended, when, where; its error, traceback and output."""
+    from bson import json_util
+
     started, ended = attempt.get("started_at"), attempt.get("ended_at")
     took = ""
     if isinstance(started, dt.datetime) and isinstance(ended, dt.datetime):
@@ -315,6 +326,8 @@ def show_batch(
 def _say_who_is_missing(queue: Queue) -> None:
     """Before a wait: say so when nothing can run the jobs (no recruiter leads, or no
     worker is on the roster); the wait would otherwise end in a timeout, unexplained."""
+    from recruiter import listing
+
     now = queue.clock.now()
     missing = []
     if listing.leases(queue, now)["recruiter"]["holder"] is None:
@@ -330,6 +343,9 @@ def _say_who_is_missing(queue: Queue) -> None:
 
 def _result_text(job: Job) -> str:
     """A done job's result as JSON text, or why it was not kept."""
+    from bson import json_util
+    from bson.json_util import RELAXED_JSON_OPTIONS
+
     try:
         result = job.result
     except ResultNotKept as error:
@@ -385,6 +401,8 @@ def retry_jobs(
     database: DatabaseName = None,
 ) -> None:
     """Run failed jobs again now, as new jobs: given ones, or all that failed lately."""
+    from rich.progress import Progress
+
     if not job_ids and failed_since is None:
         raise typer.BadParameter("give job ids, or --failed-since 1h to retry many")
     if job_ids and (failed_since is not None or group is not None):
@@ -414,6 +432,9 @@ def _failed_jobs(
 ) -> list[Any]:
     """The jobs to retry: those given, each checked to have failed before any is
     retried, or those that failed since, not retried yet."""
+    from recruiter.listing import FAILED
+    from recruiter.store import as_object_id
+
     ids = [as_object_id(job_id) for job_id in job_ids]
     for job_id in ids:
         job = queue.job(job_id)

@@ -12,16 +12,17 @@ import importlib
 import os
 import re
 import sys
-from typing import Annotated, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Protocol, TypeVar
 
 import typer
 
-from recruiter.connection import open_store, resolve_uri
 from recruiter.duration import parse_duration
 from recruiter.logs import Level
-from recruiter.queue import Queue
-from recruiter.store import Store
-from recruiter.workable import Registry
+
+if TYPE_CHECKING:  # imported where used: `recruiter --help` does not load the driver
+    from recruiter.queue import Queue
+    from recruiter.store import Store
+    from recruiter.workable import Registry
 
 
 def duration_option(text: str) -> dt.timedelta:
@@ -128,6 +129,8 @@ def load_registry(spec: str) -> Registry:
     celery) do: ``recruiter worker --app myapp:registry`` works from the application's
     own directory, without ``PYTHONPATH=.``.
     """
+    from recruiter.workable import Registry
+
     here = os.getcwd()
     if here not in sys.path and "" not in sys.path:
         sys.path.insert(0, here)  # also seen by the processes pool's children (spawned)
@@ -150,12 +153,16 @@ def connect_store(
     mongodb_uri: str | None, database: str | None, wait: dt.timedelta = dt.timedelta(0)
 ) -> Store:
     """The store of the named database (the embedded one without a URI), ready to use."""
+    from recruiter.connection import open_store, resolve_uri
+
     uri, _ = resolve_uri(mongodb_uri)
     return open_store(uri, database, wait=wait)
 
 
 def open_queue(mongodb_uri: str | None, database: str | None) -> Queue:
     """A queue on the named database, for the commands that read or steer it."""
+    from recruiter.queue import Queue
+
     return Queue(connect_store(mongodb_uri, database).database)
 
 

@@ -12,15 +12,12 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
 from types import FrameType
-from typing import Annotated, Any, Protocol
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from recruiter.batching import DEFAULT_MAX_BATCH, BatchRule
-from recruiter.cleaner import Cleaner, CleanerConfig
+from recruiter.batching import DEFAULT_MAX_BATCH
 from recruiter.cli.options import (
     DEMO_APP,
     App,
@@ -37,18 +34,14 @@ from recruiter.cli.options import (
     size_option,
     validated,
 )
-from recruiter.errors import DatabaseError
-from recruiter.events import BECAME_LEADER, STEPPED_DOWN, Listeners
-from recruiter.leadership import Leadership, holder_name
 from recruiter.logs import Level, setup_logging
-from recruiter.loop import IDLE, Backoff, Pause, StopRequest, Wakeups, run_forever
-from recruiter.pool import ASYNCIO, ASYNCIO_CONCURRENCY, THREADS
-from recruiter.queue import Queue
-from recruiter.recruiter import News, Recruiter, RecruiterConfig
-from recruiter.schema_check import SchemaCheck
-from recruiter.store import ChangeFeed, Store, WorkChange
-from recruiter.watcher import Watcher
-from recruiter.worker import WorkerConfig, WorkerProcess
+
+if TYPE_CHECKING:  # each command imports its process when it runs: --help stays fast
+    from recruiter.loop import StopRequest
+
+THREADS, ASYNCIO, ASYNCIO_CONCURRENCY = "threads", "asyncio", 100
+"""recruiter.pool's names and the asyncio pool's default slots, for the options' defaults
+and help (tests/test_cli.py holds them to recruiter.pool's)."""
 
 logger = logging.getLogger(__name__)
 
@@ -90,156 +83,11 @@ def stop_on_signals(stop: threading.Event, name: str) -> None:
 def signalled_stop(name: str) -> StopRequest:
     """A stop request set by SIGTERM/SIGINT, installed before anything else: a process
     signalled while it starts (connecting, creating indexes) stops cleanly too."""
+    from recruiter.loop import StopRequest
+
     stop = StopRequest()
     stop_on_signals(stop, name)
     return stop
-
-
-class Leading(Protocol):
-    """A process that works only while it leads: the recruiter, the cleaner."""
-
-    def became_leader(self) -> None: ...
-
-    def run_once(self, now: dt.datetime) -> Round: ...
-
-
-class Round(Protocol):
-    def pause(self, now: dt.datetime) -> Pause: ...
-
-
-@dataclass(frozen=True)
-class Follow:
-    """A change feed that wakes the leader, and its longest wait while it is followed."""
-
-    open_feed: Callable[[], ChangeFeed[Any]]
-    longest_wait: float
-    news: News | None = None
-    """Where to tell the leader what changed, besides waking it."""
-
-
-class Tell:
-    """Whom to tell when the process takes or loses the lead, and what to give them.
-
-    Each became-leader is paired with one stepped-down, whatever happens in between
-    (a database error while renewing the lease, a failed release at stop).
-    """
-
-    def __init__(self, listeners: Listeners, payload: Any) -> None:
-        self.listeners = listeners
-        self.payload = payload
-        self._told_leading = False
-
-    def leading(self) -> None:
-        if not self._told_leading:
-            self._told_leading = True
-            self.listeners.emit(BECAME_LEADER, self.payload)
-
-    def not_leading(self) -> None:
-        if self._told_leading:
-            self._told_leading = False
-            self.listeners.emit(STEPPED_DOWN, self.payload)
-
-
-def lead(
-    store: Store,
-    name: str,
-    lease: dt.timedelta,
-    process: Leading,
-    backoff: Backoff,
-    stop: StopRequest,
-    follow: Follow | None = None,
-    tell: Tell | None = None,
-) -> None:
-    """Run ``process`` one round at a time while leading the lease ``name``, until
-    ``stop`` is set (its signal handlers are installed first thing, by the command).
-
-    With ``follow``, the leader (only) follows the change feed, and waits for it to ring
-    between idle rounds instead of backing off. With ``tell``, its listeners hear of each
-    change of leadership.
-    """
-    clock = store.clock()
-    check_schema = SchemaCheck(store, clock)
-    leadership = Leadership(store, name, holder_name(), lease, clock)
-    standby_wait = max(0.5, lease.total_seconds() / 5)
-    feed = LeaderFeed(name, follow, stop.bell())
-
-    def step() -> Pause:
-        # cutoffs (silence, lease expiry, lock age) at the earliest the time may be
-        now = clock.earliest()
-        was_leading = leadership.leading
-        try:
-            holds = leadership.hold(now)
-        except DatabaseError:
-            if tell is not None:
-                tell.not_leading()  # who leads is unknown until the database answers
-            raise
-        if not holds:
-            feed.unfollow()
-            if tell is not None:
-                tell.not_leading()
-            stop.wait(standby_wait)
-            return IDLE
-        if not was_leading:
-            process.became_leader()
-            feed.follow()
-        if tell is not None:
-            tell.leading()
-        check_schema()  # a newer recruiter upgraded the database: stop (exit code 4)
-        return process.run_once(now).pause(now)
-
-    try:
-        run_forever(step, stop=stop, backoff=backoff, name=name, wakeups=feed.wakeups)
-    finally:
-        feed.unfollow()
-        try:
-            leadership.release(clock.now())
-        finally:
-            if tell is not None:
-                tell.not_leading()
-    logger.info("%s: stopped", name)
-
-
-class LeaderFeed:
-    """The leader's watcher of its change feed: started on taking the lead, closed on
-    losing it; each change rings the bell, and is told to the leader's news."""
-
-    def __init__(self, name: str, follow: Follow | None, bell: threading.Event) -> None:
-        self.name = name
-        self.config = follow
-        self.bell = bell
-        self.watcher: Watcher[Any] | None = None
-        self.wakeups = None
-        if follow is not None:
-            self.wakeups = Wakeups(bell, self.following, follow.longest_wait)
-
-    def following(self) -> bool:
-        return self.watcher is not None and self.watcher.following
-
-    def follow(self) -> None:
-        if self.config is None or self.watcher is not None:
-            return
-        news = self.config.news
-
-        def changed(change: Any) -> None:
-            if news is not None:
-                if isinstance(change, WorkChange):
-                    news.tell(change.collection, change.worker_id)
-                else:
-                    news.tell(str(change))
-            self.bell.set()
-
-        def gap() -> None:
-            if news is not None:
-                news.gap()
-            self.bell.set()
-
-        self.watcher = Watcher(f"{self.name} feed", self.config.open_feed, changed, gap)
-        self.watcher.start()
-
-    def unfollow(self) -> None:
-        if self.watcher is not None:
-            self.watcher.close()
-            self.watcher = None
 
 
 def run(
@@ -276,6 +124,11 @@ def run(
     json_logs: JsonLogs = False,
 ) -> None:
     """The recruiter: hand ready jobs to available workers (one leads; others stand by)."""
+    from recruiter.batching import BatchRule
+    from recruiter.leader import Follow, Tell, lead
+    from recruiter.queue import Queue
+    from recruiter.recruiter import News, Recruiter, RecruiterConfig
+
     setup_logging("recruiter", log_level, json_logs)
     stop = signalled_stop("recruiter")
     batches = BatchRule(max_batch, batch_seconds)
@@ -288,7 +141,17 @@ def run(
     tell = None
     if registry is not None:
         tell = Tell(registry.listeners, Queue(store.database))
-    lead(store, "recruiter", config.lease, recruiter, config.idle_waits, stop, follow, tell)
+    backoff = config.idle_waits
+    lead(
+        store,
+        "recruiter",
+        recruiter,
+        lease=config.lease,
+        backoff=backoff,
+        stop=stop,
+        follow=follow,
+        tell=tell,
+    )
     stopped_cleanly()
 
 
@@ -340,6 +203,8 @@ def worker(
     json_logs: JsonLogs = False,
 ) -> None:
     """A worker: register in the roster, run what is assigned, heartbeat throughout."""
+    from recruiter.worker import WorkerConfig, WorkerProcess
+
     setup_logging("worker", log_level, json_logs)
     stop = signalled_stop("worker")
     registry = load_registry(app_spec)
@@ -390,6 +255,10 @@ def clean(
     json_logs: JsonLogs = False,
 ) -> None:
     """The cleaner: release the jobs of dead workers, purge old archived jobs."""
+    from recruiter.cleaner import Cleaner, CleanerConfig
+    from recruiter.leader import Tell, lead
+    from recruiter.queue import Queue
+
     setup_logging("cleaner", log_level, json_logs)
     stop = signalled_stop("cleaner")
     config = validated(CleanerConfig(considered_dead_after, clean_after, lease))
@@ -397,5 +266,13 @@ def clean(
     store = connect_store(mongodb_uri, database, wait_for_database)
     tell = None if registry is None else Tell(registry.listeners, Queue(store.database))
     cleaner = Cleaner(store, config)
-    lead(store, "cleaner", config.lease, cleaner, config.idle_waits, stop, tell=tell)
+    lead(
+        store,
+        "cleaner",
+        cleaner,
+        lease=config.lease,
+        backoff=config.idle_waits,
+        stop=stop,
+        tell=tell,
+    )
     stopped_cleanly()

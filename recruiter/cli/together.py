@@ -11,10 +11,9 @@ import logging
 import threading
 from collections import Counter
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.progress import Progress
 from rich.table import Table
 
 from recruiter.cli.options import (
@@ -31,14 +30,12 @@ from recruiter.cli.options import (
 from recruiter.cli.processes import stop_on_signals, stopped_cleanly
 from recruiter.cli.tables import counted, id_column
 from recruiter.cli.terminal import console
-from recruiter.clock import SystemClock
-from recruiter.connection import open_database, resolve_uri
-from recruiter.demo import sample_jobs
-from recruiter.embedded import home
 from recruiter.errors import DemoTimeout
 from recruiter.logs import Level, setup_logging
-from recruiter.queue import Queue
-from recruiter.supervisor import Child, Supervisor
+
+if TYPE_CHECKING:  # imported where used: --help stays fast
+    from recruiter.queue import Queue
+    from recruiter.supervisor import Child
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +44,8 @@ DEMO_DATABASE = "recruiter_demo"
 
 def demo_logs() -> Path:
     """Where the demo's processes log: beside the user's embedded database."""
+    from recruiter.embedded import home
+
     return home() / "demo-logs"
 
 
@@ -62,6 +61,8 @@ def team(
 ) -> list[Child]:
     """A recruiter, a cleaner and ``workers`` workers, each with the ``extra`` arguments
     and the application ``app`` (its tracing and listeners apply to all three)."""
+    from recruiter.supervisor import Child
+
     children = [
         Child("recruiter", ("run", "--app", app, *recruiter, *extra)),
         Child("cleaner", ("clean", "--app", app, *cleaner, *extra)),
@@ -89,6 +90,9 @@ def up(
     json_logs: JsonLogs = False,
 ) -> None:
     """The recruiter, the cleaner and workers together, for a quick try (Ctrl-C stops all)."""
+    from recruiter.connection import open_database, resolve_uri
+    from recruiter.supervisor import Supervisor
+
     setup_logging("up", log_level, json_logs)
     load_registry(app_spec)  # a wrong --app fails here, once, not in every worker
     uri, _ = resolve_uri(mongodb_uri)
@@ -135,6 +139,12 @@ def demo(
     wait_for_database: WaitForDatabase = "0s",  # type: ignore[assignment]
 ) -> None:
     """Schedule sample jobs, run them on real recruiter, cleaner and workers, show what happened."""
+    from recruiter.connection import open_database, resolve_uri
+    from recruiter.demo import sample_jobs
+    from recruiter.embedded import home
+    from recruiter.queue import Queue
+    from recruiter.supervisor import Supervisor
+
     setup_logging("demo", Level.WARNING)
     uri, embedded = resolve_uri(mongodb_uri)
     queue = Queue(open_database(uri, database, wait=wait_for_database))
@@ -173,6 +183,10 @@ def demo(
 
 
 def _wait_until_archived(queue: Queue, ids: list[Any], timeout: dt.timedelta, logs: Path) -> None:
+    from rich.progress import Progress
+
+    from recruiter.clock import SystemClock
+
     clock = SystemClock()
     deadline = clock.monotonic() + timeout.total_seconds()
     with Progress(console=console, transient=True) as progress:

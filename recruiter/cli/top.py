@@ -13,15 +13,12 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from prometheus_client import CollectorRegistry, start_http_server
 from rich.console import Group
-from rich.live import Live
 from rich.table import Table
 
-from recruiter.analytics import WINDOW, average, spans
 from recruiter.cli.options import (
     DatabaseName,
     JsonLogs,
@@ -32,9 +29,9 @@ from recruiter.cli.options import (
 )
 from recruiter.cli.terminal import console
 from recruiter.logs import Level, setup_logging
-from recruiter.metrics import QueueCollector
-from recruiter.queue import Queue
-from recruiter.retry import FAILED
+
+if TYPE_CHECKING:  # imported where used: --help stays fast
+    from recruiter.queue import Queue
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +46,8 @@ def top(
     database: DatabaseName = None,
 ) -> None:
     """A live view: queue depth and throughput per group, latency, workers (Ctrl-C quits)."""
+    from rich.live import Live
+
     if every < dt.timedelta(milliseconds=100):
         raise typer.BadParameter("refresh at most every 100ms", param_hint="--every")
     queue = open_queue(mongodb_uri, database)
@@ -68,6 +67,9 @@ def top(
 
 def frame(queue: Queue) -> Group:
     """One frame of ``recruiter top``."""
+    from recruiter.analytics import WINDOW
+    from recruiter.retry import FAILED
+
     store, now = queue.store, queue.clock.now()
     counts = store.count_unfinished_by_group(now)
     ready, later, running = counts["ready"], counts["postponed"], counts["running"]
@@ -112,6 +114,8 @@ def frame(queue: Queue) -> Group:
 
 
 def _average(documents: list[Mapping[str, Any]], start: str, end: str) -> str:
+    from recruiter.analytics import average, spans
+
     value = average(spans(documents, start, end))
     return "-" if value is None else f"{value:.3f}"
 
@@ -133,6 +137,10 @@ def metrics(
     json_logs: JsonLogs = False,
 ) -> None:
     """Serve Prometheus metrics, read from the database at each scrape (Ctrl-C stops)."""
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    from recruiter.metrics import QueueCollector
+
     setup_logging("metrics", log_level, json_logs)
     queue = open_queue(mongodb_uri, database)
     registry = CollectorRegistry()

@@ -7,18 +7,19 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Group
 from rich.table import Table
 
-from recruiter.analytics import Analytics
 from recruiter.cli.options import DatabaseName, MongoUri, open_queue
 from recruiter.cli.tables import id_column
 from recruiter.cli.terminal import console, moment_text
 from recruiter.errors import SchedulerBusy, SchedulerNotFound
-from recruiter.listing import status_document, worker_rows
+
+if TYPE_CHECKING:  # imported where used: --help stays fast
+    from recruiter.analytics import Analytics
 
 AsJson = Annotated[bool, typer.Option("--json", help="One JSON document, for scripts.")]
 
@@ -71,6 +72,8 @@ def status(
     database: DatabaseName = None,
 ) -> None:
     """Who leads, the workers, the groups, and the latest failures."""
+    from recruiter.listing import status_document
+
     queue = open_queue(mongodb_uri, database)
     try:
         document = status_document(queue)
@@ -88,6 +91,8 @@ def workers(
     database: DatabaseName = None,
 ) -> None:
     """Every worker slot on the roster: group, busy or idle, its job, where, last seen."""
+    from recruiter.listing import worker_rows
+
     queue = open_queue(mongodb_uri, database)
     try:
         rows = worker_rows(queue)  # the roster only: not the rest of the status

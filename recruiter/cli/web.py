@@ -96,10 +96,10 @@ def web(
     """Serve the dashboard: jobs, workers, groups, repeatable jobs; actions with a token."""
     setup_logging("web", log_level, json_logs)
     try:  # an optional extra: imported only by the command that needs it
-        import uvicorn  # noqa: PLC0415
+        import uvicorn
 
-        from recruiter.web import WebConfig, create_app  # noqa: PLC0415
-        from recruiter.web.app import LOOPBACK_NAMES  # noqa: PLC0415
+        from recruiter.web import WebConfig, create_app
+        from recruiter.web.app import LOOPBACK_NAMES
     except ImportError as error:
         raise WebNotInstalled(
             f"the dashboard needs its packages ({error.name} is missing): "

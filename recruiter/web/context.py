@@ -19,8 +19,9 @@ from pydantic import BaseModel, Field
 
 from recruiter.duration import parse_duration
 from recruiter.groups import InvalidGroupSettings
-from recruiter.listing import STATES, InvalidFilter, JobFilter
+from recruiter.listing import InvalidFilter, JobFilter
 from recruiter.queue import Queue
+from recruiter.states import STATES
 from recruiter.web import views
 from recruiter.web.security import SESSION_COOKIE, Guard, Session
 

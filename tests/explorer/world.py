@@ -218,7 +218,7 @@ class World:
             work = Cleaner(store, CleanerConfig(considered_dead_after=dead, lease=lease))
         leadership = Leadership(store, ROLES[prefix], process.name, lease, process.clock)
 
-        def round_() -> None:  # as recruiter.cli.processes.lead does
+        def round_() -> None:  # as recruiter.leader.lead does
             now = process.clock.earliest()
             was_leading = leadership.leading
             if not leadership.hold(now):

@@ -1,0 +1,17 @@
+"""The words for where a job stands, the same in every view (the command line, the
+dashboard, its JSON API) and in every filter.
+
+A job not finished is ``ready`` (due, waiting for a worker), ``postponed`` (due later),
+``blocked`` (waiting for other jobs), ``handed out`` (to a worker, not started yet) or
+``running``; a finished one is ``done``, ``failed`` (for good) or ``cancelled``, and
+``finished`` lists them all. Light on purpose: the commands' help reads it.
+"""
+
+from __future__ import annotations
+
+UNFINISHED = ("ready", "postponed", "blocked", "handed out", "running")
+"""The states of a job that has not finished, as :func:`recruiter.job.state_of` says them."""
+FINISHED = ("done", "failed", "cancelled", "finished")
+"""The states jobs that finished are listed by (``finished``: however they ended)."""
+STATES = (*UNFINISHED, *FINISHED)
+"""Every state jobs can be listed by."""
