@@ -108,7 +108,7 @@ def cancel_jobs(
     ] = None,
     state: Annotated[
         str | None,
-        typer.Option(help="With --group: only jobs ready, postponed or running."),
+        typer.Option(help="With --group: only jobs ready, postponed, 'handed out' or running."),
     ] = None,
     yes: Annotated[bool, typer.Option("--yes", help="Do not ask for a confirmation.")] = False,
     mongodb_uri: MongoUri = None,
@@ -119,8 +119,9 @@ def cancel_jobs(
 
     if not job_ids and group is None:
         raise typer.BadParameter("give job ids, or --group G to cancel many")
-    if state is not None and state not in ("ready", "postponed", "running"):
-        raise typer.BadParameter("one of ready, postponed, running", param_hint="--state")
+    cancellable = ("ready", "postponed", "handed out", "running")
+    if state is not None and state not in cancellable:
+        raise typer.BadParameter(f"one of {', '.join(cancellable)}", param_hint="--state")
     if job_ids and (group is not None or state is not None):
         raise typer.BadParameter("give job ids, or --group (and --state): not both")
     queue = open_queue(mongodb_uri, database)
