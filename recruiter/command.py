@@ -33,7 +33,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
-from recruiter.duration import Duration, to_timedelta
+from recruiter.duration import Duration, format_duration, to_timedelta
 from recruiter.errors import InvalidJob, InvalidParameters
 from recruiter.job import JobSpec
 
@@ -176,10 +176,14 @@ class Command:
         return f"<command {self.name!r}: {' '.join(self.argv)}>"
 
 
+def _duration(timeout: dt.timedelta | None) -> str:
+    return "its timeout" if timeout is None else format_duration(timeout)
+
+
 def failure_of(output: Mapping[str, Any], timeout: dt.timedelta | None) -> CommandFailed | None:
     """The failure a command's recorded output amounts to, if any."""
     if output["timed_out"]:
-        return CommandFailed(f"timed out after {timeout}, stopped ({output['signal']})")
+        return CommandFailed(f"timed out after {_duration(timeout)}, stopped ({output['signal']})")
     if output["signal"] is not None:
         return CommandFailed(f"killed by {output['signal']}")
     if output["exit_code"] != 0:

@@ -30,6 +30,7 @@ from recruiter.cli.options import (
 from recruiter.cli.processes import stop_on_signals, stopped_cleanly
 from recruiter.cli.tables import counted, id_column
 from recruiter.cli.terminal import console
+from recruiter.duration import format_duration
 from recruiter.errors import DemoTimeout
 from recruiter.logs import Level, setup_logging
 
@@ -198,8 +199,8 @@ def _wait_until_archived(queue: Queue, ids: list[Any], timeout: dt.timedelta, lo
                 return
             if clock.monotonic() > deadline:
                 raise DemoTimeout(
-                    f"{len(ids) - done} of {len(ids)} jobs not finished after {timeout}: "
-                    f"see the processes' logs in {logs}/"
+                    f"{len(ids) - done} of {len(ids)} jobs not finished after "
+                    f"{format_duration(timeout)}: see the processes' logs in {logs}/"
                 )
             clock.sleep(0.2)
 
