@@ -53,9 +53,12 @@ def parse_duration(text: str) -> dt.timedelta:
             "one of ms, s, m, h, d, w (for example 30s, 5m, 2h, 5d)"
         )
     try:
-        return dt.timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+        delta = dt.timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
     except OverflowError:
-        raise ValueError(f"duration {text!r} is too long: at most {LONGEST.days}d") from None
+        delta = dt.timedelta.max
+    if delta > LONGEST:
+        raise ValueError(f"duration {text!r} is too long: at most {LONGEST.days}d")
+    return delta
 
 
 def to_timedelta(value: Duration, *, name: str = "duration") -> dt.timedelta:

@@ -247,17 +247,20 @@ def run_here(
 ) -> list[ManualRun]:
     """Run each waiting job of ``job_ids`` in this process, one after the other.
 
-    Raises :class:`NotRunnableHere` before any job is taken when ``registry`` does not
-    register one's workable, and :class:`NotWaiting` at the first job that is handed out
-    or finished already (the jobs before it have run). If this process is declared dead
+    Raises, before any job is taken, :class:`NotWaiting` for a job handed out, finished
+    or waiting for others, and :class:`NotRunnableHere` for one whose workable
+    ``registry`` does not register. A job taken by a worker meanwhile raises
+    :class:`NotWaiting` at its turn (the jobs before it have run). If this process is declared dead
     while a job runs (its heartbeats held back longer than the cleaner's dead timeout),
     the cleaner has released the job, which may run elsewhere: its code is stopped here
     (as at a timeout) and :class:`DeclaredDead` is raised, to the caller alone: a library
     does not end the process it runs in (a worker process, whose own it is, exits).
     """
     jobs = _known_jobs(store, job_ids)
-    for job in jobs:
-        if job.workable not in registry:  # refused before any job is taken
+    for job in jobs:  # refused before any job is taken
+        if job.finished or job.locked or job.blocked:
+            raise NotWaiting(job)
+        if job.workable not in registry:
             raise NotRunnableHere(job.id, job.workable)
     runs = []
     for job in jobs:

@@ -15,6 +15,7 @@ a policy can be stored and evaluated without importing anything named in the dat
 from __future__ import annotations
 
 import datetime as dt
+import importlib
 import logging
 import random
 from abc import ABC, abstractmethod
@@ -220,7 +221,7 @@ def policy_from_document(document: Any) -> RetryPolicy:
     parameters = document.get("parameters", {})
     if not isinstance(name, str):
         raise InvalidRetryPolicy(f"retry policy document has no class name: {document!r}")
-    policy_class = _POLICIES.get(name)
+    policy_class = _POLICIES.get(name) or _built_in(name)
     if policy_class is None:
         raise UnknownRetryPolicy(name)
     if not isinstance(parameters, Mapping):
@@ -232,6 +233,13 @@ def policy_from_document(document: Any) -> RetryPolicy:
     except (KeyError, TypeError, ValueError) as error:
         message = f"invalid parameters for retry policy {name!r}: {error}"
         raise InvalidRetryPolicy(message) from error
+
+
+def _built_in(name: str) -> type[RetryPolicy] | None:
+    """The built-in policy ``name``: its module registers them all when first imported
+    (it imports this one, so it cannot be imported at the top here)."""
+    importlib.import_module("recruiter.policies")
+    return _POLICIES.get(name)
 
 
 def registered_policy_names() -> list[str]:

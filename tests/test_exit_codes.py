@@ -116,6 +116,14 @@ def test_1_a_bug_prints_a_traceback(tmp_path: Path) -> None:
         # refused as it is read, not taken for a host name and looked for 5 s
         (["status"], {"MONGODB_URI": "garbage"}, "it does not start with mongodb://"),
         (["top", "--every", "10ms"], {}, "refresh at most every 100ms"),
+        # refused as parsed, before anything runs or changes (found by the review: a job
+        # was made due, then the wait refused its timeout)
+        (["clean", "--clean-after", "100000000d"], {}, "'100000000d' is too long: at most"),
+        (
+            ["jobs", "run", "6b03f363855e6b03f363855e", "--wait", "--timeout", "100000000d"],
+            {},
+            "'100000000d' is too long",
+        ),
     ],
 )
 def test_2_usage(arguments: list[str], env: dict[str, str | None], message: str) -> None:

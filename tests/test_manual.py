@@ -12,7 +12,7 @@ from bson import ObjectId
 from recruiter import JobNotFound, JobSpec, Queue, Registry, RetryManyTimes
 from recruiter.cleaner import Cleaner, CleanerConfig
 from recruiter.clock import FrozenClock, SystemClock
-from recruiter.errors import DeclaredDead, WaitTimeout
+from recruiter.errors import DeclaredDead, NotRunnableHere, WaitTimeout
 from recruiter.execution import Outcome
 from recruiter.manual import NotWaiting, run_here
 from recruiter.recovery import release_unheld
@@ -182,3 +182,20 @@ def test_a_manual_run_declared_dead_mid_job_stops_like_a_worker(
         )
     assert raised.value.job_id == job_id
     assert stopped == ["stopped"], "its code was stopped"
+
+
+def test_run_here_refuses_every_job_given_before_taking_any(
+    queue: Queue, app: Registry, clock: FrozenClock
+) -> None:
+    """A job that is not waiting, or whose workable the registry lacks, is found before
+    the jobs before it run (the review: one of them was refused as unknown after the
+    others had run, or a finished one as unknown rather than finished)."""
+    first = queue.schedule(JobSpec("tests.noop"))
+    foreign = queue.schedule(JobSpec("shop.elsewhere"))
+    with pytest.raises(NotRunnableHere):
+        queue.run_here(app, first, foreign)
+    finished = queue.schedule(JobSpec("shop.elsewhere"))
+    queue.cancel(finished)
+    with pytest.raises(NotWaiting, match="is finished"):
+        queue.run_here(app, first, finished)
+    assert (queue.job(first).attempts, queue.job(foreign).attempts) == (0, 0)

@@ -194,3 +194,34 @@ def test_piped_views_never_cut_ids_nor_names(
     assert group in listed
     assert str(job) in listed
     assert "x" * 300 in shown("jobs", "show", str(job))
+
+
+def test_a_job_run_here_logs_its_hostile_failure_as_printable_lines(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by the review: ``jobs run --here`` set up no logging, so the attempt's
+    warning went out raw through Python's last-resort handler."""
+    registry = Registry()
+
+    @registry.workable("tests.boom")
+    def boom(msg: str) -> None:
+        raise ValueError(msg)
+
+    monkeypatch.setattr(
+        importlib.import_module("recruiter.cli.jobs"), "load_registry", lambda _: registry
+    )
+    queue = world.queue
+    job_id = queue.schedule(JobSpec("tests.boom", {"msg": world.payload}))
+    result = CliRunner().invoke(app, ["jobs", "run", str(job_id), "--here"], env={"COLUMNS": None})
+    assert result.exit_code == 9, result.output
+    assert f"ValueError: {printable(world.payload, lines=False)}" in result.stderr
+    controls = {byte for byte in result.stderr_bytes if byte < 0x20 and byte not in b"\n\t"}
+    assert not controls
+
+
+def test_a_hostile_attempt_number_is_printable_too(world: World) -> None:
+    """Found by the review: the attempt's number went into a styled Text, past the seam."""
+    world.queue.store.database.archived.update_one(
+        {"_id": world.failed}, {"$set": {"history.0.attempt": "1\x1b]0;pwned\x07\x1b[2J"}}
+    )
+    assert "attempt 1\\x1b]0;pwned\\x07\\x1b[2J: " in shown("jobs", "show", str(world.failed))

@@ -7,6 +7,7 @@ one place, printed with rich; a traceback means a bug.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Annotated
 
@@ -23,6 +24,7 @@ from recruiter.cli.top import metrics, top
 from recruiter.cli.views import analytics_command, schedulers, status, workers
 from recruiter.cli.web import web
 from recruiter.errors import RecruiterError
+from recruiter.logs import Level, setup_logging
 
 app = typer.Typer(
     name="recruiter",
@@ -35,6 +37,18 @@ embedded = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(embedded, name="embedded")
+
+
+@app.callback()
+def _logging(context: typer.Context) -> None:
+    # Every command logs through recruiter's formatters (printable lines, or JSON with
+    # RECRUITER_JSON_LOGS), warnings and up: what a job run here or a connection says
+    # would otherwise reach the terminal raw, through Python's last-resort handler. The
+    # long-running commands set their own level and name again when they start.
+    json_lines = os.environ.get("RECRUITER_JSON_LOGS", "").lower() in ("1", "true", "yes", "on")
+    setup_logging(context.invoked_subcommand or "recruiter", Level.WARNING, json_lines)
+
+
 app.add_typer(groups, name="group")
 app.add_typer(jobs, name="jobs")
 app.add_typer(jobs, name="job", hidden=True)  # the singular, as issue 6 named it

@@ -278,9 +278,10 @@ def _print_attempt(attempt: Mapping[str, Any]) -> None:
         took = f", took {(ended - started).total_seconds():.3f}s"
     worker = attempt.get("worker") or "-"
     console.print(
-        styled(f"attempt {attempt.get('attempt')}", "bold"),
-        f": {attempt.get('outcome')}, started {moment_text(started)}{took}, "
-        f"worker {worker} ({attempt.get('hostname')}:{attempt.get('pid')})",
+        styled("attempt", "bold"),
+        f" {attempt.get('attempt')}: {attempt.get('outcome')}, "
+        f"started {moment_text(started)}{took}, worker {worker} ",
+        f"({attempt.get('hostname')}:{attempt.get('pid')})",
         sep="",
     )
     if attempt.get("class"):

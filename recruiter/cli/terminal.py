@@ -72,9 +72,10 @@ def moment_text(moment: object) -> str:
 
 
 def styled(text: str, style: str) -> Text:
-    """The command's own words in a style (``styled("error:", "bold red")``): never
-    text from the database, which must reach the console as a plain ``str``."""
-    return Text(text, style=style)
+    """The command's own words in a style (``styled("error:", "bold red")``). Text from
+    the database belongs in a plain ``str``; made printable here all the same, since a
+    ``Text`` does not pass through :meth:`Terminal.render_str`."""
+    return Text(printable(text), style=style)
 
 
 console = Terminal()
