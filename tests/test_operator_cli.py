@@ -31,7 +31,7 @@ from tests.factories import Unclosed
 def cli(monkeypatch: pytest.MonkeyPatch, clock: FrozenClock) -> Queue:
     """Every operator command reads this mongomock queue."""
     queue = Unclosed(mongomock.MongoClient(tz_aware=True).shop, clock)
-    for name in ("recruiter.cli.views", "recruiter.cli.jobs"):
+    for name in ("recruiter.cli.views", "recruiter.cli.jobs", "recruiter.cli.job_actions"):
         module = importlib.import_module(name)  # the package's `jobs` is the typer app
         monkeypatch.setattr(module, "open_queue", lambda uri, database: queue)
     return queue
@@ -369,7 +369,7 @@ def test_status_and_metrics_show_jobs_waiting_for_a_workable_no_worker_knows(
 def test_a_wait_says_when_nothing_would_run_the_jobs(
     cli: Queue, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from recruiter.cli.jobs import _say_who_is_missing
+    from recruiter.cli.job_actions import _say_who_is_missing
 
     _say_who_is_missing(cli)
     said = " ".join(capsys.readouterr().err.split())

@@ -58,7 +58,12 @@ def world(
 ) -> World:
     payload: str = request.param
     queue = Unclosed(mongomock.MongoClient(tz_aware=True).shop, clock)
-    for name in ("recruiter.cli.views", "recruiter.cli.jobs", "recruiter.cli.top"):
+    for name in (
+        "recruiter.cli.views",
+        "recruiter.cli.jobs",
+        "recruiter.cli.job_actions",
+        "recruiter.cli.top",
+    ):
         module = importlib.import_module(name)  # the package's `jobs` is the typer app
         monkeypatch.setattr(module, "open_queue", lambda uri, database: queue)
     registry = Registry()
@@ -208,7 +213,7 @@ def test_a_job_run_here_logs_its_hostile_failure_as_printable_lines(
         raise ValueError(msg)
 
     monkeypatch.setattr(
-        importlib.import_module("recruiter.cli.jobs"), "load_registry", lambda _: registry
+        importlib.import_module("recruiter.cli.job_actions"), "load_registry", lambda _: registry
     )
     queue = world.queue
     job_id = queue.schedule(JobSpec("tests.boom", {"msg": world.payload}))
