@@ -1,11 +1,17 @@
-"""The dashboard's reads against a big queue: how long each page and API call takes.
+"""The dashboard's reads against a big queue: how long each page and API call takes,
+and where that time goes.
 
-``python -m benchmarks.web --scheduled 100000 --archived 1000000``: fills a database
-with that many jobs (the scheduled ones ready, postponed and running in 20 groups; the
-archived ones finished over the last 24 hours, one in ten failed), then times each read
-the dashboard makes, in-process (FastAPI's TestClient, no network), the median of
-``--repeat`` calls. Uses ``MONGODB_URI`` when set, else a SecantusDB server of its own
-(whose timings say nothing of MongoDB's: its reads are Python over WiredTiger).
+``python -m benchmarks.web --scheduled 8000 --archived 12000 --groups 15``: fills a
+database with that many jobs (the scheduled ones ready, postponed and running; the
+archived ones finished over the last 24 hours, one in ten failed; one job in fifty of a
+rare workable), then times each page, each API call and ``recruiter status`` (its
+document in-process, and the command as a process), the median of ``--repeat`` calls,
+in-process (FastAPI's TestClient, no network). Beside each time: the database commands
+the read sent and the time they took, by command and collection, so that what is the
+server's and what is Python's can be told apart.
+
+Uses ``MONGODB_URI`` when set, else a SecantusDB server of its own (whose timings say
+nothing of MongoDB's: its reads are Python over WiredTiger).
 """
 
 from __future__ import annotations
@@ -13,31 +19,96 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import statistics
+import subprocess
 import sys
+import threading
 import time
+from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from bson import ObjectId
 from fastapi.testclient import TestClient
+from pymongo import MongoClient, monitoring
 
 from benchmarks.server import database_uri
 from recruiter import JobSpec, Queue
 from recruiter.clock import SystemClock
-from recruiter.connection import database_at
+from recruiter.listing import status_document
 from recruiter.web import create_app
 
 GROUPS = 20
 BATCH = 5_000
+RARE = 50
+"""One job in this many is of the rare workable (a filter that matches few jobs)."""
+DATABASE = "bench_web"
 
 
-def fill(queue: Queue, scheduled: int, archived: int) -> None:
+class CommandTimes(monitoring.CommandListener):
+    """The commands sent while it records, with how long each took (as the client saw
+    it: the server's work and the round trip)."""
+
+    def __init__(self) -> None:
+        self.recording = False
+        self.lock = threading.Lock()
+        self.started_at: dict[int, str] = {}
+        self.seconds: dict[str, float] = {}
+        self.counts: Counter[str] = Counter()
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        if self.recording:
+            target = event.command.get(event.command_name)
+            where = target if isinstance(target, str) else ""
+            with self.lock:
+                self.started_at[event.request_id] = f"{event.command_name} {where}".strip()
+
+    def _ended(self, request_id: int, duration_micros: int) -> None:
+        with self.lock:
+            name = self.started_at.pop(request_id, None)
+            if name is not None:
+                self.seconds[name] = self.seconds.get(name, 0.0) + duration_micros / 1e6
+                self.counts[name] += 1
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        self._ended(event.request_id, event.duration_micros)
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        self._ended(event.request_id, event.duration_micros)
+
+    def measure(self, read: Callable[[], None]) -> tuple[float, dict[str, Any]]:
+        """How long ``read`` took, and the commands it sent."""
+        with self.lock:
+            self.seconds.clear()
+            self.counts.clear()
+        self.recording = True
+        began = time.perf_counter()
+        try:
+            read()
+        finally:
+            took = time.perf_counter() - began
+            self.recording = False
+        commands = {
+            name: {"n": self.counts[name], "ms": round(self.seconds[name] * 1000, 1)}
+            for name in sorted(self.seconds, key=self.seconds.__getitem__, reverse=True)
+        }
+        return took, commands
+
+
+def fill(queue: Queue, scheduled: int, archived: int, groups: int = GROUPS) -> None:
+    """``scheduled`` jobs (7 in 10 ready, 1 postponed, 1 running, 1 ready but due in
+    the past hour) and ``archived`` jobs finished over the last day, in ``groups``."""
     now = queue.clock.now()
-    spec = JobSpec("bench.noop", {"n": 1})
+
+    def spec(n: int) -> JobSpec:
+        workable = "bench.rare" if n % RARE == RARE - 1 else "bench.noop"
+        return JobSpec(workable, {"n": n}).in_group(f"g{n % groups}")
+
     for start in range(0, scheduled, BATCH):
         documents = []
         for n in range(start, min(start + BATCH, scheduled)):
-            document = spec.in_group(f"g{n % GROUPS}").to_document(ObjectId(), now)
+            document = spec(n).to_document(ObjectId(), now)
             if n % 10 == 1:  # postponed
                 document["scheduled_at"] = now + dt.timedelta(hours=1)
             elif n % 10 == 2:  # running
@@ -47,66 +118,127 @@ def fill(queue: Queue, scheduled: int, archived: int) -> None:
     for start in range(0, archived, BATCH):
         documents = []
         for n in range(start, min(start + BATCH, archived)):
-            document = spec.in_group(f"g{n % GROUPS}").to_document(ObjectId(), now)
-            document["why"] = "tried-too-many-times" if n % 10 == 0 else "done"
-            document["done"] = True
-            document["archived_at"] = now - dt.timedelta(seconds=(n * 86_400) // archived)
+            ended = now - dt.timedelta(seconds=(n * 86_400) // max(archived, 1))
+            document = spec(n).to_document(ObjectId(), ended - dt.timedelta(seconds=2))
+            failed = n % 10 == 0
+            execution = {
+                "attempt": 1,
+                "scheduled_at": ended - dt.timedelta(seconds=2),
+                "started_at": ended - dt.timedelta(seconds=1),
+                "ended_at": ended,
+                "outcome": "failed" if failed else "done",
+                **({"class": "ValueError", "message": f"bench failure {n}"} if failed else {}),
+            }
+            document.update(
+                {
+                    "why": "tried-too-many-times" if failed else "done",
+                    "done": not failed,
+                    "archived_at": ended,
+                    "attempts": 1,
+                    "last_execution": execution,
+                    "history": [execution],
+                }
+            )
+            del document["scheduled_at"]
             documents.append(document)
         queue.store.archived.insert_many(documents, ordered=False)
 
 
-def timed(client: TestClient, path: str, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        began = time.perf_counter()
-        reply = client.get(path)
-        times.append(time.perf_counter() - began)
-        assert reply.status_code == 200, (path, reply.text[:300])
-    return round(statistics.median(times) * 1000, 1)
+def _discard(value: object) -> None:
+    """Called for its reads, not its value."""
 
 
-def measure(uri: str, scheduled: int, archived: int, repeat: int) -> dict[str, Any]:
-    queue = Queue(database_at(uri, "bench_web"), SystemClock())
+def status_command(uri: str) -> None:
+    """``recruiter status --json`` as an operator runs it: a process of its own."""
+    subprocess.run(
+        [sys.executable, "-m", "recruiter", "status", "--json", "--database", DATABASE],
+        env={**os.environ, "MONGODB_URI": uri},
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+
+
+def measure(
+    uri: str, scheduled: int, archived: int, repeat: int, groups: int = GROUPS
+) -> dict[str, Any]:
+    listener = CommandTimes()
+    client: MongoClient[dict[str, Any]] = MongoClient(
+        uri, tz_aware=True, event_listeners=[listener]
+    )
+    queue = Queue(client[DATABASE], SystemClock())
     try:
         began = time.perf_counter()
-        fill(queue, scheduled, archived)
+        fill(queue, scheduled, archived, groups)
         filled = time.perf_counter() - began
-        client = TestClient(create_app(queue), base_url="http://127.0.0.1")
-        first = client.get("/api/jobs", params={"limit": 50}).json()
+        app = create_app(queue)
+        app.state.shared.ttl = 0  # the overview computed at each call, not shared
+        browser = TestClient(app, base_url="http://127.0.0.1")
+        first = browser.get("/api/jobs", params={"limit": 50}).json()
         halfway = queue.store.archived.find_one(skip=archived // 2, projection={"_id": 1})
-        assert halfway is not None
-        middle = str(halfway["_id"])
+        middle = str(halfway["_id"]) if halfway else first["jobs"][-1]["id"]
         one = first["jobs"][0]["id"]
-        paths = {
-            "overview": "/api/overview",
-            "jobs, first page": "/api/jobs",
-            "jobs, a page from the middle": f"/api/jobs?before={middle}",
-            "jobs, failed": "/api/jobs?state=failed",
-            "jobs, one group": "/api/jobs?group=g7",
-            "jobs, ready": "/api/jobs?state=ready",
-            "one job": f"/api/jobs/{one}",
-            "groups": "/api/groups",
-            "the jobs page (HTML)": "/jobs",
+
+        def get(path: str) -> Callable[[], None]:
+            def call() -> None:
+                reply = browser.get(path)
+                assert reply.status_code == 200, (path, reply.text[:300])
+
+            return call
+
+        reads: dict[str, Callable[[], None]] = {
+            "overview": get("/api/overview"),
+            "jobs, first page": get("/api/jobs"),
+            "jobs, a page from the middle": get(f"/api/jobs?before={middle}"),
+            "jobs, failed": get("/api/jobs?state=failed"),
+            "jobs, one group": get("/api/jobs?group=g7"),
+            "jobs, ready": get("/api/jobs?state=ready"),
+            "jobs, a common workable": get("/api/jobs?workable=bench.noop"),
+            "jobs, a rare workable": get("/api/jobs?workable=bench.rare"),
+            "one job": get(f"/api/jobs/{one}"),
+            "groups": get("/api/groups"),
+            "the overview page (HTML)": get("/"),
+            "the jobs page (HTML)": get("/jobs"),
+            "the jobs page, a workable (HTML)": get("/jobs?workable=bench.rare"),
+            "the job page (HTML)": get(f"/jobs/{one}"),
+            "the groups page (HTML)": get("/groups"),
+            "the workers page (HTML)": get("/workers"),
+            "the repeatable jobs page (HTML)": get("/schedulers"),
+            "status document": lambda: _discard(status_document(queue)),
+            "recruiter status (command)": lambda: status_command(uri),
         }
+        median_ms: dict[str, float] = {}
+        commands: dict[str, Any] = {}
+        for name, read in reads.items():
+            times = []
+            for _ in range(repeat):
+                took, sent = listener.measure(read)
+                times.append(took)
+            median_ms[name] = round(statistics.median(times) * 1000, 1)
+            commands[name] = sent  # of the last call
         return {
             "scheduled": scheduled,
             "archived": archived,
+            "groups": groups,
             "fill_s": round(filled, 1),
-            "median_ms": {name: timed(client, path, repeat) for name, path in paths.items()},
+            "load_average": list(os.getloadavg()),
+            "median_ms": median_ms,
+            "commands_of_the_last_call": commands,
         }
     finally:
-        queue.store.database.client.drop_database("bench_web")
+        queue.store.database.client.drop_database(DATABASE)
         queue.close()
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.web", description=__doc__)
-    parser.add_argument("--scheduled", type=int, default=100_000)
-    parser.add_argument("--archived", type=int, default=1_000_000)
+    parser.add_argument("--scheduled", type=int, default=8_000)
+    parser.add_argument("--archived", type=int, default=12_000)
+    parser.add_argument("--groups", type=int, default=15)
     parser.add_argument("--repeat", type=int, default=5)
     options = parser.parse_args(argv)
     with database_uri("web") as uri:
-        print(json.dumps(measure(uri, options.scheduled, options.archived, options.repeat)))
+        figures = measure(uri, options.scheduled, options.archived, options.repeat, options.groups)
+        print(json.dumps(figures))
     return 0
 
 
