@@ -273,3 +273,47 @@ def test_a_database_outage_is_a_503_not_bad_input(
     browser = client(queue)
     assert browser.get(f"/api/jobs/{ObjectId()}").status_code == 503
     assert browser.get(f"/jobs/{ObjectId()}").status_code == 503
+
+
+@pytest.mark.parametrize(
+    "origin",
+    [
+        "https://127.0.0.1:8087",  # the same host and port, another scheme
+        "http://127.0.0.1",  # another port (80)
+        "http://127.0.0.1:8088",
+        "http://localhost:8087",  # another host name for the same machine: another site
+        "http://127.0.0.1:8087@evil.example",
+        "not a url",
+    ],
+)
+def test_an_action_from_another_scheme_host_or_port_is_refused(queue: Queue, origin: str) -> None:
+    """An origin is its scheme, host and port: ``https://127.0.0.1:8087`` is not the
+    http dashboard on that port (a page served there by another server could act)."""
+    waiting = str(queue.schedule(JobSpec("web.ok").run_in("1h")))
+    browser, csrf = signed_in(queue)
+    target = f"/jobs/{waiting}/cancel"
+    reply = browser.post(target, data={"csrf": csrf}, headers={"Origin": origin})
+    assert reply.status_code == 403, origin
+    referer = {"Referer": origin.rstrip("/") + "/jobs"}
+    assert browser.post(target, data={"csrf": csrf}, headers=referer).status_code == 403
+    assert (
+        browser.post("/login", data={"token": TOKEN}, headers={"Origin": origin}).status_code == 403
+    )
+    assert queue.job(waiting).why is None
+    same = browser.post(target, data={"csrf": csrf}, headers={"Origin": BASE})
+    assert same.status_code == 200
+    assert queue.job(waiting).why == "cancelled"
+
+
+def test_an_origin_naming_the_default_port_is_the_same_origin(queue: Queue) -> None:
+    waiting = str(queue.schedule(JobSpec("web.ok").run_in("1h")))
+    browser = TestClient(create_app(queue, WebConfig(token=TOKEN)), base_url="http://127.0.0.1")
+    browser.post("/login", data={"token": TOKEN})
+    found = re.search(r'name="csrf" value="([^"]+)"', browser.get("/").text)
+    assert found is not None
+    reply = browser.post(
+        f"/jobs/{waiting}/cancel",
+        data={"csrf": found.group(1)},
+        headers={"Origin": "http://127.0.0.1:80"},
+    )
+    assert reply.status_code == 200

@@ -100,18 +100,30 @@ def session_of(request: Request) -> Session | None:
 
 
 def origin_of(request: Request) -> str | None:
-    """Where the request says it comes from: its ``Origin``, else its ``Referer``'s."""
+    """Where the request says it comes from: its ``Origin``, else its ``Referer``'s (an
+    unreadable ``Referer`` as it is, to be refused)."""
     origin = request.headers.get("origin")
     if origin:
         return origin
     referer = request.headers.get("referer")
-    parts = urlsplit(referer) if referer else None
-    return f"{parts.scheme}://{parts.netloc}" if parts and parts.netloc else None
+    if not referer:
+        return None
+    try:
+        parts = urlsplit(referer)
+    except ValueError:
+        return referer
+    return f"{parts.scheme}://{parts.netloc}" if parts.scheme and parts.netloc else referer
 
 
-def check_form_action(request: Request, csrf: str | None) -> None:
-    guard_of(request).check_form_action(
-        request.cookies.get(SESSION_COOKIE), csrf, origin_of(request), request.headers.get("host")
+def own_origin(request: Request) -> str:
+    """The origin the request was sent to: its scheme (``https`` behind a proxy that
+    says so, see docs/web.md) and its ``Host``."""
+    return f"{request.url.scheme}://{request.headers.get('host', '')}"
+
+
+def check_form_action(request: Request, csrf: str | None) -> Session:
+    return guard_of(request).check_form_action(
+        request.cookies.get(SESSION_COOKIE), csrf, origin_of(request), own_origin(request)
     )
 
 

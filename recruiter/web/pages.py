@@ -15,6 +15,7 @@ from recruiter.web.context import (
     check_form_action,
     guard_of,
     origin_of,
+    own_origin,
     page_after,
     queue_of,
     render,
@@ -122,7 +123,7 @@ def login_page(request: Request) -> HTMLResponse:
 
 @router.post("/login")
 def login(request: Request, token: Annotated[str, Form()] = "") -> Response:
-    check_same_origin(origin_of(request), request.headers.get("host"))
+    check_same_origin(origin_of(request), own_origin(request))
     try:
         session = guard_of(request).sign_in(token)
     except Refused as error:
