@@ -317,3 +317,36 @@ def test_an_origin_naming_the_default_port_is_the_same_origin(queue: Queue) -> N
         headers={"Origin": "http://127.0.0.1:80"},
     )
     assert reply.status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/jobs/a/b"),
+        ("GET", "/api/jobs/a/b"),
+        ("POST", "/jobs/6b03f363855e6b03f363855e/explode"),
+        ("POST", "/api/jobs/6b03f363855e6b03f363855e/explode"),
+        ("POST", "/schedulers/explode"),
+        ("POST", "/api/schedulers/nightly/explode"),
+        ("GET", "/schedulers/a/b"),
+        ("GET", "/groups/a"),
+    ],
+)
+def test_an_unknown_path_is_404_whatever_the_method(queue: Queue, method: str, path: str) -> None:
+    """``GET /jobs/a/b`` answered 405 (a POST route's pattern matched it): no such page
+    is a 404, said as every error is."""
+    browser, csrf = signed_in(queue)
+    api = {"Authorization": f"Bearer {TOKEN}", "Origin": BASE}
+    reply = browser.request(method, path, data={"csrf": csrf}, headers=api)
+    assert reply.status_code == 404, (method, path, reply.status_code)
+    if path.startswith("/api/"):
+        assert reply.json() == {"error": "no such page"}
+    else:
+        assert "no such page" in reply.text
+
+
+def test_a_known_path_with_another_method_is_405(queue: Queue) -> None:
+    job = str(queue.schedule(JobSpec("web.ok").run_in("1h")))
+    reply = client(queue).get(f"/jobs/{job}/cancel")
+    assert reply.status_code == 405
+    assert client(queue).get("/api/bulk").status_code == 405

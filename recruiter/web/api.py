@@ -80,7 +80,7 @@ def api_schedulers(request: Request) -> Response:
     return as_json(views.schedulers(queue_of(request)))
 
 
-@router.post("/jobs/{job_id}/{action}", tags=["act"])
+@router.post("/jobs/{job_id}/{action:job_action}", tags=["act"])
 def api_job_action(
     request: Request, job_id: str, action: str, authorization: Authorization = None
 ) -> Response:
@@ -98,7 +98,7 @@ def api_bulk(request: Request, body: BulkAction, authorization: Authorization = 
     return as_json({"said": actions.act_on_jobs(queue, body.action, ids), "jobs": len(ids)})
 
 
-@router.post("/schedulers/{urn:path}/{action}", tags=["act"])
+@router.post("/schedulers/{urn:path}/{action:scheduler_action}", tags=["act"])
 def api_scheduler_action(
     request: Request, urn: str, action: str, authorization: Authorization = None
 ) -> Response:

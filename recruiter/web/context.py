@@ -16,16 +16,40 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse, Response
 from fastapi.templating import Jinja2Templates
 from pydantic import BaseModel, Field
+from starlette.convertors import StringConvertor, register_url_convertor
 
 from recruiter.duration import parse_duration
 from recruiter.groups import InvalidGroupSettings
 from recruiter.listing import STATES, InvalidFilter, JobFilter
 from recruiter.queue import Queue
-from recruiter.web import views
+from recruiter.web import actions, views
 from recruiter.web.security import SESSION_COOKIE, Guard, Session
 
 MOST_DIGITS = 18
 """Digits a form's number may have (any limit is far less; int() of thousands fails)."""
+
+
+def _one_of(words: tuple[str, ...]) -> str:
+    return "|".join(re.escape(word) for word in words)
+
+
+class JobAction(StringConvertor):
+    """A path segment naming a job's action: a route ending in one matches only the
+    actions there are, so that another path (``GET /jobs/a/b``) is no route (404), not
+    the route's other method (405)."""
+
+    regex = _one_of(actions.JOB_ACTIONS)
+
+
+class SchedulerAction(StringConvertor):
+    """A path segment naming a scheduler's action (as :class:`JobAction`)."""
+
+    regex = _one_of(actions.SCHEDULER_ACTIONS)
+
+
+# registered before the routes that name them are made (pages.py and api.py import this)
+register_url_convertor("job_action", JobAction())
+register_url_convertor("scheduler_action", SchedulerAction())
 
 
 class JobQuery(BaseModel):

@@ -144,7 +144,7 @@ def logout(request: Request, form: Annotated[Csrf, Form()]) -> Response:
     return response
 
 
-@router.post("/jobs/{job_id}/{action}", response_class=HTMLResponse)
+@router.post("/jobs/{job_id}/{action:job_action}", response_class=HTMLResponse)
 def job_action(
     request: Request, job_id: str, action: str, form: Annotated[Csrf, Form()]
 ) -> HTMLResponse:
@@ -205,7 +205,7 @@ def group_unset(request: Request, form: Annotated[GroupForm, Form()]) -> HTMLRes
     return render(request, "done.html", said=said, back="/groups")
 
 
-@router.post("/schedulers/{verb}", response_class=HTMLResponse)
+@router.post("/schedulers/{verb:scheduler_action}", response_class=HTMLResponse)
 def scheduler_action(
     request: Request, verb: str, form: Annotated[SchedulerForm, Form()]
 ) -> HTMLResponse:
