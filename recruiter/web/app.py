@@ -25,13 +25,16 @@ from recruiter.errors import DatabaseUnavailable, JobNotFound, RecruiterError
 from recruiter.listing import InvalidFilter
 from recruiter.queue import Queue
 from recruiter.web import api, pages
+from recruiter.web.audit import refused_request
 from recruiter.web.context import (
     Shared,
+    actor_of,
     as_json,
     bson_text,
     linked_ids,
     render,
     seconds,
+    session_of,
     when,
 )
 from recruiter.web.security import CONTENT_SECURITY_POLICY, Guard, Refused
@@ -151,6 +154,8 @@ async def _failed(request: Request, error: Exception) -> Response:
     traceback is for bugs only."""
     if isinstance(error, Refused):
         status = error.status
+        actor = actor_of(request, session_of(request))
+        refused_request(request.method, request.url.path, actor, str(error))
     elif isinstance(error, JobNotFound):
         status = 404
     elif isinstance(error, DatabaseUnavailable):

@@ -23,6 +23,7 @@ from recruiter.groups import InvalidGroupSettings
 from recruiter.listing import STATES, InvalidFilter, JobFilter
 from recruiter.queue import Queue
 from recruiter.web import actions, views
+from recruiter.web.audit import Actor
 from recruiter.web.security import SESSION_COOKIE, Guard, Session
 
 MOST_DIGITS = 18
@@ -75,6 +76,11 @@ class JobQuery(BaseModel):
             tag=self.tag or None,
             finished_since=since,
         ).validate()
+
+    def filter_fields(self) -> dict[str, str]:
+        """The fields given, as given (for the audit trail and the confirmation)."""
+        fields = ("state", "group", "workable", "tag", "finished_within")
+        return {name: value for name in fields if (value := getattr(self, name))}
 
 
 class Shared:
@@ -145,10 +151,25 @@ def own_origin(request: Request) -> str:
     return f"{request.url.scheme}://{request.headers.get('host', '')}"
 
 
-def check_form_action(request: Request, csrf: str | None) -> Session:
-    return guard_of(request).check_form_action(
+def check_form_action(request: Request, csrf: str | None) -> Actor:
+    """A page's action allowed (or :class:`Refused`): who acts, for the audit trail."""
+    session = guard_of(request).check_form_action(
         request.cookies.get(SESSION_COOKIE), csrf, origin_of(request), own_origin(request)
     )
+    return actor_of(request, session)
+
+
+def check_api_action(request: Request, authorization: str | None) -> Actor:
+    """A script's action allowed (or :class:`Refused`): who acts, for the audit trail."""
+    guard_of(request).check_api_action(authorization)
+    return actor_of(request, None)
+
+
+def actor_of(request: Request, session: Session | None) -> Actor:
+    """Who sends ``request``: through the API, or a page's session (if signed in)."""
+    via = "api" if request.url.path.startswith("/api/") else "page"
+    client = request.client.host if request.client else "?"
+    return Actor(via, session.name if session else None, client)
 
 
 def render(request: Request, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:

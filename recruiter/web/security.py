@@ -49,7 +49,10 @@ class Refused(Exception):
 @dataclass
 class Session:
     id: str
+    """The cookie's value: whoever holds it acts as this session."""
     csrf: str
+    name: str
+    """A label of its own, for the audit trail: it names the session and cannot act."""
     seen: float = 0.0
     """When it was last used (a monotonic clock's seconds): idle too long, it ends."""
 
@@ -82,7 +85,12 @@ class Guard:
             raise Refused(self.why_not())
         if not self.token_matches(given):
             raise Refused("wrong token", status=401)
-        session = Session(secrets.token_urlsafe(32), secrets.token_urlsafe(32), time.monotonic())
+        session = Session(
+            secrets.token_urlsafe(32),
+            secrets.token_urlsafe(32),
+            secrets.token_hex(4),
+            time.monotonic(),
+        )
         with self._lock:
             if len(self._sessions) >= SESSIONS_KEPT:
                 self._sessions.pop(next(iter(self._sessions)))
