@@ -35,9 +35,9 @@ from recruiter.web.context import (
     render,
     seconds,
     session_of,
-    when,
 )
 from recruiter.web.security import CONTENT_SECURITY_POLICY, Guard, Refused
+from recruiter.web.views import when
 
 HERE = files("recruiter.web")
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")

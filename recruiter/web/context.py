@@ -3,7 +3,6 @@ and the filters and forms routes share."""
 
 from __future__ import annotations
 
-import datetime as dt
 import re
 import threading
 from collections.abc import Callable
@@ -214,18 +213,6 @@ def page_after(before: str | None) -> str | None:
     if before and not ObjectId.is_valid(before):
         raise InvalidFilter(f"before: {before!r} is not a job id (pass a page's next_before)")
     return before or None
-
-
-def when(value: Any) -> str:
-    """A moment as the pages show it."""
-    if isinstance(value, str):
-        try:
-            value = dt.datetime.fromisoformat(value)
-        except ValueError:
-            return str(value)
-    if isinstance(value, dt.datetime):
-        return value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    return "-" if value is None else str(value)
 
 
 def seconds(value: Any) -> str:

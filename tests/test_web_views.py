@@ -1,0 +1,61 @@
+"""What the dashboard's pages show an operator (recruiter/web/views.py and the
+templates): times in one format, groups in the order a person counts, attempts in
+words, what a bulk action applies to, and why a due job does not run."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+from recruiter import JobSpec, Queue, RetryManyTimes
+from recruiter.schedule import Every
+from recruiter.web import WebConfig, create_app
+
+TOKEN = "a-token-of-twenty-chars"
+BASE = "http://127.0.0.1:8087"
+ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d")
+SHOWN = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC")
+
+
+def client(queue: Queue, **config: Any) -> TestClient:
+    return TestClient(create_app(queue, WebConfig(**config)), base_url=BASE)
+
+
+def signed_in(queue: Queue) -> tuple[TestClient, str]:
+    browser = client(queue, token=TOKEN)
+    assert browser.post("/login", data={"token": TOKEN}, follow_redirects=False).is_redirect
+    found = re.search(r'name="csrf" value="([^"]+)"', browser.get("/").text)
+    assert found is not None
+    return browser, found.group(1)
+
+
+def a_worker_that_runs(queue: Queue, *workables: str) -> None:
+    now = queue.clock.now()
+    queue.store.register_worker("*", 4242, "host-a", now, workables=workables)
+
+
+def test_every_time_a_page_shows_is_in_one_format(queue: Queue) -> None:
+    """Leases, waiting since, due dates in words, attempts, occurrences: each as
+    ``2026-11-25 10:00:00 UTC``, none as raw ISO beside them."""
+    now = queue.clock.now()
+    queue.store.acquire_or_renew("recruiter", "host-a:1", now, dt.timedelta(minutes=1))
+    a_worker_that_runs(queue, "web.known")
+    unknown = queue.schedule(JobSpec("web.unknown"))
+    later = queue.schedule(JobSpec("web.known").retry_with(RetryManyTimes(3)).run_in("1h"))
+    queue.repeat("nightly", JobSpec("web.known"), Every("1h"))
+    browser = client(queue)
+    for path in ("/", "/jobs", f"/jobs/{unknown}", f"/jobs/{later}", "/schedulers", "/workers"):
+        page = browser.get(path).text
+        assert not ISO.search(page), (path, ISO.findall(page))
+    overview = browser.get("/").text
+    assert len(SHOWN.findall(overview)) >= 3, "the time of the counts, a lease, waiting since"
+    assert SHOWN.search(browser.get(f"/api/jobs/{later}").json()["attempts_in_words"])
+
+
+def _with(job: Any, **changes: Any) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(job, **changes)
