@@ -8,6 +8,7 @@ jobs through this module only, so both say the same of every job.
 from __future__ import annotations
 
 import datetime as dt
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,19 @@ PAGE = 50
 """Jobs on a page, unless asked otherwise."""
 RECENT_FAILURES = 5
 """Failures shown by ``recruiter status``."""
+
+
+def group_order(name: Any) -> tuple[tuple[str | int, ...], str]:
+    """The order groups are listed in: as a person counts, numbers by their value and
+    letters regardless of case (``g2`` before ``g10``), then as written.
+
+    >>> sorted(["g10", "mail", "g2", "G1", "g1"], key=group_order)
+    ['G1', 'g1', 'g2', 'g10', 'mail']
+    """
+    text = str(name)
+    runs = re.split(r"([0-9]+)", text)  # text, digits, text, digits, …, text: any two
+    # names' runs alternate alike, so a number is only ever compared with a number
+    return tuple(int(run) if i % 2 else run.casefold() for i, run in enumerate(runs)), text
 
 
 class InvalidFilter(ValueError):
@@ -239,7 +253,7 @@ def status_document(queue: Queue) -> dict[str, Any]:
             "running": running.get(group, 0),
             "limits": settings[group].describe() if group in settings else "none",
         }
-        for group in sorted({*ready, *running, *settings}, key=str)
+        for group in sorted({*ready, *running, *settings}, key=group_order)
     ]
     return {
         "at": now.isoformat(),

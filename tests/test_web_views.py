@@ -11,6 +11,7 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 from recruiter import JobSpec, Queue, RetryManyTimes
+from recruiter.listing import status_document
 from recruiter.schedule import Every
 from recruiter.web import WebConfig, create_app
 
@@ -53,6 +54,20 @@ def test_every_time_a_page_shows_is_in_one_format(queue: Queue) -> None:
     overview = browser.get("/").text
     assert len(SHOWN.findall(overview)) >= 3, "the time of the counts, a lease, waiting since"
     assert SHOWN.search(browser.get(f"/api/jobs/{later}").json()["attempts_in_words"])
+
+
+def test_groups_are_in_the_order_a_person_counts(queue: Queue) -> None:
+    """g0, g1, g2 … g10, g11, not g0, g1, g10, g11, g2."""
+    names = [f"g{n}" for n in (10, 2, 0, 11, 1)] + ["mail", "G3"]
+    for name in names:
+        queue.schedule(JobSpec("web.ok").in_group(name))
+    expected = ["g0", "g1", "g2", "G3", "g10", "g11", "mail"]
+    browser = client(queue)
+    assert [g["group"] for g in browser.get("/api/overview").json()["groups"]] == expected
+    assert [g["group"] for g in browser.get("/api/groups").json()] == expected
+    assert [g["group"] for g in status_document(queue)["groups"]] == expected
+    page = browser.get("/groups").text
+    assert re.findall(r'data-group="([^"]+)"', page) == expected
 
 
 def _with(job: Any, **changes: Any) -> Any:

@@ -57,7 +57,7 @@ def overview(queue: Queue) -> dict[str, Any]:
     limits = {s.group: s.describe() for s in queue.group_settings()}
     groups = sorted(
         {*counts["ready"], *counts["postponed"], *counts["running"], *done, *failed, *limits},
-        key=str,
+        key=listing.group_order,
     )
     minute = last_minute(store, now)
     workers = listing.worker_rows(queue)
@@ -232,7 +232,10 @@ def groups(queue: Queue) -> list[dict[str, Any]]:
     now = queue.clock.now()
     counts = queue.store.count_unfinished_by_group(now)
     settings = {s.group: s for s in queue.group_settings()}
-    names = sorted({*counts["ready"], *counts["postponed"], *counts["running"], *settings}, key=str)
+    names = sorted(
+        {*counts["ready"], *counts["postponed"], *counts["running"], *settings},
+        key=listing.group_order,
+    )
     return [
         {
             "group": str(name),
