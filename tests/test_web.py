@@ -113,7 +113,7 @@ def test_a_job_page_says_its_attempts_and_policy_in_words(queue: Queue, registry
     job_id = queue.schedule(JobSpec("web.flaky").retry_with(RetryManyTimes(7, "10m")))
     drain(queue, registry)
     detail = client(queue).get(f"/api/jobs/{job_id}").json()
-    assert detail["attempts_in_words"].startswith("1 of 8 attempt made; attempt 2 of 8 is due ")
+    assert detail["attempts_in_words"].startswith("1 of 8 attempts made; attempt 2 of 8 is due ")
     assert detail["retry_policy"] == "retried up to 7 times, 600 s after each failure"
     assert detail["actions"] == ["run", "cancel"]
 

@@ -70,6 +70,20 @@ def test_groups_are_in_the_order_a_person_counts(queue: Queue) -> None:
     assert re.findall(r'data-group="([^"]+)"', page) == expected
 
 
+def test_attempts_are_counted_in_words_that_agree(queue: Queue) -> None:
+    from recruiter.web.views import attempts_in_words
+
+    job = queue.job(queue.schedule(JobSpec("web.ok").retry_with(RetryManyTimes(50))))
+    now = queue.clock.now()
+    said = attempts_in_words(job, now)
+    assert said.startswith("0 of 51 attempts made; attempt 1 of 51 is due "), said
+    for made, words in ((1, "1 of 51 attempts made"), (2, "2 of 51 attempts made")):
+        assert attempts_in_words(_with(job, attempts=made), now).startswith(words)
+    once = queue.job(queue.schedule(JobSpec("web.ok")))
+    assert attempts_in_words(_with(once, attempts=1), now).startswith("1 attempt made")
+    assert attempts_in_words(_with(once, attempts=2), now).startswith("2 attempts made")
+
+
 def _with(job: Any, **changes: Any) -> Any:
     import dataclasses
 

@@ -162,11 +162,21 @@ _IN_WORDS: dict[str, Callable[[Mapping[str, Any]], str]] = {
 
 
 def attempts_in_words(job: Job, now: dt.datetime) -> str:
-    """ "attempt 3 of 8, next at …", as far as the job's policy tells."""
+    """ "2 of 8 attempts made; attempt 3 of 8 is due …", as far as the job's policy tells.
+
+    >>> from recruiter import JobSpec, RetryManyTimes
+    >>> from bson import ObjectId
+    >>> import datetime as dt
+    >>> now = dt.datetime(2026, 11, 25, 10, tzinfo=dt.UTC)
+    >>> spec = JobSpec("mail.send").retry_with(RetryManyTimes(50)).run_in("1h")
+    >>> attempts_in_words(Job.from_document(spec.to_document(ObjectId(), now)), now)
+    '0 of 51 attempts made; attempt 1 of 51 is due 2026-11-25 11:00:00 UTC'
+    """
     parameters = job.retry_policy.get("parameters")
     most = parameters.get("retry_how_many_times") if isinstance(parameters, Mapping) else None
     of = f" of {int(most) + 1}" if isinstance(most, int) else ""
-    said = f"{job.attempts}{of} attempts made" if job.attempts != 1 else f"1{of} attempt made"
+    # "1 of 51 attempts made": of 51 attempts, one made; "1 attempt made" alone
+    said = f"{job.attempts}{of} attempt{'' if job.attempts == 1 and not of else 's'} made"
     if job.why is None and not job.locked and job.scheduled_at is not None:
         due = "now" if job.scheduled_at <= now else when(job.scheduled_at)
         said += f"; attempt {job.attempts + 1}{of} is due {due}"
