@@ -88,3 +88,19 @@ def _with(job: Any, **changes: Any) -> Any:
     import dataclasses
 
     return dataclasses.replace(job, **changes)
+
+
+def test_a_bulk_confirmation_says_which_jobs_it_applies_to(queue: Queue) -> None:
+    queue.schedule(JobSpec("web.ok").in_group("video").tagged("<b>t1</b>"))
+    browser, csrf = signed_in(queue)
+    form = {"csrf": csrf, "action": "cancel", "group": "video", "tag": "<b>t1</b>"}
+    asked = browser.post("/bulk", data=form).text
+    said = re.search(r'<p id="filter">(.*?)</p>', asked, re.S)
+    assert said is not None
+    assert "group <b>video</b>" in said.group(1)
+    assert "tag <b>&lt;b&gt;t1&lt;/b&gt;</b>" in said.group(1)
+    assert "cancel 1 job?" in asked
+    every = browser.post("/bulk", data={"csrf": csrf, "action": "cancel"}).text
+    assert "every job it applies to, whatever its group" in every
+    failed = browser.post("/bulk", data={"csrf": csrf, "action": "retry", "state": "failed"})
+    assert "state <b>failed</b>" in failed.text

@@ -178,6 +178,9 @@ def bulk_action(request: Request, form: Annotated[BulkForm, Form()]) -> HTMLResp
             changed=form.confirmed == "yes",
             where=where,
             finished_within=form.finished_within or "",
+            criteria=views.filter_in_words(form.filter_fields()),
+            applies_to=views.one_of(actions.ACTION_STATES[form.action]),
+            most=f"{actions.BULK_LIMIT:,}",
         )
     target = {"selected": len(ids), "filter": form.filter_fields()}
     with acting(actor, f"bulk {form.action}", target) as act:

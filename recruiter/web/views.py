@@ -4,7 +4,7 @@ page, each reading through :mod:`recruiter.listing` and the :class:`recruiter.Qu
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from recruiter import listing
@@ -106,6 +106,26 @@ def last_hour(store: Store, now: dt.datetime, finished: int, failed: int) -> dic
         "execution_time_average_s": average(spans(sample, "started_at", "ended_at")),
         "averaged_over": len(sample),
     }
+
+
+FILTER_LABELS = {
+    "state": "state",
+    "group": "group",
+    "workable": "workable",
+    "tag": "tag",
+    "finished_within": "finished within",
+}
+
+
+def filter_in_words(fields: Mapping[str, str]) -> list[tuple[str, str]]:
+    """A filter's fields given, each as a label and its value, in the form's order (the
+    page shows the values escaped: they are the operator's, or a link's, text)."""
+    return [(label, fields[name]) for name, label in FILTER_LABELS.items() if fields.get(name)]
+
+
+def one_of(words: Sequence[str]) -> str:
+    """``ready, postponed or running``."""
+    return " or ".join([", ".join(words[:-1]), words[-1]] if len(words) > 1 else words)
 
 
 def policy_in_words(policy: Mapping[str, Any]) -> str:
