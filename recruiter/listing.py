@@ -71,8 +71,10 @@ def waits_in_words(job: Job) -> list[str]:
 
 
 def summary(job: Job, now: dt.datetime) -> dict[str, Any]:
-    """A job in a line of a listing, as plain data."""
+    """A job in a line of a listing, as plain data: when it was created, and when it is
+    due (unfinished) or when its last attempt ended (finished)."""
     last = job.last_execution or {}
+    ended = last.get("ended_at")
     return {
         "id": str(job.id),
         "workable": job.workable,
@@ -80,6 +82,9 @@ def summary(job: Job, now: dt.datetime) -> dict[str, Any]:
         "state": state_of(job, now),
         "attempts": job.attempts,
         "last": last.get("message") or last.get("outcome"),
+        "created_at": job.created_at,
+        "due_at": None if job.finished else job.scheduled_at,
+        "ended_at": ended if job.finished and isinstance(ended, dt.datetime) else None,
     }
 
 

@@ -104,3 +104,29 @@ def test_a_bulk_confirmation_says_which_jobs_it_applies_to(queue: Queue) -> None
     assert "every job it applies to, whatever its group" in every
     failed = browser.post("/bulk", data={"csrf": csrf, "action": "retry", "state": "failed"})
     assert "state <b>failed</b>" in failed.text
+
+
+def test_the_jobs_list_shows_when_each_job_was_created_and_is_due_or_ended(
+    queue: Queue,
+) -> None:
+    due = queue.schedule(JobSpec("web.ok").run_in("1h"))
+    ended = queue.schedule(JobSpec("web.ok"))
+    queue.store.scheduled.update_one(
+        {"_id": ended},
+        {
+            "$set": {"why": "done", "last_execution": {"ended_at": queue.clock.now()}},
+            "$unset": {"scheduled_at": ""},
+        },
+    )
+    page = client(queue).get("/jobs").text
+    header = re.search(r"<thead>(.*?)</thead>", page, re.S)
+    assert header is not None
+    assert "<th>created</th>" in header.group(1)
+    assert "<th>due / ended</th>" in header.group(1)
+    rows = dict(re.findall(r'<tr data-job="([0-9a-f]{24})">(.*?)</tr>', page, re.S))
+    assert SHOWN.search(rows[str(due)])
+    assert "due " in rows[str(due)]
+    assert "ended " in rows[str(ended)]
+    listed = {j["id"]: j for j in client(queue).get("/api/jobs").json()["jobs"]}
+    assert listed[str(due)]["created_at"] is not None
+    assert listed[str(ended)]["ended_at"] is not None
