@@ -130,3 +130,23 @@ def test_the_jobs_list_shows_when_each_job_was_created_and_is_due_or_ended(
     listed = {j["id"]: j for j in client(queue).get("/api/jobs").json()["jobs"]}
     assert listed[str(due)]["created_at"] is not None
     assert listed[str(ended)]["ended_at"] is not None
+
+
+def test_a_due_job_no_worker_can_run_says_why_it_waits(queue: Queue) -> None:
+    unknown = queue.schedule(JobSpec("web.unknown"))
+    known = queue.schedule(JobSpec("web.known"))
+    browser = client(queue)
+
+    def said(job: Any) -> str:
+        return str(browser.get(f"/api/jobs/{job}").json()["attempts_in_words"])
+
+    assert said(unknown).endswith("is due now; no worker is on the roster: it runs when one is")
+    a_worker_that_runs(queue, "web.known")
+    assert said(unknown).endswith(
+        "is due now; no worker on the roster runs web.unknown: it waits for one that does"
+    )
+    assert said(known).endswith("is due now")
+    assert "no worker on the roster runs web.unknown" in browser.get(f"/jobs/{unknown}").text
+    # a worker from before routing advertises nothing: it may run any workable
+    queue.store.register_worker("*", 1, "old", queue.clock.now())
+    assert said(unknown).endswith("is due now")

@@ -83,6 +83,19 @@ class WorkableVerbs:
                 )
         return found
 
+    def slots_for(self, workable: str) -> tuple[int, int]:
+        """How many worker slots are on the roster (a manual run's holder is none), and
+        how many of them may run ``workable``: those that advertise it, and those that
+        advertise nothing (a worker from before routing takes any job) or a set not
+        recorded (what it holds is unknown)."""
+        slots = list(self.roster.find({"manual": {"$ne": True}}, {"workables": 1}))
+        digests = [slot.get("workables") for slot in slots]
+        sets = self.workables_of(d for d in digests if isinstance(d, str))
+        may = sum(
+            1 for d in digests if not isinstance(d, str) or workable in sets.get(d, {workable})
+        )
+        return len(slots), may
+
     def waiting_for_workables(self, now: dt.datetime) -> list[Waiting]:
         """The ready jobs, by workable, that no worker on the roster can run: none when
         no worker is registered (every job waits for one), or when one does not

@@ -203,6 +203,19 @@ def attempts_in_words(job: Job, now: dt.datetime) -> str:
     return said
 
 
+def why_not_run(queue: Queue, job: Job, state: str) -> str:
+    """Why a ready job may wait however long: no worker on the roster, or none that
+    runs its workable (``""`` when some may run it)."""
+    if state != "ready":
+        return ""
+    slots, may = queue.store.slots_for(job.workable)
+    if slots == 0:
+        return "; no worker is on the roster: it runs when one is"
+    if may == 0:
+        return f"; no worker on the roster runs {job.workable}: it waits for one that does"
+    return ""
+
+
 def job_detail(queue: Queue, job_id: str) -> dict[str, Any]:
     """One job, every field and every attempt (``JobNotFound`` if there is none)."""
     job = queue.job(job_id)
@@ -221,7 +234,7 @@ def job_detail(queue: Queue, job_id: str) -> dict[str, Any]:
         "created_at": job.created_at,
         "scheduled_at": job.scheduled_at,
         "attempts": job.attempts,
-        "attempts_in_words": attempts_in_words(job, now),
+        "attempts_in_words": attempts_in_words(job, now) + why_not_run(queue, job, state),
         "retry_policy": policy_in_words(job.retry_policy),
         "timeout_s": None if job.timeout is None else job.timeout.total_seconds(),
         "cancel_requested_at": job.cancel_requested_at,
