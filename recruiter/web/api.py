@@ -12,7 +12,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from recruiter import listing
 from recruiter.web import actions, views
 from recruiter.web.audit import acting
-from recruiter.web.context import JobQuery, as_json, check_api_action, page_after, queue_of
+from recruiter.web.context import (
+    JobQuery,
+    as_json,
+    check_api_action,
+    kept_overview,
+    page_after,
+    queue_of,
+)
 
 router = APIRouter(prefix="/api")
 Authorization = Annotated[str | None, Header(description="Bearer TOKEN")]
@@ -43,8 +50,10 @@ class JobPage(JobQuery):
 
 @router.get("/overview", tags=["read"])
 def api_overview(request: Request) -> Response:
-    """Jobs per group and state, the last hour's outcomes, leaders and workers."""
-    return as_json(views.overview(queue_of(request)))
+    """Jobs per group and state, the last hour's outcomes, leaders and workers, as read
+    at ``at``, ``age_s`` seconds ago (read again every ``read_every_s`` seconds at most:
+    the same read for every page and script that asks)."""
+    return as_json(kept_overview(request))
 
 
 @router.get("/jobs", tags=["read"])
@@ -71,8 +80,11 @@ def api_workers(request: Request) -> Response:
 
 @router.get("/groups", tags=["read"])
 def api_groups(request: Request) -> Response:
-    """Every group with jobs or settings."""
-    return as_json(views.groups(queue_of(request)))
+    """Every group with jobs or settings: its limits now, its jobs as the overview
+    counted them (``age_s`` seconds ago)."""
+    overview = kept_overview(request)
+    groups = views.groups(queue_of(request), overview)
+    return as_json([{**group, "age_s": overview["age_s"]} for group in groups])
 
 
 @router.get("/schedulers", tags=["read"])

@@ -27,7 +27,7 @@ from recruiter.queue import Queue
 from recruiter.web import api, pages
 from recruiter.web.audit import refused_request
 from recruiter.web.context import (
-    Shared,
+    Kept,
     actor_of,
     as_json,
     bson_text,
@@ -84,7 +84,7 @@ def create_app(queue: Queue, config: WebConfig | None = None) -> FastAPI:
     app.state.queue = queue
     app.state.guard = Guard(config.token, config.read_only)
     app.state.templates = templates
-    app.state.shared = Shared(config.refresh_seconds / 2)
+    app.state.kept = Kept(config.refresh_seconds / 2)
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
     app.include_router(pages.router)
     app.include_router(api.router)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import urlsplit
 
@@ -82,34 +83,67 @@ class JobQuery(BaseModel):
         return {name: value for name in fields if (value := getattr(self, name))}
 
 
-class Shared:
-    """A read shared by every page open at once: computed at most once per ``ttl``
-    seconds (the overview's counts, which every open browser asks for at each refresh,
-    cost one read of the database however many watch)."""
+COST_SHARE = 10.0
+"""A kept read is read again once it is this many times as old as it took to read: the
+dashboard spends at most about a tenth of its time (and of the database's, for it)
+reading what every page shares, however large the queue."""
 
-    def __init__(self, ttl: float) -> None:
-        self.ttl = ttl
-        self._kept: dict[str, tuple[float, Any]] = {}
+
+@dataclass(frozen=True)
+class Reading:
+    """A kept read: its value, when it began (a monotonic clock's seconds), how long it
+    took, and how long it is kept."""
+
+    value: Any
+    at: float
+    took: float
+    every: float
+    """It is read again once older than this."""
+
+    def age(self, now: float) -> float:
+        return max(0.0, now - self.at)
+
+
+class Kept:
+    """A read every page shares (the overview's counts, which every open browser asks
+    for at each refresh), kept with its age: read again once older than ``every`` or
+    :data:`COST_SHARE` times as long as it took (whichever is longer), by the first
+    request that finds it old; the requests that come while it reads are served the
+    kept one, not made to wait. Only the very first read is waited for."""
+
+    def __init__(self, every: float, cost_share: float = COST_SHARE) -> None:
+        self.every = every
+        self.cost_share = cost_share
+        self._kept: dict[str, Reading] = {}
+        self._reading: set[str] = set()
         self._lock = threading.Lock()
 
-    def get(self, key: str, now: float, compute: Callable[[], Any]) -> Any:
+    def get(self, key: str, monotonic: Callable[[], float], read: Callable[[], Any]) -> Reading:
         with self._lock:
             kept = self._kept.get(key)
-            if kept is not None and now - kept[0] < self.ttl:
-                return kept[1]
-            value = compute()  # under the lock: the others wait for it, not redo it
-            self._kept[key] = (now, value)
-            return value
+            if kept is not None and (kept.age(monotonic()) < kept.every or key in self._reading):
+                return kept
+            self._reading.add(key)
+        try:
+            began = monotonic()
+            value = read()
+            took = monotonic() - began
+            reading = Reading(value, began, took, max(self.every, self.cost_share * took))
+            with self._lock:
+                self._kept[key] = reading
+            return reading
+        finally:
+            with self._lock:
+                self._reading.discard(key)
 
 
-def shared_overview(request: Request) -> dict[str, Any]:
-    """The overview, read at most once per refresh interval for all who look."""
+def kept_overview(request: Request) -> dict[str, Any]:
+    """The overview, as kept for all who look (:class:`Kept`), with its age."""
     queue = queue_of(request)
-    shared = cast(Shared, request.app.state.shared)
-    return cast(
-        dict[str, Any],
-        shared.get("overview", queue.clock.monotonic(), lambda: views.overview(queue)),
-    )
+    kept = cast(Kept, request.app.state.kept)
+    reading = kept.get("overview", queue.clock.monotonic, lambda: views.overview(queue))
+    age = reading.age(queue.clock.monotonic())
+    return {**reading.value, "age_s": round(age, 1), "read_every_s": round(reading.every, 1)}
 
 
 def queue_of(request: Request) -> Queue:

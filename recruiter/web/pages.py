@@ -17,12 +17,12 @@ from recruiter.web.context import (
     actor_of,
     check_form_action,
     guard_of,
+    kept_overview,
     origin_of,
     own_origin,
     page_after,
     queue_of,
     render,
-    shared_overview,
     whole_number,
 )
 from recruiter.web.security import SESSION_COOKIE, Refused, check_same_origin
@@ -62,12 +62,12 @@ class LimitsForm(GroupForm):
 
 @router.get("/", response_class=HTMLResponse)
 def overview_page(request: Request) -> HTMLResponse:
-    return render(request, "overview.html", overview=shared_overview(request))
+    return render(request, "overview.html", overview=kept_overview(request))
 
 
 @router.get("/fragments/overview", response_class=HTMLResponse)
 def overview_fragment(request: Request) -> HTMLResponse:
-    return render(request, "overview_live.html", overview=shared_overview(request))
+    return render(request, "overview_live.html", overview=kept_overview(request))
 
 
 @router.get("/jobs", response_class=HTMLResponse)
@@ -111,7 +111,9 @@ def workers_fragment(request: Request) -> HTMLResponse:
 
 @router.get("/groups", response_class=HTMLResponse)
 def groups_page(request: Request) -> HTMLResponse:
-    return render(request, "groups.html", groups=views.groups(queue_of(request)))
+    overview = kept_overview(request)
+    groups = views.groups(queue_of(request), overview)
+    return render(request, "groups.html", groups=groups, overview=overview)
 
 
 @router.get("/schedulers", response_class=HTMLResponse)

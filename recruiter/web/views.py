@@ -270,28 +270,27 @@ def actions_for(state: str, *, retried: bool = False) -> list[str]:
     return ["run", "cancel"]
 
 
-def groups(queue: Queue) -> list[dict[str, Any]]:
-    """Every group with jobs or settings: its limits and its jobs now."""
-    now = queue.clock.now()
-    counts = queue.store.count_unfinished_by_group(now)
+def groups(queue: Queue, overview: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every group with jobs or settings: its limits now, its jobs as ``overview``
+    counted them."""
+    counted = {g["group"]: g for g in overview["groups"]}
     settings = {s.group: s for s in queue.group_settings()}
-    names = sorted(
-        {*counts["ready"], *counts["postponed"], *counts["running"], *settings},
-        key=listing.group_order,
-    )
+    names = sorted({*counted, *settings}, key=listing.group_order)
     return [
         {
-            "group": str(name),
-            "ready": counts["ready"].get(name, 0),
-            "postponed": counts["postponed"].get(name, 0),
-            "running": counts["running"].get(name, 0),
+            "group": name,
+            **{state: counted.get(name, {}).get(state, 0) for state in UNFINISHED},
             "concurrency": settings[name].concurrency if name in settings else None,
             "rate": str(settings[name].rate) if name in settings and settings[name].rate else None,
             "weight": settings[name].weight if name in settings else 1,
             "limits": settings[name].describe() if name in settings else "none",
         }
         for name in names
+        if name in settings or any(counted[name][state] for state in UNFINISHED)
     ]
+
+
+UNFINISHED = ("ready", "postponed", "running")
 
 
 OCCURRENCES_SHOWN = 3
