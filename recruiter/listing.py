@@ -153,7 +153,9 @@ def list_jobs(
 ) -> Page:
     """A page of the jobs ``where`` selects, newest first (by id, which is creation
     time), older than ``before`` when given: each collection is read on its ``_id``
-    index, at most ``limit`` + 1 jobs each, whatever their numbers."""
+    index, at most ``limit`` + 1 jobs each, whatever their numbers. The jobs are as a
+    listing reads them: without their history, nor their last attempt's traceback,
+    output and result (:meth:`Queue.job` reads a whole job)."""
     where.validate()
     now = queue.clock.now()
     extra = where.extra(now)
@@ -161,7 +163,8 @@ def list_jobs(
         extra["_id"] = {"$lt": as_object_id(before)}
     found: dict[Any, Job] = {}
     for collection, query in state_queries(where.state, now):
-        for job in queue.store.find_jobs_by_id(collection, {**query, **extra}, limit + 1):
+        read = queue.store.find_jobs_by_id(collection, {**query, **extra}, limit + 1, whole=False)
+        for job in read:
             found.setdefault(job.id, job)
     listed = sorted(found.values(), key=lambda job: str(job.id), reverse=True)
     page = listed[:limit]

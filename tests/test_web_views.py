@@ -150,3 +150,25 @@ def test_a_due_job_no_worker_can_run_says_why_it_waits(queue: Queue) -> None:
     # a worker from before routing advertises nothing: it may run any workable
     queue.store.register_worker("*", 1, "old", queue.clock.now())
     assert said(unknown).endswith("is due now")
+
+
+def test_a_page_of_jobs_leaves_their_histories_and_tracebacks_in_the_database(
+    queue: Queue,
+) -> None:
+    """A page shows each job's last message, never its history nor its tracebacks: on
+    MongoDB a page of jobs with long histories would otherwise be megabytes."""
+    from recruiter import listing
+
+    job = queue.schedule(JobSpec("web.ok").in_group("mail"))
+    execution = {"outcome": "failed", "message": "down", "trace": "Traceback…" * 1000}
+    queue.store.scheduled.update_one(
+        {"_id": job},
+        {"$set": {"why": "tried-too-many-times", "last_execution": execution}},
+    )
+    queue.store.scheduled.update_one({"_id": job}, {"$set": {"history": [execution] * 5}})
+    [listed] = listing.list_jobs(queue, listing.JobFilter()).jobs
+    assert (listed.history, listed.problems) == ((), ())
+    assert listed.last_execution == {"outcome": "failed", "message": "down"}
+    [row] = client(queue).get("/api/jobs").json()["jobs"]
+    assert (row["last"], row["state"]) == ("down", "tried-too-many-times")
+    assert len(queue.job(job).history) == 5, "the job itself is read whole"

@@ -22,6 +22,15 @@ RECENT_SAMPLE = 10_000
 
 
 UNFINISHED_STATES = ("ready", "postponed", "running")
+NOT_LISTED: Document = {
+    "history": 0,
+    "last_execution.trace": 0,
+    "last_execution.output": 0,
+    "last_execution.result": 0,
+}
+"""What a listing of jobs leaves out: every attempt but the last, and the last one's
+traceback, output and result (a page of 50 jobs with long histories of tracebacks is
+megabytes; its lines show none of it)."""
 
 
 def unfinished_state_queries(now: dt.datetime) -> dict[str, Document]:
@@ -126,9 +135,13 @@ class AnalyticsVerbs:
             counts[both] = counts.get(both, 0) + document["count"]
         return counts
 
-    def find_jobs_by_id(self, collection: str, query: Mapping[str, Any], limit: int) -> list[Job]:
+    def find_jobs_by_id(
+        self, collection: str, query: Mapping[str, Any], limit: int, *, whole: bool = True
+    ) -> list[Job]:
         """Jobs of ``collection`` matching ``query``, newest created first (on the ``_id``
-        index, so that a page after an id is one range of it), at most ``limit``."""
+        index, so that a page after an id is one range of it), at most ``limit``; not
+        ``whole``: without what a listing does not show (:data:`NOT_LISTED`)."""
         source = self.scheduled if collection == "scheduled" else self.archived
-        cursor = source.find(dict(query)).sort("_id", -1).limit(limit)
+        fields = None if whole else NOT_LISTED
+        cursor = source.find(dict(query), fields).sort("_id", -1).limit(limit)
         return [Job.from_document(document) for document in cursor]
