@@ -47,6 +47,7 @@ BATCH = 5_000
 RARE = 50
 """One job in this many is of the rare workable (a filter that matches few jobs)."""
 DATABASE = "bench_web"
+SLOTS = 8
 
 
 class CommandTimes(monitoring.CommandListener):
@@ -100,9 +101,15 @@ class CommandTimes(monitoring.CommandListener):
 
 
 def fill(queue: Queue, scheduled: int, archived: int, groups: int = GROUPS) -> None:
-    """``scheduled`` jobs (7 in 10 ready, 1 postponed, 1 running, 1 ready but due in
-    the past hour) and ``archived`` jobs finished over the last day, in ``groups``."""
+    """``scheduled`` jobs (8 in 10 ready, 1 postponed, 1 running) and ``archived`` jobs
+    finished over the last day, in ``groups``; :data:`SLOTS` worker slots that run
+    every workable but the rare one (whose ready jobs then wait for a workable), and
+    leaders."""
     now = queue.clock.now()
+    for slot in range(SLOTS):
+        queue.store.register_worker("*", 1000 + slot, "bench-host", now, workables=["bench.noop"])
+    for name in ("recruiter", "cleaner"):
+        queue.store.acquire_or_renew(name, f"bench-host:{name}", now, dt.timedelta(minutes=1))
 
     def spec(n: int) -> JobSpec:
         workable = "bench.rare" if n % RARE == RARE - 1 else "bench.noop"
