@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +19,7 @@ from recruiter.job import Job, state_of
 from recruiter.queue import Queue
 from recruiter.retry import FAILED as FAILED_WHYS
 from recruiter.store import as_object_id
-from recruiter.store.analytics import unfinished_state_queries
+from recruiter.store.analytics import ReadyCount, unfinished_state_queries
 
 FAILED = [str(why) for why in FAILED_WHYS]
 """The reasons a job failed for good."""
@@ -235,8 +236,33 @@ def recent_failures(queue: Queue, now: dt.datetime) -> list[dict[str, Any]]:
     ]
 
 
-def waiting_for_a_workable(queue: Queue, now: dt.datetime) -> list[dict[str, Any]]:
-    """The ready jobs, by workable, that no worker on the roster can run."""
+def unfinished_counts(queue: Queue, now: dt.datetime, states: tuple[str, ...]) -> Counted:
+    """For each of ``states`` (of ready, postponed and running), how many jobs of each
+    group are in it, and the ready jobs no worker on the roster can run: the ready
+    jobs read once for both (one aggregation a state)."""
+    store = queue.store
+    ready = store.count_ready(now)
+    counts = store.count_unfinished_by_group(now, tuple(s for s in states if s != "ready"))
+    if "ready" in states:
+        by_group: dict[str, int] = {}
+        for entry in ready:
+            by_group[str(entry.group)] = by_group.get(str(entry.group), 0) + entry.jobs
+        counts["ready"] = by_group
+    return Counted(counts, waiting_for_a_workable(queue, now, ready))
+
+
+@dataclass(frozen=True)
+class Counted:
+    by_state: dict[str, dict[str, int]]
+    """For each state counted, the jobs of each group in it."""
+    waiting_for_a_workable: list[dict[str, Any]]
+
+
+def waiting_for_a_workable(
+    queue: Queue, now: dt.datetime, ready: Sequence[ReadyCount] | None = None
+) -> list[dict[str, Any]]:
+    """The ready jobs, by workable, that no worker on the roster can run (from the
+    counts ``ready``, when given)."""
     return [
         {
             "workable": entry.workable,
@@ -244,15 +270,15 @@ def waiting_for_a_workable(queue: Queue, now: dt.datetime) -> list[dict[str, Any
             "since": entry.since.isoformat(),
             "waited_s": round(max(0.0, (now - entry.since).total_seconds()), 1),
         }
-        for entry in queue.store.waiting_for_workables(now)
+        for entry in queue.store.waiting_for_workables(now, ready)
     ]
 
 
 def status_document(queue: Queue) -> dict[str, Any]:
     """Everything ``recruiter status`` shows, as plain data."""
-    store, now = queue.store, queue.clock.now()
-    counts = store.count_unfinished_by_group(now, ("ready", "running"))
-    ready, running = counts["ready"], counts["running"]
+    now = queue.clock.now()
+    counted = unfinished_counts(queue, now, ("ready", "running"))
+    ready, running = counted.by_state["ready"], counted.by_state["running"]
     settings = {s.group: s for s in queue.group_settings()}
     groups = [
         {
@@ -268,6 +294,6 @@ def status_document(queue: Queue) -> dict[str, Any]:
         "leases": leases(queue, now),
         "workers": worker_rows(queue),
         "groups": groups,
-        "waiting_for_a_workable": waiting_for_a_workable(queue, now),
+        "waiting_for_a_workable": counted.waiting_for_a_workable,
         "recent_failures": recent_failures(queue, now),
     }

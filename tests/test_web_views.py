@@ -8,6 +8,7 @@ import datetime as dt
 import re
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
 from recruiter import JobSpec, Queue, RetryManyTimes
@@ -172,3 +173,65 @@ def test_a_page_of_jobs_leaves_their_histories_and_tracebacks_in_the_database(
     [row] = client(queue).get("/api/jobs").json()["jobs"]
     assert (row["last"], row["state"]) == ("down", "tried-too-many-times")
     assert len(queue.job(job).history) == 5, "the job itself is read whole"
+
+
+def _a_queue_in_use(queue: Queue) -> None:
+    """Ready jobs of two workables in two groups, one workable no worker runs; a
+    running job, a postponed one."""
+    for n in range(6):
+        queue.schedule(JobSpec("web.known" if n % 3 else "web.unknown").in_group(f"g{n % 2}"))
+    queue.schedule(JobSpec("web.known").in_group("g1").run_in("1h"))
+    running = queue.schedule(JobSpec("web.known").in_group("g2"))
+    queue.store.scheduled.update_one({"_id": running}, {"$set": {"locked": True}})
+    a_worker_that_runs(queue, "web.known")
+
+
+def test_the_status_and_the_overview_count_what_each_verb_counts(queue: Queue) -> None:
+    _a_queue_in_use(queue)
+    now = queue.clock.now()
+    counts = queue.store.count_unfinished_by_group(now)
+    waiting = queue.store.waiting_for_workables(now)
+    assert [(w.workable, w.jobs) for w in waiting] == [("web.unknown", 2)]
+    status = status_document(queue)
+    assert {g["group"]: (g["ready"], g["running"]) for g in status["groups"]} == {
+        g: (counts["ready"].get(g, 0), counts["running"].get(g, 0)) for g in ("g0", "g1", "g2")
+    }
+    assert [(w["workable"], w["jobs"]) for w in status["waiting_for_a_workable"]] == [
+        ("web.unknown", 2)
+    ]
+    overview = client(queue).get("/api/overview").json()
+    assert {g["group"]: g["postponed"] for g in overview["groups"]} == {"g0": 0, "g1": 1, "g2": 0}
+    assert overview["waiting_for_a_workable"] == status["waiting_for_a_workable"]
+
+
+@pytest.mark.real_server
+def test_the_status_reads_the_ready_jobs_once(real_server_uri: str, real_database: Any) -> None:
+    """The groups' ready counts and the jobs no worker can run are told from one read of
+    the ready jobs (there were two, each as long as the queue)."""
+    from pymongo import MongoClient, monitoring
+
+    class Sent(monitoring.CommandListener):
+        def __init__(self) -> None:
+            self.commands: list[tuple[str, Any]] = []
+
+        def started(self, event: monitoring.CommandStartedEvent) -> None:
+            self.commands.append((event.command_name, event.command.get(event.command_name)))
+
+        def succeeded(self, event: monitoring.CommandSucceededEvent) -> None: ...
+
+        def failed(self, event: monitoring.CommandFailedEvent) -> None: ...
+
+    sent = Sent()
+    client_: MongoClient[dict[str, Any]] = MongoClient(
+        real_server_uri, tz_aware=True, event_listeners=[sent]
+    )
+    try:
+        queue = Queue(client_[real_database.name])
+        _a_queue_in_use(queue)
+        sent.commands.clear()
+        document = status_document(queue)
+        assert document["waiting_for_a_workable"][0]["jobs"] == 2
+        reads = [c for c in sent.commands if c == ("aggregate", "scheduled")]
+        assert len(reads) == 2, "the ready jobs once (by group and workable), the running once"
+    finally:
+        client_.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pymongo.collection import Collection
@@ -55,6 +56,17 @@ def _hashable(value: Any) -> Any:
     return value
 
 
+@dataclass(frozen=True)
+class ReadyCount:
+    """How many jobs of a group and workable are ready, and since when the oldest of
+    them is due."""
+
+    group: Any
+    workable: Any
+    jobs: int
+    since: dt.datetime | None
+
+
 class AnalyticsVerbs:
     """Counts and samples of ``scheduled`` and ``archived``."""
 
@@ -81,6 +93,34 @@ class AnalyticsVerbs:
             }
             for state in states
         }
+
+    def count_ready(self, now: dt.datetime) -> list[ReadyCount]:
+        """How many jobs are ready, by group and workable, and when the oldest of each
+        fell due: one aggregation over the ready jobs (on the ``ready`` index), from
+        which both the groups' counts and the jobs no worker can run are told."""
+        pipeline: list[Document] = [
+            {"$match": ready_query(now)},
+            {
+                "$group": {
+                    "_id": {"group": "$group", "workable": "$workable.class"},
+                    "jobs": {"$sum": 1},
+                    "since": {"$min": "$scheduled_at"},
+                }
+            },
+        ]
+        counts = []
+        for document in self.scheduled.aggregate(pipeline):
+            key = document["_id"] if isinstance(document["_id"], dict) else {}
+            since = document.get("since")
+            counts.append(
+                ReadyCount(
+                    _hashable(key.get("group")),
+                    _hashable(key.get("workable")),
+                    int(document["jobs"]),
+                    since if isinstance(since, dt.datetime) else None,
+                )
+            )
+        return counts
 
     def recently_finished(
         self, since: dt.datetime, group: str | None = None, limit: int = RECENT_SAMPLE

@@ -43,9 +43,11 @@ HOUR_SAMPLE = 1_000
 
 def overview(queue: Queue) -> dict[str, Any]:
     """Jobs per group and state, the last hour's outcomes, the leaders, the workers:
-    one aggregation per state of ``scheduled``, one of the last hour of ``archived``."""
+    one aggregation per state of ``scheduled`` (the ready jobs' also tells those no
+    worker can run), one of the last hour of ``archived``."""
     store, now = queue.store, queue.clock.now()
-    counts = store.count_unfinished_by_group(now)
+    counted = listing.unfinished_counts(queue, now, ("ready", "postponed", "running"))
+    counts = counted.by_state
     done: dict[Any, int] = {}
     failed: dict[Any, int] = {}
     finished = store.finished_by_group(now - RECENT)
@@ -89,7 +91,7 @@ def overview(queue: Queue) -> dict[str, Any]:
             "busy": sum(1 for w in workers if w["busy"]),
             "idle": sum(1 for w in workers if not w["busy"]),
         },
-        "waiting_for_a_workable": listing.waiting_for_a_workable(queue, now),
+        "waiting_for_a_workable": counted.waiting_for_a_workable,
         "recent_failures": listing.recent_failures(queue, now),
     }
 
