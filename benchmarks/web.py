@@ -35,6 +35,7 @@ from bson import ObjectId
 from fastapi.testclient import TestClient
 from pymongo import MongoClient, monitoring
 
+from benchmarks.plans import EXPLAINED, SESSION_FIELDS, explain_rows
 from benchmarks.server import database_uri
 from recruiter import JobSpec, Queue
 from recruiter.clock import SystemClock
@@ -60,6 +61,8 @@ class CommandTimes(monitoring.CommandListener):
         self.started_at: dict[int, str] = {}
         self.seconds: dict[str, float] = {}
         self.counts: Counter[str] = Counter()
+        self.sent: list[dict[str, Any]] = []
+        """The commands that have a plan, as sent (to explain them)."""
 
     def started(self, event: monitoring.CommandStartedEvent) -> None:
         if self.recording:
@@ -67,6 +70,9 @@ class CommandTimes(monitoring.CommandListener):
             where = target if isinstance(target, str) else ""
             with self.lock:
                 self.started_at[event.request_id] = f"{event.command_name} {where}".strip()
+                if event.command_name in EXPLAINED:
+                    fields = event.command.items()
+                    self.sent.append({k: v for k, v in fields if k not in SESSION_FIELDS})
 
     def _ended(self, request_id: int, duration_micros: int) -> None:
         with self.lock:
@@ -86,6 +92,7 @@ class CommandTimes(monitoring.CommandListener):
         with self.lock:
             self.seconds.clear()
             self.counts.clear()
+            self.sent.clear()
         self.recording = True
         began = time.perf_counter()
         try:
@@ -169,7 +176,13 @@ def status_command(uri: str) -> None:
 
 
 def measure(
-    uri: str, scheduled: int, archived: int, repeat: int, groups: int = GROUPS
+    uri: str,
+    scheduled: int,
+    archived: int,
+    repeat: int,
+    groups: int = GROUPS,
+    *,
+    plans: bool = False,
 ) -> dict[str, Any]:
     listener = CommandTimes()
     client: MongoClient[dict[str, Any]] = MongoClient(
@@ -220,6 +233,7 @@ def measure(
         }
         median_ms: dict[str, float] = {}
         commands: dict[str, Any] = {}
+        explained: dict[str, list[list[str]]] = {}
         for name, read in reads.items():
             times = []
             for _ in range(repeat):
@@ -227,6 +241,12 @@ def measure(
                 times.append(took)
             median_ms[name] = round(statistics.median(times) * 1000, 1)
             commands[name] = sent  # of the last call
+            if plans:  # each command of the last call, explained
+                database = queue.store.database
+                rows: list[tuple[str, ...]] = []
+                for command in listener.sent:  # (an aggregation may show its plan twice)
+                    rows.extend(dict.fromkeys(map(tuple, explain_rows(database, command))))
+                explained[name] = [list(row) for row in rows]
         return {
             "scheduled": scheduled,
             "archived": archived,
@@ -235,6 +255,7 @@ def measure(
             "load_average": list(os.getloadavg()),
             "median_ms": median_ms,
             "commands_of_the_last_call": commands,
+            **({"plans": explained} if plans else {}),
         }
     finally:
         queue.store.database.client.drop_database(DATABASE)
@@ -247,10 +268,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--archived", type=int, default=12_000)
     parser.add_argument("--groups", type=int, default=15)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument(
+        "--plans",
+        action="store_true",
+        help="explain each command of each read (executionStats) and print the plans as "
+        "a Markdown table after the JSON",
+    )
     options = parser.parse_args(argv)
     with database_uri("web") as uri:
-        figures = measure(uri, options.scheduled, options.archived, options.repeat, options.groups)
+        figures = measure(
+            uri,
+            options.scheduled,
+            options.archived,
+            options.repeat,
+            options.groups,
+            plans=options.plans,
+        )
         print(json.dumps(figures))
+    if options.plans:
+        print("\n| read | command | collection | winning plan | returned | keys | documents |")
+        print("|---|---|---|---|---:|---:|---:|")
+        for name, rows in figures["plans"].items():
+            for row in rows:
+                print("| " + " | ".join([name, *row]) + " |")
     return 0
 
 
