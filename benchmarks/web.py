@@ -7,7 +7,7 @@ archived ones finished over the last 24 hours, one in ten failed; one job in fif
 rare workable), then times each page, each API call and ``recruiter status`` (its
 document in-process, and the command as a process), the median of ``--repeat`` calls,
 in-process (FastAPI's TestClient, no network): each page read afresh, and the overview
-also as served, from the read every page shares (a read kept for at least ten times what
+and the groups page also as served, from the read every page shares (a read kept for at least ten times what
 it took: ``recruiter/web/context.py``, ``Kept``). Beside each time: the database commands
 the read sent and the time they took, by command and collection, so that what is the
 server's and what is Python's can be told apart.
@@ -226,6 +226,7 @@ def measure(
             "the jobs page, a workable (HTML)": get("/jobs?workable=bench.rare"),
             "the job page (HTML)": get(f"/jobs/{one}"),
             "the groups page (HTML)": get("/groups"),
+            "the groups page (HTML), as kept": get("/groups", as_served),
             "the workers page (HTML)": get("/workers"),
             "the repeatable jobs page (HTML)": get("/schedulers"),
             "status document": lambda: _discard(status_document(queue)),
