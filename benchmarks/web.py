@@ -4,13 +4,14 @@ and where that time goes.
 ``python -m benchmarks.web --scheduled 8000 --archived 12000 --groups 15``: fills a
 database with that many jobs (the scheduled ones ready, postponed and running; the
 archived ones finished over the last 24 hours, one in ten failed; one job in fifty of a
-rare workable), then times each page, each API call and ``recruiter status`` (its
-document in-process, and the command as a process), the median of ``--repeat`` calls,
-in-process (FastAPI's TestClient, no network): each page read afresh, and the overview
-and the groups page also as served, from the read every page shares (a read kept for at least ten times what
-it took: ``recruiter/web/context.py``, ``Kept``). Beside each time: the database commands
-the read sent and the time they took, by command and collection, so that what is the
-server's and what is Python's can be told apart.
+rare workable), worker slots and leaders, then times each page, each API call and
+``recruiter status`` (its document in-process, and the command as a process), the
+median of ``--repeat`` calls, in-process (FastAPI's TestClient, no network). Each page
+is read afresh; the overview and the groups page also as served, from the read every
+page shares (kept for at least ten times what it took: ``Kept`` in
+``recruiter/web/context.py``). Beside each time: the database commands the read sent
+and the time they took, by command and collection, so that what is the server's and
+what is Python's can be told apart; ``--plans`` explains each of them.
 
 Uses ``MONGODB_URI`` when set, else a SecantusDB server of its own (whose timings say
 nothing of MongoDB's: its reads are Python over WiredTiger).
