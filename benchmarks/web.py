@@ -11,7 +11,8 @@ is read afresh; the overview and the groups page also as served, from the read e
 page shares (kept for at least ten times what it took: ``Kept`` in
 ``recruiter/web/context.py``). Beside each time: the database commands the read sent
 and the time they took, by command and collection, so that what is the server's and
-what is Python's can be told apart; ``--plans`` explains each of them.
+what is Python's can be told apart; ``--plans`` explains each of them. Last, what the
+archive's index on workable costs the cleaner's archive batch (``archive_batch_ms``).
 
 Uses ``MONGODB_URI`` when set, else a SecantusDB server of its own (whose timings say
 nothing of MongoDB's: its reads are Python over WiredTiger).
@@ -41,6 +42,8 @@ from benchmarks.server import database_uri
 from recruiter import JobSpec, Queue
 from recruiter.clock import SystemClock
 from recruiter.listing import status_document
+from recruiter.store.jobs import ARCHIVE_BATCH
+from recruiter.store.schema import INDEXES
 from recruiter.web import create_app
 from recruiter.web.context import Kept
 
@@ -49,6 +52,7 @@ BATCH = 5_000
 RARE = 50
 """One job in this many is of the rare workable (a filter that matches few jobs)."""
 DATABASE = "bench_web"
+BATCH_ARCHIVED = ARCHIVE_BATCH
 SLOTS = 8
 
 
@@ -162,6 +166,37 @@ def fill(queue: Queue, scheduled: int, archived: int, groups: int = GROUPS) -> N
         queue.store.archived.insert_many(documents, ordered=False)
 
 
+def archive_cost(queue: Queue, batches: int = 8) -> dict[str, float]:
+    """What the archive's index on workable costs its writes: the median time to insert
+    a batch of :data:`BATCH_ARCHIVED` finished jobs (the cleaner's archive batch) into
+    a collection with every index of ``archived``, and with all but that one."""
+    database = queue.store.database
+    indexes = list(INDEXES["archived"])
+    collections = {
+        "with the workable index": database["bench_archive_with"],
+        "without it": database["bench_archive_without"],
+    }
+    collections["with the workable index"].create_indexes(indexes)
+    collections["without it"].create_indexes(
+        [index for index in indexes if index.document["name"] != "workable"]
+    )
+    now = queue.clock.now()
+    times: dict[str, list[float]] = {name: [] for name in collections}
+    for _ in range(batches):
+        for name, collection in collections.items():
+            documents = []
+            for n in range(BATCH_ARCHIVED):
+                document = JobSpec("bench.noop", {"n": n}).to_document(ObjectId(), now)
+                document.update({"why": "done", "done": True, "archived_at": now})
+                documents.append(document)
+            began = time.perf_counter()
+            collection.insert_many(documents, ordered=False)
+            times[name].append(time.perf_counter() - began)
+    for collection in collections.values():
+        collection.drop()
+    return {name: round(statistics.median(t) * 1000, 1) for name, t in times.items()}
+
+
 def _discard(value: object) -> None:
     """Called for its reads, not its value."""
 
@@ -257,6 +292,7 @@ def measure(
             "load_average": list(os.getloadavg()),
             "median_ms": median_ms,
             "commands_of_the_last_call": commands,
+            "archive_batch_ms": archive_cost(queue),
             **({"plans": explained} if plans else {}),
         }
     finally:
