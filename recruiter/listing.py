@@ -8,6 +8,8 @@ jobs through this module only, so both say the same of every job.
 from __future__ import annotations
 
 import datetime as dt
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +20,7 @@ from recruiter.queue import Queue
 from recruiter.retry import FAILED as FAILED_WHYS
 from recruiter.states import STATES, UNFINISHED
 from recruiter.store import as_object_id
-from recruiter.store.analytics import unfinished_state_queries
+from recruiter.store.analytics import ReadyCount, unfinished_state_queries
 
 FAILED = [str(why) for why in FAILED_WHYS]
 """The reasons a job failed for good."""
@@ -26,6 +28,19 @@ PAGE = 50
 """Jobs on a page, unless asked otherwise."""
 RECENT_FAILURES = 5
 """Failures shown by ``recruiter status``."""
+
+
+def group_order(name: Any) -> tuple[tuple[str | int, ...], str]:
+    """The order groups are listed in: as a person counts, numbers by their value and
+    letters regardless of case (``g2`` before ``g10``), then as written.
+
+    >>> sorted(["g10", "mail", "g2", "G1", "g1"], key=group_order)
+    ['G1', 'g1', 'g2', 'g10', 'mail']
+    """
+    text = str(name)
+    runs = re.split(r"([0-9]+)", text)  # text, digits, text, digits, …, text: any two
+    # names' runs alternate alike, so a number is only ever compared with a number
+    return tuple(int(run) if i % 2 else run.casefold() for i, run in enumerate(runs)), text
 
 
 class InvalidFilter(ValueError):
@@ -56,8 +71,10 @@ def waits_in_words(job: Job) -> list[str]:
 
 
 def summary(job: Job, now: dt.datetime) -> dict[str, Any]:
-    """A job in a line of a listing, as plain data."""
+    """A job in a line of a listing, as plain data: when it was created, and when it is
+    due (unfinished) or when its last attempt ended (finished)."""
     last = job.last_execution or {}
+    ended = last.get("ended_at")
     return {
         "id": str(job.id),
         "workable": job.workable,
@@ -65,6 +82,9 @@ def summary(job: Job, now: dt.datetime) -> dict[str, Any]:
         "state": state_of(job, now),
         "attempts": job.attempts,
         "last": last.get("message") or last.get("outcome"),
+        "created_at": job.created_at,
+        "due_at": None if job.finished else job.scheduled_at,
+        "ended_at": ended if job.finished and isinstance(ended, dt.datetime) else None,
     }
 
 
@@ -133,7 +153,9 @@ def list_jobs(
 ) -> Page:
     """A page of the jobs ``where`` selects, newest first (by id, which is creation
     time), older than ``before`` when given: each collection is read on its ``_id``
-    index, at most ``limit`` + 1 jobs each, whatever their numbers."""
+    index, at most ``limit`` + 1 jobs each, whatever their numbers. The jobs are as a
+    listing reads them: without their history, nor their last attempt's traceback,
+    output and result (:meth:`Queue.job` reads a whole job)."""
     where.validate()
     now = queue.clock.now()
     extra = where.extra(now)
@@ -141,7 +163,8 @@ def list_jobs(
         extra["_id"] = {"$lt": as_object_id(before)}
     found: dict[Any, Job] = {}
     for collection, query in state_queries(where.state, now):
-        for job in queue.store.find_jobs_by_id(collection, {**query, **extra}, limit + 1):
+        read = queue.store.find_jobs_by_id(collection, {**query, **extra}, limit + 1, whole=False)
+        for job in read:
             found.setdefault(job.id, job)
     listed = sorted(found.values(), key=lambda job: str(job.id), reverse=True)
     page = listed[:limit]
@@ -212,8 +235,33 @@ def recent_failures(queue: Queue, now: dt.datetime) -> list[dict[str, Any]]:
     ]
 
 
-def waiting_for_a_workable(queue: Queue, now: dt.datetime) -> list[dict[str, Any]]:
-    """The ready jobs, by workable, that no worker on the roster can run."""
+def unfinished_counts(queue: Queue, now: dt.datetime, states: tuple[str, ...]) -> Counted:
+    """For each of ``states`` (of ready, postponed and running), how many jobs of each
+    group are in it, and the ready jobs no worker on the roster can run: the ready
+    jobs read once for both (one aggregation a state)."""
+    store = queue.store
+    ready = store.count_ready(now)
+    counts = store.count_unfinished_by_group(now, tuple(s for s in states if s != "ready"))
+    if "ready" in states:
+        by_group: dict[str, int] = {}
+        for entry in ready:
+            by_group[str(entry.group)] = by_group.get(str(entry.group), 0) + entry.jobs
+        counts["ready"] = by_group
+    return Counted(counts, waiting_for_a_workable(queue, now, ready))
+
+
+@dataclass(frozen=True)
+class Counted:
+    by_state: dict[str, dict[str, int]]
+    """For each state counted, the jobs of each group in it."""
+    waiting_for_a_workable: list[dict[str, Any]]
+
+
+def waiting_for_a_workable(
+    queue: Queue, now: dt.datetime, ready: Sequence[ReadyCount] | None = None
+) -> list[dict[str, Any]]:
+    """The ready jobs, by workable, that no worker on the roster can run (from the
+    counts ``ready``, when given)."""
     return [
         {
             "workable": entry.workable,
@@ -221,15 +269,15 @@ def waiting_for_a_workable(queue: Queue, now: dt.datetime) -> list[dict[str, Any
             "since": entry.since.isoformat(),
             "waited_s": round(max(0.0, (now - entry.since).total_seconds()), 1),
         }
-        for entry in queue.store.waiting_for_workables(now)
+        for entry in queue.store.waiting_for_workables(now, ready)
     ]
 
 
 def status_document(queue: Queue) -> dict[str, Any]:
     """Everything ``recruiter status`` shows, as plain data."""
-    store, now = queue.store, queue.clock.now()
-    counts = store.count_unfinished_by_group(now, ("ready", "running"))
-    ready, running = counts["ready"], counts["running"]
+    now = queue.clock.now()
+    counted = unfinished_counts(queue, now, ("ready", "running"))
+    ready, running = counted.by_state["ready"], counted.by_state["running"]
     settings = {s.group: s for s in queue.group_settings()}
     groups = [
         {
@@ -238,13 +286,13 @@ def status_document(queue: Queue) -> dict[str, Any]:
             "running": running.get(group, 0),
             "limits": settings[group].describe() if group in settings else "none",
         }
-        for group in sorted({*ready, *running, *settings}, key=str)
+        for group in sorted({*ready, *running, *settings}, key=group_order)
     ]
     return {
         "at": now.isoformat(),
         "leases": leases(queue, now),
         "workers": worker_rows(queue),
         "groups": groups,
-        "waiting_for_a_workable": waiting_for_a_workable(queue, now),
+        "waiting_for_a_workable": counted.waiting_for_a_workable,
         "recent_failures": recent_failures(queue, now),
     }

@@ -36,7 +36,8 @@ class Level(StrEnum):
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, process, pid, host, logger, message."""
+    """One JSON object per line: time, level, process, pid, host, logger, message (and
+    ``audit``, the facts of a line of the dashboard's audit trail)."""
 
     def __init__(self, process: str) -> None:
         super().__init__()
@@ -55,6 +56,9 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
+        audit = getattr(record, "audit", None)
+        if isinstance(audit, dict):  # the dashboard's audit trail: its facts as fields
+            entry["audit"] = audit
         if record.exc_info:
             entry["traceback"] = self.formatException(record.exc_info)
         return json.dumps(entry, default=str)

@@ -198,3 +198,16 @@ def test_waiting_counts_each_workable_and_its_oldest_due_time(
         Waiting("x.two", 1, later),
     ]
     assert first + dt.timedelta(seconds=5) == later
+
+
+def test_slots_for_a_workable_count_those_that_may_run_it(queue: Queue, clock: FrozenClock) -> None:
+    store = queue.store
+    assert store.slots_for("x.one") == (0, 0)
+    slot(queue, application("x.known"), clock)
+    slot(queue, application("x.known", "x.one"), clock)
+    assert store.slots_for("x.one") == (2, 1)
+    assert store.slots_for("x.other") == (2, 0)
+    store.register_worker("*", 1, "old", clock.now())  # from before routing: runs any
+    assert store.slots_for("x.other") == (3, 1)
+    store.roster.insert_one({"work_on": "*", "workables": "0" * 24})  # a set not recorded
+    assert store.slots_for("x.other") == (4, 2)

@@ -98,3 +98,16 @@ def test_the_reads_that_decide_take_backs_are_indexed(database: Database[Any]) -
     Store(database).ensure_ready()
     assert {"locks"} <= set(database.scheduled.index_information())
     assert {"available", "last_seen_at", "holders"} <= set(database.roster.index_information())
+
+
+def test_the_archives_listing_by_workable_is_indexed(database: Database[Any]) -> None:
+    """The dashboard's jobs of one workable, newest first: one range of an index of the
+    archive (scheduled has none: every index there costs its writes, the hot path)."""
+    Store(database).ensure_ready()
+    indexes = database.archived.index_information()
+    assert list(indexes["workable"]["key"]) == [("workable.class", 1), ("_id", 1)]
+    assert not any(
+        key == "workable.class"
+        for index in database.scheduled.index_information().values()
+        for key, _ in list(index["key"])[:1]
+    )

@@ -7,6 +7,7 @@ it can); in CI a skip fails the run (tests/conftest.py).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -82,9 +83,19 @@ def browser() -> Iterator[Any]:
 
 
 class Dashboard:
-    def __init__(self, url: str, queue: Queue) -> None:
+    def __init__(self, url: str, queue: Queue, log: Path) -> None:
         self.url = url
         self.queue = queue
+        self.log = log
+        """What ``recruiter web --json-logs`` logged: one JSON object a line."""
+
+    def audit_trail(self) -> list[dict[str, Any]]:
+        """The audit entries it logged so far."""
+        entries = []
+        for line in self.log.read_text().splitlines():
+            if line.startswith("{") and '"audit"' in line:
+                entries.append(json.loads(line)["audit"])
+        return entries
 
     def run_jobs(self) -> None:
         """What a worker would do with the jobs due now (the same code, in-process).
@@ -107,14 +118,14 @@ def dashboard(
     command = [
         sys.executable, "-m", "recruiter", "web", "--port", str(port), "--token", TOKEN,
         "--mongodb-uri", real_server_uri, "--database", real_database.name,
-        "--refresh-every", "300ms",
+        "--refresh-every", "300ms", "--json-logs",
     ]  # fmt: skip
     log = (tmp_path / "web.log").open("wb")
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_until_it_answers(url, process, tmp_path / "web.log")
-        yield Dashboard(url, Queue(real_database))
+        yield Dashboard(url, Queue(real_database), tmp_path / "web.log")
     finally:
         process.terminate()
         process.wait(30)
@@ -219,6 +230,10 @@ def test_cancel_a_waiting_job(dashboard: Dashboard, page: Any) -> None:
     page.click("#action-cancel")
     assert "cancelled" in page.inner_text("#said")
     assert dashboard.queue.job(waiting).why == "cancelled"
+    trail = dashboard.audit_trail()
+    assert [(e["action"], e["outcome"]) for e in trail] == [("sign in", "done"), ("cancel", "done")]
+    assert trail[1]["target"] == {"job": str(waiting)}
+    assert trail[1]["session"] == trail[0]["session"] is not None
 
 
 def test_edit_a_groups_limit(dashboard: Dashboard, page: Any) -> None:

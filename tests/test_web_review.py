@@ -273,3 +273,80 @@ def test_a_database_outage_is_a_503_not_bad_input(
     browser = client(queue)
     assert browser.get(f"/api/jobs/{ObjectId()}").status_code == 503
     assert browser.get(f"/jobs/{ObjectId()}").status_code == 503
+
+
+@pytest.mark.parametrize(
+    "origin",
+    [
+        "https://127.0.0.1:8087",  # the same host and port, another scheme
+        "http://127.0.0.1",  # another port (80)
+        "http://127.0.0.1:8088",
+        "http://localhost:8087",  # another host name for the same machine: another site
+        "http://127.0.0.1:8087@evil.example",
+        "not a url",
+    ],
+)
+def test_an_action_from_another_scheme_host_or_port_is_refused(queue: Queue, origin: str) -> None:
+    """An origin is its scheme, host and port: ``https://127.0.0.1:8087`` is not the
+    http dashboard on that port (a page served there by another server could act)."""
+    waiting = str(queue.schedule(JobSpec("web.ok").run_in("1h")))
+    browser, csrf = signed_in(queue)
+    target = f"/jobs/{waiting}/cancel"
+    reply = browser.post(target, data={"csrf": csrf}, headers={"Origin": origin})
+    assert reply.status_code == 403, origin
+    referer = {"Referer": origin.rstrip("/") + "/jobs"}
+    assert browser.post(target, data={"csrf": csrf}, headers=referer).status_code == 403
+    assert (
+        browser.post("/login", data={"token": TOKEN}, headers={"Origin": origin}).status_code == 403
+    )
+    assert queue.job(waiting).why is None
+    same = browser.post(target, data={"csrf": csrf}, headers={"Origin": BASE})
+    assert same.status_code == 200
+    assert queue.job(waiting).why == "cancelled"
+
+
+def test_an_origin_naming_the_default_port_is_the_same_origin(queue: Queue) -> None:
+    waiting = str(queue.schedule(JobSpec("web.ok").run_in("1h")))
+    browser = TestClient(create_app(queue, WebConfig(token=TOKEN)), base_url="http://127.0.0.1")
+    browser.post("/login", data={"token": TOKEN})
+    found = re.search(r'name="csrf" value="([^"]+)"', browser.get("/").text)
+    assert found is not None
+    reply = browser.post(
+        f"/jobs/{waiting}/cancel",
+        data={"csrf": found.group(1)},
+        headers={"Origin": "http://127.0.0.1:80"},
+    )
+    assert reply.status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/jobs/a/b"),
+        ("GET", "/api/jobs/a/b"),
+        ("POST", "/jobs/6b03f363855e6b03f363855e/explode"),
+        ("POST", "/api/jobs/6b03f363855e6b03f363855e/explode"),
+        ("POST", "/schedulers/explode"),
+        ("POST", "/api/schedulers/nightly/explode"),
+        ("GET", "/schedulers/a/b"),
+        ("GET", "/groups/a"),
+    ],
+)
+def test_an_unknown_path_is_404_whatever_the_method(queue: Queue, method: str, path: str) -> None:
+    """``GET /jobs/a/b`` answered 405 (a POST route's pattern matched it): no such page
+    is a 404, said as every error is."""
+    browser, csrf = signed_in(queue)
+    api = {"Authorization": f"Bearer {TOKEN}", "Origin": BASE}
+    reply = browser.request(method, path, data={"csrf": csrf}, headers=api)
+    assert reply.status_code == 404, (method, path, reply.status_code)
+    if path.startswith("/api/"):
+        assert reply.json() == {"error": "no such page"}
+    else:
+        assert "no such page" in reply.text
+
+
+def test_a_known_path_with_another_method_is_405(queue: Queue) -> None:
+    job = str(queue.schedule(JobSpec("web.ok").run_in("1h")))
+    reply = client(queue).get(f"/jobs/{job}/cancel")
+    assert reply.status_code == 405
+    assert client(queue).get("/api/bulk").status_code == 405

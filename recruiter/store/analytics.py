@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pymongo.collection import Collection
@@ -22,6 +23,15 @@ RECENT_SAMPLE = 10_000
 
 
 UNFINISHED_STATES = ("ready", "postponed", "handed out", "running")
+NOT_LISTED: Document = {
+    "history": 0,
+    "last_execution.trace": 0,
+    "last_execution.output": 0,
+    "last_execution.result": 0,
+}
+"""What a listing of jobs leaves out: every attempt but the last, and the last one's
+traceback, output and result (a page of 50 jobs with long histories of tracebacks is
+megabytes; its lines show none of it)."""
 
 
 def unfinished_state_queries(now: dt.datetime) -> dict[str, Document]:
@@ -45,6 +55,17 @@ def _hashable(value: Any) -> Any:
     except TypeError:
         return str(value)
     return value
+
+
+@dataclass(frozen=True)
+class ReadyCount:
+    """How many jobs of a group and workable are ready, and since when the oldest of
+    them is due."""
+
+    group: Any
+    workable: Any
+    jobs: int
+    since: dt.datetime | None
 
 
 class AnalyticsVerbs:
@@ -73,6 +94,34 @@ class AnalyticsVerbs:
             }
             for state in states
         }
+
+    def count_ready(self, now: dt.datetime) -> list[ReadyCount]:
+        """How many jobs are ready, by group and workable, and when the oldest of each
+        fell due: one aggregation over the ready jobs (on the ``ready`` index), from
+        which both the groups' counts and the jobs no worker can run are told."""
+        pipeline: list[Document] = [
+            {"$match": ready_query(now)},
+            {
+                "$group": {
+                    "_id": {"group": "$group", "workable": "$workable.class"},
+                    "jobs": {"$sum": 1},
+                    "since": {"$min": "$scheduled_at"},
+                }
+            },
+        ]
+        counts = []
+        for document in self.scheduled.aggregate(pipeline):
+            key = document["_id"] if isinstance(document["_id"], dict) else {}
+            since = document.get("since")
+            counts.append(
+                ReadyCount(
+                    _hashable(key.get("group")),
+                    _hashable(key.get("workable")),
+                    int(document["jobs"]),
+                    since if isinstance(since, dt.datetime) else None,
+                )
+            )
+        return counts
 
     def recently_finished(
         self, since: dt.datetime, group: str | None = None, limit: int = RECENT_SAMPLE
@@ -127,9 +176,18 @@ class AnalyticsVerbs:
             counts[both] = counts.get(both, 0) + document["count"]
         return counts
 
-    def find_jobs_by_id(self, collection: str, query: Mapping[str, Any], limit: int) -> list[Job]:
+    def find_jobs_by_id(
+        self, collection: str, query: Mapping[str, Any], limit: int, *, whole: bool = True
+    ) -> list[Job]:
         """Jobs of ``collection`` matching ``query``, newest created first (on the ``_id``
-        index, so that a page after an id is one range of it), at most ``limit``."""
+        index, so that a page after an id is one range of it), at most ``limit``; not
+        ``whole``: without what a listing does not show (:data:`NOT_LISTED`)."""
         source = self.scheduled if collection == "scheduled" else self.archived
-        cursor = source.find(dict(query)).sort("_id", -1).limit(limit)
+        fields = None if whole else NOT_LISTED
+        cursor = source.find(dict(query), fields).sort("_id", -1).limit(limit)
+        if set(query) <= {"_id"}:
+            # the plan MongoDB chooses anyway (the only index that gives this order),
+            # named: the embedded server then walks its _id index instead of sorting
+            # every document in Python (docs/development.md)
+            cursor = cursor.hint([("_id", 1)])
         return [Job.from_document(document) for document in cursor]

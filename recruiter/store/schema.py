@@ -86,6 +86,10 @@ INDEXES: Mapping[str, tuple[IndexModel, ...]] = {
         IndexModel([("why", ASCENDING), ("archived_at", ASCENDING)], name="why_archived_at"),
         IndexModel([("tags", ASCENDING)], name="tags", sparse=True),
         IndexModel([("batch", ASCENDING), ("why", ASCENDING)], name="batch", sparse=True),
+        # the operator's listing of one workable's jobs, newest first: one range of it
+        # however few of the archive's jobs are that workable's (written once a job, in
+        # the cleaner's batches; scheduled has none: its writes are the hot path)
+        IndexModel([("workable.class", ASCENDING), ("_id", ASCENDING)], name="workable"),
     ),
 }
 

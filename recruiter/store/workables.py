@@ -15,12 +15,13 @@ import datetime as dt
 import hashlib
 import json
 from collections.abc import Collection as Names
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from pymongo.collection import Collection
 from pymongo.errors import DuplicateKeyError
 
+from recruiter.store.analytics import ReadyCount
 from recruiter.store.base import Document
 from recruiter.store.jobs import ready_query
 
@@ -83,22 +84,49 @@ class WorkableVerbs:
                 )
         return found
 
-    def waiting_for_workables(self, now: dt.datetime) -> list[Waiting]:
-        """The ready jobs, by workable, that no worker on the roster can run: none when
-        no worker is registered (every job waits for one), or when one does not
-        advertise what it runs (a worker from before routing takes any job). A manual
-        run's holder is no worker here: it advertises nothing, and takes no job."""
+    def slots_for(self, workable: str) -> tuple[int, int]:
+        """How many worker slots are on the roster (a manual run's holder is none), and
+        how many of them may run ``workable``: those that advertise it, and those that
+        advertise nothing (a worker from before routing takes any job) or a set not
+        recorded (what it holds is unknown)."""
+        slots = list(self.roster.find({"manual": {"$ne": True}}, {"workables": 1}))
+        digests = [slot.get("workables") for slot in slots]
+        sets = self.workables_of(d for d in digests if isinstance(d, str))
+        may = sum(
+            1 for d in digests if not isinstance(d, str) or workable in sets.get(d, {workable})
+        )
+        return len(slots), may
+
+    def workables_run(self) -> frozenset[str] | None:
+        """The workables the worker slots on the roster advertise; None when that does
+        not bound what may run: no worker is registered (every job waits for one), or
+        one advertises nothing (a worker from before routing takes any job) or a set
+        not recorded (what it holds is unknown). A manual run's holder is no worker
+        here: it advertises nothing, and takes no job."""
         workers: Document = {"manual": {"$ne": True}}
         digests = self.roster.distinct("workables", workers)
         if not self.roster.count_documents(workers, limit=1):
-            return []
+            return None
         if self.roster.count_documents({**workers, "workables": None}, limit=1):
-            return []
+            return None
         sets = self.workables_of(d for d in digests if isinstance(d, str))
         if len(sets) < len(digests):
-            return []  # a set unrecorded: what it holds is unknown
-        known = sorted(set().union(*sets.values()))
-        query = {**ready_query(now), "workable.class": {"$nin": known}}
+            return None  # a set unrecorded: what it holds is unknown
+        return frozenset().union(*sets.values())
+
+    def waiting_for_workables(
+        self, now: dt.datetime, ready: Sequence[ReadyCount] | None = None
+    ) -> list[Waiting]:
+        """The ready jobs, by workable, that no worker on the roster can run (none when
+        :meth:`workables_run` does not bound what runs). With ``ready`` (from
+        :meth:`count_ready`, read for the same moment), from those counts, without
+        reading the ready jobs again."""
+        known = self.workables_run()
+        if known is None:
+            return []
+        if ready is not None:
+            return _waiting(entry for entry in ready if entry.workable not in known)
+        query = {**ready_query(now), "workable.class": {"$nin": sorted(known)}}
         pipeline: list[Document] = [
             {"$match": query},
             {
@@ -108,9 +136,23 @@ class WorkableVerbs:
                     "since": {"$min": "$scheduled_at"},
                 }
             },
-            {"$sort": {"since": 1}},
         ]
-        return [
-            Waiting(str(document["_id"]), int(document["jobs"]), document["since"])
+        return _waiting(
+            ReadyCount(None, document["_id"], int(document["jobs"]), document["since"])
             for document in self.scheduled.aggregate(pipeline)
-        ]
+        )
+
+
+def _waiting(counts: Iterable[ReadyCount]) -> list[Waiting]:
+    """Ready counts summed by workable, the longest waiting first."""
+    found: dict[str, Waiting] = {}
+    for entry in counts:
+        if not isinstance(entry.since, dt.datetime):
+            continue  # (a hand-damaged due time: not a job a round can find either)
+        name = str(entry.workable)
+        kept = found.get(name)
+        if kept is None:
+            found[name] = Waiting(name, entry.jobs, entry.since)
+        else:
+            found[name] = Waiting(name, kept.jobs + entry.jobs, min(kept.since, entry.since))
+    return sorted(found.values(), key=lambda waiting: waiting.since)

@@ -3,6 +3,7 @@ the same the command line calls, and a sentence saying what it did."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 
 from bson import ObjectId
@@ -13,6 +14,7 @@ from recruiter.groups import GroupSettings
 from recruiter.job import state_of
 from recruiter.listing import FAILED, InvalidFilter, JobFilter
 from recruiter.queue import Queue
+from recruiter.web.audit import Actor, acting
 
 JOB_ACTIONS = ("run", "cancel", "retry", "recover")
 BULK_ACTIONS = ("run", "cancel", "retry")
@@ -108,12 +110,14 @@ def _just_after(job_id: str) -> ObjectId:
     return ObjectId(f"{int(job_id, 16) + 1:024x}")
 
 
-def act_on_jobs(queue: Queue, action: str, ids: list[str]) -> str:
-    """Do ``action`` to each job; count what happened."""
+def act_on_jobs(queue: Queue, action: str, ids: list[str], actor: Actor) -> str:
+    """Do ``action`` to each job, each logged in the audit trail as ``actor``'s; count
+    what happened."""
     done, refused = 0, 0
     for job_id in ids:
         try:
-            act_on_job(queue, action, job_id)
+            with acting(actor, action, {"job": job_id}, refused_level=logging.INFO) as act:
+                act.said = act_on_job(queue, action, job_id)
             done += 1
         except RecruiterError:
             refused += 1  # it moved on meanwhile (started, finished, retried by another)
@@ -142,3 +146,10 @@ def set_limits(
     queue: Queue, group: str, concurrency: int | None, rate: str | None, weight: int
 ) -> GroupSettings:
     return queue.limit_group(group, concurrency=concurrency, rate=rate or None, weight=weight)
+
+
+def unset_limits(queue: Queue, group: str) -> str:
+    """Remove a group's limits; say what happened."""
+    if queue.unlimit_group(group):
+        return f"group {group}: no limits"
+    return f"group {group} had no settings"

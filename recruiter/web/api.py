@@ -11,7 +11,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from recruiter import listing
 from recruiter.web import actions, views
-from recruiter.web.context import JobQuery, as_json, guard_of, page_after, queue_of
+from recruiter.web.audit import acting
+from recruiter.web.context import (
+    JobQuery,
+    as_json,
+    check_api_action,
+    kept_overview,
+    page_after,
+    queue_of,
+)
 
 router = APIRouter(prefix="/api")
 Authorization = Annotated[str | None, Header(description="Bearer TOKEN")]
@@ -42,8 +50,10 @@ class JobPage(JobQuery):
 
 @router.get("/overview", tags=["read"])
 def api_overview(request: Request) -> Response:
-    """Jobs per group and state, the last hour's outcomes, leaders and workers."""
-    return as_json(views.overview(queue_of(request)))
+    """Jobs per group and state, the last hour's outcomes, leaders and workers, as read
+    at ``at``, ``age_s`` seconds ago (read again every ``read_every_s`` seconds at most:
+    the same read for every page and script that asks)."""
+    return as_json(kept_overview(request))
 
 
 @router.get("/jobs", tags=["read"])
@@ -70,8 +80,11 @@ def api_workers(request: Request) -> Response:
 
 @router.get("/groups", tags=["read"])
 def api_groups(request: Request) -> Response:
-    """Every group with jobs or settings."""
-    return as_json(views.groups(queue_of(request)))
+    """Every group with jobs or settings: its limits now, its jobs as the overview
+    counted them (``age_s`` seconds ago)."""
+    overview = kept_overview(request)
+    groups = views.groups(queue_of(request), overview)
+    return as_json([{**group, "age_s": overview["age_s"]} for group in groups])
 
 
 @router.get("/schedulers", tags=["read"])
@@ -80,31 +93,38 @@ def api_schedulers(request: Request) -> Response:
     return as_json(views.schedulers(queue_of(request)))
 
 
-@router.post("/jobs/{job_id}/{action}", tags=["act"])
+@router.post("/jobs/{job_id}/{action:job_action}", tags=["act"])
 def api_job_action(
     request: Request, job_id: str, action: str, authorization: Authorization = None
 ) -> Response:
     """Run now, cancel, retry or recover one job."""
-    guard_of(request).check_api_action(authorization)
-    return as_json({"said": actions.act_on_job(queue_of(request), action, job_id)})
+    actor = check_api_action(request, authorization)
+    with acting(actor, action, {"job": job_id}) as act:
+        act.said = actions.act_on_job(queue_of(request), action, job_id)
+    return as_json({"said": act.said})
 
 
 @router.post("/bulk", tags=["act"])
 def api_bulk(request: Request, body: BulkAction, authorization: Authorization = None) -> Response:
     """Run now, cancel or retry every job a filter selects."""
-    guard_of(request).check_api_action(authorization)
+    actor = check_api_action(request, authorization)
     queue = queue_of(request)
     ids = actions.selected(queue, body.to_filter(), body.action)
-    return as_json({"said": actions.act_on_jobs(queue, body.action, ids), "jobs": len(ids)})
+    target = {"selected": len(ids), "filter": body.filter_fields()}
+    with acting(actor, f"bulk {body.action}", target) as act:
+        act.said = actions.act_on_jobs(queue, body.action, ids, actor)
+    return as_json({"said": act.said, "jobs": len(ids)})
 
 
-@router.post("/schedulers/{urn:path}/{action}", tags=["act"])
+@router.post("/schedulers/{urn:path}/{action:scheduler_action}", tags=["act"])
 def api_scheduler_action(
     request: Request, urn: str, action: str, authorization: Authorization = None
 ) -> Response:
     """Pause, resume or remove a repeatable job."""
-    guard_of(request).check_api_action(authorization)
-    return as_json({"said": actions.act_on_scheduler(queue_of(request), action, urn)})
+    actor = check_api_action(request, authorization)
+    with acting(actor, action, {"scheduler": urn}) as act:
+        act.said = actions.act_on_scheduler(queue_of(request), action, urn)
+    return as_json({"said": act.said})
 
 
 @router.put("/groups/{group:path}", tags=["act"])
@@ -112,15 +132,20 @@ def api_group_limits(
     request: Request, group: str, body: GroupLimits, authorization: Authorization = None
 ) -> Response:
     """Set a group's limits, replacing those it had."""
-    guard_of(request).check_api_action(authorization)
-    settings = actions.set_limits(
-        queue_of(request), group, body.concurrency, body.rate, body.weight
-    )
+    actor = check_api_action(request, authorization)
+    with acting(actor, "set limits", {"group": group}) as act:
+        settings = actions.set_limits(
+            queue_of(request), group, body.concurrency, body.rate, body.weight
+        )
+        act.said = f"group {group}: {settings.describe()}"
     return as_json({"group": group, "limits": settings.describe()})
 
 
 @router.delete("/groups/{group:path}", tags=["act"])
 def api_group_unset(request: Request, group: str, authorization: Authorization = None) -> Response:
     """Remove a group's limits."""
-    guard_of(request).check_api_action(authorization)
-    return as_json({"group": group, "removed": queue_of(request).unlimit_group(group)})
+    actor = check_api_action(request, authorization)
+    with acting(actor, "unset limits", {"group": group}) as act:
+        removed = queue_of(request).unlimit_group(group)
+        act.said = f"group {group}: no limits" if removed else f"group {group} had no settings"
+    return as_json({"group": group, "removed": removed})

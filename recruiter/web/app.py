@@ -25,16 +25,19 @@ from recruiter.errors import DatabaseUnavailable, JobNotFound, RecruiterError
 from recruiter.listing import InvalidFilter
 from recruiter.queue import Queue
 from recruiter.web import api, pages
+from recruiter.web.audit import refused_request
 from recruiter.web.context import (
-    Shared,
+    Kept,
+    actor_of,
     as_json,
     bson_text,
     linked_ids,
     render,
     seconds,
-    when,
+    session_of,
 )
 from recruiter.web.security import CONTENT_SECURITY_POLICY, Guard, Refused
+from recruiter.web.views import when
 
 HERE = files("recruiter.web")
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
@@ -81,7 +84,7 @@ def create_app(queue: Queue, config: WebConfig | None = None) -> FastAPI:
     app.state.queue = queue
     app.state.guard = Guard(config.token, config.read_only)
     app.state.templates = templates
-    app.state.shared = Shared(config.refresh_seconds / 2)
+    app.state.kept = Kept(config.refresh_seconds / 2)
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
     app.include_router(pages.router)
     app.include_router(api.router)
@@ -151,6 +154,8 @@ async def _failed(request: Request, error: Exception) -> Response:
     traceback is for bugs only."""
     if isinstance(error, Refused):
         status = error.status
+        actor = actor_of(request, session_of(request))
+        refused_request(request.method, request.url.path, actor, str(error))
     elif isinstance(error, JobNotFound):
         status = 404
     elif isinstance(error, DatabaseUnavailable):

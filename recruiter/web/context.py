@@ -3,10 +3,10 @@ and the filters and forms routes share."""
 
 from __future__ import annotations
 
-import datetime as dt
 import re
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import urlsplit
 
@@ -16,17 +16,42 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse, Response
 from fastapi.templating import Jinja2Templates
 from pydantic import BaseModel, Field
+from starlette.convertors import StringConvertor, register_url_convertor
 
 from recruiter.duration import parse_duration
 from recruiter.groups import InvalidGroupSettings
 from recruiter.listing import InvalidFilter, JobFilter
 from recruiter.queue import Queue
 from recruiter.states import STATES
-from recruiter.web import views
+from recruiter.web import actions, views
+from recruiter.web.audit import Actor
 from recruiter.web.security import SESSION_COOKIE, Guard, Session
 
 MOST_DIGITS = 18
 """Digits a form's number may have (any limit is far less; int() of thousands fails)."""
+
+
+def _one_of(words: tuple[str, ...]) -> str:
+    return "|".join(re.escape(word) for word in words)
+
+
+class JobAction(StringConvertor):
+    """A path segment naming a job's action: a route ending in one matches only the
+    actions there are, so that another path (``GET /jobs/a/b``) is no route (404), not
+    the route's other method (405)."""
+
+    regex = _one_of(actions.JOB_ACTIONS)
+
+
+class SchedulerAction(StringConvertor):
+    """A path segment naming a scheduler's action (as :class:`JobAction`)."""
+
+    regex = _one_of(actions.SCHEDULER_ACTIONS)
+
+
+# registered before the routes that name them are made (pages.py and api.py import this)
+register_url_convertor("job_action", JobAction())
+register_url_convertor("scheduler_action", SchedulerAction())
 
 
 class JobQuery(BaseModel):
@@ -53,35 +78,73 @@ class JobQuery(BaseModel):
             finished_since=since,
         ).validate()
 
+    def filter_fields(self) -> dict[str, str]:
+        """The fields given, as given (for the audit trail and the confirmation)."""
+        fields = ("state", "group", "workable", "tag", "finished_within")
+        return {name: value for name in fields if (value := getattr(self, name))}
 
-class Shared:
-    """A read shared by every page open at once: computed at most once per ``ttl``
-    seconds (the overview's counts, which every open browser asks for at each refresh,
-    cost one read of the database however many watch)."""
 
-    def __init__(self, ttl: float) -> None:
-        self.ttl = ttl
-        self._kept: dict[str, tuple[float, Any]] = {}
+COST_SHARE = 10.0
+"""A kept read is read again once it is this many times as old as it took to read: the
+dashboard spends at most about a tenth of its time (and of the database's, for it)
+reading what every page shares, however large the queue."""
+
+
+@dataclass(frozen=True)
+class Reading:
+    """A kept read: its value, when it began (a monotonic clock's seconds), how long it
+    took, and how long it is kept."""
+
+    value: Any
+    at: float
+    took: float
+    every: float
+    """It is read again once older than this."""
+
+    def age(self, now: float) -> float:
+        return max(0.0, now - self.at)
+
+
+class Kept:
+    """A read every page shares (the overview's counts, which every open browser asks
+    for at each refresh), kept with its age: read again once older than ``every`` or
+    :data:`COST_SHARE` times as long as it took (whichever is longer), by the first
+    request that finds it old; the requests that come while it reads are served the
+    kept one, not made to wait. Only the very first read is waited for."""
+
+    def __init__(self, every: float, cost_share: float = COST_SHARE) -> None:
+        self.every = every
+        self.cost_share = cost_share
+        self._kept: dict[str, Reading] = {}
+        self._reading: set[str] = set()
         self._lock = threading.Lock()
 
-    def get(self, key: str, now: float, compute: Callable[[], Any]) -> Any:
+    def get(self, key: str, monotonic: Callable[[], float], read: Callable[[], Any]) -> Reading:
         with self._lock:
             kept = self._kept.get(key)
-            if kept is not None and now - kept[0] < self.ttl:
-                return kept[1]
-            value = compute()  # under the lock: the others wait for it, not redo it
-            self._kept[key] = (now, value)
-            return value
+            if kept is not None and (kept.age(monotonic()) < kept.every or key in self._reading):
+                return kept
+            self._reading.add(key)
+        try:
+            began = monotonic()
+            value = read()
+            took = monotonic() - began
+            reading = Reading(value, began, took, max(self.every, self.cost_share * took))
+            with self._lock:
+                self._kept[key] = reading
+            return reading
+        finally:
+            with self._lock:
+                self._reading.discard(key)
 
 
-def shared_overview(request: Request) -> dict[str, Any]:
-    """The overview, read at most once per refresh interval for all who look."""
+def kept_overview(request: Request) -> dict[str, Any]:
+    """The overview, as kept for all who look (:class:`Kept`), with its age."""
     queue = queue_of(request)
-    shared = cast(Shared, request.app.state.shared)
-    return cast(
-        dict[str, Any],
-        shared.get("overview", queue.clock.monotonic(), lambda: views.overview(queue)),
-    )
+    kept = cast(Kept, request.app.state.kept)
+    reading = kept.get("overview", queue.clock.monotonic, lambda: views.overview(queue))
+    age = reading.age(queue.clock.monotonic())
+    return {**reading.value, "age_s": round(age, 1), "read_every_s": round(reading.every, 1)}
 
 
 def queue_of(request: Request) -> Queue:
@@ -101,19 +164,46 @@ def session_of(request: Request) -> Session | None:
 
 
 def origin_of(request: Request) -> str | None:
-    """Where the request says it comes from: its ``Origin``, else its ``Referer``'s."""
+    """Where the request says it comes from: its ``Origin``, else its ``Referer``'s (an
+    unreadable ``Referer`` as it is, to be refused)."""
     origin = request.headers.get("origin")
     if origin:
         return origin
     referer = request.headers.get("referer")
-    parts = urlsplit(referer) if referer else None
-    return f"{parts.scheme}://{parts.netloc}" if parts and parts.netloc else None
+    if not referer:
+        return None
+    try:
+        parts = urlsplit(referer)
+    except ValueError:
+        return referer
+    return f"{parts.scheme}://{parts.netloc}" if parts.scheme and parts.netloc else referer
 
 
-def check_form_action(request: Request, csrf: str | None) -> None:
-    guard_of(request).check_form_action(
-        request.cookies.get(SESSION_COOKIE), csrf, origin_of(request), request.headers.get("host")
+def own_origin(request: Request) -> str:
+    """The origin the request was sent to: its scheme (``https`` behind a proxy that
+    says so, see docs/web.md) and its ``Host``."""
+    return f"{request.url.scheme}://{request.headers.get('host', '')}"
+
+
+def check_form_action(request: Request, csrf: str | None) -> Actor:
+    """A page's action allowed (or :class:`Refused`): who acts, for the audit trail."""
+    session = guard_of(request).check_form_action(
+        request.cookies.get(SESSION_COOKIE), csrf, origin_of(request), own_origin(request)
     )
+    return actor_of(request, session)
+
+
+def check_api_action(request: Request, authorization: str | None) -> Actor:
+    """A script's action allowed (or :class:`Refused`): who acts, for the audit trail."""
+    guard_of(request).check_api_action(authorization)
+    return actor_of(request, None)
+
+
+def actor_of(request: Request, session: Session | None) -> Actor:
+    """Who sends ``request``: through the API, or a page's session (if signed in)."""
+    via = "api" if request.url.path.startswith("/api/") else "page"
+    client = request.client.host if request.client else "?"
+    return Actor(via, session.name if session else None, client)
 
 
 def render(request: Request, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
@@ -158,18 +248,6 @@ def page_after(before: str | None) -> str | None:
     if before and not ObjectId.is_valid(before):
         raise InvalidFilter(f"before: {before!r} is not a job id (pass a page's next_before)")
     return before or None
-
-
-def when(value: Any) -> str:
-    """A moment as the pages show it."""
-    if isinstance(value, str):
-        try:
-            value = dt.datetime.fromisoformat(value)
-        except ValueError:
-            return str(value)
-    if isinstance(value, dt.datetime):
-        return value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    return "-" if value is None else str(value)
 
 
 def seconds(value: Any) -> str:

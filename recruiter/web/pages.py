@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from logging import WARNING
 from typing import Annotated
 
 from fastapi import APIRouter, Form, Query, Request
@@ -10,15 +11,18 @@ from pydantic import BaseModel
 
 from recruiter import listing
 from recruiter.web import actions, views
+from recruiter.web.audit import Act, acting, log
 from recruiter.web.context import (
     JobQuery,
+    actor_of,
     check_form_action,
     guard_of,
+    kept_overview,
     origin_of,
+    own_origin,
     page_after,
     queue_of,
     render,
-    shared_overview,
     whole_number,
 )
 from recruiter.web.security import SESSION_COOKIE, Refused, check_same_origin
@@ -58,12 +62,12 @@ class LimitsForm(GroupForm):
 
 @router.get("/", response_class=HTMLResponse)
 def overview_page(request: Request) -> HTMLResponse:
-    return render(request, "overview.html", overview=shared_overview(request))
+    return render(request, "overview.html", overview=kept_overview(request))
 
 
 @router.get("/fragments/overview", response_class=HTMLResponse)
 def overview_fragment(request: Request) -> HTMLResponse:
-    return render(request, "overview_live.html", overview=shared_overview(request))
+    return render(request, "overview_live.html", overview=kept_overview(request))
 
 
 @router.get("/jobs", response_class=HTMLResponse)
@@ -107,7 +111,9 @@ def workers_fragment(request: Request) -> HTMLResponse:
 
 @router.get("/groups", response_class=HTMLResponse)
 def groups_page(request: Request) -> HTMLResponse:
-    return render(request, "groups.html", groups=views.groups(queue_of(request)))
+    overview = kept_overview(request)
+    groups = views.groups(queue_of(request), overview)
+    return render(request, "groups.html", groups=groups, overview=overview)
 
 
 @router.get("/schedulers", response_class=HTMLResponse)
@@ -122,13 +128,15 @@ def login_page(request: Request) -> HTMLResponse:
 
 @router.post("/login")
 def login(request: Request, token: Annotated[str, Form()] = "") -> Response:
-    check_same_origin(origin_of(request), request.headers.get("host"))
+    check_same_origin(origin_of(request), own_origin(request))
     try:
         session = guard_of(request).sign_in(token)
     except Refused as error:
         if error.status != 401:
             raise
+        log(Act(actor_of(request, None), "sign in", {}, str(error)), "refused", WARNING)
         return render(request, "login.html", status_code=401, error=str(error))
+    log(Act(actor_of(request, session), "sign in", {}, "signed in"), "done")
     response = RedirectResponse("/", status_code=303)
     response.set_cookie(SESSION_COOKIE, session.id, httponly=True, samesite="strict", path="/")
     return response
@@ -136,20 +144,22 @@ def login(request: Request, token: Annotated[str, Form()] = "") -> Response:
 
 @router.post("/logout")
 def logout(request: Request, form: Annotated[Csrf, Form()]) -> Response:
-    check_form_action(request, form.csrf)
+    actor = check_form_action(request, form.csrf)
     guard_of(request).sign_out(request.cookies.get(SESSION_COOKIE))
+    log(Act(actor, "sign out", {}, "signed out"), "done")
     response = RedirectResponse("/", status_code=303)
     response.delete_cookie(SESSION_COOKIE)
     return response
 
 
-@router.post("/jobs/{job_id}/{action}", response_class=HTMLResponse)
+@router.post("/jobs/{job_id}/{action:job_action}", response_class=HTMLResponse)
 def job_action(
     request: Request, job_id: str, action: str, form: Annotated[Csrf, Form()]
 ) -> HTMLResponse:
-    check_form_action(request, form.csrf)
-    said = actions.act_on_job(queue_of(request), action, job_id)
-    return render(request, "done.html", said=said, back=f"/jobs/{job_id}")
+    actor = check_form_action(request, form.csrf)
+    with acting(actor, action, {"job": job_id}) as act:
+        act.said = actions.act_on_job(queue_of(request), action, job_id)
+    return render(request, "done.html", said=act.said, back=f"/jobs/{job_id}")
 
 
 @router.post("/bulk", response_class=HTMLResponse)
@@ -157,7 +167,7 @@ def bulk_action(request: Request, form: Annotated[BulkForm, Form()]) -> HTMLResp
     """First a page that says how many jobs the action would take, then the action: on
     the jobs counted (none scheduled since), and only if they are still as many, else
     the page asks again with the new count."""
-    check_form_action(request, form.csrf)
+    actor = check_form_action(request, form.csrf)
     queue, where = queue_of(request), form.to_filter()
     ids = actions.selected(queue, where, form.action, form.upto or None)
     if form.confirmed != "yes" or form.count != str(len(ids)):
@@ -170,26 +180,31 @@ def bulk_action(request: Request, form: Annotated[BulkForm, Form()]) -> HTMLResp
             changed=form.confirmed == "yes",
             where=where,
             finished_within=form.finished_within or "",
+            criteria=views.filter_in_words(form.filter_fields()),
+            applies_to=views.one_of(actions.ACTION_STATES[form.action]),
+            most=f"{actions.BULK_LIMIT:,}",
         )
-    said = actions.act_on_jobs(queue, form.action, ids)
-    return render(request, "done.html", said=said, back="/jobs")
+    target = {"selected": len(ids), "filter": form.filter_fields()}
+    with acting(actor, f"bulk {form.action}", target) as act:
+        act.said = actions.act_on_jobs(queue, form.action, ids, actor)
+    return render(request, "done.html", said=act.said, back="/jobs")
 
 
 @router.post("/groups", response_class=HTMLResponse)
 def group_limits(request: Request, form: Annotated[LimitsForm, Form()]) -> HTMLResponse:
     """A group's limits: its name is a field of the form, never a part of a URL, so that
     no name (``a/b``, ``..``, ``x/unset``) can send the form elsewhere."""
-    check_form_action(request, form.csrf)
-    settings = actions.set_limits(
-        queue_of(request),
-        form.group,
-        whole_number("concurrency", form.concurrency),
-        form.rate.strip() or None,
-        _or_one(whole_number("weight", form.weight)),
-    )
-    return render(
-        request, "done.html", said=f"group {form.group}: {settings.describe()}", back="/groups"
-    )
+    actor = check_form_action(request, form.csrf)
+    with acting(actor, "set limits", {"group": form.group}) as act:
+        settings = actions.set_limits(
+            queue_of(request),
+            form.group,
+            whole_number("concurrency", form.concurrency),
+            form.rate.strip() or None,
+            _or_one(whole_number("weight", form.weight)),
+        )
+        act.said = f"group {form.group}: {settings.describe()}"
+    return render(request, "done.html", said=act.said, back="/groups")
 
 
 def _or_one(weight: int | None) -> int:
@@ -198,16 +213,17 @@ def _or_one(weight: int | None) -> int:
 
 @router.post("/groups/unset", response_class=HTMLResponse)
 def group_unset(request: Request, form: Annotated[GroupForm, Form()]) -> HTMLResponse:
-    check_form_action(request, form.csrf)
-    removed = queue_of(request).unlimit_group(form.group)
-    said = f"group {form.group}: no limits" if removed else f"group {form.group} had no settings"
-    return render(request, "done.html", said=said, back="/groups")
+    actor = check_form_action(request, form.csrf)
+    with acting(actor, "unset limits", {"group": form.group}) as act:
+        act.said = actions.unset_limits(queue_of(request), form.group)
+    return render(request, "done.html", said=act.said, back="/groups")
 
 
-@router.post("/schedulers/{verb}", response_class=HTMLResponse)
+@router.post("/schedulers/{verb:scheduler_action}", response_class=HTMLResponse)
 def scheduler_action(
     request: Request, verb: str, form: Annotated[SchedulerForm, Form()]
 ) -> HTMLResponse:
-    check_form_action(request, form.csrf)
-    said = actions.act_on_scheduler(queue_of(request), verb, form.urn)
-    return render(request, "done.html", said=said, back="/schedulers")
+    actor = check_form_action(request, form.csrf)
+    with acting(actor, verb, {"scheduler": form.urn}) as act:
+        act.said = actions.act_on_scheduler(queue_of(request), verb, form.urn)
+    return render(request, "done.html", said=act.said, back="/schedulers")

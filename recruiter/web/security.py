@@ -8,7 +8,8 @@
   - A person signs in once with the token: the server keeps a session for it (a random
     id in an ``HttpOnly``, ``SameSite=Strict`` cookie) and a CSRF token of its own, which
     every action form carries and the server compares in constant time. An action whose
-    ``Origin`` (or, without one, ``Referer``) is another site is refused too.
+    ``Origin`` (or, without one, ``Referer``) is another origin (another scheme, host
+    or port) is refused too.
   - A script sends ``Authorization: Bearer TOKEN`` to the JSON API; cookies are never
     accepted there, so a page elsewhere cannot act through a signed-in browser.
 - Every page is served with a Content-Security-Policy that allows only the server's own
@@ -48,7 +49,10 @@ class Refused(Exception):
 @dataclass
 class Session:
     id: str
+    """The cookie's value: whoever holds it acts as this session."""
     csrf: str
+    name: str
+    """A label of its own, for the audit trail: it names the session and cannot act."""
     seen: float = 0.0
     """When it was last used (a monotonic clock's seconds): idle too long, it ends."""
 
@@ -81,7 +85,12 @@ class Guard:
             raise Refused(self.why_not())
         if not self.token_matches(given):
             raise Refused("wrong token", status=401)
-        session = Session(secrets.token_urlsafe(32), secrets.token_urlsafe(32), time.monotonic())
+        session = Session(
+            secrets.token_urlsafe(32),
+            secrets.token_urlsafe(32),
+            secrets.token_hex(4),
+            time.monotonic(),
+        )
         with self._lock:
             if len(self._sessions) >= SESSIONS_KEPT:
                 self._sessions.pop(next(iter(self._sessions)))
@@ -108,17 +117,20 @@ class Guard:
             self._sessions.pop(cookie or "", None)
 
     def check_form_action(
-        self, cookie: str | None, csrf: str | None, origin: str | None, host: str | None
-    ) -> None:
-        """A page's action: signed in, the session's CSRF token, and from this site."""
+        self, cookie: str | None, csrf: str | None, origin: str | None, this_origin: str
+    ) -> Session:
+        """A page's action: signed in, the session's CSRF token, and from this site
+        (``this_origin``: the scheme, host and port the request was sent to). Returns
+        the session."""
         if not self.actions_allowed:
             raise Refused(self.why_not())
-        check_same_origin(origin, host)
+        check_same_origin(origin, this_origin)
         session = self.session(cookie)
         if session is None:
             raise Refused("sign in with the token first", status=401)
         if not csrf or not hmac.compare_digest(csrf.encode(), session.csrf.encode()):
             raise Refused("the form's CSRF token does not match: reload the page and try again")
+        return session
 
     def check_api_action(self, authorization: str | None) -> None:
         """A script's action: ``Authorization: Bearer TOKEN``."""
@@ -131,12 +143,32 @@ class Guard:
             raise Refused("wrong token", status=401)
 
 
-def check_same_origin(origin: str | None, host: str | None) -> None:
-    """Refuse a request whose ``Origin`` (or ``Referer``) names another host than the one
-    it was sent to; one with neither is let through (the CSRF token still protects it)."""
-    if not origin or origin == "null":
-        if origin == "null":
-            raise Refused("a request from an opaque origin may not act")
+def check_same_origin(origin: str | None, this_origin: str) -> None:
+    """Refuse a request whose ``Origin`` (or ``Referer``) is not ``this_origin``, the
+    dashboard's own (``http://127.0.0.1:8087``): the same scheme, host and port, a port
+    left out being its scheme's default. One with neither is let through (the CSRF
+    token still protects it); an opaque (``null``) or unreadable one is refused."""
+    if not origin:
         return
-    if urlsplit(origin).netloc != (host or ""):
-        raise Refused(f"a request from {origin} may not act on this dashboard")
+    if origin == "null":
+        raise Refused("a request from an opaque origin may not act")
+    theirs = origin_parts(origin)
+    if theirs is None or theirs != origin_parts(this_origin):
+        raise Refused(f"a request from {origin!r} may not act on this dashboard ({this_origin})")
+
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def origin_parts(url: str) -> tuple[str, str, int] | None:
+    """An origin's scheme, host and port (``https://A`` is ``("https", "a", 443)``);
+    None when it is not one (no scheme, no host, a user name, a port out of range)."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None
+    scheme = parts.scheme.lower()
+    if scheme not in DEFAULT_PORTS or not parts.hostname or "@" in parts.netloc:
+        return None
+    return scheme, parts.hostname.lower(), DEFAULT_PORTS[scheme] if port is None else port

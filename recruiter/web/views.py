@@ -4,7 +4,7 @@ page, each reading through :mod:`recruiter.listing` and the :class:`recruiter.Qu
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from recruiter import listing
@@ -16,6 +16,25 @@ from recruiter.queue import Queue
 from recruiter.schedule import InvalidSchedule, schedule_from
 from recruiter.store import SchedulerRecord, Store
 
+
+def when(value: Any) -> str:
+    """A moment as every page shows it, ``2026-11-25 10:00:00 UTC`` (ISO text too, as
+    the overview's documents carry some); ``-`` for none.
+
+    >>> when("2026-11-25T11:00:00.123+01:00")
+    '2026-11-25 10:00:00 UTC'
+    """
+    if isinstance(value, str):
+        try:
+            value = dt.datetime.fromisoformat(value)
+        except ValueError:
+            return str(value)
+    if isinstance(value, dt.datetime):
+        moment = value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
+        return moment.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return "-" if value is None else str(value)
+
+
 RECENT = dt.timedelta(hours=1)
 """How far back the overview counts finished jobs."""
 HOUR_SAMPLE = 1_000
@@ -24,9 +43,11 @@ HOUR_SAMPLE = 1_000
 
 def overview(queue: Queue) -> dict[str, Any]:
     """Jobs per group and state, the last hour's outcomes, the leaders, the workers:
-    one aggregation per state of ``scheduled``, one of the last hour of ``archived``."""
+    one aggregation per state of ``scheduled`` (the ready jobs' also tells those no
+    worker can run), one of the last hour of ``archived``."""
     store, now = queue.store, queue.clock.now()
-    counts = store.count_unfinished_by_group(now)
+    counted = listing.unfinished_counts(queue, now, ("ready", "postponed", "running"))
+    counts = counted.by_state
     done: dict[Any, int] = {}
     failed: dict[Any, int] = {}
     finished = store.finished_by_group(now - RECENT)
@@ -38,7 +59,7 @@ def overview(queue: Queue) -> dict[str, Any]:
     limits = {s.group: s.describe() for s in queue.group_settings()}
     groups = sorted(
         {*counts["ready"], *counts["postponed"], *counts["running"], *done, *failed, *limits},
-        key=str,
+        key=listing.group_order,
     )
     minute = last_minute(store, now)
     workers = listing.worker_rows(queue)
@@ -70,7 +91,7 @@ def overview(queue: Queue) -> dict[str, Any]:
             "busy": sum(1 for w in workers if w["busy"]),
             "idle": sum(1 for w in workers if not w["busy"]),
         },
-        "waiting_for_a_workable": listing.waiting_for_a_workable(queue, now),
+        "waiting_for_a_workable": counted.waiting_for_a_workable,
         "recent_failures": listing.recent_failures(queue, now),
     }
 
@@ -87,6 +108,26 @@ def last_hour(store: Store, now: dt.datetime, finished: int, failed: int) -> dic
         "execution_time_average_s": average(spans(sample, "started_at", "ended_at")),
         "averaged_over": len(sample),
     }
+
+
+FILTER_LABELS = {
+    "state": "state",
+    "group": "group",
+    "workable": "workable",
+    "tag": "tag",
+    "finished_within": "finished within",
+}
+
+
+def filter_in_words(fields: Mapping[str, str]) -> list[tuple[str, str]]:
+    """A filter's fields given, each as a label and its value, in the form's order (the
+    page shows the values escaped: they are the operator's, or a link's, text)."""
+    return [(label, fields[name]) for name, label in FILTER_LABELS.items() if fields.get(name)]
+
+
+def one_of(words: Sequence[str]) -> str:
+    """``ready, postponed or running``."""
+    return " or ".join([", ".join(words[:-1]), words[-1]] if len(words) > 1 else words)
 
 
 def policy_in_words(policy: Mapping[str, Any]) -> str:
@@ -143,15 +184,38 @@ _IN_WORDS: dict[str, Callable[[Mapping[str, Any]], str]] = {
 
 
 def attempts_in_words(job: Job, now: dt.datetime) -> str:
-    """ "attempt 3 of 8, next at …", as far as the job's policy tells."""
+    """ "2 of 8 attempts made; attempt 3 of 8 is due …", as far as the job's policy tells.
+
+    >>> from recruiter import JobSpec, RetryManyTimes
+    >>> from bson import ObjectId
+    >>> import datetime as dt
+    >>> now = dt.datetime(2026, 11, 25, 10, tzinfo=dt.UTC)
+    >>> spec = JobSpec("mail.send").retry_with(RetryManyTimes(50)).run_in("1h")
+    >>> attempts_in_words(Job.from_document(spec.to_document(ObjectId(), now)), now)
+    '0 of 51 attempts made; attempt 1 of 51 is due 2026-11-25 11:00:00 UTC'
+    """
     parameters = job.retry_policy.get("parameters")
     most = parameters.get("retry_how_many_times") if isinstance(parameters, Mapping) else None
     of = f" of {int(most) + 1}" if isinstance(most, int) else ""
-    said = f"{job.attempts}{of} attempts made" if job.attempts != 1 else f"1{of} attempt made"
+    # "1 of 51 attempts made": of 51 attempts, one made; "1 attempt made" alone
+    said = f"{job.attempts}{of} attempt{'' if job.attempts == 1 and not of else 's'} made"
     if job.why is None and not job.locked and job.scheduled_at is not None:
-        when = "now" if job.scheduled_at <= now else job.scheduled_at.isoformat()
-        said += f"; attempt {job.attempts + 1}{of} is due {when}"
+        due = "now" if job.scheduled_at <= now else when(job.scheduled_at)
+        said += f"; attempt {job.attempts + 1}{of} is due {due}"
     return said
+
+
+def why_not_run(queue: Queue, job: Job, state: str) -> str:
+    """Why a ready job may wait however long: no worker on the roster, or none that
+    runs its workable (``""`` when some may run it)."""
+    if state != "ready":
+        return ""
+    slots, may = queue.store.slots_for(job.workable)
+    if slots == 0:
+        return "; no worker is on the roster: it runs when one is"
+    if may == 0:
+        return f"; no worker on the roster runs {job.workable}: it waits for one that does"
+    return ""
 
 
 def job_detail(queue: Queue, job_id: str) -> dict[str, Any]:
@@ -172,7 +236,7 @@ def job_detail(queue: Queue, job_id: str) -> dict[str, Any]:
         "created_at": job.created_at,
         "scheduled_at": job.scheduled_at,
         "attempts": job.attempts,
-        "attempts_in_words": attempts_in_words(job, now),
+        "attempts_in_words": attempts_in_words(job, now) + why_not_run(queue, job, state),
         "retry_policy": policy_in_words(job.retry_policy),
         "timeout_s": None if job.timeout is None else job.timeout.total_seconds(),
         "cancel_requested_at": job.cancel_requested_at,
@@ -208,25 +272,27 @@ def actions_for(state: str, *, retried: bool = False) -> list[str]:
     return ["run", "cancel"]
 
 
-def groups(queue: Queue) -> list[dict[str, Any]]:
-    """Every group with jobs or settings: its limits and its jobs now."""
-    now = queue.clock.now()
-    counts = queue.store.count_unfinished_by_group(now)
+def groups(queue: Queue, overview: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every group with jobs or settings: its limits now, its jobs as ``overview``
+    counted them."""
+    counted = {g["group"]: g for g in overview["groups"]}
     settings = {s.group: s for s in queue.group_settings()}
-    names = sorted({*counts["ready"], *counts["postponed"], *counts["running"], *settings}, key=str)
+    names = sorted({*counted, *settings}, key=listing.group_order)
     return [
         {
-            "group": str(name),
-            "ready": counts["ready"].get(name, 0),
-            "postponed": counts["postponed"].get(name, 0),
-            "running": counts["running"].get(name, 0),
+            "group": name,
+            **{state: counted.get(name, {}).get(state, 0) for state in UNFINISHED},
             "concurrency": settings[name].concurrency if name in settings else None,
             "rate": str(settings[name].rate) if name in settings and settings[name].rate else None,
             "weight": settings[name].weight if name in settings else 1,
             "limits": settings[name].describe() if name in settings else "none",
         }
         for name in names
+        if name in settings or any(counted[name][state] for state in UNFINISHED)
     ]
+
+
+UNFINISHED = ("ready", "postponed", "running")
 
 
 OCCURRENCES_SHOWN = 3

@@ -1,0 +1,171 @@
+"""The dashboard's audit trail: every action, on what, by which session, and what came
+of it, logged by ``recruiter.web.audit``.
+
+One line per action (and one per job of a bulk action, after its summary), at INFO
+when it was done, at WARNING when it was refused or failed; every refused request too
+(no token, a forged CSRF token, another origin). A session is named by a random label
+given at sign-in (``session 1a2b3c4d``), never by its cookie nor the token: the label
+cannot be used to act. Actions through the API are by ``the api``.
+
+In ``--json-logs`` form the line carries the same facts as fields, under ``audit``:
+``action``, ``target`` (``job``, ``jobs``, ``filter``, ``group``, ``scheduler``),
+``session``, ``via`` (``page`` or ``api``), ``client``, ``outcome`` (``done``,
+``refused``, ``failed``) and ``said``.
+
+Every value from the request or the database is untrusted text: in the line, its
+control characters are shown as escapes (``\\x1b``, ``\\n``), so it can neither steer
+the operator's terminal nor forge a line of the log.
+
+>>> shown("mail\\x1b[2J\\nforged line")
+'mail\\\\x1b[2J\\\\nforged line'
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from recruiter.errors import DatabaseUnavailable, RecruiterError
+
+logger = logging.getLogger(__name__)
+
+_CONTROL = [*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)]
+"""C0 controls, DEL and C1 controls (U+009B is a one-character CSI on some terminals)."""
+_BIDI = [0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+"""Marks and overrides that reverse how the text around them reads."""
+_NAMED = {0x0A: "\\n", 0x09: "\\t", 0x0D: "\\r"}
+_SHOWN = {
+    code: _NAMED.get(code, f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+    for code in [*_CONTROL, *_BIDI]
+}
+
+
+def shown(value: Any) -> str:
+    """``value`` as text on one line, every control character made visible."""
+    return str(value).translate(_SHOWN)
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who acts: a signed-in session, by its label, or a script through the API."""
+
+    via: str
+    """``page`` (a form, from a browser's session) or ``api`` (the bearer token)."""
+    session: str | None
+    """The session's label; None through the API, or with no session signed in."""
+    client: str
+    """The address the request came from."""
+
+    def __str__(self) -> str:
+        if self.via == "api":
+            who = "the api"
+        else:
+            who = "no session" if self.session is None else f"session {self.session}"
+        return f"{who} from {shown(self.client)}"
+
+
+def target_in_words(target: Mapping[str, Any]) -> str:
+    """``job 6b05…``, ``group mail``, ``12 jobs where state=failed, group=mail``."""
+    parts = []
+    if "job" in target:
+        parts.append(f"job {shown(target['job'])}")
+    if "selected" in target:
+        parts.append(f"{target['selected']} jobs")
+    if "filter" in target:
+        parts.append(f"where {filter_in_words(target['filter'])}")
+    if "group" in target:
+        parts.append(f"group {shown(target['group'])}")
+    if "scheduler" in target:
+        parts.append(f"scheduler {shown(target['scheduler'])}")
+    return " ".join(parts)
+
+
+def filter_in_words(where: Mapping[str, Any]) -> str:
+    """A bulk action's filter, as ``state=failed, group=mail`` (``every job``)."""
+    said = ", ".join(f"{name}={shown(value)}" for name, value in where.items() if value)
+    return said or "every job"
+
+
+@dataclass
+class Act:
+    """An action under way: what it said, once done."""
+
+    actor: Actor
+    action: str
+    target: dict[str, Any]
+    said: str = ""
+
+
+def log(act: Act, outcome: str, level: int = logging.INFO) -> None:
+    """One line of the trail for ``act``: ``audit: retry job 6b05… by session 1a2b3c4d
+    from 127.0.0.1: done: job 6b05… retried as job 6b06…``."""
+    logger.log(
+        level,
+        "audit: %s by %s: %s: %s",
+        f"{shown(act.action)} {target_in_words(act.target)}".strip(),
+        act.actor,
+        outcome,
+        shown(act.said),
+        extra={
+            "audit": {
+                "action": act.action,
+                "target": act.target,
+                "session": act.actor.session,
+                "via": act.actor.via,
+                "client": act.actor.client,
+                "outcome": outcome,
+                "said": act.said,
+            }
+        },
+    )
+
+
+@contextmanager
+def acting(
+    actor: Actor, action: str, target: dict[str, Any], refused_level: int = logging.WARNING
+) -> Iterator[Act]:
+    """Log the action done in the block: done (with what the block set as ``said``),
+    refused (a :class:`RecruiterError`: the job moved on, a bad name…; at
+    ``refused_level``) or failed (the database did not answer: it may have landed; or
+    a bug)."""
+    act = Act(actor, action, target)
+    try:
+        yield act
+    except DatabaseUnavailable as error:
+        act.said = str(error)
+        log(act, "failed", logging.WARNING)
+        raise
+    except RecruiterError as error:
+        act.said = str(error)
+        log(act, "refused", refused_level)
+        raise
+    except Exception as error:
+        act.said = f"{type(error).__name__}: {error}"
+        log(act, "failed", logging.ERROR)
+        raise
+    log(act, "done")
+
+
+def refused_request(method: str, path: str, actor: Actor, why: str) -> None:
+    """A request the guard refused (no token, a wrong one, a forged CSRF token, another
+    origin, read-only): who tried what, and why not."""
+    logger.warning(
+        "audit: refused %s %s by %s: %s",
+        shown(method),
+        shown(path),
+        actor,
+        shown(why),
+        extra={
+            "audit": {
+                "action": f"{method} {path}",
+                "session": actor.session,
+                "via": actor.via,
+                "client": actor.client,
+                "outcome": "refused",
+                "said": why,
+            }
+        },
+    )
