@@ -236,7 +236,7 @@ def recent_failures(queue: Queue, now: dt.datetime) -> list[dict[str, Any]]:
 
 
 def unfinished_counts(queue: Queue, now: dt.datetime, states: tuple[str, ...]) -> Counted:
-    """For each of ``states`` (of ready, postponed and running), how many jobs of each
+    """For each of ``states`` (``recruiter.states.UNFINISHED``), how many jobs of each
     group are in it, and the ready jobs no worker on the roster can run: the ready
     jobs read once for both (one aggregation a state)."""
     store = queue.store
@@ -276,17 +276,19 @@ def waiting_for_a_workable(
 def status_document(queue: Queue) -> dict[str, Any]:
     """Everything ``recruiter status`` shows, as plain data."""
     now = queue.clock.now()
-    counted = unfinished_counts(queue, now, ("ready", "running"))
+    counted = unfinished_counts(queue, now, ("ready", "handed out", "running"))
     ready, running = counted.by_state["ready"], counted.by_state["running"]
+    handed_out = counted.by_state["handed out"]
     settings = {s.group: s for s in queue.group_settings()}
     groups = [
         {
             "group": group,
             "ready": ready.get(group, 0),
+            "handed_out": handed_out.get(group, 0),
             "running": running.get(group, 0),
             "limits": settings[group].describe() if group in settings else "none",
         }
-        for group in sorted({*ready, *running, *settings}, key=group_order)
+        for group in sorted({*ready, *handed_out, *running, *settings}, key=group_order)
     ]
     return {
         "at": now.isoformat(),

@@ -102,6 +102,7 @@ def test_status_shows_leaders_workers_groups_and_failures(
         {
             "group": "mail",
             "ready": 1,
+            "handed_out": 0,
             "running": 0,
             "limits": "concurrency 2, rate unlimited, weight 1",
         }

@@ -371,3 +371,26 @@ def test_a_bulk_cancel_of_jobs_finished_lately_selects_none_and_says_so(
     asked = browser.post("/bulk", data=form)
     assert asked.status_code == 200
     assert "cancel 0 jobs?" in asked.text
+
+
+def test_jobs_handed_out_but_not_started_are_counted_and_cancelled(
+    queue: Queue, clock: Any
+) -> None:
+    """Found by the review when 'handed out' was told apart from 'running': a group whose
+    jobs were all handed out vanished from the overview and the status, and a bulk
+    cancel of the group skipped them."""
+    from bson import ObjectId
+
+    from recruiter import listing
+    from recruiter.listing import JobFilter
+    from recruiter.web import actions, views
+
+    held = queue.schedule(JobSpec("tests.noop").in_group("onlyhanded"))
+    queue.store.lock_jobs([held], ObjectId(), queue.clock.now())
+    (group,) = views.overview(queue)["groups"]
+    assert (group["group"], group["handed_out"], group["running"]) == ("onlyhanded", 1, 0)
+    (status,) = listing.status_document(queue)["groups"]
+    assert (status["group"], status["handed_out"]) == ("onlyhanded", 1)
+    assert actions.selected(queue, JobFilter(group="onlyhanded"), "cancel") == [str(held)]
+    page = client(queue).get("/")
+    assert "handed out" in page.text

@@ -260,11 +260,10 @@ def status_view(document: dict[str, Any]) -> Group:
         expires = moment_text(_moment(lease["expires_at"]))
         leaders.add_row(name, lease["holder"] or "none: nobody leads", expires)
     workers_table = _workers_table(document["workers"])
-    groups = Table("group", "ready", "running", "limits", title="groups")
+    groups = Table("group", "ready", "handed out", "running", "limits", title="groups")
     for group in document["groups"]:
-        groups.add_row(
-            str(group["group"]), str(group["ready"]), str(group["running"]), group["limits"]
-        )
+        counts = (str(group[state]) for state in ("ready", "handed_out", "running"))
+        groups.add_row(str(group["group"]), *counts, group["limits"])
     failures = Table(
         id_column("job"), "workable", "group", "why", "last error", title="latest failures"
     )

@@ -124,6 +124,10 @@ def web(
     mode = "read-only" if read_only or token is None else "actions allowed with the token"
     logger.info("web: serving on http://%s:%d/ (%s); Ctrl-C stops", host, port, mode)
     try:
-        uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+        # log_config=None: uvicorn's own errors go through recruiter's formatters too
+        # (printable lines, or JSON), not a handler of uvicorn's that writes them raw
+        uvicorn.run(
+            app, host=host, port=port, log_level="warning", access_log=False, log_config=None
+        )
     finally:
         queue.close()

@@ -23,7 +23,7 @@ BULK_LIMIT = 10_000
 ACTION_STATES = {
     "retry": ("failed",),
     "run": ("ready", "postponed"),
-    "cancel": ("ready", "postponed", "blocked", "running"),
+    "cancel": ("ready", "postponed", "blocked", "handed out", "running"),
 }
 """The states of the jobs each bulk action applies to."""
 

@@ -29,23 +29,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from recruiter.errors import DatabaseUnavailable, RecruiterError
+from recruiter.printable import printable
 
 logger = logging.getLogger(__name__)
-
-_CONTROL = [*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)]
-"""C0 controls, DEL and C1 controls (U+009B is a one-character CSI on some terminals)."""
-_BIDI = [0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
-"""Marks and overrides that reverse how the text around them reads."""
-_NAMED = {0x0A: "\\n", 0x09: "\\t", 0x0D: "\\r"}
-_SHOWN = {
-    code: _NAMED.get(code, f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
-    for code in [*_CONTROL, *_BIDI]
-}
 
 
 def shown(value: Any) -> str:
     """``value`` as text on one line, every control character made visible."""
-    return str(value).translate(_SHOWN)
+    return printable(str(value), lines=False)
 
 
 @dataclass(frozen=True)

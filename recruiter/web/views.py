@@ -46,7 +46,7 @@ def overview(queue: Queue) -> dict[str, Any]:
     one aggregation per state of ``scheduled`` (the ready jobs' also tells those no
     worker can run), one of the last hour of ``archived``."""
     store, now = queue.store, queue.clock.now()
-    counted = listing.unfinished_counts(queue, now, ("ready", "postponed", "running"))
+    counted = listing.unfinished_counts(queue, now, ("ready", "postponed", "handed out", "running"))
     counts = counted.by_state
     done: dict[Any, int] = {}
     failed: dict[Any, int] = {}
@@ -58,7 +58,8 @@ def overview(queue: Queue) -> dict[str, Any]:
             failed[group] = failed.get(group, 0) + count
     limits = {s.group: s.describe() for s in queue.group_settings()}
     groups = sorted(
-        {*counts["ready"], *counts["postponed"], *counts["running"], *done, *failed, *limits},
+        {*counts["ready"], *counts["postponed"], *counts["handed out"], *counts["running"]}
+        | {*done, *failed, *limits},
         key=listing.group_order,
     )
     minute = last_minute(store, now)
@@ -70,6 +71,7 @@ def overview(queue: Queue) -> dict[str, Any]:
                 "group": str(group),
                 "ready": counts["ready"].get(group, 0),
                 "postponed": counts["postponed"].get(group, 0),
+                "handed_out": counts["handed out"].get(group, 0),
                 "running": counts["running"].get(group, 0),
                 "done_last_hour": done.get(group, 0),
                 "failed_last_hour": failed.get(group, 0),
@@ -292,7 +294,8 @@ def groups(queue: Queue, overview: Mapping[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-UNFINISHED = ("ready", "postponed", "running")
+UNFINISHED = ("ready", "postponed", "handed_out", "running")
+"""The overview's counts of a group's unfinished jobs (``handed_out``: not started yet)."""
 
 
 OCCURRENCES_SHOWN = 3
