@@ -28,7 +28,7 @@ from recruiter.cli.options import (
     open_queue,
 )
 from recruiter.cli.tables import id_column
-from recruiter.cli.terminal import console, moment_text, styled
+from recruiter.cli.terminal import console, json_text, moment_text, styled
 from recruiter.states import STATES
 
 jobs = typer.Typer(
@@ -70,9 +70,11 @@ def list_jobs(
     finally:
         queue.close()
     if as_json:
-        typer.echo(json.dumps([listing.summary(job, now) for job in listed], default=str))
+        typer.echo(json_text([listing.summary(job, now) for job in listed]))
         return
-    table = Table(id_column("job"), "workable", "group", "state", "attempts", "last attempt")
+    table = Table(
+        id_column("job"), "workable", "group", "state", "due or ended", "attempts", "last attempt"
+    )
     for job in listed:
         described = listing.summary(job, now)
         table.add_row(
@@ -80,6 +82,7 @@ def list_jobs(
             job.workable,
             job.group,
             described["state"],
+            moment_text(described["ended_at"] or described["due_at"]),
             str(job.attempts),
             str(described["last"] or "")[:60],
         )

@@ -22,6 +22,7 @@ is :data:`PIPED_WIDTH` wide, so that ids and names are never cut at 80 columns.
 from __future__ import annotations
 
 import datetime as dt
+import json
 from typing import Any
 
 from rich.console import Console, ConsoleDimensions
@@ -69,6 +70,20 @@ def moment_text(moment: object) -> str:
     if moment.microsecond:
         text += f".{moment.microsecond // 1000:03d}"
     return f"{text} UTC"
+
+
+def json_text(value: Any) -> str:
+    """``value`` as ``--json`` prints it: times in ISO 8601, anything else JSON lacks as
+    text (an id, say). JSON escapes control characters itself: the text stays whole.
+
+    >>> json_text({"at": dt.datetime(2026, 11, 22, 9, tzinfo=dt.UTC), "n": 1})
+    '{"at": "2026-11-22T09:00:00+00:00", "n": 1}'
+    """
+    return json.dumps(value, default=_json_value)
+
+
+def _json_value(value: Any) -> str:
+    return value.isoformat() if isinstance(value, dt.datetime) else str(value)
 
 
 def styled(text: str, style: str) -> Text:

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from recruiter.cli.options import DatabaseName, MongoUri, open_queue
 from recruiter.cli.tables import id_column
-from recruiter.cli.terminal import console, moment_text
+from recruiter.cli.terminal import console, json_text, moment_text
 from recruiter.errors import SchedulerBusy, SchedulerNotFound
 
 if TYPE_CHECKING:  # imported where used: --help stays fast
@@ -80,7 +80,7 @@ def status(
     finally:
         queue.close()
     if as_json:
-        typer.echo(json.dumps(document, default=str))
+        typer.echo(json_text(document))
         return
     console.print(status_view(document))
 
@@ -138,7 +138,7 @@ def list_schedulers(
         for record in records
     ]
     if as_json:
-        typer.echo(json.dumps(rows, default=str))
+        typer.echo(json_text(rows))
         return
     table = Table("urn", "workable", "group", "schedule", "missed", "next", "created", "state")
     for row in rows:
