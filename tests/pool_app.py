@@ -150,10 +150,21 @@ async def aio_exit() -> None:
     raise SystemExit(3)
 
 
+WAITING: dict[str, threading.Event] = {}
+"""By path, set once an ``aio.wait_forever`` job waits (in this process): a test stops
+it then, and knows its code began."""
+
+
+def waiting(path: str) -> threading.Event:
+    """The event ``aio.wait_forever`` of ``path`` sets once it waits."""
+    return WAITING.setdefault(path, threading.Event())
+
+
 @registry.workable("aio.wait_forever")
 async def aio_wait_forever(path: str) -> None:
     """Waits until stopped; writes ``path`` as it is stopped (its finally ran)."""
     try:
+        waiting(path).set()  # (its task awaits below before a cancel can land)
         await asyncio.Event().wait()
     finally:
         Path(path).write_text("stopped")
