@@ -596,23 +596,27 @@ def test_metrics_of_a_running_system_are_scraped_over_http(
     assert any(line.startswith("recruiter_leader{holder=") for line in lines)
 
 
-def test_five_hundred_async_jobs_run_at_the_same_time_on_one_asyncio_worker(
+def test_async_jobs_run_at_the_same_time_on_one_asyncio_worker(
     processes: Processes, queue: Queue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """500 jobs that each wait until all 500 wait together, on one worker: they are all
-    done only if they all ran at once, in one process, on its event loop. (How long 500
-    one-second jobs take is bin/bench's to measure: this server's writes bound it.)"""
+    """Twenty jobs that each wait until all twenty wait together, on one worker: they are
+    all done only if they all ran at once, in one process, on its event loop. (Five
+    hundred of them, and how long they take, are ``python -m benchmarks.sleepers
+    --rendezvous``'s to measure: on this server their time is its writes', which grow
+    with the machine's load.)"""
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent.parent))
     processes.start("run")
     processes.start("clean", "--considered-dead-after", "60s")
     worker = processes.start(
         "worker",
-        *("--app", "tests.pool_app:registry", "--pool", "asyncio", "--concurrency", "500"),
+        *("--app", "tests.pool_app:registry", "--pool", "asyncio", "--concurrency", "20"),
     )
-    spec = JobSpec("aio.rendezvous", {"name": "all", "expected": 500, "patience": 100})
-    ids = queue.schedule_many(spec.retry_with(RetryManyTimes(0)) for _ in range(500))
+    # patience: a bound that only tells jobs that never meet from late ones (a loaded
+    # machine starts twenty jobs in seconds, not a minute)
+    spec = JobSpec("aio.rendezvous", {"name": "all", "expected": 20, "patience": 90})
+    ids = queue.schedule_many(spec.retry_with(RetryManyTimes(0)) for _ in range(20))
     unfinished = {"_id": {"$in": ids}, "why": None}
-    wait_for(lambda: queue.store.count_jobs("scheduled", unfinished) == 0, processes, 180)
+    wait_for(lambda: queue.store.count_jobs("scheduled", unfinished) == 0, processes, 100)
     jobs = [queue.job(job_id) for job_id in ids]
     assert {job.why for job in jobs} == {"done"}, processes.dump_logs()
     where = {
