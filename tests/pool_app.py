@@ -82,14 +82,22 @@ class Hooked(Workable):
 
 
 @registry.workable("pool.ticker")
-def ticker(path: str, seconds: float) -> None:
-    """Appends the time to ``path`` every 20 ms for ``seconds``."""
-    end = time.monotonic() + seconds
+def ticker(path: str, gate: str) -> None:
+    """Writes its pid to ``path``.pid, then appends the time to ``path`` every 20 ms
+    until ``gate`` exists."""
+    Path(f"{path}.pid").write_text(str(os.getpid()))
     with Path(path).open("a") as file:
-        while time.monotonic() < end:
+        while not Path(gate).exists():
             file.write(f"{time.time()}\n")  # noqa: TID251 (compared across processes)
             file.flush()
             time.sleep(0.02)
+
+
+@registry.workable("pool.wait_for_file")
+def wait_for_file(path: str) -> None:
+    """Runs until ``path`` exists (a gate the test opens), looking every 10 ms."""
+    while not Path(path).exists():
+        time.sleep(0.01)
 
 
 KEPT: list[bytes] = []
