@@ -16,8 +16,7 @@ the run's record, and the oracle scales each time bound by the median slowness a
 the moment it judges (never below 1), and reports the slowest stretch of the run. The
 median, not the mean: the scenario's own bursts (a database restart, every process
 reconnecting) preempt a probe now and then, which the bounds already allow for on an
-idle machine (where the median is 1.0 to 1.25 on the 2-core development machine, and
-the mean 1.5 to 1.8); a busy machine slows most probes.
+idle machine; a busy machine slows most probes (figures in docs/reliability.md).
 """
 
 from __future__ import annotations
