@@ -10,8 +10,10 @@ import dataclasses
 import datetime as dt
 import json
 import os
+import random
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -30,6 +32,7 @@ from tests.faults.scenario import (
     REPEATED,
     SLOW_CONCURRENCY,
     WORKER_FAULTS,
+    Driver,
     Fault,
     Record,
     Scenario,
@@ -436,3 +439,64 @@ def test_the_ledger_reads_a_transactions_tries_as_one_run(tmp_path: Path) -> Non
     (tmp_path / "7.jsonl").write_text("\n".join([line("start", 1, "succeed")] * 2))
     with pytest.raises(AssertionError, match="two starts"):
         read(tmp_path)
+
+
+# --- the runner waits for a fault's target, on a clock the test moves --------------------
+
+
+class _NoTarget:
+    """A run in which no fault ever finds a target, on a machine of a given slowness."""
+
+    def __init__(self, slowness: float) -> None:
+        self.meter = SimpleNamespace(slowness=lambda: slowness)
+        self.chooser = random.Random(0)
+        self.logged: list[str] = []
+
+    def inject(self, kind: str) -> bool:
+        return False
+
+    def log(self, kind: str, pid: int | None = None, note: str = "") -> None:
+        self.logged.append(f"{kind}: {note}")
+
+
+def driver(run: _NoTarget, faults: list[str]) -> Driver:
+    made = Driver.__new__(Driver)  # (without the processes and the database)
+    made.run, made.scenario, made.faults = run, Scenario(0), faults  # type: ignore[assignment]
+    made.waiting_since, made.fed, made.put_off = None, False, set()
+    return made
+
+
+@pytest.mark.parametrize("slowness", [1.0, 3.0])
+def test_a_fault_without_a_target_is_put_off_once_then_skipped(
+    monkeypatch: pytest.MonkeyPatch, slowness: float
+) -> None:
+    """Seed 2 and the pools scenario on a loaded machine: 'no target in time' after 5 s
+    counted in ticks. A fault waits 5 s times the machine's slowness, and one that finds
+    no target is tried again after the others before it is skipped; only one waiting for
+    work in flight is given some early."""
+    now = [0.0]
+    monkeypatch.setattr("tests.faults.scenario.time", SimpleNamespace(time=lambda: now[0]))
+    monkeypatch.setattr("tests.faults.scenario.CANCEL_SHARE", 0.0)
+    run = _NoTarget(slowness)
+    patience = 5.0 * slowness
+    runner = driver(run, ["kill-worker-busy", "kill-worker-idle"])
+
+    def at(seconds: float) -> None:
+        now[0] = seconds
+        runner.fault()
+
+    at(0.0)
+    now[0] = 1.01 * slowness
+    assert runner.hungry(), "a fault waiting for a running job is given work after 1 s"
+    at(patience - 0.01)
+    assert runner.faults == ["kill-worker-busy", "kill-worker-idle"], "it still waits"
+    at(patience)
+    assert runner.faults == ["kill-worker-idle", "kill-worker-busy"], "put off"
+    at(patience + 0.1)
+    now[0] = patience + 3.0 * slowness
+    assert not runner.hungry(), "a fault waiting for an idle worker is not given work"
+    at(2 * patience + 0.1)
+    at(2 * patience + 0.2)
+    at(3 * patience + 0.2)
+    assert runner.faults == ["kill-worker-idle"], "skipped, the second time"
+    assert [line.split(":")[0] for line in run.logged] == ["put-off", "put-off", "skipped"]
