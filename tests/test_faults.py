@@ -402,6 +402,35 @@ def test_the_oracle_checks_each_batch_callback_once_and_after_its_batch() -> Non
     assert judged("done", callback(complete, "done", 1.5))  # before its batch's last end
 
 
+def test_a_thawed_workers_late_run_of_a_released_job_does_not_order_its_batch() -> None:
+    """Found beside four CPU-bound processes: a worker froze after its attempt's start
+    was recorded and before the job's code wrote its first ledger line; the cleaner took
+    the job back (cancelled meanwhile, so archived), the batch ended and its on_complete
+    ran; thawed, the worker wrote that line and exited. The run began after the callback
+    but did not count: the batch's order is judged on the runs that did."""
+    crashed = attempt(1, W1, 10, 1, 4, crashed=True, outcome="archived")
+    crashed.update({"class": "recruiter.errors.WorkerDied", "message": "died"})
+    frozen = [Fault(T0 + 1.5, "freeze-worker", 10), Fault(T0 + 6, "thaw-worker", 10)]
+    base = record([crashed], [], frozen)
+    member = {**base.archived[0], "why": "cancelled", "archived_at": at(4)}
+    complete = ObjectId()
+    callback = {
+        "_id": complete,
+        "why": "done",
+        "history": [attempt(1, W2, 11, 5, 5.5)],
+        "dependencies": [{"batch": ObjectId(), "why": "cancelled"}],
+    }
+    batch = {"jobs": [str(JOB)], "on_success": str(ObjectId()), "on_complete": str(complete)}
+    runs = [run(1, W1, 10, 6, None), Run(str(complete), 1, W2, 11, T0 + 5, T0 + 5.5, True)]
+    judged = dataclasses.replace(base, archived=[member, callback], batches=[batch], runs=runs)
+    report = Report(0, 0.0, Counter())
+    check_batches(judged, report)
+    assert report.ok, report.violations
+    never_frozen = Report(0, 0.0, Counter())
+    check_batches(dataclasses.replace(judged, faults=[]), never_frozen)
+    assert any("began before a job of its batch" in v for v in never_frozen.violations)
+
+
 def test_the_oracle_counts_one_committed_effect_per_transactional_job_done() -> None:
     base = record([attempt(1, W1, 10, 1, 2)], [run(1, W1, 10, 1, 2)])
     job = {**base.archived[0], "workable": {"class": "faults.confirm", "parameters": {}}}

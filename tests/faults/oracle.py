@@ -202,9 +202,7 @@ def _batches(record: Record, report: Report) -> None:
     began before the last start of any job of the batch (by the ledger's one clock)."""
     archived = {str(d["_id"]): d for d in record.archived}
     slowness = Slowness(record.slowness)
-    started: dict[str, list[float]] = defaultdict(list)
-    for run in record.runs:
-        started[run.job].append(run.started)
+    started = _starts_that_count(record)
     for batch in record.batches:
         members = [archived.get(job_id) for job_id in batch["jobs"]]
         if any(member is None for member in members):
@@ -238,6 +236,29 @@ def _batches(record: Record, report: Report) -> None:
                     f"at {last_end}"
                 )
         report.batches += 1
+
+
+def _starts_that_count(record: Record) -> dict[str, list[float]]:
+    """When each job's runs began, by the ledger: all but a thawed worker's run of a job
+    released while it was frozen. Frozen after its attempt's start was recorded and
+    before the job's code wrote its first line, it writes that line on thawing, after
+    the job was taken back and may have ended (its batch's callbacks begun): a run that
+    did not count (invariant 4 wants its cause; invariant 6 bounds it beside the job's
+    other runs), which the order of a batch's events does not wait for."""
+    counted = {
+        (str(document["_id"]), entry.get("attempt"), str(entry.get("worker")))
+        for document in record.archived
+        for entry in document.get("history") or []
+        if not entry.get("crashed")
+    }
+    timeline = Timeline(record.faults)
+    started: dict[str, list[float]] = defaultdict(list)
+    for run in record.runs:
+        thawed = any(stop <= run.started for stop, _ in timeline.frozen(run.pid))
+        if thawed and (run.job, run.attempt, run.worker) not in counted:
+            continue
+        started[run.job].append(run.started)
+    return started
 
 
 def _skew(slowness: Slowness, moment: dt.datetime) -> dt.timedelta:
