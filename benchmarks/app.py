@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from recruiter import Registry
 
@@ -23,3 +24,19 @@ async def noop_async() -> None:
 async def sleep_async(seconds: float) -> None:
     """Waits ``seconds`` on the event loop, as an I/O-bound job would."""
     await asyncio.sleep(seconds)
+
+
+ARRIVED: dict[str, int] = {}
+"""Jobs of each rendezvous that arrived, in this process."""
+
+
+@registry.workable("bench.rendezvous_async")
+async def rendezvous_async(name: str, expected: int, patience: float) -> None:
+    """Waits until ``expected`` jobs of rendezvous ``name`` wait together in this process:
+    done only if they all ran at once; failed after ``patience`` seconds otherwise."""
+    ARRIVED[name] = ARRIVED.get(name, 0) + 1
+    deadline = time.monotonic() + patience
+    while ARRIVED[name] < expected:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"only {ARRIVED[name]} of {expected} jobs ever ran at once")
+        await asyncio.sleep(0.01)

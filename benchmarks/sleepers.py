@@ -4,34 +4,51 @@
 ``recruiter worker --pool asyncio --concurrency JOBS`` (real processes); once every slot
 is registered, JOBS jobs that each ``await asyncio.sleep(SECONDS)`` are scheduled at
 once. Printed: the wall time from scheduling to the last job's end, how the jobs'
-starts spread after scheduling (first, median, last), and the commands the whole run
-sent per job (every process counted). With one slot per job and every job asleep at
-once, the wall time is SECONDS plus what the database takes to start, end and release
-JOBS jobs. Uses ``MONGODB_URI`` when set, else a SecantusDB server of its own.
+starts spread after scheduling (first, median, last), the most jobs running at once
+(from their attempts' history), the processes that ran them, and the commands the whole
+run sent per job (every process counted). With one slot per job and every job asleep
+at once, the wall time is SECONDS plus what the database takes to start, end and
+release JOBS jobs. Uses ``MONGODB_URI`` when set, else a SecantusDB server of its own.
+
+``--rendezvous``: each job waits, instead of sleeping, until all JOBS wait together in
+the worker's process (failing after ``--patience`` seconds): every job is done only if
+the worker ran them all at once on its loop. This was a test (500 jobs); it is here
+because on the test server its wall time is the database's and grows with the load of
+the machine (it outran the test's two minutes on a loaded one).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from benchmarks.app import sleep_async
+from benchmarks.app import rendezvous_async, sleep_async
 from benchmarks.harness import ROOT, Cast, wait_until
 from benchmarks.server import database_uri
-from recruiter import Queue
+from recruiter import Queue, RetryManyTimes
 from recruiter.clock import SystemClock
 from recruiter.connection import database_at
 
 FINISH_LIMIT = 600.0
 
 
-def sleepers(uri: str, jobs: int, seconds: float, directory: Path) -> dict[str, Any]:
+def sleepers(
+    uri: str,
+    jobs: int,
+    seconds: float,
+    directory: Path,
+    *,
+    rendezvous: bool = False,
+    patience: float = FINISH_LIMIT,
+) -> dict[str, Any]:
     queue = Queue(database_at(uri, "bench_sleepers"), SystemClock())
     queue.store.ensure_ready()
     cast = Cast(directory)
@@ -46,19 +63,28 @@ def sleepers(uri: str, jobs: int, seconds: float, directory: Path) -> dict[str, 
         time.sleep(1.0)  # every process settles into its idle rhythm
         before = sum(cast.commands().values())
         began = time.monotonic()
-        ids = queue.schedule_many(sleep_async.job(seconds) for _ in range(jobs))
+        if rendezvous:
+            job = rendezvous_async.job("all", jobs, patience).retry_with(RetryManyTimes(0))
+        else:
+            job = sleep_async.job(seconds)
+        ids = queue.schedule_many(job for _ in range(jobs))
         unfinished = {"why": {"$exists": False}}
         wait_until(
             lambda: queue.store.count_jobs("scheduled", unfinished) == 0, FINISH_LIMIT, "sleepers"
         )
         wall = time.monotonic() - began
         commands = sum(cast.commands().values()) - before
-        first_attempts = [queue.job(job_id).history[0] for job_id in ids]
+        finished = [queue.job(job_id) for job_id in ids]
+        first_attempts = [job.history[0] for job in finished]
         scheduled = min(a["scheduled_at"] for a in first_attempts)
         starts = sorted((a["started_at"] - scheduled).total_seconds() for a in first_attempts)
         return {
             "jobs": jobs,
-            "seconds": seconds,
+            "seconds": None if rendezvous else seconds,
+            "rendezvous": rendezvous,
+            "done": sum(1 for job in finished if job.why == "done"),
+            "most_at_once": most_at_once(a for job in finished for a in job.history),
+            "processes": len({a["pid"] for job in finished for a in job.history}),
             "wall_s": round(wall, 2),
             "start_after_s": {
                 "first": round(starts[0], 2),
@@ -73,16 +99,41 @@ def sleepers(uri: str, jobs: int, seconds: float, directory: Path) -> dict[str, 
         queue.close()
 
 
+def most_at_once(attempts: Iterable[Mapping[str, Any]]) -> int:
+    """The most of these attempts running at one moment, by their recorded times (an
+    end before a start at the same moment)."""
+    moments: list[tuple[dt.datetime, int]] = []
+    for attempt in attempts:
+        moments += [(attempt["started_at"], 1), (attempt["ended_at"], -1)]
+    running = most = 0
+    for _, change in sorted(moments):
+        running += change
+        most = max(most, running)
+    return most
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.sleepers", description=__doc__)
     parser.add_argument("--jobs", type=int, nargs="+", default=[100, 500])
     parser.add_argument("--seconds", type=float, default=1.0)
+    parser.add_argument(
+        "--rendezvous", action="store_true", help="jobs wait for each other, not a while"
+    )
+    parser.add_argument("--patience", type=float, default=FINISH_LIMIT)
     options = parser.parse_args(argv)
     assert ROOT.exists()
     with database_uri("sleepers") as uri:
         for jobs in options.jobs:
             directory = Path(tempfile.mkdtemp(prefix="recruiter-sleepers-"))
-            print(json.dumps(sleepers(uri, jobs, options.seconds, directory)), flush=True)
+            figures = sleepers(
+                uri,
+                jobs,
+                options.seconds,
+                directory,
+                rendezvous=options.rendezvous,
+                patience=options.patience,
+            )
+            print(json.dumps(figures), flush=True)
     return 0
 
 

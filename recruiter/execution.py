@@ -326,10 +326,7 @@ class Executor:
         """Record the attempt's result: finish the job, or let its policy decide."""
         ended_at = self.clock.now()
         record = self._record(job, started_at, ended_at)
-        if ran.output:
-            record["output"] = ran.output
-        if ran.process:
-            record["process"] = ran.process
+        record.update(_extras(ran))
         failure = ran.failure
         if failure is None:
             record["outcome"] = Outcome.DONE.value
@@ -558,6 +555,8 @@ class Ran:
     the job, and why it was replaced, if it was; recorded in the attempt."""
     result: dict[str, Any] = field(default_factory=dict)
     """What its code returned, as the attempt keeps it (:func:`kept_result`)."""
+    unrun: bool = False
+    """Whether its code never began (a stop landed first): its attempt says so."""
 
 
 def _run(
@@ -594,7 +593,7 @@ def _run(
             return Ran(output=storable(output), hooks=hooks)
         trace = "".join(traceback.format_exception(error))[-TRACE_LIMIT:]
         ran = Ran(Failure.from_exception(error), trace, storable(output), error, hooks)
-        return dataclasses.replace(ran, stopped=running.stopped)
+        return dataclasses.replace(ran, stopped=running.stopped, unrun=running.unrun)
     kept = kept_result(returned)
     return Ran(output=storable(output), hooks=hooks, stopped=running.stopped, result=kept)
 
@@ -723,6 +722,8 @@ def _extras(ran: Ran) -> dict[str, Any]:
         extras["output"] = ran.output
     if ran.process:
         extras["process"] = ran.process
+    if ran.unrun:
+        extras["unrun"] = True  # stopped before its code began: it did not run
     return extras
 
 
@@ -749,7 +750,9 @@ def _failed_by(error: BaseException) -> Ran:
 def _not_run(why: type[Stopped]) -> Ran:
     """What a job stopped before its code ran gives: the stop, as its failure."""
     error = why()
-    return Ran(Failure.from_exception(error), None, {}, error, WorkableHooks(), stopped=why)
+    error.began = False
+    failure = Failure.from_exception(error)
+    return Ran(failure, None, {}, error, WorkableHooks(), stopped=why, unrun=True)
 
 
 def returned_before_stop(error: BaseException, returned: bool) -> bool:

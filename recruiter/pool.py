@@ -178,7 +178,8 @@ class JobProcess:
             return Ran(output=output, hooks=hooks, stopped=stop, process=process, result=kept)
         recorded = Failure(failure["class"], tuple(failure["types"]), failure["message"])
         stand_in = _Reported(recorded.message)
-        return Ran(recorded, ran.get("trace"), output, stand_in, hooks, stop, process)
+        unrun = ran.get("unrun") is True
+        return Ran(recorded, ran.get("trace"), output, stand_in, hooks, stop, process, unrun=unrun)
 
     def _after_job(self, memory: Any) -> dict[str, Any]:
         """What the attempt records of the child; whether it is replaced, and why."""
@@ -538,6 +539,8 @@ class _Child:
         reply["memory"] = resident_memory()
         if running.stopped is not None:
             reply["stopped"] = running.stopped.__name__
+        if running.unrun:
+            reply["unrun"] = True
         if failed is not None:
             self.error = failed
             reply.update(_failure_fields(failed))
@@ -550,8 +553,10 @@ class _Child:
         with self.lock:
             asked = self.pending.pop(number, None)
         if asked is not None:  # asked to stop before its code began: it does not
-            running.stopped = asked
-            raise asked()
+            running.stopped, running.unrun = asked, True
+            stop = asked()
+            stop.began = False
+            raise stop
         return target()
 
     def _hook(self, name: str) -> dict[str, Any]:

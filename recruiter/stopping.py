@@ -40,19 +40,28 @@ WATCHDOG_TICK = 0.05
 class Stopped(BaseException):
     """A running job was stopped from outside; recorded as its attempt's failure."""
 
+    while_it_ran = "the job was stopped while it ran"
+    before_it_began = "the job was stopped before its code began: it did not run"
+    began = True
+    """Whether the job's code had begun when the stop landed: ``False`` when an ``async
+    def`` job's coroutine never took its first step (:attr:`Running.unrun`)."""
+
+    def __str__(self) -> str:
+        return self.while_it_ran if self.began else self.before_it_began
+
 
 class JobTimedOut(Stopped):
     """The attempt ran longer than the job's timeout; its retry policy decides what next."""
 
-    def __str__(self) -> str:
-        return "the attempt ran longer than the job's timeout, and was stopped"
+    while_it_ran = "the attempt ran longer than the job's timeout, and was stopped"
+    before_it_began = "the attempt reached the job's timeout before its code began: it did not run"
 
 
 class JobCancelled(Stopped):
     """The job was cancelled while it ran; it is archived as ``cancelled``, not retried."""
 
-    def __str__(self) -> str:
-        return "the job was cancelled while it ran, and was stopped"
+    while_it_ran = "the job was cancelled while it ran, and was stopped"
+    before_it_began = "the job was cancelled before its code began: it did not run"
 
 
 def _raise_in(thread_id: int, exception: type[BaseException] | None) -> None:
@@ -73,6 +82,10 @@ class Running:
         self.returned = False
         """Whether the job's code returned (:meth:`call`): a stop that lands after it
         does not fail the attempt."""
+        self.unrun = False
+        """Whether the job's code never began: an ``async def`` job's coroutine was
+        closed before its first step (a stop landed before its task began), or a job
+        process was asked to stop before it called the code. Its attempt says so."""
         self._thread_id: int | None = None
         self._as_task = False
         """Whether the code runs as a task: a stop cancels it, and is not raised in
@@ -91,6 +104,9 @@ class Running:
                 coroutine = result
                 try:
                     result = self._run_task(coroutine, loop)
+                except BaseException as error:
+                    self._never_began(coroutine, error)
+                    raise
                 finally:
                     coroutine.close()  # (a stop landed before its task began; else a no-op)
             self.returned = True  # in the code's bounds: a stop landing later is too late
@@ -107,7 +123,6 @@ class Running:
             self._as_task = True
             stopped = self.stopped
         if stopped is not None:
-            coroutine.close()
             raise stopped()
         body = self._task_body(coroutine)
         if loop is not None:
@@ -129,9 +144,8 @@ class Running:
         with self._lock:
             self._cancel = lambda: task_loop.call_soon_threadsafe(task.cancel)
             stopped = self.stopped
-        if stopped is not None:  # stopped before the task began
-            coroutine.close()
-            return stopped(), None
+        if stopped is not None:  # stopped before the task began (its coroutine is closed
+            return stopped(), None  # by call(), which tells that it never ran)
         try:
             async with tasks_of_the_job():
                 return None, await coroutine
@@ -150,6 +164,15 @@ class Running:
                 # before the code's bounds end (asyncio.run's), where cancelling would
                 # raise in the stopper's thread (the watchdog, a job process's reader)
                 self._cancel = None
+
+    def _never_began(self, coroutine: Coroutine[Any, Any, Any], error: BaseException) -> None:
+        """If the job's coroutine failed with ``error`` before its first step, its code
+        never ran: say so (:attr:`unrun`, and in the stop's message)."""
+        if inspect.getcoroutinestate(coroutine) != inspect.CORO_CREATED:
+            return
+        self.unrun = True
+        if isinstance(error, Stopped):
+            error.began = False
 
     @contextmanager
     def code(self) -> Iterator[None]:
@@ -212,8 +235,10 @@ class HolderDeclaredDead(Stopped):
     were held back past the cleaner's timeout): its job was released and may run
     elsewhere, so its code is stopped here."""
 
-    def __str__(self) -> str:
-        return "this process was declared dead while the job ran, and the job was stopped"
+    while_it_ran = "this process was declared dead while the job ran, and the job was stopped"
+    before_it_began = (
+        "this process was declared dead before the job's code began: the job did not run"
+    )
 
 
 class Watch:

@@ -82,14 +82,22 @@ class Hooked(Workable):
 
 
 @registry.workable("pool.ticker")
-def ticker(path: str, seconds: float) -> None:
-    """Appends the time to ``path`` every 20 ms for ``seconds``."""
-    end = time.monotonic() + seconds
+def ticker(path: str, gate: str) -> None:
+    """Writes its pid to ``path``.pid, then appends the time to ``path`` every 20 ms
+    until ``gate`` exists."""
+    Path(f"{path}.pid").write_text(str(os.getpid()))
     with Path(path).open("a") as file:
-        while time.monotonic() < end:
+        while not Path(gate).exists():
             file.write(f"{time.time()}\n")  # noqa: TID251 (compared across processes)
             file.flush()
             time.sleep(0.02)
+
+
+@registry.workable("pool.wait_for_file")
+def wait_for_file(path: str) -> None:
+    """Runs until ``path`` exists (a gate the test opens), looking every 10 ms."""
+    while not Path(path).exists():
+        time.sleep(0.01)
 
 
 KEPT: list[bytes] = []
@@ -150,10 +158,21 @@ async def aio_exit() -> None:
     raise SystemExit(3)
 
 
+WAITING: dict[str, threading.Event] = {}
+"""By path, set once an ``aio.wait_forever`` job waits (in this process): a test stops
+it then, and knows its code began."""
+
+
+def waiting(path: str) -> threading.Event:
+    """The event ``aio.wait_forever`` of ``path`` sets once it waits."""
+    return WAITING.setdefault(path, threading.Event())
+
+
 @registry.workable("aio.wait_forever")
 async def aio_wait_forever(path: str) -> None:
     """Waits until stopped; writes ``path`` as it is stopped (its finally ran)."""
     try:
+        waiting(path).set()  # (its task awaits below before a cancel can land)
         await asyncio.Event().wait()
     finally:
         Path(path).write_text("stopped")

@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +19,15 @@ from recruiter.clock import FrozenClock
 from recruiter.errors import InvalidJob, NotInAJob
 from recruiter.event_loop import EventLoop
 from recruiter.execution import Execution, Executor, Identity, Outcome
-from recruiter.stopping import JobCancelled, JobTimedOut, Running, Watch
+from recruiter.stopping import JobCancelled, JobTimedOut, Running, Stopped, Watch
 from recruiter.testing import drain
 from recruiter.workable import RetryStatistics, record_output, running_as
 from tests.pool_app import registry as app
+from tests.pool_app import waiting
+
+HANG = 60.0
+"""Seconds after which a wait for what must happen at once is taken for a hang (a bound
+that only tells a hang from an end, generous for a loaded machine)."""
 
 
 @pytest.fixture
@@ -105,22 +111,78 @@ def test_an_async_job_past_its_timeout_is_cancelled_and_recorded_as_timed_out(
 def test_an_async_job_cancelled_while_it_runs_is_archived_as_cancelled(
     queue: Queue, clock: FrozenClock, watch: Watch, event_loop: EventLoop, tmp_path: Path
 ) -> None:
+    """The cancel lands once the job's code waits (the job says so): its task is
+    cancelled at its ``await`` and its ``finally`` runs. (A cancel that lands before the
+    task's first step finds no code to stop: the next test.)"""
     path = tmp_path / "stopped"
     spec = JobSpec("aio.wait_forever", {"path": str(path)}).retry_with(RetryManyTimes(5))
+    began: list[bool] = []
 
-    def cancel_once_running() -> None:
-        while not watch.running():
-            threading.Event().wait(0.01)
-        running = watch.running()[0]
-        while not running.stop(JobCancelled):  # until its code runs
-            threading.Event().wait(0.01)
+    def cancel_once_it_waits() -> None:
+        began.append(waiting(str(path)).wait(HANG))
+        for running in watch.running():
+            running.stop(JobCancelled)
 
-    canceller = threading.Thread(target=cancel_once_running)
+    canceller = threading.Thread(target=cancel_once_it_waits)
     canceller.start()
     execution = run(queue, clock, watch, spec, event_loop)
     canceller.join()
+    assert began == [True]
     assert (execution.outcome, execution.why) == (Outcome.ARCHIVED, "cancelled")
-    assert path.read_text() == "stopped"
+    assert path.read_text() == "stopped", "its finally ran, in its task"
+    attempt = last_attempt(queue, execution.job_id)
+    assert attempt["message"] == JobCancelled.while_it_ran
+    assert "unrun" not in attempt
+
+
+def cancel(watch: Watch) -> None:
+    watch.cancel({running.job_id for running in watch.running()})
+
+
+def time_out(watch: Watch) -> None:
+    watch.check_deadlines(time.monotonic() + 7200)  # past its timeout of an hour
+
+
+@pytest.mark.parametrize(
+    ("stop", "stopped", "outcome"),
+    [(cancel, JobCancelled, Outcome.ARCHIVED), (time_out, JobTimedOut, Outcome.RETRY)],
+)
+def test_an_async_job_stopped_before_its_tasks_first_step_is_recorded_as_not_run(
+    queue: Queue,
+    clock: FrozenClock,
+    watch: Watch,
+    event_loop: EventLoop,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    stop: Callable[[Watch], None],
+    stopped: type[Stopped],
+    outcome: Outcome,
+) -> None:
+    """The stop lands as the slot hands the job's coroutine to the worker's loop, before
+    its task's first step (a busy loop, a loaded machine): its code never runs, its
+    ``finally`` neither. The attempt counted (its start was recorded) and says that its
+    code did not run; a cancelled job is archived as cancelled, a timed-out one is its
+    policy's to retry, as any timeout."""
+    path = tmp_path / "stopped"
+    spec = JobSpec("aio.wait_forever", {"path": str(path)}).with_timeout("1h")
+    hand_over = event_loop.loop.call_soon_threadsafe
+
+    def stop_first(callback: Callable[..., object], *args: Any, **options: Any) -> Any:
+        stop(watch)  # in the slot's thread, just before the task is handed to the loop
+        return hand_over(callback, *args, **options)
+
+    monkeypatch.setattr(event_loop.loop, "call_soon_threadsafe", stop_first)
+    execution = run(queue, clock, watch, spec.retry_with(RetryManyTimes(5)), event_loop)
+    monkeypatch.undo()
+    assert execution.outcome is outcome
+    assert not waiting(str(path)).is_set(), "its code never began"
+    assert not path.exists(), "so its finally never ran"
+    job = queue.job(execution.job_id)
+    assert job.attempts == 1
+    (attempt,) = job.history
+    assert attempt["class"] == f"recruiter.stopping.{stopped.__name__}"
+    assert attempt["message"] == stopped.before_it_began
+    assert attempt["unrun"] is True
 
 
 def test_a_class_workables_async_method_runs(queue: Queue, clock: FrozenClock) -> None:
@@ -167,9 +229,11 @@ def test_a_stop_in_the_thread_just_before_the_task_begins_fails_it_unrun() -> No
             pass
         return coroutine
 
-    with pytest.raises(JobTimedOut):
+    with pytest.raises(JobTimedOut) as raised:
         running.call(target)
     assert ran == [], "the coroutine never ran"
+    assert running.unrun, "and its attempt will say so"
+    assert str(raised.value) == JobTimedOut.before_it_began
 
 
 def test_a_stop_between_the_switch_and_the_tasks_start_is_seen_by_the_task() -> None:
@@ -198,6 +262,8 @@ def test_a_stop_between_the_switch_and_the_tasks_start_is_seen_by_the_task() -> 
     loop.close()
     assert [type(error) for error in outcome] == [JobCancelled]
     assert ran == []
+    assert running.unrun
+    assert str(outcome[0]) == JobCancelled.before_it_began
 
 
 def test_a_stop_once_the_code_returned_does_not_land() -> None:
@@ -208,6 +274,7 @@ def test_a_stop_once_the_code_returned_does_not_land() -> None:
 
     assert running.call(job) == "done"
     assert running.stop(JobTimedOut) is False
+    assert not running.unrun
 
 
 # --- hooks stay synchronous --------------------------------------------------------------

@@ -61,3 +61,13 @@ def test_the_workflows_benchmark_counts_what_waiting_costs(real_server_uri: str)
     assert set(figures) == {"plain", "chain", "workflow", "batch", "transactional", "sweep"}
     assert figures["chain"]["run"] > figures["plain"]["run"], "telling a dependent costs"
     assert figures["sweep"]["run"] >= 1
+
+
+def test_the_sleepers_benchmark_counts_async_jobs_that_ran_at_once(
+    real_server_uri: str, tmp_path: Path
+) -> None:
+    from benchmarks.sleepers import sleepers
+
+    figures = sleepers(real_server_uri, 3, 0.0, tmp_path, rendezvous=True, patience=90)
+    assert (figures["done"], figures["most_at_once"], figures["processes"]) == (3, 3, 1)
+    assert figures["commands_per_job"] > 0

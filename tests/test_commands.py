@@ -171,28 +171,40 @@ def test_a_processes_pool_worker_outlives_a_segfault_and_is_not_starved_by_a_gil
     assert " INFO job[" in line, "a job process logs as its worker does"
 
 
+def process_state(pid: int) -> str:
+    """The state letter of a process (``T`` when stopped), from ``/proc``."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rpartition(")")[2].split()[0]
+
+
 def test_a_processes_pool_workers_job_pauses_while_the_worker_is_stopped(
     processes: Processes, queue: Queue, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """A worker frozen (SIGSTOP) must not leave its job running in its child: were it
-    frozen past the dead timeout, the job would run on beside its next run."""
+    frozen past the dead timeout, the job would run on beside its next run. The child
+    notices its worker stopped within a moment, longer on a loaded machine: the test
+    waits until it sees the child stopped, and from then on no tick may come until the
+    worker is continued."""
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent.parent))
     processes.start("run")
     worker = processes.start("worker", "--app", "tests.pool_app:registry", "--pool", "processes")
-    ticks = tmp_path / "ticks"
-    job_id = queue.schedule(JobSpec("pool.ticker", {"path": str(ticks), "seconds": 3}))
+    ticks, gate = tmp_path / "ticks", tmp_path / "gate"
+    job_id = queue.schedule(JobSpec("pool.ticker", {"path": str(ticks), "gate": str(gate)}))
     wait_for(lambda: ticks.exists() and ticks.stat().st_size > 0, processes)
+    child = int(Path(f"{ticks}.pid").read_text())
     os.kill(worker.pid, signal.SIGSTOP)
+    wait_for(lambda: process_state(child) == "T", processes)
     stopped = time.time()  # noqa: TID251 (compared with the child's)
     time.sleep(1.5)  # (a real freeze of real processes: the pause is what is tested)
     resumed = time.time()  # noqa: TID251
     os.kill(worker.pid, signal.SIGCONT)
+    wait_for(lambda: float(ticks.read_text().split()[-1]) > resumed, processes)
+    gate.touch()
     wait_for(lambda: queue.job(job_id).why is not None, processes)
     assert queue.job(job_id).why == "done"
     times = [float(line) for line in ticks.read_text().split()]
-    during = [t for t in times if stopped + 0.2 < t < resumed]
+    during = [t for t in times if stopped < t < resumed]
     assert during == [], "the child paused with its worker"
-    assert any(t > resumed for t in times), "and went on when it resumed"
 
 
 def test_a_repeatable_job_gets_one_occurrence_per_tick_across_a_recruiter_failover(
@@ -505,22 +517,41 @@ def test_a_running_job_is_cancelled_from_the_command_line_and_a_timeout_stops_an
     assert {a["class"] for a in job.history} == {"recruiter.stopping.JobTimedOut"}
 
 
-def starts(queue: Queue, job_ids: list[Any]) -> list[dt.datetime]:
-    return sorted(queue.job(i).history[0]["started_at"] for i in job_ids)
-
-
-def test_a_rate_limit_holds_across_workers(processes: Processes, queue: Queue) -> None:
+def test_a_rate_limit_holds_across_workers(
+    processes: Processes, queue: Queue, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Nine jobs of a group limited to 3 hand-outs per 2 s, on two workers with a slot
+    for each: every job holds its slot until the gate opens, so each stays locked and
+    its hand-out time (``lock.since``, the recruiter's time of the round that handed it
+    out, the one its rate counts) can be read exactly. The workers' start times would
+    add each job's delay from its hand-out to its start, which a loaded machine makes
+    as long as it likes."""
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent.parent))
     queue.limit_group("paced", rate="3/2s")
     processes.start("run")
-    processes.worker("--concurrency", "4")
+    for slots in ("5", "4"):
+        processes.start(
+            "worker",
+            *("--app", "tests.pool_app:registry", "--concurrency", slots),
+            *("--heartbeat-every", "0.5s"),
+        )
+    wait_for(lambda: len(queue.store.available_workers()) == 9, processes)
+    gate = tmp_path / "gate"
     ids = queue.schedule_many(
-        JobSpec("demo.greet", {"name": "x"}).in_group("paced") for _ in range(9)
+        JobSpec("pool.wait_for_file", {"path": str(gate)}).in_group("paced") for _ in range(9)
     )
+    wait_for(lambda: all(queue.job(i).lock_since is not None for i in ids), processes)
+    handed_out = sorted(since for i in ids if (since := queue.job(i).lock_since) is not None)
+    gate.touch()
     wait_for(lambda: all(queue.job(i).why == "done" for i in ids), processes)
-    times = starts(queue, ids)
-    window = dt.timedelta(seconds=2) - dt.timedelta(milliseconds=150)  # hand-out to start
-    assert max(sum(1 for t in times if s <= t < s + window) for s in times) == 3
-    assert times[-1] - times[0] >= dt.timedelta(seconds=3.8), "three windows for nine jobs"
+    window = dt.timedelta(seconds=2)
+    fourths = zip(handed_out[:-3], handed_out[3:], strict=True)
+    assert all(later - earlier >= window for earlier, later in fourths), (
+        f"a 4th hand-out within 2 s of 3 others: {handed_out}"
+    )
+    assert handed_out[2] - handed_out[0] < window, "the limit was reached, not only kept"
+    workers = {queue.job(i).last_execution["pid"] for i in ids}  # type: ignore[index]
+    assert len(workers) == 2, "both workers ran the group's jobs"
 
 
 def test_one_worker_shares_itself_among_groups_and_honours_priorities(
@@ -596,23 +627,27 @@ def test_metrics_of_a_running_system_are_scraped_over_http(
     assert any(line.startswith("recruiter_leader{holder=") for line in lines)
 
 
-def test_five_hundred_async_jobs_run_at_the_same_time_on_one_asyncio_worker(
+def test_async_jobs_run_at_the_same_time_on_one_asyncio_worker(
     processes: Processes, queue: Queue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """500 jobs that each wait until all 500 wait together, on one worker: they are all
-    done only if they all ran at once, in one process, on its event loop. (How long 500
-    one-second jobs take is bin/bench's to measure: this server's writes bound it.)"""
+    """Twenty jobs that each wait until all twenty wait together, on one worker: they are
+    all done only if they all ran at once, in one process, on its event loop. (Five
+    hundred of them, and how long they take, are ``python -m benchmarks.sleepers
+    --rendezvous``'s to measure: on this server their time is its writes', which grow
+    with the machine's load.)"""
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent.parent))
     processes.start("run")
     processes.start("clean", "--considered-dead-after", "60s")
     worker = processes.start(
         "worker",
-        *("--app", "tests.pool_app:registry", "--pool", "asyncio", "--concurrency", "500"),
+        *("--app", "tests.pool_app:registry", "--pool", "asyncio", "--concurrency", "20"),
     )
-    spec = JobSpec("aio.rendezvous", {"name": "all", "expected": 500, "patience": 100})
-    ids = queue.schedule_many(spec.retry_with(RetryManyTimes(0)) for _ in range(500))
+    # patience: a bound that only tells jobs that never meet from late ones (a loaded
+    # machine starts twenty jobs in seconds, not a minute)
+    spec = JobSpec("aio.rendezvous", {"name": "all", "expected": 20, "patience": 90})
+    ids = queue.schedule_many(spec.retry_with(RetryManyTimes(0)) for _ in range(20))
     unfinished = {"_id": {"$in": ids}, "why": None}
-    wait_for(lambda: queue.store.count_jobs("scheduled", unfinished) == 0, processes, 180)
+    wait_for(lambda: queue.store.count_jobs("scheduled", unfinished) == 0, processes, 100)
     jobs = [queue.job(job_id) for job_id in ids]
     assert {job.why for job in jobs} == {"done"}, processes.dump_logs()
     where = {

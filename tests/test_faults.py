@@ -10,8 +10,10 @@ import dataclasses
 import datetime as dt
 import json
 import os
+import random
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -30,12 +32,17 @@ from tests.faults.scenario import (
     REPEATED,
     SLOW_CONCURRENCY,
     WORKER_FAULTS,
+    Driver,
     Fault,
     Record,
     Scenario,
     largest_batch,
     run_scenario,
 )
+
+FAULT_RUN_TIMEOUT = 1200
+"""Seconds after which a short fault run is taken for a hang: about a minute on an idle
+machine, several on a loaded one, whose slowness the run's own limit is scaled by."""
 
 
 def explain(report: Report, directory: Path) -> str:
@@ -48,7 +55,7 @@ def explain(report: Report, directory: Path) -> str:
 
 
 @pytest.mark.real_server
-@pytest.mark.timeout(400)
+@pytest.mark.timeout(FAULT_RUN_TIMEOUT)
 @pytest.mark.parametrize("seed", [1, 2])
 def test_no_job_is_lost_or_run_twice_under_every_kind_of_fault(seed: int, tmp_path: Path) -> None:
     uri = os.environ.get("MONGODB_URI")
@@ -62,7 +69,7 @@ def test_no_job_is_lost_or_run_twice_under_every_kind_of_fault(seed: int, tmp_pa
 
 
 @pytest.mark.real_server
-@pytest.mark.timeout(400)
+@pytest.mark.timeout(FAULT_RUN_TIMEOUT)
 def test_no_job_is_lost_or_run_twice_with_large_batches_under_kills_and_freezes(
     tmp_path: Path,
 ) -> None:
@@ -81,7 +88,7 @@ def test_no_job_is_lost_or_run_twice_with_large_batches_under_kills_and_freezes(
 
 
 @pytest.mark.real_server
-@pytest.mark.timeout(400)
+@pytest.mark.timeout(FAULT_RUN_TIMEOUT)
 def test_no_job_is_lost_or_run_twice_with_processes_and_asyncio_pool_workers(
     tmp_path: Path,
 ) -> None:
@@ -235,14 +242,18 @@ def test_the_oracle_catches_two_leaders_at_once() -> None:
     assert any("before a's lease expired" in v for v in report.violations), report.violations
 
 
-def occurrences_record(seconds: list[float]) -> Record:
-    """A record whose repeatable job, every second from ``at(1)``, created these."""
+def occurrences_record(
+    seconds: list[float], created: dict[float, float] | None = None, **fields: Any
+) -> Record:
+    """A record whose repeatable job, every second from ``at(1)``, created these (each
+    created at the time ``created`` gives it, if any)."""
     archived = [
         {"_id": ObjectId(), "scheduler": {"urn": REPEATED, "at": at(s)}, "why": "done"}
+        | ({"created_at": at((created or {})[s])} if s in (created or {}) else {})
         for s in seconds
     ]
     base = record([attempt(1, W1, 10, 1, 2)], [run(1, W1, 10, 1, 2)])
-    return dataclasses.replace(base, archived=archived, repeat_first=at(1))
+    return dataclasses.replace(base, archived=archived, repeat_first=at(1), **fields)
 
 
 def test_the_oracle_checks_one_job_per_occurrence_of_the_repeatable_job() -> None:
@@ -261,6 +272,79 @@ def test_the_oracle_checks_one_job_per_occurrence_of_the_repeatable_job() -> Non
             assert report.occurrences == 4
         else:
             assert any(caught in v for v in report.violations), (seconds, report.violations)
+
+
+def test_the_oracle_follows_the_rule_the_repeatable_job_was_given_for_missed_ones() -> None:
+    """Seed 1 on a loaded machine: '64 occurrences never created' where the default
+    rule, "latest", skips the occurrences missed by over a minute, by design."""
+    latest, every = Scenario(0), Scenario(0, repeat_missed="all")
+    # 3 to 70 missed, 71 created 71.5 s after 3 was due: a stretch no recruiter filled
+    cases: list[tuple[list[float], dict[float, float], Scenario, int | None, str | None]] = [
+        ([1, 2, 71, 72], {71: 74.5}, latest, None, None),
+        ([1, 2, 71, 72], {71: 74.5}, latest, 68, None),
+        ([1, 2, 71, 72], {71: 74.5}, latest, 60, "its scheduler counted 60 skipped"),
+        ([1, 2, 5, 6], {5: 5.2}, latest, None, "2 occurrences never created from"),
+        ([1, 2, 71, 72], {71: 74.5}, every, None, "68 occurrences never created"),
+    ]
+    for seconds, created, scenario, counted, caught in cases:
+        report = Report(0, 0.0, Counter())
+        check_repeats(
+            occurrences_record(seconds, created, scenario=scenario, repeat_skipped=counted),
+            report,
+        )
+        if caught is None:
+            assert report.ok, report.violations
+            assert report.repeat_gaps == [{"from": at(3).isoformat(), "skipped": 68, "s": 71.5}], (
+                "the stretch is reported"
+            )
+        else:
+            assert any(caught in v for v in report.violations), (seconds, report.violations)
+
+
+def test_the_oracle_scales_its_time_bounds_by_the_machines_slowness() -> None:
+    """The large-batch scenario on a loaded machine: 'a job came back after 11.4 s where
+    the bound is 4 s'. The bound holds on an idle machine; the runner measures how much
+    slower this one ran, and the oracle allows that much more for what follows the dead
+    timeout (2 s + 2 s x slowness). Lost, doubled, stuck and the order of events are
+    judged whatever the slowness."""
+    crashed = attempt(1, W1, 10, 1, 12.4, crashed=True, outcome="retry")
+    crashed.update({"class": "recruiter.errors.WorkerDied", "message": "died"})
+    history = [crashed, attempt(2, W2, 11, 13, 14, scheduled_at=at(12.4))]
+    runs = [run(1, W1, 10, 1, None), run(2, W2, 11, 13, 14)]
+    killed = [Fault(T0 + 1, "kill-worker-busy", 10)]
+    base = dataclasses.replace(record(history, runs, killed), seconds=20.0)
+    idle = judge(dataclasses.replace(base, slowness=[(T0 + t, 1.0) for t in range(20)]))
+    assert any("came back after 11.4s, over 4.0s" in v for v in idle.violations)
+    loaded = judge(dataclasses.replace(base, slowness=[(T0 + t, 6.0) for t in range(20)]))
+    assert loaded.ok, loaded.violations
+    assert loaded.worst_slowness == 6.0
+    assert loaded.figures()["worst_recovery_s"] == 11.4
+    # ... and a thawed worker running on beside its job's new run for 2 s
+    frozen = [Fault(T0 + 1.5, "freeze-worker", 10), Fault(T0 + 6, "thaw-worker", 10)]
+    crashed = attempt(1, W1, 10, 1, 4, crashed=True, outcome="retry")
+    crashed.update({"class": "recruiter.errors.WorkerDied", "message": "died"})
+    thawed = record(
+        [crashed, attempt(2, W2, 11, 5, 9, scheduled_at=at(4))],
+        [run(1, W1, 10, 1, 8), run(2, W2, 11, 5, 9)],
+        frozen,
+    )
+    slow = judge(dataclasses.replace(thawed, slowness=[(T0 + t, 3.0) for t in range(20)]))
+    assert slow.ok, slow.violations
+    assert slow.resumed_overlaps == [2.0]
+
+
+def test_the_oracle_knows_an_attempt_recorded_as_not_run_did_not_run() -> None:
+    """An async job stopped before its task's first step: its attempt says its code did
+    not run (unrun), and the ledger must have no run of it."""
+    cancelled = attempt(1, W1, 10, 1, 2, outcome="archived", unrun=True)
+    cancelled.update({"class": "recruiter.stopping.JobCancelled", "message": "never ran"})
+    base = record([cancelled], [])
+    unrun = dataclasses.replace(
+        base, archived=[{**base.archived[0], "why": "cancelled"}], cancelled=[str(JOB)]
+    )
+    assert judge(unrun).ok, judge(unrun).violations
+    ran = judge(dataclasses.replace(unrun, runs=[run(1, W1, 10, 1, 2)]))
+    assert any("recorded as not run, yet it ran" in v for v in ran.violations)
 
 
 def test_the_oracle_checks_the_concurrency_limit_of_group_slow() -> None:
@@ -318,6 +402,35 @@ def test_the_oracle_checks_each_batch_callback_once_and_after_its_batch() -> Non
     assert judged("done", callback(complete, "done", 1.5))  # before its batch's last end
 
 
+def test_a_thawed_workers_late_run_of_a_released_job_does_not_order_its_batch() -> None:
+    """Found beside four CPU-bound processes: a worker froze after its attempt's start
+    was recorded and before the job's code wrote its first ledger line; the cleaner took
+    the job back (cancelled meanwhile, so archived), the batch ended and its on_complete
+    ran; thawed, the worker wrote that line and exited. The run began after the callback
+    but did not count: the batch's order is judged on the runs that did."""
+    crashed = attempt(1, W1, 10, 1, 4, crashed=True, outcome="archived")
+    crashed.update({"class": "recruiter.errors.WorkerDied", "message": "died"})
+    frozen = [Fault(T0 + 1.5, "freeze-worker", 10), Fault(T0 + 6, "thaw-worker", 10)]
+    base = record([crashed], [], frozen)
+    member = {**base.archived[0], "why": "cancelled", "archived_at": at(4)}
+    complete = ObjectId()
+    callback = {
+        "_id": complete,
+        "why": "done",
+        "history": [attempt(1, W2, 11, 5, 5.5)],
+        "dependencies": [{"batch": ObjectId(), "why": "cancelled"}],
+    }
+    batch = {"jobs": [str(JOB)], "on_success": str(ObjectId()), "on_complete": str(complete)}
+    runs = [run(1, W1, 10, 6, None), Run(str(complete), 1, W2, 11, T0 + 5, T0 + 5.5, True)]
+    judged = dataclasses.replace(base, archived=[member, callback], batches=[batch], runs=runs)
+    report = Report(0, 0.0, Counter())
+    check_batches(judged, report)
+    assert report.ok, report.violations
+    never_frozen = Report(0, 0.0, Counter())
+    check_batches(dataclasses.replace(judged, faults=[]), never_frozen)
+    assert any("began before a job of its batch" in v for v in never_frozen.violations)
+
+
 def test_the_oracle_counts_one_committed_effect_per_transactional_job_done() -> None:
     base = record([attempt(1, W1, 10, 1, 2)], [run(1, W1, 10, 1, 2)])
     job = {**base.archived[0], "workable": {"class": "faults.confirm", "parameters": {}}}
@@ -355,3 +468,64 @@ def test_the_ledger_reads_a_transactions_tries_as_one_run(tmp_path: Path) -> Non
     (tmp_path / "7.jsonl").write_text("\n".join([line("start", 1, "succeed")] * 2))
     with pytest.raises(AssertionError, match="two starts"):
         read(tmp_path)
+
+
+# --- the runner waits for a fault's target, on a clock the test moves --------------------
+
+
+class _NoTarget:
+    """A run in which no fault ever finds a target, on a machine of a given slowness."""
+
+    def __init__(self, slowness: float) -> None:
+        self.meter = SimpleNamespace(slowness=lambda: slowness)
+        self.chooser = random.Random(0)
+        self.logged: list[str] = []
+
+    def inject(self, kind: str) -> bool:
+        return False
+
+    def log(self, kind: str, pid: int | None = None, note: str = "") -> None:
+        self.logged.append(f"{kind}: {note}")
+
+
+def driver(run: _NoTarget, faults: list[str]) -> Driver:
+    made = Driver.__new__(Driver)  # (without the processes and the database)
+    made.run, made.scenario, made.faults = run, Scenario(0), faults  # type: ignore[assignment]
+    made.waiting_since, made.fed, made.put_off = None, False, set()
+    return made
+
+
+@pytest.mark.parametrize("slowness", [1.0, 3.0])
+def test_a_fault_without_a_target_is_put_off_once_then_skipped(
+    monkeypatch: pytest.MonkeyPatch, slowness: float
+) -> None:
+    """Seed 2 and the pools scenario on a loaded machine: 'no target in time' after 5 s
+    counted in ticks. A fault waits 5 s times the machine's slowness, and one that finds
+    no target is tried again after the others before it is skipped; only one waiting for
+    work in flight is given some early."""
+    now = [0.0]
+    monkeypatch.setattr("tests.faults.scenario.time", SimpleNamespace(time=lambda: now[0]))
+    monkeypatch.setattr("tests.faults.scenario.CANCEL_SHARE", 0.0)
+    run = _NoTarget(slowness)
+    patience = 5.0 * slowness
+    runner = driver(run, ["kill-worker-busy", "kill-worker-idle"])
+
+    def at(seconds: float) -> None:
+        now[0] = seconds
+        runner.fault()
+
+    at(0.0)
+    now[0] = 1.01 * slowness
+    assert runner.hungry(), "a fault waiting for a running job is given work after 1 s"
+    at(patience - 0.01)
+    assert runner.faults == ["kill-worker-busy", "kill-worker-idle"], "it still waits"
+    at(patience)
+    assert runner.faults == ["kill-worker-idle", "kill-worker-busy"], "put off"
+    at(patience + 0.1)
+    now[0] = patience + 3.0 * slowness
+    assert not runner.hungry(), "a fault waiting for an idle worker is not given work"
+    at(2 * patience + 0.1)
+    at(2 * patience + 0.2)
+    at(3 * patience + 0.2)
+    assert runner.faults == ["kill-worker-idle"], "skipped, the second time"
+    assert [line.split(":")[0] for line in run.logged] == ["put-off", "put-off", "skipped"]

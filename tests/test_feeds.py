@@ -43,8 +43,9 @@ from recruiter.watcher import Watcher
 from recruiter.worker import WorkerConfig, WorkerProcess, WorkerSlot
 from tests.factories import queued_job
 
-PATIENCE = 10.0
-"""Seconds a test waits for what a feed should bring in milliseconds."""
+PATIENCE = 30.0
+"""Seconds a test waits for what a feed should bring in milliseconds: generous for a
+loaded machine, and still half the minute the polls of these tests wait."""
 
 
 def changes(feed: ChangeFeed[Any], expected: int) -> list[Any]:

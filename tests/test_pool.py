@@ -71,10 +71,11 @@ def test_a_job_blocked_in_c_past_its_timeout_is_killed_with_its_child_and_replac
     """In the threads pool such a job runs to the end of its sleep; here its process is
     killed once the grace after its timeout is over."""
     monkeypatch.setattr("recruiter.pool.STOP_GRACE", 0.5)
-    spec = JobSpec("pool.sleep_in_c", {"seconds": 60}).with_timeout("1s")
+    spec = JobSpec("pool.sleep_in_c", {"seconds": 600}).with_timeout("1s")
     began = time.monotonic()
     execution = run(queue, clock, watch, child, spec)
-    assert time.monotonic() - began < 10, "stopped at its timeout and grace, not after 60 s"
+    # liveness, not speed: the bound is generous for a loaded machine
+    assert time.monotonic() - began < 60, "stopped at its timeout and grace, not after 600 s"
     assert execution.outcome is Outcome.ARCHIVED
     attempt = last_attempt(queue, execution.job_id)
     assert attempt["class"] == "recruiter.stopping.JobTimedOut"
@@ -140,8 +141,11 @@ def test_a_job_holding_the_gil_in_c_does_not_starve_the_worker(
     assert execution.outcome is Outcome.DONE
     assert took > 0.5, "long enough to tell"
     assert len(ticks) > 10, "the worker's threads ran throughout"
+    # held in this process, the GIL would stop the ticker for the whole match: one gap
+    # as long as the job. A loaded machine delays a tick now and then, as it slows the
+    # match, so the gaps are weighed against the job's length, not a fixed time
     gaps = [b - a for a, b in itertools.pairwise(ticks)]
-    assert max(gaps) < 0.3, "the worker's threads ran throughout"
+    assert max(gaps) < took / 3, "the worker's threads ran throughout"
 
 
 def test_the_workables_hooks_run_in_the_child_with_its_object(

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar
 
+import bson
 import pytest
 from bson import ObjectId
 
@@ -259,6 +260,44 @@ def test_the_same_in_the_threads_pool(tmp_path: Path, monkeypatch: pytest.Monkey
     running._lock = _StopOnRelease(running, JobCancelled)  # type: ignore[assignment]
     ran = _run(registry, _Job(), statistics(job_id), None, running)  # type: ignore[arg-type]
     assert path.exists() or ran.failure is not None, f"never ran, yet {ran}"
+
+
+class _StopFirst:
+    """The worker's end of the pipe, where a stop for each run is sent just before the
+    run's request: the child reads it before it begins the job's code, as when the stop
+    overtakes a job that is slow to begin (one real interleaving, made deterministic)."""
+
+    def __init__(self, connection: Any, why: type[JobCancelled]) -> None:
+        self.connection = connection
+        self.why = why
+
+    def send_bytes(self, data: bytes) -> None:
+        message = bson.decode(data)
+        if "run" in message:
+            stop = {"stop": self.why.__name__, "n": message["n"]}
+            self.connection.send_bytes(bson.encode(stop))
+        self.connection.send_bytes(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.connection, name)
+
+
+def test_a_job_stopped_before_its_child_began_its_code_is_recorded_as_not_run(
+    queue: Queue, clock: FrozenClock, watch: Watch, child: JobProcess, tmp_path: Path
+) -> None:
+    path = tmp_path / "runs"
+    first = queue.schedule(JobSpec("review.ok"))
+    assert execute(queue, clock, watch, child, first).outcome is Outcome.DONE  # it is up
+    child._connection = _StopFirst(child._connection, JobCancelled)  # type: ignore[assignment]
+    job_id = queue.schedule(JobSpec("review.count", {"path": str(path)}))
+    execution = execute(queue, clock, watch, child, job_id)
+    assert not path.exists(), "its code never ran"
+    assert (execution.outcome, execution.why) == (Outcome.ARCHIVED, "cancelled")
+    (attempt,) = queue.job(job_id).history
+    assert attempt["class"] == "recruiter.stopping.JobCancelled"
+    assert attempt["message"] == JobCancelled.before_it_began
+    assert attempt["unrun"] is True
+    assert child.started == 1, "it honoured its stop: not killed"
 
 
 # --- 5. parameters as stored: tz-aware datetimes arrive naive in the child ---------------

@@ -83,9 +83,9 @@ def test_a_job_over_its_timeout_is_stopped_and_fails_through_its_policy(
     spec = JobSpec("tests.forever", {"swallow": True}).with_timeout("200ms")
     job_id = queue.schedule(spec.retry_with(RetryManyTimes(1, "1m")))
     assert queue.job(job_id).timeout == dt.timedelta(milliseconds=200)
-    began = time.monotonic()
+    # the job never ends by itself: it returns only if its timeout stopped it (how soon
+    # is the watchdog's tick and the machine's load: not this test's to say)
     execution = execute(queue, registry, clock, watch, job_id)
-    assert time.monotonic() - began < 5
     assert execution.outcome is Outcome.RETRY, "a timeout is a failure like another"
     attempt = queue.job(job_id).history[-1]
     assert attempt["class"] == "recruiter.stopping.JobTimedOut"
@@ -215,12 +215,14 @@ def test_a_shell_command_is_stopped_with_its_jobs_timeout(
     queue: Queue, registry: Registry, clock: FrozenClock, watch: Watch, tmp_path: Path
 ) -> None:
     pid_file = tmp_path / "pid"
-    code = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(30)"
+    code = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(600)"
     slow = registry.command("tests.slow_command", [sys.executable, "-c", code, str(pid_file)])
     job_id = queue.schedule(slow.job().with_timeout("500ms"))
     began = time.monotonic()
     execution = execute(queue, registry, clock, watch, job_id)
-    assert time.monotonic() - began < 10
+    # liveness, not speed: stopped at its timeout, not waited for (600 s); the bound is
+    # generous for a loaded machine
+    assert time.monotonic() - began < 60
     assert execution.outcome is Outcome.ARCHIVED
     assert queue.job(job_id).history[-1]["class"] == "recruiter.stopping.JobTimedOut"
     pid = int(pid_file.read_text())

@@ -4,6 +4,10 @@ Nothing here trusts what the recruiter says about itself alone: each job's histo
 checked against the ledger its own code wrote, against its retry policy replayed
 attempt by attempt, and against the faults the runner injected. See
 ``docs/reliability.md`` for the invariants in plain words.
+
+A bound in seconds (a job back in the queue, a thawed worker gone, two processes'
+reckonings of the database's time) holds on an idle machine: each is scaled by the
+slowness the runner measured around the moment judged (:mod:`tests.faults.slowness`).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any
 from recruiter.errors import WorkerDied
 from recruiter.job import HISTORY_LIMIT
 from recruiter.retry import FailedAttempt, Failure, GiveUp, RetryAt, policy_from_document
+from recruiter.schedulers import MISSED_GRACE
 from recruiter.stopping import JobTimedOut
 from recruiter.store.waiting import SUCCEEDED
 from recruiter.worker import DECLARED_DEAD_EXIT
@@ -31,15 +36,18 @@ from tests.faults.scenario import (
     Record,
     faults_by_kind,
 )
+from tests.faults.slowness import Slowness
 
 RESUME_GRACE = 1.0
 """Seconds a frozen worker's job may run on after SIGCONT before its worker notices it
-was declared dead (and exits): one heartbeat round trip, generously."""
+was declared dead (and exits): one heartbeat round trip, generously (idle: times the
+machine's slowness)."""
 CLOCK_TOLERANCE = dt.timedelta(milliseconds=2)
 """Stored dates have millisecond precision."""
 CLOCK_SKEW = dt.timedelta(milliseconds=100)
 """How far two processes' reckonings of the server's time may differ (each reads it now
-and then, and runs on its monotonic clock in between)."""
+and then, and runs on its monotonic clock in between; idle: times the slowness, since
+the reading's round trip is its uncertainty)."""
 TIMED_OUT = "recruiter.stopping.JobTimedOut"
 STOPPED = (TIMED_OUT, "recruiter.stopping.JobCancelled")
 """Failures of attempts stopped from outside: the job's run ended early, effect or not."""
@@ -87,7 +95,13 @@ class Report:
     """Batches whose callbacks were judged."""
     transactional: int = 0
     """Jobs of ``faults.confirm`` whose committed effects were counted."""
-    """The most attempts of the concurrency-limited group ``slow`` running at once."""
+    put_off: int = 0
+    """Faults put off to the end of the plan: no target at their time."""
+    repeat_gaps: list[dict[str, Any]] = field(default_factory=list)
+    """Stretches in which no recruiter created the repeatable job's occurrences for over
+    :data:`~recruiter.schedulers.MISSED_GRACE`, whose missed ones its rule skipped."""
+    worst_slowness: float = 1.0
+    """The machine's slowness over the run's slowest stretch (1: a CPU to each process)."""
 
     @property
     def ok(self) -> bool:
@@ -115,13 +129,18 @@ class Report:
             "most_slow_at_once": self.most_slow_at_once,
             "batches_called_back": self.batches,
             "transactional_jobs": self.transactional,
+            "faults_put_off": self.put_off,
+            "repeat_skipped_in_gaps": sum(gap["skipped"] for gap in self.repeat_gaps),
+            "worst_slowness": round(self.worst_slowness, 2),
         }
 
 
 def judge(record: Record) -> Report:
     report = Report(len(record.planned), record.seconds, faults_by_kind(record))
     report.skipped = sum(1 for fault in record.faults if fault.kind == "skipped")
-    timeline = Timeline(record.faults)
+    report.put_off = sum(1 for fault in record.faults if fault.kind == "put-off")
+    timeline = Timeline(record.faults, Slowness(record.slowness))
+    report.worst_slowness = timeline.slowness.worst()
     callbacks = {b[name] for b in record.batches for name in ("on_success", "on_complete")}
     _completion(record, report)
     runs = defaultdict(list)
@@ -182,9 +201,8 @@ def _batches(record: Record, report: Report) -> None:
     told of its batch once; neither ran twice (the ledger, by :class:`JobJudge`), nor
     began before the last start of any job of the batch (by the ledger's one clock)."""
     archived = {str(d["_id"]): d for d in record.archived}
-    started: dict[str, list[float]] = defaultdict(list)
-    for run in record.runs:
-        started[run.job].append(run.started)
+    slowness = Slowness(record.slowness)
+    started = _starts_that_count(record)
     for batch in record.batches:
         members = [archived.get(job_id) for job_id in batch["jobs"]]
         if any(member is None for member in members):
@@ -212,12 +230,40 @@ def _batches(record: Record, report: Report) -> None:
                     f"{name} {batch[name]} began before a job of its batch began its last run"
                 )
             first = (callback.get("history") or [{}])[0].get("started_at")
-            if isinstance(first, dt.datetime) and first + CLOCK_SKEW < last_end:
+            if isinstance(first, dt.datetime) and first + _skew(slowness, first) < last_end:
                 report.violations.append(
                     f"{name} {batch[name]} started at {first}, before its batch's last end "
                     f"at {last_end}"
                 )
         report.batches += 1
+
+
+def _starts_that_count(record: Record) -> dict[str, list[float]]:
+    """When each job's runs began, by the ledger: all but a thawed worker's run of a job
+    released while it was frozen. Frozen after its attempt's start was recorded and
+    before the job's code wrote its first line, it writes that line on thawing, after
+    the job was taken back and may have ended (its batch's callbacks begun): a run that
+    did not count (invariant 4 wants its cause; invariant 6 bounds it beside the job's
+    other runs), which the order of a batch's events does not wait for."""
+    counted = {
+        (str(document["_id"]), entry.get("attempt"), str(entry.get("worker")))
+        for document in record.archived
+        for entry in document.get("history") or []
+        if not entry.get("crashed")
+    }
+    timeline = Timeline(record.faults)
+    started: dict[str, list[float]] = defaultdict(list)
+    for run in record.runs:
+        thawed = any(stop <= run.started for stop, _ in timeline.frozen(run.pid))
+        if thawed and (run.job, run.attempt, run.worker) not in counted:
+            continue
+        started[run.job].append(run.started)
+    return started
+
+
+def _skew(slowness: Slowness, moment: dt.datetime) -> dt.timedelta:
+    """:data:`CLOCK_SKEW`, scaled by the machine's slowness around ``moment``."""
+    return CLOCK_SKEW * slowness.around(moment.timestamp())
 
 
 def _transactional_effects(record: Record, report: Report) -> None:
@@ -246,11 +292,16 @@ def _occurrence_at(document: Mapping[str, Any]) -> dt.datetime | None:
 
 
 def _repeats(record: Record, report: Report) -> None:
-    """The repeatable job: one job per occurrence, none missing from the first to the last."""
+    """The repeatable job: one job per occurrence, none twice, none off its schedule, and
+    none missing from the first to the last but as its rule for missed ones allows."""
     first = record.repeat_first
     if first is None:
         return
-    times = sorted(t for t in map(_occurrence_at, record.archived) if t is not None)
+    created = sorted(
+        ((at, document) for document in record.archived if (at := _occurrence_at(document))),
+        key=lambda pair: pair[0],
+    )
+    times = [at for at, _ in created]
     report.occurrences = len(times)
     if not times:
         report.violations.append("the repeatable job created no occurrence")
@@ -261,11 +312,55 @@ def _repeats(record: Record, report: Report) -> None:
     interval = dt.timedelta(seconds=record.scenario.repeat_every)
     expected = [first + n * interval for n in range(int((times[-1] - first) / interval) + 1)]
     missing = sorted(set(expected) - set(times))
-    if missing:
-        report.violations.append(f"{len(missing)} occurrences never created: {missing[:5]}")
     strays = sorted(set(times) - set(expected))
     if strays:
         report.violations.append(f"occurrences off the schedule: {strays[:5]}")
+    if not missing:
+        return
+    if record.scenario.repeat_missed == "all":
+        report.violations.append(f"{len(missing)} occurrences never created: {missing[:5]}")
+        return
+    _skipped_as_missed(record, report, missing, dict(created), interval)
+
+
+def _skipped_as_missed(
+    record: Record,
+    report: Report,
+    missing: list[dt.datetime],
+    created: Mapping[dt.datetime, Mapping[str, Any]],
+    interval: dt.timedelta,
+) -> None:
+    """Under the rule ``"latest"``, a pass that finds the first occurrence due more than
+    :data:`MISSED_GRACE` ago skips it and every one after it but the latest due, which
+    it creates. So each run of missing occurrences must end at one created more than the
+    grace after the first of them was due (a stretch no recruiter filled: reported, not
+    a violation), and the scheduler must have counted them all as skipped."""
+    slowness = Slowness(record.slowness)
+    runs: list[list[dt.datetime]] = []
+    for at in missing:
+        if runs and at - runs[-1][-1] == interval:
+            runs[-1].append(at)
+        else:
+            runs.append([at])
+    for gap in runs:
+        following = created.get(gap[-1] + interval, {})
+        made = following.get("created_at")
+        if (
+            not isinstance(made, dt.datetime)
+            or made + _skew(slowness, made) <= gap[0] + MISSED_GRACE
+        ):
+            report.violations.append(
+                f"{len(gap)} occurrences never created from {gap[0]}: the next was created "
+                f"at {made}, within the {MISSED_GRACE} the rule 'latest' waits before it skips"
+            )
+            continue
+        late = (made - gap[0]).total_seconds()
+        report.repeat_gaps.append({"from": gap[0].isoformat(), "skipped": len(gap), "s": late})
+    counted = record.repeat_skipped
+    if counted is not None and counted < len(missing):
+        report.violations.append(
+            f"{len(missing)} occurrences missing, but its scheduler counted {counted} skipped"
+        )
 
 
 def _completion(record: Record, report: Report) -> None:
@@ -287,9 +382,10 @@ def _completion(record: Record, report: Report) -> None:
 
 
 class Timeline:
-    """The faults of a run, by process."""
+    """The faults of a run, by process, and how slow the machine was when."""
 
-    def __init__(self, faults: Iterable[Fault]) -> None:
+    def __init__(self, faults: Iterable[Fault], slowness: Slowness | None = None) -> None:
+        self.slowness = slowness or Slowness([])
         self.faults = list(faults)
         self.by_pid: dict[int, list[Fault]] = defaultdict(list)
         for fault in self.faults:
@@ -446,6 +542,10 @@ class JobJudge:
                 if run is not None:
                     self.fail(f"attempt {key[0]} skipped, yet it ran")
                 continue
+            if entry.get("unrun"):  # stopped before its code began (an async job's task)
+                if run is not None:
+                    self.fail(f"attempt {key[0]} recorded as not run, yet it ran")
+                continue
             if run is None or not run.finished:
                 self.fail(f"attempt {key[0]} recorded as {entry.get('outcome')}, never ran")
             elif entry.get("class") in STOPPED:
@@ -487,7 +587,8 @@ class JobJudge:
                 if overlap <= 0:
                     continue
                 thawed = any(self.timeline.frozen(r.pid) for r in (first, second))
-                if thawed and overlap <= RESUME_GRACE:
+                grace = RESUME_GRACE * self.timeline.slowness.around(second.started)
+                if thawed and overlap <= grace:
                     self.report.resumed_overlaps.append(overlap)
                     continue
                 self.fail(
@@ -550,7 +651,8 @@ def _leases(record: Record, report: Report) -> None:
 
 
 def _recoveries(record: Record, timeline: Timeline, report: Report) -> None:
-    """A dead (or frozen) worker's running job is released within twice the dead timeout."""
+    """A dead (or frozen) worker's running job is released within twice the dead timeout
+    (the second of them times the machine's slowness, with any allowance for an outage)."""
     scenario = record.scenario
     limit = 2 * scenario.dead_after
     crashed = [
@@ -567,8 +669,12 @@ def _recoveries(record: Record, timeline: Timeline, report: Report) -> None:
             if entry.get("pid") != fault.pid or started is None or started.timestamp() > fault.t:
                 continue
             seconds = entry["ended_at"].timestamp() - fault.t
-            allowance = limit + _disturbance(timeline, fault.t, limit, record)
-            if allowance > limit:
+            disturbance = _disturbance(timeline, fault.t, limit, record)
+            # the dead timeout is a wait on the database's clock; what follows it (the
+            # cleaner's rounds, its writes, a restart) is work a busy machine slows
+            slowness = timeline.slowness.around(fault.t, fault.t + seconds)
+            allowance = scenario.dead_after + (limit - scenario.dead_after + disturbance) * slowness
+            if disturbance:
                 report.delayed_recoveries.append(seconds)
             else:
                 report.recoveries.append(seconds)

@@ -35,7 +35,7 @@ from pymongo.errors import PyMongoError
 from recruiter import ExponentialBackoff, JobSpec, Queue, RetryManyTimes
 from recruiter.clock import SystemClock
 from recruiter.embedded import EmbeddedServer, start_server
-from recruiter.schedule import Every
+from recruiter.schedule import Every, Missed
 from tests.faults import ledger
 from tests.faults.app import (
     Planned,
@@ -47,6 +47,7 @@ from tests.faults.app import (
     succeed,
     succeed_async,
 )
+from tests.faults.slowness import Meter
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = "tests.faults.app:registry"
@@ -95,6 +96,9 @@ class Scenario:
     repeat_every: float = 1.0
     """Seconds between the occurrences of a repeatable job declared at the start (it is
     stopped once every planned job is scheduled and every fault injected); 0: none."""
+    repeat_missed: Missed = "latest"
+    """Its rule for occurrences missed while no recruiter led (the default's): the
+    oracle follows it."""
     max_batch: int | None = None
     """The recruiter's ``--max-batch`` (its default when ``None``)."""
     batch_seconds: float | None = None
@@ -109,7 +113,10 @@ class Scenario:
 
 
 STARTUP_GRACE = 3.0
-"""Seconds a process is given to start before the end of a run asks it to stop."""
+"""Seconds a process is given to start before the end of a run asks it to stop (on an
+idle machine; times the machine's slowness)."""
+STOP_WAIT = 30.0
+"""Seconds a process is given to stop at the end of a run (idle; times the slowness)."""
 
 
 @dataclass
@@ -159,6 +166,10 @@ class Record:
     batches: list[dict[str, Any]] = field(default_factory=list)
     """Each batch the jobs were scheduled in: ``jobs`` (ids), ``on_success`` and
     ``on_complete`` (the ids of its callbacks, quick jobs, in ``planned`` too)."""
+    repeat_skipped: int | None = None
+    """The occurrences its scheduler counted as skipped, read once it was paused."""
+    slowness: list[tuple[float, float]] = field(default_factory=list)
+    """The machine's slowness sampled through the run (:mod:`tests.faults.slowness`)."""
 
 
 JSON = json_util.JSONOptions(json_mode=json_util.JSONMode.CANONICAL, tz_aware=True, tzinfo=dt.UTC)
@@ -269,6 +280,8 @@ class Run:
         self.later: list[tuple[float, str, Callable[[], None]]] = []
         """Actions due at a time: a frozen worker thawed, a database back up."""
         self.database_down = False
+        self.meter = Meter()
+        """The machine's slowness, sampled by the runner's loops."""
 
     # --- the cast ------------------------------------------------------------------------
 
@@ -533,15 +546,16 @@ class Run:
         handler is installed, where SIGTERM kills it as it would any program: like a
         supervisor, the runner lets it finish starting first.
         """
+        slowness = self.meter.slowness()
         youngest = max((m.started for m in self.members if m.process.poll() is None), default=0.0)
-        time.sleep(max(0.0, youngest + STARTUP_GRACE - time.time()))
+        time.sleep(max(0.0, youngest + STARTUP_GRACE * slowness - time.time()))
         for member in self.members:
             if member.process.poll() is None:
                 member.process.send_signal(signal.SIGTERM)
         exits: dict[int, tuple[str, int | None]] = {}
         for member in self.members:
             with contextlib.suppress(subprocess.TimeoutExpired):
-                member.process.wait(timeout=30)
+                member.process.wait(timeout=STOP_WAIT * slowness)
             exits[member.process.pid] = (member.role, member.process.poll())
         return exits
 
@@ -575,10 +589,15 @@ def run_scenario(scenario: Scenario, directory: Path, uri: str | None = None) ->
     return record
 
 
-WAIT_FOR_TARGET = 50
-"""Ticks (0.1 s each) a fault waits for a target, such as a running job, before it is
-skipped; after 10 the next batch of jobs is scheduled early (or a slow job added, when
-none is left) to give it one."""
+TARGET_PATIENCE = 5.0
+"""Seconds (on an idle machine: times the machine's slowness) a fault waits for a
+target, such as a running job, before it is put off to the end of the plan (once: the
+run's coverage of every kind counts over the whole run), or skipped (the second time)."""
+FEED_AFTER = 1.0
+"""Seconds (idle; times the slowness) after which a fault that needs work in flight gets
+the next batch of jobs early (or a slow job, when none is left to come)."""
+NEEDS_WORK = ("kill-worker-busy", "freeze-worker", "kill-recruiter-between-lock-and-assign")
+"""The faults whose target is work: a running job, or one ready to hand out."""
 
 
 class Driver:
@@ -593,9 +612,15 @@ class Driver:
         self.planned: dict[str, str] = {}
         self.faults = run.fault_plan()
         self.next_fault = self.started + 2.0 + run.chooser.uniform(*self.scenario.gap)
-        self.waited = 0
+        self.waiting_since: float | None = None
+        """Since when the fault due has found no target."""
+        self.fed = False
+        """Whether a slow job was added for the fault due."""
+        self.put_off: set[str] = set()
+        """The kinds of fault put off once already."""
         self.repeating = False
         self.repeat_first: dt.datetime | None = None
+        self.repeat_skipped: int | None = None
         self.cancelled: list[str] = []
         self.batches: list[dict[str, Any]] = []
 
@@ -603,12 +628,16 @@ class Driver:
         self.run.queue.limit_group("slow", concurrency=SLOW_CONCURRENCY)
         if self.scenario.repeat_every:
             queue = self.run.queue
-            queue.repeat(REPEATED, succeed.job(0), Every(self.scenario.repeat_every))
+            every = Every(self.scenario.repeat_every)
+            queue.repeat(REPEATED, succeed.job(0), every, missed=self.scenario.repeat_missed)
             scheduler = queue.store.find_scheduler(REPEATED)
             self.repeat_first = None if scheduler is None else scheduler.next_at
             self.repeating = True
         self.run.start_cast()
-        while time.time() - self.started < self.scenario.give_up_after:
+        meter = self.run.meter
+        # the run's time limit, as the other bounds, holds on an idle machine
+        while time.time() - self.started < self.scenario.give_up_after * meter.slowness():
+            meter.sample()
             self.run.due_actions()
             self.run.replace_dead()
             if self.run.database_down:
@@ -626,10 +655,12 @@ class Driver:
     def step(self) -> bool:
         """Schedule a batch if one is due, inject a fault if one is due; ``True`` at the end."""
         queued = self.run.database.scheduled.count_documents({})
-        if self.waited == 10 and not self.jobs:
+        hungry = self.hungry()
+        if hungry and not self.jobs and not self.fed:
             # a fault waits for a running job and none is left to come: add one
             self.jobs.append(("slow", slow_job(self.run.chooser)))
-        if self.jobs and queued < self.scenario.batch and (self.batch_due() or self.waited > 10):
+            self.fed = True
+        if self.jobs and queued < self.scenario.batch and (self.batch_due() or hungry):
             batch = self.jobs[: self.scenario.batch]
             # one batch of the queue, with both callbacks: each must run (or, for
             # on_success, be cancelled) exactly once, after the last job of it ended
@@ -646,8 +677,7 @@ class Driver:
             )
         elif not (self.jobs or self.run.later or self.faults):
             if self.repeating:
-                self.run.queue.stop_repeating(REPEATED)
-                self.repeating = False
+                self.stop_repeating()
             elif not queued:
                 return True
         if self.faults and time.time() >= self.next_fault:
@@ -663,18 +693,48 @@ class Driver:
         room = max(self.scenario.jobs - self.scenario.batch, 1)
         return len(self.planned) * max(self.scenario.faults - 1, 1) <= injected * room
 
+    def hungry(self) -> bool:
+        """Whether the fault due has waited for work in flight long enough to be given
+        some (a fault waiting for an idle worker is not: work would keep it waiting)."""
+        if self.waiting_since is None or not self.faults or self.faults[0] not in NEEDS_WORK:
+            return False
+        return time.time() - self.waiting_since > FEED_AFTER * self.run.meter.slowness()
+
     def fault(self) -> None:
         kind = self.faults[0]
-        if not self.run.inject(kind):
-            self.waited += 1
-            if self.waited < WAIT_FOR_TARGET:
-                return
-            self.run.log("skipped", None, f"{kind}: no target in time")
-        self.faults.pop(0)
-        self.waited = 0
+        if self.run.inject(kind):
+            self.faults.pop(0)
+        elif not self.out_of_patience():
+            return
+        elif kind not in self.put_off:
+            # the run's coverage counts over the whole run: try it again after the others
+            self.put_off.add(kind)
+            self.faults.append(self.faults.pop(0))
+            self.run.log("put-off", None, f"{kind}: no target in time, tried again later")
+        else:
+            self.faults.pop(0)
+            self.run.log("skipped", None, f"{kind}: no target in time, twice")
+        self.waiting_since, self.fed = None, False
         self.next_fault = time.time() + self.run.chooser.uniform(*self.scenario.gap)
         if self.run.chooser.random() < CANCEL_SHARE:
             self.cancel_one()
+
+    def out_of_patience(self) -> bool:
+        """Whether the fault due has waited :data:`TARGET_PATIENCE` for a target."""
+        now = time.time()
+        if self.waiting_since is None:
+            self.waiting_since = now
+        return now - self.waiting_since >= TARGET_PATIENCE * self.run.meter.slowness()
+
+    def stop_repeating(self) -> None:
+        """Pause the repeatable job, read how many occurrences it skipped (a paused
+        scheduler skips none), and remove it."""
+        queue = self.run.queue
+        queue.pause_repeating(REPEATED)
+        scheduler = queue.store.find_scheduler(REPEATED)
+        self.repeat_skipped = None if scheduler is None else scheduler.skipped
+        queue.stop_repeating(REPEATED)
+        self.repeating = False
 
     def cancel_one(self) -> None:
         """Cancel a planned job not finished yet, running ones first."""
@@ -715,13 +775,18 @@ class Driver:
             cancelled=self.cancelled,
             effects=list(database.effects.find()),
             batches=self.batches,
+            repeat_skipped=self.repeat_skipped,
+            slowness=self.run.meter.samples,
         )
 
 
 def _settle(run: Run) -> bool:
     """Wait until the cleaner has reaped every dead worker; ``False`` if it never does."""
-    deadline = time.time() + run.scenario.dead_after * 4 + run.scenario.lease * 2
+    scenario = run.scenario
+    wait = (scenario.dead_after * 4 + scenario.lease * 2) * run.meter.slowness()
+    deadline = time.time() + wait
     while time.time() < deadline:
+        run.meter.sample()
         run.replace_dead()
         live = {m.process.pid for m in run.live("worker")}
         try:
