@@ -34,10 +34,16 @@ LONGEST = dt.timedelta(days=365_000)
 a delay that long would put a job past the last date Python can hold (year 9999)."""
 
 Duration = dt.timedelta | float | int | str
+
+
+class DurationTooLong(ValueError):
+    """A duration longer than :data:`LONGEST`: a mistake, refused as it is read."""
+
+
 """Anything :func:`to_timedelta` accepts: a timedelta, seconds, or a text like ``"5m"``."""
 
 
-def parse_duration(text: str) -> dt.timedelta:
+def parse_duration(text: str, *, name: str = "duration") -> dt.timedelta:
     """Parse ``"<number><unit>"``; a bare number is refused because its unit is ambiguous.
 
     >>> parse_duration("90s")
@@ -57,7 +63,7 @@ def parse_duration(text: str) -> dt.timedelta:
     except OverflowError:
         delta = dt.timedelta.max
     if delta > LONGEST:
-        raise ValueError(f"duration {text!r} is too long: at most {LONGEST.days}d")
+        raise DurationTooLong(f"{name} {text!r} is too long: at most {LONGEST.days}d")
     return delta
 
 
@@ -71,17 +77,17 @@ def to_timedelta(value: Duration, *, name: str = "duration") -> dt.timedelta:
         try:
             delta = dt.timedelta(seconds=value)
         except OverflowError:
-            raise ValueError(
+            raise DurationTooLong(
                 f"{name} of {value} seconds is too long: at most {LONGEST.days}d"
             ) from None
     elif isinstance(value, str):
-        delta = parse_duration(value)
+        delta = parse_duration(value, name=name)
     else:
         raise ValueError(f"{name} must be a timedelta, seconds or a text like '5m', not {value!r}")
     if delta < dt.timedelta(0):
         raise ValueError(f"{name} must not be negative, got {format_duration(delta)}")
     if delta > LONGEST:
-        raise ValueError(
+        raise DurationTooLong(
             f"{name} {format_duration(delta)} is too long: at most {format_duration(LONGEST)}"
         )
     return delta

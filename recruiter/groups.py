@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from recruiter.duration import Duration, to_timedelta
+from recruiter.duration import Duration, DurationTooLong, format_duration, to_timedelta
 from recruiter.errors import RecruiterError
 from recruiter.job import check_group
 
@@ -64,13 +64,17 @@ class Rate:
             dt.timedelta(milliseconds=1) <= self.per <= MAX_WINDOW
         ):
             raise InvalidGroupSettings(
-                f"a rate's window must be from 1ms to 366d, got {self.per!r}"
+                f"a rate's window must be from 1ms to 366d, got {_shown(self.per)}"
             )
 
     @classmethod
     def of(cls, limit: int, per: Duration) -> Rate:
         try:
             window = to_timedelta(per, name="a rate's window")
+        except DurationTooLong:
+            raise InvalidGroupSettings(
+                f"a rate's window must be from 1ms to 366d, got {per!r}"
+            ) from None
         except (ValueError, OverflowError) as error:
             raise InvalidGroupSettings(f"invalid rate window {per!r}: {error}") from error
         return cls(limit, window)
@@ -87,6 +91,10 @@ class Rate:
 
     def __str__(self) -> str:
         return f"{self.limit}/{self.per.total_seconds():g}s"
+
+
+def _shown(value: object) -> str:
+    return format_duration(value) if isinstance(value, dt.timedelta) else repr(value)
 
 
 @dataclass(frozen=True)

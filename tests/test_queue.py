@@ -132,7 +132,7 @@ def test_parameters_too_large_for_mongodb_are_refused_before_anything_is_sent(
 @pytest.mark.parametrize(
     ("build", "message"),
     [
-        (lambda: JobSpec("w").run_in("100000000d"), "delay 100000000d is too long: at most"),
+        (lambda: JobSpec("w").run_in("100000000d"), "delay '100000000d' is too long: at most"),
         (lambda: JobSpec("w").run_in(1e300), "delay of 1e+300 seconds is too long"),
         (lambda: JobSpec("w").run_in(-1), "delay must not be negative, got -1s"),
         (lambda: JobSpec("w").with_timeout("0s"), "a timeout must be at least 1ms, got 0s"),

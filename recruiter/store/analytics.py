@@ -23,6 +23,8 @@ RECENT_SAMPLE = 10_000
 
 
 UNFINISHED_STATES = ("ready", "postponed", "handed out", "running")
+LOCKED_STATES = ("handed out", "running")
+"""The states of a job handed to a worker: counted together, by whether it started."""
 NOT_LISTED: Document = {
     "history": 0,
     "last_execution.trace": 0,
@@ -85,15 +87,38 @@ class AnalyticsVerbs:
     def count_unfinished_by_group(
         self, now: dt.datetime, states: tuple[str, ...] = UNFINISHED_STATES
     ) -> dict[str, dict[str, int]]:
-        """For each of ``states``, how many jobs of each group are in it (one aggregation
-        a state)."""
+        """For each of ``states``, how many jobs of each group are in it: one aggregation
+        a state, the handed-out and running ones in one together (the locked jobs)."""
         queries = unfinished_state_queries(now)
+        locked = self._count_locked_by_group() if set(states) & set(LOCKED_STATES) else {}
         return {
-            state: {
-                str(g): n for g, n in self.count_by("scheduled", "group", queries[state]).items()
-            }
+            state: locked[state]
+            if state in LOCKED_STATES
+            else {str(g): n for g, n in self.count_by("scheduled", "group", queries[state]).items()}
             for state in states
         }
+
+    def _count_locked_by_group(self) -> dict[str, dict[str, int]]:
+        """The locked jobs of each group, handed out (not started) or running, in one
+        aggregation on the ``locked`` field."""
+        pipeline: list[Document] = [
+            {"$match": {"locked": True}},
+            {
+                "$group": {
+                    # false for a missing start (MongoDB and the test server; mongomock
+                    # leaves the key out, read as not started)
+                    "_id": {"group": "$group", "started": {"$gt": ["$lock.started_at", None]}},
+                    "count": {"$sum": 1},
+                }
+            },
+        ]
+        counts: dict[str, dict[str, int]] = {state: {} for state in LOCKED_STATES}
+        for document in self.scheduled.aggregate(pipeline):
+            key = document["_id"]
+            state = "running" if key.get("started") is True else "handed out"
+            group = str(_hashable(key.get("group")))
+            counts[state][group] = counts[state].get(group, 0) + document["count"]
+        return counts
 
     def count_ready(self, now: dt.datetime) -> list[ReadyCount]:
         """How many jobs are ready, by group and workable, and when the oldest of each
