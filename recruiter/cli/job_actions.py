@@ -139,7 +139,7 @@ def _cancel_each(queue: Queue, ids: list[Any], state: str | None) -> dict[str, i
     from rich.progress import Progress
 
     said: dict[str, int] = {}
-    with Progress(console=console, transient=True) as progress:
+    with Progress(console=console, transient=True, disable=not console.is_terminal) as progress:
         task = progress.add_task("cancelling", total=len(ids))
         for job_id in ids:
             if state in ("ready", "postponed"):  # only if still waiting, as chosen
@@ -233,7 +233,7 @@ def retry_jobs(
         if len(ids) > 1 and not yes and not typer.confirm(f"retry {counted(len(ids), 'job')}?"):
             raise typer.Abort()
         retried = 0
-        with Progress(console=console, transient=True) as progress:
+        with Progress(console=console, transient=True, disable=not console.is_terminal) as progress:
             task = progress.add_task("retrying", total=len(ids))
             for job_id in ids:
                 retried += queue.recover(job_id, once=True) is not None

@@ -190,7 +190,7 @@ def _wait_until_archived(queue: Queue, ids: list[Any], timeout: dt.timedelta, lo
 
     clock = SystemClock()
     deadline = clock.monotonic() + timeout.total_seconds()
-    with Progress(console=console, transient=True) as progress:
+    with Progress(console=console, transient=True, disable=not console.is_terminal) as progress:
         task = progress.add_task("running", total=len(ids))
         while True:
             done = queue.store.count_jobs("archived", {"_id": {"$in": ids}})
