@@ -288,12 +288,14 @@ class Executor:
     def _call(self, job: Job, statistics: RetryStatistics, policy_problem: str | None) -> Ran:
         """Run the job's code, watched for its timeout and cancellation."""
         running = Running(job.id, job.timeout)
-        if self.watch is not None and self.watch.stopping is not None:
-            # stopped between its start and its code (a manual run declared dead)
-            return _not_run(self.watch.stopping)
         if self.watch is None:
             return _run(self.registry, job, statistics, policy_problem, running, loop=self.loop)
         with self.watch.watching(running):
+            if self.watch.stopping is not None:
+                # stopped between its start and its code (a manual run declared dead):
+                # looked at once watched, so that a stop_all is seen either here or, from
+                # now on, by the running code's stop, kept until its code is entered
+                return _not_run(self.watch.stopping)
             return _run(
                 self.registry,
                 job,
@@ -584,7 +586,7 @@ def _run(
         target = registry.rebuild(job.workable, job.parameters, job.method)
         hooks = registry.hooks_of(job.workable, target)
         with running_as(statistics) as output:
-            returned = running.call(target, loop)
+            returned = running.call(target, loop, registry.entrance(job.workable))
     except BaseException as error:
         # any exception the job's code lets out fails the attempt, BaseExceptions too
         # (asyncio.CancelledError from an asyncio.run inside it, KeyboardInterrupt,

@@ -56,7 +56,7 @@ from recruiter.job import TRACE_LIMIT, Job, Root
 from recruiter.logs import Level, logging_setup, setup_logging
 from recruiter.memory import resident_memory
 from recruiter.retry import Failure
-from recruiter.stopping import STOPS, Running, Stopped
+from recruiter.stopping import STOPS, Entrance, Running, Stopped
 from recruiter.workable import Registry, RetryStatistics, Workable, WorkableHooks, running_as
 
 logger = logging.getLogger(__name__)
@@ -526,8 +526,11 @@ class _Child:
                 request["workable"], request["parameters"], request["method"]
             )
             self.hooks = self.registry.hooks_of(request["workable"], target)
+            entrance = self.registry.entrance(request["workable"])
             with running_as(statistics) as output:
-                returned = running.call(lambda: self._begin(number, running, target))
+                returned = running.call(
+                    lambda: self._begin(number, running, target, entrance), entrance=entrance
+                )
         except BaseException as error:
             if not returned_before_stop(error, running.returned):
                 failed = error
@@ -548,14 +551,17 @@ class _Child:
             reply.update(kept_result(returned))
         return reply
 
-    def _begin(self, number: int, running: Running, target: Callable[[], Any]) -> Any:
-        """Call the job's code, unless a stop for its run came before it began."""
+    def _begin(
+        self, number: int, running: Running, target: Callable[[], Any], entrance: Entrance
+    ) -> Any:
+        """Call the job's code, unless a stop for its run came before it began (unrun,
+        if nothing of the application's ran to rebuild it: ``entrance``)."""
         with self.lock:
             asked = self.pending.pop(number, None)
         if asked is not None:  # asked to stop before its code began: it does not
-            running.stopped, running.unrun = asked, True
+            running.stopped, running.unrun = asked, entrance.at_call
             stop = asked()
-            stop.began = False
+            stop.began = not entrance.at_call
             raise stop
         return target()
 

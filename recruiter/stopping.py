@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from recruiter.event_loop import run_on_a_new_loop, tasks_of_the_job
@@ -70,9 +71,29 @@ def _raise_in(thread_id: int, exception: type[BaseException] | None) -> None:
     )
 
 
+@dataclass(frozen=True)
+class Entrance:
+    """Where a rebuilt job's own code begins, so that an attempt stopped early says
+    truly whether any of it ran (:attr:`Running.unrun`). A class workable's
+    ``from_parameters`` has run before its method is called: neither holds for it."""
+
+    at_call: bool = False
+    """Calling the target is where the application's code begins: a function or a
+    command workable (nothing of the application's ran to rebuild it)."""
+    at_first_step: bool = False
+    """Calling the target runs none of it either: an ``async def`` function, whose body
+    begins at its coroutine's first step (a plain function that returns a coroutine,
+    a decorator's wrapper say, has run by then)."""
+
+
+NOWHERE_KNOWN = Entrance()
+"""Where the code begins is not known: a stop before it never calls it unrun."""
+
+
 class Running:
     """One job's code running in one thread, or as one asyncio task, which a watchdog
-    may stop."""
+    may stop. A stop asked for before the code is entered is kept, and raised as it is
+    entered: the code does not begin."""
 
     def __init__(self, job_id: Any, timeout: dt.timedelta | None) -> None:
         self.job_id = job_id
@@ -87,6 +108,8 @@ class Running:
         closed before its first step (a stop landed before its task began), or a job
         process was asked to stop before it called the code. Its attempt says so."""
         self._thread_id: int | None = None
+        self._entered = self._left = False
+        """Whether the code's bounds (:meth:`code`) were entered, and left."""
         self._as_task = False
         """Whether the code runs as a task: a stop cancels it, and is not raised in
         the thread (which only waits for the task)."""
@@ -94,21 +117,31 @@ class Running:
         """Cancels the task, once it has begun."""
         self._lock = threading.Lock()
 
-    def call(self, target: Callable[[], Any], loop: asyncio.AbstractEventLoop | None = None) -> Any:
+    def call(
+        self,
+        target: Callable[[], Any],
+        loop: asyncio.AbstractEventLoop | None = None,
+        entrance: Entrance = NOWHERE_KNOWN,
+    ) -> Any:
         """Run the job's code, ``target``, where a stop may land: a function in this
         thread; what returns a coroutine (an ``async def``) as a task on ``loop``, the
-        worker's event loop running in another thread, or else on a loop of its own."""
-        with self.code():
-            result = target()
-            if inspect.iscoroutine(result):
-                coroutine = result
-                try:
-                    result = self._run_task(coroutine, loop)
-                except BaseException as error:
-                    self._never_began(coroutine, error)
-                    raise
-                finally:
-                    coroutine.close()  # (a stop landed before its task began; else a no-op)
+        worker's event loop running in another thread, or else on a loop of its own.
+        ``entrance`` tells whether a stop before the code began left it unrun."""
+        with self.code(entrance):
+            returned: Any = None
+            try:
+                returned = target()
+                if inspect.iscoroutine(returned):
+                    result = self._run_task(returned, loop)
+                else:
+                    result = returned
+            except BaseException as error:
+                if inspect.iscoroutine(returned) and entrance.at_first_step:
+                    self._never_began(returned, error)
+                raise
+            finally:
+                if inspect.iscoroutine(returned):
+                    returned.close()  # (a stop landed before its task began; else a no-op)
             self.returned = True  # in the code's bounds: a stop landing later is too late
             return result
 
@@ -175,12 +208,24 @@ class Running:
             error.began = False
 
     @contextmanager
-    def code(self) -> Iterator[None]:
-        """Around the job's own code: the only place a stop may land."""
+    def code(self, entrance: Entrance = NOWHERE_KNOWN) -> Iterator[None]:
+        """Around the job's own code: the only place a stop may land. A stop asked for
+        before is raised here, and the code does not begin (unrun, if ``entrance``
+        says nothing of the application's ran before)."""
         with self._lock:
-            self._thread_id = threading.get_ident()
-            if self.timeout is not None:
-                self.deadline = time.monotonic() + self.timeout.total_seconds()
+            self._entered = True
+            stopped = self.stopped
+            if stopped is None:
+                self._thread_id = threading.get_ident()
+                if self.timeout is not None:
+                    self.deadline = time.monotonic() + self.timeout.total_seconds()
+        if stopped is not None:
+            with self._lock:
+                self._left = True
+            self.unrun = entrance.at_call
+            stop = stopped()
+            stop.began = not entrance.at_call
+            raise stop
         try:
             yield
         finally:
@@ -188,15 +233,20 @@ class Running:
                 # a stop asked for just as the code returned must not land further on
                 _raise_in(threading.get_ident(), None)
                 self._thread_id = None
+                self._left = True
                 self._as_task, self._cancel = False, None
 
     def stop(self, why: type[Stopped]) -> bool:
         """Raise ``why`` in the job's code, or cancel its task, if it runs and was not
         stopped already."""
         with self._lock:
-            if self._thread_id is None or self.stopped is not None:
+            if self._left or self.stopped is not None:
                 return False
             self.stopped = why
+            if not self._entered:
+                return True  # raised as the code is entered (code()): it does not begin
+            if self._thread_id is None:
+                return True  # entered, not begun: code() raises it
             if not self._as_task:
                 _raise_in(self._thread_id, why)
             elif self._cancel is not None:

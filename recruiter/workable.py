@@ -45,6 +45,7 @@ from recruiter.errors import (
 )
 from recruiter.events import Listeners
 from recruiter.job import DEFAULT_METHOD, JobSpec, Root
+from recruiter.stopping import Entrance
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -438,6 +439,17 @@ class Registry:
 
     def __contains__(self, name: object) -> bool:
         return name in self._workables
+
+    def entrance(self, name: str) -> Entrance:
+        """Where the application's code of ``name`` begins once rebuilt: at the call for
+        a function or a command (at its coroutine's first step for an ``async def``);
+        for a class, its ``from_parameters`` ran in :meth:`rebuild`, before."""
+        entry = self._workables.get(name)
+        if isinstance(entry, Command):
+            return Entrance(at_call=True)
+        if isinstance(entry, FunctionWorkable):
+            return Entrance(at_call=True, at_first_step=inspect.iscoroutinefunction(entry.function))
+        return Entrance()
 
     def rebuild(self, name: str, parameters: Mapping[str, Any], method: str) -> Callable[[], Any]:
         """The zero-argument callable that runs a stored job.

@@ -11,7 +11,9 @@ import os
 import re
 import threading
 import time
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
 from recruiter import Registry, Workable, record_output, retry_statistics
 
@@ -176,6 +178,14 @@ async def aio_wait_forever(path: str) -> None:
         await asyncio.Event().wait()
     finally:
         Path(path).write_text("stopped")
+
+
+@registry.workable("aio.audited_wait")
+def audited_wait(path: str) -> Coroutine[Any, Any, None]:
+    """A decorator's sync wrapper over an ``async def`` (an audit, say): it runs, and
+    writes ``path``.audited, before the coroutine it returns takes a step."""
+    Path(f"{path}.audited").write_text("audited")
+    return aio_wait_forever.function(path)
 
 
 @registry.workable("aio.where")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import gc
+import inspect
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -19,7 +21,7 @@ from recruiter.clock import FrozenClock
 from recruiter.errors import InvalidJob, NotInAJob
 from recruiter.event_loop import EventLoop
 from recruiter.execution import Execution, Executor, Identity, Outcome
-from recruiter.stopping import JobCancelled, JobTimedOut, Running, Stopped, Watch
+from recruiter.stopping import Entrance, JobCancelled, JobTimedOut, Running, Stopped, Watch
 from recruiter.testing import drain
 from recruiter.workable import RetryStatistics, record_output, running_as
 from tests.pool_app import registry as app
@@ -185,6 +187,35 @@ def test_an_async_job_stopped_before_its_tasks_first_step_is_recorded_as_not_run
     assert attempt["unrun"] is True
 
 
+def test_a_wrapper_that_ran_before_its_coroutine_is_never_recorded_as_not_run(
+    queue: Queue,
+    clock: FrozenClock,
+    watch: Watch,
+    event_loop: EventLoop,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by the review: a plain function returning a coroutine (a decorator's
+    wrapper) has run by the time the coroutine is handed over; a stop then is recorded
+    as landing while the job ran, never as "it did not run"."""
+    path = tmp_path / "stopped"
+    hand_over = event_loop.loop.call_soon_threadsafe
+
+    def stop_first(callback: Callable[..., object], *args: Any, **options: Any) -> Any:
+        cancel(watch)
+        return hand_over(callback, *args, **options)
+
+    monkeypatch.setattr(event_loop.loop, "call_soon_threadsafe", stop_first)
+    spec = JobSpec("aio.audited_wait", {"path": str(path)})
+    execution = run(queue, clock, watch, spec, event_loop)
+    monkeypatch.undo()
+    assert execution.outcome is Outcome.ARCHIVED
+    assert (tmp_path / "stopped.audited").exists(), "the wrapper ran"
+    (attempt,) = queue.job(execution.job_id).history
+    assert attempt["message"] == JobCancelled.while_it_ran
+    assert "unrun" not in attempt
+
+
 def test_a_class_workables_async_method_runs(queue: Queue, clock: FrozenClock) -> None:
     job_id = queue.schedule(JobSpec("aio.report", {"month": "2026-11"}))
     report = drain(queue, app)
@@ -229,8 +260,8 @@ def test_a_stop_in_the_thread_just_before_the_task_begins_fails_it_unrun() -> No
             pass
         return coroutine
 
-    with pytest.raises(JobTimedOut) as raised:
-        running.call(target)
+    with pytest.raises(JobTimedOut) as raised:  # as an async def workable's target is
+        running.call(target, entrance=Entrance(at_call=True, at_first_step=True))
     assert ran == [], "the coroutine never ran"
     assert running.unrun, "and its attempt will say so"
     assert str(raised.value) == JobTimedOut.before_it_began
@@ -248,7 +279,7 @@ def test_a_stop_between_the_switch_and_the_tasks_start_is_seen_by_the_task() -> 
 
     def call() -> None:
         try:
-            running.call(job, loop.loop)
+            running.call(job, loop.loop, Entrance(at_call=True, at_first_step=True))
         except BaseException as error:
             outcome.append(error)
 
@@ -310,3 +341,34 @@ def test_a_task_the_job_left_running_cannot_change_its_recorded_output() -> None
     with pytest.raises(NotInAJob, match="after its job's attempt ended"):
         left_running.run(record_output, late=True)
     assert output == {"done": True}
+
+
+def test_a_stop_landing_as_the_coroutine_is_returned_closes_it_and_says_it_did_not_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by the review: a stop raised in the thread just after ``target()`` returned
+    the coroutine skipped both the look at whether it began and its closing (a
+    "never awaited" warning, an attempt said to have run)."""
+    running = Running("job", None)
+    ran: list[str] = []
+
+    async def job() -> None:
+        ran.append("ran")
+
+    real = inspect.iscoroutine
+    landed: list[bool] = []
+
+    def stop_lands_here(value: object) -> bool:
+        if not landed:
+            landed.append(True)
+            running.stop(JobTimedOut)
+            for _ in range(10_000):
+                pass  # where it lands: in the thread, right after target() returned
+        return real(value)
+
+    monkeypatch.setattr("recruiter.stopping.inspect.iscoroutine", stop_lands_here)
+    with pytest.raises(JobTimedOut) as raised:  # warnings are errors: an unclosed one fails
+        running.call(job, entrance=Entrance(at_call=True, at_first_step=True))
+    monkeypatch.undo()
+    gc.collect()
+    assert (ran, running.unrun, str(raised.value)) == ([], True, JobTimedOut.before_it_began)

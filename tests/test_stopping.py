@@ -24,6 +24,7 @@ from recruiter import (
     Registry,
     RetryForever,
     RetryManyTimes,
+    Workable,
     retry_statistics,
 )
 from recruiter.cleaner import Cleaner, CleanerConfig
@@ -32,7 +33,14 @@ from recruiter.events import BECAME_LEADER, STEPPED_DOWN, Listeners
 from recruiter.execution import Executor, Identity, Outcome
 from recruiter.leader import Tell
 from recruiter.recovery import release_fenced
-from recruiter.stopping import JobTimedOut, Running, Watch
+from recruiter.stopping import (
+    NOWHERE_KNOWN,
+    Entrance,
+    HolderDeclaredDead,
+    JobTimedOut,
+    Running,
+    Watch,
+)
 from recruiter.testing import drain
 
 
@@ -172,8 +180,8 @@ def test_a_stop_landing_after_the_jobs_code_returned_leaves_the_job_done(
 
     class StopLandsLate(Running):
         @contextmanager
-        def code(self) -> Iterator[None]:
-            with super().code():
+        def code(self, entrance: Entrance = NOWHERE_KNOWN) -> Iterator[None]:
+            with super().code(entrance):
                 yield
             self.stopped = JobTimedOut
             raise JobTimedOut  # as if the watchdog's stop landed just after the return
@@ -242,3 +250,47 @@ def test_became_leader_and_stepped_down_are_told_in_pairs() -> None:
     tell.not_leading()
     tell.not_leading()
     assert told == ["became", "stepped down"]
+
+
+@pytest.mark.parametrize("workable", ["function", "class"])
+def test_a_stop_of_every_job_between_the_look_and_the_code_is_kept_until_the_code(
+    queue: Queue,
+    registry: Registry,
+    clock: FrozenClock,
+    watch: Watch,
+    monkeypatch: pytest.MonkeyPatch,
+    workable: str,
+) -> None:
+    """Found by the review: a manual run declared dead (``Watch.stop_all``) after its
+    executor looked at ``watch.stopping`` but before the code was entered was dropped
+    (the running code was not in its bounds yet), and the job's code ran to its end,
+    while the job might run elsewhere. The stop is now kept and raised as the code is
+    entered: the code does not begin. A function's attempt says it did not run; a
+    class's ``from_parameters`` had run, so it is not said to be unrun."""
+    ran: list[str] = []
+
+    @registry.workable("tests.effect")
+    def effect() -> None:
+        ran.append("effect")
+
+    @registry.workable("tests.effect_class")
+    class Effect(Workable):
+        def execute(self) -> None:
+            ran.append("effect")
+
+    name = "tests.effect" if workable == "function" else "tests.effect_class"
+    rebuild = registry.rebuild
+
+    def declared_dead_meanwhile(*arguments: Any) -> Any:
+        target = rebuild(*arguments)  # after the executor's look, before the code
+        watch.stop_all(HolderDeclaredDead)
+        return target
+
+    monkeypatch.setattr(registry, "rebuild", declared_dead_meanwhile)
+    job_id = queue.schedule(JobSpec(name).retry_with(RetryForever(0)))
+    execution = execute(queue, registry, clock, watch, job_id)
+    assert ran == [], "the code never began"
+    assert execution.outcome is Outcome.RETRY
+    (attempt,) = queue.job(job_id).history
+    assert attempt["class"] == "recruiter.stopping.HolderDeclaredDead"
+    assert attempt.get("unrun") is (True if workable == "function" else None)
