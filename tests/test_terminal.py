@@ -37,6 +37,7 @@ PAYLOADS = {
     "nul": "a\x00b",
     "c1 csi": "\x9b31m",
     "bidi override": "abc\u202edef",
+    "line separator": "seen\u2028forged line",
 }
 
 
@@ -100,6 +101,7 @@ def shown(*arguments: str, exit_code: int = 0) -> str:
         controls = sorted({byte for byte in stream if byte < 0x20 and byte not in b"\n\t"})
         assert not controls, f"control bytes {controls} reached the terminal:\n{result.output}"
         assert b"\xc2\x9b" not in stream, "a C1 control reached the terminal"
+        assert "\u2028".encode() not in stream, "a line separator reached the terminal"
     return result.stdout
 
 

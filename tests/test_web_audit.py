@@ -4,12 +4,14 @@ and in ``--json-logs`` form; driven in-process as tests/test_web.py does."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import re
 from collections.abc import Iterator
 from typing import Any
 
+import mongomock
 import pytest
 from fastapi.testclient import TestClient
 
@@ -192,3 +194,50 @@ def test_json_logs_carry_the_audit_as_fields(queue: Queue, trail: list[logging.L
     )
     assert audit["client"]
     assert audit["said"].startswith(f"job {failed} retried as job ")
+
+
+def test_forwarded_headers_are_believed_only_from_the_proxies_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by the review: uvicorn believes X-Forwarded-For from 127.0.0.1 by default,
+    where the dashboard listens, so any local client could name itself in the audit
+    trail (and claim https). Believed from ``--proxy`` addresses only."""
+    import uvicorn
+    from typer.testing import CliRunner
+
+    from recruiter.cli import app
+    from tests.factories import Unclosed
+
+    served: list[dict[str, Any]] = []
+    monkeypatch.setattr(uvicorn, "run", lambda application, **options: served.append(options))
+    web = importlib.import_module("recruiter.cli.web")
+    queue = Unclosed(mongomock.MongoClient(tz_aware=True).shop)
+    monkeypatch.setattr(web, "open_queue", lambda *_: queue)
+    monkeypatch.setattr(web, "_check_free", lambda *_: None)
+    for arguments in ([], ["--proxy", "10.0.0.2", "--proxy", "10.0.0.3"]):
+        result = CliRunner().invoke(app, ["web", *arguments])
+        assert result.exit_code == 0, result.output
+    assert (served[0]["proxy_headers"], served[0]["forwarded_allow_ips"]) == (False, None)
+    assert served[1]["proxy_headers"] is True
+    assert served[1]["forwarded_allow_ips"] == ["10.0.0.2", "10.0.0.3"]
+
+
+def test_actions_refused_before_they_act_are_logged_too(
+    queue: Queue, trail: list[logging.LogRecord]
+) -> None:
+    """Found by the review: an unknown bulk action, a bad filter, a form missing its
+    fields and a request to a host the dashboard does not answer to left no line."""
+    browser, csrf = signed_in(queue)
+    api = TestClient(create_app(queue, WebConfig(token=TOKEN)), base_url=BASE)
+    assert api.post("/api/bulk", json={"action": "explode"}, headers=API).status_code == 400
+    bad_state = {"action": "cancel", "state": "sideways"}
+    assert api.post("/api/bulk", json=bad_state, headers=API).status_code == 400
+    assert browser.post("/schedulers/pause", data={"csrf": csrf}).status_code in (404, 422)
+    rebound = TestClient(create_app(queue, WebConfig(token=TOKEN)), base_url="http://evil.test")
+    assert rebound.post("/api/bulk", json={"action": "cancel"}, headers=API).status_code == 400
+    refused = [r for r in trail if r.levelno == logging.WARNING]
+    assert [r.audit["outcome"] for r in refused] == ["refused"] * 4  # type: ignore[attr-defined]
+    said = [r.getMessage() for r in refused]
+    assert "explode" in said[0]
+    assert "sideways" in said[1]
+    assert "evil.test" in said[3]

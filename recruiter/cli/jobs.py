@@ -152,6 +152,8 @@ def _print_attempt(attempt: Mapping[str, Any]) -> None:
     if isinstance(started, dt.datetime) and isinstance(ended, dt.datetime):
         took = f", took {(ended - started).total_seconds():.3f}s"
     worker = attempt.get("worker") or "-"
+    if attempt.get("unrun") is True:
+        took = f"{took}, its code did not run"
     console.print(
         styled("attempt", "bold"),
         f" {attempt.get('attempt')}: {attempt.get('outcome')}, "

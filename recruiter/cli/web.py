@@ -81,6 +81,18 @@ def web(
             show_default=False,
         ),
     ] = None,
+    proxy: Annotated[
+        list[str] | None,
+        typer.Option(
+            envvar="RECRUITER_WEB_PROXIES",
+            metavar="ADDRESS",
+            help="The address of a proxy in front of the dashboard (repeat for more): its "
+            "X-Forwarded-For and X-Forwarded-Proto are believed (the client's address in "
+            "the audit trail, https behind TLS). By default none is: a request's own "
+            "address and scheme.",
+            show_default=False,
+        ),
+    ] = None,
     read_only: Annotated[
         bool, typer.Option("--read-only", help="Refuse every action, whatever the token.")
     ] = False,
@@ -126,8 +138,18 @@ def web(
     try:
         # log_config=None: uvicorn's own errors go through recruiter's formatters too
         # (printable lines, or JSON), not a handler of uvicorn's that writes them raw
+        # forwarded headers only from the proxies named: any client of this machine could
+        # otherwise forge the address the audit trail names, and the scheme (uvicorn
+        # believes 127.0.0.1 by default, where the dashboard listens)
         uvicorn.run(
-            app, host=host, port=port, log_level="warning", access_log=False, log_config=None
+            app,
+            host=host,
+            port=port,
+            log_level="warning",
+            access_log=False,
+            log_config=None,
+            proxy_headers=bool(proxy),
+            forwarded_allow_ips=list(proxy) if proxy else None,
         )
     finally:
         queue.close()

@@ -25,7 +25,7 @@ from recruiter.errors import DatabaseUnavailable, JobNotFound, RecruiterError
 from recruiter.listing import InvalidFilter
 from recruiter.queue import Queue
 from recruiter.web import api, pages
-from recruiter.web.audit import refused_request
+from recruiter.web.audit import audited, refused_request
 from recruiter.web.context import (
     Kept,
     actor_of,
@@ -106,13 +106,13 @@ async def _security_headers(request: Request, call_next: Any) -> Response:
     if "*" in allowed or name in allowed:
         response = await call_next(request)
     else:
-        response = as_json(
-            {
-                "error": f"this dashboard does not answer to {host!r}: start recruiter web "
-                "with --allowed-host NAME to serve it under that name"
-            },
-            status_code=400,
+        message = (
+            f"this dashboard does not answer to {host!r}: start recruiter web "
+            "with --allowed-host NAME to serve it under that name"
         )
+        # (a page re-pointed at this machine, DNS rebinding): in the audit trail too
+        refused_request(request.method, request.url.path, actor_of(request, None), message)
+        response = as_json({"error": message}, status_code=400)
     response.headers.update(SECURITY_HEADERS)
     if not request.url.path.startswith("/static/"):
         # pages carry a session's CSRF token, and every reply is of the queue now
@@ -134,6 +134,9 @@ async def _invalid_request(request: Request, error: Exception) -> Response:
     problems: list[dict[str, Any]] = getattr(error, "errors", list)()
     fields = ", ".join(str(problem.get("loc", ["?"])[-1]) for problem in problems)
     message = f"invalid or missing: {fields}"
+    if request.method == "POST":  # an action's request: in the audit trail too
+        actor = actor_of(request, session_of(request))
+        refused_request(request.method, request.url.path, actor, message)
     if request.url.path.startswith("/api/"):
         return as_json({"error": message, "detail": jsonable_encoder(problems)}, 422)
     return render(request, "error.html", status_code=422, message=message)
@@ -152,10 +155,13 @@ async def _failed(request: Request, error: Exception) -> Response:
     """A refused or impossible action, a job that does not exist, a bad filter, the
     database away: said in the page (or the JSON) with the status it deserves; a
     traceback is for bugs only."""
-    if isinstance(error, Refused):
-        status = error.status
+    if isinstance(error, Refused) or (request.method == "POST" and not audited(error)):
+        # an action refused by the guard, or before it acted (an unknown action, a bad
+        # filter): in the audit trail too
         actor = actor_of(request, session_of(request))
         refused_request(request.method, request.url.path, actor, str(error))
+    if isinstance(error, Refused):
+        status = error.status
     elif isinstance(error, JobNotFound):
         status = 404
     elif isinstance(error, DatabaseUnavailable):

@@ -128,16 +128,28 @@ def acting(
     except DatabaseUnavailable as error:
         act.said = str(error)
         log(act, "failed", logging.WARNING)
+        _audited(error)
         raise
     except RecruiterError as error:
         act.said = str(error)
         log(act, "refused", refused_level)
+        _audited(error)
         raise
     except Exception as error:
         act.said = f"{type(error).__name__}: {error}"
         log(act, "failed", logging.ERROR)
+        _audited(error)
         raise
     log(act, "done")
+
+
+def _audited(error: BaseException) -> None:
+    error.recruiter_audited = True  # type: ignore[attr-defined]
+
+
+def audited(error: BaseException) -> bool:
+    """Whether ``error`` was logged already, by the action it ended (:func:`acting`)."""
+    return getattr(error, "recruiter_audited", False) is True
 
 
 def refused_request(method: str, path: str, actor: Actor, why: str) -> None:
