@@ -17,13 +17,17 @@ if TYPE_CHECKING:
         DatabaseUnreachable,
         DeclaredDead,
         DuplicateRegistration,
+        InvalidGroupSettings,
         InvalidJob,
         InvalidParameters,
         InvalidRetryPolicy,
+        InvalidSchedule,
         InvalidUri,
         JobNotFound,
         NotFailed,
+        NotFinished,
         NotRunnableHere,
+        NotWaiting,
         RecruiterError,
         ResultNotKept,
         SchedulerNotFound,
@@ -34,7 +38,7 @@ if TYPE_CHECKING:
         WorkerDied,
         WriteRejected,
     )
-    from recruiter.groups import GroupSettings, InvalidGroupSettings, Rate
+    from recruiter.groups import GroupSettings, Rate
     from recruiter.job import After, Job, JobSpec, Root
     from recruiter.manual import Cancellation
     from recruiter.policies import (
@@ -57,7 +61,7 @@ if TYPE_CHECKING:
         Why,
         register_retry_policy,
     )
-    from recruiter.schedule import Cron, Every, InvalidSchedule
+    from recruiter.schedule import Cron, Every
     from recruiter.stopping import JobCancelled, JobTimedOut
     from recruiter.workable import (
         FunctionWorkable,
@@ -91,11 +95,11 @@ _EXPORTS = {
     "FunctionWorkable": "recruiter.workable",
     "GiveUp": "recruiter.retry",
     "GroupSettings": "recruiter.groups",
-    "InvalidGroupSettings": "recruiter.groups",
+    "InvalidGroupSettings": "recruiter.errors",
     "InvalidJob": "recruiter.errors",
     "InvalidParameters": "recruiter.errors",
     "InvalidRetryPolicy": "recruiter.errors",
-    "InvalidSchedule": "recruiter.schedule",
+    "InvalidSchedule": "recruiter.errors",
     "InvalidUri": "recruiter.errors",
     "Job": "recruiter.job",
     "JobCancelled": "recruiter.stopping",
@@ -104,6 +108,8 @@ _EXPORTS = {
     "JobTimedOut": "recruiter.stopping",
     "NotFailed": "recruiter.errors",
     "NotRunnableHere": "recruiter.errors",
+    "NotFinished": "recruiter.errors",
+    "NotWaiting": "recruiter.errors",
     "Queue": "recruiter.queue",
     "Rate": "recruiter.groups",
     "RecruiterError": "recruiter.errors",
@@ -193,7 +199,9 @@ __all__ = [
     "JobSpec",
     "JobTimedOut",
     "NotFailed",
+    "NotFinished",
     "NotRunnableHere",
+    "NotWaiting",
     "Queue",
     "Rate",
     "RecruiterError",

@@ -5,15 +5,26 @@ messages, and their messages say what happened and what to do next.
 
 :class:`WorkerDied` is different: it is never raised, it is the failure recorded for
 an attempt whose worker died, handed to the job's retry policy like any exception.
+
+The failures recorded in a job's history under their class's qualified name stay in the
+module that raises them, since that name is stored data (a retry policy's
+``retriable=`` names it): the stops (``recruiter.stopping``), a job process's death
+(``recruiter.pool``), a damaged job (``recruiter.execution``), a command's failure
+(``recruiter.command``), a workable that cannot be rebuilt (``recruiter.workable``).
+The dashboard's refusal of a request (``recruiter.web.security.Refused``) is the web
+layer's own, never raised to an application.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from recruiter.duration import format_duration
+
+if TYPE_CHECKING:
+    from recruiter.job import Job
 
 
 class RecruiterError(Exception):
@@ -259,3 +270,64 @@ class EmbeddedServerError(RecruiterError):
 
 class DemoTimeout(RecruiterError):
     """The demo's jobs did not all finish in time."""
+
+
+class InvalidSchedule(RecruiterError):
+    """A schedule that cannot be understood; nothing was written."""
+
+
+class InvalidGroupSettings(RecruiterError):
+    """Group settings that cannot be enforced; nothing was written."""
+
+
+class InvalidFilter(RecruiterError, ValueError):
+    """A filter of a job listing that cannot be applied: the message says which and why."""
+
+
+class NotWaiting(RecruiterError):
+    """A job asked to run now is already handed out or finished, or waits for other
+    jobs (it runs when they end, as its rule says: running it before would break it)."""
+
+    def __init__(self, job: Job) -> None:
+        if job.blocked:
+            message = f"job {job.id} waits for other jobs: it runs once they end (or cancel it)"
+        elif job.finished:
+            message = f"job {job.id} is finished ({job.why}): it was not run again"
+        else:
+            message = f"job {job.id} is handed out to a worker already: it was not run again"
+        super().__init__(message)
+        self.job = job
+
+
+class NotFinished(RecruiterError):
+    """A job asked to be recovered has not finished; it will run anyway."""
+
+    def __init__(self, job: Job) -> None:
+        super().__init__(f"job {job.id} has not finished: it will run anyway, nothing was done")
+        self.job = job
+
+
+class AlreadyRetried(InvalidJob):
+    """The failed job was retried already (by another operator, or a moment ago)."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"job {job_id} was retried already: not again")
+
+
+class DrainLimitReached(RecruiterError):
+    """:func:`drain` ran ``max_attempts`` attempts and jobs were still due."""
+
+
+class UnknownEvent(RecruiterError):
+    """A listener was given for an event that does not exist."""
+
+    def __init__(self, name: object, known: Sequence[str]) -> None:
+        super().__init__(f"no event is named {name!r}: listen to one of {', '.join(known)}")
+
+
+class ChangeStreamsUnavailable(RecruiterError):
+    """The database cannot follow changes (a standalone ``mongod``, mongomock): poll."""
+
+
+class WebNotInstalled(RecruiterError):
+    """The dashboard's packages are missing."""

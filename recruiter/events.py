@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from recruiter.errors import RecruiterError
+from recruiter.errors import RecruiterError, UnknownEvent
 from recruiter.job import Job
 
 if TYPE_CHECKING:
@@ -40,11 +40,6 @@ STEPPED_DOWN = "stepped-down"
 EVENTS = (JOB_STARTED, JOB_ENDED, JOB_FAILURE_LAST, BECAME_LEADER, STEPPED_DOWN)
 
 Listener = Callable[[Any], object]
-
-
-class UnknownEvent(RecruiterError):
-    def __init__(self, name: object) -> None:
-        super().__init__(f"no event is named {name!r}: listen to one of {', '.join(EVENTS)}")
 
 
 @dataclass(frozen=True)
@@ -68,7 +63,7 @@ class Listeners:
 
     def add(self, event: str, listener: Listener) -> None:
         if event not in EVENTS:
-            raise UnknownEvent(event)
+            raise UnknownEvent(event, EVENTS)
         if not callable(listener):
             raise RecruiterError(f"a listener must be callable, got {listener!r}")
         self._by_event[event].append(listener)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from recruiter.duration import Duration, DurationTooLong, format_duration, to_timedelta
-from recruiter.errors import RecruiterError
+from recruiter.errors import InvalidGroupSettings, RecruiterError
 from recruiter.job import check_group
 
 MAX_WEIGHT = 1000
@@ -33,10 +33,6 @@ MAX_CONCURRENCY = 1_000_000
 MAX_RATE = 100_000
 """Starts per window a rate may allow: each start is kept in the group's document."""
 MAX_WINDOW = dt.timedelta(days=366)
-
-
-class InvalidGroupSettings(RecruiterError):
-    """Group settings that cannot be enforced; nothing was written."""
 
 
 def _positive(name: str, value: Any, most: int | None = None) -> int:

@@ -15,6 +15,7 @@ from typing import Any
 
 from bson import ObjectId
 
+from recruiter.errors import InvalidFilter
 from recruiter.job import Job, state_of
 from recruiter.queue import Queue
 from recruiter.retry import FAILED as FAILED_WHYS
@@ -41,10 +42,6 @@ def group_order(name: Any) -> tuple[tuple[str | int, ...], str]:
     runs = re.split(r"([0-9]+)", text)  # text, digits, text, digits, …, text: any two
     # names' runs alternate alike, so a number is only ever compared with a number
     return tuple(int(run) if i % 2 else run.casefold() for i, run in enumerate(runs)), text
-
-
-class InvalidFilter(ValueError):
-    """A filter of a job listing that cannot be applied: the message says which and why."""
 
 
 def waits_in_words(job: Job) -> list[str]:

@@ -30,7 +30,9 @@ from recruiter.errors import (
     DatabaseError,
     DeclaredDead,
     JobNotFound,
+    NotFinished,
     NotRunnableHere,
+    NotWaiting,
     RecruiterError,
     WaitTimeout,
 )
@@ -47,21 +49,6 @@ WAIT_POLLS = Backoff(0.05, 1.0)
 """Pauses between two looks at the jobs waited for: 50 ms, 100 ms… 1 s."""
 HEARTBEAT = dt.timedelta(seconds=2)
 CANCEL_TRIES = 5
-
-
-class NotWaiting(RecruiterError):
-    """A job asked to run now is already handed out or finished, or waits for other
-    jobs (it runs when they end, as its rule says: running it before would break it)."""
-
-    def __init__(self, job: Job) -> None:
-        if job.blocked:
-            message = f"job {job.id} waits for other jobs: it runs once they end (or cancel it)"
-        elif job.finished:
-            message = f"job {job.id} is finished ({job.why}): it was not run again"
-        else:
-            message = f"job {job.id} is handed out to a worker already: it was not run again"
-        super().__init__(message)
-        self.job = job
 
 
 class Cancellation(StrEnum):
@@ -174,14 +161,6 @@ def recover(
         return stored
     logger.info("job %s recovered as job %s, due at %s", job_id, stored, at)
     return stored
-
-
-class NotFinished(RecruiterError):
-    """A job asked to be recovered has not finished; it will run anyway."""
-
-    def __init__(self, job: Job) -> None:
-        super().__init__(f"job {job.id} has not finished: it will run anyway, nothing was done")
-        self.job = job
 
 
 @dataclass(frozen=True)

@@ -30,11 +30,13 @@ from recruiter.duration import Duration, to_timedelta
 from recruiter.errors import (
     BatchNotFound,
     DatabaseUnavailable,
+    InvalidGroupSettings,
     InvalidJob,
+    InvalidSchedule,
     JobNotFound,
     SchedulerNotFound,
 )
-from recruiter.groups import GroupSettings, InvalidGroupSettings, Rate
+from recruiter.groups import GroupSettings, Rate
 from recruiter.job import After, Job, JobSpec, as_object_id, state_of
 from recruiter.loop import Backoff
 from recruiter.manual import (
@@ -51,7 +53,6 @@ from recruiter.schedule import (
     DEFAULT_MISSED,
     Cron,
     Every,
-    InvalidSchedule,
     Missed,
     Schedule,
     missed_rule,

@@ -26,12 +26,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import CroniterError, croniter
 
 from recruiter.duration import Duration, to_timedelta
-from recruiter.errors import RecruiterError
-
-
-class InvalidSchedule(RecruiterError):
-    """A schedule that cannot be understood; nothing was written."""
-
+from recruiter.errors import InvalidSchedule
 
 Missed = Literal["latest", "all"]
 """What a scheduler does with occurrences missed while no recruiter led: create only the

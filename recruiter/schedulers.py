@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 from bson import ObjectId
 
-from recruiter.schedule import Every, InvalidSchedule, Schedule, schedule_from
+from recruiter.errors import InvalidSchedule
+from recruiter.schedule import Every, Schedule, schedule_from
 from recruiter.store import Document, Store
 from recruiter.store.schedulers import Occurrence, SchedulerRecord
 

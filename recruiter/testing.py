@@ -16,7 +16,7 @@ from typing import Any
 from bson import ObjectId
 
 from recruiter.clock import Clock
-from recruiter.errors import RecruiterError
+from recruiter.errors import DrainLimitReached
 from recruiter.execution import Execution, Executor, Identity, Outcome
 from recruiter.queue import Queue
 from recruiter.workable import Registry
@@ -59,10 +59,6 @@ class DrainReport:
                 if e.failure is not None
             ]
             raise AssertionError(f"{len(lines)} failed attempt(s):\n" + "\n".join(lines))
-
-
-class DrainLimitReached(RecruiterError):
-    """:func:`drain` ran ``max_attempts`` attempts and jobs were still due."""
 
 
 def drain(

@@ -169,7 +169,7 @@ def test_results_too_large_to_note_are_dropped_and_the_dependent_still_runs(
 
 
 def test_running_here_a_job_that_waits_for_others_says_so(queue: Queue, app: Registry) -> None:
-    from recruiter.manual import NotWaiting
+    from recruiter.errors import NotWaiting
 
     first = queue.schedule(add(1, 2))
     then = queue.schedule(add(3, 4).after(first))

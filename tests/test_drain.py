@@ -19,8 +19,9 @@ from recruiter import (
     retry_statistics,
 )
 from recruiter.clock import FrozenClock
+from recruiter.errors import DrainLimitReached
 from recruiter.execution import Executor, Identity, Outcome
-from recruiter.testing import DrainLimitReached, drain
+from recruiter.testing import drain
 
 
 @pytest.fixture

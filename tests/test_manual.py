@@ -12,9 +12,9 @@ from bson import ObjectId
 from recruiter import JobNotFound, JobSpec, Queue, Registry, RetryManyTimes
 from recruiter.cleaner import Cleaner, CleanerConfig
 from recruiter.clock import FrozenClock, SystemClock
-from recruiter.errors import DeclaredDead, NotRunnableHere, WaitTimeout
+from recruiter.errors import DeclaredDead, NotRunnableHere, NotWaiting, WaitTimeout
 from recruiter.execution import Outcome
-from recruiter.manual import NotWaiting, run_here
+from recruiter.manual import run_here
 from recruiter.recovery import release_unheld
 from recruiter.recruiter import Recruiter
 from recruiter.stopping import HolderDeclaredDead

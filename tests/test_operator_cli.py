@@ -20,8 +20,7 @@ from recruiter import BatchNotFound, JobNotFound, JobSpec, Queue, Registry, Retr
 from recruiter.cli import ExitCode, app
 from recruiter.clock import FrozenClock
 from recruiter.embedded import free_port
-from recruiter.errors import NotFailed, SchedulerNotFound
-from recruiter.manual import NotFinished
+from recruiter.errors import NotFailed, NotFinished, SchedulerNotFound
 from recruiter.metrics import QueueCollector
 from recruiter.testing import drain
 from tests.factories import Unclosed

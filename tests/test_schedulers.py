@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 from recruiter import JobSpec, Queue, RetryManyTimes
 from recruiter.cli import app, views
 from recruiter.clock import FrozenClock
-from recruiter.errors import DatabaseUnavailable, InvalidJob
+from recruiter.errors import DatabaseUnavailable, InvalidJob, InvalidSchedule
 from recruiter.recruiter import Recruiter
-from recruiter.schedule import Cron, Every, InvalidSchedule, Schedule, schedule_from
+from recruiter.schedule import Cron, Every, Schedule, schedule_from
 from recruiter.schedulers import MISSED_GRACE, PER_PASS, SchedulingResult, create_due_occurrences
 from recruiter.store import SchedulerRecord, Store
 

@@ -55,7 +55,8 @@ def list_jobs(
 ) -> None:
     """List jobs, newest first, with filters."""
     from recruiter import listing
-    from recruiter.listing import InvalidFilter, JobFilter
+    from recruiter.errors import InvalidFilter
+    from recruiter.listing import JobFilter
 
     where = JobFilter(state=state, group=group, tag=tag, finished_since=since)
     try:

@@ -17,7 +17,7 @@ from recruiter.cli.options import (
     duration_option,
     open_queue,
 )
-from recruiter.errors import RecruiterError
+from recruiter.errors import WebNotInstalled
 from recruiter.logs import Level, setup_logging
 
 logger = logging.getLogger(__name__)
@@ -47,10 +47,6 @@ def _check_free(host: str, port: int) -> None:
                 "it? choose another with --port",
                 param_hint="--port",
             ) from error
-
-
-class WebNotInstalled(RecruiterError):
-    """The dashboard's packages are missing."""
 
 
 def web(

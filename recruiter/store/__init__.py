@@ -27,6 +27,7 @@ from pymongo.collection import Collection
 from pymongo.database import Database
 
 from recruiter.clock import DatabaseClock, SystemClock
+from recruiter.errors import ChangeStreamsUnavailable
 from recruiter.job import as_object_id
 from recruiter.store.analytics import AnalyticsVerbs
 from recruiter.store.base import Document
@@ -40,13 +41,7 @@ from recruiter.store.schedulers import SchedulerRecord, SchedulerVerbs
 from recruiter.store.schema import check_schema, ensure_indexes, ensure_schema
 from recruiter.store.server import ServerVerbs
 from recruiter.store.waiting import WaitingVerbs
-from recruiter.store.watch import (
-    ChangeFeed,
-    ChangeStreamsUnavailable,
-    RosterChange,
-    WatchVerbs,
-    WorkChange,
-)
+from recruiter.store.watch import ChangeFeed, RosterChange, WatchVerbs, WorkChange
 from recruiter.store.workables import Waiting, WorkableVerbs, digest_of
 
 __all__ = [

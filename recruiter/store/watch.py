@@ -29,7 +29,7 @@ from pymongo.collection import Collection
 from pymongo.database import Database
 from pymongo.errors import OperationFailure
 
-from recruiter.errors import RecruiterError
+from recruiter.errors import ChangeStreamsUnavailable
 from recruiter.store.base import Document
 from recruiter.store.failures import translate_methods
 from recruiter.store.roster import Assignment
@@ -40,10 +40,6 @@ FEED_WAIT_MS = 1000
 """How long one read of a feed waits on the server for a change before it returns empty."""
 NOT_A_REPLICA_SET = 40573
 """MongoDB's error code for ``$changeStream`` on a standalone server."""
-
-
-class ChangeStreamsUnavailable(RecruiterError):
-    """The database cannot follow changes (a standalone ``mongod``, mongomock): poll."""
 
 
 @dataclass(frozen=True)

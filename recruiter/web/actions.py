@@ -9,10 +9,10 @@ from dataclasses import replace
 from bson import ObjectId
 
 from recruiter import listing
-from recruiter.errors import InvalidJob, RecruiterError
+from recruiter.errors import AlreadyRetried, InvalidFilter, InvalidJob, RecruiterError
 from recruiter.groups import GroupSettings
 from recruiter.job import state_of
-from recruiter.listing import FAILED, InvalidFilter, JobFilter
+from recruiter.listing import FAILED, JobFilter
 from recruiter.queue import Queue
 from recruiter.web.audit import Actor, acting
 
@@ -26,13 +26,6 @@ ACTION_STATES = {
     "cancel": ("ready", "postponed", "blocked", "handed out", "running"),
 }
 """The states of the jobs each bulk action applies to."""
-
-
-class AlreadyRetried(InvalidJob):
-    """The failed job was retried already (by another operator, or a moment ago)."""
-
-    def __init__(self, job_id: str) -> None:
-        super().__init__(f"job {job_id} was retried already: not again")
 
 
 def act_on_job(queue: Queue, action: str, job_id: str) -> str:

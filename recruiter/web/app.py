@@ -21,8 +21,7 @@ from fastapi.templating import Jinja2Templates
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from recruiter.cli.tables import counted
-from recruiter.errors import DatabaseUnavailable, JobNotFound, RecruiterError
-from recruiter.listing import InvalidFilter
+from recruiter.errors import DatabaseUnavailable, InvalidFilter, JobNotFound, RecruiterError
 from recruiter.queue import Queue
 from recruiter.web import api, pages
 from recruiter.web.audit import audited, refused_request

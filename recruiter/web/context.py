@@ -19,8 +19,8 @@ from pydantic import BaseModel, Field
 from starlette.convertors import StringConvertor, register_url_convertor
 
 from recruiter.duration import parse_duration
-from recruiter.groups import InvalidGroupSettings
-from recruiter.listing import InvalidFilter, JobFilter
+from recruiter.errors import InvalidFilter, InvalidGroupSettings
+from recruiter.listing import JobFilter
 from recruiter.queue import Queue
 from recruiter.states import STATES
 from recruiter.web import actions, views

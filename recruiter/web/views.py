@@ -9,11 +9,11 @@ from typing import Any
 
 from recruiter import listing
 from recruiter.analytics import average, last_minute, spans
-from recruiter.errors import ResultNotKept
+from recruiter.errors import InvalidSchedule, ResultNotKept
 from recruiter.job import Job, state_of
 from recruiter.listing import FAILED
 from recruiter.queue import Queue
-from recruiter.schedule import InvalidSchedule, schedule_from
+from recruiter.schedule import schedule_from
 from recruiter.store import SchedulerRecord, Store
 
 
