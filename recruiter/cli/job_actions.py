@@ -20,9 +20,10 @@ from recruiter.cli.options import (
     load_registry,
     open_queue,
 )
-from recruiter.cli.tables import counted, id_column
+from recruiter.cli.tables import id_column
 from recruiter.cli.terminal import console, errors
 from recruiter.errors import NotFailed, ResultNotKept
+from recruiter.words import counted
 
 if TYPE_CHECKING:  # imported where used: `recruiter --help` does not load the driver
     from recruiter.job import Job

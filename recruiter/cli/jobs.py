@@ -28,8 +28,9 @@ from recruiter.cli.options import (
     open_queue,
 )
 from recruiter.cli.tables import id_column
-from recruiter.cli.terminal import console, json_text, moment_text, styled
+from recruiter.cli.terminal import console, json_text, styled
 from recruiter.states import STATES
+from recruiter.words import moment_text
 
 jobs = typer.Typer(
     help="Jobs: list, show, run now (and wait), cancel, retry, recover; a batch where it stands.",

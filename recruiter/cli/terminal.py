@@ -54,24 +54,6 @@ class Terminal(Console):
         self._width, self._height = new_size
 
 
-def moment_text(moment: object) -> str:
-    """A time as every view shows it: ``2026-11-22 09:00:00 UTC`` (``-`` for none).
-
-    >>> import datetime as dt
-    >>> moment_text(dt.datetime(2026, 11, 22, 9, 0, 0, 123456, tzinfo=dt.UTC))
-    '2026-11-22 09:00:00.123 UTC'
-    >>> moment_text(None)
-    '-'
-    """
-    if not isinstance(moment, dt.datetime):
-        return "-" if moment is None else str(moment)
-    moment = moment.astimezone(dt.UTC) if moment.tzinfo is not None else moment
-    text = moment.strftime("%Y-%m-%d %H:%M:%S")
-    if moment.microsecond:
-        text += f".{moment.microsecond // 1000:03d}"
-    return f"{text} UTC"
-
-
 def json_text(value: Any) -> str:
     """``value`` as ``--json`` prints it: times in ISO 8601, anything else JSON lacks as
     text (an id, say). JSON escapes control characters itself: the text stays whole.

@@ -28,11 +28,12 @@ from recruiter.cli.options import (
     load_registry,
 )
 from recruiter.cli.processes import stop_on_signals, stopped_cleanly
-from recruiter.cli.tables import counted, id_column
+from recruiter.cli.tables import id_column
 from recruiter.cli.terminal import console
 from recruiter.duration import format_duration
 from recruiter.errors import DemoTimeout
 from recruiter.logs import Level, setup_logging
+from recruiter.words import counted
 
 if TYPE_CHECKING:  # imported where used: --help stays fast
     from recruiter.queue import Queue

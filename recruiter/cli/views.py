@@ -15,8 +15,9 @@ from rich.table import Table
 
 from recruiter.cli.options import DatabaseName, MongoUri, open_queue
 from recruiter.cli.tables import id_column
-from recruiter.cli.terminal import console, json_text, moment_text
+from recruiter.cli.terminal import console, json_text
 from recruiter.errors import SchedulerBusy, SchedulerNotFound
+from recruiter.words import moment_text
 
 if TYPE_CHECKING:  # imported where used: --help stays fast
     from recruiter.analytics import Analytics

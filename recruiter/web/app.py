@@ -20,7 +20,6 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from recruiter.cli.tables import counted
 from recruiter.errors import DatabaseUnavailable, InvalidFilter, JobNotFound, RecruiterError
 from recruiter.queue import Queue
 from recruiter.web import api, pages
@@ -36,7 +35,7 @@ from recruiter.web.context import (
     session_of,
 )
 from recruiter.web.security import CONTENT_SECURITY_POLICY, Guard, Refused
-from recruiter.web.views import when
+from recruiter.words import counted, moment_text
 
 HERE = files("recruiter.web")
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
@@ -74,7 +73,7 @@ def create_app(queue: Queue, config: WebConfig | None = None) -> FastAPI:
         redoc_url=None,
     )
     templates = Jinja2Templates(directory=str(HERE / "templates"))
-    templates.env.filters["when"] = when
+    templates.env.filters["when"] = moment_text
     templates.env.filters["bson"] = bson_text
     templates.env.filters["seconds"] = seconds
     templates.env.filters["linked_ids"] = linked_ids

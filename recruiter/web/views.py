@@ -15,25 +15,7 @@ from recruiter.listing import FAILED
 from recruiter.queue import Queue
 from recruiter.schedule import schedule_from
 from recruiter.store import SchedulerRecord, Store
-
-
-def when(value: Any) -> str:
-    """A moment as every page shows it, ``2026-11-25 10:00:00 UTC`` (ISO text too, as
-    the overview's documents carry some); ``-`` for none.
-
-    >>> when("2026-11-25T11:00:00.123+01:00")
-    '2026-11-25 10:00:00 UTC'
-    """
-    if isinstance(value, str):
-        try:
-            value = dt.datetime.fromisoformat(value)
-        except ValueError:
-            return str(value)
-    if isinstance(value, dt.datetime):
-        moment = value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
-        return moment.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    return "-" if value is None else str(value)
-
+from recruiter.words import moment_text
 
 RECENT = dt.timedelta(hours=1)
 """How far back the overview counts finished jobs."""
@@ -202,7 +184,7 @@ def attempts_in_words(job: Job, now: dt.datetime) -> str:
     # "1 of 51 attempts made": of 51 attempts, one made; "1 attempt made" alone
     said = f"{job.attempts}{of} attempt{'' if job.attempts == 1 and not of else 's'} made"
     if job.why is None and not job.locked and job.scheduled_at is not None:
-        due = "now" if job.scheduled_at <= now else when(job.scheduled_at)
+        due = "now" if job.scheduled_at <= now else moment_text(job.scheduled_at)
         said += f"; attempt {job.attempts + 1}{of} is due {due}"
     return said
 
