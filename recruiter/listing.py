@@ -9,19 +9,19 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from bson import ObjectId
 
-from recruiter.errors import InvalidFilter
+from recruiter import analytics
+from recruiter.errors import InvalidFilter, InvalidJob
 from recruiter.job import Job, state_of
 from recruiter.queue import Queue
 from recruiter.retry import FAILED as FAILED_WHYS
 from recruiter.states import STATES, UNFINISHED
-from recruiter.store import as_object_id
-from recruiter.store.analytics import ReadyCount, unfinished_state_queries
+from recruiter.store import ReadyCount, Selection
 
 FAILED = [str(why) for why in FAILED_WHYS]
 """The reasons a job failed for good."""
@@ -85,24 +85,6 @@ def summary(job: Job, now: dt.datetime) -> dict[str, Any]:
     }
 
 
-def state_queries(state: str | None, now: dt.datetime) -> list[tuple[str, dict[str, Any]]]:
-    """Where jobs in ``state`` are (``scheduled``, ``archived``), and the filter that
-    finds them there."""
-    if state is not None and state not in STATES:
-        raise InvalidFilter(f"{state!r} is not a state: one of {', '.join(STATES)}")
-    finished = {"why": {"$exists": True}}
-    by_state: dict[str, list[tuple[str, dict[str, Any]]]] = {
-        **{state: [("scheduled", q)] for state, q in unfinished_state_queries(now).items()},
-        "done": [("scheduled", {"why": "done"}), ("archived", {"why": "done"})],
-        "failed": [("scheduled", {"why": {"$in": FAILED}}), ("archived", {"why": {"$in": FAILED}})],
-        "cancelled": [("scheduled", {"why": "cancelled"}), ("archived", {"why": "cancelled"})],
-        "finished": [("scheduled", finished), ("archived", {})],
-    }
-    if state is None:
-        return [("scheduled", {}), ("archived", {})]
-    return by_state[state]
-
-
 @dataclass(frozen=True)
 class JobFilter:
     """Which jobs to list; every field optional."""
@@ -121,21 +103,25 @@ class JobFilter:
             raise InvalidFilter(f"{self.state!r} is not a state: one of {', '.join(STATES)}")
         return self
 
-    def extra(self, now: dt.datetime) -> dict[str, Any]:
-        query: dict[str, Any] = {}
-        if self.group:
-            query["group"] = self.group
-        if self.workable:
-            query["workable.class"] = self.workable
-        if self.tag:
-            query["tags"] = self.tag
+    def selection(
+        self, now: dt.datetime, before: ObjectId | None = None, *, not_retried: bool = False
+    ) -> Selection:
+        """What the store reads for this filter at ``now`` (created before ``before``)."""
+        finished_after = None
         if self.finished_since is not None:
             try:
-                since = now - self.finished_since
+                finished_after = now - self.finished_since
             except OverflowError:  # longer ago than dates go: every finished job
-                since = dt.datetime.min.replace(tzinfo=dt.UTC)
-            query["archived_at"] = {"$gte": since}
-        return query
+                finished_after = dt.datetime.min.replace(tzinfo=dt.UTC)
+        return Selection(
+            self.state,
+            self.group or None,
+            self.workable or None,
+            self.tag or None,
+            finished_after,
+            before,
+            not_retried,
+        )
 
 
 @dataclass(frozen=True)
@@ -154,19 +140,20 @@ def list_jobs(
     listing reads them: without their history, nor their last attempt's traceback,
     output and result (:meth:`Queue.job` reads a whole job)."""
     where.validate()
-    now = queue.clock.now()
-    extra = where.extra(now)
-    if before is not None:
-        extra["_id"] = {"$lt": as_object_id(before)}
-    found: dict[Any, Job] = {}
-    for collection, query in state_queries(where.state, now):
-        read = queue.store.find_jobs_by_id(collection, {**query, **extra}, limit + 1, whole=False)
-        for job in read:
-            found.setdefault(job.id, job)
-    listed = sorted(found.values(), key=lambda job: str(job.id), reverse=True)
+    after = None if before is None else _an_id(before)
+    selection = where.selection(queue.clock.now(), after)
+    listed = queue.store.find_selected(selection, queue.clock.now(), limit + 1)
     page = listed[:limit]
     more = len(listed) > limit
     return Page(page, str(page[-1].id) if more and page else None)
+
+
+def _an_id(job_id: str | ObjectId) -> ObjectId:
+    if isinstance(job_id, ObjectId):
+        return job_id
+    if not ObjectId.is_valid(job_id):
+        raise InvalidFilter(f"{job_id!r} is not a job id")
+    return ObjectId(job_id)
 
 
 def worker_rows(queue: Queue) -> list[dict[str, Any]]:
@@ -210,16 +197,11 @@ def leases(queue: Queue, now: dt.datetime) -> dict[str, dict[str, Any]]:
 
 def recent_failures(queue: Queue, now: dt.datetime) -> list[dict[str, Any]]:
     """The latest jobs that failed for good (:data:`RECENT_FAILURES` at most)."""
-    store, failed = queue.store, {"why": {"$in": FAILED}}
     latest = sorted(
-        [
-            *store.find_jobs("scheduled", failed, RECENT_FAILURES),  # not yet moved
-            *store.find_jobs("archived", failed, RECENT_FAILURES),
-        ],
+        queue.store.latest_failures(RECENT_FAILURES),
         key=lambda job: _ended_at(job, now),
         reverse=True,
-    )
-    unique = list({str(job.id): job for job in latest}.values())[:RECENT_FAILURES]
+    )[:RECENT_FAILURES]
     return [
         {
             "job": str(job.id),
@@ -228,7 +210,7 @@ def recent_failures(queue: Queue, now: dt.datetime) -> list[dict[str, Any]]:
             "why": job.why,
             "error": (job.last_execution or {}).get("message"),
         }
-        for job in unique
+        for job in latest
     ]
 
 
@@ -270,6 +252,41 @@ def waiting_for_a_workable(
     ]
 
 
+def recently_finished(
+    queue: Queue, within: dt.timedelta, most: int | None = None
+) -> Sequence[Mapping[str, Any]]:
+    """The last executions of the jobs that finished ``within`` the last while (a
+    bounded sample, of ``most`` at most): what throughput, latency and run time are
+    computed from."""
+    since = queue.clock.now() - within
+    if most is None:
+        return queue.store.recently_finished(since)
+    return queue.store.recently_finished(since, limit=most)
+
+
+def last_minute(queue: Queue) -> dict[str, Any]:
+    """What the queue did in the last minute, and its orphans now (the figures of
+    :class:`recruiter.analytics.Analytics` that are not counts of waiting jobs)."""
+    return analytics.last_minute(queue.store, queue.clock.now())
+
+
+def finished_by_group(queue: Queue, within: dt.timedelta) -> dict[tuple[Any, Any], int]:
+    """How many jobs finished ``within`` the last while, by group and why."""
+    return queue.store.finished_by_group(queue.clock.now() - within)
+
+
+def slots_for(queue: Queue, workable: str) -> tuple[int, int]:
+    """How many worker slots are on the roster, and how many of them may run
+    ``workable`` (why a due job waits, on its page)."""
+    return queue.store.slots_for(workable)
+
+
+def leader(queue: Queue, process: str = "recruiter") -> str | None:
+    """Who leads ``process`` now (``recruiter`` or ``cleaner``), if anyone."""
+    holder: str | None = leases(queue, queue.clock.now())[process]["holder"]
+    return holder
+
+
 def status_document(queue: Queue) -> dict[str, Any]:
     """Everything ``recruiter status`` shows, as plain data."""
     now = queue.clock.now()
@@ -295,3 +312,78 @@ def status_document(queue: Queue) -> dict[str, Any]:
         "waiting_for_a_workable": counted.waiting_for_a_workable,
         "recent_failures": recent_failures(queue, now),
     }
+
+
+# --- what a bulk action takes ----------------------------------------------------------
+
+BULK_ACTIONS = ("run", "cancel", "retry")
+BULK_LIMIT = 10_000
+"""The most jobs one bulk action takes, unless told (the command line takes more)."""
+ACTION_STATES = {
+    "retry": ("failed",),
+    "run": ("ready", "postponed"),
+    "cancel": ("ready", "postponed", "blocked", "handed out", "running"),
+}
+"""The states of the jobs each bulk action applies to."""
+
+
+def bulk_actions_for(state: str | None) -> list[str]:
+    """The bulk actions that may apply to jobs in ``state`` (any state: all)."""
+    return [a for a in BULK_ACTIONS if state is None or state in ACTION_STATES[a]]
+
+
+def selected(
+    queue: Queue,
+    where: JobFilter,
+    action: str,
+    upto: str | None = None,
+    most: int = BULK_LIMIT,
+) -> list[str]:
+    """The ids of the jobs ``where`` selects that ``action`` applies to, at most
+    ``most`` (:data:`BULK_LIMIT`), newest first; with ``upto``, none created after that job (those
+    a confirmation page counted, not those scheduled since)."""
+    if action not in BULK_ACTIONS:
+        raise InvalidJob(f"{action!r} is not a bulk action: one of {', '.join(BULK_ACTIONS)}")
+    if where.state is None:  # read only the states the action applies to, not the archive
+        found: set[str] = set()
+        for state in ACTION_STATES[action]:
+            try:
+                narrowed = replace(where, state=state).validate()
+            except InvalidFilter:
+                continue  # finished within a time, but the action takes unfinished jobs
+            found.update(_selected(queue, narrowed, action, upto, most))
+        return sorted(found, reverse=True)[:most]
+    return _selected(queue, where, action, upto, most)
+
+
+def _selected(
+    queue: Queue, where: JobFilter, action: str, upto: str | None, most: int
+) -> list[str]:
+    ids: list[str] = []
+    before: str | ObjectId | None = None if upto is None else _just_after(upto)
+    while len(ids) < most:
+        page = list_jobs(queue, where, PAGE * 10, before)
+        now = queue.clock.now()
+        for job in page.jobs:
+            state = state_of(job, now)
+            if (
+                (action == "retry" and state in FAILED and job.recovered_as is None)
+                or (action == "run" and state in ("ready", "postponed"))
+                or (action == "cancel" and job.why is None)
+            ):
+                ids.append(str(job.id))
+        if page.next_before is None:
+            break
+        before = page.next_before
+    return ids[:most]
+
+
+def newest(ids: list[str]) -> str | None:
+    """The newest of these job ids (``upto`` for :func:`selected`)."""
+    return max((i for i in ids if ObjectId.is_valid(i)), default=None)
+
+
+def _just_after(job_id: str) -> ObjectId:
+    if not ObjectId.is_valid(job_id):
+        raise InvalidFilter(f"{job_id!r} is not a job id")
+    return ObjectId(f"{int(job_id, 16) + 1:024x}")

@@ -80,6 +80,17 @@ def cancel(store: Store, job_id: Any, now: dt.datetime) -> Cancellation:
     raise RecruiterError(f"job {job_id} kept changing state while being cancelled: try again")
 
 
+def cancel_if_waiting(store: Store, job_id: Any, now: dt.datetime) -> bool:
+    """Cancel one job only if it still waits for a worker (not handed out, not finished),
+    and what waits for it; whether it did (``JobNotFound`` if there is no such job)."""
+    (job_id,) = _waiting_ids(store, [job_id])
+    if not store.cancel_if_waiting(job_id, now):
+        return False
+    logger.info("job %s cancelled", job_id)
+    _follow_up(store, job_id, now)
+    return True
+
+
 def cancel_in(store: Store, job_id: Any, now: dt.datetime, session: Any) -> Cancellation:
     """:func:`cancel`, in the application's transaction ``session``: the jobs that wait
     for a cancelled one are cancelled in it too."""

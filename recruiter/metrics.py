@@ -22,7 +22,6 @@ the next one sees again).
 
 from __future__ import annotations
 
-import datetime as dt
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -30,48 +29,53 @@ from typing import Any
 from prometheus_client.core import GaugeHistogramMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from recruiter import listing
 from recruiter.analytics import WINDOW, spans
-from recruiter.clock import Clock
 from recruiter.job import ANY_GROUP
+from recruiter.queue import Queue
 from recruiter.retry import FAILED
-from recruiter.store import Store, WorkerRecord
+from recruiter.states import UNFINISHED
 
 LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 60.0, 300.0)
 
 
 class QueueCollector(Collector):
-    """Collects the queue's metrics from ``store`` at each scrape."""
+    """Collects the queue's metrics at each scrape, as the operator's views read them
+    (:mod:`recruiter.listing`)."""
 
-    def __init__(self, store: Store, clock: Clock) -> None:
-        self.store = store
-        self.clock = clock
+    def __init__(self, queue: Queue) -> None:
+        self.queue = queue
 
     def collect(self) -> Iterator[Metric]:
-        now = self.clock.now()
+        now = self.queue.clock.now()
         recent: dict[Any, list[Mapping[str, Any]]] = defaultdict(list)
-        for document in self.store.recently_finished(now - WINDOW):
+        for document in listing.recently_finished(self.queue, WINDOW):
             recent[str(document.get("group"))].append(document)
-        workers = self.store.workers()  # read once: the known groups, and the slots
-        jobs, groups = self._jobs(now, recent, workers)
+        workers = listing.worker_rows(self.queue)  # read once: known groups, and the slots
+        states = tuple(state for state in UNFINISHED if state != "blocked")
+        counted = listing.unfinished_counts(self.queue, now, states)
+        jobs, groups = self._jobs(counted.by_state, recent, workers)
         yield jobs
         yield self._finished(recent, groups)
         yield self._latency(recent)
         yield self._execution(recent)
         yield self._workers(workers)
-        yield from self._waiting(now)
-        yield self._leaders(now)
+        yield from self._waiting(counted.waiting_for_a_workable)
+        yield self._leaders()
 
     def _jobs(
-        self, now: dt.datetime, recent: Mapping[str, Any], workers: list[WorkerRecord]
+        self,
+        counts: Mapping[str, Mapping[str, int]],
+        recent: Mapping[str, Any],
+        workers: list[dict[str, Any]],
     ) -> tuple[Metric, list[str]]:
         family = GaugeMetricFamily(
             "recruiter_jobs", "Jobs by group and state.", labels=["group", "state"]
         )
-        counts = self.store.count_unfinished_by_group(now)
         # every known group has every state, at 0 too: a series that vanishes when it
         # reaches 0 would read as "no data" rather than "empty"
-        known = {s.settings.group for s in self.store.group_records()}
-        known |= {w.work_on for w in workers if w.work_on != ANY_GROUP}
+        known = {settings.group for settings in self.queue.group_settings()}
+        known |= {w["group"] for w in workers if w["group"] != ANY_GROUP}
         groups = sorted({*known, *recent, *(g for c in counts.values() for g in c)})
         for group in groups:
             for state, by_group in counts.items():
@@ -119,16 +123,16 @@ class QueueCollector(Collector):
                 family.add_metric([group], sum(durations) / len(durations))
         return family
 
-    def _workers(self, workers: list[WorkerRecord]) -> Metric:
+    def _workers(self, workers: list[dict[str, Any]]) -> Metric:
         family = GaugeMetricFamily(
             "recruiter_workers", "Worker slots on the roster.", labels=["state"]
         )
-        busy = sum(1 for worker in workers if worker.assignment is not None)
+        busy = sum(1 for worker in workers if worker["busy"])
         family.add_metric(["busy"], busy)
         family.add_metric(["idle"], len(workers) - busy)
         return family
 
-    def _waiting(self, now: dt.datetime) -> Iterator[Metric]:
+    def _waiting(self, waiting: list[dict[str, Any]]) -> Iterator[Metric]:
         jobs = GaugeMetricFamily(
             "recruiter_waiting_jobs",
             "Ready jobs of a workable that no worker on the roster can run.",
@@ -139,20 +143,19 @@ class QueueCollector(Collector):
             "How long the oldest ready job of a workable no worker can run has waited.",
             labels=["workable"],
         )
-        for entry in self.store.waiting_for_workables(now):
-            jobs.add_metric([entry.workable], entry.jobs)
-            seconds.add_metric([entry.workable], max(0.0, (now - entry.since).total_seconds()))
+        for entry in waiting:
+            jobs.add_metric([entry["workable"]], entry["jobs"])
+            seconds.add_metric([entry["workable"]], entry["waited_s"])
         yield jobs
         yield seconds
 
-    def _leaders(self, now: dt.datetime) -> Metric:
+    def _leaders(self) -> Metric:
         family = GaugeMetricFamily(
             "recruiter_leader",
             "1 for the process that holds each lease.",
             labels=["process", "holder"],
         )
-        for process in ("recruiter", "cleaner"):
-            lease = self.store.find_lease(process)
-            if lease is not None and lease.expires_at > now:
-                family.add_metric([process, lease.holder], 1)
+        for process, lease in listing.leases(self.queue, self.queue.clock.now()).items():
+            if lease["holder"] is not None:
+                family.add_metric([process, lease["holder"]], 1)
         return family

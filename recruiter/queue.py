@@ -43,6 +43,7 @@ from recruiter.manual import (
     Cancellation,
     ManualRun,
     cancel,
+    cancel_if_waiting,
     cancel_in,
     recover,
     run_here,
@@ -121,6 +122,16 @@ class Queue:
                 "session= must be a session of this queue's own client (the MongoClient "
                 "the queue was made with): a transaction cannot span two clients"
             )
+
+    @property
+    def database_name(self) -> str:
+        """The name of the database this queue's jobs are in."""
+        return self.store.database.name
+
+    def finished(self, job_ids: Iterable[ObjectId | str]) -> list[Job]:
+        """Those of ``job_ids`` that are finished, as they are now (without waiting:
+        :meth:`wait` waits)."""
+        return self.store.finished_jobs([as_object_id(job_id) for job_id in job_ids])
 
     def close(self) -> None:
         """Close the connection of a queue made by :meth:`connect`."""
@@ -490,6 +501,13 @@ class Queue:
             self._check_session(session)
             return cancel_in(self.store, job_id, self.clock.now(), session)
         return cancel(self.store, job_id, self.clock.now())
+
+    def cancel_if_waiting(self, job_id: ObjectId | str) -> bool:
+        """Cancel a job only if it still waits for a worker (ready, postponed or blocked,
+        not handed out nor finished), and the jobs that wait for it; whether it did.
+        For a bulk cancel of the jobs waiting as chosen: one that started meanwhile is
+        left to run."""
+        return cancel_if_waiting(self.store, job_id, self.clock.now())
 
     def recover(
         self, job_id: ObjectId | str, at: dt.datetime | None = None, *, once: bool = False

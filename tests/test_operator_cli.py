@@ -276,7 +276,7 @@ def test_metrics_are_scraped_over_http(
     cli.store.register_worker("*", 1, "box", clock.now())
     cli.store.acquire_or_renew("recruiter", "box:7", clock.now(), dt.timedelta(seconds=15))
     registry = CollectorRegistry()
-    registry.register(QueueCollector(cli.store, clock))
+    registry.register(QueueCollector(cli))
     port = free_port()
     server, thread = start_http_server(port, "127.0.0.1", registry=registry)
     try:
@@ -356,7 +356,7 @@ def test_status_and_metrics_show_jobs_waiting_for_a_workable_no_worker_knows(
     assert "2m" in shown
     collected = {
         (metric.name, sample.labels.get("workable"), sample.value)
-        for metric in QueueCollector(cli.store, clock).collect()
+        for metric in QueueCollector(cli).collect()
         for sample in metric.samples
         if metric.name.startswith("recruiter_waiting")
     }
@@ -432,3 +432,16 @@ def test_an_attempt_whose_code_did_not_run_says_so(
     app = create_app(cli, WebConfig())
     page = TestClient(app, base_url="http://127.0.0.1").get(f"/jobs/{job_id}")
     assert "(its code did not run)" in page.text
+
+
+def test_jobs_cancelled_in_bulk_from_the_cli_tell_what_waits_for_them_at_once(
+    cli: Queue, app_registry: Registry
+) -> None:
+    """Issue 28: ``recruiter jobs cancel --group G --state ready`` cancelled each job
+    with the store's verb alone, so what waited for them was told only by the cleaner's
+    sweep, a round later. It goes through the queue now, which tells them at once."""
+    first = cli.schedule(JobSpec("tests.noop").in_group("mail"))
+    then = cli.schedule(JobSpec("tests.noop").in_group("later").after(first))
+    invoke("jobs", "cancel", "--group", "mail", "--state", "ready", "--yes")
+    assert cli.job(first).why == "cancelled"
+    assert cli.job(then).why == "cancelled", "told at once, not at the cleaner's next sweep"

@@ -383,7 +383,7 @@ def test_jobs_handed_out_but_not_started_are_counted_and_cancelled(
 
     from recruiter import listing
     from recruiter.listing import JobFilter
-    from recruiter.web import actions, views
+    from recruiter.web import views
 
     held = queue.schedule(JobSpec("tests.noop").in_group("onlyhanded"))
     queue.store.lock_jobs([held], ObjectId(), queue.clock.now())
@@ -391,6 +391,6 @@ def test_jobs_handed_out_but_not_started_are_counted_and_cancelled(
     assert (group["group"], group["handed_out"], group["running"]) == ("onlyhanded", 1, 0)
     (status,) = listing.status_document(queue)["groups"]
     assert (status["group"], status["handed_out"]) == ("onlyhanded", 1)
-    assert actions.selected(queue, JobFilter(group="onlyhanded"), "cancel") == [str(held)]
+    assert listing.selected(queue, JobFilter(group="onlyhanded"), "cancel") == [str(held)]
     page = client(queue).get("/")
     assert "handed out" in page.text

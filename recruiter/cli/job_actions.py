@@ -105,7 +105,7 @@ def cancel_jobs(
     database: DatabaseName = None,
 ) -> None:
     """Cancel jobs: a waiting one at once, a running one stopped by its worker."""
-    from recruiter.listing import state_queries
+    from recruiter import listing
 
     if not job_ids and group is None:
         raise typer.BadParameter("give job ids, or --group G to cancel many")
@@ -118,11 +118,8 @@ def cancel_jobs(
     try:
         ids: list[Any] = list(job_ids or [])
         if group is not None:
-            now = queue.clock.now()
-            for collection, query in state_queries(state, now) if state else [("scheduled", {})]:
-                unfinished = {**query, "group": group, "why": {"$exists": False}}
-                ids += [job.id for job in queue.store.find_jobs(collection, unfinished, BULK_LIMIT)]
-            ids = list(dict.fromkeys(ids))
+            where = listing.JobFilter(state=state, group=group)
+            ids = listing.selected(queue, where, "cancel", most=BULK_LIMIT)
         if not ids:
             console.print("no job matches")
             return
@@ -144,7 +141,7 @@ def _cancel_each(queue: Queue, ids: list[Any], state: str | None) -> dict[str, i
         task = progress.add_task("cancelling", total=len(ids))
         for job_id in ids:
             if state in ("ready", "postponed"):  # only if still waiting, as chosen
-                waiting = queue.store.cancel_if_waiting(job_id, queue.clock.now())
+                waiting = queue.cancel_if_waiting(job_id)
                 outcome = "cancelled" if waiting else "no longer waiting"
             else:
                 outcome = str(queue.cancel(job_id))
@@ -164,7 +161,7 @@ def _say_who_is_missing(queue: Queue) -> None:
     missing = []
     if listing.leases(queue, now)["recruiter"]["holder"] is None:
         missing.append("no recruiter leads (recruiter run)")
-    if not queue.store.workers():
+    if not listing.worker_rows(queue):
         missing.append("no worker is on the roster (recruiter worker)")
     if missing:
         errors.print(
@@ -250,24 +247,16 @@ def _failed_jobs(
 ) -> list[Any]:
     """The jobs to retry: those given, each checked to have failed before any is
     retried, or those that failed since, not retried yet."""
-    from recruiter.listing import FAILED
-    from recruiter.store import as_object_id
+    from recruiter import listing
 
-    ids = [as_object_id(job_id) for job_id in job_ids]
+    ids: list[Any] = list(job_ids)
     for job_id in ids:
         job = queue.job(job_id)
-        if job.why not in FAILED:
+        if job.why not in listing.FAILED:
             raise NotFailed(job_id, job.why)
     if failed_since is not None:
-        query: dict[str, Any] = {
-            "why": {"$in": FAILED},
-            "archived_at": {"$gte": queue.clock.now() - failed_since},
-            "recovered_as": {"$exists": False},
-        }
-        if group is not None:
-            query["group"] = group
-        for collection in ("scheduled", "archived"):
-            ids += [job.id for job in queue.store.find_jobs(collection, query, BULK_LIMIT)]
+        where = listing.JobFilter(state="failed", group=group, finished_since=failed_since)
+        ids += listing.selected(queue, where, "retry", most=BULK_LIMIT)
     return list(dict.fromkeys(ids))
 
 

@@ -68,7 +68,7 @@ def list_jobs(
     try:
         now = queue.clock.now()
         listed = listing.list_jobs(queue, where, limit).jobs
-        database_name = queue.store.database.name
+        database_name = queue.database_name
     finally:
         queue.close()
     if as_json:

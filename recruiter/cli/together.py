@@ -168,7 +168,7 @@ def demo(
     supervisor = Supervisor(children, environment={"MONGODB_URI": uri}, logs=logs)
     supervisor.start()
     try:
-        _wait_until_archived(queue, ids, timeout, logs)
+        _wait_until_finished(queue, ids, timeout, logs)
     finally:
         supervisor.stop()
     _show(queue, ids)
@@ -184,7 +184,7 @@ def demo(
         )
 
 
-def _wait_until_archived(queue: Queue, ids: list[Any], timeout: dt.timedelta, logs: Path) -> None:
+def _wait_until_finished(queue: Queue, ids: list[Any], timeout: dt.timedelta, logs: Path) -> None:
     from rich.progress import Progress
 
     from recruiter.clock import SystemClock
@@ -194,7 +194,7 @@ def _wait_until_archived(queue: Queue, ids: list[Any], timeout: dt.timedelta, lo
     with Progress(console=console, transient=True, disable=not console.is_terminal) as progress:
         task = progress.add_task("running", total=len(ids))
         while True:
-            done = queue.store.count_jobs("archived", {"_id": {"$in": ids}})
+            done = len(queue.finished(ids))
             progress.update(task, completed=done)
             if done == len(ids):
                 return
@@ -224,6 +224,7 @@ def _show(queue: Queue, ids: list[Any]) -> None:
     pids = {(queue.job(i).last_execution or {}).get("pid") for i in ids} - {None}
     processes = counted(len(pids), "worker process", "worker processes")
     console.print(
-        f"run by {processes}; each job, with every attempt in its history, "
-        f"is in the collection 'archived' of database {queue.store.database.name!r}"
+        f"run by {processes}; each job, with every attempt in its history, stays in "
+        f"database {queue.database_name!r} (the cleaner moves finished jobs to the "
+        "collection 'archived')"
     )

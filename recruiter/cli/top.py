@@ -67,17 +67,19 @@ def top(
 
 def frame(queue: Queue) -> Group:
     """One frame of ``recruiter top``."""
+    from recruiter import listing
     from recruiter.analytics import WINDOW
     from recruiter.retry import FAILED
+    from recruiter.states import UNFINISHED
 
-    store, now = queue.store, queue.clock.now()
-    counts = store.count_unfinished_by_group(now)
-    ready, later, running = counts["ready"], counts["postponed"], counts["running"]
-    handed_out = counts["handed out"]
+    now = queue.clock.now()
+    counts = listing.unfinished_counts(queue, now, tuple(s for s in UNFINISHED if s != "blocked"))
+    ready, later = counts.by_state["ready"], counts.by_state["postponed"]
+    handed_out, running = counts.by_state["handed out"], counts.by_state["running"]
     finished: dict[Any, list[Mapping[str, Any]]] = defaultdict(list)
-    for document in store.recently_finished(now - WINDOW):
-        finished[document.get("group")].append(document)
-    groups = sorted({*ready, *later, *handed_out, *running, *finished}, key=str)
+    for document in listing.recently_finished(queue, WINDOW):
+        finished[str(document.get("group"))].append(document)
+    groups = sorted({*ready, *later, *handed_out, *running, *finished}, key=listing.group_order)
     table = Table(
         "group",
         "ready",
@@ -103,10 +105,9 @@ def frame(queue: Queue) -> Group:
             _average(recent, "scheduled_at", "started_at"),
             _average(recent, "started_at", "ended_at"),
         )
-    workers = store.workers()
-    busy = sum(1 for worker in workers if worker.assignment is not None)
-    lease = store.find_lease("recruiter")
-    leader = lease.holder if lease is not None and lease.expires_at > now else "nobody"
+    workers = listing.worker_rows(queue)
+    busy = sum(1 for worker in workers if worker["busy"])
+    leader = listing.leader(queue) or "nobody"
     summary = (
         f"workers: {len(workers)} ({busy} busy, {len(workers) - busy} idle)   leader: {leader}"
     )
@@ -144,7 +145,7 @@ def metrics(
     setup_logging("metrics", log_level, json_logs)
     queue = open_queue(mongodb_uri, database)
     registry = CollectorRegistry()
-    registry.register(QueueCollector(queue.store, queue.clock))
+    registry.register(QueueCollector(queue))
     try:
         server, thread = start_http_server(port, host, registry=registry)
     except OSError as error:

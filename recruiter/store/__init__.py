@@ -29,7 +29,7 @@ from pymongo.database import Database
 from recruiter.clock import DatabaseClock, SystemClock
 from recruiter.errors import ChangeStreamsUnavailable
 from recruiter.job import as_object_id
-from recruiter.store.analytics import AnalyticsVerbs
+from recruiter.store.analytics import AnalyticsVerbs, ReadyCount
 from recruiter.store.base import Document
 from recruiter.store.dedup import DedupVerbs
 from recruiter.store.failures import translate_methods
@@ -39,6 +39,7 @@ from recruiter.store.leases import LeaseVerbs
 from recruiter.store.roster import Assignment, RanReport, RosterVerbs, WorkerRecord
 from recruiter.store.schedulers import SchedulerRecord, SchedulerVerbs
 from recruiter.store.schema import check_schema, ensure_indexes, ensure_schema
+from recruiter.store.selection import Selection, SelectionVerbs
 from recruiter.store.server import ServerVerbs
 from recruiter.store.waiting import WaitingVerbs
 from recruiter.store.watch import ChangeFeed, RosterChange, WatchVerbs, WorkChange
@@ -53,8 +54,10 @@ __all__ = [
     "GroupRecord",
     "LockRecord",
     "RanReport",
+    "ReadyCount",
     "RosterChange",
     "SchedulerRecord",
+    "Selection",
     "Store",
     "Waiting",
     "WorkChange",
@@ -81,6 +84,7 @@ def fate_write_concern(database: Database[Any]) -> WriteConcern:
 @translate_methods
 class Store(
     JobVerbs,
+    SelectionVerbs,
     RosterVerbs,
     LeaseVerbs,
     SchedulerVerbs,

@@ -14,7 +14,6 @@ from typing import Any
 
 from pymongo.collection import Collection
 
-from recruiter.job import Job
 from recruiter.store.base import Document
 from recruiter.store.jobs import ready_query
 
@@ -177,16 +176,6 @@ class AnalyticsVerbs:
             counts[value] = counts.get(value, 0) + document["count"]
         return counts
 
-    def find_jobs(
-        self, collection: str, query: Mapping[str, Any], limit: int, newest_first: bool = True
-    ) -> list[Job]:
-        """Jobs of ``collection`` matching ``query``, newest first (the archive's by when
-        they finished, on its indexes), at most ``limit``."""
-        source = self.scheduled if collection == "scheduled" else self.archived
-        order = "_id" if collection == "scheduled" else "archived_at"
-        cursor = source.find(dict(query)).sort(order, -1 if newest_first else 1).limit(limit)
-        return [Job.from_document(document) for document in cursor]
-
     def finished_by_group(self, since: dt.datetime) -> dict[tuple[Any, Any], int]:
         """How many jobs of the archive finished since ``since``, by group and why (on the
         archive's ``archived_at`` index)."""
@@ -200,19 +189,3 @@ class AnalyticsVerbs:
             both = (_hashable(key.get("group")), _hashable(key.get("why")))
             counts[both] = counts.get(both, 0) + document["count"]
         return counts
-
-    def find_jobs_by_id(
-        self, collection: str, query: Mapping[str, Any], limit: int, *, whole: bool = True
-    ) -> list[Job]:
-        """Jobs of ``collection`` matching ``query``, newest created first (on the ``_id``
-        index, so that a page after an id is one range of it), at most ``limit``; not
-        ``whole``: without what a listing does not show (:data:`NOT_LISTED`)."""
-        source = self.scheduled if collection == "scheduled" else self.archived
-        fields = None if whole else NOT_LISTED
-        cursor = source.find(dict(query), fields).sort("_id", -1).limit(limit)
-        if set(query) <= {"_id"}:
-            # the plan MongoDB chooses anyway (the only index that gives this order),
-            # named: the embedded server then walks its _id index instead of sorting
-            # every document in Python (docs/development.md)
-            cursor = cursor.hint([("_id", 1)])
-        return [Job.from_document(document) for document in cursor]

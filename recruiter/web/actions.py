@@ -4,28 +4,14 @@ the same the command line calls, and a sentence saying what it did."""
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 
-from bson import ObjectId
-
-from recruiter import listing
-from recruiter.errors import AlreadyRetried, InvalidFilter, InvalidJob, RecruiterError
+from recruiter.errors import AlreadyRetried, InvalidJob, RecruiterError
 from recruiter.groups import GroupSettings
-from recruiter.job import state_of
-from recruiter.listing import FAILED, JobFilter
+from recruiter.listing import FAILED
 from recruiter.queue import Queue
 from recruiter.web.audit import Actor, acting
 
 JOB_ACTIONS = ("run", "cancel", "retry", "recover")
-BULK_ACTIONS = ("run", "cancel", "retry")
-BULK_LIMIT = 10_000
-"""The most jobs one bulk action takes."""
-ACTION_STATES = {
-    "retry": ("failed",),
-    "run": ("ready", "postponed"),
-    "cancel": ("ready", "postponed", "blocked", "handed out", "running"),
-}
-"""The states of the jobs each bulk action applies to."""
 
 
 def act_on_job(queue: Queue, action: str, job_id: str) -> str:
@@ -47,60 +33,6 @@ def act_on_job(queue: Queue, action: str, job_id: str) -> str:
     if action == "recover":
         return f"job {job_id} recovered as job {queue.recover(job_id)}"
     raise InvalidJob(f"{action!r} is not an action: one of {', '.join(JOB_ACTIONS)}")
-
-
-def bulk_actions_for(state: str | None) -> list[str]:
-    """The bulk actions that may apply to jobs in ``state`` (any state: all)."""
-    return [a for a in BULK_ACTIONS if state is None or state in ACTION_STATES[a]]
-
-
-def selected(queue: Queue, where: JobFilter, action: str, upto: str | None = None) -> list[str]:
-    """The ids of the jobs ``where`` selects that ``action`` applies to, at most
-    :data:`BULK_LIMIT`, newest first; with ``upto``, none created after that job (those
-    a confirmation page counted, not those scheduled since)."""
-    if action not in BULK_ACTIONS:
-        raise InvalidJob(f"{action!r} is not a bulk action: one of {', '.join(BULK_ACTIONS)}")
-    if where.state is None:  # read only the states the action applies to, not the archive
-        found: set[str] = set()
-        for state in ACTION_STATES[action]:
-            try:
-                narrowed = replace(where, state=state).validate()
-            except InvalidFilter:
-                continue  # finished within a time, but the action takes unfinished jobs
-            found.update(_selected(queue, narrowed, action, upto))
-        return sorted(found, reverse=True)[:BULK_LIMIT]
-    return _selected(queue, where, action, upto)
-
-
-def _selected(queue: Queue, where: JobFilter, action: str, upto: str | None) -> list[str]:
-    ids: list[str] = []
-    before: str | ObjectId | None = None if upto is None else _just_after(upto)
-    while len(ids) < BULK_LIMIT:
-        page = listing.list_jobs(queue, where, listing.PAGE * 10, before)
-        now = queue.clock.now()
-        for job in page.jobs:
-            state = state_of(job, now)
-            if (
-                (action == "retry" and state in FAILED and job.recovered_as is None)
-                or (action == "run" and state in ("ready", "postponed"))
-                or (action == "cancel" and job.why is None)
-            ):
-                ids.append(str(job.id))
-        if page.next_before is None:
-            break
-        before = page.next_before
-    return ids[:BULK_LIMIT]
-
-
-def newest(ids: list[str]) -> str | None:
-    """The newest of these job ids (``upto`` for :func:`selected`)."""
-    return max((i for i in ids if ObjectId.is_valid(i)), default=None)
-
-
-def _just_after(job_id: str) -> ObjectId:
-    if not ObjectId.is_valid(job_id):
-        raise InvalidFilter(f"{job_id!r} is not a job id")
-    return ObjectId(f"{int(job_id, 16) + 1:024x}")
 
 
 def act_on_jobs(queue: Queue, action: str, ids: list[str], actor: Actor) -> str:

@@ -40,7 +40,7 @@ class BulkAction(JobQuery):
 
     model_config = ConfigDict(extra="forbid")  # a misspelt field is an error, not ignored
 
-    action: str = Field(description=", ".join(actions.BULK_ACTIONS))
+    action: str = Field(description=", ".join(listing.BULK_ACTIONS))
 
 
 class JobPage(JobQuery):
@@ -109,7 +109,7 @@ def api_bulk(request: Request, body: BulkAction, authorization: Authorization = 
     """Run now, cancel or retry every job a filter selects."""
     actor = check_api_action(request, authorization)
     queue = queue_of(request)
-    ids = actions.selected(queue, body.to_filter(), body.action)
+    ids = listing.selected(queue, body.to_filter(), body.action)
     target = {"selected": len(ids), "filter": body.filter_fields()}
     with acting(actor, f"bulk {body.action}", target) as act:
         act.said = actions.act_on_jobs(queue, body.action, ids, actor)

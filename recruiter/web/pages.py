@@ -81,7 +81,7 @@ def jobs_page(
     return render(
         request,
         "jobs.html",
-        bulk_actions=actions.bulk_actions_for(where.state),
+        bulk_actions=listing.bulk_actions_for(where.state),
         rows=[listing.summary(job, now) for job in found.jobs],
         where=where,
         finished_within=query.finished_within or "",
@@ -169,20 +169,20 @@ def bulk_action(request: Request, form: Annotated[BulkForm, Form()]) -> HTMLResp
     the page asks again with the new count."""
     actor = check_form_action(request, form.csrf)
     queue, where = queue_of(request), form.to_filter()
-    ids = actions.selected(queue, where, form.action, form.upto or None)
+    ids = listing.selected(queue, where, form.action, form.upto or None)
     if form.confirmed != "yes" or form.count != str(len(ids)):
         return render(
             request,
             "confirm.html",
             action=form.action,
             count=len(ids),
-            upto=actions.newest(ids) or "",
+            upto=listing.newest(ids) or "",
             changed=form.confirmed == "yes",
             where=where,
             finished_within=form.finished_within or "",
             criteria=views.filter_in_words(form.filter_fields()),
-            applies_to=views.one_of(actions.ACTION_STATES[form.action]),
-            most=f"{actions.BULK_LIMIT:,}",
+            applies_to=views.one_of(listing.ACTION_STATES[form.action]),
+            most=f"{listing.BULK_LIMIT:,}",
         )
     target = {"selected": len(ids), "filter": form.filter_fields()}
     with acting(actor, f"bulk {form.action}", target) as act:

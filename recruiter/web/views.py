@@ -8,13 +8,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from recruiter import listing
-from recruiter.analytics import average, last_minute, spans
+from recruiter.analytics import average, spans
 from recruiter.errors import InvalidSchedule, ResultNotKept
 from recruiter.job import Job, state_of
 from recruiter.listing import FAILED
 from recruiter.queue import Queue
 from recruiter.schedule import schedule_from
-from recruiter.store import SchedulerRecord, Store
+from recruiter.store import SchedulerRecord
 from recruiter.words import moment_text
 
 RECENT = dt.timedelta(hours=1)
@@ -27,12 +27,12 @@ def overview(queue: Queue) -> dict[str, Any]:
     """Jobs per group and state, the last hour's outcomes, the leaders, the workers:
     one aggregation per state of ``scheduled`` (the ready jobs' also tells those no
     worker can run), one of the last hour of ``archived``."""
-    store, now = queue.store, queue.clock.now()
+    now = queue.clock.now()
     counted = listing.unfinished_counts(queue, now, ("ready", "postponed", "handed out", "running"))
     counts = counted.by_state
     done: dict[Any, int] = {}
     failed: dict[Any, int] = {}
-    finished = store.finished_by_group(now - RECENT)
+    finished = listing.finished_by_group(queue, RECENT)
     for (group, why), count in finished.items():
         if why == "done":
             done[group] = done.get(group, 0) + count
@@ -44,7 +44,7 @@ def overview(queue: Queue) -> dict[str, Any]:
         | {*done, *failed, *limits},
         key=listing.group_order,
     )
-    minute = last_minute(store, now)
+    minute = listing.last_minute(queue)
     workers = listing.worker_rows(queue)
     return {
         "at": now.isoformat(),
@@ -69,7 +69,7 @@ def overview(queue: Queue) -> dict[str, Any]:
             "execution_time_average_s": minute["execution_time_average"],
             "orphans": minute["orphans"],
         },
-        "last_hour": last_hour(store, now, sum(finished.values()), sum(failed.values())),
+        "last_hour": last_hour(queue, sum(finished.values()), sum(failed.values())),
         "leases": listing.leases(queue, now),
         "workers": {
             "busy": sum(1 for w in workers if w["busy"]),
@@ -80,10 +80,10 @@ def overview(queue: Queue) -> dict[str, Any]:
     }
 
 
-def last_hour(store: Store, now: dt.datetime, finished: int, failed: int) -> dict[str, Any]:
+def last_hour(queue: Queue, finished: int, failed: int) -> dict[str, Any]:
     """The last hour's throughput (every job finished), and its latency and run time
     averaged over its latest :data:`HOUR_SAMPLE` jobs at most."""
-    sample = store.recently_finished(now - RECENT, limit=HOUR_SAMPLE)
+    sample = listing.recently_finished(queue, RECENT, HOUR_SAMPLE)
     return {
         "finished": finished,
         "failed": failed,
@@ -194,7 +194,7 @@ def why_not_run(queue: Queue, job: Job, state: str) -> str:
     runs its workable (``""`` when some may run it)."""
     if state != "ready":
         return ""
-    slots, may = queue.store.slots_for(job.workable)
+    slots, may = listing.slots_for(queue, job.workable)
     if slots == 0:
         return "; no worker is on the roster: it runs when one is"
     if may == 0:
