@@ -32,8 +32,7 @@ from recruiter.dependencies import sweep
 from recruiter.errors import DatabaseError
 from recruiter.loop import Backoff, Pause
 from recruiter.recovery import Released, release_unheld, take_back_from_dead
-from recruiter.store import Store, WorkerRecord
-from recruiter.store.jobs import ARCHIVE_BATCH, PURGE_BATCH
+from recruiter.store import ARCHIVE_BATCH, PURGE_BATCH, Store, WorkerRecord
 from recruiter.tracing import process_span
 
 logger = logging.getLogger(__name__)

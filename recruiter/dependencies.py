@@ -43,9 +43,8 @@ from bson import ObjectId
 
 from recruiter.errors import DatabaseError, DocumentTooLarge, InvalidJob
 from recruiter.job import After, JobSpec, as_object_id
-from recruiter.store import Store
-from recruiter.store.base import Document
-from recruiter.store.waiting import SUCCEEDED
+from recruiter.states import SUCCEEDED
+from recruiter.store import Document, Store
 
 logger = logging.getLogger(__name__)
 

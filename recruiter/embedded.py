@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from recruiter.errors import EmbeddedServerError
-from recruiter.store.server import answers
+from recruiter.store import answers
 
 HOME_VARIABLE = "RECRUITER_HOME"
 """The environment variable naming the directory of the embedded database, when set."""

@@ -46,7 +46,7 @@ from recruiter.retry import (
     policy_or_default,
 )
 from recruiter.stopping import JobCancelled, Running, Stopped, Watch
-from recruiter.store import Store
+from recruiter.store import Store, is_transient
 from recruiter.store.jobs import Ending, ending, finishing, rescheduling, starting
 from recruiter.tracing import attempt_span
 from recruiter.workable import (
@@ -696,7 +696,7 @@ class _TransactionalRun:
             with in_session(session):
                 self.ran = executor._call(job, attempt.statistics, attempt.policy_problem)
         ran = self.ran
-        if ran.error is not None and _transient(ran.error):
+        if ran.error is not None and is_transient(ran.error):
             raise ran.error  # (the transaction's to retry, the job's code with it)
         if ran.failure is not None:
             raise _RolledBack
@@ -727,12 +727,6 @@ def _extras(ran: Ran) -> dict[str, Any]:
     if ran.unrun:
         extras["unrun"] = True  # stopped before its code began: it did not run
     return extras
-
-
-def _transient(error: BaseException) -> bool:
-    """Whether ``error`` is a driver's error its transaction may be tried again after."""
-    has_label = getattr(error, "has_error_label", None)
-    return callable(has_label) and bool(has_label("TransientTransactionError"))
 
 
 def _refused(workable: str) -> Ran:

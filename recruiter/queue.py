@@ -61,8 +61,8 @@ from recruiter.schedule import (
 )
 from recruiter.schedulers import job_template
 from recruiter.schema_check import SchemaCheck
+from recruiter.states import SUCCEEDED
 from recruiter.store import Database, SchedulerRecord, Store
-from recruiter.store.waiting import SUCCEEDED
 from recruiter.tracing import current_context
 from recruiter.workable import Registry
 

@@ -26,8 +26,7 @@ from bson import ObjectId
 
 from recruiter.errors import InvalidSchedule
 from recruiter.schedule import Every, Schedule, schedule_from
-from recruiter.store import Document, Store
-from recruiter.store.schedulers import Occurrence, SchedulerRecord
+from recruiter.store import Document, Occurrence, SchedulerRecord, Store
 
 logger = logging.getLogger(__name__)
 

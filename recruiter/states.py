@@ -15,3 +15,6 @@ FINISHED = ("done", "failed", "cancelled", "finished")
 """The states jobs that finished are listed by (``finished``: however they ended)."""
 STATES = (*UNFINISHED, *FINISHED)
 """Every state jobs can be listed by."""
+SUCCEEDED = ("done", "duplicate", "superseded")
+"""How a job may end and count as done for what waits for it: it ran, or another run did
+its work (a duplicate absorbed, a leaf superseded by a newer root)."""

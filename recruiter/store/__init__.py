@@ -32,20 +32,22 @@ from recruiter.job import as_object_id
 from recruiter.store.analytics import AnalyticsVerbs, ReadyCount
 from recruiter.store.base import Document
 from recruiter.store.dedup import DedupVerbs
-from recruiter.store.failures import translate_methods
+from recruiter.store.failures import is_transient, translate_methods
 from recruiter.store.groups import GroupRecord, GroupVerbs
-from recruiter.store.jobs import JobVerbs, LockRecord
+from recruiter.store.jobs import ARCHIVE_BATCH, PURGE_BATCH, JobVerbs, LockRecord
 from recruiter.store.leases import LeaseVerbs
 from recruiter.store.roster import Assignment, RanReport, RosterVerbs, WorkerRecord
-from recruiter.store.schedulers import SchedulerRecord, SchedulerVerbs
+from recruiter.store.schedulers import Occurrence, SchedulerRecord, SchedulerVerbs
 from recruiter.store.schema import check_schema, ensure_indexes, ensure_schema
 from recruiter.store.selection import Selection, SelectionVerbs
-from recruiter.store.server import ServerVerbs
+from recruiter.store.server import ServerVerbs, answers
 from recruiter.store.waiting import WaitingVerbs
 from recruiter.store.watch import ChangeFeed, RosterChange, WatchVerbs, WorkChange
 from recruiter.store.workables import Waiting, WorkableVerbs, digest_of
 
 __all__ = [
+    "ARCHIVE_BATCH",
+    "PURGE_BATCH",
     "Assignment",
     "ChangeFeed",
     "ChangeStreamsUnavailable",
@@ -53,6 +55,7 @@ __all__ = [
     "Document",
     "GroupRecord",
     "LockRecord",
+    "Occurrence",
     "RanReport",
     "ReadyCount",
     "RosterChange",
@@ -62,8 +65,10 @@ __all__ = [
     "Waiting",
     "WorkChange",
     "WorkerRecord",
+    "answers",
     "as_object_id",
     "digest_of",
+    "is_transient",
 ]
 
 

@@ -139,3 +139,10 @@ def translate_methods(cls: type[Any]) -> type[Any]:
         if not name.startswith("_") and not getattr(member, _UNTRANSLATED, False):
             setattr(cls, name, translated(member))
     return cls
+
+
+def is_transient(error: BaseException) -> bool:
+    """Whether ``error`` is the driver's word that its transaction may be tried again
+    (a write conflict, an election): the caller runs the transaction again."""
+    has_label = getattr(error, "has_error_label", None)
+    return callable(has_label) and bool(has_label("TransientTransactionError"))

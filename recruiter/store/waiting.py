@@ -20,11 +20,9 @@ from typing import Any
 from pymongo.collection import Collection
 
 from recruiter.job import Job
+from recruiter.states import SUCCEEDED
 from recruiter.store.base import ONE_REPLY, Document
 
-SUCCEEDED = ("done", "duplicate", "superseded")
-"""How a job may end and count as done for those waiting for it: it ran, or another run
-did its work."""
 BLOCKED_FIELDS = {"after": 1, "waiting_for": 1, "dependencies": 1, "batch": 1, "followed": 1}
 ENDED_FIELDS = {"why": 1, "batch": 1, "followed": 1, "last_execution": 1}
 

@@ -23,8 +23,8 @@ from recruiter.errors import WorkerDied
 from recruiter.job import HISTORY_LIMIT
 from recruiter.retry import FailedAttempt, Failure, GiveUp, RetryAt, policy_from_document
 from recruiter.schedulers import MISSED_GRACE
+from recruiter.states import SUCCEEDED
 from recruiter.stopping import JobTimedOut
-from recruiter.store.waiting import SUCCEEDED
 from recruiter.worker import DECLARED_DEAD_EXIT
 from tests.faults.app import Planned
 from tests.faults.ledger import Run
