@@ -1,9 +1,13 @@
-"""Leadership: a lease in ``metadata`` so that one recruiter (and one cleaner) leads.
+"""Leadership: a lease in ``metadata`` so that one recruiter (and one cleaner) leads,
+and the loop a leading process runs under it (:func:`lead`, :class:`LeaderRounds`).
 
 The leader renews its lease well before it expires; a standby takes it over once it
 has expired, so a dead leader is replaced within the lease duration. Leadership wraps
 a process's loop: it is not woven into the work, which stays correct even with two
-leaders for a moment (every write the work does is conditional).
+leaders for a moment (every write the work does is conditional). The leader follows
+its change feed while it leads, and tells the application's listeners when it takes
+or loses the lead. The commands that run this loop are ``recruiter run`` and
+``recruiter clean`` (``recruiter/cli/processes.py``).
 """
 
 from __future__ import annotations
@@ -12,11 +16,20 @@ import datetime as dt
 import logging
 import os
 import socket
+import threading
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from recruiter.clock import Clock
 from recruiter.errors import DatabaseError
-from recruiter.store import Store
+from recruiter.events import BECAME_LEADER, STEPPED_DOWN, Listeners
+from recruiter.loop import IDLE, Backoff, Pause, StopRequest, Wakeups, run_forever
+from recruiter.recruiter import News
+from recruiter.schema_check import SchemaCheck
+from recruiter.store import ChangeFeed, Store, WorkChange
+from recruiter.watcher import Watcher
 
 logger = logging.getLogger(__name__)
 
@@ -93,3 +106,191 @@ class Leadership:
             self.store.release_lease(self.name, self.holder, now)
             self.leading = False
             logger.info("%s %s: stepped down", self.name, self.holder)
+
+
+class Leading(Protocol):
+    """A process that works only while it leads: the recruiter, the cleaner."""
+
+    def became_leader(self) -> None: ...
+
+    def run_once(self, now: dt.datetime) -> Round: ...
+
+
+class Round(Protocol):
+    def pause(self, now: dt.datetime) -> Pause: ...
+
+
+@dataclass(frozen=True)
+class Follow:
+    """A change feed that wakes the leader, and its longest wait while it is followed."""
+
+    open_feed: Callable[[], ChangeFeed[Any]]
+    longest_wait: float
+    news: News | None = None
+    """Where to tell the leader what changed, besides waking it."""
+
+
+class Tell:
+    """Whom to tell when the process takes or loses the lead, and what to give them.
+
+    Each became-leader is paired with one stepped-down, whatever happens in between
+    (a database error while renewing the lease, a failed release at stop).
+    """
+
+    def __init__(self, listeners: Listeners, payload: Any) -> None:
+        self.listeners = listeners
+        self.payload = payload
+        self._told_leading = False
+
+    def leading(self) -> None:
+        if not self._told_leading:
+            self._told_leading = True
+            self.listeners.emit(BECAME_LEADER, self.payload)
+
+    def not_leading(self) -> None:
+        if self._told_leading:
+            self._told_leading = False
+            self.listeners.emit(STEPPED_DOWN, self.payload)
+
+
+class LeaderRounds:
+    """A leading process's rounds under its lease ``name``: each :meth:`step` holds (or
+    takes) the lease, then runs one round of ``process`` if it leads. On taking the lead
+    it tells ``process`` (:meth:`Leading.became_leader`), starts following its change
+    feed and tells the application's listeners (``tell``); on losing it, the reverse.
+    :func:`lead` runs the steps until stopped; the interleaving explorer
+    (``tests/explorer/``) runs the same steps one at a time."""
+
+    def __init__(
+        self,
+        store: Store,
+        name: str,
+        process: Leading,
+        *,
+        lease: dt.timedelta,
+        clock: Clock,
+        holder: str | None = None,
+        feed: LeaderFeed | None = None,
+        tell: Tell | None = None,
+    ) -> None:
+        self.leadership = Leadership(store, name, holder or holder_name(), lease, clock)
+        self.process = process
+        self.feed = feed
+        self.tell = tell
+        self.check_schema = SchemaCheck(store, clock)
+
+    def step(self, now: dt.datetime) -> Pause | None:
+        """One round at ``now`` (the earliest the time may be) if this process leads:
+        its pause; ``None`` when another leads (standing by)."""
+        was_leading = self.leadership.leading
+        try:
+            holds = self.leadership.hold(now)
+        except DatabaseError:
+            if self.tell is not None:
+                self.tell.not_leading()  # who leads is unknown until the database answers
+            raise
+        if not holds:
+            if self.feed is not None:
+                self.feed.unfollow()
+            if self.tell is not None:
+                self.tell.not_leading()
+            return None
+        if not was_leading:
+            self.process.became_leader()
+            if self.feed is not None:
+                self.feed.follow()
+        if self.tell is not None:
+            self.tell.leading()
+        self.check_schema()  # a newer recruiter upgraded the database: stop (exit code 4)
+        return self.process.run_once(now).pause(now)
+
+    def release(self, now: dt.datetime) -> None:
+        """Stop following, give the lease up, tell the listeners (at stop)."""
+        if self.feed is not None:
+            self.feed.unfollow()
+        try:
+            self.leadership.release(now)
+        finally:
+            if self.tell is not None:
+                self.tell.not_leading()
+
+
+def lead(
+    store: Store,
+    name: str,
+    process: Leading,
+    *,
+    lease: dt.timedelta,
+    backoff: Backoff,
+    stop: StopRequest,
+    follow: Follow | None = None,
+    tell: Tell | None = None,
+) -> None:
+    """Run ``process`` one round at a time while leading the lease ``name``, until
+    ``stop`` is set (its signal handlers are installed first thing, by the command).
+
+    With ``follow``, the leader (only) follows the change feed, and waits for it to ring
+    between idle rounds instead of backing off. With ``tell``, its listeners hear of each
+    change of leadership.
+    """
+    clock = store.clock()
+    feed = LeaderFeed(name, follow, stop.bell())
+    rounds = LeaderRounds(store, name, process, lease=lease, clock=clock, feed=feed, tell=tell)
+    standby_wait = max(0.5, lease.total_seconds() / 5)
+
+    def step() -> Pause:
+        # cutoffs (silence, lease expiry, lock age) at the earliest the time may be
+        pause = rounds.step(clock.earliest())
+        if pause is None:
+            stop.wait(standby_wait)
+            return IDLE
+        return pause
+
+    try:
+        run_forever(step, stop=stop, backoff=backoff, name=name, wakeups=feed.wakeups)
+    finally:
+        rounds.release(clock.now())
+    logger.info("%s: stopped", name)
+
+
+class LeaderFeed:
+    """The leader's watcher of its change feed: started on taking the lead, closed on
+    losing it; each change rings the bell, and is told to the leader's news."""
+
+    def __init__(self, name: str, follow: Follow | None, bell: threading.Event) -> None:
+        self.name = name
+        self.config = follow
+        self.bell = bell
+        self.watcher: Watcher[Any] | None = None
+        self.wakeups = None
+        if follow is not None:
+            self.wakeups = Wakeups(bell, self.following, follow.longest_wait)
+
+    def following(self) -> bool:
+        return self.watcher is not None and self.watcher.following
+
+    def follow(self) -> None:
+        if self.config is None or self.watcher is not None:
+            return
+        news = self.config.news
+
+        def changed(change: Any) -> None:
+            if news is not None:
+                if isinstance(change, WorkChange):
+                    news.tell(change.collection, change.worker_id)
+                else:
+                    news.tell(str(change))
+            self.bell.set()
+
+        def gap() -> None:
+            if news is not None:
+                news.gap()
+            self.bell.set()
+
+        self.watcher = Watcher(f"{self.name} feed", self.config.open_feed, changed, gap)
+        self.watcher.start()
+
+    def unfollow(self) -> None:
+        if self.watcher is not None:
+            self.watcher.close()
+            self.watcher = None

@@ -31,7 +31,7 @@ from recruiter.cleaner import Cleaner, CleanerConfig
 from recruiter.clock import FrozenClock
 from recruiter.events import BECAME_LEADER, STEPPED_DOWN, Listeners
 from recruiter.execution import Executor, Identity, Outcome
-from recruiter.leader import Tell
+from recruiter.leadership import Tell
 from recruiter.recovery import release_fenced
 from recruiter.stopping import (
     NOWHERE_KNOWN,

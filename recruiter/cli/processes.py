@@ -125,7 +125,7 @@ def run(
 ) -> None:
     """The recruiter: hand ready jobs to available workers (one leads; others stand by)."""
     from recruiter.batching import BatchRule
-    from recruiter.leader import Follow, Tell, lead
+    from recruiter.leadership import Follow, Tell, lead
     from recruiter.queue import Queue
     from recruiter.recruiter import News, Recruiter, RecruiterConfig
 
@@ -256,7 +256,7 @@ def clean(
 ) -> None:
     """The cleaner: release the jobs of dead workers, purge old archived jobs."""
     from recruiter.cleaner import Cleaner, CleanerConfig
-    from recruiter.leader import Tell, lead
+    from recruiter.leadership import Tell, lead
     from recruiter.queue import Queue
 
     setup_logging("cleaner", log_level, json_logs)

@@ -33,7 +33,7 @@ from recruiter import JobSpec, Registry, RetryManyTimes, retry_statistics
 from recruiter.cleaner import Cleaner, CleanerConfig
 from recruiter.clock import DatabaseClock
 from recruiter.errors import DatabaseError, DatabaseUnavailable
-from recruiter.leadership import Leadership
+from recruiter.leadership import LeaderRounds
 from recruiter.recruiter import Recruiter, RecruiterConfig
 from recruiter.store import Store
 from recruiter.worker import WorkerConfig, WorkerProcess
@@ -216,16 +216,12 @@ class World:
         else:
             dead = dt.timedelta(seconds=self.config.dead_after)
             work = Cleaner(store, CleanerConfig(considered_dead_after=dead, lease=lease))
-        leadership = Leadership(store, ROLES[prefix], process.name, lease, process.clock)
+        rounds = LeaderRounds(
+            store, ROLES[prefix], work, lease=lease, clock=process.clock, holder=process.name
+        )
 
-        def round_() -> None:  # as recruiter.leader.lead does
-            now = process.clock.earliest()
-            was_leading = leadership.leading
-            if not leadership.hold(now):
-                return
-            if not was_leading:
-                work.became_leader()
-            work.run_once(now)
+        def round_() -> None:  # the leader's own step (recruiter.leadership.lead runs it)
+            rounds.step(process.clock.earliest())
 
         return round_
 
