@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from recruiter.recovery import unheld_locks
+from recruiter.attempts.takeback import unheld_locks
 from recruiter.retry import FAILED
 from recruiter.store import Store
 

@@ -28,10 +28,10 @@ import logging
 from collections import Counter
 from dataclasses import dataclass, field
 
+from recruiter.attempts.takeback import Released, release_unheld, take_back_from_dead
 from recruiter.dependencies import sweep
 from recruiter.errors import DatabaseError
 from recruiter.loop import Backoff, Pause
-from recruiter.recovery import Released, release_unheld, take_back_from_dead
 from recruiter.store import ARCHIVE_BATCH, PURGE_BATCH, Store, WorkerRecord
 from recruiter.tracing import process_span
 

@@ -28,7 +28,7 @@ from recruiter.errors import RecruiterError, UnknownEvent
 from recruiter.job import Job
 
 if TYPE_CHECKING:
-    from recruiter.execution import Execution
+    from recruiter.attempts.verdict import Execution
 
 logger = logging.getLogger(__name__)
 

@@ -24,6 +24,8 @@ from typing import Any
 
 from bson import ObjectId
 
+from recruiter.attempts.executor import Executor, Identity
+from recruiter.attempts.verdict import Execution
 from recruiter.clock import Clock
 from recruiter.dependencies import Ended, follow_up, follow_up_safely
 from recruiter.errors import (
@@ -36,7 +38,6 @@ from recruiter.errors import (
     RecruiterError,
     WaitTimeout,
 )
-from recruiter.execution import Execution, Executor, Identity
 from recruiter.job import Job
 from recruiter.loop import Backoff
 from recruiter.stopping import HolderDeclaredDead, Watch

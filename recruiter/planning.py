@@ -31,10 +31,10 @@ from typing import Any
 
 from bson import ObjectId
 
+from recruiter.attempts.takeback import put_back
 from recruiter.batching import BatchRule, JobLengths, capacity, pack
 from recruiter.groups import FairShare, GroupSettings
 from recruiter.job import ANY_GROUP
-from recruiter.recovery import put_back
 from recruiter.store import Store, WorkerRecord
 
 logger = logging.getLogger(__name__)

@@ -50,8 +50,8 @@ from typing import Any
 import bson
 from bson.codec_options import CodecOptions
 
+from recruiter.attempts.calling import Ran, kept_result, returned_before_stop, storable
 from recruiter.errors import RecruiterError
-from recruiter.execution import Ran, kept_result, returned_before_stop, storable
 from recruiter.job import TRACE_LIMIT, Job, Root
 from recruiter.logs import Level, logging_setup, setup_logging
 from recruiter.memory import resident_memory

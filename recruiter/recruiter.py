@@ -27,11 +27,11 @@ from typing import Any
 
 from bson import ObjectId
 
+from recruiter.attempts.takeback import put_back, release_unheld
 from recruiter.batching import BatchRule
 from recruiter.errors import DatabaseError
 from recruiter.loop import UNKNOWN, Backoff, Pause
 from recruiter.planning import SETTINGS_REFRESH, SETTINGS_REFRESH_FOLLOWED, Planner
-from recruiter.recovery import put_back, release_unheld
 from recruiter.schedulers import create_due_occurrences
 from recruiter.store import Store, WorkerRecord
 from recruiter.tracing import process_span

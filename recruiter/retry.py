@@ -58,7 +58,15 @@ FAILED = (Why.TRIED_TOO_MANY_TIMES, Why.NON_RETRIABLE_EXCEPTION, Why.NOT_SCHEDUL
 
 
 def qualified_name(exception_type: type[BaseException]) -> str:
-    """``module.QualName`` of an exception class, the form stored in policies and history."""
+    """``module.QualName`` of an exception class, the form stored in policies and history.
+
+    A failure recruiter records under a name it keeps when its class moves says so with
+    a ``recorded_as`` of its own (not inherited: a subclass has its own name). The name
+    is stored data, in jobs' histories and in policies' ``retriable=``.
+    """
+    recorded = exception_type.__dict__.get("recorded_as")
+    if isinstance(recorded, str):
+        return recorded
     return f"{exception_type.__module__}.{exception_type.__qualname__}"
 
 

@@ -31,18 +31,20 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from bson import ObjectId
 
+from recruiter.attempts.executor import Executor, Identity
+from recruiter.attempts.prefetch import run_handed_out
+from recruiter.attempts.verdict import Execution
 from recruiter.clock import Clock
 from recruiter.errors import DatabaseError, SchemaTooNew
 from recruiter.event_loop import EventLoop
-from recruiter.execution import Execution, Executor, Identity, Outcome, Rider
 from recruiter.job import ANY_GROUP
 from recruiter.loop import Backoff, StopRequest
 from recruiter.memory import resident_memory
 from recruiter.pool import ASYNCIO, POOLS, PROCESSES, THREADS, JobProcess
-from recruiter.recovery import put_back
 from recruiter.schema_check import SchemaCheck
 from recruiter.stopping import Watch
 from recruiter.store import Assignment, ChangeFeed, RanReport, RosterChange, Store
@@ -248,54 +250,21 @@ class WorkerSlot:
             loop=self.loop,
         )
         self._ran.append(assignment.token)
-        jobs, token = assignment.job_ids, assignment.token
-        # the rest of a batch, read once: each start then rides with the end before it
-        held = self.store.held_jobs(jobs[1:], token) if len(jobs) > 1 else {}
-        riders: dict[int, Rider] = {}
-        stop_asked = False
-
-        def then(position: int) -> Callable[[], Rider | None]:
-            def next_start() -> Rider | None:
-                nonlocal stop_asked
-                following = position + 1
-                if following >= len(jobs) or jobs[following] not in held:
-                    return None
-                if self.stopping():
-                    stop_asked = True
-                    return None
-                riders[following] = executor.rider(jobs[following], token, held[jobs[following]])
-                return riders[following]
-
-            return next_start
-
-        executions: list[Execution] = []
-        lengths: dict[str, list[float]] = {}
-        returned = 0
-        for position, job_id in enumerate(jobs):
-            rode = riders.pop(position, None)
-            # fenced: the batch was taken back (the worker was declared dead), and a start
-            # sent with the fenced end was refused with it (same token)
-            fenced = bool(executions) and executions[-1].outcome is Outcome.FENCED
-            if fenced or (position and rode is None and (stop_asked or self.stopping())):
-                returned = put_back(self.store, jobs[position:], token, self.clock.latest())
-                logger.info("worker %s: put back %d jobs of its batch", self.id, returned)
-                break
-            if position and rode is None and job_id not in held:
-                continue  # not held with this token when the batch was read
-            self.running = job_id
-            began = self.clock.monotonic()
-            try:
-                execution = executor.execute(job_id, token, rode=rode, then=then(position))
-            finally:
-                self.running = None
-            executions.append(execution)
-            if execution.group is not None and execution.outcome is not Outcome.FENCED:
-                length = lengths.setdefault(execution.group, [0, 0.0])
-                length[0] += 1
-                length[1] += self.clock.monotonic() - began
+        token = assignment.token
+        handed = run_handed_out(
+            executor,
+            list(assignment.job_ids),
+            token,
+            stopping=self.stopping,
+            running=self._set_running,
+        )
+        lengths, executions, returned = handed.lengths, handed.executions, handed.returned
         ran = [RanReport(g, int(n), round(seconds, 6)) for g, (n, seconds) in lengths.items()]
         self.store.release_worker(self.id, token, self.clock.latest(), ran)
         return SlotResult(executions[-1], executions=tuple(executions), returned=returned)
+
+    def _set_running(self, job_id: Any) -> None:
+        self.running = job_id
 
     def retire(self) -> bool:
         """Leave the roster if nothing is assigned; ``False`` when a job is waiting."""

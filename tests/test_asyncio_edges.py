@@ -19,10 +19,11 @@ import pytest
 from bson import ObjectId
 
 from recruiter import JobSpec, Queue, Registry, Workable, record_output
+from recruiter.attempts.executor import Executor, Identity
+from recruiter.attempts.verdict import Execution, Outcome
 from recruiter.clock import FrozenClock
 from recruiter.errors import InvalidJob
 from recruiter.event_loop import EventLoop, run_on_a_new_loop
-from recruiter.execution import Execution, Executor, Identity, Outcome
 from recruiter.pool import _Child
 from recruiter.stopping import JobTimedOut, Running, Watch
 from recruiter.testing import drain

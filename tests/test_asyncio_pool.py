@@ -17,10 +17,11 @@ import pytest
 from bson import ObjectId
 
 from recruiter import JobSpec, Queue, Registry, RetryManyTimes, Workable
+from recruiter.attempts.executor import Executor, Identity
+from recruiter.attempts.verdict import Execution, Outcome
 from recruiter.clock import FrozenClock
 from recruiter.errors import InvalidJob, NotInAJob
 from recruiter.event_loop import EventLoop
-from recruiter.execution import Execution, Executor, Identity, Outcome
 from recruiter.stopping import Entrance, JobCancelled, JobTimedOut, Running, Stopped, Watch
 from recruiter.testing import drain
 from recruiter.workable import RetryStatistics, record_output, running_as

@@ -20,12 +20,13 @@ from bson import ObjectId
 from pymongo import MongoClient
 
 from benchmarks.counted import CommandCounter
-from recruiter import JobSpec, Queue, Registry, RetryManyTimes, recovery, retry_statistics
+from recruiter import JobSpec, Queue, Registry, RetryManyTimes, retry_statistics
+from recruiter.attempts import takeback
+from recruiter.attempts.verdict import Outcome
 from recruiter.batching import BatchRule, JobLengths, pack
 from recruiter.cleaner import Cleaner, CleanerConfig
 from recruiter.clock import FrozenClock
 from recruiter.errors import DatabaseUnavailable
-from recruiter.execution import Outcome
 from recruiter.recruiter import Recruiter, RecruiterConfig
 from recruiter.store import RanReport, Store, WorkerRecord
 from recruiter.worker import WorkerConfig, WorkerProcess
@@ -347,7 +348,7 @@ def test_a_batch_taken_back_just_before_one_jobs_end_and_the_next_start_loses_bo
     worker = one_worker(queue, registry, clock)
     batch = jobs(queue, 3)
     Recruiter(queue.store, RecruiterConfig(batches=RULE)).run_once(clock.now())
-    taken = before(monkeypatch, queue.store, "write_in_order", declared_dead(cleaner, clock))
+    taken = before(monkeypatch, queue.store, "record_end_then_start", declared_dead(cleaner, clock))
     result = worker.slots[0].run_once()
     assert taken == [{"archived": 1, "requeued": 2}], "the default policy: no retry"
     assert [e.outcome for e in result.executions] == [Outcome.FENCED]
@@ -373,7 +374,7 @@ def test_a_batch_taken_back_just_after_one_jobs_end_and_the_next_start_counts_ea
     worker = one_worker(queue, registry, clock)
     batch = jobs(queue, 3)
     Recruiter(queue.store, RecruiterConfig(batches=RULE)).run_once(clock.now())
-    taken = after(monkeypatch, queue.store, "write_in_order", declared_dead(cleaner, clock))
+    taken = after(monkeypatch, queue.store, "record_end_then_start", declared_dead(cleaner, clock))
     result = worker.slots[0].run_once()
     assert taken == [{"archived": 1, "requeued": 1}], "the default policy: no retry"
     assert [e.outcome for e in result.executions] == [Outcome.DONE, Outcome.FENCED]
@@ -397,7 +398,9 @@ def test_a_job_cancelled_just_before_its_start_rides_along_is_skipped_not_run(
     worker = one_worker(queue, registry, clock)
     batch = jobs(queue, 3)
     Recruiter(queue.store, RecruiterConfig(batches=RULE)).run_once(clock.now())
-    cancelled = before(monkeypatch, queue.store, "write_in_order", lambda: queue.cancel(batch[1]))
+    cancelled = before(
+        monkeypatch, queue.store, "record_end_then_start", lambda: queue.cancel(batch[1])
+    )
     result = worker.slots[0].run_once()
     assert len(cancelled) == 1
     assert [e.outcome for e in result.executions] == [Outcome.DONE, Outcome.SKIPPED, Outcome.DONE]
@@ -422,16 +425,16 @@ def test_a_lost_reply_to_one_jobs_end_and_the_next_start_counts_each_once(
     worker = one_worker(queue, registry, clock)
     batch = jobs(queue, 3)
     Recruiter(queue.store, RecruiterConfig(batches=RULE)).run_once(clock.now())
-    real = queue.store.write_in_order
+    real = queue.store.record_end_then_start
     lost: list[int] = []
 
-    def lands_then_no_reply(statements: Any) -> int:
+    def lands_then_no_reply(*statements: Any) -> int:
         if not lost:
-            lost.append(real(statements) if landed else 0)
+            lost.append(real(*statements) if landed else 0)
             raise DatabaseUnavailable("connection closed (simulated)")
-        return real(statements)
+        return real(*statements)
 
-    monkeypatch.setattr(queue.store, "write_in_order", lands_then_no_reply)
+    monkeypatch.setattr(queue.store, "record_end_then_start", lands_then_no_reply)
     result = worker.slots[0].run_once()
     assert lost == [2 if landed else 0]
     assert [e.outcome for e in result.executions] == [Outcome.DONE] * 3
@@ -497,7 +500,7 @@ def test_a_command_landing_mid_take_back_never_counts_a_job_that_did_not_run(
     worker = one_worker(queue, registry, clock)
     batch = jobs(queue, 3)
     Recruiter(queue.store, RecruiterConfig(batches=RULE)).run_once(clock.now())
-    real_write, real_release = queue.store.write_in_order, recovery.release_fenced
+    real_write, real_release = queue.store.record_end_then_start, takeback.release_fenced
     in_flight: list[Any] = []
     landed: list[int] = []
     released: list[Any] = []
@@ -506,18 +509,18 @@ def test_a_command_landing_mid_take_back_never_counts_a_job_that_did_not_run(
         outcome = real_release(store, job_id, *rest)
         released.append(job_id)
         if in_flight and len(released) == releases:  # the worker's command lands now
-            landed.append(real_write(in_flight.pop()))
+            landed.append(real_write(*in_flight.pop()))
         return outcome
 
-    def write_in_order(statements: Any) -> int:
+    def write_in_order(*statements: Any) -> int:
         if landed:
-            return real_write(statements)
+            return real_write(*statements)
         in_flight.append(statements)
         declared_dead(cleaner, clock)()
         return landed[0]
 
-    monkeypatch.setattr(recovery, "release_fenced", release_fenced)
-    monkeypatch.setattr(queue.store, "write_in_order", write_in_order)
+    monkeypatch.setattr(takeback, "release_fenced", release_fenced)
+    monkeypatch.setattr(queue.store, "record_end_then_start", write_in_order)
     worker.slots[0].run_once()
     assert released == list(reversed(batch)), "last to first"
     assert landed == [{1: 2, 2: 1, 3: 0}[releases]]
@@ -545,25 +548,25 @@ def test_the_orphan_pass_puts_a_batchs_next_job_back_before_it_takes_back_the_ru
     batch = jobs(queue, 3)
     Recruiter(queue.store, RecruiterConfig(batches=RULE)).run_once(clock.now())
     slot_id = worker.slots[0].id
-    real_write, real_crashed = queue.store.write_in_order, recovery._crashed
+    real_write, real_crashed = queue.store.record_end_then_start, takeback._crashed
     landed: list[int] = []
 
-    def orphan_pass(statements: Any) -> int:
+    def orphan_pass(*statements: Any) -> int:
         queue.store.roster.delete_one({"_id": slot_id})  # removed; the take-back cut short
 
         def crashed(*arguments: Any) -> Any:
             if when == "before":
-                landed.append(real_write(statements))
+                landed.append(real_write(*statements))
             result = real_crashed(*arguments)
             if when == "after":
-                landed.append(real_write(statements))
+                landed.append(real_write(*statements))
             return result
 
-        monkeypatch.setattr(recovery, "_crashed", crashed)
-        recovery.release_unheld(queue.store, clock.now(), "held by no worker")
+        monkeypatch.setattr(takeback, "_crashed", crashed)
+        takeback.release_unheld(queue.store, clock.now(), "held by no worker")
         return landed[0]
 
-    monkeypatch.setattr(queue.store, "write_in_order", orphan_pass)
+    monkeypatch.setattr(queue.store, "record_end_then_start", orphan_pass)
     result = worker.slots[0].run_once()
     first, second, third = (queue.job(j) for j in batch)
     if when == "before":

@@ -18,9 +18,9 @@ import pytest
 from pymongo.database import Database
 
 from recruiter import JobSpec, Queue, Registry
+from recruiter.attempts.verdict import Outcome
 from recruiter.cleaner import Cleaner, CleanerConfig
 from recruiter.clock import Clock, DatabaseClock, FrozenClock
-from recruiter.execution import Outcome
 from recruiter.leadership import Leadership
 from recruiter.recruiter import Recruiter
 from recruiter.store import Store

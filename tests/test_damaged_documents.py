@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from recruiter import Job, JobSpec, Queue, Registry
+from recruiter.attempts.verdict import Outcome
 from recruiter.clock import FrozenClock
-from recruiter.execution import Outcome
 from recruiter.testing import drain
 
 

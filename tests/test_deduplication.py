@@ -9,8 +9,9 @@ import pytest
 from bson import ObjectId
 
 from recruiter import Every, InvalidJob, JobSpec, Queue, Registry, Root, retry_statistics
+from recruiter.attempts.executor import Executor, Identity
+from recruiter.attempts.verdict import Outcome
 from recruiter.clock import FrozenClock, SystemClock
-from recruiter.execution import Executor, Identity, Outcome
 from recruiter.retry import Why
 from recruiter.testing import drain
 

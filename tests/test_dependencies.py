@@ -15,11 +15,12 @@ from bson import ObjectId
 from pymongo.database import Database
 
 from recruiter import JobSpec, Queue, Registry, RetryManyTimes, Workflow
+from recruiter.attempts.executor import Executor, Identity
+from recruiter.attempts.verdict import Execution
 from recruiter.cleaner import Cleaner
 from recruiter.clock import FrozenClock
 from recruiter.dependencies import Ended, follow_up, sweep
 from recruiter.errors import InvalidJob
-from recruiter.execution import Execution, Executor, Identity
 from recruiter.job import Job, state_of
 from recruiter.testing import drain
 from tests import interleaving
@@ -311,7 +312,7 @@ def test_a_worker_that_dies_before_telling_leaves_it_to_the_cleaners_sweep(
     first = shop.schedule(add(1, 2))
     then = shop.schedule(add(3, 4).after(first))
     batch = shop.batch([add(1, 1)], on_complete=add(0, 0))
-    monkeypatch.setattr("recruiter.execution.follow_up_safely", lambda *a: None)  # the crash
+    monkeypatch.setattr("recruiter.attempts.ending.follow_up_safely", lambda *a: None)  # the crash
     run(shop, app, first)
     run(shop, app, batch.jobs[0])
     assert state(shop, then) == state(shop, batch.on_complete) == "blocked"

@@ -14,10 +14,10 @@ import pytest
 from pymongo.database import Database
 
 from recruiter import JobSpec, Queue, Registry, Workflow
+from recruiter.attempts.verdict import Execution
 from recruiter.cleaner import Cleaner
 from recruiter.clock import FrozenClock
 from recruiter.dependencies import Ended, follow_up, settle
-from recruiter.execution import Execution
 from recruiter.testing import drain
 from tests import interleaving
 from tests.test_dependencies import add, fail, job_of, register, run, state
@@ -96,7 +96,7 @@ def test_a_waiting_job_damaged_by_hand_does_not_stop_the_sweep_of_the_others(
         damaged = queue.schedule(add(3, 4).after(first))
     queue.store.scheduled.update_one({"_id": damaged}, damage)
     then = queue.schedule(add(5, 6).after(first))
-    monkeypatch.setattr("recruiter.execution.follow_up_safely", lambda *a: None)  # a crash
+    monkeypatch.setattr("recruiter.attempts.ending.follow_up_safely", lambda *a: None)  # a crash
     monkeypatch.setattr("recruiter.dependencies.SWEEP_PAGE", 1)  # (a page of damaged jobs)
     run(queue, app, first)
     result = Cleaner(queue.store).run_once(queue.clock.now())
@@ -120,7 +120,7 @@ def test_a_member_failing_between_the_failure_read_and_the_release_cancels_on_su
     run although a member failed: it reads the failures again once none is unfinished."""
     batch = shop.batch([add(1, 1), fail()], on_success=add(0, 1))
     ok, bad = batch.jobs
-    real_follow_up = "recruiter.execution.follow_up_safely"
+    real_follow_up = "recruiter.attempts.ending.follow_up_safely"
     with monkeypatch.context() as quiet:
         quiet.setattr(real_follow_up, lambda *a: None)  # told later, below
         run(shop, app, ok)

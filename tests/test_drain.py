@@ -18,9 +18,10 @@ from recruiter import (
     Workable,
     retry_statistics,
 )
+from recruiter.attempts.executor import Executor, Identity
+from recruiter.attempts.verdict import Outcome
 from recruiter.clock import FrozenClock
 from recruiter.errors import DrainLimitReached
-from recruiter.execution import Executor, Identity, Outcome
 from recruiter.testing import drain
 
 

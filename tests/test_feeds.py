@@ -34,6 +34,7 @@ from recruiter.store import (
     Assignment,
     ChangeFeed,
     ChangeStreamsUnavailable,
+    End,
     RosterChange,
     Store,
     WorkChange,
@@ -128,7 +129,7 @@ def test_the_recruiter_is_told_of_new_jobs_and_available_workers_only(
         real_store.heartbeat([worker], now)
         real_store.start_if_owned(job_id, token, {"started_at": now})
         assert changes(feed, 0) == [], "the round's own writes and the worker's start"
-        real_store.reschedule_if_owned(job_id, token, now, {"started_at": now})
+        real_store.record_end(End(job_id, token, now, retry_at=now), {"started_at": now})
         real_store.release_worker(worker, token, now)
         released = [WorkChange("scheduled"), WorkChange("roster", worker)]
         assert changes(feed, 2) == released, "a job to retry, a worker free, by its id"
@@ -136,7 +137,7 @@ def test_the_recruiter_is_told_of_new_jobs_and_available_workers_only(
         real_store.unlock_if_not_started([job_id], token)
         assert changes(feed, 1) == [WorkChange("scheduled")], "a job put back"
         real_store.lock_jobs([job_id], token, now)
-        real_store.finish_if_owned(job_id, token, "done", {"started_at": now}, now)
+        real_store.record_end(End(job_id, token, now, why="done"), {"started_at": now})
         assert changes(feed, 0) == [], "a finished job gives no work"
 
 
@@ -384,7 +385,7 @@ def finish(store: Store, worker: ObjectId, now: dt.datetime) -> None:
     (record,) = [w for w in store.workers() if w.id == worker]
     assert record.assignment is not None
     job_id, token = record.assignment.job_id, record.assignment.token
-    assert store.finish_if_owned(job_id, token, "done", {"ended_at": now}, now)
+    assert store.record_end(End(job_id, token, now, why="done"), {"ended_at": now})
     assert store.release_worker(worker, token, now)
 
 

@@ -19,7 +19,7 @@ from recruiter.clock import FrozenClock
 from recruiter.groups import FairShare
 from recruiter.planning import SETTINGS_REFRESH
 from recruiter.recruiter import MINIMUM_PAUSE, News, Recruiter
-from recruiter.store import Store
+from recruiter.store import End, Store
 from recruiter.store.jobs import GROUPS_PER_READ
 from recruiter.store.schema import SCHEMA_VERSION
 
@@ -43,7 +43,7 @@ def finish(store: Store, job_id: Any, now: dt.datetime) -> None:
     holder = next(w for w in store.workers() if w.assignment and w.assignment.job_id == job_id)
     assert holder.assignment is not None
     token = holder.assignment.token
-    assert store.finish_if_owned(job_id, token, "done", {"ended_at": now}, now)
+    assert store.record_end(End(job_id, token, now, why="done"), {"ended_at": now})
     assert store.release_worker(holder.id, token, now)
 
 

@@ -13,9 +13,9 @@ from opentelemetry import propagate, trace
 from pymongo.errors import OperationFailure
 
 from recruiter import JobSpec, Queue, Registry
+from recruiter.attempts.verdict import Outcome
 from recruiter.clock import FrozenClock
 from recruiter.errors import ResultNotKept
-from recruiter.execution import Outcome
 from recruiter.recruiter import Recruiter
 from recruiter.worker import WorkerSlot
 
@@ -185,7 +185,7 @@ def test_a_result_nested_deeper_than_mongodb_stores_is_dropped() -> None:
     """MongoDB refuses documents nested over 100 levels; the result is stored at depth
     2 (``last_execution.result``) and 3 (``history.N.result``): a result nested 99 deep
     makes the end write fail (WriteRejected, not trimmed): the job stays locked."""
-    from recruiter.execution import kept_result
+    from recruiter.attempts.calling import kept_result
 
     deep: dict[str, Any] = {}
     for _ in range(99):
@@ -240,7 +240,7 @@ def test_a_broken_propagator_does_not_fail_a_schedule_in_a_span(
 
 
 def test_a_result_with_a_key_an_update_cannot_write_is_dropped() -> None:
-    from recruiter.execution import kept_result
+    from recruiter.attempts.calling import kept_result
 
     assert "result_dropped" in kept_result({"$schema": "draft-07"})
     assert "result_dropped" in kept_result([{"a.b": 1}])
@@ -248,7 +248,7 @@ def test_a_result_with_a_key_an_update_cannot_write_is_dropped() -> None:
 
 
 def test_an_output_that_holds_itself_is_dropped_not_raised() -> None:
-    from recruiter.execution import storable
+    from recruiter.attempts.calling import storable
 
     looped: list[Any] = []
     looped.append(looped)

@@ -10,12 +10,12 @@ import pytest
 from bson import ObjectId
 
 from recruiter import JobNotFound, JobSpec, Queue, Registry, RetryManyTimes
+from recruiter.attempts.takeback import release_unheld
+from recruiter.attempts.verdict import Outcome
 from recruiter.cleaner import Cleaner, CleanerConfig
 from recruiter.clock import FrozenClock, SystemClock
 from recruiter.errors import DeclaredDead, NotRunnableHere, NotWaiting, WaitTimeout
-from recruiter.execution import Outcome
 from recruiter.manual import run_here
-from recruiter.recovery import release_unheld
 from recruiter.recruiter import Recruiter
 from recruiter.stopping import HolderDeclaredDead
 from recruiter.testing import drain

@@ -22,6 +22,7 @@ from recruiter.clock import FrozenClock
 from recruiter.embedded import free_port
 from recruiter.errors import NotFailed, NotFinished, SchedulerNotFound
 from recruiter.metrics import QueueCollector
+from recruiter.store import End
 from recruiter.testing import drain
 from tests.factories import Unclosed
 
@@ -330,7 +331,7 @@ def test_a_recovery_mark_is_not_lost_to_an_archive_move_under_way(
     store.lock_jobs([job_id], token, clock.now())
     store.start_if_owned(job_id, token, {"started_at": clock.now()})
     record = {"attempt": 1, "outcome": "archived"}
-    assert store.finish_if_owned(job_id, token, "tried-too-many-times", record, clock.now())
+    assert store.record_end(End(job_id, token, clock.now(), why="tried-too-many-times"), record)
     read_by_the_cleaner = list(store.scheduled.find({"why": {"$exists": True}}))
     first = queue.recover(job_id, once=True)
     store._move_to_archive(read_by_the_cleaner)  # the rest of the cleaner's move

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from recruiter import JobSpec, Queue, Registry, RetryManyTimes
+from recruiter.attempts.verdict import Outcome
 from recruiter.cleaner import Cleaner, CleanerConfig
 from recruiter.clock import FrozenClock
 from recruiter.errors import DatabaseUnavailable
-from recruiter.execution import Outcome
 from recruiter.leadership import Leadership
 from recruiter.loop import IDLE, Backoff, Pause, run_forever
 from recruiter.recruiter import Recruiter

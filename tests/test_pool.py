@@ -15,8 +15,9 @@ import pytest
 from bson import ObjectId
 
 from recruiter import JobSpec, Queue, RetryManyTimes
+from recruiter.attempts.executor import Executor, Identity
+from recruiter.attempts.verdict import Execution, Outcome
 from recruiter.clock import FrozenClock
-from recruiter.execution import Execution, Executor, Identity, Outcome
 from recruiter.pool import JobProcess
 from recruiter.stopping import Watch
 from tests.pool_app import registry as app

@@ -19,8 +19,9 @@ import pytest
 from bson import ObjectId
 
 from recruiter import JobSpec, Queue, Registry, RetryManyTimes, Workable, record_output
+from recruiter.attempts.executor import Executor, Identity
+from recruiter.attempts.verdict import Execution, Outcome
 from recruiter.clock import FrozenClock
-from recruiter.execution import Execution, Executor, Identity, Outcome
 from recruiter.pool import JobProcess, _Child
 from recruiter.stopping import JobCancelled, JobTimedOut, Running, Watch
 from recruiter.workable import RetryStatistics
@@ -244,7 +245,7 @@ def test_a_stop_landing_as_the_job_code_is_entered_in_the_child_is_no_success(
 
 
 def test_the_same_in_the_threads_pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from recruiter.execution import _run
+    from recruiter.attempts.calling import call_code as _run
 
     path = tmp_path / "runs"
     job_id = ObjectId()
@@ -336,7 +337,7 @@ def test_a_failure_message_that_is_not_utf8_is_recorded_with_its_class(
 def test_output_that_is_not_utf8_in_the_threads_pool_neither(tmp_path: Path) -> None:
     """(The same in the threads pool, for comparison: ``storable`` lets the error out of
     ``_run``, so out of ``execute``: the slot thread crashes.)"""
-    from recruiter.execution import _run
+    from recruiter.attempts.calling import call_code as _run
 
     job_id = ObjectId()
 

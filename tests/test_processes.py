@@ -14,9 +14,9 @@ from pymongo import MongoClient, monitoring
 from pymongo.database import Database
 
 from recruiter import JobSpec, Queue, Registry, RetryManyTimes, record_output, retry_statistics
+from recruiter.attempts.verdict import Outcome
 from recruiter.cleaner import Cleaner, CleanerConfig, CleanResult
 from recruiter.clock import FrozenClock
-from recruiter.execution import Outcome
 from recruiter.leadership import Leadership
 from recruiter.recruiter import Recruiter
 from recruiter.store import Store

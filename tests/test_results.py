@@ -13,8 +13,10 @@ from bson import ObjectId
 from typer.testing import CliRunner
 
 from recruiter import JobSpec, Queue, Registry, ResultNotKept, RetryManyTimes
+from recruiter.attempts.calling import RESULT_BYTES
+from recruiter.attempts.executor import Executor, Identity
+from recruiter.attempts.verdict import Outcome
 from recruiter.clock import FrozenClock
-from recruiter.execution import RESULT_BYTES, Executor, Identity, Outcome
 from recruiter.pool import JobProcess
 from recruiter.stopping import Watch
 from recruiter.testing import drain

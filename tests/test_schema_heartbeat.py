@@ -15,9 +15,9 @@ from __future__ import annotations
 import datetime as dt
 
 from recruiter import JobSpec, Queue, Registry
+from recruiter.attempts.verdict import Outcome
 from recruiter.cleaner import CleanerConfig
 from recruiter.clock import FrozenClock
-from recruiter.execution import Outcome
 from recruiter.recruiter import Recruiter
 from recruiter.store.schema import SCHEMA_VERSION
 from recruiter.worker import WorkerConfig, WorkerProcess

@@ -29,9 +29,9 @@ from pymongo.errors import (
 from pymongo.errors import DocumentTooLarge as DriverDocumentTooLarge
 
 from recruiter import JobSpec, Queue, Registry, RetryManyTimes, record_output
+from recruiter.attempts.verdict import Outcome
 from recruiter.clock import FrozenClock
 from recruiter.errors import DatabaseUnavailable, DocumentTooLarge, WriteRejected
-from recruiter.execution import Outcome
 from recruiter.recruiter import Recruiter
 from recruiter.store.failures import translate
 from recruiter.worker import WorkerSlot

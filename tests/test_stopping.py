@@ -27,12 +27,13 @@ from recruiter import (
     Workable,
     retry_statistics,
 )
+from recruiter.attempts.executor import Executor, Identity
+from recruiter.attempts.takeback import release_fenced
+from recruiter.attempts.verdict import Outcome
 from recruiter.cleaner import Cleaner, CleanerConfig
 from recruiter.clock import FrozenClock
 from recruiter.events import BECAME_LEADER, STEPPED_DOWN, Listeners
-from recruiter.execution import Executor, Identity, Outcome
 from recruiter.leadership import Tell
-from recruiter.recovery import release_fenced
 from recruiter.stopping import (
     NOWHERE_KNOWN,
     Entrance,
@@ -186,7 +187,7 @@ def test_a_stop_landing_after_the_jobs_code_returned_leaves_the_job_done(
             self.stopped = JobTimedOut
             raise JobTimedOut  # as if the watchdog's stop landed just after the return
 
-    monkeypatch.setattr("recruiter.execution.Running", StopLandsLate)
+    monkeypatch.setattr("recruiter.attempts.executor.Running", StopLandsLate)
     job_id = queue.schedule(JobSpec("tests.quick").retry_with(RetryForever(0)))
     execution = drain(queue, registry).executions[0]
     assert execution.outcome is Outcome.DONE

@@ -9,7 +9,7 @@ from bson import ObjectId
 
 from recruiter.clock import FrozenClock
 from recruiter.job import HISTORY_LIMIT
-from recruiter.store import Store
+from recruiter.store import End, Store
 from tests.factories import locked_job, queued_job
 
 MS = dt.timedelta(milliseconds=1)
@@ -98,7 +98,7 @@ def test_find_started_tells_a_worker_whether_its_unanswered_start_landed(
     assert (landed.attempts, landed.last_execution) == (1, None), "as start_if_owned said"
 
 
-def test_reschedule_if_owned_unlocks_records_and_keeps_history_bounded(
+def test_an_end_that_retries_unlocks_records_and_keeps_history_bounded(
     store: Store, clock: FrozenClock
 ) -> None:
     now = clock.now()
@@ -106,8 +106,10 @@ def test_reschedule_if_owned_unlocks_records_and_keeps_history_bounded(
     for attempt in range(1, HISTORY_LIMIT + 3):
         token = ObjectId()
         assert store.lock_jobs([job_id], token, clock.now()) == [job_id]
-        assert not store.reschedule_if_owned(job_id, ObjectId(), now, record(attempt, now))
-        assert store.reschedule_if_owned(job_id, token, clock.now(), record(attempt, clock.now()))
+        wrong = End(job_id, ObjectId(), now, retry_at=now)
+        assert not store.record_end(wrong, record(attempt, now))
+        retry = End(job_id, token, clock.now(), retry_at=clock.now())
+        assert store.record_end(retry, record(attempt, clock.now()))
     job = store.find_job(job_id)
     assert job is not None
     assert (job.locked, job.lock_token, job.scheduled_at) == (False, None, clock.now())
@@ -117,15 +119,15 @@ def test_reschedule_if_owned_unlocks_records_and_keeps_history_bounded(
     assert job.last_execution["attempt"] == HISTORY_LIMIT + 2
 
 
-def test_finish_if_owned_finishes_only_for_the_token_holder_and_a_batch_archives(
+def test_an_end_finishes_only_for_the_token_holder_and_a_batch_archives(
     store: Store, clock: FrozenClock
 ) -> None:
     token = ObjectId()
     job_id = locked_job(store, clock.now(), token)
-    assert not store.finish_if_owned(
-        job_id, ObjectId(), "done", record(1, clock.now()), clock.now()
+    assert not store.record_end(
+        End(job_id, ObjectId(), clock.now(), why="done"), record(1, clock.now())
     )
-    assert store.finish_if_owned(job_id, token, "done", record(1, clock.now()), clock.now())
+    assert store.record_end(End(job_id, token, clock.now(), why="done"), record(1, clock.now()))
     assert store.ready_job_ids(clock.now(), None, 10) == [], "finished: never picked up again"
     assert store.count_jobs("archived") == 0, "moved later, in a batch"
     assert store.archive_finished() == 1
@@ -139,14 +141,14 @@ def test_finish_if_owned_finishes_only_for_the_token_holder_and_a_batch_archives
         None,
         None,
     )
-    assert not store.finish_if_owned(job_id, token, "done", record(1, clock.now()), clock.now())
+    assert not store.record_end(End(job_id, token, clock.now(), why="done"), record(1, clock.now()))
 
 
 def test_a_failed_job_is_archived_not_done(store: Store, clock: FrozenClock) -> None:
     token = ObjectId()
     job_id = locked_job(store, clock.now(), token)
-    assert store.finish_if_owned(
-        job_id, token, "tried-too-many-times", record(1, clock.now()), clock.now()
+    assert store.record_end(
+        End(job_id, token, clock.now(), why="tried-too-many-times"), record(1, clock.now())
     )
     job = store.find_job(job_id)
     assert job is not None

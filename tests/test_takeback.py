@@ -15,11 +15,12 @@ import pytest
 from bson import ObjectId
 
 from recruiter import JobSpec, Queue, Registry, RetryManyTimes
+from recruiter.attempts.takeback import take_back_from_dead
+from recruiter.attempts.verdict import Execution, Outcome
 from recruiter.cleaner import Cleaner, CleanerConfig
 from recruiter.clock import FrozenClock
-from recruiter.execution import Execution, Outcome
 from recruiter.recruiter import Recruiter
-from recruiter.store import Store
+from recruiter.store import End, Store
 from recruiter.worker import WorkerConfig, WorkerProcess
 from tests.interleaving import after
 from tests.test_processes import DEAD_AFTER, WatchingCleaner
@@ -85,7 +86,7 @@ def test_a_new_leader_leaves_a_job_its_old_leader_assigned_and_a_worker_started_
     job = queue.job(job_id)
     assert (job.locked, job.lock_token, job.attempts) == (True, token, 1), "left to its worker"
     record = {"attempt": 1, "outcome": "done", **started}
-    assert queue.store.finish_if_owned(job_id, token, "done", record, clock.now())
+    assert queue.store.record_end(End(job_id, token, clock.now(), why="done"), record)
 
 
 def test_the_cleaners_orphan_pass_leaves_a_job_assigned_and_started_meanwhile(
@@ -176,3 +177,34 @@ def _assign(queue: Queue, clock: FrozenClock) -> ObjectId:
     (worker,) = queue.store.workers()
     assert worker.assignment is not None
     return worker.assignment.token
+
+
+def test_a_dead_workers_job_ended_by_its_take_back_tells_what_waits_for_it_at_once(
+    queue: Queue, registry: Registry, clock: FrozenClock
+) -> None:
+    """Issue 28: a crashed attempt ended its job through its own path, which told
+    nobody: what waited for the job (and its batch's callbacks) waited for the cleaner's
+    next sweep. It goes through the one funnel now, which tells them at once."""
+    died: list[str] = []
+
+    @registry.workable("tests.dies")
+    def dies() -> None:
+        clock.advance(DEAD_AFTER.total_seconds() + 1)  # the worker freezes past its timeout
+        (slot,) = queue.store.workers()  # and is declared dead, its job taken back
+        taken = take_back_from_dead(queue.store, slot, clock.now() - DEAD_AFTER, clock.now())
+        died.append(f"taken back: {dict(taken or {})}")  # (not the cleaner's whole round,
+        # whose sweep tells the waiting jobs too: the take-back alone)
+
+    worker = WorkerProcess(queue.store, registry, clock, WORKER, lambda: died.append("dead"))
+    worker.slots[0].register()
+    first = queue.schedule(JobSpec("tests.dies"))  # no retry: the crash ends it
+    then = queue.schedule(JobSpec("tests.dies").after(first))
+    _assign(queue, clock)
+    assert worker.slots[0].run_once().ran is not None
+    assert died[0] == "taken back: {<Released.ARCHIVED: 'archived'>: 1}"
+    crashed = queue.job(first)
+    assert (crashed.why, crashed.history[-1].get("crashed")) == (
+        "not-scheduled-by-retry-policy",
+        True,
+    )
+    assert queue.job(then).why == "cancelled", "told at once, by the take-back"

@@ -19,8 +19,8 @@ import pytest
 from pymongo.database import Database
 
 from recruiter import JobSpec, Queue, Registry, RetryManyTimes
+from recruiter.attempts.verdict import Outcome
 from recruiter.clock import FrozenClock
-from recruiter.execution import Outcome
 from recruiter.job import TRACE_LIMIT
 from recruiter.recruiter import Recruiter
 from recruiter.worker import WorkerSlot

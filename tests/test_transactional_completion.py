@@ -16,9 +16,10 @@ from bson import ObjectId
 from pymongo.database import Database
 
 from recruiter import JobSpec, Queue, Registry, RetryManyTimes
+from recruiter.attempts.executor import Executor, Identity
+from recruiter.attempts.verdict import Outcome
 from recruiter.cleaner import Cleaner, CleanerConfig
 from recruiter.clock import FrozenClock
-from recruiter.execution import Executor, Identity, Outcome
 from recruiter.testing import drain
 from recruiter.workable import job_session
 from recruiter.worker import WorkerSlot
@@ -118,7 +119,7 @@ def test_a_crash_after_the_commit_leaves_the_job_done_and_its_write_once(
     def crash(*arguments: Any, **options: Any) -> None:
         raise SystemExit("the worker dies")
 
-    monkeypatch.setattr(Executor, "_remember_success", crash)
+    monkeypatch.setattr(Executor, "remember_success", crash)
     with pytest.raises(SystemExit):
         run(shop, app, job_id)
     assert shop.job(job_id).why == "done"

@@ -34,7 +34,7 @@ from recruiter.store.base import Document
 from recruiter.store.dedup import DedupVerbs
 from recruiter.store.failures import is_transient, translate_methods
 from recruiter.store.groups import GroupRecord, GroupVerbs
-from recruiter.store.jobs import ARCHIVE_BATCH, PURGE_BATCH, JobVerbs, LockRecord
+from recruiter.store.jobs import ARCHIVE_BATCH, PURGE_BATCH, End, JobVerbs, LockRecord
 from recruiter.store.leases import LeaseVerbs
 from recruiter.store.roster import Assignment, RanReport, RosterVerbs, WorkerRecord
 from recruiter.store.schedulers import Occurrence, SchedulerRecord, SchedulerVerbs
@@ -53,6 +53,7 @@ __all__ = [
     "ChangeStreamsUnavailable",
     "Database",
     "Document",
+    "End",
     "GroupRecord",
     "LockRecord",
     "Occurrence",

@@ -106,8 +106,41 @@ def _recording(update: Document, execution: Document, reset: bool = False) -> Do
 
 Statement = tuple[Document, Document]
 """An update of one job: its filter (the write's precondition) and the update."""
-Ending = tuple[Document, Document, Document]
-"""How an attempt ends a job: the filter, the fields to set, the fields to unset."""
+
+
+@dataclass(frozen=True)
+class End:
+    """How an attempt ends its job, as the store writes it (:meth:`JobVerbs.record_end`),
+    if the job is still held with ``token``: finished with reason ``why`` at ``at``, or
+    put back to run again at ``retry_at`` (only if no cancellation was asked for
+    meanwhile: a cancelled job is never retried, it is finished as cancelled instead)."""
+
+    job_id: Any
+    token: ObjectId
+    at: dt.datetime
+    """When the attempt ended."""
+    why: str | None = None
+    """The reason it finishes the job with; ``None`` when it runs again."""
+    retry_at: dt.datetime | None = None
+    """When it runs again; ``None`` when it finishes."""
+
+    def __post_init__(self) -> None:
+        if (self.why is None) == (self.retry_at is None):
+            raise ValueError("an end either finishes its job (why) or retries it (retry_at)")
+
+    def parts(self) -> tuple[Document, Document, Document]:
+        """The filter, the fields to set and the fields to unset."""
+        owned: Document = {"_id": self.job_id, "lock.token": self.token}
+        if self.why is None:
+            owned["cancel_requested_at"] = {"$exists": False}
+            return owned, {"locked": False, "scheduled_at": self.retry_at}, {"lock": ""}
+        fields = {"locked": False, "done": self.why == "done", "why": self.why}
+        return owned, {**fields, "archived_at": self.at}, {"lock": "", "scheduled_at": ""}
+
+    def statement(self, execution: Document) -> Statement:
+        """The update that ends the attempt recording ``execution``."""
+        owned, fields, unset = self.parts()
+        return owned, _attempt_update(fields, unset, execution)
 
 
 def _attempt_update(
@@ -115,25 +148,6 @@ def _attempt_update(
 ) -> Document:
     update = {"$set": {**fields, "last_execution": execution}, "$unset": unset}
     return _recording(update, execution, reset)
-
-
-def finishing(job_id: Any, token: ObjectId, why: str, now: dt.datetime) -> Ending:
-    """A job ended with reason ``why``, if ``token`` still holds it."""
-    fields = {"locked": False, "done": why == "done", "why": why, "archived_at": now}
-    return {"_id": job_id, "lock.token": token}, fields, {"lock": "", "scheduled_at": ""}
-
-
-def rescheduling(job_id: Any, token: ObjectId, at: dt.datetime) -> Ending:
-    """A job put back to run again at ``at``, if ``token`` still holds it and no
-    cancellation was asked for."""
-    owned = {"_id": job_id, "lock.token": token, "cancel_requested_at": {"$exists": False}}
-    return owned, {"locked": False, "scheduled_at": at}, {"lock": ""}
-
-
-def ending(end: Ending, execution: Document) -> Statement:
-    """The statement of ``end`` recording the attempt ``execution``."""
-    owned, fields, unset = end
-    return owned, _attempt_update(fields, unset, execution)
 
 
 def starting(job_id: Any, token: ObjectId, started: Document) -> Statement:
@@ -629,36 +643,24 @@ class JobVerbs:
             return 0
         return self.archived.delete_many({**old, "_id": {"$in": ids}}).deleted_count
 
-    def reschedule_if_owned(
-        self, job_id: Any, token: ObjectId, at: dt.datetime, execution: Document
-    ) -> bool:
-        """Unlock the job to run again at ``at``, recording the attempt, if still owned
-        and not being cancelled (a cancelled job is never retried: finish it instead)."""
-        return self._record_attempt(*rescheduling(job_id, token, at), execution)
+    def record_end(self, end: End, execution: Document) -> bool:
+        """End an attempt as ``end`` says, recording ``execution`` (as the job's last
+        execution and at the end of its bounded history), if the job is still held: the
+        one verb every end of an attempt is written with.
 
-    def finish_if_owned(
-        self, job_id: Any, token: ObjectId, why: str, execution: Document, now: dt.datetime
-    ) -> bool:
-        """End the job with reason ``why``, if still owned: the commit of a finished job.
-
-        The job stays in ``scheduled``, finished (it has ``why`` and no ``scheduled_at``,
-        so it is never picked up again), until :meth:`archive_finished` moves it to
+        A finished job stays in ``scheduled`` (it has ``why`` and no ``scheduled_at``,
+        so it is never picked up again) until :meth:`archive_finished` moves it to
         ``archived`` with others in one batch: a worker spends one command to finish a
         job, not three.
         """
-        return self._record_attempt(*finishing(job_id, token, why, now), execution)
-
-    def record_end(self, end: Ending, execution: Document) -> bool:
-        """End an attempt as ``end`` says (:func:`finishing`, :func:`rescheduling`),
-        recording ``execution``, if its filter still holds."""
-        return self._record_attempt(*end, execution)
+        return self._record_attempt(*end.parts(), execution)
 
     @in_the_callers_transaction
-    def record_end_in(self, end: Ending, execution: Document, session: Any) -> bool:
+    def record_end_in(self, end: End, execution: Document, session: Any) -> bool:
         """:meth:`record_end`, in the transaction ``session`` (of
         :meth:`run_in_transaction`): the driver's errors are left as they are, for its
         retries; a record too large is trimmed as outside one."""
-        owned, fields, unset = end
+        owned, fields, unset = end.parts()
         update = _attempt_update(fields, unset, execution)
         try:
             return self.scheduled.update_one(owned, update, session=session).modified_count == 1
@@ -687,16 +689,17 @@ class JobVerbs:
                 raise TransactionsUnavailable(str(error)) from error
             raise
 
-    def write_in_order(self, statements: Sequence[Statement]) -> int:
-        """Apply ``statements`` (from :func:`ending` and :func:`starting`) to ``scheduled``
-        in one command, in order, each to the one job it names if its filter still
-        holds; return how many jobs were modified.
+    def record_end_then_start(
+        self, end: End, execution: Document, job_id: Any, token: ObjectId, started: Document
+    ) -> int:
+        """:meth:`record_end`, then the start of the next job of a slot's batch (held
+        with ``token``, see :meth:`start_if_owned`), in one command, in order, each if
+        its filter still holds; return how many jobs were modified (2: both landed).
 
-        A slot running a batch records the end of one job and the start of the next
-        this way. Every statement is conditional, so a second try after a lost reply
-        (or a partial answer) changes nothing that landed: the caller reads back which
-        did, and sends the others on their own (:class:`recruiter.execution.Executor`).
-        """
+        Every statement is conditional, so a second try after a lost reply (or a
+        partial answer) changes nothing that landed: the caller reads back which did,
+        and sends the others on their own (:mod:`recruiter.attempts.ending`)."""
+        statements = [end.statement(execution), starting(job_id, token, started)]
         return update_each(self.scheduled, statements, ordered=True)
 
     def held_jobs(self, job_ids: Sequence[Any], token: ObjectId) -> dict[Any, Job]:

@@ -16,7 +16,7 @@ import pytest
 
 from recruiter import cleaner, recovery
 from recruiter import recruiter as recruiter_module
-from recruiter.recovery import Released, release_fenced
+from recruiter.attempts.takeback import Released, release_fenced
 from recruiter.store import Store, WorkerRecord
 
 

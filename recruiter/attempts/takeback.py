@@ -34,17 +34,11 @@ from typing import Any
 
 from bson import ObjectId
 
+from recruiter.attempts.ending import tell_cancelled, tell_waiting, write_verdict
+from recruiter.attempts.verdict import Outcome, attempt_record, verdict_of
 from recruiter.errors import WriteRejected
 from recruiter.job import Job
-from recruiter.retry import (
-    FailedAttempt,
-    Failure,
-    GiveUp,
-    RetryAt,
-    Why,
-    decide_safely,
-    policy_or_default,
-)
+from recruiter.retry import Failure, policy_or_default
 from recruiter.store import LockRecord, Store, WorkerRecord
 
 logger = logging.getLogger(__name__)
@@ -171,13 +165,14 @@ def _refused(job_id: Any, error: WriteRejected) -> Released:
 def put_back(store: Store, job_ids: Sequence[Any], token: ObjectId, now: dt.datetime) -> int:
     """Put back, uncounted, the jobs of ``job_ids`` locked with ``token`` and not started
     (the rest of a batch, a round's jobs whose worker left); those whose cancellation
-    was asked for meanwhile are finished as cancelled instead. Returns how many of the
-    jobs went back (cancelled or not)."""
+    was asked for meanwhile are finished as cancelled instead, and what waits for them
+    is told. Returns how many of the jobs went back (cancelled or not)."""
     returned = store.unlock_if_not_started(job_ids, token)
     if returned:
         for job_id in store.cancel_requested(job_ids):
             if store.cancel_if_waiting(job_id, now):
                 logger.info("job %s cancelled, never started", job_id)
+                tell_cancelled(store, job_id, now)
     return returned
 
 
@@ -189,56 +184,62 @@ def _requeue(
         return None
     if cancelled and store.cancel_if_waiting(job_id, now):
         logger.info("job %s cancelled, never started (%s)", job_id, reason)
+        tell_cancelled(store, job_id, now)
         return Released.ARCHIVED
     logger.info("job %s requeued, never started (%s)", job_id, reason)
     return Released.REQUEUED
 
 
 def _crashed(store: Store, job: Job, token: ObjectId, now: dt.datetime, reason: str) -> Released:
+    """End the attempt ``job`` was running as crashed, through the one funnel: its
+    policy decides (with :class:`~recruiter.errors.WorkerDied`) unless it was being
+    cancelled; what waits for it is told if that ends it."""
     policy, _ = policy_or_default(job.retry_policy)
     failure = Failure.worker_died(reason)
-    started_at = job.lock_started_at
-    attempt = FailedAttempt(
-        str(job.id), job.attempts, job.created_at or now, failure, started_at, now
+    verdict = verdict_of(
+        job,
+        failure,
+        policy,
+        started_at=job.lock_started_at,
+        ended_at=now,
+        cancelled=job.cancel_requested_at is not None,  # being cancelled: never retried
     )
-    decision = decide_safely(policy, attempt, now)
-    if job.cancel_requested_at is not None:
-        decision = GiveUp(Why.CANCELLED)  # it was being cancelled: never retried
-    started = job.last_execution or {}
-    record: dict[str, Any] = {
-        "attempt": job.attempts,
-        "scheduled_at": job.scheduled_at,
-        "started_at": started_at,
-        "ended_at": now,
-        "worker": started.get("worker"),
-        "pid": started.get("pid"),
-        "hostname": started.get("hostname"),
-        "crashed": True,
-        "class": failure.exception_class,
-        "message": failure.message,
-    }
-    if isinstance(decision, RetryAt):
-        record["outcome"] = "retry"
-        if store.reschedule_if_owned(job.id, token, decision.at, record):
-            logger.warning(
-                "job %s: attempt %d crashed (%s), retrying at %s",
-                job.id,
-                job.attempts,
-                reason,
-                decision.at,
-            )
-            return Released.RETRY
-        if store.find_locked_job(job.id, token) is None:
-            return Released.GONE
-        decision = GiveUp(Why.CANCELLED)  # refused: a cancellation was asked meanwhile
-    record["outcome"] = "archived"
-    if not store.finish_if_owned(job.id, token, decision.why, record, now):
+    started = job.last_execution or {}  # who ran it: its start's record says
+    record = attempt_record(
+        job,
+        started_at=job.lock_started_at,
+        ended_at=now,
+        by=started,
+        outcome=verdict.outcome,
+        failure=failure,
+    )
+    record["crashed"] = True
+    written = write_verdict(
+        job,
+        token,
+        verdict,
+        record,
+        now=now,
+        write=store.record_end,
+        still_held=lambda: store.find_locked_job(job.id, token) is not None,
+    )
+    if written is None:
         return Released.GONE
+    if written.outcome is Outcome.RETRY:
+        logger.warning(
+            "job %s: attempt %d crashed (%s), retrying at %s",
+            job.id,
+            job.attempts,
+            reason,
+            written.retry_at,
+        )
+        return Released.RETRY
     logger.warning(
         "job %s: attempt %d crashed (%s), archived as %s",
         job.id,
         job.attempts,
         reason,
-        decision.why,
+        written.why,
     )
+    tell_waiting(store, job, None if written.why is None else str(written.why), now)
     return Released.ARCHIVED

@@ -1,0 +1,202 @@
+"""Running a job's code where it runs, and what it gave (:class:`Ran`).
+
+The code runs in the calling thread (a slot's), on an event loop (an ``async def``
+job), or in a job process (:mod:`recruiter.pool`, a :class:`JobRunner`); a watchdog may
+stop it (:mod:`recruiter.stopping`). Whatever it raises, ``BaseException`` included, is
+the attempt's failure, never an error of the worker's. What it returned and what it
+recorded are kept within bounds, so that the attempt's end can always be written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import bson
+
+from recruiter.errors import RecruiterError
+from recruiter.job import TRACE_LIMIT, Job
+from recruiter.retry import Failure
+from recruiter.stopping import Running, Stopped
+from recruiter.workable import Registry, RetryStatistics, WorkableHooks, running_as
+
+RESULT_BYTES = 1_000_000
+"""The most bytes (as BSON) of the value a job's code returns that is kept as its result;
+a bigger one is dropped, saying so (its attempt is recorded twice in the job)."""
+OUTPUT_BYTES = 100_000
+"""The most an attempt's recorded output may take (a command's two tails fit)."""
+
+
+class DamagedJob(RecruiterError):
+    """The stored job document cannot be run as it is; fix it by hand or let it fail."""
+
+    recorded_as = "recruiter.execution.DamagedJob"
+    """Its name in jobs' histories, kept from where it was first defined."""
+
+
+class JobRunner(Protocol):
+    """Runs a job's code somewhere else than the calling thread (:mod:`recruiter.pool`),
+    stopped by ``running`` as the watchdog says."""
+
+    def run(self, job: Job, statistics: RetryStatistics, running: Running) -> Ran: ...
+
+
+@dataclass(frozen=True)
+class Ran:
+    """What running a job's code gave."""
+
+    failure: Failure | None = None
+    trace: str | None = None
+    output: dict[str, Any] = field(default_factory=dict)
+    error: BaseException | None = None
+    hooks: WorkableHooks = field(default_factory=WorkableHooks)
+    stopped: type[Stopped] | None = None
+    """How a watchdog stopped the job's code, if it did (even if the code caught it)."""
+    process: dict[str, Any] = field(default_factory=dict)
+    """The child process that ran it (``processes`` pool): its pid, its memory after
+    the job, and why it was replaced, if it was; recorded in the attempt."""
+    result: dict[str, Any] = field(default_factory=dict)
+    """What its code returned, as the attempt keeps it (:func:`kept_result`)."""
+    unrun: bool = False
+    """Whether its code never began (a stop landed first): its attempt says so."""
+
+
+def call_code(
+    registry: Registry,
+    job: Job,
+    statistics: RetryStatistics,
+    policy_problem: str | None,
+    running: Running,
+    *,
+    runner: JobRunner | None = None,
+    loop: asyncio.AbstractEventLoop | None = None,
+) -> Ran:
+    """Run the job's code (here, on ``loop`` for an ``async def`` one, or in
+    ``runner``'s process): its failure and trace when it failed, the output it
+    recorded, and the workable's hooks (none when it could not even be rebuilt)."""
+    if runner is not None and not job.problems and not policy_problem:
+        return runner.run(job, statistics, running)
+    output: dict[str, Any] = {}
+    hooks = WorkableHooks()
+    try:
+        if job.problems:
+            raise DamagedJob("the stored job document is damaged: " + "; ".join(job.problems))
+        if policy_problem:
+            raise DamagedJob(policy_problem)
+        target = registry.rebuild(job.workable, job.parameters, job.method)
+        hooks = registry.hooks_of(job.workable, target)
+        with running_as(statistics) as output:
+            returned = running.call(target, loop, registry.entrance(job.workable))
+    except BaseException as error:
+        # any exception the job's code lets out fails the attempt, BaseExceptions too
+        # (asyncio.CancelledError from an asyncio.run inside it, KeyboardInterrupt,
+        # GeneratorExit): let out, it would leave the job locked and started for good
+        if returned_before_stop(error, running.returned):
+            return Ran(output=storable(output), hooks=hooks)
+        trace = "".join(traceback.format_exception(error))[-TRACE_LIMIT:]
+        ran = Ran(Failure.from_exception(error), trace, storable(output), error, hooks)
+        return dataclasses.replace(ran, stopped=running.stopped, unrun=running.unrun)
+    kept = kept_result(returned)
+    return Ran(output=storable(output), hooks=hooks, stopped=running.stopped, result=kept)
+
+
+def kept_result(value: Any) -> dict[str, Any]:
+    """The fields an attempt keeps of what the job's code returned: none for ``None``;
+    ``result`` when it is BSON data within :data:`RESULT_BYTES` and :data:`RESULT_DEPTH`;
+    else ``result_dropped``, saying why (the job is done all the same: its code ran to
+    its end, and that end must be recorded whatever it returned)."""
+    if value is None:
+        return {}
+    try:
+        encoded = bson.encode({"result": value})
+        if len(encoded) > RESULT_BYTES:
+            why = f"its result takes {len(encoded)} bytes, over {RESULT_BYTES}: not kept"
+            return {"result_dropped": why}
+        decoded = bson.decode(encoded)["result"]
+        depth, key = _depth(decoded), _unstorable_key(decoded)
+    except Exception as error:
+        # any: a value that holds itself (RecursionError), a Mapping that raises...
+        why = f"its result is not BSON data, so it was not kept: {error!r}"
+        return {"result_dropped": why[:TRACE_LIMIT]}
+    if depth > RESULT_DEPTH:
+        return {
+            "result_dropped": f"its result is nested over {RESULT_DEPTH} levels, more than "
+            "MongoDB stores in a job's history: not kept"
+        }
+    if key is not None:
+        return {
+            "result_dropped": f"its result has the key {key[:100]!r}: a key may not start "
+            "with $ nor hold '.' (as a job's parameters): not kept"
+        }
+    return {"result": value}
+
+
+RESULT_DEPTH = 90
+"""The deepest a kept result may be nested: MongoDB refuses documents nested over 100
+levels, and a result is kept at ``history.N.result``."""
+
+
+def _depth(value: Any) -> int:
+    """How many dicts and lists deep ``value`` (decoded BSON: no cycles) is nested."""
+    deepest, level = 0, [value]
+    while containers := [item for item in level if isinstance(item, (dict, list))]:
+        deepest += 1
+        level = [c for i in containers for c in (i.values() if isinstance(i, dict) else i)]
+    return deepest
+
+
+def _unstorable_key(value: Any) -> str | None:
+    """A key of ``value``'s documents (decoded BSON) that an update could not write in a
+    job (``$...``, or one holding a dot), if any."""
+    level = [value]
+    while level:
+        for item in level:
+            if isinstance(item, dict):
+                for key in item:
+                    if key.startswith("$") or "." in key:
+                        return str(key)
+        level = [
+            child
+            for item in level
+            if isinstance(item, (dict, list))
+            for child in (item.values() if isinstance(item, dict) else item)
+        ]
+    return None
+
+
+def storable(output: dict[str, Any]) -> dict[str, Any]:
+    """The output if it can be stored as BSON within :data:`OUTPUT_BYTES`; else a note
+    of why it was dropped (the attempt's record must be written whatever the job
+    recorded, and twice: in ``last_execution`` and in ``history``)."""
+    try:
+        size = len(bson.encode({"output": output}))
+    except Exception as error:
+        # any: text that is not UTF-8 (ValueError), a value that holds itself
+        # (RecursionError), a Mapping that raises: the attempt's end is written whatever
+        return {"dropped": f"the output recorded is not BSON: {error!r}"[:TRACE_LIMIT]}
+    if size > OUTPUT_BYTES:
+        return {"dropped": f"the output recorded takes {size} bytes, over {OUTPUT_BYTES}"}
+    return output
+
+
+def returned_before_stop(error: BaseException, returned: bool) -> bool:
+    """Whether ``error`` is a stop that landed after the job's code had returned: the
+    job succeeded. A stop that landed before the code began (or in the instant between
+    its return and ``returned``) fails the attempt: a job is never recorded as done
+    without having run."""
+    return returned and isinstance(error, Stopped)
+
+
+def failed_by(error: BaseException) -> Ran:
+    return Ran(Failure.from_exception(error), None, {}, error, WorkableHooks())
+
+
+def not_run(why: type[Stopped]) -> Ran:
+    """What a job stopped before its code ran gives: the stop, as its failure."""
+    error = why()
+    error.began = False
+    failure = Failure.from_exception(error)
+    return Ran(failure, None, {}, error, WorkableHooks(), stopped=why, unrun=True)

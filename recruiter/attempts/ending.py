@@ -1,0 +1,224 @@
+"""The one funnel every end of an attempt goes through.
+
+1. the verdict (:func:`recruiter.attempts.verdict.verdict_of`) and the record
+   (:func:`~recruiter.attempts.verdict.attempt_record`), decided by the caller;
+2. :func:`write_verdict`: the store's one verb, ``record_end``, with the end the
+   verdict says, fenced by the lock token; a retry refused for a cancellation asked
+   meanwhile ends the job as cancelled instead;
+3. :func:`ended`: what waits for the job is told (:func:`tell_waiting`), then the
+   application's listeners and the workable's hooks.
+
+A worker writes through :class:`DurableWrite`, which writes until the database answers
+(a job that ran is not run again for want of a reply) and reads a retried write back
+to tell whether an earlier try landed; in a slot's batch, the next job's start rides in
+the same command (:mod:`recruiter.attempts.prefetch`). A dead worker's job taken back
+(:mod:`recruiter.attempts.takeback`) goes through the same verdict, record, verb and
+telling. An end without an attempt (a waiting job cancelled) is told the same way.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from bson import ObjectId
+
+from recruiter.attempts.calling import Ran
+from recruiter.attempts.verdict import CANCELLED, ENDING_OUTCOMES, Execution, Outcome, Verdict
+from recruiter.clock import Clock
+from recruiter.dependencies import Ended, follow_up_safely
+from recruiter.errors import DatabaseError, DatabaseUnavailable
+from recruiter.events import JOB_ENDED, JOB_FAILURE_LAST, JobEvent, call_safely
+from recruiter.job import Job
+from recruiter.loop import Backoff
+from recruiter.store import End, Store
+from recruiter.workable import Registry
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+WRITE_RETRIES = Backoff(0.1, 5.0)
+"""Pauses before a write the database did not answer is tried again: 0.1 s, 0.2 s… 5 s."""
+RECORD_KEYS = ("attempt", "started_at", "worker", "pid", "hostname", "outcome")
+"""What identifies an attempt's record, to recognize one's own write that landed."""
+
+
+def write_verdict(
+    job: Job,
+    token: ObjectId,
+    verdict: Verdict,
+    record: dict[str, Any],
+    *,
+    now: dt.datetime,
+    write: Callable[[End, dict[str, Any]], bool],
+    still_held: Callable[[], bool],
+) -> Verdict | None:
+    """Write the end ``verdict`` says of ``job`` held with ``token``, recording
+    ``record`` (its ``outcome`` set to the verdict's): the verdict written, or ``None``
+    when the job is no longer held (fenced off: nothing was written).
+
+    A retry is refused when a cancellation was asked for meanwhile (a cancelled job is
+    never retried): if the job is still held (``still_held``), it is ended as cancelled
+    instead."""
+    if verdict.outcome is Outcome.RETRY:
+        record["outcome"] = Outcome.RETRY.value
+        assert verdict.retry_at is not None
+        if write(End(job.id, token, now, retry_at=verdict.retry_at), record):
+            return verdict
+        if not still_held():
+            return None
+        verdict = CANCELLED
+    record["outcome"] = verdict.outcome.value
+    assert verdict.why is not None
+    if write(End(job.id, token, now, why=str(verdict.why)), record):
+        return verdict
+    return None
+
+
+def tell_waiting(store: Store, job: Job, why: str | None, now: dt.datetime) -> None:
+    """Tell the jobs that wait for ``job`` (or its batch's callbacks) that it ended, with
+    ``why``, if any may (a job is marked ``followed`` when another waits for it); a
+    database error is logged, and the cleaner's sweep tells them instead."""
+    if job.followed or job.batch is not None:
+        follow_up_safely(store, Ended(job.id, job.batch, why), now)
+
+
+def tell_cancelled(store: Store, job_id: Any, now: dt.datetime) -> None:
+    """Tell what waits for ``job_id``, a job cancelled before it ran (there was no
+    attempt to end: its batch is read, if it has one); a database error is logged, and
+    the cleaner's sweep tells them instead."""
+    try:
+        batch = store.batch_of(job_id)
+    except DatabaseError:
+        batch = None  # the cleaner's sweep tells them
+    follow_up_safely(store, Ended(job_id, batch, "cancelled"), now)
+
+
+def ended(
+    store: Store, registry: Registry, job: Job, execution: Execution, ran: Ran, *, now: dt.datetime
+) -> None:
+    """What follows an attempt's end once it is recorded: what waits for the job is told
+    (if it ended for good), then the listeners and the workable's hooks. Nothing follows
+    an attempt fenced off: it did not count."""
+    if execution.outcome is Outcome.FENCED:
+        return
+    if execution.outcome in ENDING_OUTCOMES:
+        why = "done" if execution.outcome is Outcome.DONE else execution.why
+        tell_waiting(store, job, None if why is None else str(why), now)
+    listeners, hooks, error = registry.listeners, ran.hooks, ran.error
+    listeners.emit(JOB_ENDED, JobEvent(JOB_ENDED, job, execution))
+    if execution.outcome is Outcome.DONE:
+        call_safely(f"job {job.id}: after_success", hooks.after_success)
+        call_safely(f"job {job.id}: finalize", hooks.finalize, None)
+    elif error is not None:
+        call_safely(f"job {job.id}: after_failure", hooks.after_failure, error)
+        if execution.outcome is Outcome.ARCHIVED:
+            listeners.emit(JOB_FAILURE_LAST, JobEvent(JOB_FAILURE_LAST, job, execution))
+            call_safely(f"job {job.id}: after_last_failure", hooks.after_last_failure, error)
+            call_safely(f"job {job.id}: finalize", hooks.finalize, error)
+
+
+@dataclass
+class Start:
+    """An attempt's start, stamped as it is about to be written: the job as read before
+    it (if it was), the token it is held with, the start record, and the earliest the
+    start may have been. In a slot's batch the next job's start is sent in the same
+    command as the job before's end (:mod:`recruiter.attempts.prefetch`); whether it
+    landed is noted here."""
+
+    job_id: Any
+    job: Job | None
+    token: ObjectId
+    started: dict[str, Any]
+    began_by: dt.datetime
+    """The earliest the start may have been (what a deduplicated run records)."""
+    landed: bool | None = False
+    """Whether the start took effect: ``None`` when that is not known (the command got
+    no answer, or only part of it landed): the job's own start then finds out."""
+
+
+class DurableWrite:
+    """A worker's writes of an attempt's start and end: until the database answers."""
+
+    def __init__(self, store: Store, clock: Clock) -> None:
+        self.store = store
+        self.clock = clock
+
+    def end(
+        self, job: Job, what: str, end: End, record: dict[str, Any], next_start: Start | None
+    ) -> bool:
+        """Record the attempt's end (``record``) as ``end`` says, if the job is still held;
+        with ``next_start``, the next job's start in the same command.
+
+        The two are one ordered bulk write: when both land, as nearly always, that is
+        all. Otherwise (no answer, part refused, the job fenced or cancelled) it is not
+        known which landed: the end is written again on its own, its landing checked by
+        reading the job back, and the next job's start is left for that job to find out.
+        Both writes are conditional, so neither can land twice.
+        """
+        write = lambda: self.store.record_end(end, record)  # noqa: E731
+        landed = lambda: self.recorded(job.id, record)  # noqa: E731
+        if next_start is None:
+            return self.until_answered(job.id, what, write, landed)
+        try:
+            both = self.store.record_end_then_start(
+                end, record, next_start.job_id, next_start.token, next_start.started
+            )
+            if both == 2:
+                next_start.landed = True
+                return True
+        except DatabaseError as error:
+            logger.warning(
+                "job %s: its %s and the next job's start got no clear answer (%s): checking each",
+                job.id,
+                what,
+                error,
+            )
+        next_start.landed = None
+        return self.until_answered(job.id, what, write, landed, retried=True)
+
+    def until_answered(
+        self,
+        job_id: Any,
+        what: str,
+        write: Callable[[], T],
+        landed: Callable[[], T],
+        *,
+        retried: bool = False,
+    ) -> T:
+        """``write()`` until the database answers; a falsy answer to a retry asks ``landed()``.
+
+        A retry that matches nothing may mean an earlier try landed before its reply was
+        lost: ``landed()`` reads the job back and answers as ``write()`` would have.
+        ``retried``: the first call is a retry already (an earlier command may have
+        carried this write).
+        """
+        wait = 0.0
+        while True:
+            try:
+                result = write()
+                return result if result or not retried else landed()
+            except DatabaseUnavailable as error:
+                wait, retried = WRITE_RETRIES.after(wait), True
+                logger.error(
+                    "job %s: the database does not answer, %s not recorded yet (%s); "
+                    "retrying in %.1fs",
+                    job_id,
+                    what,
+                    error,
+                    wait,
+                )
+                self.clock.sleep(wait)
+
+    def recorded(self, job_id: Any, record: Mapping[str, Any]) -> bool:
+        """Whether this attempt's ``record`` is in the job: its write landed."""
+        job = self.store.find_job(job_id)
+        if job is None:
+            return False
+        return any(
+            all(entry.get(key) == record.get(key) for key in RECORD_KEYS)
+            for entry in (job.last_execution or {}, *job.history)
+        )

@@ -1,0 +1,367 @@
+"""Running one held job: start, skip, call, conclude, through the one end funnel.
+
+Workers, manual runs and the synchronous test runner all run jobs through
+:class:`Executor`, so a job behaves the same in a test as in production. Every write is
+fenced by the lock token the job was handed out with: if the job was released
+meanwhile (its worker was declared dead), the attempt's result is discarded and
+reported as ``fenced``.
+
+When the database stops answering, the executor keeps the attempt's result and writes
+it again until the database is back (:class:`~recruiter.attempts.ending.DurableWrite`),
+so a job that ran is not run again for want of a reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as dt
+import logging
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from bson import ObjectId
+
+from recruiter.attempts.calling import JobRunner, Ran, call_code, not_run
+from recruiter.attempts.ending import DurableWrite, Start, ended, write_verdict
+from recruiter.attempts.transaction import run_in_transaction
+from recruiter.attempts.verdict import (
+    Execution,
+    Outcome,
+    Verdict,
+    attempt_record,
+    verdict_of,
+)
+from recruiter.clock import Clock
+from recruiter.errors import DatabaseError
+from recruiter.events import JOB_STARTED, JobEvent
+from recruiter.job import Job
+from recruiter.retry import RetryPolicy, Why, is_last_retry_safely, policy_or_default
+from recruiter.stopping import JobCancelled, Running, Watch
+from recruiter.store import End, Store
+from recruiter.tracing import attempt_span
+from recruiter.workable import Registry, RetryStatistics
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who runs an attempt, recorded in its history."""
+
+    worker_id: ObjectId | None
+    pid: int
+    hostname: str
+
+    @classmethod
+    def of_this_process(cls, worker_id: ObjectId | None = None) -> Identity:
+        return cls(worker_id, os.getpid(), socket.gethostname())
+
+    def fields(self) -> dict[str, Any]:
+        return {"worker": self.worker_id, "pid": self.pid, "hostname": self.hostname}
+
+
+class Executor:
+    """Runs jobs for one process: a worker, a manual run, or the synchronous test runner."""
+
+    def __init__(
+        self,
+        store: Store,
+        registry: Registry,
+        clock: Clock,
+        identity: Identity,
+        watch: Watch | None = None,
+        *,
+        runner: JobRunner | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        self.store = store
+        self.runner = runner
+        """Where the jobs' code runs, when not in this thread (a slot's job process)."""
+        self.loop = loop
+        """The event loop ``async def`` jobs run on (``asyncio`` pool): without one, each
+        runs on a loop of its own in the calling thread."""
+        self.registry = registry
+        self.clock = clock
+        self.identity = identity
+        self.watch = watch
+        """Where running jobs are watched for their timeout and cancellation (a worker's
+        watchdog); without one, a job runs to its end."""
+        self.write = DurableWrite(store, clock)
+        self.next_start: Callable[[], Start | None] | None = None
+        """Gives the start of a slot's next job, to send with this job's end (see
+        :mod:`recruiter.attempts.prefetch`); asked once, as the end is written."""
+
+    def execute(
+        self,
+        job_id: Any,
+        token: ObjectId,
+        *,
+        start: Start | None = None,
+        next_start: Callable[[], Start | None] | None = None,
+    ) -> Execution:
+        """Run the job held with ``token``: start, call the workable, conclude.
+
+        In a slot's batch, ``start`` is this job's start, sent with the previous job's
+        end; and ``next_start``, asked when this job's end is about to be written, gives
+        the next job's start to send in the same command (or ``None``).
+        """
+        start = start or self.start_of(job_id, token)
+        started_at = start.started["started_at"]
+        job = self._started(start)
+        self.next_start = next_start
+        if job is None:
+            logger.warning("job %s is no longer held with token %s: not run", job_id, token)
+            return Execution(job_id, Outcome.FENCED)
+        policy, policy_problem = policy_or_default(job.retry_policy)
+        statistics = RetryStatistics(
+            job_id=str(job.id),
+            retry_number=job.attempts,
+            is_last_retry=is_last_retry_safely(
+                policy, job.attempts, job.created_at or started_at, started_at
+            ),
+            last_execution=job.last_execution,
+            worker_id=None if self.identity.worker_id is None else str(self.identity.worker_id),
+            root=job.root,
+        )
+        self.registry.listeners.emit(JOB_STARTED, JobEvent(JOB_STARTED, job))
+        skip = self._skip_reason(job)
+        ran = Ran()
+        if skip is not None:
+            execution = self._skip(job, token, started_at, *skip)
+        else:
+            with attempt_span(job.id, job.workable, job.group, job.attempts, job.trace) as said:
+                if self.registry.runs_in_transaction(job.workable):
+                    execution, ran = run_in_transaction(
+                        self,
+                        job,
+                        token,
+                        statistics=statistics,
+                        policy=policy,
+                        policy_problem=policy_problem,
+                        start=start,
+                    )
+                else:
+                    ran = self.call(job, statistics, policy_problem)
+                    execution = self.conclude(job, token, ran, policy, start)
+                said(execution.outcome.value)
+        ended(self.store, self.registry, job, execution, ran, now=self.clock.now())
+        return dataclasses.replace(execution, group=job.group)
+
+    def start_of(self, job_id: Any, token: ObjectId, job: Job | None = None) -> Start:
+        """A start of the job's attempt, stamped now (``job``: as read before it)."""
+        started_at = self.clock.now()
+        # the earliest the start may have been: what a deduplicated run records, so
+        # that a job scheduled after the run began is never taken for an older duplicate
+        began_by = self.clock.earliest()
+        started = {"started_at": started_at, **self.identity.fields()}
+        return Start(job_id, job, token, started, began_by)
+
+    def _started(self, start: Start) -> Job | None:
+        """The job as its start left it (its attempt counted), or ``None`` when it is no
+        longer held with the start's token."""
+        if start.landed and start.job is not None:
+            # as start_if_owned returns it: as it was before, its attempt counted
+            return dataclasses.replace(start.job, attempts=start.job.attempts + 1)
+        job_id, token, started = start.job_id, start.token, start.started
+        return self.write.until_answered(
+            job_id,
+            "start",
+            lambda: self.store.start_if_owned(job_id, token, started),
+            lambda: self.store.find_started(job_id, token, started["started_at"]),
+            retried=start.landed is None,
+        )
+
+    def call(self, job: Job, statistics: RetryStatistics, policy_problem: str | None) -> Ran:
+        """Run the job's code, watched for its timeout and cancellation."""
+        running = Running(job.id, job.timeout)
+        if self.watch is None:
+            return call_code(
+                self.registry, job, statistics, policy_problem, running, loop=self.loop
+            )
+        with self.watch.watching(running):
+            if self.watch.stopping is not None:
+                # stopped between its start and its code (a manual run declared dead):
+                # looked at once watched, so that a stop_all is seen either here or, from
+                # now on, by the running code's stop, kept until its code is entered
+                return not_run(self.watch.stopping)
+            return call_code(
+                self.registry,
+                job,
+                statistics,
+                policy_problem,
+                running,
+                runner=self.runner,
+                loop=self.loop,
+            )
+
+    def conclude(
+        self, job: Job, token: ObjectId, ran: Ran, policy: RetryPolicy, start: Start
+    ) -> Execution:
+        """The attempt's end, through the funnel: its verdict, its record, written."""
+        ended_at = self.clock.now()
+        started_at = start.started["started_at"]
+        verdict = verdict_of(
+            job,
+            ran.failure,
+            policy,
+            started_at=started_at,
+            ended_at=ended_at,
+            cancelled=ran.stopped is JobCancelled,  # a cancelled job is never retried
+        )
+        record = self.record(job, started_at, ended_at, verdict.outcome, ran)
+        written = self._write(job, token, verdict, record, ended_at)
+        if written is None:
+            return _fenced(job)
+        failure = ran.failure
+        if written.outcome is Outcome.DONE:
+            if "result_dropped" in ran.result:
+                logger.error("job %s: %s", job.id, ran.result["result_dropped"])
+            logger.info("job %s done (attempt %d)", job.id, job.attempts)
+            self.remember_success(job, start.began_by, ended_at)
+            return Execution(job.id, Outcome.DONE, job.attempts, result=ran.result.get("result"))
+        assert failure is not None
+        said = f"attempt {job.attempts}, {failure.exception_class}: {failure.message}"
+        if written.outcome is Outcome.RETRY:
+            logger.info("job %s failed (%s), retrying at %s", job.id, said, written.retry_at)
+        else:
+            logger.warning(
+                "job %s failed for the last time (%s): archived as %s", job.id, said, written.why
+            )
+        return Execution(
+            job.id,
+            written.outcome,
+            job.attempts,
+            why=written.why if written.outcome is Outcome.ARCHIVED else None,
+            retry_at=written.retry_at,
+            failure=failure,
+            trace=ran.trace,
+        )
+
+    def record(
+        self,
+        job: Job,
+        started_at: dt.datetime,
+        ended_at: dt.datetime,
+        outcome: Outcome,
+        ran: Ran,
+    ) -> dict[str, Any]:
+        """The attempt's record: its shape, what it ran gave beside, its result or
+        its failure's trace."""
+        record = attempt_record(
+            job,
+            started_at=started_at,
+            ended_at=ended_at,
+            by=self.identity.fields(),
+            outcome=outcome,
+            failure=ran.failure,
+        )
+        record.update(extras(ran))
+        if ran.failure is None:
+            record.update(ran.result)
+        else:
+            record["trace"] = ran.trace
+        return record
+
+    def _write(
+        self, job: Job, token: ObjectId, verdict: Verdict, record: dict[str, Any], now: dt.datetime
+    ) -> Verdict | None:
+        """:func:`~recruiter.attempts.ending.write_verdict`, durably, the next job's
+        start (if any) riding with the first write."""
+        asked, self.next_start = self.next_start, None
+        pending = [asked() if asked is not None else None]
+
+        def write(end: End, written: dict[str, Any]) -> bool:
+            next_start = pending.pop() if pending else None
+            return self.write.end(job, _said(end), end, written, next_start)
+
+        return write_verdict(
+            job,
+            token,
+            verdict,
+            record,
+            now=now,
+            write=write,
+            still_held=lambda: self.store.find_locked_job(job.id, token) is not None,
+        )
+
+    def _skip_reason(self, job: Job) -> tuple[Why, str] | None:
+        """Why the job need not run: it was cancelled, or another run did its work."""
+        if job.cancel_requested_at is not None:
+            return Why.CANCELLED, "cancelled after it was handed out, before it started"
+        key, created_at = job.dedup_key, job.created_at
+        if key is not None and job.attempts == 1 and created_at is not None:
+            ran = self.store.deduplicated_run_since(key)
+            if ran is not None and ran > created_at:
+                return Why.DUPLICATE, (
+                    f"a job with the same deduplication info started at {ran.isoformat()}, "
+                    "after this one was scheduled, and succeeded"
+                )
+        root = job.root
+        if job.is_leaf and root is not None:
+            latest = self.store.latest_root_run(root.signature)
+            if latest is not None and latest > root.at:
+                return Why.SUPERSEDED, (
+                    f"a newer root {root.signature!r}, scheduled at {latest.isoformat()}, has run"
+                )
+        return None
+
+    def _skip(
+        self, job: Job, token: ObjectId, started_at: dt.datetime, why: Why, message: str
+    ) -> Execution:
+        ended_at = self.clock.now()
+        record = attempt_record(
+            job,
+            started_at=started_at,
+            ended_at=ended_at,
+            by=self.identity.fields(),
+            outcome=Outcome.SKIPPED,
+        )
+        record["message"] = message
+        verdict = Verdict(Outcome.SKIPPED, why)
+        if self._write(job, token, verdict, record, ended_at) is None:
+            return _fenced(job)
+        logger.info("job %s not run, archived as %s: %s", job.id, why, message)
+        return Execution(job.id, Outcome.SKIPPED, job.attempts, why=why)
+
+    def remember_success(self, job: Job, began_by: dt.datetime, ended_at: dt.datetime) -> None:
+        """Let the duplicates of a deduplicated job, and the leaves of older roots of a
+        root job, be skipped. Best effort: left unwritten, they only run."""
+        try:
+            if job.dedup_key is not None:
+                self.store.record_deduplicated_run(job.dedup_key, began_by, ended_at)
+            if job.root is not None and not job.is_leaf:
+                self.store.record_root_run(job.root.signature, job.root.at, ended_at)
+        except DatabaseError as error:
+            logger.warning(
+                "job %s: its run could not be remembered for deduplication: %s", job.id, error
+            )
+
+
+def extras(ran: Ran) -> dict[str, Any]:
+    """What an attempt's record keeps of its run beside the outcome."""
+    kept: dict[str, Any] = {}
+    if ran.output:
+        kept["output"] = ran.output
+    if ran.process:
+        kept["process"] = ran.process
+    if ran.unrun:
+        kept["unrun"] = True  # stopped before its code began: it did not run
+    return kept
+
+
+def _said(end: End) -> str:
+    """What an end is, in the words of a log line about its write."""
+    if end.retry_at is not None:
+        return "retry"
+    return "success" if end.why == "done" else "end"
+
+
+def _fenced(job: Job) -> Execution:
+    logger.warning(
+        "job %s was released while attempt %d ran: its result is discarded", job.id, job.attempts
+    )
+    return Execution(job.id, Outcome.FENCED, job.attempts)
