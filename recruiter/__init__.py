@@ -8,6 +8,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    __version__: str
     from recruiter.clock import Clock, FrozenClock, SystemClock
     from recruiter.dependencies import Batch, BatchStatus, Workflow
     from recruiter.errors import (
@@ -144,24 +145,25 @@ recruiter`` (and the ``recruiter`` command's ``--help``) does not import the dri
 every module of the package."""
 
 
-def __getattr__(name: str) -> Any:
-    if name == "__version__":
-        from importlib.metadata import PackageNotFoundError, version
+if not TYPE_CHECKING:  # (type checkers read the imports above: a name not exported is an error)
 
-        try:
-            value: Any = version("recruiter")
-        except PackageNotFoundError:  # running from a source tree that is not installed
-            value = "0+unknown"
-    elif name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    else:
-        raise AttributeError(f"module 'recruiter' has no attribute {name!r}")
-    globals()[name] = value
-    return value
+    def __getattr__(name: str) -> Any:
+        if name == "__version__":
+            from importlib.metadata import PackageNotFoundError, version
 
+            try:
+                value: Any = version("recruiter")
+            except PackageNotFoundError:  # running from a source tree that is not installed
+                value = "0+unknown"
+        elif name in _EXPORTS:
+            value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        else:
+            raise AttributeError(f"module 'recruiter' has no attribute {name!r}")
+        globals()[name] = value
+        return value
 
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS, "__version__"})
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *_EXPORTS, "__version__"})
 
 
 __all__ = [

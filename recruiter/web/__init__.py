@@ -18,12 +18,14 @@ if TYPE_CHECKING:
     from recruiter.web.app import WebConfig, create_app
 
 
-def __getattr__(name: str) -> Any:
-    # the application on first use: its modules import this package's other modules,
-    # which would otherwise import the application back while it is being made
-    if name in __all__:
-        return getattr(importlib.import_module("recruiter.web.app"), name)
-    raise AttributeError(f"module 'recruiter.web' has no attribute {name!r}")
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> Any:
+        # the application on first use: its modules import this package's other modules,
+        # which would otherwise import the application back while it is being made
+        if name in __all__:
+            return getattr(importlib.import_module("recruiter.web.app"), name)
+        raise AttributeError(f"module 'recruiter.web' has no attribute {name!r}")
 
 
 __all__ = ["WebConfig", "create_app"]

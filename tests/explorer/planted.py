@@ -14,8 +14,9 @@ from contextlib import contextmanager
 
 import pytest
 
-from recruiter import cleaner, recovery
+from recruiter import cleaner
 from recruiter import recruiter as recruiter_module
+from recruiter.attempts import takeback
 from recruiter.attempts.takeback import Released, release_fenced
 from recruiter.store import Store, WorkerRecord
 
@@ -41,7 +42,7 @@ def release_unheld_on_a_fresh_read(
     """Bug 2: each unheld lock released on what a fresh read shows (started or not),
     not on what was read before the holders."""
     released: Counter[Released] = Counter()
-    for lock in recovery.unheld_locks(store, locked_before):
+    for lock in takeback.unheld_locks(store, locked_before):
         released[release_fenced(store, lock.job_id, lock.token, now, reason)] += 1
     released.pop(Released.GONE, None)
     return released
@@ -52,7 +53,7 @@ def _bug1(patch: pytest.MonkeyPatch) -> None:
 
 
 def _bug2(patch: pytest.MonkeyPatch) -> None:
-    for module in (recovery, cleaner, recruiter_module):
+    for module in (takeback, cleaner, recruiter_module):
         patch.setattr(module, "release_unheld", release_unheld_on_a_fresh_read)
 
 
