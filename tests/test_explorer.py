@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from recruiter.store import Store
+from recruiter.store import End, Store
 from tests.explorer.config import SMALL, Config
 from tests.explorer.explore import exhaustive_runs, explore, random_runs
 from tests.explorer.planted import planted
@@ -183,10 +183,9 @@ def test_a_planted_bug_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
     twice, as crashed and as done (invariant 4), or the job runs twice (invariant 1)."""
     real = Store.record_end
 
-    def ignoring_token(self: Store, end: Any, execution: Any) -> bool:
-        owned = end[0]
-        unfinished = {"_id": owned["_id"], "why": {"$exists": False}}
-        self.scheduled.update_one(unfinished, {"$set": {"lock.token": owned["lock.token"]}})
+    def ignoring_token(self: Store, end: End, execution: Any) -> bool:
+        unfinished = {"_id": end.job_id, "why": {"$exists": False}}
+        self.scheduled.update_one(unfinished, {"$set": {"lock.token": end.token}})
         return real(self, end, execution)
 
     monkeypatch.setattr(Store, "record_end", ignoring_token)
