@@ -25,7 +25,7 @@ from benchmarks.app import noop
 from benchmarks.counted import CommandCounter
 from recruiter.clock import Clock, FrozenClock, SystemClock
 from recruiter.job import DEFAULT_GROUP
-from recruiter.recruiter import Recruiter
+from recruiter.processes.recruiter import Recruiter
 from recruiter.store import Store
 from recruiter.store.jobs import READY_ORDER, ready_query
 

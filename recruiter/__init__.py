@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     __version__: str
+    from recruiter.attempts.manual import Cancellation
     from recruiter.clock import Clock, FrozenClock, SystemClock
-    from recruiter.dependencies import Batch, BatchStatus, Workflow
     from recruiter.errors import (
         BatchNotFound,
         DatabaseError,
@@ -41,7 +41,6 @@ if TYPE_CHECKING:
     )
     from recruiter.groups import GroupSettings, Rate
     from recruiter.job import After, Job, JobSpec, Root
-    from recruiter.manual import Cancellation
     from recruiter.policies import (
         DoNotDoItAgain,
         ExponentialBackoff,
@@ -51,6 +50,7 @@ if TYPE_CHECKING:
         SelectByException,
         TimeTable,
     )
+    from recruiter.pools.stopping import JobCancelled, JobTimedOut
     from recruiter.queue import Queue
     from recruiter.retry import (
         Decision,
@@ -63,7 +63,7 @@ if TYPE_CHECKING:
         register_retry_policy,
     )
     from recruiter.schedule import Cron, Every
-    from recruiter.stopping import JobCancelled, JobTimedOut
+    from recruiter.waiting.engine import Batch, BatchStatus, Workflow
     from recruiter.workable import (
         FunctionWorkable,
         Registry,
@@ -75,10 +75,10 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "After": "recruiter.job",
-    "Batch": "recruiter.dependencies",
+    "Batch": "recruiter.waiting.engine",
     "BatchNotFound": "recruiter.errors",
-    "BatchStatus": "recruiter.dependencies",
-    "Cancellation": "recruiter.manual",
+    "BatchStatus": "recruiter.waiting.engine",
+    "Cancellation": "recruiter.attempts.manual",
     "Clock": "recruiter.clock",
     "Cron": "recruiter.schedule",
     "DatabaseError": "recruiter.errors",
@@ -103,10 +103,10 @@ _EXPORTS = {
     "InvalidSchedule": "recruiter.errors",
     "InvalidUri": "recruiter.errors",
     "Job": "recruiter.job",
-    "JobCancelled": "recruiter.stopping",
+    "JobCancelled": "recruiter.pools.stopping",
     "JobNotFound": "recruiter.errors",
     "JobSpec": "recruiter.job",
-    "JobTimedOut": "recruiter.stopping",
+    "JobTimedOut": "recruiter.pools.stopping",
     "NotFailed": "recruiter.errors",
     "NotRunnableHere": "recruiter.errors",
     "NotFinished": "recruiter.errors",
@@ -134,7 +134,7 @@ _EXPORTS = {
     "Why": "recruiter.retry",
     "Workable": "recruiter.workable",
     "WorkerDied": "recruiter.errors",
-    "Workflow": "recruiter.dependencies",
+    "Workflow": "recruiter.waiting.engine",
     "WriteRejected": "recruiter.errors",
     "record_output": "recruiter.workable",
     "register_retry_policy": "recruiter.retry",

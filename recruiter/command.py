@@ -153,7 +153,7 @@ class Command:
         """Wait for the process; on timeout, stop its group; return whether it timed out.
 
         It waits in short slices, so that a job timeout or a cancellation (raised in
-        this thread, see :mod:`recruiter.stopping`) lands here; the process group is
+        this thread, see :mod:`recruiter.pools.stopping`) lands here; the process group is
         then stopped too, before the exception goes on: a command never runs on after
         its attempt ended.
         """

@@ -8,8 +8,8 @@ an attempt whose worker died, handed to the job's retry policy like any exceptio
 
 The failures recorded in a job's history under their class's qualified name stay in the
 module that raises them, since that name is stored data (a retry policy's
-``retriable=`` names it): the stops (``recruiter.stopping``), a job process's death
-(``recruiter.pool``), a damaged job (``recruiter.execution``), a command's failure
+``retriable=`` names it): the stops (``recruiter.pools.stopping``), a job process's death
+(``recruiter.pools.process_pool``), a damaged job (``recruiter.execution``), a command's failure
 (``recruiter.command``), a workable that cannot be rebuilt (``recruiter.workable``).
 The dashboard's refusal of a request (``recruiter.web.security.Refused``) is the web
 layer's own, never raised to an application.
@@ -19,12 +19,23 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from recruiter.duration import format_duration
 
-if TYPE_CHECKING:
-    from recruiter.job import Job
+
+class _JobRead(Protocol):
+    """What an error says of a job read back (a :class:`recruiter.job.Job`): named here
+    so that this module, which every other imports, imports none of them."""
+
+    @property
+    def id(self) -> Any: ...
+    @property
+    def blocked(self) -> bool: ...
+    @property
+    def finished(self) -> bool: ...
+    @property
+    def why(self) -> str | None: ...
 
 
 class RecruiterError(Exception):
@@ -288,7 +299,7 @@ class NotWaiting(RecruiterError):
     """A job asked to run now is already handed out or finished, or waits for other
     jobs (it runs when they end, as its rule says: running it before would break it)."""
 
-    def __init__(self, job: Job) -> None:
+    def __init__(self, job: _JobRead) -> None:
         if job.blocked:
             message = f"job {job.id} waits for other jobs: it runs once they end (or cancel it)"
         elif job.finished:
@@ -302,7 +313,7 @@ class NotWaiting(RecruiterError):
 class NotFinished(RecruiterError):
     """A job asked to be recovered has not finished; it will run anyway."""
 
-    def __init__(self, job: Job) -> None:
+    def __init__(self, job: _JobRead) -> None:
         super().__init__(f"job {job.id} has not finished: it will run anyway, nothing was done")
         self.job = job
 

@@ -3,7 +3,7 @@
 A database error does not end the process: it is logged, and the loop backs off and
 tries again, so a process survives the database going away and resumes when it returns.
 
-A process that follows a change feed (see :mod:`recruiter.watcher`) waits on a *bell*
+A process that follows a change feed (see :mod:`recruiter.processes.watcher`) waits on a *bell*
 the feed rings, instead of backing off: it wakes when there is something to do.
 """
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Self
 
 from recruiter.duration import Duration, to_timedelta
-from recruiter.errors import InvalidRetryPolicy
+from recruiter.errors import InvalidRetryPolicy, UnknownRetryPolicy
 from recruiter.retry import (
     MAX_WAIT,
     Decision,
@@ -23,8 +23,8 @@ from recruiter.retry import (
     exception_type_name,
     exponential_delay,
     jitter_draw,
-    policy_from_document,
     register_retry_policy,
+    registered_policy,
 )
 
 
@@ -355,3 +355,38 @@ class SelectByException(RetryPolicy):
             (clause["when"], policy_from_document(clause["then"]))
             for clause in parameters["clauses"]
         )
+
+
+# --- a stored policy rebuilt ------------------------------------------------------------
+
+
+def policy_from_document(document: Any) -> RetryPolicy:
+    """Rebuild a policy from its stored ``{"class", "parameters"}`` form, by its
+    registered name (a built-in of this module, or one an application registered with
+    :func:`~recruiter.retry.register_retry_policy`), never by importing what it names."""
+    if not isinstance(document, Mapping):
+        raise InvalidRetryPolicy(f"a retry policy document must be a mapping, got {document!r}")
+    name = document.get("class")
+    parameters = document.get("parameters", {})
+    if not isinstance(name, str):
+        raise InvalidRetryPolicy(f"retry policy document has no class name: {document!r}")
+    policy_class = registered_policy(name)
+    if policy_class is None:
+        raise UnknownRetryPolicy(name)
+    if not isinstance(parameters, Mapping):
+        raise InvalidRetryPolicy(f"parameters of retry policy {name!r} must be a mapping")
+    try:
+        return policy_class.from_parameters(parameters)
+    except InvalidRetryPolicy:
+        raise
+    except (KeyError, TypeError, ValueError) as error:
+        message = f"invalid parameters for retry policy {name!r}: {error}"
+        raise InvalidRetryPolicy(message) from error
+
+
+def policy_or_default(document: Any) -> tuple[RetryPolicy, str | None]:
+    """The stored policy, or ``DoNotDoItAgain`` and what was wrong if it cannot be rebuilt."""
+    try:
+        return policy_from_document(document), None
+    except (InvalidRetryPolicy, UnknownRetryPolicy) as error:
+        return DoNotDoItAgain(), f"its retry policy cannot be rebuilt: {error}"

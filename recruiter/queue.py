@@ -22,10 +22,19 @@ from typing import Any, TypeVar
 
 from bson import ObjectId
 
-from recruiter.analytics import Analytics, analytics
+from recruiter.attempts.manual import (
+    Cancellation,
+    ManualRun,
+    cancel,
+    cancel_if_waiting,
+    cancel_in,
+    recover,
+    run_here,
+    run_now,
+    wait_for,
+)
 from recruiter.clock import Clock, to_millis
 from recruiter.connection import URI_VARIABLE, open_database, resolve_uri
-from recruiter.dependencies import Batch, BatchStatus, Workflow, check_batch, settle_stored
 from recruiter.duration import Duration, to_timedelta
 from recruiter.errors import (
     BatchNotFound,
@@ -39,17 +48,8 @@ from recruiter.errors import (
 from recruiter.groups import GroupSettings, Rate
 from recruiter.job import After, Job, JobSpec, as_object_id, state_of
 from recruiter.loop import Backoff
-from recruiter.manual import (
-    Cancellation,
-    ManualRun,
-    cancel,
-    cancel_if_waiting,
-    cancel_in,
-    recover,
-    run_here,
-    run_now,
-    wait_for,
-)
+from recruiter.monitoring.analytics import Analytics, analytics
+from recruiter.monitoring.tracing import current_context
 from recruiter.schedule import (
     DEFAULT_MISSED,
     Cron,
@@ -63,7 +63,7 @@ from recruiter.schedulers import job_template
 from recruiter.schema_check import SchemaCheck
 from recruiter.states import SUCCEEDED
 from recruiter.store import Database, SchedulerRecord, Store
-from recruiter.tracing import current_context
+from recruiter.waiting.engine import Batch, BatchStatus, Workflow, check_batch, settle_stored
 from recruiter.workable import Registry
 
 T = TypeVar("T")
@@ -479,7 +479,7 @@ class Queue:
     def wait(self, job_ids: Iterable[ObjectId | str], timeout: Duration = "1m") -> list[Job]:
         """Wait until these jobs are finished; return them, in order.
 
-        Raises :class:`recruiter.manual.WaitTimeout` if some are not, within ``timeout``.
+        Raises :class:`recruiter.attempts.manual.WaitTimeout` if some are not, within ``timeout``.
         """
         try:
             limit = to_timedelta(timeout, name="timeout")
@@ -489,13 +489,13 @@ class Queue:
 
     def run_here(self, registry: Registry, *job_ids: ObjectId | str) -> list[ManualRun]:
         """Run these waiting jobs in this process, now, one after the other, with the
-        workables of ``registry``; return how each ended (see :mod:`recruiter.manual`)."""
+        workables of ``registry``; return how each ended (see :mod:`recruiter.attempts.manual`)."""
         return run_here(self.store, registry, self.clock, job_ids)
 
     def cancel(self, job_id: ObjectId | str, *, session: Any = None) -> Cancellation:
         """Cancel a job: a waiting one is finished as ``cancelled`` at once, and so are
         the jobs that wait for it; a running one is stopped by its worker within a
-        heartbeat (see :mod:`recruiter.stopping`). With ``session``, in the
+        heartbeat (see :mod:`recruiter.pools.stopping`). With ``session``, in the
         application's transaction: cancelled if and only if it commits."""
         if session is not None:
             self._check_session(session)

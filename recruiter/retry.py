@@ -15,7 +15,6 @@ a policy can be stored and evaluated without importing anything named in the dat
 from __future__ import annotations
 
 import datetime as dt
-import importlib
 import logging
 import random
 from abc import ABC, abstractmethod
@@ -27,7 +26,6 @@ from typing import Any, ClassVar, Self, TypeVar
 from recruiter.errors import (
     DuplicateRegistration,
     InvalidRetryPolicy,
-    UnknownRetryPolicy,
     WorkerDied,
 )
 
@@ -221,37 +219,10 @@ def register_retry_policy(name: str) -> Callable[[P], P]:
     return register
 
 
-def policy_from_document(document: Any) -> RetryPolicy:
-    """Rebuild a policy from its stored ``{"class", "parameters"}`` form."""
-    if not isinstance(document, Mapping):
-        raise InvalidRetryPolicy(f"a retry policy document must be a mapping, got {document!r}")
-    name = document.get("class")
-    parameters = document.get("parameters", {})
-    if not isinstance(name, str):
-        raise InvalidRetryPolicy(f"retry policy document has no class name: {document!r}")
-    policy_class = _POLICIES.get(name) or _built_in(name)
-    if policy_class is None:
-        raise UnknownRetryPolicy(name)
-    if not isinstance(parameters, Mapping):
-        raise InvalidRetryPolicy(f"parameters of retry policy {name!r} must be a mapping")
-    try:
-        return policy_class.from_parameters(parameters)
-    except InvalidRetryPolicy:
-        raise
-    except (KeyError, TypeError, ValueError) as error:
-        message = f"invalid parameters for retry policy {name!r}: {error}"
-        raise InvalidRetryPolicy(message) from error
-
-
-def _built_in(name: str) -> type[RetryPolicy] | None:
-    """The built-in policy ``name``: its module registers them all when first imported
-    (it imports this one, so it cannot be imported at the top here)."""
-    importlib.import_module("recruiter.policies")
+def registered_policy(name: str) -> type[RetryPolicy] | None:
+    """The policy class registered under ``name``, if any (the built-ins are registered
+    as :mod:`recruiter.policies` is imported)."""
     return _POLICIES.get(name)
-
-
-def registered_policy_names() -> list[str]:
-    return sorted(_POLICIES)
 
 
 # --- arithmetic ------------------------------------------------------------------------
@@ -279,15 +250,6 @@ def exponential_delay(
 def jitter_draw(job_id: str, attempt: int) -> float:
     """A number in [0, 1) fixed by the job and attempt, so a decision can be replayed."""
     return random.Random(f"{job_id}:{attempt}").random()
-
-
-def policy_or_default(document: Any) -> tuple[RetryPolicy, str | None]:
-    """The stored policy, or ``DoNotDoItAgain`` and what was wrong if it cannot be rebuilt."""
-    try:
-        return policy_from_document(document), None
-    except (InvalidRetryPolicy, UnknownRetryPolicy) as error:
-        fallback = policy_from_document({"class": "DoNotDoItAgain", "parameters": {}})
-        return fallback, f"its retry policy cannot be rebuilt: {error}"
 
 
 def decide_safely(policy: RetryPolicy, attempt: FailedAttempt, now: dt.datetime) -> Decision:

@@ -15,7 +15,7 @@ Two kinds of workables:
   ``execute``), as in the original Recruiter.
 
 Either kind may be ``async def`` (a function, or the method a job calls): the job then
-runs as an asyncio task (see :mod:`recruiter.stopping`), on the worker's event loop with
+runs as an asyncio task (see :mod:`recruiter.pools.stopping`), on the worker's event loop with
 ``--pool asyncio``. Hooks are plain functions in every case.
 
 A running job asks for its retry statistics with :func:`retry_statistics`.
@@ -45,7 +45,7 @@ from recruiter.errors import (
 )
 from recruiter.events import Listeners
 from recruiter.job import DEFAULT_METHOD, JobSpec, Root
-from recruiter.stopping import Entrance
+from recruiter.pools.stopping import Entrance
 
 P = ParamSpec("P")
 R = TypeVar("R")

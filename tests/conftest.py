@@ -24,8 +24,8 @@ from pymongo.database import Database
 
 from recruiter import FrozenClock, Queue, Registry
 from recruiter.embedded import HOME_VARIABLE, start_server, stop_local_server
-from recruiter.pool import JobProcess
-from recruiter.stopping import Watch
+from recruiter.pools.process_pool import JobProcess
+from recruiter.pools.stopping import Watch
 from recruiter.store import Store
 
 START = dt.datetime(2026, 11, 22, 9, 0, tzinfo=dt.UTC)

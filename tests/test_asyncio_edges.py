@@ -23,9 +23,9 @@ from recruiter.attempts.executor import Executor, Identity
 from recruiter.attempts.verdict import Execution, Outcome
 from recruiter.clock import FrozenClock
 from recruiter.errors import InvalidJob
-from recruiter.event_loop import EventLoop, run_on_a_new_loop
-from recruiter.pool import _Child
-from recruiter.stopping import JobTimedOut, Running, Watch
+from recruiter.pools.event_loop import EventLoop, run_on_a_new_loop
+from recruiter.pools.process_pool import _Child
+from recruiter.pools.stopping import JobTimedOut, Running, Watch
 from recruiter.testing import drain
 from tests.conftest import START
 
@@ -135,7 +135,7 @@ def test_a_stop_after_an_async_jobs_own_loop_closed_does_not_kill_the_watchdog(
         tick.join()
         return result
 
-    monkeypatch.setattr("recruiter.stopping.run_on_a_new_loop", run_then_tick)
+    monkeypatch.setattr("recruiter.pools.stopping.run_on_a_new_loop", run_then_tick)
 
     async def job() -> str:
         return "done"
@@ -173,7 +173,7 @@ def test_a_stop_after_an_async_jobs_own_loop_closed_does_not_end_a_job_process_r
         thread.join()
         return result
 
-    monkeypatch.setattr("recruiter.stopping.run_on_a_new_loop", run_then_stop)
+    monkeypatch.setattr("recruiter.pools.stopping.run_on_a_new_loop", run_then_stop)
 
     async def job() -> str:
         return "done"
@@ -188,7 +188,7 @@ def test_a_stop_after_an_async_jobs_own_loop_closed_does_not_end_a_job_process_r
 def test_the_loop_closes_within_its_wait_though_a_left_task_ignores_its_cancellation(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("recruiter.event_loop.CLOSE_WAIT", 0.05)
+    monkeypatch.setattr("recruiter.pools.event_loop.CLOSE_WAIT", 0.05)
     loop = EventLoop()
     loop.start()
     released = threading.Event()
@@ -266,7 +266,7 @@ def test_an_async_jobs_attempt_on_its_own_loop_ends_though_a_task_it_left_ignore
     """The job succeeded but left a task that swallows its cancellation: the attempt ends
     CLOSE_WAIT after the job returned (as the asyncio pool's loop gives such tasks as it
     closes), not never (``asyncio.run`` waits for every task it cancels)."""
-    monkeypatch.setattr("recruiter.event_loop.CLOSE_WAIT", 0.05)
+    monkeypatch.setattr("recruiter.pools.event_loop.CLOSE_WAIT", 0.05)
     released = threading.Event()
 
     async def stubborn() -> None:

@@ -21,8 +21,8 @@ from recruiter.attempts.executor import Executor, Identity
 from recruiter.attempts.verdict import Execution, Outcome
 from recruiter.clock import FrozenClock
 from recruiter.errors import InvalidJob, NotInAJob
-from recruiter.event_loop import EventLoop
-from recruiter.stopping import Entrance, JobCancelled, JobTimedOut, Running, Stopped, Watch
+from recruiter.pools.event_loop import EventLoop
+from recruiter.pools.stopping import Entrance, JobCancelled, JobTimedOut, Running, Stopped, Watch
 from recruiter.testing import drain
 from recruiter.workable import RetryStatistics, record_output, running_as
 from tests.pool_app import registry as app
@@ -183,7 +183,7 @@ def test_an_async_job_stopped_before_its_tasks_first_step_is_recorded_as_not_run
     job = queue.job(execution.job_id)
     assert job.attempts == 1
     (attempt,) = job.history
-    assert attempt["class"] == f"recruiter.stopping.{stopped.__name__}"
+    assert attempt["class"] == f"recruiter.pools.stopping.{stopped.__name__}"
     assert attempt["message"] == stopped.before_it_began
     assert attempt["unrun"] is True
 
@@ -367,7 +367,7 @@ def test_a_stop_landing_as_the_coroutine_is_returned_closes_it_and_says_it_did_n
                 pass  # where it lands: in the thread, right after target() returned
         return real(value)
 
-    monkeypatch.setattr("recruiter.stopping.inspect.iscoroutine", stop_lands_here)
+    monkeypatch.setattr("recruiter.pools.stopping.inspect.iscoroutine", stop_lands_here)
     with pytest.raises(JobTimedOut) as raised:  # warnings are errors: an unclosed one fails
         running.call(job, entrance=Entrance(at_call=True, at_first_step=True))
     monkeypatch.undo()

@@ -1,4 +1,5 @@
-"""Batches: a slot handed several jobs at once, by the rule of :mod:`recruiter.batching`.
+"""Batches: a slot handed several jobs at once, by the rule of
+:mod:`recruiter.processes.prefetch_rule`.
 
 The rule (one job per slot first, then the rest by expected length, within the
 window and the maximum), what a round hands out under it (order, limits), and what a
@@ -23,13 +24,13 @@ from benchmarks.counted import CommandCounter
 from recruiter import JobSpec, Queue, Registry, RetryManyTimes, retry_statistics
 from recruiter.attempts import takeback
 from recruiter.attempts.verdict import Outcome
-from recruiter.batching import BatchRule, JobLengths, pack
-from recruiter.cleaner import Cleaner, CleanerConfig
 from recruiter.clock import FrozenClock
 from recruiter.errors import DatabaseUnavailable
-from recruiter.recruiter import Recruiter, RecruiterConfig
+from recruiter.processes.cleaner import Cleaner, CleanerConfig
+from recruiter.processes.prefetch_rule import BatchRule, JobLengths, pack
+from recruiter.processes.recruiter import Recruiter, RecruiterConfig
+from recruiter.processes.worker import WorkerConfig, WorkerProcess
 from recruiter.store import RanReport, Store, WorkerRecord
-from recruiter.worker import WorkerConfig, WorkerProcess
 from tests.interleaving import after, before
 from tests.test_groups import jobs
 from tests.test_processes import DEAD_AFTER, WatchingCleaner

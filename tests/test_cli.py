@@ -208,7 +208,8 @@ def test_help_loads_neither_the_driver_nor_the_processes() -> None:
         "from recruiter.cli import app\n"
         "for arguments in (['--help'], ['worker', '--help'], ['jobs', 'list', '--help']):\n"
         "    assert CliRunner().invoke(app, arguments).exit_code == 0\n"
-        "heavy = {'pymongo', 'bson', 'recruiter.store', 'recruiter.worker', 'prometheus_client'}\n"
+        "heavy = {'pymongo', 'bson', 'recruiter.store', 'recruiter.processes.worker',\n"
+        "         'prometheus_client'}\n"
         "print(sorted(heavy & set(sys.modules)))\n"
     )
     done = subprocess.run(
@@ -219,8 +220,8 @@ def test_help_loads_neither_the_driver_nor_the_processes() -> None:
 
 
 def test_the_worker_options_defaults_are_the_pools() -> None:
-    from recruiter import pool
     from recruiter.cli import processes
+    from recruiter.pools import process_pool
 
-    assert (processes.THREADS, processes.ASYNCIO) == (pool.THREADS, pool.ASYNCIO)
-    assert processes.ASYNCIO_CONCURRENCY == pool.ASYNCIO_CONCURRENCY
+    assert (processes.THREADS, processes.ASYNCIO) == (process_pool.THREADS, process_pool.ASYNCIO)
+    assert processes.ASYNCIO_CONCURRENCY == process_pool.ASYNCIO_CONCURRENCY

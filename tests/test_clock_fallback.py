@@ -16,12 +16,12 @@ from typing import Any
 from pymongo.database import Database
 
 from recruiter import Registry
-from recruiter.cleaner import Cleaner, CleanerConfig
 from recruiter.clock import DatabaseClock, FrozenClock
 from recruiter.errors import DatabaseUnavailable
-from recruiter.leadership import Leadership
+from recruiter.processes.cleaner import Cleaner, CleanerConfig
+from recruiter.processes.leadership import Leadership
+from recruiter.processes.worker import WorkerConfig, WorkerProcess
 from recruiter.store import Store
-from recruiter.worker import WorkerConfig, WorkerProcess
 from tests.test_clocks import MINUTES, World
 
 

@@ -19,12 +19,12 @@ from pymongo.database import Database
 
 from recruiter import JobSpec, Queue, Registry
 from recruiter.attempts.verdict import Outcome
-from recruiter.cleaner import Cleaner, CleanerConfig
 from recruiter.clock import Clock, DatabaseClock, FrozenClock
-from recruiter.leadership import Leadership
-from recruiter.recruiter import Recruiter
+from recruiter.processes.cleaner import Cleaner, CleanerConfig
+from recruiter.processes.leadership import Leadership
+from recruiter.processes.recruiter import Recruiter
+from recruiter.processes.worker import WorkerConfig, WorkerProcess
 from recruiter.store import Store
-from recruiter.worker import WorkerConfig, WorkerProcess
 from tests.conftest import START
 
 MINUTES = dt.timedelta(minutes=5)

@@ -17,12 +17,12 @@ from pymongo.database import Database
 from recruiter import JobSpec, Queue, Registry, RetryManyTimes, Workflow
 from recruiter.attempts.executor import Executor, Identity
 from recruiter.attempts.verdict import Execution
-from recruiter.cleaner import Cleaner
 from recruiter.clock import FrozenClock
-from recruiter.dependencies import Ended, follow_up, sweep
 from recruiter.errors import InvalidJob
 from recruiter.job import Job, state_of
+from recruiter.processes.cleaner import Cleaner
 from recruiter.testing import drain
+from recruiter.waiting.engine import Ended, follow_up, sweep
 from tests import interleaving
 
 

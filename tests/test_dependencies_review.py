@@ -15,10 +15,10 @@ from pymongo.database import Database
 
 from recruiter import JobSpec, Queue, Registry, Workflow
 from recruiter.attempts.verdict import Execution
-from recruiter.cleaner import Cleaner
 from recruiter.clock import FrozenClock
-from recruiter.dependencies import Ended, follow_up, settle
+from recruiter.processes.cleaner import Cleaner
 from recruiter.testing import drain
+from recruiter.waiting.engine import Ended, follow_up, settle
 from tests import interleaving
 from tests.test_dependencies import add, fail, job_of, register, run, state
 
@@ -97,7 +97,7 @@ def test_a_waiting_job_damaged_by_hand_does_not_stop_the_sweep_of_the_others(
     queue.store.scheduled.update_one({"_id": damaged}, damage)
     then = queue.schedule(add(5, 6).after(first))
     monkeypatch.setattr("recruiter.attempts.ending.follow_up_safely", lambda *a: None)  # a crash
-    monkeypatch.setattr("recruiter.dependencies.SWEEP_PAGE", 1)  # (a page of damaged jobs)
+    monkeypatch.setattr("recruiter.waiting.engine.SWEEP_PAGE", 1)  # (a page of damaged jobs)
     run(queue, app, first)
     result = Cleaner(queue.store).run_once(queue.clock.now())
     assert state(queue, then) == "ready"

@@ -24,9 +24,9 @@ from recruiter.cli import main
 from recruiter.cli.exit_codes import ExitCode, exit_code_of
 from recruiter.embedded import free_port
 from recruiter.errors import DeclaredDead
+from recruiter.processes.worker import DECLARED_DEAD_EXIT
 from recruiter.store.schema import SCHEMA_VERSION
 from recruiter.testing import drain
-from recruiter.worker import DECLARED_DEAD_EXIT
 
 DOCS = Path(__file__).parent.parent / "docs" / "processes.md"
 

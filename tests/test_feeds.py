@@ -22,7 +22,7 @@ from recruiter import JobSpec, Queue, Registry
 from recruiter.clock import FrozenClock, SystemClock
 from recruiter.errors import DatabaseUnavailable
 from recruiter.loop import IDLE, UNKNOWN, Backoff, Pause, StopRequest, Wakeups, run_forever
-from recruiter.recruiter import (
+from recruiter.processes.recruiter import (
     GAP,
     SCHEDULERS_REFRESH,
     News,
@@ -30,6 +30,8 @@ from recruiter.recruiter import (
     RecruiterConfig,
     RoundResult,
 )
+from recruiter.processes.watcher import Watcher
+from recruiter.processes.worker import WorkerConfig, WorkerProcess, WorkerSlot
 from recruiter.store import (
     Assignment,
     ChangeFeed,
@@ -40,8 +42,6 @@ from recruiter.store import (
     WorkChange,
     WorkerRecord,
 )
-from recruiter.watcher import Watcher
-from recruiter.worker import WorkerConfig, WorkerProcess, WorkerSlot
 from tests.factories import queued_job
 
 PATIENCE = 30.0
@@ -173,7 +173,7 @@ def wait_for(condition: Callable[[], bool], what: str) -> None:
 def test_the_watcher_tells_a_gap_on_opening_and_on_losing_the_feed_then_reopens_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("recruiter.watcher.REOPEN_WAIT", 0.01)
+    monkeypatch.setattr("recruiter.processes.watcher.REOPEN_WAIT", 0.01)
     feeds = [ScriptedFeed(["a", "b"], then=DatabaseUnavailable("gone")), ScriptedFeed(["c"])]
     opened = list(feeds)
     told: list[str] = []
@@ -193,7 +193,7 @@ def test_the_watcher_tells_a_gap_on_opening_and_on_losing_the_feed_then_reopens_
 def test_a_watcher_whose_feed_fails_with_a_bug_logs_it_and_opens_the_feed_again(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr("recruiter.watcher.REOPEN_WAIT", 0.01)
+    monkeypatch.setattr("recruiter.processes.watcher.REOPEN_WAIT", 0.01)
     opened = [ScriptedFeed([], then=ValueError("a bug (simulated)")), ScriptedFeed(["a"])]
     told: list[str] = []
     watcher = Watcher("test feed", lambda: opened.pop(0), told.append, lambda: None)

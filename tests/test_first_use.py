@@ -182,7 +182,7 @@ def test_a_second_signal_after_a_clean_stop_exits_zero(finished: bool, status: i
 
 
 def test_one_job_is_one_job() -> None:
-    from recruiter.words import counted
+    from recruiter.monitoring.words import counted
 
     assert counted(1, "job") == "1 job"
     assert counted(2, "job") == "2 jobs"

@@ -17,8 +17,8 @@ from benchmarks.counted import CommandCounter
 from recruiter import GroupSettings, InvalidGroupSettings, InvalidJob, JobSpec, Queue, Rate
 from recruiter.clock import FrozenClock
 from recruiter.groups import FairShare
-from recruiter.planning import SETTINGS_REFRESH
-from recruiter.recruiter import MINIMUM_PAUSE, News, Recruiter
+from recruiter.processes.planning import SETTINGS_REFRESH
+from recruiter.processes.recruiter import MINIMUM_PAUSE, News, Recruiter
 from recruiter.store import End, Store
 from recruiter.store.jobs import GROUPS_PER_READ
 from recruiter.store.schema import SCHEMA_VERSION

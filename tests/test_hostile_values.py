@@ -16,8 +16,8 @@ from recruiter import JobSpec, Queue, Registry
 from recruiter.attempts.verdict import Outcome
 from recruiter.clock import FrozenClock
 from recruiter.errors import ResultNotKept
-from recruiter.recruiter import Recruiter
-from recruiter.worker import WorkerSlot
+from recruiter.processes.recruiter import Recruiter
+from recruiter.processes.worker import WorkerSlot
 
 
 class _HostileTracer:

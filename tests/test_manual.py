@@ -10,14 +10,14 @@ import pytest
 from bson import ObjectId
 
 from recruiter import JobNotFound, JobSpec, Queue, Registry, RetryManyTimes
+from recruiter.attempts.manual import run_here
 from recruiter.attempts.takeback import release_unheld
 from recruiter.attempts.verdict import Outcome
-from recruiter.cleaner import Cleaner, CleanerConfig
 from recruiter.clock import FrozenClock, SystemClock
 from recruiter.errors import DeclaredDead, NotRunnableHere, NotWaiting, WaitTimeout
-from recruiter.manual import run_here
-from recruiter.recruiter import Recruiter
-from recruiter.stopping import HolderDeclaredDead
+from recruiter.pools.stopping import HolderDeclaredDead
+from recruiter.processes.cleaner import Cleaner, CleanerConfig
+from recruiter.processes.recruiter import Recruiter
 from recruiter.testing import drain
 
 

@@ -19,10 +19,10 @@ import threading
 import pytest
 
 from recruiter import JobSpec, Queue, Registry, RetryManyTimes
-from recruiter.cleaner import CleanerConfig
+from recruiter.attempts.manual import run_here
 from recruiter.clock import FrozenClock
 from recruiter.errors import DeclaredDead
-from recruiter.manual import run_here
+from recruiter.processes.cleaner import CleanerConfig
 from tests.conftest import START
 from tests.interleaving import after
 from tests.test_processes import DEAD_AFTER, WatchingCleaner

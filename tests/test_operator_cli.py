@@ -21,7 +21,7 @@ from recruiter.cli import ExitCode, app
 from recruiter.clock import FrozenClock
 from recruiter.embedded import free_port
 from recruiter.errors import NotFailed, NotFinished, SchedulerNotFound
-from recruiter.metrics import QueueCollector
+from recruiter.monitoring.metrics import QueueCollector
 from recruiter.store import End
 from recruiter.testing import drain
 from tests.factories import Unclosed

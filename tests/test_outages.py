@@ -16,14 +16,14 @@ import pytest
 
 from recruiter import JobSpec, Queue, Registry, RetryManyTimes
 from recruiter.attempts.verdict import Outcome
-from recruiter.cleaner import Cleaner, CleanerConfig
 from recruiter.clock import FrozenClock
 from recruiter.errors import DatabaseUnavailable
-from recruiter.leadership import Leadership
 from recruiter.loop import IDLE, Backoff, Pause, run_forever
-from recruiter.recruiter import Recruiter
+from recruiter.processes.cleaner import Cleaner, CleanerConfig
+from recruiter.processes.leadership import Leadership
+from recruiter.processes.recruiter import Recruiter
+from recruiter.processes.worker import WorkerSlot
 from recruiter.store import Store
-from recruiter.worker import WorkerSlot
 
 DEAD_AFTER = dt.timedelta(seconds=30)
 

@@ -29,7 +29,8 @@ from recruiter import (
     register_retry_policy,
 )
 from recruiter.errors import DuplicateRegistration
-from recruiter.retry import MAX_WAIT, exponential_delay, policy_from_document
+from recruiter.policies import policy_from_document
+from recruiter.retry import MAX_WAIT, exponential_delay
 
 NOW = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC)
 

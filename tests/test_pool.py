@@ -18,8 +18,8 @@ from recruiter import JobSpec, Queue, RetryManyTimes
 from recruiter.attempts.executor import Executor, Identity
 from recruiter.attempts.verdict import Execution, Outcome
 from recruiter.clock import FrozenClock
-from recruiter.pool import JobProcess
-from recruiter.stopping import Watch
+from recruiter.pools.process_pool import JobProcess
+from recruiter.pools.stopping import Watch
 from tests.pool_app import registry as app
 
 APP = "tests.pool_app:registry"
@@ -71,7 +71,7 @@ def test_a_job_blocked_in_c_past_its_timeout_is_killed_with_its_child_and_replac
 ) -> None:
     """In the threads pool such a job runs to the end of its sleep; here its process is
     killed once the grace after its timeout is over."""
-    monkeypatch.setattr("recruiter.pool.STOP_GRACE", 0.5)
+    monkeypatch.setattr("recruiter.pools.process_pool.STOP_GRACE", 0.5)
     spec = JobSpec("pool.sleep_in_c", {"seconds": 600}).with_timeout("1s")
     began = time.monotonic()
     execution = run(queue, clock, watch, child, spec)

@@ -22,8 +22,8 @@ from recruiter import JobSpec, Queue, Registry, RetryManyTimes, Workable, record
 from recruiter.attempts.executor import Executor, Identity
 from recruiter.attempts.verdict import Execution, Outcome
 from recruiter.clock import FrozenClock
-from recruiter.pool import JobProcess, _Child
-from recruiter.stopping import JobCancelled, JobTimedOut, Running, Watch
+from recruiter.pools.process_pool import JobProcess, _Child
+from recruiter.pools.stopping import JobCancelled, JobTimedOut, Running, Watch
 from recruiter.workable import RetryStatistics
 
 APP = "tests.test_pool_races:registry"
@@ -184,7 +184,7 @@ def test_a_stop_that_arrives_while_the_job_is_rebuilt_is_not_dropped(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The job honours its stop: it should be stopped in its child, not killed with it."""
-    monkeypatch.setattr("recruiter.pool.STOP_GRACE", 2.0)
+    monkeypatch.setattr("recruiter.pools.process_pool.STOP_GRACE", 2.0)
     spec = JobSpec("review.slow_to_build", {"build": 1.0, "run": 30}).with_timeout("0.3s")
     job_id = queue.schedule(spec)
     execution = execute(queue, clock, watch, child, job_id)
@@ -230,7 +230,7 @@ def test_a_stop_landing_as_the_job_code_is_entered_in_the_child_is_no_success(
         made._lock = _StopOnRelease(made, JobCancelled)  # type: ignore[assignment]
         return made
 
-    monkeypatch.setattr("recruiter.pool.Running", running)
+    monkeypatch.setattr("recruiter.pools.process_pool.Running", running)
     job_id = str(ObjectId())
     request = {
         "job_id": job_id,
@@ -358,8 +358,8 @@ _WORKER = """
 import datetime as dt, json, signal, sys, threading
 import mongomock
 from recruiter import FrozenClock, JobSpec, Queue
-from recruiter.pool import JobProcess
-from recruiter.stopping import Running
+from recruiter.pools.process_pool import JobProcess
+from recruiter.pools.stopping import Running
 from tests.test_pool_races import statistics
 
 asked = []
@@ -412,7 +412,7 @@ def test_a_job_killed_with_its_child_leaves_no_process_behind(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("recruiter.pool.STOP_GRACE", 0.5)
+    monkeypatch.setattr("recruiter.pools.process_pool.STOP_GRACE", 0.5)
     path = tmp_path / "pid"
     job_id = queue.schedule(JobSpec("review.subprocess", {"path": str(path)}).with_timeout("0.5s"))
     execute(queue, clock, watch, child, job_id)
@@ -451,7 +451,9 @@ def test_a_child_that_cannot_be_started_fails_the_attempt_not_the_slot(
         def Pipe(self) -> Any:
             raise OSError(24, "Too many open files")
 
-    monkeypatch.setattr("recruiter.pool.multiprocessing.get_context", lambda _: _NoFiles())
+    monkeypatch.setattr(
+        "recruiter.pools.process_pool.multiprocessing.get_context", lambda _: _NoFiles()
+    )
     job_id = queue.schedule(JobSpec("review.ok").retry_with(RetryManyTimes(2)))
     execution = execute(queue, clock, watch, child, job_id)  # OSError escapes here
     assert execution.outcome is Outcome.RETRY

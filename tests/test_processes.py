@@ -15,14 +15,14 @@ from pymongo.database import Database
 
 from recruiter import JobSpec, Queue, Registry, RetryManyTimes, record_output, retry_statistics
 from recruiter.attempts.verdict import Outcome
-from recruiter.cleaner import Cleaner, CleanerConfig, CleanResult
 from recruiter.clock import FrozenClock
-from recruiter.leadership import Leadership
-from recruiter.recruiter import Recruiter
+from recruiter.processes.cleaner import Cleaner, CleanerConfig, CleanResult
+from recruiter.processes.leadership import Leadership
+from recruiter.processes.recruiter import Recruiter
+from recruiter.processes.worker import WorkerConfig, WorkerProcess, WorkerSlot
 from recruiter.store import Store
 from recruiter.store.jobs import ARCHIVE_BATCH, PURGE_BATCH
 from recruiter.testing import drain
-from recruiter.worker import WorkerConfig, WorkerProcess, WorkerSlot
 from tests.factories import queued_job
 
 DEAD_AFTER = dt.timedelta(seconds=30)
@@ -443,7 +443,7 @@ def test_a_standby_says_so_once_and_a_new_leader_says_so(
     lease = dt.timedelta(seconds=15)
     Leadership(store, "recruiter", "first", lease, clock).hold(clock.now())
     standby = Leadership(store, "recruiter", "second", lease, clock)
-    with caplog.at_level(logging.INFO, logger="recruiter.leadership"):
+    with caplog.at_level(logging.INFO, logger="recruiter.processes.leadership"):
         for _ in range(3):
             assert not standby.hold(clock.now())
             clock.advance(1)

@@ -22,11 +22,11 @@ from bson import ObjectId
 from pymongo.errors import OperationFailure
 
 from recruiter import JobSpec, Queue, Registry, RetryManyTimes
-from recruiter.cleaner import CleanerConfig
 from recruiter.clock import FrozenClock
 from recruiter.errors import DatabaseError
-from recruiter.recruiter import Recruiter
-from recruiter.worker import WorkerSlot
+from recruiter.processes.cleaner import CleanerConfig
+from recruiter.processes.recruiter import Recruiter
+from recruiter.processes.worker import WorkerSlot
 from tests.test_processes import DEAD_AFTER, WatchingCleaner
 
 

@@ -17,8 +17,8 @@ from recruiter.attempts.calling import RESULT_BYTES
 from recruiter.attempts.executor import Executor, Identity
 from recruiter.attempts.verdict import Outcome
 from recruiter.clock import FrozenClock
-from recruiter.pool import JobProcess
-from recruiter.stopping import Watch
+from recruiter.pools.process_pool import JobProcess
+from recruiter.pools.stopping import Watch
 from recruiter.testing import drain
 from tests.pool_app import MOMENT
 from tests.pool_app import registry as pool_app

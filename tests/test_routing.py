@@ -8,9 +8,9 @@ from typing import Any
 
 from recruiter import JobSpec, Queue, Registry
 from recruiter.clock import FrozenClock
-from recruiter.recruiter import News, Recruiter
+from recruiter.processes.recruiter import News, Recruiter
+from recruiter.processes.worker import WorkerSlot
 from recruiter.store import Store, Waiting, digest_of
-from recruiter.worker import WorkerSlot
 
 
 def application(*names: str) -> Registry:
@@ -162,7 +162,7 @@ def test_a_roster_document_stays_small_however_many_workables(
 def test_the_set_is_recorded_once_for_all_the_slots_of_a_process(
     queue: Queue, clock: FrozenClock
 ) -> None:
-    from recruiter.worker import WorkerConfig, WorkerProcess
+    from recruiter.processes.worker import WorkerConfig, WorkerProcess
 
     writes: list[str] = []
     record = queue.store.record_workables

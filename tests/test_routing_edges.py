@@ -12,7 +12,7 @@ from bson import ObjectId
 
 from recruiter import JobSpec, Queue
 from recruiter.clock import FrozenClock
-from recruiter.recruiter import Recruiter
+from recruiter.processes.recruiter import Recruiter
 from recruiter.store import digest_of
 from tests.test_routing import application, assigned, slot
 

@@ -16,7 +16,7 @@ from recruiter import JobSpec, Queue, RetryManyTimes
 from recruiter.cli import app, views
 from recruiter.clock import FrozenClock
 from recruiter.errors import DatabaseUnavailable, InvalidJob, InvalidSchedule
-from recruiter.recruiter import Recruiter
+from recruiter.processes.recruiter import Recruiter
 from recruiter.schedule import Cron, Every, Schedule, schedule_from
 from recruiter.schedulers import MISSED_GRACE, PER_PASS, SchedulingResult, create_due_occurrences
 from recruiter.store import SchedulerRecord, Store

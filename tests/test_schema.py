@@ -79,8 +79,8 @@ def test_a_worker_stops_once_a_newer_recruiter_upgraded_the_database(
     database: Database[Any],
 ) -> None:
     from recruiter import FrozenClock, Registry
+    from recruiter.processes.worker import WorkerConfig, WorkerProcess
     from recruiter.schema_check import SCHEMA_RECHECK
-    from recruiter.worker import WorkerConfig, WorkerProcess
 
     clock = FrozenClock()
     store = Store(database)

@@ -16,11 +16,11 @@ import datetime as dt
 
 from recruiter import JobSpec, Queue, Registry
 from recruiter.attempts.verdict import Outcome
-from recruiter.cleaner import CleanerConfig
 from recruiter.clock import FrozenClock
-from recruiter.recruiter import Recruiter
+from recruiter.processes.cleaner import CleanerConfig
+from recruiter.processes.recruiter import Recruiter
+from recruiter.processes.worker import WorkerConfig, WorkerProcess
 from recruiter.store.schema import SCHEMA_VERSION
-from recruiter.worker import WorkerConfig, WorkerProcess
 from tests.test_processes import DEAD_AFTER, WatchingCleaner
 
 

@@ -32,9 +32,9 @@ from recruiter import JobSpec, Queue, Registry, RetryManyTimes, record_output
 from recruiter.attempts.verdict import Outcome
 from recruiter.clock import FrozenClock
 from recruiter.errors import DatabaseUnavailable, DocumentTooLarge, WriteRejected
-from recruiter.recruiter import Recruiter
+from recruiter.processes.recruiter import Recruiter
+from recruiter.processes.worker import WorkerSlot
 from recruiter.store.failures import translate
-from recruiter.worker import WorkerSlot
 
 UNAVAILABLE: list[PyMongoError] = [
     AutoReconnect("connection closed"),
@@ -261,7 +261,7 @@ def test_a_dead_workers_job_is_released_even_if_its_removal_lost_its_reply(
 ) -> None:
     # the worker is removed (fenced out), the reply is lost: the cleaner never learns
     # what it held; the job, locked and held by nobody, is an orphan the next rounds find
-    from recruiter.cleaner import Cleaner, CleanerConfig
+    from recruiter.processes.cleaner import Cleaner, CleanerConfig
 
     @registry.workable("tests.noop")
     def noop() -> None: ...

@@ -30,11 +30,9 @@ from recruiter import (
 from recruiter.attempts.executor import Executor, Identity
 from recruiter.attempts.takeback import release_fenced
 from recruiter.attempts.verdict import Outcome
-from recruiter.cleaner import Cleaner, CleanerConfig
 from recruiter.clock import FrozenClock
 from recruiter.events import BECAME_LEADER, STEPPED_DOWN, Listeners
-from recruiter.leadership import Tell
-from recruiter.stopping import (
+from recruiter.pools.stopping import (
     NOWHERE_KNOWN,
     Entrance,
     HolderDeclaredDead,
@@ -42,6 +40,8 @@ from recruiter.stopping import (
     Running,
     Watch,
 )
+from recruiter.processes.cleaner import Cleaner, CleanerConfig
+from recruiter.processes.leadership import Tell
 from recruiter.testing import drain
 
 

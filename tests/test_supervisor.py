@@ -9,7 +9,7 @@ import pytest
 from pymongo.database import Database
 
 from recruiter.clock import FrozenClock
-from recruiter.supervisor import RESTART_PAUSES, Child, Supervisor
+from recruiter.processes.supervisor import RESTART_PAUSES, Child, Supervisor
 
 
 def test_a_child_that_exits_is_restarted_after_a_pause_that_grows() -> None:

@@ -17,11 +17,11 @@ from bson import ObjectId
 from recruiter import JobSpec, Queue, Registry, RetryManyTimes
 from recruiter.attempts.takeback import take_back_from_dead
 from recruiter.attempts.verdict import Execution, Outcome
-from recruiter.cleaner import Cleaner, CleanerConfig
 from recruiter.clock import FrozenClock
-from recruiter.recruiter import Recruiter
+from recruiter.processes.cleaner import Cleaner, CleanerConfig
+from recruiter.processes.recruiter import Recruiter
+from recruiter.processes.worker import WorkerConfig, WorkerProcess
 from recruiter.store import End, Store
-from recruiter.worker import WorkerConfig, WorkerProcess
 from tests.interleaving import after
 from tests.test_processes import DEAD_AFTER, WatchingCleaner
 

@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 
 from recruiter import Every, FrozenClock, JobSpec, Queue, Registry, record_output
 from recruiter.cli import app
-from recruiter.printable import printable
+from recruiter.monitoring.printable import printable
 from recruiter.testing import drain
 from tests.factories import Unclosed
 

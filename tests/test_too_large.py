@@ -22,8 +22,8 @@ from recruiter import JobSpec, Queue, Registry, RetryManyTimes
 from recruiter.attempts.verdict import Outcome
 from recruiter.clock import FrozenClock
 from recruiter.job import TRACE_LIMIT
-from recruiter.recruiter import Recruiter
-from recruiter.worker import WorkerSlot
+from recruiter.processes.recruiter import Recruiter
+from recruiter.processes.worker import WorkerSlot
 
 
 @pytest.mark.real_server

@@ -16,9 +16,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from recruiter import JobSpec, Queue, Registry, RetryManyTimes
-from recruiter.cleaner import Cleaner
 from recruiter.clock import FrozenClock, SystemClock
-from recruiter.recruiter import Recruiter
+from recruiter.processes.cleaner import Cleaner
+from recruiter.processes.recruiter import Recruiter
 from recruiter.testing import drain
 
 EXPORTER = InMemorySpanExporter()
@@ -113,7 +113,7 @@ def test_each_attempt_says_how_it_ended(
 def test_rounds_and_releases_are_spans(
     queue: Queue, app: Registry, clock: FrozenClock, spans: InMemorySpanExporter
 ) -> None:
-    from recruiter.worker import WorkerSlot
+    from recruiter.processes.worker import WorkerSlot
 
     WorkerSlot(queue.store, app, clock, "*").register()  # it knows shop.invoice
     queue.schedule(JobSpec("shop.invoice", {"order": 9}))

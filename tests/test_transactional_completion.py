@@ -18,11 +18,11 @@ from pymongo.database import Database
 from recruiter import JobSpec, Queue, Registry, RetryManyTimes
 from recruiter.attempts.executor import Executor, Identity
 from recruiter.attempts.verdict import Outcome
-from recruiter.cleaner import Cleaner, CleanerConfig
 from recruiter.clock import FrozenClock
+from recruiter.processes.cleaner import Cleaner, CleanerConfig
+from recruiter.processes.worker import WorkerSlot
 from recruiter.testing import drain
 from recruiter.workable import job_session
-from recruiter.worker import WorkerSlot
 from tests import interleaving
 
 RETRIED = RetryManyTimes(3, 0)

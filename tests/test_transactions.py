@@ -14,10 +14,10 @@ from pymongo.errors import OperationFailure
 from recruiter import JobNotFound, JobSpec, Queue, Registry
 from recruiter.clock import FrozenClock
 from recruiter.errors import InvalidJob, TransactionsUnavailable
-from recruiter.recruiter import Recruiter
+from recruiter.processes.recruiter import Recruiter
+from recruiter.processes.worker import WorkerSlot
 from recruiter.store.failures import in_the_callers_transaction
 from recruiter.testing import drain
-from recruiter.worker import WorkerSlot
 
 pytestmark = pytest.mark.real_server
 

@@ -381,8 +381,8 @@ def test_jobs_handed_out_but_not_started_are_counted_and_cancelled(
     cancel of the group skipped them."""
     from bson import ObjectId
 
-    from recruiter import listing
-    from recruiter.listing import JobFilter
+    from recruiter.monitoring import listing
+    from recruiter.monitoring.listing import JobFilter
     from recruiter.web import views
 
     held = queue.schedule(JobSpec("tests.noop").in_group("onlyhanded"))

@@ -16,7 +16,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from recruiter import JobSpec, Queue
-from recruiter.logs import JsonFormatter
+from recruiter.monitoring.logs import JsonFormatter
 from recruiter.schedule import Every
 from recruiter.web import WebConfig, create_app
 from recruiter.web.security import SESSION_COOKIE

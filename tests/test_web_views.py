@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from recruiter import JobSpec, Queue, RetryManyTimes
-from recruiter.listing import status_document
+from recruiter.monitoring.listing import status_document
 from recruiter.schedule import Every
 from recruiter.web import WebConfig, create_app
 
@@ -158,7 +158,7 @@ def test_a_page_of_jobs_leaves_their_histories_and_tracebacks_in_the_database(
 ) -> None:
     """A page shows each job's last message, never its history nor its tracebacks: on
     MongoDB a page of jobs with long histories would otherwise be megabytes."""
-    from recruiter import listing
+    from recruiter.monitoring import listing
 
     job = queue.schedule(JobSpec("web.ok").in_group("mail"))
     execution = {"outcome": "failed", "message": "down", "trace": "Traceback…" * 1000}

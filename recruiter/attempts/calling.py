@@ -1,10 +1,11 @@
 """Running a job's code where it runs, and what it gave (:class:`Ran`).
 
 The code runs in the calling thread (a slot's), on an event loop (an ``async def``
-job), or in a job process (:mod:`recruiter.pool`, a :class:`JobRunner`); a watchdog may
-stop it (:mod:`recruiter.stopping`). Whatever it raises, ``BaseException`` included, is
-the attempt's failure, never an error of the worker's. What it returned and what it
-recorded are kept within bounds, so that the attempt's end can always be written.
+job), or in a job process (:mod:`recruiter.pools.process_pool`, a :class:`JobRunner`);
+a watchdog may stop it (:mod:`recruiter.pools.stopping`). Whatever it raises,
+``BaseException`` included, is the attempt's failure, never an error of the worker's.
+What it returned and what it recorded are kept within bounds, so that the attempt's end
+can always be written.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ import bson
 
 from recruiter.errors import RecruiterError
 from recruiter.job import TRACE_LIMIT, Job
+from recruiter.pools.stopping import Running, Stopped
 from recruiter.retry import Failure
-from recruiter.stopping import Running, Stopped
 from recruiter.workable import Registry, RetryStatistics, WorkableHooks, running_as
 
 RESULT_BYTES = 1_000_000
@@ -38,8 +39,8 @@ class DamagedJob(RecruiterError):
 
 
 class JobRunner(Protocol):
-    """Runs a job's code somewhere else than the calling thread (:mod:`recruiter.pool`),
-    stopped by ``running`` as the watchdog says."""
+    """Runs a job's code somewhere else than the calling thread
+    (:mod:`recruiter.pools.process_pool`), stopped by ``running`` as the watchdog says."""
 
     def run(self, job: Job, statistics: RetryStatistics, running: Running) -> Ran: ...
 

@@ -29,12 +29,12 @@ from bson import ObjectId
 from recruiter.attempts.calling import Ran
 from recruiter.attempts.verdict import CANCELLED, ENDING_OUTCOMES, Execution, Outcome, Verdict
 from recruiter.clock import Clock
-from recruiter.dependencies import Ended, follow_up_safely
 from recruiter.errors import DatabaseError, DatabaseUnavailable
 from recruiter.events import JOB_ENDED, JOB_FAILURE_LAST, JobEvent, call_safely
 from recruiter.job import Job
 from recruiter.loop import Backoff
 from recruiter.store import End, Store
+from recruiter.waiting.engine import Ended, follow_up_safely
 from recruiter.workable import Registry
 
 logger = logging.getLogger(__name__)

@@ -39,10 +39,11 @@ from recruiter.clock import Clock
 from recruiter.errors import DatabaseError
 from recruiter.events import JOB_STARTED, JobEvent
 from recruiter.job import Job
-from recruiter.retry import RetryPolicy, Why, is_last_retry_safely, policy_or_default
-from recruiter.stopping import JobCancelled, Running, Watch
+from recruiter.monitoring.tracing import attempt_span
+from recruiter.policies import policy_or_default
+from recruiter.pools.stopping import JobCancelled, Running, Watch
+from recruiter.retry import RetryPolicy, Why, is_last_retry_safely
 from recruiter.store import End, Store
-from recruiter.tracing import attempt_span
 from recruiter.workable import Registry, RetryStatistics
 
 logger = logging.getLogger(__name__)

@@ -38,7 +38,8 @@ from recruiter.attempts.ending import tell_cancelled, tell_waiting, write_verdic
 from recruiter.attempts.verdict import Outcome, attempt_record, verdict_of
 from recruiter.errors import WriteRejected
 from recruiter.job import Job
-from recruiter.retry import Failure, policy_or_default
+from recruiter.policies import policy_or_default
+from recruiter.retry import Failure
 from recruiter.store import LockRecord, Store, WorkerRecord
 
 logger = logging.getLogger(__name__)

@@ -24,7 +24,7 @@ from recruiter.cli.top import metrics, top
 from recruiter.cli.views import analytics_command, schedulers, status, workers
 from recruiter.cli.web import web
 from recruiter.errors import RecruiterError
-from recruiter.logs import Level, setup_logging
+from recruiter.monitoring.logs import Level, setup_logging
 
 app = typer.Typer(
     name="recruiter",

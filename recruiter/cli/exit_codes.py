@@ -44,7 +44,7 @@ class ExitCode(IntEnum):
     """``recruiter demo``, or ``recruiter jobs run --wait``, ran out of time."""
     DECLARED_DEAD = 8
     """A worker (or ``jobs run --here``) was declared dead while it ran a job (the
-    worker exits with it by itself: ``recruiter.worker.DECLARED_DEAD_EXIT``)."""
+    worker exits with it by itself: ``recruiter.processes.worker.DECLARED_DEAD_EXIT``)."""
     JOB_FAILED = 9
     """``recruiter jobs run --wait`` (or ``--here``): a job finished other than done."""
     NOT_FOUND = 10

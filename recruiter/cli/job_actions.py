@@ -23,7 +23,7 @@ from recruiter.cli.options import (
 from recruiter.cli.tables import id_column
 from recruiter.cli.terminal import console, errors
 from recruiter.errors import NotFailed, ResultNotKept
-from recruiter.words import counted
+from recruiter.monitoring.words import counted
 
 if TYPE_CHECKING:  # imported where used: `recruiter --help` does not load the driver
     from recruiter.job import Job
@@ -105,7 +105,7 @@ def cancel_jobs(
     database: DatabaseName = None,
 ) -> None:
     """Cancel jobs: a waiting one at once, a running one stopped by its worker."""
-    from recruiter import listing
+    from recruiter.monitoring import listing
 
     if not job_ids and group is None:
         raise typer.BadParameter("give job ids, or --group G to cancel many")
@@ -155,7 +155,7 @@ def _cancel_each(queue: Queue, ids: list[Any], state: str | None) -> dict[str, i
 def _say_who_is_missing(queue: Queue) -> None:
     """Before a wait: say so when nothing can run the jobs (no recruiter leads, or no
     worker is on the roster); the wait would otherwise end in a timeout, unexplained."""
-    from recruiter import listing
+    from recruiter.monitoring import listing
 
     now = queue.clock.now()
     missing = []
@@ -247,7 +247,7 @@ def _failed_jobs(
 ) -> list[Any]:
     """The jobs to retry: those given, each checked to have failed before any is
     retried, or those that failed since, not retried yet."""
-    from recruiter import listing
+    from recruiter.monitoring import listing
 
     ids: list[Any] = list(job_ids)
     for job_id in ids:

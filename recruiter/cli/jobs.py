@@ -29,8 +29,8 @@ from recruiter.cli.options import (
 )
 from recruiter.cli.tables import id_column
 from recruiter.cli.terminal import console, json_text, styled
+from recruiter.monitoring.words import moment_text
 from recruiter.states import STATES
-from recruiter.words import moment_text
 
 jobs = typer.Typer(
     help="Jobs: list, show, run now (and wait), cancel, retry, recover; a batch where it stands.",
@@ -55,9 +55,9 @@ def list_jobs(
     database: DatabaseName = None,
 ) -> None:
     """List jobs, newest first, with filters."""
-    from recruiter import listing
     from recruiter.errors import InvalidFilter
-    from recruiter.listing import JobFilter
+    from recruiter.monitoring import listing
+    from recruiter.monitoring.listing import JobFilter
 
     where = JobFilter(state=state, group=group, tag=tag, finished_since=since)
     try:
@@ -104,7 +104,7 @@ def show_job(
     from bson import json_util
     from bson.json_util import RELAXED_JSON_OPTIONS
 
-    from recruiter import listing
+    from recruiter.monitoring import listing
 
     queue = open_queue(mongodb_uri, database)
     try:

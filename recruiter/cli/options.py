@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Protocol, TypeVar
 import typer
 
 from recruiter.duration import parse_duration
-from recruiter.logs import Level
+from recruiter.monitoring.logs import Level
 
 if TYPE_CHECKING:  # imported where used: `recruiter --help` does not load the driver
     from recruiter.queue import Queue

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from recruiter.batching import DEFAULT_MAX_BATCH
 from recruiter.cli.options import (
     DEMO_APP,
     App,
@@ -34,14 +33,15 @@ from recruiter.cli.options import (
     size_option,
     validated,
 )
-from recruiter.logs import Level, setup_logging
+from recruiter.monitoring.logs import Level, setup_logging
+from recruiter.processes.prefetch_rule import DEFAULT_MAX_BATCH
 
 if TYPE_CHECKING:  # each command imports its process when it runs: --help stays fast
     from recruiter.loop import StopRequest
 
 THREADS, ASYNCIO, ASYNCIO_CONCURRENCY = "threads", "asyncio", 100
-"""recruiter.pool's names and the asyncio pool's default slots, for the options' defaults
-and help (tests/test_cli.py holds them to recruiter.pool's)."""
+"""The pools' names and the asyncio pool's default slots, for the options' defaults and
+help (tests/test_cli.py holds them to :mod:`recruiter.pools.process_pool`'s)."""
 
 logger = logging.getLogger(__name__)
 
@@ -124,10 +124,10 @@ def run(
     json_logs: JsonLogs = False,
 ) -> None:
     """The recruiter: hand ready jobs to available workers (one leads; others stand by)."""
-    from recruiter.batching import BatchRule
-    from recruiter.leadership import Follow, Tell, lead
+    from recruiter.processes.leadership import Follow, Tell, lead
+    from recruiter.processes.prefetch_rule import BatchRule
+    from recruiter.processes.recruiter import News, Recruiter, RecruiterConfig
     from recruiter.queue import Queue
-    from recruiter.recruiter import News, Recruiter, RecruiterConfig
 
     setup_logging("recruiter", log_level, json_logs)
     stop = signalled_stop("recruiter")
@@ -203,7 +203,7 @@ def worker(
     json_logs: JsonLogs = False,
 ) -> None:
     """A worker: register in the roster, run what is assigned, heartbeat throughout."""
-    from recruiter.worker import WorkerConfig, WorkerProcess
+    from recruiter.processes.worker import WorkerConfig, WorkerProcess
 
     setup_logging("worker", log_level, json_logs)
     stop = signalled_stop("worker")
@@ -255,8 +255,8 @@ def clean(
     json_logs: JsonLogs = False,
 ) -> None:
     """The cleaner: release the jobs of dead workers, purge old archived jobs."""
-    from recruiter.cleaner import Cleaner, CleanerConfig
-    from recruiter.leadership import Tell, lead
+    from recruiter.processes.cleaner import Cleaner, CleanerConfig
+    from recruiter.processes.leadership import Tell, lead
     from recruiter.queue import Queue
 
     setup_logging("cleaner", log_level, json_logs)

@@ -5,7 +5,7 @@ from the database (a group, a tag, an error message, a traceback, parameters), w
 untrusted. A :class:`Terminal` never reads a string as rich markup (``[bold]``,
 ``[link=…]``, a stray ``[/]`` that would raise ``MarkupError``), never highlights nor
 replaces emoji codes in it, and shows its control characters as escapes
-(:func:`recruiter.printable.printable`). So a command's own styling is built as
+(:func:`recruiter.monitoring.printable.printable`). So a command's own styling is built as
 :class:`rich.text.Text` (see :func:`styled`), never as markup in a string, and text
 from the database is handed over as a plain ``str``, never wrapped in a ``Text``.
 
@@ -28,7 +28,7 @@ from typing import Any
 from rich.console import Console, ConsoleDimensions
 from rich.text import Text
 
-from recruiter.printable import printable
+from recruiter.monitoring.printable import printable
 
 PIPED_WIDTH = 1000
 """Columns of a Terminal whose output is not a terminal: tables are as wide as their

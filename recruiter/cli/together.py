@@ -1,7 +1,7 @@
 """Everything at once on one machine: ``recruiter up`` and ``recruiter demo``.
 
 Both start the real commands as separate processes through a
-:class:`recruiter.supervisor.Supervisor`: a recruiter, a cleaner and some workers.
+:class:`recruiter.processes.supervisor.Supervisor`: a recruiter, a cleaner and some workers.
 """
 
 from __future__ import annotations
@@ -32,12 +32,12 @@ from recruiter.cli.tables import id_column
 from recruiter.cli.terminal import console
 from recruiter.duration import format_duration
 from recruiter.errors import DemoTimeout
-from recruiter.logs import Level, setup_logging
-from recruiter.words import counted
+from recruiter.monitoring.logs import Level, setup_logging
+from recruiter.monitoring.words import counted
 
 if TYPE_CHECKING:  # imported where used: --help stays fast
+    from recruiter.processes.supervisor import Child
     from recruiter.queue import Queue
-    from recruiter.supervisor import Child
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def team(
 ) -> list[Child]:
     """A recruiter, a cleaner and ``workers`` workers, each with the ``extra`` arguments
     and the application ``app`` (its tracing and listeners apply to all three)."""
-    from recruiter.supervisor import Child
+    from recruiter.processes.supervisor import Child
 
     children = [
         Child("recruiter", ("run", "--app", app, *recruiter, *extra)),
@@ -93,7 +93,7 @@ def up(
 ) -> None:
     """The recruiter, the cleaner and workers together, for a quick try (Ctrl-C stops all)."""
     from recruiter.connection import open_database, resolve_uri
-    from recruiter.supervisor import Supervisor
+    from recruiter.processes.supervisor import Supervisor
 
     setup_logging("up", log_level, json_logs)
     load_registry(app_spec)  # a wrong --app fails here, once, not in every worker
@@ -144,8 +144,8 @@ def demo(
     from recruiter.connection import open_database, resolve_uri
     from recruiter.demo import sample_jobs
     from recruiter.embedded import home
+    from recruiter.processes.supervisor import Supervisor
     from recruiter.queue import Queue
-    from recruiter.supervisor import Supervisor
 
     setup_logging("demo", Level.WARNING)
     uri, embedded = resolve_uri(mongodb_uri)

@@ -28,7 +28,7 @@ from recruiter.cli.options import (
     open_queue,
 )
 from recruiter.cli.terminal import console
-from recruiter.logs import Level, setup_logging
+from recruiter.monitoring.logs import Level, setup_logging
 
 if TYPE_CHECKING:  # imported where used: --help stays fast
     from recruiter.queue import Queue
@@ -67,8 +67,8 @@ def top(
 
 def frame(queue: Queue) -> Group:
     """One frame of ``recruiter top``."""
-    from recruiter import listing
-    from recruiter.analytics import WINDOW
+    from recruiter.monitoring import listing
+    from recruiter.monitoring.analytics import WINDOW
     from recruiter.retry import FAILED
     from recruiter.states import UNFINISHED
 
@@ -115,7 +115,7 @@ def frame(queue: Queue) -> Group:
 
 
 def _average(documents: list[Mapping[str, Any]], start: str, end: str) -> str:
-    from recruiter.analytics import average, spans
+    from recruiter.monitoring.analytics import average, spans
 
     value = average(spans(documents, start, end))
     return "-" if value is None else f"{value:.3f}"
@@ -140,7 +140,7 @@ def metrics(
     """Serve Prometheus metrics, read from the database at each scrape (Ctrl-C stops)."""
     from prometheus_client import CollectorRegistry, start_http_server
 
-    from recruiter.metrics import QueueCollector
+    from recruiter.monitoring.metrics import QueueCollector
 
     setup_logging("metrics", log_level, json_logs)
     queue = open_queue(mongodb_uri, database)

@@ -17,10 +17,10 @@ from recruiter.cli.options import DatabaseName, MongoUri, open_queue
 from recruiter.cli.tables import id_column
 from recruiter.cli.terminal import console, json_text
 from recruiter.errors import SchedulerBusy, SchedulerNotFound
-from recruiter.words import moment_text
+from recruiter.monitoring.words import moment_text
 
 if TYPE_CHECKING:  # imported where used: --help stays fast
-    from recruiter.analytics import Analytics
+    from recruiter.monitoring.analytics import Analytics
 
 AsJson = Annotated[bool, typer.Option("--json", help="One JSON document, for scripts.")]
 
@@ -73,7 +73,7 @@ def status(
     database: DatabaseName = None,
 ) -> None:
     """Who leads, the workers, the groups, and the latest failures."""
-    from recruiter.listing import status_document
+    from recruiter.monitoring.listing import status_document
 
     queue = open_queue(mongodb_uri, database)
     try:
@@ -92,7 +92,7 @@ def workers(
     database: DatabaseName = None,
 ) -> None:
     """Every worker slot on the roster: group, busy or idle, its job, where, last seen."""
-    from recruiter.listing import worker_rows
+    from recruiter.monitoring.listing import worker_rows
 
     queue = open_queue(mongodb_uri, database)
     try:

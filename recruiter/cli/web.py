@@ -18,7 +18,7 @@ from recruiter.cli.options import (
     open_queue,
 )
 from recruiter.errors import WebNotInstalled
-from recruiter.logs import Level, setup_logging
+from recruiter.monitoring.logs import Level, setup_logging
 
 logger = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """Jobs selected by what an operator filters on: a state, a group, a workable, a tag,
-when they finished. The operator's views (``recruiter.listing``) read jobs through these
+when they finished. The operator's views (``recruiter.monitoring.listing``) read jobs through these
 verbs only: the MongoDB filter of each state is here, beside the indexes it uses.
 
 Both collections are read (a finished job waits in ``scheduled`` until the cleaner

@@ -4,7 +4,7 @@ A slot records in its roster document the digest of the workable names its appli
 registered (``workables``); the names themselves are kept once per set, in
 ``metadata`` under ``workables:<digest>``, so that a roster document stays small
 however many workables an application has. The recruiter hands a job only to a slot
-whose set holds its workable (:mod:`recruiter.planning`); a job that no live worker can
+whose set holds its workable (:mod:`recruiter.processes.planning`); a job that no live worker can
 run waits, unattempted, and is counted by :meth:`WorkableVerbs.waiting_for_workables`.
 """
 

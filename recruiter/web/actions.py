@@ -7,7 +7,7 @@ import logging
 
 from recruiter.errors import AlreadyRetried, InvalidJob, RecruiterError
 from recruiter.groups import GroupSettings
-from recruiter.listing import FAILED
+from recruiter.monitoring.listing import FAILED
 from recruiter.queue import Queue
 from recruiter.web.audit import Actor, acting
 

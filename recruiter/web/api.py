@@ -9,7 +9,7 @@ from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from recruiter import listing
+from recruiter.monitoring import listing
 from recruiter.web import actions, views
 from recruiter.web.audit import acting
 from recruiter.web.context import (

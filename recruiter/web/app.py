@@ -21,6 +21,7 @@ from fastapi.templating import Jinja2Templates
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from recruiter.errors import DatabaseUnavailable, InvalidFilter, JobNotFound, RecruiterError
+from recruiter.monitoring.words import counted, moment_text
 from recruiter.queue import Queue
 from recruiter.web import api, pages
 from recruiter.web.audit import audited, refused_request
@@ -35,7 +36,6 @@ from recruiter.web.context import (
     session_of,
 )
 from recruiter.web.security import CONTENT_SECURITY_POLICY, Guard, Refused
-from recruiter.words import counted, moment_text
 
 HERE = files("recruiter.web")
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from recruiter.errors import DatabaseUnavailable, RecruiterError
-from recruiter.printable import printable
+from recruiter.monitoring.printable import printable
 
 logger = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from starlette.convertors import StringConvertor, register_url_convertor
 
 from recruiter.duration import parse_duration
 from recruiter.errors import InvalidFilter, InvalidGroupSettings
-from recruiter.listing import JobFilter
+from recruiter.monitoring.listing import JobFilter
 from recruiter.queue import Queue
 from recruiter.states import STATES
 from recruiter.web import actions, views

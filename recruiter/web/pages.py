@@ -9,7 +9,7 @@ from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import BaseModel
 
-from recruiter import listing
+from recruiter.monitoring import listing
 from recruiter.web import actions, views
 from recruiter.web.audit import Act, acting, log
 from recruiter.web.context import (

@@ -1,5 +1,5 @@
 """What the dashboard's pages and its JSON API show, as plain data: one function per
-page, each reading through :mod:`recruiter.listing` and the :class:`recruiter.Queue`."""
+page, each reading through :mod:`recruiter.monitoring.listing` and the :class:`recruiter.Queue`."""
 
 from __future__ import annotations
 
@@ -7,15 +7,15 @@ import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from recruiter import listing
-from recruiter.analytics import average, spans
 from recruiter.errors import InvalidSchedule, ResultNotKept
 from recruiter.job import Job, state_of
-from recruiter.listing import FAILED
+from recruiter.monitoring import listing
+from recruiter.monitoring.analytics import average, spans
+from recruiter.monitoring.listing import FAILED
+from recruiter.monitoring.words import moment_text
 from recruiter.queue import Queue
 from recruiter.schedule import schedule_from
 from recruiter.store import SchedulerRecord
-from recruiter.words import moment_text
 
 RECENT = dt.timedelta(hours=1)
 """How far back the overview counts finished jobs."""

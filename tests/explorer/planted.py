@@ -14,10 +14,10 @@ from contextlib import contextmanager
 
 import pytest
 
-from recruiter import cleaner
-from recruiter import recruiter as recruiter_module
 from recruiter.attempts import takeback
 from recruiter.attempts.takeback import Released, release_fenced
+from recruiter.processes import cleaner
+from recruiter.processes import recruiter as recruiter_module
 from recruiter.store import Store, WorkerRecord
 
 

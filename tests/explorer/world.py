@@ -30,13 +30,13 @@ from bson import ObjectId
 from pymongo.database import Database
 
 from recruiter import JobSpec, Registry, RetryManyTimes, retry_statistics
-from recruiter.cleaner import Cleaner, CleanerConfig
 from recruiter.clock import DatabaseClock
 from recruiter.errors import DatabaseError, DatabaseUnavailable
-from recruiter.leadership import LeaderRounds
-from recruiter.recruiter import Recruiter, RecruiterConfig
+from recruiter.processes.cleaner import Cleaner, CleanerConfig
+from recruiter.processes.leadership import LeaderRounds
+from recruiter.processes.recruiter import Recruiter, RecruiterConfig
+from recruiter.processes.worker import WorkerConfig, WorkerProcess
 from recruiter.store import Store
-from recruiter.worker import WorkerConfig, WorkerProcess
 from tests.explorer.baton import Actor, Baton, ExplorerDeadlock, Killed
 from tests.explorer.clocks import Clocks
 from tests.explorer.config import Config
@@ -220,7 +220,7 @@ class World:
             store, ROLES[prefix], work, lease=lease, clock=process.clock, holder=process.name
         )
 
-        def round_() -> None:  # the leader's own step (recruiter.leadership.lead runs it)
+        def round_() -> None:  # the leader's own step (recruiter.processes.leadership.lead runs it)
             rounds.step(process.clock.earliest())
 
         return round_

@@ -10,7 +10,7 @@ import asyncio
 import time
 
 from recruiter import Registry, retry_statistics
-from recruiter.stopping import Stopped
+from recruiter.pools.stopping import Stopped
 from recruiter.workable import job_session
 from tests.faults import ledger
 

@@ -17,8 +17,8 @@ import time
 from bson import ObjectId
 from pymongo import MongoClient
 
-from recruiter.leadership import Leadership, holder_name
-from recruiter.recruiter import Recruiter
+from recruiter.processes.leadership import Leadership, holder_name
+from recruiter.processes.recruiter import Recruiter
 from recruiter.store import Store
 
 GIVE_UP_AFTER = 60.0

@@ -21,11 +21,12 @@ from typing import Any
 
 from recruiter.errors import WorkerDied
 from recruiter.job import HISTORY_LIMIT
-from recruiter.retry import FailedAttempt, Failure, GiveUp, RetryAt, policy_from_document
+from recruiter.policies import policy_from_document
+from recruiter.pools.stopping import JobTimedOut
+from recruiter.processes.worker import DECLARED_DEAD_EXIT
+from recruiter.retry import FailedAttempt, Failure, GiveUp, RetryAt
 from recruiter.schedulers import MISSED_GRACE
 from recruiter.states import SUCCEEDED
-from recruiter.stopping import JobTimedOut
-from recruiter.worker import DECLARED_DEAD_EXIT
 from tests.faults.app import Planned
 from tests.faults.ledger import Run
 from tests.faults.scenario import (

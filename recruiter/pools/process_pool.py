@@ -53,10 +53,10 @@ from bson.codec_options import CodecOptions
 from recruiter.attempts.calling import Ran, kept_result, returned_before_stop, storable
 from recruiter.errors import RecruiterError
 from recruiter.job import TRACE_LIMIT, Job, Root
-from recruiter.logs import Level, logging_setup, setup_logging
-from recruiter.memory import resident_memory
+from recruiter.monitoring.logs import Level, logging_setup, setup_logging
+from recruiter.pools.memory import resident_memory
+from recruiter.pools.stopping import STOPS, Entrance, Running, Stopped
 from recruiter.retry import Failure
-from recruiter.stopping import STOPS, Entrance, Running, Stopped
 from recruiter.workable import Registry, RetryStatistics, Workable, WorkableHooks, running_as
 
 logger = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ PROCESSES = "processes"
 """The pool where each slot runs its jobs' code in a child process of its own."""
 ASYNCIO = "asyncio"
 """The pool where ``async def`` jobs run as tasks on one event loop of the worker
-(:mod:`recruiter.event_loop`); a synchronous job runs in its slot's thread."""
+(:mod:`recruiter.pools.event_loop`); a synchronous job runs in its slot's thread."""
 POOLS = (THREADS, PROCESSES, ASYNCIO)
 ASYNCIO_CONCURRENCY = 100
 """The slots of an ``asyncio``-pool worker when ``--concurrency`` is not given."""
@@ -90,9 +90,15 @@ class JobProcessDied(Exception):
     """The child process running the attempt died (a signal, or an exit) before it
     answered: recorded as the attempt's failure, never raised."""
 
+    recorded_as = "recruiter.pool.JobProcessDied"
+    """Its name in jobs' histories and policies, kept from before it moved."""
+
 
 class JobProcessFailed(RecruiterError):
     """A child process could not be started or did not follow the protocol."""
+
+    recorded_as = "recruiter.pool.JobProcessFailed"
+    """Its name in jobs' histories and policies, kept from before it moved."""
 
 
 # --- the worker's side ------------------------------------------------------------------

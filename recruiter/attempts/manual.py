@@ -27,7 +27,6 @@ from bson import ObjectId
 from recruiter.attempts.executor import Executor, Identity
 from recruiter.attempts.verdict import Execution
 from recruiter.clock import Clock
-from recruiter.dependencies import Ended, follow_up, follow_up_safely
 from recruiter.errors import (
     DatabaseError,
     DeclaredDead,
@@ -40,8 +39,9 @@ from recruiter.errors import (
 )
 from recruiter.job import Job
 from recruiter.loop import Backoff
-from recruiter.stopping import HolderDeclaredDead, Watch
+from recruiter.pools.stopping import HolderDeclaredDead, Watch
 from recruiter.store import Store, as_object_id
+from recruiter.waiting.engine import Ended, follow_up, follow_up_safely
 from recruiter.workable import Registry
 
 logger = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ Each round it:
 4. purges archived jobs that finished more than ``clean_after`` ago, up to 5,000 a round
    in two commands (a round that purged a full batch is followed by another at once),
    crashed ones included;
-5. sweeps the jobs waiting for others (:func:`recruiter.dependencies.sweep`): one whose
+5. sweeps the jobs waiting for others (:func:`recruiter.waiting.engine.sweep`): one whose
    dependencies (or batch) ended, and that nobody told (its worker crashed before it
    could, say), is made ready or cancelled as its rule says.
 """
@@ -29,11 +29,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from recruiter.attempts.takeback import Released, release_unheld, take_back_from_dead
-from recruiter.dependencies import sweep
 from recruiter.errors import DatabaseError
 from recruiter.loop import Backoff, Pause
+from recruiter.monitoring.tracing import process_span
 from recruiter.store import ARCHIVE_BATCH, PURGE_BATCH, Store, WorkerRecord
-from recruiter.tracing import process_span
+from recruiter.waiting.engine import sweep
 
 logger = logging.getLogger(__name__)
 

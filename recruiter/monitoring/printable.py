@@ -5,7 +5,7 @@ Everything a job carries (its parameters, group, tags, error messages, traceback
 output, result) comes from applications and their errors: it is untrusted text. Printed
 raw, an escape sequence in it could clear the operator's screen, retitle the window,
 hide a line behind a carriage return or reverse the text's direction. The terminal views
-(``recruiter/cli/terminal.py``) and the plain log lines (``recruiter/logs.py``) pass
+(``recruiter/cli/terminal.py``) and the plain log lines (``recruiter/monitoring/logs.py``) pass
 such text through :func:`printable`; JSON output needs nothing (JSON escapes control
 characters itself) and the dashboard escapes HTML.
 

@@ -29,9 +29,9 @@ from typing import Any
 from prometheus_client.core import GaugeHistogramMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from recruiter import listing
-from recruiter.analytics import WINDOW, spans
 from recruiter.job import ANY_GROUP
+from recruiter.monitoring import listing
+from recruiter.monitoring.analytics import WINDOW, spans
 from recruiter.queue import Queue
 from recruiter.retry import FAILED
 from recruiter.states import UNFINISHED
@@ -41,7 +41,7 @@ LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 60.0, 300.0)
 
 class QueueCollector(Collector):
     """Collects the queue's metrics at each scrape, as the operator's views read them
-    (:mod:`recruiter.listing`)."""
+    (:mod:`recruiter.monitoring.listing`)."""
 
     def __init__(self, queue: Queue) -> None:
         self.queue = queue

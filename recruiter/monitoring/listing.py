@@ -15,9 +15,9 @@ from typing import Any
 
 from bson import ObjectId
 
-from recruiter import analytics
 from recruiter.errors import InvalidFilter, InvalidJob
 from recruiter.job import Job, state_of
+from recruiter.monitoring import analytics
 from recruiter.queue import Queue
 from recruiter.retry import FAILED as FAILED_WHYS
 from recruiter.states import STATES, UNFINISHED
@@ -266,7 +266,7 @@ def recently_finished(
 
 def last_minute(queue: Queue) -> dict[str, Any]:
     """What the queue did in the last minute, and its orphans now (the figures of
-    :class:`recruiter.analytics.Analytics` that are not counts of waiting jobs)."""
+    :class:`recruiter.monitoring.analytics.Analytics` that are not counts of waiting jobs)."""
     return analytics.last_minute(queue.store, queue.clock.now())
 
 

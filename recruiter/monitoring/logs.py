@@ -5,7 +5,8 @@ names the process (``recruiter``, ``worker``, ``cleaner``…), and the messages 
 job or worker they are about.
 
 >>> import logging
->>> record = logging.LogRecord("recruiter.worker", logging.INFO, "", 0, "job %s done", ("1",), None)
+>>> name = "recruiter.processes.worker"
+>>> record = logging.LogRecord(name, logging.INFO, "", 0, "job %s done", ("1",), None)
 >>> import json; entry = json.loads(JsonFormatter("worker").format(record))
 >>> entry["process"], entry["level"], entry["message"]
 ('worker', 'info', 'job 1 done')
@@ -25,7 +26,7 @@ from typing import Any
 from rich.console import Console
 from rich.logging import RichHandler
 
-from recruiter.printable import printable
+from recruiter.monitoring.printable import printable
 
 
 class Level(StrEnum):

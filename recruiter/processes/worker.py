@@ -40,15 +40,15 @@ from recruiter.attempts.prefetch import run_handed_out
 from recruiter.attempts.verdict import Execution
 from recruiter.clock import Clock
 from recruiter.errors import DatabaseError, SchemaTooNew
-from recruiter.event_loop import EventLoop
 from recruiter.job import ANY_GROUP
 from recruiter.loop import Backoff, StopRequest
-from recruiter.memory import resident_memory
-from recruiter.pool import ASYNCIO, POOLS, PROCESSES, THREADS, JobProcess
+from recruiter.pools.event_loop import EventLoop
+from recruiter.pools.memory import resident_memory
+from recruiter.pools.process_pool import ASYNCIO, POOLS, PROCESSES, THREADS, JobProcess
+from recruiter.pools.stopping import Watch
+from recruiter.processes.watcher import Watcher
 from recruiter.schema_check import SchemaCheck
-from recruiter.stopping import Watch
 from recruiter.store import Assignment, ChangeFeed, RanReport, RosterChange, Store
-from recruiter.watcher import Watcher
 from recruiter.workable import Registry
 
 logger = logging.getLogger(__name__)
@@ -83,8 +83,8 @@ class WorkerConfig:
     """Be handed assignments by a change feed; poll only while it is not available."""
     pool: str = THREADS
     """Where the jobs' code runs: ``threads`` (a thread per slot, in this process),
-    ``processes`` (a child process per slot, see :mod:`recruiter.pool`) or ``asyncio``
-    (``async def`` jobs as tasks on one event loop, see :mod:`recruiter.event_loop`)."""
+    ``processes`` (a child process per slot, see :mod:`recruiter.pools.process_pool`) or ``asyncio``
+    (``async def`` jobs as tasks on one event loop, see :mod:`recruiter.pools.event_loop`)."""
     app: str | None = None
     """The application's registry as ``module:attribute``: what a job process imports."""
     max_jobs_per_child: int | None = None

@@ -14,7 +14,7 @@ occurrence due); news comes from the change feed (:class:`News`), which also let
 round that could hand nothing out be skipped.
 
 Which jobs each worker gets, under groups' limits, fair share and priorities, is
-decided in one place: :mod:`recruiter.planning`.
+decided in one place: :mod:`recruiter.processes.planning`.
 """
 
 from __future__ import annotations
@@ -28,13 +28,13 @@ from typing import Any
 from bson import ObjectId
 
 from recruiter.attempts.takeback import put_back, release_unheld
-from recruiter.batching import BatchRule
 from recruiter.errors import DatabaseError
 from recruiter.loop import UNKNOWN, Backoff, Pause
-from recruiter.planning import SETTINGS_REFRESH, SETTINGS_REFRESH_FOLLOWED, Planner
+from recruiter.monitoring.tracing import process_span
+from recruiter.processes.planning import SETTINGS_REFRESH, SETTINGS_REFRESH_FOLLOWED, Planner
+from recruiter.processes.prefetch_rule import BatchRule
 from recruiter.schedulers import create_due_occurrences
 from recruiter.store import Store, WorkerRecord
-from recruiter.tracing import process_span
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class RecruiterConfig:
     followed_wait: float = DEFAULT_FOLLOWED_WAIT
     """The longest wait between idle rounds while the change feed is followed."""
     batches: BatchRule = field(default_factory=BatchRule)
-    """How many jobs one slot may be handed at once (:mod:`recruiter.batching`)."""
+    """How many jobs one slot may be handed at once (:mod:`recruiter.processes.prefetch_rule`)."""
 
     @property
     def idle_waits(self) -> Backoff:
@@ -312,7 +312,7 @@ class Recruiter:
         self, workers: list[WorkerRecord], token: ObjectId, now: dt.datetime
     ) -> dict[ObjectId, list[Any]]:
         """Lock jobs for the available workers; return the jobs each worker gets, one or
-        a batch, in order (see :mod:`recruiter.planning`)."""
+        a batch, in order (see :mod:`recruiter.processes.planning`)."""
         plan = self.planner.plan(workers, token, now)
         self._drained, self._held_until, self._missed = plan.drained, plan.wake_at, plan.missed
         self._drained_for = plan.drained_for

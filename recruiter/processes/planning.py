@@ -32,9 +32,9 @@ from typing import Any
 from bson import ObjectId
 
 from recruiter.attempts.takeback import put_back
-from recruiter.batching import BatchRule, JobLengths, capacity, pack
 from recruiter.groups import FairShare, GroupSettings
 from recruiter.job import ANY_GROUP
+from recruiter.processes.prefetch_rule import BatchRule, JobLengths, capacity, pack
 from recruiter.store import Store, WorkerRecord
 
 logger = logging.getLogger(__name__)

@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from recruiter.event_loop import run_on_a_new_loop, tasks_of_the_job
+from recruiter.pools.event_loop import run_on_a_new_loop, tasks_of_the_job
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +40,9 @@ WATCHDOG_TICK = 0.05
 
 class Stopped(BaseException):
     """A running job was stopped from outside; recorded as its attempt's failure."""
+
+    recorded_as = "recruiter.stopping.Stopped"
+    """Its name in jobs' histories and policies, kept from before it moved."""
 
     while_it_ran = "the job was stopped while it ran"
     before_it_began = "the job was stopped before its code began: it did not run"
@@ -54,12 +57,18 @@ class Stopped(BaseException):
 class JobTimedOut(Stopped):
     """The attempt ran longer than the job's timeout; its retry policy decides what next."""
 
+    recorded_as = "recruiter.stopping.JobTimedOut"
+    """Its name in jobs' histories and policies, kept from before it moved."""
+
     while_it_ran = "the attempt ran longer than the job's timeout, and was stopped"
     before_it_began = "the attempt reached the job's timeout before its code began: it did not run"
 
 
 class JobCancelled(Stopped):
     """The job was cancelled while it ran; it is archived as ``cancelled``, not retried."""
+
+    recorded_as = "recruiter.stopping.JobCancelled"
+    """Its name in jobs' histories and policies, kept from before it moved."""
 
     while_it_ran = "the job was cancelled while it ran, and was stopped"
     before_it_began = "the job was cancelled before its code began: it did not run"
@@ -284,6 +293,9 @@ class HolderDeclaredDead(Stopped):
     """The process running the job here was declared dead (a manual run whose heartbeats
     were held back past the cleaner's timeout): its job was released and may run
     elsewhere, so its code is stopped here."""
+
+    recorded_as = "recruiter.stopping.HolderDeclaredDead"
+    """Its name in jobs' histories and policies, kept from before it moved."""
 
     while_it_ran = "this process was declared dead while the job ran, and the job was stopped"
     before_it_began = (

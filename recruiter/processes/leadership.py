@@ -26,10 +26,10 @@ from recruiter.clock import Clock
 from recruiter.errors import DatabaseError
 from recruiter.events import BECAME_LEADER, STEPPED_DOWN, Listeners
 from recruiter.loop import IDLE, Backoff, Pause, StopRequest, Wakeups, run_forever
-from recruiter.recruiter import News
+from recruiter.processes.recruiter import News
+from recruiter.processes.watcher import Watcher
 from recruiter.schema_check import SchemaCheck
 from recruiter.store import ChangeFeed, Store, WorkChange
-from recruiter.watcher import Watcher
 
 logger = logging.getLogger(__name__)
 

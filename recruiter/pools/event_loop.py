@@ -3,7 +3,7 @@
 ``recruiter worker --pool asyncio`` runs one event loop in a thread of its own. Each
 slot keeps its thread for its bookkeeping (the start, the end and the release of its
 jobs, written as in every pool), and hands an ``async def`` job's coroutine to the
-loop as a task (:meth:`recruiter.stopping.Running.call`): hundreds of slots' jobs wait
+loop as a task (:meth:`recruiter.pools.stopping.Running.call`): hundreds of slots' jobs wait
 on their I/O together on one loop. A synchronous job runs in its slot's thread, as in
 the threads pool, so it never blocks the loop.
 """
