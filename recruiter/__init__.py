@@ -63,7 +63,7 @@ if TYPE_CHECKING:
         register_retry_policy,
     )
     from recruiter.schedule import Cron, Every
-    from recruiter.waiting.engine import Batch, BatchStatus, Workflow
+    from recruiter.waiting.workflows import Batch, BatchStatus, Workflow
     from recruiter.workable import (
         FunctionWorkable,
         Registry,
@@ -75,9 +75,9 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "After": "recruiter.job",
-    "Batch": "recruiter.waiting.engine",
+    "Batch": "recruiter.waiting.workflows",
     "BatchNotFound": "recruiter.errors",
-    "BatchStatus": "recruiter.waiting.engine",
+    "BatchStatus": "recruiter.waiting.workflows",
     "Cancellation": "recruiter.attempts.manual",
     "Clock": "recruiter.clock",
     "Cron": "recruiter.schedule",
@@ -134,7 +134,7 @@ _EXPORTS = {
     "Why": "recruiter.retry",
     "Workable": "recruiter.workable",
     "WorkerDied": "recruiter.errors",
-    "Workflow": "recruiter.waiting.engine",
+    "Workflow": "recruiter.waiting.workflows",
     "WriteRejected": "recruiter.errors",
     "record_output": "recruiter.workable",
     "register_retry_policy": "recruiter.retry",

@@ -63,7 +63,8 @@ from recruiter.schedulers import job_template
 from recruiter.schema_check import SchemaCheck
 from recruiter.states import SUCCEEDED
 from recruiter.store import Database, SchedulerRecord, Store
-from recruiter.waiting.engine import Batch, BatchStatus, Workflow, check_batch, settle_stored
+from recruiter.waiting.engine import settle_stored
+from recruiter.waiting.workflows import Batch, BatchStatus, Workflow, check_batch
 from recruiter.workable import Registry
 
 T = TypeVar("T")

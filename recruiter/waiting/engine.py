@@ -1,9 +1,11 @@
-"""Jobs that wait for others: chains, workflows (a small DAG), and batches with callbacks.
+"""The engine of jobs that wait for others (chains, workflows, batches with callbacks):
+when what a job waits for ends, the job is released or cancelled, exactly once.
 
 A job scheduled with :meth:`~recruiter.job.JobSpec.after` (or as a step of a
-:class:`Workflow`, or as a batch's callback) is stored *waiting*: no ``scheduled_at``,
-and a ``waiting_for`` array of the ids it still waits for (a batch's callbacks wait for
-the batch's id). It becomes ready when the last one ends, as its rule says:
+:class:`~recruiter.waiting.workflows.Workflow`, or as a batch's callback) is stored
+*waiting*: no ``scheduled_at``, and a ``waiting_for`` array of the ids it still waits
+for (a batch's callbacks wait for the batch's id). It becomes ready when the last one
+ends, as its rule says:
 
 - ``done`` (the default): once they are all done; cancelled as soon as one ends
   otherwise (failed for good, or cancelled), which cancels what waits for it in turn;
@@ -39,10 +41,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
-from bson import ObjectId
-
-from recruiter.errors import DatabaseError, DocumentTooLarge, InvalidJob
-from recruiter.job import After, JobSpec, as_object_id
+from recruiter.errors import DatabaseError, DocumentTooLarge
 from recruiter.states import SUCCEEDED
 from recruiter.store import Document, Store
 
@@ -393,178 +392,3 @@ def _hashable(value: Any) -> bool:
 def _waits_for_batch(document: Document) -> bool:
     after = document.get("after")
     return isinstance(after, Mapping) and "batch" in after
-
-
-# --- building what waits ------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Batch:
-    """A scheduled batch: its id, its members' ids (in order) and its callbacks' ids."""
-
-    id: ObjectId
-    jobs: list[ObjectId]
-    on_success: ObjectId | None
-    on_complete: ObjectId | None
-
-
-@dataclass(frozen=True)
-class BatchStatus:
-    """Where a batch stands, read from its members (see :meth:`recruiter.Queue.batch_status`)."""
-
-    id: Any
-    members: int
-    """Members still stored (those purged from the archive long after they ended are not)."""
-    unfinished: int
-    done: int
-    """Members that ended done (or were skipped because another run did their work)."""
-    ended_otherwise: int
-    """Members that failed for good or were cancelled."""
-    on_success: Any = None
-    on_success_state: str | None = None
-    on_complete: Any = None
-    on_complete_state: str | None = None
-
-    @property
-    def ended(self) -> bool:
-        """Whether every member has ended."""
-        return self.unfinished == 0
-
-
-@dataclass(frozen=True)
-class _Step:
-    job: JobSpec
-    after: tuple[Any, ...]
-    rule: str
-    results: bool | str
-
-
-class Workflow:
-    """Jobs scheduled together, some waiting for others: a small DAG, stored in one
-    command by :meth:`recruiter.Queue.schedule_workflow` (all or, on a validation error,
-    none).
-
-    >>> from recruiter import Registry
-    >>> registry = Registry()
-    >>> @registry.workable("shop.fetch")
-    ... def fetch(url: str) -> str: ...
-    >>> @registry.workable("shop.report")
-    ... def report(results: list[str] | None = None) -> None: ...
-    >>> flow = Workflow()
-    >>> flow.add("a", fetch.job("https://a.example")).add("b", fetch.job("https://b.example"))
-    Workflow(['a', 'b'])
-    >>> flow.add("report", report.job(), after=["a", "b"], results=True).order()
-    ['a', 'b', 'report']
-
-    A step waits for steps of the flow (by name), or for jobs scheduled before (by
-    their ``ObjectId``). A cycle, or a name no step has, is refused when it is scheduled.
-    """
-
-    def __init__(self) -> None:
-        self._steps: dict[str, _Step] = {}
-
-    def __repr__(self) -> str:
-        return f"Workflow({list(self._steps)!r})"
-
-    def add(
-        self,
-        name: str,
-        job: JobSpec,
-        *,
-        after: Sequence[str | ObjectId] = (),
-        rule: str = "done",
-        results: bool | str = False,
-    ) -> Workflow:
-        """Add the step ``name``: ``job``, once the steps (names) and jobs (ObjectIds)
-        of ``after`` end as ``rule`` says (see :meth:`~recruiter.job.JobSpec.after`)."""
-        if not isinstance(name, str) or not name:
-            raise InvalidJob(f"a step's name is a non-empty string, got {name!r}")
-        if name in self._steps:
-            raise InvalidJob(f"the workflow has a step {name!r} already")
-        if not isinstance(job, JobSpec):
-            raise InvalidJob(f"expected a JobSpec (from workable.job(...)), got {job!r}")
-        if job.waits is not None:
-            raise InvalidJob(f"step {name!r}: say what it waits for with add(after=...)")
-        if isinstance(after, str | ObjectId):
-            after = [after]
-        for item in after:
-            if not isinstance(item, str | ObjectId):
-                raise InvalidJob(
-                    f"step {name!r} waits for a step's name or a job's ObjectId, got {item!r}"
-                )
-        if after:
-            After(tuple(ObjectId() for _ in after), rule, None)  # the rule and the count
-        self._steps[name] = _Step(job, tuple(after), rule, results)
-        return self
-
-    def order(self) -> list[str]:
-        """The steps, each after the steps it waits for; raises :class:`InvalidJob` on
-        a cycle or an unknown step."""
-        for name, step in self._steps.items():
-            for item in step.after:
-                if isinstance(item, str) and item not in self._steps:
-                    raise InvalidJob(f"step {name!r} waits for {item!r}: no step has that name")
-        ordered: list[str] = []
-        state: dict[str, str] = {}
-
-        def visit(name: str, path: list[str]) -> None:
-            if state.get(name) == "done":
-                return
-            if state.get(name) == "visiting":
-                cycle = [*path[path.index(name) :], name]
-                raise InvalidJob("the workflow has a cycle: " + " -> ".join(cycle))
-            state[name] = "visiting"
-            for item in self._steps[name].after:
-                if isinstance(item, str):
-                    visit(item, [*path, name])
-            state[name] = "done"
-            ordered.append(name)
-
-        for name in self._steps:
-            visit(name, [])
-        return ordered
-
-    def specs(self) -> tuple[dict[str, ObjectId], list[JobSpec]]:
-        """Each step's new id, and the specs to store in order (the waiting ones with
-        their dependencies' ids)."""
-        order = self.order()
-        ids = {name: ObjectId() for name in order}
-        specs = []
-        for name in order:
-            step = self._steps[name]
-            spec = step.job
-            if step.after:
-                waited = [ids[i] if isinstance(i, str) else i for i in step.after]
-                spec = spec.after(*waited, rule=step.rule, results=step.results)
-            specs.append(spec)
-        return ids, specs
-
-    def waited_for_within(self) -> set[str]:
-        """The names of steps another step waits for."""
-        return {i for step in self._steps.values() for i in step.after if isinstance(i, str)}
-
-
-def check_batch(jobs: Sequence[Any], callbacks: Sequence[Any]) -> list[JobSpec]:
-    """The members of a batch, checked: JobSpecs, at least one, none deduplicated (a
-    duplicate would join a job that is not in the batch)."""
-    members = list(jobs)
-    if not members:
-        raise InvalidJob("a batch needs at least one job")
-    for spec in [*members, *(c for c in callbacks if c is not None)]:
-        if not isinstance(spec, JobSpec):
-            raise InvalidJob(f"expected a JobSpec (from workable.job(...)), got {spec!r}")
-    for spec in members:
-        if spec.dedup is not None or spec.root_signature is not None or spec.leaf_of is not None:
-            raise InvalidJob(
-                "a batch's jobs cannot be deduplicated, roots or leaves: a duplicate would "
-                "join a queued job outside the batch"
-            )
-    for spec in callbacks:
-        if spec is not None and spec.waits is not None:
-            raise InvalidJob("a batch's callback waits for the batch: drop its after()")
-    return members
-
-
-def waited_ids(specs: Iterable[JobSpec]) -> list[Any]:
-    """The ids these specs wait for (existing jobs, or ones scheduled with them)."""
-    return list(dict.fromkeys(as_object_id(i) for s in specs if s.waits for i in s.waits.jobs))
