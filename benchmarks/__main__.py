@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="OPTION",
-        help="an option of `recruiter run`, e.g. --recruiter-option=--batch-seconds=5s "
+        help="an option of `recruiter run`, e.g. --recruiter-option=--prefetch-seconds=5s "
         "(repeat for several; the defaults when none)",
     )
     parser.add_argument("--json", type=Path, default=Path("benchmarks/results/latest.json"))

@@ -24,7 +24,7 @@ BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
         "retry-policies.md",
         "schedulers.md",
         "groups.md",
-        "batches.md",
+        "prefetch.md",
         "deduplication.md",
         "commands.md",
         "manual.md",

@@ -70,7 +70,7 @@ def test_no_job_is_lost_or_run_twice_under_every_kind_of_fault(seed: int, tmp_pa
 
 @pytest.mark.real_server
 @pytest.mark.timeout(FAULT_RUN_TIMEOUT)
-def test_no_job_is_lost_or_run_twice_with_large_batches_under_kills_and_freezes(
+def test_no_job_is_lost_or_run_twice_with_deep_prefetch_under_kills_and_freezes(
     tmp_path: Path,
 ) -> None:
     """Jobs arrive thirty at a time and the recruiter may hand a slot twenty of them (up
@@ -79,7 +79,7 @@ def test_no_job_is_lost_or_run_twice_with_large_batches_under_kills_and_freezes(
     assign."""
     uri = os.environ.get("MONGODB_URI")
     kinds = (*WORKER_FAULTS, "kill-recruiter", "kill-recruiter-between-lock-and-assign")
-    scenario = Scenario(3, jobs=60, batch=30, kinds=kinds, max_batch=20, batch_seconds=5.0)
+    scenario = Scenario(3, jobs=60, batch=30, kinds=kinds, prefetch=20, prefetch_seconds=5.0)
     report = judge(run_scenario(scenario, tmp_path, uri))
     assert report.ok, explain(report, tmp_path)
     assert set(report.faults) == set(kinds), explain(report, tmp_path)

@@ -10,7 +10,7 @@
 
 A worker writes through :class:`DurableWrite`, which writes until the database answers
 (a job that ran is not run again for want of a reply) and reads a retried write back
-to tell whether an earlier try landed; in a slot's batch, the next job's start rides in
+to tell whether an earlier try landed; with prefetched jobs, the next job's start rides in
 the same command (:mod:`recruiter.attempts.prefetch`). A dead worker's job taken back
 (:mod:`recruiter.attempts.takeback`) goes through the same verdict, record, verb and
 telling. An end without an attempt (a waiting job cancelled) is told the same way.
@@ -125,7 +125,7 @@ def ended(
 class Start:
     """An attempt's start, stamped as it is about to be written: the job as read before
     it (if it was), the token it is held with, the start record, and the earliest the
-    start may have been. In a slot's batch the next job's start is sent in the same
+    start may have been. With prefetched jobs the next job's start is sent in the same
     command as the job before's end (:mod:`recruiter.attempts.prefetch`); whether it
     landed is noted here."""
 

@@ -106,7 +106,7 @@ class Executor:
     ) -> Execution:
         """Run the job held with ``token``: start, call the workable, conclude.
 
-        In a slot's batch, ``start`` is this job's start, sent with the previous job's
+        With prefetched jobs, ``start`` is this job's start, sent with the previous job's
         end; and ``next_start``, asked when this job's end is about to be written, gives
         the next job's start to send in the same command (or ``None``).
         """

@@ -64,7 +64,7 @@ def take_back_from_dead(
     store: Store, worker: WorkerRecord, seen_before: dt.datetime, now: dt.datetime
 ) -> Counter[Released] | None:
     """Remove ``worker`` if it was still not seen since ``seen_before``, then release the
-    jobs it held (one, or a batch: those it finished are gone, the one it ran is a
+    jobs it held (one, or several prefetched: those it finished are gone, the one it ran is a
     crashed attempt, the rest go back uncounted). ``None`` when it was seen meanwhile
     (it is alive and keeps its jobs)."""
     removed = store.remove_worker_if_dead(worker.id, seen_before)
@@ -126,7 +126,7 @@ def release_unheld(
     """
     released: Counter[Released] = Counter()
     # the locks read not started first (each put back only if still not started), then
-    # those read started: a batch's next job is put back before the job that ran before
+    # those read started: a slot's next prefetched job is put back before the job that ran before
     # it is taken back (see take_back_from_dead)
     locks = sorted(unheld_locks(store, locked_before), key=lambda lock: lock.started)
     for lock in locks:
@@ -165,9 +165,9 @@ def _refused(job_id: Any, error: WriteRejected) -> Released:
 
 def put_back(store: Store, job_ids: Sequence[Any], token: ObjectId, now: dt.datetime) -> int:
     """Put back, uncounted, the jobs of ``job_ids`` locked with ``token`` and not started
-    (the rest of a batch, a round's jobs whose worker left); those whose cancellation
-    was asked for meanwhile are finished as cancelled instead, and what waits for them
-    is told. Returns how many of the jobs went back (cancelled or not)."""
+    (the rest of a slot's prefetched jobs, a round's jobs whose worker left); those whose
+    cancellation was asked for meanwhile are finished as cancelled instead, and what
+    waits for them is told. Returns how many of the jobs went back (cancelled or not)."""
     returned = store.unlock_if_not_started(job_ids, token)
     if returned:
         for job_id in store.cancel_requested(job_ids):

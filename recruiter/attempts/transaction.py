@@ -67,7 +67,7 @@ def run_in_transaction(
     start: Start,
 ) -> tuple[Execution, Ran]:
     """Run the transactional ``job``'s code and its end as done in one transaction."""
-    executor.next_start = None  # (the next job of a batch starts on its own)
+    executor.next_start = None  # (the next prefetched job starts on its own)
     run = _TransactionalRun(executor, job, token, statistics, policy_problem, start=start)
     try:
         executor.store.run_in_transaction(run)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Protocol, TypeVar
 
 import typer
 
+from recruiter.cli.terminal import errors
 from recruiter.duration import parse_duration
 from recruiter.monitoring.logs import Level
 
@@ -180,3 +181,28 @@ def validated(config: C) -> C:
     except ValueError as error:
         raise typer.BadParameter(str(error)) from error
     return config
+
+
+RENAMED_OPTIONS = {"--max-batch": "--prefetch", "--batch-seconds": "--prefetch-seconds"}
+"""Options renamed, old name to new: the old ones still work for a release, with a
+warning (a slot's hand-out of several jobs is "prefetch"; "batch" is ``queue.batch``)."""
+
+
+def renamed_options(arguments: list[str]) -> list[str]:
+    """``arguments`` with every renamed option under its new name, each old one warned of
+    on standard error.
+
+    >>> renamed_options(["run", "--max-batch=5", "--lease", "30s"])
+    ['run', '--prefetch=5', '--lease', '30s']
+    """
+    renamed: list[str] = []
+    for argument in arguments:
+        if argument == "--":
+            renamed.extend(arguments[len(renamed) :])
+            break
+        name, equals, value = argument.partition("=")
+        new = RENAMED_OPTIONS.get(name)
+        if new is not None:
+            errors.print(f"warning: {name} is now {new}; the old name goes in a later release")
+        renamed.append(argument if new is None else f"{new}{equals}{value}")
+    return renamed

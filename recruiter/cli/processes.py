@@ -34,7 +34,7 @@ from recruiter.cli.options import (
     validated,
 )
 from recruiter.monitoring.logs import Level, setup_logging
-from recruiter.processes.prefetch_rule import DEFAULT_MAX_BATCH
+from recruiter.processes.prefetch_rule import DEFAULT_PREFETCH
 
 if TYPE_CHECKING:  # each command imports its process when it runs: --help stays fast
     from recruiter.loop import StopRequest
@@ -102,14 +102,14 @@ def run(
         ),
     ] = None,
     watch: Watch = True,
-    max_batch: Annotated[
+    prefetch: Annotated[
         int,
         typer.Option(
             help="Jobs one worker slot may be handed at once, when more are ready than "
-            "slots are idle (1: no batches; see docs/batches.md)."
+            "slots are idle (1: no prefetch; see docs/prefetch.md)."
         ),
-    ] = DEFAULT_MAX_BATCH,
-    batch_seconds: Annotated[
+    ] = DEFAULT_PREFETCH,
+    prefetch_seconds: Annotated[
         dt.timedelta,
         typer.Option(
             parser=duration_option,
@@ -125,14 +125,14 @@ def run(
 ) -> None:
     """The recruiter: hand ready jobs to available workers (one leads; others stand by)."""
     from recruiter.processes.leadership import Follow, Tell, lead
-    from recruiter.processes.prefetch_rule import BatchRule
+    from recruiter.processes.prefetch_rule import PrefetchRule
     from recruiter.processes.recruiter import News, Recruiter, RecruiterConfig
     from recruiter.queue import Queue
 
     setup_logging("recruiter", log_level, json_logs)
     stop = signalled_stop("recruiter")
-    batches = BatchRule(max_batch, batch_seconds)
-    config = validated(RecruiterConfig(lease=lease, watch=watch, batches=batches))
+    rule = PrefetchRule(prefetch, prefetch_seconds)
+    config = validated(RecruiterConfig(lease=lease, watch=watch, prefetch=rule))
     registry = None if app is None else load_registry(app)
     store = connect_store(mongodb_uri, database, wait_for_database)
     news = News() if config.watch else None

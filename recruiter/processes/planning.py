@@ -34,7 +34,7 @@ from bson import ObjectId
 from recruiter.attempts.takeback import put_back
 from recruiter.groups import FairShare, GroupSettings
 from recruiter.job import ANY_GROUP
-from recruiter.processes.prefetch_rule import BatchRule, JobLengths, capacity, pack
+from recruiter.processes.prefetch_rule import JobLengths, PrefetchRule, capacity, pack
 from recruiter.store import Store, WorkerRecord
 
 logger = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ SETTINGS_REFRESH_FOLLOWED = dt.timedelta(seconds=30)
 @dataclass(frozen=True)
 class Plan:
     jobs: dict[ObjectId, list[Any]] = field(default_factory=dict)
-    """The jobs each worker gets (one, or a batch), in order, locked with the round's
+    """The jobs each worker gets (one, or several prefetched), in order, locked with the round's
     token."""
     drained: bool = False
     """The round handed out every job of any group that was ready (none is left ready,
@@ -140,17 +140,17 @@ class _Round:
 
 class Planner:
     """Plans rounds for one leading recruiter; keeps groups' settings, fair share and
-    the lengths of jobs (for batches)."""
+    the lengths of jobs (for prefetch)."""
 
     def __init__(
         self,
         store: Store,
         settings_refresh: dt.timedelta = SETTINGS_REFRESH,
-        batches: BatchRule | None = None,
+        prefetch: PrefetchRule | None = None,
     ) -> None:
         self.store = store
         self.settings_refresh = settings_refresh
-        self.batches = (batches or BatchRule()).validate()
+        self.prefetch = (prefetch or PrefetchRule()).validate()
         self.share = FairShare()
         self.lengths = JobLengths()
         self._settings: dict[str, GroupSettings] = {}
@@ -234,7 +234,7 @@ class Planner:
     def _put_back_unplaced(self, round_: _Round) -> None:
         """Every job the round locked is in a worker's jobs; one that were not (a bug)
         would stay locked while the round's token is held: put it back, and say so."""
-        placed = {job for batch in round_.jobs.values() for job in batch}
+        placed = {job for jobs in round_.jobs.values() for job in jobs}
         unplaced = [job for job in round_.locked if job not in placed]
         if unplaced:
             logger.error("recruiter: %d jobs locked but not planned, put back", len(unplaced))
@@ -242,23 +242,23 @@ class Planner:
 
     def _room(self, group: str, slots: list[WorkerRecord]) -> int:
         """How many jobs of ``group`` the ``slots`` of that group could take at once."""
-        most = capacity(slots, self.batches)
-        return sum(map(len, pack([group] * most, slots, self.batches, self.lengths)))
+        most = capacity(slots, self.prefetch)
+        return sum(map(len, pack([group] * most, slots, self.prefetch, self.lengths)))
 
     def _hand(
         self, slots: list[WorkerRecord], chosen: list[tuple[str, Any]], round_: _Round
     ) -> None:
-        """Share the ``chosen`` jobs (group, job, in order) among ``slots``, in batches,
+        """Share the ``chosen`` jobs (group, job, in order) among ``slots``, prefetching,
         as they were packed when chosen; those that could not be locked (cancelled
-        meanwhile) are left out of their batch (packing again without them could leave
+        meanwhile) are left out of their slot's hand-out (packing again without them could leave
         one out that was locked)."""
         groups = [group for group, _ in chosen]
         for slot, positions in zip(
-            slots, pack(groups, slots, self.batches, self.lengths), strict=True
+            slots, pack(groups, slots, self.prefetch, self.lengths), strict=True
         ):
-            batch = [chosen[p][1] for p in positions if chosen[p][1] in round_.locked]
-            if batch:
-                round_.jobs[slot.id] = batch
+            jobs = [chosen[p][1] for p in positions if chosen[p][1] in round_.locked]
+            if jobs:
+                round_.jobs[slot.id] = jobs
 
     def _plan_any_group(
         self, idle: list[WorkerRecord], round_: _Round, names: frozenset[str] | None
@@ -266,7 +266,7 @@ class Planner:
         """Share the workers of any group among the groups with ready jobs (of the
         workables ``names``, or any); return whether every ready job they could run was
         handed out (see :attr:`Plan.drained`)."""
-        now, most = round_.now, capacity(idle, self.batches)
+        now, most = round_.now, capacity(idle, self.prefetch)
         ready_groups = self.store.ready_groups(now)
         share, filtered = self.share, names is None
         while True:
@@ -297,20 +297,20 @@ class Planner:
         names: frozenset[str] | None = None,
     ) -> tuple[list[tuple[str, Any]], bool, bool]:
         """The jobs, in turn, that fair share hands the ``idle`` workers of any group (in
-        batches where the batch rule allows), when group ``g`` may give ``wanted[g]``;
+        several where the prefetch rule allows), when group ``g`` may give ``wanted[g]``;
         whether they are all the ready jobs of those groups (each group was read
         to its end, and every job read is handed out); and whether a group read had
         none (of the workables ``names``).
 
         Reads only the jobs it hands out: fair share is played first as if every group
-        had all it may give, and the batch rule keeps the first of its picks that fit;
+        had all it may give, and the prefetch rule keeps the first of its picks that fit;
         those are read, every group in one command
         (:meth:`Store.ready_job_ids_by_group`), one more job than needed each, to tell
         whether the group has more; a group that had no more is known exhausted and,
         when it had fewer than needed, the play starts again with what is left, at most
         :data:`ANY_GROUP_READS` reads in all.
         """
-        most = capacity(idle, self.batches)
+        most = capacity(idle, self.prefetch)
         read: dict[str, list[Any]] = {}
         exhausted: set[str] = set()
         empty = False
@@ -321,7 +321,7 @@ class Planner:
                 for g, limit in wanted.items()
             }
             picks = self.share.copy().share_out(most, available, self._weights)
-            fitting = sum(map(len, pack(picks, idle, self.batches, self.lengths)))
+            fitting = sum(map(len, pack(picks, idle, self.prefetch, self.lengths)))
             trial = self.share.copy()
             picks = trial.share_out(fitting, available, self._weights)
             needed = Counter(picks)

@@ -1,22 +1,22 @@
-"""How many jobs a round hands one slot at once: the batch rule.
+"""How many jobs a round hands one slot at once: the prefetch rule.
 
 A round hands every idle slot one job before it hands any slot a second, so while the
 ready jobs are fewer than the idle slots each slot gets one and pickup is as fast as
-without batches. Only the jobs left over are added to slots' batches, and only to
-slots that run batches (workers from before batches run one job per assignment):
+without prefetch. Only the jobs left over are prefetched (added to slots' hand-outs),
+and only to slots that take several (workers from before prefetch take one at a time):
 
-- at most :attr:`BatchRule.max_batch` jobs per slot (``recruiter run --max-batch``);
-- at most :attr:`BatchRule.seconds` of expected work per slot (``--batch-seconds``): a
+- at most :attr:`PrefetchRule.prefetch` jobs per slot (``recruiter run --prefetch``);
+- at most :attr:`PrefetchRule.seconds` of expected work per slot (``--prefetch-seconds``): a
   job is added to the slot with the least work planned, if its group's expected length
   still fits. So a group of slow jobs is never parked behind a slot's other jobs: a
   one-second job gets a slot of its own when the window is one second;
 - a job of a group whose length is not known yet (no worker reported one since this
-  recruiter leads) is never added to a batch: it counts as a whole window.
+  recruiter leads) is never prefetched: it counts as a whole window.
 
 A job's expected length is learnt from the workers: each reports, when it is made
 available again, how many jobs of each group its last assignment ran and how long they
 took (start to end, the database writes included). :class:`JobLengths` keeps a moving
-average per group, in the leader's memory (a new leader starts with batches of one and
+average per group, in the leader's memory (a new leader starts with one job per slot and
 learns again within a round or two).
 """
 
@@ -28,34 +28,35 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # light, for the recruiter command's --help (its --max-batch default)
+if TYPE_CHECKING:  # light, for the recruiter command's --help (its --prefetch default)
     from bson import ObjectId
 
     from recruiter.store import WorkerRecord
 
-DEFAULT_MAX_BATCH = 50
+DEFAULT_PREFETCH = 50
 """Jobs one slot may be handed at once."""
-DEFAULT_BATCH_SECONDS = dt.timedelta(seconds=1)
+DEFAULT_PREFETCH_SECONDS = dt.timedelta(seconds=1)
 """Expected work one slot may be handed at once."""
-MAX_BATCH_LIMIT = 1_000
+PREFETCH_LIMIT = 1_000
 LENGTH_WEIGHT = 0.3
 """The weight of the newest report in a group's moving average of job lengths."""
 
 
 @dataclass(frozen=True)
-class BatchRule:
-    """How large a slot's batch may grow (see the module's docstring)."""
+class PrefetchRule:
+    """How many jobs, and how much expected work, a slot may be handed at once (see the
+    module's docstring)."""
 
-    max_batch: int = DEFAULT_MAX_BATCH
-    seconds: dt.timedelta = DEFAULT_BATCH_SECONDS
+    jobs: int = DEFAULT_PREFETCH
+    seconds: dt.timedelta = DEFAULT_PREFETCH_SECONDS
 
-    def validate(self) -> BatchRule:
-        if isinstance(self.max_batch, bool) or not isinstance(self.max_batch, int):
-            raise ValueError("--max-batch must be an integer")
-        if not 1 <= self.max_batch <= MAX_BATCH_LIMIT:
-            raise ValueError(f"--max-batch must be from 1 to {MAX_BATCH_LIMIT}")
+    def validate(self) -> PrefetchRule:
+        if isinstance(self.jobs, bool) or not isinstance(self.jobs, int):
+            raise ValueError("--prefetch must be an integer")
+        if not 1 <= self.jobs <= PREFETCH_LIMIT:
+            raise ValueError(f"--prefetch must be from 1 to {PREFETCH_LIMIT}")
         if self.seconds <= dt.timedelta(0):
-            raise ValueError("--batch-seconds must be positive")
+            raise ValueError("--prefetch-seconds must be positive")
         return self
 
 
@@ -90,21 +91,21 @@ class JobLengths:
 def pack(
     groups: Sequence[str],
     slots: Sequence[WorkerRecord],
-    rule: BatchRule,
+    rule: PrefetchRule,
     lengths: JobLengths,
 ) -> list[list[int]]:
     """For each slot, the positions in ``groups`` (the groups of the jobs to hand out, in
     the order they are to go) of the jobs it gets.
 
-    The first jobs go one per slot; each later one to the batch-taking slot with the
+    The first jobs go one per slot; each later one to the prefetching slot with the
     least expected work, if it fits there (see the module's docstring). Packing stops
     at the first job that fits nowhere, so the jobs packed are always the first ones.
     """
     window = rule.seconds.total_seconds()
-    batches: list[list[int]] = [[] for _ in slots]
+    handouts: list[list[int]] = [[] for _ in slots]
     loads: list[float] = [0.0 for _ in slots]
     if not slots:
-        return batches
+        return handouts
 
     def cost(group: str) -> float:
         seconds = lengths.seconds(group)
@@ -112,24 +113,24 @@ def pack(
 
     first = min(len(groups), len(slots))
     for position in range(first):
-        batches[position].append(position)
+        handouts[position].append(position)
         loads[position] = cost(groups[position])
-    if rule.max_batch == 1:
-        return batches
-    room = [(loads[n], n) for n in range(first) if slots[n].takes_batches]
+    if rule.jobs == 1:
+        return handouts
+    room = [(loads[n], n) for n in range(first) if slots[n].prefetches]
     heapq.heapify(room)
     for position in range(first, len(groups)):
         known = lengths.seconds(groups[position])
         if not room or known is None or room[0][0] + known > window:
             break
         load, slot = heapq.heappop(room)
-        batches[slot].append(position)
+        handouts[slot].append(position)
         loads[slot] = load + known
-        if len(batches[slot]) < rule.max_batch:
+        if len(handouts[slot]) < rule.jobs:
             heapq.heappush(room, (loads[slot], slot))
-    return batches
+    return handouts
 
 
-def capacity(slots: Sequence[WorkerRecord], rule: BatchRule) -> int:
+def capacity(slots: Sequence[WorkerRecord], rule: PrefetchRule) -> int:
     """The most jobs ``slots`` could be handed in one round."""
-    return len(slots) + sum(slot.takes_batches for slot in slots) * (rule.max_batch - 1)
+    return len(slots) + sum(slot.prefetches for slot in slots) * (rule.jobs - 1)

@@ -32,7 +32,7 @@ from recruiter.errors import DatabaseError
 from recruiter.loop import UNKNOWN, Backoff, Pause
 from recruiter.monitoring.tracing import process_span
 from recruiter.processes.planning import SETTINGS_REFRESH, SETTINGS_REFRESH_FOLLOWED, Planner
-from recruiter.processes.prefetch_rule import BatchRule
+from recruiter.processes.prefetch_rule import PrefetchRule
 from recruiter.schedulers import create_due_occurrences
 from recruiter.store import Store, WorkerRecord
 
@@ -63,7 +63,7 @@ class RecruiterConfig:
     """Be woken by a change feed of new jobs and available workers (polling as fallback)."""
     followed_wait: float = DEFAULT_FOLLOWED_WAIT
     """The longest wait between idle rounds while the change feed is followed."""
-    batches: BatchRule = field(default_factory=BatchRule)
+    prefetch: PrefetchRule = field(default_factory=PrefetchRule)
     """How many jobs one slot may be handed at once (:mod:`recruiter.processes.prefetch_rule`)."""
 
     @property
@@ -78,7 +78,7 @@ class RecruiterConfig:
             raise ValueError("idle waits must be positive, the minimum at most the maximum")
         if self.followed_wait <= 0:
             raise ValueError("the followed wait must be positive")
-        self.batches.validate()
+        self.prefetch.validate()
         return self
 
 
@@ -196,7 +196,7 @@ class Recruiter:
     def _new_planner(self) -> Planner:
         followed = self.news is not None  # the feed tells of groups' changes
         refresh = SETTINGS_REFRESH_FOLLOWED if followed else SETTINGS_REFRESH
-        return Planner(self.store, refresh, self.config.batches)
+        return Planner(self.store, refresh, self.config.prefetch)
 
     def run_once(self, now: dt.datetime) -> RoundResult:
         """One round: create the repeatable jobs due, hand ready jobs to available workers."""
@@ -312,7 +312,7 @@ class Recruiter:
         self, workers: list[WorkerRecord], token: ObjectId, now: dt.datetime
     ) -> dict[ObjectId, list[Any]]:
         """Lock jobs for the available workers; return the jobs each worker gets, one or
-        a batch, in order (see :mod:`recruiter.processes.planning`)."""
+        several prefetched, in order (see :mod:`recruiter.processes.planning`)."""
         plan = self.planner.plan(workers, token, now)
         self._drained, self._held_until, self._missed = plan.drained, plan.wake_at, plan.missed
         self._drained_for = plan.drained_for

@@ -126,12 +126,12 @@ class WorkerConfig:
 @dataclass(frozen=True)
 class SlotResult:
     ran: Execution | None = None
-    """The last job run (of its batch)."""
+    """The last job run (of those handed out at once)."""
     registered_again: bool = False
     executions: tuple[Execution, ...] = ()
-    """Every job run, in order: one, or those of a batch."""
+    """Every job run, in order: one, or those handed out at once."""
     returned: int = 0
-    """Jobs of its batch it put back unstarted, uncounted (it was asked to stop)."""
+    """Jobs handed to it it put back unstarted, uncounted (it was asked to stop)."""
 
 
 class WorkerSlot:
@@ -160,7 +160,7 @@ class WorkerSlot:
         """The event loop its ``async def`` jobs run on (``asyncio`` pool), else none:
         each runs on a loop of its own in the slot's thread."""
         self.stopping = stopping
-        """Whether to stop after the job it runs: the rest of a batch is put back."""
+        """Whether to stop after the job it runs: the rest of its prefetched jobs is put back."""
         self.heartbeat_every = heartbeat_every
         """Recorded in the roster: the cleaner gives the slot several of these to beat."""
         self.registry = registry
@@ -195,7 +195,7 @@ class WorkerSlot:
             identity.hostname,
             self.clock.latest(),
             self.heartbeat_every,
-            batches=True,
+            prefetch=True,
             workables=self.runnable_workables(),  # what it tells the recruiter it can run
         )
         logger.info("worker %s: registered, working on %s", self.id, self.group)
@@ -232,10 +232,10 @@ class WorkerSlot:
 
     def _run(self, assignment: Assignment) -> SlotResult:
         """Run the assigned jobs in order, then make the slot available again, telling
-        how long the jobs took (what the recruiter sizes batches on).
+        how long the jobs took (what the recruiter sizes prefetch on).
 
-        Asked to stop, the slot finishes the job it runs and puts the rest of its batch
-        back, unstarted and uncounted; so it does when a job of its batch was taken back
+        Asked to stop, the slot finishes the job it runs and puts the rest of its
+        prefetched jobs back, unstarted and uncounted; so it does when one of them was taken back
         (it was declared dead: the others were taken back too).
         """
         assert self.id is not None
@@ -512,7 +512,7 @@ class WorkerProcess:
 
     def _stopping(self) -> bool:
         """Whether a slot should stop after the job it ran: asked to, or over its memory
-        limit (checked after every job, also within a batch)."""
+        limit (checked after every job, also between prefetched jobs)."""
         self._check_memory()
         return self.stop.is_set()
 

@@ -692,7 +692,7 @@ class JobVerbs:
     def record_end_then_start(
         self, end: End, execution: Document, job_id: Any, token: ObjectId, started: Document
     ) -> int:
-        """:meth:`record_end`, then the start of the next job of a slot's batch (held
+        """:meth:`record_end`, then the start of the slot's next prefetched job (held
         with ``token``, see :meth:`start_if_owned`), in one command, in order, each if
         its filter still holds; return how many jobs were modified (2: both landed).
 
@@ -704,7 +704,7 @@ class JobVerbs:
 
     def held_jobs(self, job_ids: Sequence[Any], token: ObjectId) -> dict[Any, Job]:
         """Those of ``job_ids`` still locked with ``token`` and not started: the rest of
-        a batch, read in one command before its first job runs."""
+        a slot's prefetched jobs, read in one command before the first runs."""
         query = {"_id": {"$in": list(job_ids)}, "lock.token": token}
         query["lock.started_at"] = {"$exists": False}
         return {d["_id"]: Job.from_document(d) for d in self.scheduled.find(query)}

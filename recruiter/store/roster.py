@@ -29,21 +29,21 @@ MISSED_BEATS = 3
 @dataclass(frozen=True)
 class Assignment:
     """The jobs handed to a worker, to run in this order, and the lock token that fences
-    them all: one job, or a batch (:doc:`docs/batches`)."""
+    them all: one job, or several handed at once (:doc:`docs/prefetch`)."""
 
     job_ids: tuple[Any, ...]
     token: ObjectId
 
     @property
     def job_id(self) -> Any:
-        """The first job (the only one, unless it is a batch)."""
+        """The first job (the only one, unless several were handed at once)."""
         return self.job_ids[0]
 
     @classmethod
     def of(cls, worker_id: ObjectId, assigned_to: Any, lock: Any) -> Assignment | None:
         """The assignment a roster document's (or change event's) fields hold: the
-        worker's own entry of ``assigned_to`` (a job id, or a list of them for a batch)
-        and the lock token of ``assignment``; ``None`` if either is missing."""
+        worker's own entry of ``assigned_to`` (a job id, or a list of them when several
+        were handed at once) and the lock token of ``assignment``; ``None`` if either is missing."""
         if not isinstance(assigned_to, Mapping) or not isinstance(lock, Mapping):
             return None
         jobs, token = assigned_to.get(str(worker_id)), lock.get("token")
@@ -56,7 +56,7 @@ class Assignment:
 @dataclass(frozen=True)
 class RanReport:
     """How many jobs of a group a worker's last assignment ran, and in how many seconds
-    (from each start to its end, writes included): what the recruiter sizes batches on."""
+    (from each start to its end, writes included): what the recruiter sizes prefetch on."""
 
     group: str
     jobs: int
@@ -100,8 +100,9 @@ class WorkerRecord:
     assignment: Assignment | None
     heartbeat_every: dt.timedelta | None = None
     """How often it said it would heartbeat (workers before this field: unknown)."""
-    takes_batches: bool = False
-    """It runs a batch of jobs handed at once (workers before batches run one)."""
+    prefetches: bool = False
+    """It takes several jobs handed at once and runs them in turn (prefetch; workers
+    from before prefetch, which stored it as ``batches``, take one at a time)."""
     ran: tuple[RanReport, ...] = ()
     """What its last assignment ran, by group: how long jobs take (see :class:`RanReport`)."""
     ran_for: ObjectId | None = None
@@ -142,7 +143,7 @@ class WorkerRecord:
                 if isinstance(heartbeat_ms, int) and not isinstance(heartbeat_ms, bool)
                 else None
             ),
-            takes_batches=document.get("batches") is True,
+            prefetches=document.get("prefetch") is True or document.get("batches") is True,
             ran=RanReport.read(document.get("ran")),
             ran_for=ran_for if isinstance(ran_for := document.get("ran_for"), ObjectId) else None,
             available_since=since if isinstance(since, dt.datetime) else None,
@@ -151,8 +152,8 @@ class WorkerRecord:
 
 
 def _stored_jobs(jobs: Any) -> Any:
-    """A worker's entry of ``assigned_to``: a job id, or a list for a batch of several
-    (a batch of one is stored as its job, as workers before batches read it)."""
+    """A worker's entry of ``assigned_to``: a job id, or a list of the several jobs it is
+    handed at once (one is stored as its job, as workers from before prefetch read it)."""
     if isinstance(jobs, list | tuple):
         return jobs[0] if len(jobs) == 1 else list(jobs)
     return jobs
@@ -177,11 +178,11 @@ class RosterVerbs:
         now: dt.datetime,
         heartbeat_every: dt.timedelta | None = None,
         *,
-        batches: bool = False,
+        prefetch: bool = False,
         workables: Collection_[str] | None = None,
     ) -> ObjectId:
-        """Add an available worker that heartbeats every ``heartbeat_every`` (and runs
-        batches, if ``batches``; only the workables named ``workables``, if given, see
+        """Add an available worker that heartbeats every ``heartbeat_every`` (and takes
+        several jobs at once, if ``prefetch``; only the workables named ``workables``, if given, see
         :mod:`recruiter.store.workables`); return its id."""
         digest = None if workables is None else self.advertise(workables)
         worker_id = ObjectId()
@@ -190,7 +191,7 @@ class RosterVerbs:
             {
                 "_id": worker_id,
                 **beats,
-                **({"batches": True} if batches else {}),
+                **({"prefetch": True} if prefetch else {}),
                 **({"workables": digest} if digest is not None else {}),
                 "work_on": work_on,
                 "available": True,
@@ -273,7 +274,7 @@ class RosterVerbs:
     def assign(
         self, jobs_by_worker: Mapping[ObjectId, Any], token: ObjectId, now: dt.datetime
     ) -> set[ObjectId]:
-        """Hand each worker its job, or its batch (a list of jobs, in the order to run
+        """Hand each worker its job, or its jobs (a list, prefetched, in the order to run
         them), in one command, if it is still available.
 
         Returns the workers actually assigned: one that retired meanwhile is not.
@@ -307,7 +308,7 @@ class RosterVerbs:
         now: dt.datetime,
         ran: Sequence[RanReport] = (),
     ) -> bool:
-        """Make the worker available again after the job (or batch) it was assigned with
+        """Make the worker available again after the job (or jobs) it was assigned with
         ``token``, recording what it ran (:class:`RanReport`)."""
         fields: Document = {"available": True, "available_since": now, "last_seen_at": now}
         # a new report each time, if empty: an old one is never counted twice

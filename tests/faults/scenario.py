@@ -99,10 +99,10 @@ class Scenario:
     repeat_missed: Missed = "latest"
     """Its rule for occurrences missed while no recruiter led (the default's): the
     oracle follows it."""
-    max_batch: int | None = None
-    """The recruiter's ``--max-batch`` (its default when ``None``)."""
-    batch_seconds: float | None = None
-    """The recruiter's ``--batch-seconds`` (its default when ``None``)."""
+    prefetch: int | None = None
+    """The recruiter's ``--prefetch`` (its default when ``None``)."""
+    prefetch_seconds: float | None = None
+    """The recruiter's ``--prefetch-seconds`` (its default when ``None``)."""
     processes_pool: int = 0
     """How many of the workers run their jobs in child processes (``--pool processes``):
     the first ones started."""
@@ -307,12 +307,12 @@ class Run:
         return member
 
     def start_recruiter(self) -> Member:
-        batches = []
-        if self.scenario.max_batch is not None:
-            batches += ["--max-batch", str(self.scenario.max_batch)]
-        if self.scenario.batch_seconds is not None:
-            batches += ["--batch-seconds", f"{self.scenario.batch_seconds}s"]
-        return self.start("recruiter", "run", "--lease", f"{self.scenario.lease}s", *batches)
+        prefetch = []
+        if self.scenario.prefetch is not None:
+            prefetch += ["--prefetch", str(self.scenario.prefetch)]
+        if self.scenario.prefetch_seconds is not None:
+            prefetch += ["--prefetch-seconds", f"{self.scenario.prefetch_seconds}s"]
+        return self.start("recruiter", "run", "--lease", f"{self.scenario.lease}s", *prefetch)
 
     def start_cleaner(self) -> Member:
         scenario = self.scenario

@@ -27,7 +27,7 @@ from recruiter.attempts.verdict import Outcome
 from recruiter.clock import FrozenClock
 from recruiter.errors import DatabaseUnavailable
 from recruiter.processes.cleaner import Cleaner, CleanerConfig
-from recruiter.processes.prefetch_rule import BatchRule, JobLengths, pack
+from recruiter.processes.prefetch_rule import JobLengths, PrefetchRule, pack
 from recruiter.processes.recruiter import Recruiter, RecruiterConfig
 from recruiter.processes.worker import WorkerConfig, WorkerProcess
 from recruiter.store import RanReport, Store, WorkerRecord
@@ -35,7 +35,7 @@ from tests.interleaving import after, before
 from tests.test_groups import jobs
 from tests.test_processes import DEAD_AFTER, WatchingCleaner
 
-RULE = BatchRule(max_batch=5, seconds=dt.timedelta(seconds=1))
+RULE = PrefetchRule(jobs=5, seconds=dt.timedelta(seconds=1))
 WORKER = WorkerConfig(watch=False)
 
 
@@ -44,8 +44,8 @@ def record(**fields: Any) -> WorkerRecord:
     return WorkerRecord(ObjectId(), "*", True, None, None, 1, "here", None, **fields)
 
 
-def slot(takes_batches: bool = True) -> WorkerRecord:
-    return record(takes_batches=takes_batches)
+def slot(prefetches: bool = True) -> WorkerRecord:
+    return record(prefetches=prefetches)
 
 
 def lengths(**seconds: float) -> JobLengths:
@@ -84,7 +84,7 @@ def test_packing_stops_at_the_first_job_that_fits_nowhere() -> None:
 
 
 def test_a_worker_from_before_batches_gets_one_job() -> None:
-    batches = pack(["a"] * 6, [slot(takes_batches=False), slot()], RULE, lengths(a=0.01))
+    batches = pack(["a"] * 6, [slot(prefetches=False), slot()], RULE, lengths(a=0.01))
     assert batches == [[0], [1, 2, 3, 4, 5]]
 
 
@@ -103,14 +103,14 @@ def test_a_report_is_learnt_once_however_many_rounds_see_it() -> None:
 @pytest.mark.parametrize(
     ("rule", "message"),
     [
-        (BatchRule(max_batch=0), "--max-batch must be from 1 to 1000"),
-        (BatchRule(max_batch=1001), "--max-batch must be from 1 to 1000"),
-        (BatchRule(seconds=dt.timedelta(0)), "--batch-seconds must be positive"),
+        (PrefetchRule(jobs=0), "--prefetch must be from 1 to 1000"),
+        (PrefetchRule(jobs=1001), "--prefetch must be from 1 to 1000"),
+        (PrefetchRule(seconds=dt.timedelta(0)), "--prefetch-seconds must be positive"),
     ],
 )
-def test_a_bad_rule_is_refused(rule: BatchRule, message: str) -> None:
+def test_a_bad_rule_is_refused(rule: PrefetchRule, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        RecruiterConfig(batches=rule).validate()
+        RecruiterConfig(prefetch=rule).validate()
 
 
 # --- what a round hands out -----------------------------------------------------------------
@@ -120,7 +120,7 @@ def taught_workers(store: Store, count: int, now: dt.datetime, **seconds: float)
     """Workers that run batches and reported how long their groups' jobs take."""
     ids = []
     for _ in range(count):
-        worker_id = store.register_worker("*", 1, "here", now, batches=True)
+        worker_id = store.register_worker("*", 1, "here", now, prefetch=True)
         ran = [{"group": g, "jobs": 1, "seconds": s} for g, s in seconds.items()]
         store.roster.update_one({"_id": worker_id}, {"$set": {"ran": ran}})
         ids.append(worker_id)
@@ -138,7 +138,7 @@ def test_a_round_hands_batches_in_priority_order_when_jobs_outnumber_slots(
     low = jobs(queue, 4)
     high = jobs(queue, 2, priority=5)
     first, second = taught_workers(store, 2, now, mail=0.01)
-    recruiter = Recruiter(store, RecruiterConfig(batches=RULE))
+    recruiter = Recruiter(store, RecruiterConfig(prefetch=RULE))
     assert recruiter.run_once(now).assigned == 2
     batches = batches_of(store)
     assert batches[first] == (high[0], low[0], low[2])
@@ -153,7 +153,7 @@ def test_a_short_queue_keeps_batches_of_one(queue: Queue, clock: FrozenClock) ->
     store, now = queue.store, clock.now()
     (job,) = jobs(queue, 1)
     taught_workers(store, 2, now, mail=0.01)
-    Recruiter(store, RecruiterConfig(batches=RULE)).run_once(now)
+    Recruiter(store, RecruiterConfig(prefetch=RULE)).run_once(now)
     assert list(batches_of(store).values()) == [(job,)]
     document = store.roster.find_one({"assignment": {"$exists": True}})
     assert document is not None
@@ -166,8 +166,8 @@ def test_a_new_leader_hands_batches_of_one_until_it_learns_the_lengths(
     store, now = queue.store, clock.now()
     jobs(queue, 10)
     for _ in range(2):
-        store.register_worker("*", 1, "here", now, batches=True)
-    Recruiter(store, RecruiterConfig(batches=RULE)).run_once(now)
+        store.register_worker("*", 1, "here", now, prefetch=True)
+    Recruiter(store, RecruiterConfig(prefetch=RULE)).run_once(now)
     assert sorted(map(len, batches_of(store).values())) == [1, 1]
 
 
@@ -179,7 +179,7 @@ def test_a_groups_concurrency_limit_counts_every_job_of_a_batch(
     jobs(queue, 10)
     jobs(queue, 10, group="video")
     taught_workers(store, 2, now, mail=0.01, video=0.01)
-    recruiter = Recruiter(store, RecruiterConfig(batches=RULE))
+    recruiter = Recruiter(store, RecruiterConfig(prefetch=RULE))
     recruiter.run_once(now)
     handed = [j for batch in batches_of(store).values() for j in batch]
     assert Counter(queue.job(j).group for j in handed) == {"mail": 3, "video": 7}
@@ -191,7 +191,7 @@ def test_a_groups_rate_limit_counts_every_job_of_a_batch(queue: Queue, clock: Fr
     queue.limit_group("mail", rate="4/1m")
     jobs(queue, 10)
     taught_workers(store, 2, now, mail=0.01)
-    recruiter = Recruiter(store, RecruiterConfig(batches=RULE))
+    recruiter = Recruiter(store, RecruiterConfig(prefetch=RULE))
     recruiter.run_once(now)
     assert sum(map(len, batches_of(store).values())) == 4
     (record,) = store.group_records()
@@ -202,11 +202,11 @@ def test_named_group_workers_get_batches_of_their_group(queue: Queue, clock: Fro
     store, now = queue.store, clock.now()
     mail = jobs(queue, 7)
     jobs(queue, 3, group="video")
-    (worker,) = [store.register_worker("mail", 1, "here", now, batches=True)]
+    (worker,) = [store.register_worker("mail", 1, "here", now, prefetch=True)]
     store.roster.update_one(
         {"_id": worker}, {"$set": {"ran": [{"group": "mail", "jobs": 2, "seconds": 0.02}]}}
     )
-    Recruiter(store, RecruiterConfig(batches=RULE)).run_once(now)
+    Recruiter(store, RecruiterConfig(prefetch=RULE)).run_once(now)
     assert batches_of(store) == {worker: tuple(mail[:5])}
 
 
@@ -239,7 +239,7 @@ def test_a_worker_runs_its_batch_in_order_and_is_released_once_telling_how_long(
 ) -> None:
     worker = one_worker(queue, registry, clock)
     batch = jobs(queue, 4)
-    Recruiter(queue.store, RecruiterConfig(batches=RULE)).run_once(clock.now())
+    Recruiter(queue.store, RecruiterConfig(prefetch=RULE)).run_once(clock.now())
     result = worker.slots[0].run_once()
     assert [e.job_id for e in result.executions] == batch
     assert all(e.outcome is Outcome.DONE for e in result.executions)
@@ -255,7 +255,7 @@ def test_a_job_cancelled_in_a_batch_is_skipped_and_the_rest_run(
 ) -> None:
     worker = one_worker(queue, registry, clock)
     batch = jobs(queue, 3)
-    Recruiter(queue.store, RecruiterConfig(batches=RULE)).run_once(clock.now())
+    Recruiter(queue.store, RecruiterConfig(prefetch=RULE)).run_once(clock.now())
     queue.cancel(batch[1])
     result = worker.slots[0].run_once()
     assert [e.outcome for e in result.executions] == [Outcome.DONE, Outcome.SKIPPED, Outcome.DONE]
@@ -272,7 +272,7 @@ def test_a_worker_asked_to_stop_finishes_its_job_and_puts_the_rest_back_uncounte
 
     worker = one_worker(queue, registry, clock)
     batch = jobs(queue, 4)
-    Recruiter(queue.store, RecruiterConfig(batches=RULE)).run_once(clock.now())
+    Recruiter(queue.store, RecruiterConfig(prefetch=RULE)).run_once(clock.now())
     result = worker.slots[0].run_once()
     assert [(e.job_id, e.outcome) for e in result.executions] == [(batch[0], Outcome.DONE)]
     assert result.returned == 3
@@ -302,7 +302,7 @@ def test_a_worker_declared_dead_mid_batch_its_job_goes_to_its_policy_the_rest_ba
     batch = queue.schedule_many(
         JobSpec("tests.noop", group="mail").retry_with(RetryManyTimes(3, 0)) for _ in range(4)
     )
-    Recruiter(queue.store, RecruiterConfig(batches=RULE)).run_once(clock.now())
+    Recruiter(queue.store, RecruiterConfig(prefetch=RULE)).run_once(clock.now())
     result = worker.slots[0].run_once()
     assert seen == ["ran", "ran", {"retry": 1, "requeued": 2}]
     assert [e.outcome for e in result.executions] == [Outcome.DONE, Outcome.FENCED]
@@ -348,7 +348,7 @@ def test_a_batch_taken_back_just_before_one_jobs_end_and_the_next_start_loses_bo
     uncounted; the command lands nothing; the old worker runs no more of the batch."""
     worker = one_worker(queue, registry, clock)
     batch = jobs(queue, 3)
-    Recruiter(queue.store, RecruiterConfig(batches=RULE)).run_once(clock.now())
+    Recruiter(queue.store, RecruiterConfig(prefetch=RULE)).run_once(clock.now())
     taken = before(monkeypatch, queue.store, "record_end_then_start", declared_dead(cleaner, clock))
     result = worker.slots[0].run_once()
     assert taken == [{"archived": 1, "requeued": 2}], "the default policy: no retry"
@@ -374,7 +374,7 @@ def test_a_batch_taken_back_just_after_one_jobs_end_and_the_next_start_counts_ea
     uncounted, and what the old worker still writes of job 2 is fenced out."""
     worker = one_worker(queue, registry, clock)
     batch = jobs(queue, 3)
-    Recruiter(queue.store, RecruiterConfig(batches=RULE)).run_once(clock.now())
+    Recruiter(queue.store, RecruiterConfig(prefetch=RULE)).run_once(clock.now())
     taken = after(monkeypatch, queue.store, "record_end_then_start", declared_dead(cleaner, clock))
     result = worker.slots[0].run_once()
     assert taken == [{"archived": 1, "requeued": 1}], "the default policy: no retry"
@@ -398,7 +398,7 @@ def test_a_job_cancelled_just_before_its_start_rides_along_is_skipped_not_run(
     and job 2, started apart, is archived as cancelled without running."""
     worker = one_worker(queue, registry, clock)
     batch = jobs(queue, 3)
-    Recruiter(queue.store, RecruiterConfig(batches=RULE)).run_once(clock.now())
+    Recruiter(queue.store, RecruiterConfig(prefetch=RULE)).run_once(clock.now())
     cancelled = before(
         monkeypatch, queue.store, "record_end_then_start", lambda: queue.cancel(batch[1])
     )
@@ -425,7 +425,7 @@ def test_a_lost_reply_to_one_jobs_end_and_the_next_start_counts_each_once(
     or counts twice."""
     worker = one_worker(queue, registry, clock)
     batch = jobs(queue, 3)
-    Recruiter(queue.store, RecruiterConfig(batches=RULE)).run_once(clock.now())
+    Recruiter(queue.store, RecruiterConfig(prefetch=RULE)).run_once(clock.now())
     real = queue.store.record_end_then_start
     lost: list[int] = []
 
@@ -461,7 +461,7 @@ def test_a_batch_of_n_jobs_costs_its_worker_n_plus_3_commands_after_its_assignme
         queue = Queue(database, clock)
         worker = one_worker(queue, registry, clock)
         jobs(queue, 10)
-        Recruiter(queue.store, RecruiterConfig(batches=BatchRule(max_batch=10))).run_once(
+        Recruiter(queue.store, RecruiterConfig(prefetch=PrefetchRule(jobs=10))).run_once(
             clock.now()
         )
         before = counter.snapshot()
@@ -500,7 +500,7 @@ def test_a_command_landing_mid_take_back_never_counts_a_job_that_did_not_run(
 
     worker = one_worker(queue, registry, clock)
     batch = jobs(queue, 3)
-    Recruiter(queue.store, RecruiterConfig(batches=RULE)).run_once(clock.now())
+    Recruiter(queue.store, RecruiterConfig(prefetch=RULE)).run_once(clock.now())
     real_write, real_release = queue.store.record_end_then_start, takeback.release_fenced
     in_flight: list[Any] = []
     landed: list[int] = []
@@ -547,7 +547,7 @@ def test_the_orphan_pass_puts_a_batchs_next_job_back_before_it_takes_back_the_ru
     its start is refused; job 1 is ended once, by its worker or as a crashed attempt."""
     worker = one_worker(queue, registry, clock)
     batch = jobs(queue, 3)
-    Recruiter(queue.store, RecruiterConfig(batches=RULE)).run_once(clock.now())
+    Recruiter(queue.store, RecruiterConfig(prefetch=RULE)).run_once(clock.now())
     slot_id = worker.slots[0].id
     real_write, real_crashed = queue.store.record_end_then_start, takeback._crashed
     landed: list[int] = []
@@ -595,7 +595,7 @@ def test_every_job_a_round_locks_is_handed_to_a_worker_when_one_is_cancelled_mea
     (batcher,) = taught_workers(store, 1, now, a=0.05, c=0.1)
     older = store.register_worker("*", 1, "here", now)  # a worker from before batches
     after(monkeypatch, store, "ready_job_ids_by_group", lambda: queue.cancel(first_a))
-    Recruiter(store, RecruiterConfig(batches=RULE)).run_once(now)
+    Recruiter(store, RecruiterConfig(prefetch=RULE)).run_once(now)
     assert batches_of(store) == {batcher: (c, second_a), older: (b,)}
     locked = {d["_id"] for d in store.scheduled.find({"locked": True})}
     assert locked == {b, c, second_a}
@@ -613,7 +613,25 @@ def test_a_job_cancelled_in_a_batch_put_back_on_sigterm_is_finished_as_cancelled
 
     worker = one_worker(queue, registry, clock)  # it advertises what it can run
 
-    Recruiter(queue.store, RecruiterConfig(batches=RULE)).run_once(clock.now())
+    Recruiter(queue.store, RecruiterConfig(prefetch=RULE)).run_once(clock.now())
     assert worker.slots[0].run_once().returned == 2
     assert queue.job(batch[1]).why is None, "back in the queue"
     assert queue.job(batch[2]).why == "cancelled", "not handed out again to be skipped"
+
+
+def test_the_old_option_names_still_work_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--max-batch`` and ``--batch-seconds`` were renamed ``--prefetch`` and
+    ``--prefetch-seconds``: a script written for the old names keeps working for a
+    release, told of the new ones (here, refused for the value, as the new one is)."""
+    from recruiter.cli import main
+
+    monkeypatch.setattr("sys.argv", ["recruiter", "run", "--max-batch=0", "--batch-seconds", "2s"])
+    with pytest.raises(SystemExit) as stopped:
+        main()
+    assert stopped.value.code == 2
+    output = capsys.readouterr().err
+    assert "--max-batch is now --prefetch" in output
+    assert "--batch-seconds is now --prefetch-seconds" in output
+    assert "--prefetch must be from 1 to 1000" in output
