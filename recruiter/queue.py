@@ -224,13 +224,13 @@ class Queue:
                 store.insert_in_order_in(waiting, session)
             return ids
         if waited:
-            self._patiently(lambda: store.mark_followed(waited))
-        ids = self._patiently(lambda: store.insert_jobs(plain)) if plain else []
+            self._retry_while_unavailable(lambda: store.mark_followed(waited))
+        ids = self._retry_while_unavailable(lambda: store.insert_jobs(plain)) if plain else []
         if waiting:
-            self._patiently(lambda: store.insert_in_order(waiting))
+            self._retry_while_unavailable(lambda: store.insert_in_order(waiting))
         return ids
 
-    def _patiently(self, write: Callable[[], T]) -> T:
+    def _retry_while_unavailable(self, write: Callable[[], T]) -> T:
         """``write()``, tried again while the database does not answer, for up to
         :data:`SCHEDULE_PATIENCE` seconds: each try writes the same ids, so a try whose
         reply was lost after it landed stores nothing twice."""

@@ -25,7 +25,7 @@ from recruiter.loop import IDLE, UNKNOWN, Backoff, Pause, StopRequest, Wakeups, 
 from recruiter.processes.recruiter import (
     GAP,
     SCHEDULERS_REFRESH,
-    News,
+    FeedInbox,
     Recruiter,
     RecruiterConfig,
     RoundResult,
@@ -277,7 +277,7 @@ def test_a_round_that_leaves_workers_idle_tells_when_the_next_job_is_due(
 def test_news_of_workers_only_skips_a_round_when_nothing_was_left_ready(
     queue: Queue, clock: FrozenClock
 ) -> None:
-    news = News()
+    news = FeedInbox()
     recruiter = Recruiter(queue.store, news=news)
     now = clock.now()
     worker = queue.store.register_worker("*", 1, "here", now)
@@ -307,7 +307,7 @@ def test_a_round_that_handed_out_every_ready_job_lets_the_next_release_skip_a_ro
     """Steady light load: each job meets an idle worker and is handed out alone. The
     worker's release tells only of a worker made available, and nothing is left ready,
     so no round is sent for it; a round that left a job ready is not skipped."""
-    news = News()
+    news = FeedInbox()
     recruiter = Recruiter(queue.store, news=news)
     now = clock.now()
     worker = queue.store.register_worker("*", 1, "here", now)
@@ -329,7 +329,7 @@ def test_a_round_that_handed_out_every_ready_job_lets_the_next_release_skip_a_ro
 def test_news_of_workers_does_not_skip_a_round_when_only_named_groups_were_idle(
     queue: Queue, clock: FrozenClock
 ) -> None:
-    news = News()
+    news = FeedInbox()
     recruiter = Recruiter(queue.store, news=news)
     mail = queue.store.register_worker("mail", 1, "here", clock.now())
     queue.schedule(JobSpec("tests.noop").in_group("sms"))

@@ -18,7 +18,7 @@ from recruiter import GroupSettings, InvalidGroupSettings, InvalidJob, JobSpec, 
 from recruiter.clock import FrozenClock
 from recruiter.groups import FairShare
 from recruiter.processes.planning import SETTINGS_REFRESH
-from recruiter.processes.recruiter import MINIMUM_PAUSE, News, Recruiter
+from recruiter.processes.recruiter import MINIMUM_PAUSE, FeedInbox, Recruiter
 from recruiter.store import End, Store
 from recruiter.store.jobs import GROUPS_PER_READ
 from recruiter.store.schema import SCHEMA_VERSION
@@ -142,7 +142,7 @@ def test_a_lowered_limit_hands_out_nothing_until_the_running_jobs_fall_below_it(
     store, now = queue.store, clock.now()
     jobs(queue, 6)
     workers(store, 6, now)
-    news = News()
+    news = FeedInbox()
     recruiter = Recruiter(store, news=news)
     queue.limit_group("mail", concurrency=3)
     assert recruiter.run_once(now).assigned == 3
@@ -175,7 +175,7 @@ def test_without_news_changed_settings_apply_within_the_refresh(
     assert recruiter.run_once(clock.now()).assigned == 1
 
 
-def tell_released(news: News, store: Store) -> None:
+def tell_released(news: FeedInbox, store: Store) -> None:
     """Tell of every worker on the roster as made available, by its id (each known to
     the recruiter: whether a round is skipped rests on what was left ready)."""
     for worker in store.workers():
@@ -191,7 +191,7 @@ def test_a_released_job_of_a_limited_group_is_not_lost_to_the_skip_rule(
     queue.limit_group("mail", concurrency=1)
     jobs(queue, 2)
     workers(store, 2, now)
-    news = News()
+    news = FeedInbox()
     recruiter = Recruiter(store, news=news)
     assert recruiter.run_once(now).assigned == 1
     finish(store, assigned_jobs(store)[0], now)
@@ -207,7 +207,7 @@ def test_a_round_whose_worker_left_before_assignment_does_not_let_the_next_skip(
     """The round read both jobs and handed out both, but one worker retired before the
     assign: its job was put back, ready again; a release told before the put-back must
     not skip the round that would hand it out."""
-    store, now, news = queue.store, clock.now(), News()
+    store, now, news = queue.store, clock.now(), FeedInbox()
     jobs(queue, 2)
     leaving, _ = workers(store, 2, now)
     recruiter = Recruiter(store, news=news)
@@ -232,7 +232,7 @@ def test_a_job_cancelled_between_read_and_lock_brings_the_next_round_at_once(
     """The round read the first of three jobs for its one worker; it was cancelled before
     the lock, so the worker got nothing. No news tells of a cancellation: the next round
     comes at once and hands out the second job."""
-    store, now, news = queue.store, clock.now(), News()
+    store, now, news = queue.store, clock.now(), FeedInbox()
     first, second, _ = jobs(queue, 3)
     workers(store, 1, now)
     recruiter = Recruiter(store, news=news)

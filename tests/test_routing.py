@@ -8,9 +8,9 @@ from typing import Any
 
 from recruiter import JobSpec, Queue, Registry
 from recruiter.clock import FrozenClock
-from recruiter.processes.recruiter import News, Recruiter
+from recruiter.processes.recruiter import FeedInbox, Recruiter
 from recruiter.processes.worker import WorkerSlot
-from recruiter.store import Store, Waiting, digest_of
+from recruiter.store import Store, UnservedWorkable, digest_of
 
 
 def application(*names: str) -> Registry:
@@ -52,7 +52,7 @@ def test_a_new_workable_waits_for_a_worker_that_knows_it_with_no_attempt_spent(
     assert (waiting.locked, waiting.attempts, waiting.history) == (False, 0, ())
     due = waiting.scheduled_at
     assert due is not None
-    assert store.waiting_for_workables(clock.now()) == [Waiting("reports.new", 1, due)]
+    assert store.waiting_for_workables(clock.now()) == [UnservedWorkable("reports.new", 1, due)]
     new = slot(queue, application("reports.old", "reports.new"), clock)
     assert recruiter.run_once(clock.now()).assigned == 1
     assert assigned(store, new) == (new_job,)
@@ -91,7 +91,7 @@ def test_a_worker_that_registers_with_new_workables_is_not_skipped_by_the_feeds_
     """A round that handed out every job its workers could run lets a known worker's
     release skip the next round; not a new worker's registration, nor the release of a
     worker whose set that round did not plan for (it was busy then)."""
-    store, news = queue.store, News()
+    store, news = queue.store, FeedInbox()
     recruiter = Recruiter(store, news=news)
     queue.schedule(JobSpec("reports.new"))
     old = slot(queue, application("reports.old"), clock)
@@ -108,7 +108,7 @@ def test_a_worker_that_registers_with_new_workables_is_not_skipped_by_the_feeds_
 def test_a_busy_workers_release_is_not_skipped_when_its_set_was_not_planned_for(
     queue: Queue, clock: FrozenClock
 ) -> None:
-    store, news = queue.store, News()
+    store, news = queue.store, FeedInbox()
     recruiter = Recruiter(store, news=news)
     queue.schedule(JobSpec("reports.new"))
     new = slot(queue, application("reports.old", "reports.new"), clock)
@@ -194,8 +194,8 @@ def test_waiting_counts_each_workable_and_its_oldest_due_time(
     assert store.waiting_for_workables(clock.now()) == [], "no worker at all: none counted"
     slot(queue, application("x.known"), clock)
     assert store.waiting_for_workables(clock.now()) == [
-        Waiting("x.one", 2, first),
-        Waiting("x.two", 1, later),
+        UnservedWorkable("x.one", 2, first),
+        UnservedWorkable("x.two", 1, later),
     ]
     assert first + dt.timedelta(seconds=5) == later
 

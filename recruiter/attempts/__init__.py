@@ -5,7 +5,7 @@
   policy, a cancellation asked for, and the time; and the one shape of an attempt's
   record in the job's history;
 - :mod:`.calling`: running the job's code where it runs (this thread, an event loop, a
-  job process), and what it gave (:class:`~.calling.Ran`);
+  job process), and what it gave (:class:`~.calling.CodeResult`);
 - :mod:`.ending`: **the one funnel** every end of an attempt goes through: its record
   written with the store's one verb (``record_end``), until the database answers, then
   :func:`~.ending.ended`, which tells what waits for the job, the listeners and the

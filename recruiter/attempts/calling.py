@@ -1,4 +1,4 @@
-"""Running a job's code where it runs, and what it gave (:class:`Ran`).
+"""Running a job's code where it runs, and what it gave (:class:`CodeResult`).
 
 The code runs in the calling thread (a slot's), on an event loop (an ``async def``
 job), or in a job process (:mod:`recruiter.pools.process_pool`, a :class:`JobRunner`);
@@ -42,11 +42,11 @@ class JobRunner(Protocol):
     """Runs a job's code somewhere else than the calling thread
     (:mod:`recruiter.pools.process_pool`), stopped by ``running`` as the watchdog says."""
 
-    def run(self, job: Job, statistics: RetryStatistics, running: Running) -> Ran: ...
+    def run(self, job: Job, statistics: RetryStatistics, running: Running) -> CodeResult: ...
 
 
 @dataclass(frozen=True)
-class Ran:
+class CodeResult:
     """What running a job's code gave."""
 
     failure: Failure | None = None
@@ -74,7 +74,7 @@ def call_code(
     *,
     runner: JobRunner | None = None,
     loop: asyncio.AbstractEventLoop | None = None,
-) -> Ran:
+) -> CodeResult:
     """Run the job's code (here, on ``loop`` for an ``async def`` one, or in
     ``runner``'s process): its failure and trace when it failed, the output it
     recorded, and the workable's hooks (none when it could not even be rebuilt)."""
@@ -96,12 +96,12 @@ def call_code(
         # (asyncio.CancelledError from an asyncio.run inside it, KeyboardInterrupt,
         # GeneratorExit): let out, it would leave the job locked and started for good
         if returned_before_stop(error, running.returned):
-            return Ran(output=storable(output), hooks=hooks)
+            return CodeResult(output=storable(output), hooks=hooks)
         trace = "".join(traceback.format_exception(error))[-TRACE_LIMIT:]
-        ran = Ran(Failure.from_exception(error), trace, storable(output), error, hooks)
+        ran = CodeResult(Failure.from_exception(error), trace, storable(output), error, hooks)
         return dataclasses.replace(ran, stopped=running.stopped, unrun=running.unrun)
     kept = kept_result(returned)
-    return Ran(output=storable(output), hooks=hooks, stopped=running.stopped, result=kept)
+    return CodeResult(output=storable(output), hooks=hooks, stopped=running.stopped, result=kept)
 
 
 def kept_result(value: Any) -> dict[str, Any]:
@@ -191,13 +191,13 @@ def returned_before_stop(error: BaseException, returned: bool) -> bool:
     return returned and isinstance(error, Stopped)
 
 
-def failed_by(error: BaseException) -> Ran:
-    return Ran(Failure.from_exception(error), None, {}, error, WorkableHooks())
+def failed_by(error: BaseException) -> CodeResult:
+    return CodeResult(Failure.from_exception(error), None, {}, error, WorkableHooks())
 
 
-def not_run(why: type[Stopped]) -> Ran:
+def not_run(why: type[Stopped]) -> CodeResult:
     """What a job stopped before its code ran gives: the stop, as its failure."""
     error = why()
     error.began = False
     failure = Failure.from_exception(error)
-    return Ran(failure, None, {}, error, WorkableHooks(), stopped=why, unrun=True)
+    return CodeResult(failure, None, {}, error, WorkableHooks(), stopped=why, unrun=True)

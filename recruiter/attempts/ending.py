@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 from bson import ObjectId
 
-from recruiter.attempts.calling import Ran
+from recruiter.attempts.calling import CodeResult
 from recruiter.attempts.verdict import CANCELLED, ENDING_OUTCOMES, Execution, Outcome, Verdict
 from recruiter.clock import Clock
 from recruiter.errors import DatabaseError, DatabaseUnavailable
@@ -98,7 +98,13 @@ def tell_cancelled(store: Store, job_id: Any, now: dt.datetime) -> None:
 
 
 def ended(
-    store: Store, registry: Registry, job: Job, execution: Execution, ran: Ran, *, now: dt.datetime
+    store: Store,
+    registry: Registry,
+    job: Job,
+    execution: Execution,
+    ran: CodeResult,
+    *,
+    now: dt.datetime,
 ) -> None:
     """What follows an attempt's end once it is recorded: what waits for the job is told
     (if it ended for good), then the listeners and the workable's hooks. Nothing follows

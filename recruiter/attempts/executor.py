@@ -25,7 +25,7 @@ from typing import Any
 
 from bson import ObjectId
 
-from recruiter.attempts.calling import JobRunner, Ran, call_code, not_run
+from recruiter.attempts.calling import CodeResult, JobRunner, call_code, not_run
 from recruiter.attempts.ending import DurableWrite, Start, ended, write_verdict
 from recruiter.attempts.transaction import run_in_transaction
 from recruiter.attempts.verdict import (
@@ -130,7 +130,7 @@ class Executor:
         )
         self.registry.listeners.emit(JOB_STARTED, JobEvent(JOB_STARTED, job))
         skip = self._skip_reason(job)
-        ran = Ran()
+        ran = CodeResult()
         if skip is not None:
             execution = self._skip(job, token, started_at, *skip)
         else:
@@ -176,7 +176,7 @@ class Executor:
             retried=start.landed is None,
         )
 
-    def call(self, job: Job, statistics: RetryStatistics, policy_problem: str | None) -> Ran:
+    def call(self, job: Job, statistics: RetryStatistics, policy_problem: str | None) -> CodeResult:
         """Run the job's code, watched for its timeout and cancellation."""
         running = Running(job.id, job.timeout)
         if self.watch is None:
@@ -200,7 +200,7 @@ class Executor:
             )
 
     def conclude(
-        self, job: Job, token: ObjectId, ran: Ran, policy: RetryPolicy, start: Start
+        self, job: Job, token: ObjectId, ran: CodeResult, policy: RetryPolicy, start: Start
     ) -> Execution:
         """The attempt's end, through the funnel: its verdict, its record, written."""
         ended_at = self.clock.now()
@@ -248,7 +248,7 @@ class Executor:
         started_at: dt.datetime,
         ended_at: dt.datetime,
         outcome: Outcome,
-        ran: Ran,
+        ran: CodeResult,
     ) -> dict[str, Any]:
         """The attempt's record: its shape, what it ran gave beside, its result or
         its failure's trace."""
@@ -342,7 +342,7 @@ class Executor:
             )
 
 
-def extras(ran: Ran) -> dict[str, Any]:
+def extras(ran: CodeResult) -> dict[str, Any]:
     """What an attempt's record keeps of its run beside the outcome."""
     kept: dict[str, Any] = {}
     if ran.output:

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from bson import ObjectId
 
-from recruiter.attempts.calling import JobRunner, Ran, failed_by
+from recruiter.attempts.calling import CodeResult, JobRunner, failed_by
 from recruiter.attempts.ending import DurableWrite, Start
 from recruiter.attempts.verdict import Execution, Outcome
 from recruiter.clock import Clock
@@ -38,10 +38,12 @@ class Concluding(Protocol):
     loop: asyncio.AbstractEventLoop | None
     next_start: Any
 
-    def call(self, job: Job, statistics: RetryStatistics, policy_problem: str | None) -> Ran: ...
+    def call(
+        self, job: Job, statistics: RetryStatistics, policy_problem: str | None
+    ) -> CodeResult: ...
 
     def conclude(
-        self, job: Job, token: ObjectId, ran: Ran, policy: RetryPolicy, start: Start
+        self, job: Job, token: ObjectId, ran: CodeResult, policy: RetryPolicy, start: Start
     ) -> Execution: ...
 
     def record(
@@ -50,7 +52,7 @@ class Concluding(Protocol):
         started_at: dt.datetime,
         ended_at: dt.datetime,
         outcome: Outcome,
-        ran: Ran,
+        ran: CodeResult,
     ) -> dict[str, Any]: ...
 
     def remember_success(self, job: Job, began_by: dt.datetime, ended_at: dt.datetime) -> None: ...
@@ -65,7 +67,7 @@ def run_in_transaction(
     policy: RetryPolicy,
     policy_problem: str | None,
     start: Start,
-) -> tuple[Execution, Ran]:
+) -> tuple[Execution, CodeResult]:
     """Run the transactional ``job``'s code and its end as done in one transaction."""
     executor.next_start = None  # (the next prefetched job starts on its own)
     run = _TransactionalRun(executor, job, token, statistics, policy_problem, start=start)
@@ -104,7 +106,7 @@ class _TransactionalRun:
         self.executor = executor
         self.job, self.token, self.start = job, token, start
         self.statistics, self.policy_problem = statistics, policy_problem
-        self.ran = Ran()
+        self.ran = CodeResult()
         self.done: dict[str, Any] = {}
         """The end recorded in the transaction, once it is."""
 
@@ -138,7 +140,7 @@ class _FencedOff(Exception):
     """The transactional job is no longer held: its transaction is aborted."""
 
 
-def _refused(workable: str) -> Ran:
+def _refused(workable: str) -> CodeResult:
     """A transactional job handed to a worker that cannot run it in a transaction."""
     return failed_by(
         RecruiterError(

@@ -126,7 +126,7 @@ def run(
     """The recruiter: hand ready jobs to available workers (one leads; others stand by)."""
     from recruiter.processes.leadership import Follow, Tell, lead
     from recruiter.processes.prefetch_rule import PrefetchRule
-    from recruiter.processes.recruiter import News, Recruiter, RecruiterConfig
+    from recruiter.processes.recruiter import FeedInbox, Recruiter, RecruiterConfig
     from recruiter.queue import Queue
 
     setup_logging("recruiter", log_level, json_logs)
@@ -135,7 +135,7 @@ def run(
     config = validated(RecruiterConfig(lease=lease, watch=watch, prefetch=rule))
     registry = None if app is None else load_registry(app)
     store = connect_store(mongodb_uri, database, wait_for_database)
-    news = News() if config.watch else None
+    news = FeedInbox() if config.watch else None
     follow = Follow(store.watch_for_work, config.followed_wait, news) if news else None
     recruiter = Recruiter(store, config, news)
     tell = None

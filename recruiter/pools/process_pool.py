@@ -50,7 +50,7 @@ from typing import Any
 import bson
 from bson.codec_options import CodecOptions
 
-from recruiter.attempts.calling import Ran, kept_result, returned_before_stop, storable
+from recruiter.attempts.calling import CodeResult, kept_result, returned_before_stop, storable
 from recruiter.errors import RecruiterError
 from recruiter.job import TRACE_LIMIT, Job, Root
 from recruiter.monitoring.logs import Level, logging_setup, setup_logging
@@ -131,7 +131,7 @@ class JobProcess:
     def pid(self) -> int | None:
         return None if self._process is None else self._process.pid
 
-    def run(self, job: Job, statistics: RetryStatistics, running: Running) -> Ran:
+    def run(self, job: Job, statistics: RetryStatistics, running: Running) -> CodeResult:
         """Run ``job``'s code in the child; what it gave. Whatever goes wrong with the
         child is the attempt's failure, never an error of the slot's."""
         try:
@@ -142,15 +142,15 @@ class JobProcess:
             self.close(at_once=True)
             failed = JobProcessFailed(f"the job process failed: {error!r}")
             process = {"pid": pid, "replaced": "it failed"}
-            return Ran(
+            return CodeResult(
                 Failure.from_exception(failed), None, {}, failed, WorkableHooks(), None, process
             )
 
-    def _run(self, job: Job, statistics: RetryStatistics, running: Running) -> Ran:
+    def _run(self, job: Job, statistics: RetryStatistics, running: Running) -> CodeResult:
         try:
             connection = self._ready()
         except JobProcessFailed as error:
-            return Ran(Failure.from_exception(error), str(error), error=error)
+            return CodeResult(Failure.from_exception(error), str(error), error=error)
         self._runs += 1
         number = self._runs
         request = {
@@ -181,11 +181,15 @@ class JobProcess:
         output = ran.get("output") or {}
         if failure is None:
             kept = {key: ran[key] for key in ("result", "result_dropped") if key in ran}
-            return Ran(output=output, hooks=hooks, stopped=stop, process=process, result=kept)
+            return CodeResult(
+                output=output, hooks=hooks, stopped=stop, process=process, result=kept
+            )
         recorded = Failure(failure["class"], tuple(failure["types"]), failure["message"])
         stand_in = _Reported(recorded.message)
         unrun = ran.get("unrun") is True
-        return Ran(recorded, ran.get("trace"), output, stand_in, hooks, stop, process, unrun=unrun)
+        return CodeResult(
+            recorded, ran.get("trace"), output, stand_in, hooks, stop, process, unrun=unrun
+        )
 
     def _after_job(self, memory: Any) -> dict[str, Any]:
         """What the attempt records of the child; whether it is replaced, and why."""
@@ -234,18 +238,20 @@ class JobProcess:
             return None, stopped, False
         return reply, stopped, False
 
-    def _lost(self, stopped: type[Stopped] | None, *, killed: bool, pid: int | None) -> Ran:
+    def _lost(self, stopped: type[Stopped] | None, *, killed: bool, pid: int | None) -> CodeResult:
         """The attempt whose child gave no answer: stopped and killed, or dead."""
         if killed and stopped is not None:
             error: BaseException = stopped()
             message = f"{error}; it did not stop within {STOP_GRACE:g} s and its process was killed"
             failure = Failure(*_names(error), message)
             process = {"pid": pid, "replaced": "killed: the job did not stop"}
-            return Ran(failure, None, {}, error, WorkableHooks(), stopped, process)
+            return CodeResult(failure, None, {}, error, WorkableHooks(), stopped, process)
         died = JobProcessDied(f"the process running the job {self._exit_description()}")
         self.close(at_once=True)
         process = {"pid": pid, "replaced": "it died"}
-        return Ran(Failure.from_exception(died), None, {}, died, WorkableHooks(), stopped, process)
+        return CodeResult(
+            Failure.from_exception(died), None, {}, died, WorkableHooks(), stopped, process
+        )
 
     def _resume(self) -> None:
         """Continue the child, if it stopped itself while this process was stopped."""

@@ -10,7 +10,7 @@ entry (:meth:`recruiter.store.Store.assign`). Jobs locked but not assigned go ba
 the queue at once.
 
 A round's result says when the next one is due without news (the next job or
-occurrence due); news comes from the change feed (:class:`News`), which also lets a
+occurrence due); news comes from the change feed (:class:`FeedInbox`), which also lets a
 round that could hand nothing out be skipped.
 
 Which jobs each worker gets, under groups' limits, fair share and priorities, is
@@ -106,11 +106,11 @@ class RoundResult:
 
 
 GAP = "?"
-"""What :class:`News` holds when changes may have gone untold."""
+"""What :class:`FeedInbox` holds when changes may have gone untold."""
 
 
 @dataclass(frozen=True)
-class Told:
+class FeedChanges:
     """What the change feed told between two rounds."""
 
     collections: frozenset[str] = frozenset()
@@ -120,7 +120,7 @@ class Told:
     that registered: it may run workables no other one can)."""
 
 
-class News:
+class FeedInbox:
     """What the change feed told since the last round: the collections that changed,
     and which workers were made available.
 
@@ -144,9 +144,9 @@ class News:
         """The feed was opened or lost: anything may have changed."""
         self.tell(GAP)
 
-    def take(self) -> Told:
+    def take(self) -> FeedChanges:
         with self._lock:
-            told = Told(frozenset(self._collections), frozenset(self._workers))
+            told = FeedChanges(frozenset(self._collections), frozenset(self._workers))
             self._collections, self._workers = set(), set()
         return told
 
@@ -163,7 +163,7 @@ class Recruiter:
     """
 
     def __init__(
-        self, store: Store, config: RecruiterConfig | None = None, news: News | None = None
+        self, store: Store, config: RecruiterConfig | None = None, news: FeedInbox | None = None
     ) -> None:
         self.store = store
         self.config = (config or RecruiterConfig()).validate()
@@ -215,7 +215,7 @@ class Recruiter:
             raise
 
     def _round(self, now: dt.datetime) -> RoundResult:
-        told = self.news.take() if self.news is not None else Told()
+        told = self.news.take() if self.news is not None else FeedChanges()
         changed = told.collections
         if changed & {"groups", GAP}:
             self.planner.forget_settings()

@@ -180,7 +180,7 @@ class WorkerSlot:
         """The tokens of the last jobs run: news of one of them is late, not new."""
 
     def deliver(self, change: RosterChange) -> None:
-        """News from the change feed: an assignment to run, or a change to read."""
+        """FeedInbox from the change feed: an assignment to run, or a change to read."""
         if change.worker_id != self.id:
             return
         if change.assignment is not None:
@@ -352,12 +352,14 @@ class WorkerProcess:
         running = [r.job_id for r in self.watch.running()]
         if running:  # one read, only while jobs run: which were cancelled meanwhile
             self.watch.cancel(self.store.cancel_requested(running))
-        self._ring_the_forgotten([s for s in registered.values() if s not in removed])
+        self._wake_slots_with_unseen_assignments(
+            [s for s in registered.values() if s not in removed]
+        )
         # after the beat, never instead of it: a worker told to stop by a newer schema
         # goes on beating for the jobs it finishes first
         self.check_schema()
 
-    def _ring_the_forgotten(self, slots: list[WorkerSlot]) -> None:
+    def _wake_slots_with_unseen_assignments(self, slots: list[WorkerSlot]) -> None:
         """The change feed's safety net: ring the idle followed slots that hold an
         assignment the feed did not bring them (one read for the whole process, where
         each slot reading its own document would cost a read per slot)."""
@@ -504,7 +506,7 @@ class WorkerProcess:
                 continue
             if self._is_followed(slot):
                 # the feed brings the next assignment; the heartbeat looks for any it
-                # missed, for every slot in one read (:meth:`_ring_the_forgotten`)
+                # missed, for every slot in one read (:meth:`_wake_slots_with_unseen_assignments`)
                 wait = self.config.heartbeat_every.total_seconds() * FOLLOWED_WAIT_BEATS
             else:
                 wait = self.backoff.after(wait)

@@ -43,7 +43,7 @@ from recruiter.store.selection import Selection, SelectionVerbs
 from recruiter.store.server import ServerVerbs, answers
 from recruiter.store.waiting import WaitingVerbs
 from recruiter.store.watch import ChangeFeed, RosterChange, WatchVerbs, WorkChange
-from recruiter.store.workables import Waiting, WorkableVerbs, digest_of
+from recruiter.store.workables import UnservedWorkable, WorkableVerbs, digest_of
 
 __all__ = [
     "ARCHIVE_BATCH",
@@ -63,7 +63,7 @@ __all__ = [
     "SchedulerRecord",
     "Selection",
     "Store",
-    "Waiting",
+    "UnservedWorkable",
     "WorkChange",
     "WorkerRecord",
     "answers",

@@ -37,7 +37,7 @@ def digest_of(names: Iterable[str]) -> str:
 
 
 @dataclass(frozen=True)
-class Waiting:
+class UnservedWorkable:
     """Ready jobs of a workable that no live worker advertises."""
 
     workable: str
@@ -116,7 +116,7 @@ class WorkableVerbs:
 
     def waiting_for_workables(
         self, now: dt.datetime, ready: Sequence[ReadyCount] | None = None
-    ) -> list[Waiting]:
+    ) -> list[UnservedWorkable]:
         """The ready jobs, by workable, that no worker on the roster can run (none when
         :meth:`workables_run` does not bound what runs). With ``ready`` (from
         :meth:`count_ready`, read for the same moment), from those counts, without
@@ -143,16 +143,18 @@ class WorkableVerbs:
         )
 
 
-def _waiting(counts: Iterable[ReadyCount]) -> list[Waiting]:
+def _waiting(counts: Iterable[ReadyCount]) -> list[UnservedWorkable]:
     """Ready counts summed by workable, the longest waiting first."""
-    found: dict[str, Waiting] = {}
+    found: dict[str, UnservedWorkable] = {}
     for entry in counts:
         if not isinstance(entry.since, dt.datetime):
             continue  # (a hand-damaged due time: not a job a round can find either)
         name = str(entry.workable)
         kept = found.get(name)
         if kept is None:
-            found[name] = Waiting(name, entry.jobs, entry.since)
+            found[name] = UnservedWorkable(name, entry.jobs, entry.since)
         else:
-            found[name] = Waiting(name, kept.jobs + entry.jobs, min(kept.since, entry.since))
+            found[name] = UnservedWorkable(
+                name, kept.jobs + entry.jobs, min(kept.since, entry.since)
+            )
     return sorted(found.values(), key=lambda waiting: waiting.since)
