@@ -30,11 +30,12 @@ from recruiter.clock import DatabaseClock, SystemClock
 from recruiter.errors import ChangeStreamsUnavailable
 from recruiter.job import as_object_id
 from recruiter.store.analytics import AnalyticsVerbs, ReadyCount
+from recruiter.store.attempts import AttemptVerbs, End, LockRecord
 from recruiter.store.base import Document
 from recruiter.store.dedup import DedupVerbs
 from recruiter.store.failures import is_transient, translate_methods
 from recruiter.store.groups import GroupRecord, GroupVerbs
-from recruiter.store.jobs import ARCHIVE_BATCH, PURGE_BATCH, End, JobVerbs, LockRecord
+from recruiter.store.jobs import ARCHIVE_BATCH, PURGE_BATCH, JobVerbs
 from recruiter.store.leases import LeaseVerbs
 from recruiter.store.roster import Assignment, RanReport, RosterVerbs, WorkerRecord
 from recruiter.store.schedulers import Occurrence, SchedulerRecord, SchedulerVerbs
@@ -90,6 +91,7 @@ def fate_write_concern(database: Database[Any]) -> WriteConcern:
 @translate_methods
 class Store(
     JobVerbs,
+    AttemptVerbs,
     SelectionVerbs,
     RosterVerbs,
     LeaseVerbs,

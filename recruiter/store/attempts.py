@@ -1,0 +1,401 @@
+"""The attempt verbs of the store: a job locked for a worker, started, and ended.
+
+Every one is a conditional update whose filter holds its precondition: the lock token
+of the round that handed the job out (a process fenced out by a take-back finds its
+filter no longer matching, and changes nothing), and for an end, that the job has no
+reason to finish with yet. The end of an attempt is one verb, :meth:`AttemptVerbs.record_end`
+(:class:`End` says how it ends), used by every end: a run, a transactional run, a dead
+worker's job taken back, a cancellation, a manual run.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from bson import ObjectId
+from bson.errors import InvalidDocument
+from pymongo import ReturnDocument
+from pymongo.collection import Collection
+from pymongo.database import Database
+from pymongo.errors import OperationFailure
+
+from recruiter.errors import (
+    DocumentTooLarge,
+    TransactionsUnavailable,
+    WriteRejected,
+)
+from recruiter.job import HISTORY_LIMIT, Job
+from recruiter.store.base import Document, aware, on_mongomock, update_each
+from recruiter.store.failures import NO_TRANSACTIONS_HERE, in_the_callers_transaction, translate
+
+LOCK_PAGE = 10_000
+
+
+LOCK_FIELDS = {"lock": 1, "group": 1, "cancel_requested_at": 1}
+
+
+@dataclass(frozen=True)
+class LockRecord:
+    """A locked job, as a take-back reads it: who holds it with which token, since when,
+    and whether its attempt started."""
+
+    job_id: Any
+    token: ObjectId
+    since: dt.datetime | None
+    started: bool
+    group: str | None
+    cancel_requested: bool
+
+    @classmethod
+    def from_document(cls, document: Mapping[str, Any]) -> LockRecord | None:
+        """The lock of a locked job's document; ``None`` for a hand-damaged lock."""
+        lock = document.get("lock")
+        if not isinstance(lock, Mapping) or not isinstance(lock.get("token"), ObjectId):
+            return None
+        since, group = lock.get("since"), document.get("group")
+        return cls(
+            job_id=document["_id"],
+            token=lock["token"],
+            since=aware(since) if isinstance(since, dt.datetime) else None,
+            started="started_at" in lock,
+            group=group if isinstance(group, str) else None,
+            cancel_requested="cancel_requested_at" in document,
+        )
+
+
+TRIMMED_TEXT = 1024
+"""What is kept of an attempt's message and trace when its record is too large."""
+
+
+def _trimmed(execution: Document) -> Document:
+    """``execution`` cut down to fit: no output nor result, a short message and trace."""
+    trimmed = {**execution}
+    if "output" in trimmed:
+        trimmed["output"] = {"dropped": "the job's document would exceed the size limit"}
+    if "result" in trimmed:  # up to a megabyte, twice: the job is done all the same
+        del trimmed["result"]
+        trimmed["result_dropped"] = "the job's document would exceed the size limit with it"
+    for key in ("message", "trace"):
+        value = trimmed.get(key)
+        if isinstance(value, str) and len(value) > TRIMMED_TEXT:
+            trimmed[key] = value[:TRIMMED_TEXT] + " […]"
+    return trimmed
+
+
+def _recording(update: Document, execution: Document, reset: bool = False) -> Document:
+    """``update`` plus appending ``execution`` to the bounded history.
+
+    With ``reset``, the history is replaced instead: for a hand-damaged document whose
+    ``history`` is not an array, where appending fails.
+    """
+    if reset:
+        return {**update, "$set": {**update["$set"], "history": [execution]}}
+    return {**update, "$push": {"history": {"$each": [execution], "$slice": -HISTORY_LIMIT}}}
+
+
+Statement = tuple[Document, Document]
+"""An update of one job: its filter (the write's precondition) and the update."""
+
+
+@dataclass(frozen=True)
+class End:
+    """How an attempt ends its job, as the store writes it (:meth:`AttemptVerbs.record_end`),
+    if the job is still held with ``token``: finished with reason ``why`` at ``at``, or
+    put back to run again at ``retry_at`` (only if no cancellation was asked for
+    meanwhile: a cancelled job is never retried, it is finished as cancelled instead)."""
+
+    job_id: Any
+    token: ObjectId
+    at: dt.datetime
+    """When the attempt ended."""
+    why: str | None = None
+    """The reason it finishes the job with; ``None`` when it runs again."""
+    retry_at: dt.datetime | None = None
+    """When it runs again; ``None`` when it finishes."""
+
+    def __post_init__(self) -> None:
+        if (self.why is None) == (self.retry_at is None):
+            raise ValueError("an end either finishes its job (why) or retries it (retry_at)")
+
+    def parts(self) -> tuple[Document, Document, Document]:
+        """The filter, the fields to set and the fields to unset."""
+        owned: Document = {"_id": self.job_id, "lock.token": self.token}
+        if self.why is None:
+            owned["cancel_requested_at"] = {"$exists": False}
+            return owned, {"locked": False, "scheduled_at": self.retry_at}, {"lock": ""}
+        fields = {"locked": False, "done": self.why == "done", "why": self.why}
+        return owned, {**fields, "archived_at": self.at}, {"lock": "", "scheduled_at": ""}
+
+    def statement(self, execution: Document) -> Statement:
+        """The update that ends the attempt recording ``execution``."""
+        owned, fields, unset = self.parts()
+        return owned, _attempt_update(fields, unset, execution)
+
+
+def _attempt_update(
+    fields: Document, unset: Document, execution: Document, reset: bool = False
+) -> Document:
+    update = {"$set": {**fields, "last_execution": execution}, "$unset": unset}
+    return _recording(update, execution, reset)
+
+
+def starting(job_id: Any, token: ObjectId, started: Document) -> Statement:
+    """The start of a job's attempt, counted once, if ``token`` holds the job, it has not
+    started under it, and no cancellation was asked for (a job cancelled meanwhile is
+    started apart, to be skipped: see :meth:`AttemptVerbs.start_if_owned`)."""
+    owned = {
+        "_id": job_id,
+        "lock.token": token,
+        "lock.started_at": {"$exists": False},
+        "cancel_requested_at": {"$exists": False},
+    }
+    update = {
+        "$inc": {"attempts": 1},
+        "$set": {"last_execution": started, "lock.started_at": started["started_at"]},
+    }
+    return owned, update
+
+
+class AttemptVerbs:
+    """Operations on a held job of ``scheduled``: locked, started, ended."""
+
+    database: Database[Document]
+    scheduled: Collection[Document]
+
+    def lock_jobs(self, job_ids: Sequence[Any], token: ObjectId, now: dt.datetime) -> list[Any]:
+        """Lock those of ``job_ids`` that are still unlocked and due, under ``token``.
+
+        Returns the ids actually locked: a job cancelled or locked by someone else since
+        it was read is left alone.
+        """
+        if not job_ids:
+            return []
+        waiting = {"locked": False, "scheduled_at": {"$lte": now}}
+        lock = {
+            "$set": {"locked": True, "lock": {"token": token, "since": now}},
+            # from its first lock on, a deduplicated job no longer absorbs duplicates
+            "$unset": {"queued_key": ""},
+        }
+        if on_mongomock(self.scheduled):  # its update_many stores one dict in them all
+            modified = update_each(self.scheduled, [({"_id": j, **waiting}, lock) for j in job_ids])
+        else:
+            query = {"_id": {"$in": list(job_ids)}, **waiting}
+            modified = self.scheduled.update_many(query, lock).modified_count
+        if modified == len(job_ids):
+            return list(job_ids)
+        locked = {
+            document["_id"]
+            for document in self.scheduled.find(
+                {"_id": {"$in": list(job_ids)}, "lock.token": token}, {"_id": 1}
+            )
+        }
+        return [job_id for job_id in job_ids if job_id in locked]
+
+    def make_due_now(self, job_id: Any, now: dt.datetime) -> bool:
+        """Make a waiting job due at ``now`` (if it was due later), if it is still
+        waiting: not handed out, not finished."""
+        result = self.scheduled.update_one(
+            {"_id": job_id, "locked": False, "scheduled_at": {"$exists": True}},
+            {"$min": {"scheduled_at": now}},
+        )
+        return result.matched_count == 1
+
+    def lock_job_now(self, job_id: Any, token: ObjectId, now: dt.datetime) -> bool:
+        """Lock a waiting job under ``token`` whenever it is due: a manual run."""
+        result = self.scheduled.update_one(
+            {"_id": job_id, "locked": False, "scheduled_at": {"$exists": True}},
+            {
+                "$set": {"locked": True, "lock": {"token": token, "since": now}},
+                "$unset": {"queued_key": ""},
+            },
+        )
+        return result.modified_count == 1
+
+    def start_if_owned(self, job_id: Any, token: ObjectId, started: Document) -> Job | None:
+        """Count a new attempt and record its start, if ``token`` still holds the job.
+
+        Returns the job as it was before this attempt (so ``last_execution`` is the
+        previous attempt's), with ``attempts`` already counting this one; ``None`` when
+        the job is no longer held with ``token``, or was already started under it.
+        """
+        # an attempt starts once per lock: a start retried after a lost reply must not
+        # count the attempt twice (see find_started)
+        owned = {"_id": job_id, "lock.token": token, "lock.started_at": {"$exists": False}}
+        _, start = starting(job_id, token, started)  # (the same, cancelled or not)
+        try:
+            before = self.scheduled.find_one_and_update(
+                owned, start, return_document=ReturnDocument.BEFORE
+            )
+        except OperationFailure as error:
+            if not isinstance(translate(error), WriteRejected):
+                raise  # no answer, or not now: the caller tries again, and checks
+            # a hand-damaged document (attempts not a number): read it as it is, so the
+            # job fails through its policy with what is wrong, instead of crashing here;
+            # a document refused for another reason (too large, a validator) is not
+            # damaged: the refusal is the caller's, and the job's code must not run
+            document = self.scheduled.find_one(owned)
+            if document is None:
+                return None
+            damaged = Job.from_document(document)
+            if not damaged.problems:
+                raise
+            return damaged
+        if before is None:
+            return None
+        attempts = before.get("attempts")
+        before["attempts"] = (attempts if isinstance(attempts, int) else 0) + 1
+        return Job.from_document(before)
+
+    def find_started(self, job_id: Any, token: ObjectId, started_at: dt.datetime) -> Job | None:
+        """The job as :meth:`start_if_owned` returned it, if that start took effect.
+
+        For a worker whose start got no reply (the connection dropped): if the job is
+        held with ``token`` and was started at ``started_at``, the start landed.
+        """
+        document = self.scheduled.find_one(
+            {"_id": job_id, "lock.token": token, "lock.started_at": started_at}
+        )
+        if document is None:
+            return None
+        history = document.get("history")
+        previous = history[-1] if isinstance(history, list) and history else None
+        return Job.from_document({**document, "last_execution": previous})
+
+    def unlock_if_not_started(self, job_ids: Sequence[Any], token: ObjectId) -> int:
+        """Put back in the queue, uncounted, jobs locked with ``token`` that never started.
+
+        A job whose worker started it meanwhile is left alone: its attempt counts, and only
+        its retry policy may release it.
+        """
+        if not job_ids:
+            return 0
+        result = self.scheduled.update_many(
+            {
+                "_id": {"$in": list(job_ids)},
+                "lock.token": token,
+                "lock.started_at": {"$exists": False},
+            },
+            {"$set": {"locked": False}, "$unset": {"lock": ""}},
+        )
+        return result.modified_count
+
+    def locks(self, locked_before: dt.datetime | None = None) -> list[LockRecord]:
+        """Every lock (of jobs locked before ``locked_before``), read in pages of
+        :data:`LOCK_PAGE` by id, on the ``locks`` index: only what a take-back needs."""
+        query: Document = {"locked": True}
+        if locked_before is not None:
+            query["lock.since"] = {"$lt": locked_before}
+        found: list[LockRecord] = []
+        while True:
+            cursor = self.scheduled.find(query, LOCK_FIELDS).sort("_id", 1).limit(LOCK_PAGE)
+            page = list(cursor)
+            found.extend(lock for lock in map(LockRecord.from_document, page) if lock)
+            if len(page) < LOCK_PAGE:
+                return found
+            query["_id"] = {"$gt": page[-1]["_id"]}
+
+    def find_locked_job(self, job_id: Any, token: ObjectId) -> Job | None:
+        """The job, if it is still locked with ``token``."""
+        document = self.scheduled.find_one({"_id": job_id, "lock.token": token})
+        return None if document is None else Job.from_document(document)
+
+    def record_end(self, end: End, execution: Document) -> bool:
+        """End an attempt as ``end`` says, recording ``execution`` (as the job's last
+        execution and at the end of its bounded history), if the job is still held: the
+        one verb every end of an attempt is written with.
+
+        A finished job stays in ``scheduled`` (it has ``why`` and no ``scheduled_at``,
+        so it is never picked up again) until :meth:`archive_finished` moves it to
+        ``archived`` with others in one batch: a worker spends one command to finish a
+        job, not three.
+        """
+        return self._record_attempt(*end.parts(), execution)
+
+    @in_the_callers_transaction
+    def record_end_in(self, end: End, execution: Document, session: Any) -> bool:
+        """:meth:`record_end`, in the transaction ``session`` (of
+        :meth:`run_in_transaction`): the driver's errors are left as they are, for its
+        retries; a record too large is trimmed as outside one."""
+        owned, fields, unset = end.parts()
+        update = _attempt_update(fields, unset, execution)
+        try:
+            return self.scheduled.update_one(owned, update, session=session).modified_count == 1
+        except (OperationFailure, InvalidDocument) as error:
+            if not isinstance(translate(error), DocumentTooLarge):
+                raise
+        update = _attempt_update(fields, unset, _trimmed(execution))
+        return self.scheduled.update_one(owned, update, session=session).modified_count == 1
+
+    def run_in_transaction(self, attempt: Callable[[Any], None]) -> None:
+        """Run ``attempt(session)`` in a transaction of its own, committed when it
+        returns and aborted when it raises; a transient error (a write conflict, an
+        election) runs it again, as pymongo's ``with_transaction`` does.
+
+        Raises :class:`~recruiter.errors.TransactionsUnavailable` where there are none
+        (a standalone server, mongomock), and what ``attempt`` raises as it is.
+        """
+        client = self.database.client
+        try:
+            with client.start_session() as session:
+                session.with_transaction(attempt, write_concern=self.database.write_concern)
+        except NotImplementedError as error:  # mongomock
+            raise TransactionsUnavailable(f"this database has no transactions: {error}") from error
+        except OperationFailure as error:
+            if error.code == NO_TRANSACTIONS_HERE:
+                raise TransactionsUnavailable(str(error)) from error
+            raise
+
+    def record_end_then_start(
+        self, end: End, execution: Document, job_id: Any, token: ObjectId, started: Document
+    ) -> int:
+        """:meth:`record_end`, then the start of the slot's next prefetched job (held
+        with ``token``, see :meth:`start_if_owned`), in one command, in order, each if
+        its filter still holds; return how many jobs were modified (2: both landed).
+
+        Every statement is conditional, so a second try after a lost reply (or a
+        partial answer) changes nothing that landed: the caller reads back which did,
+        and sends the others on their own (:mod:`recruiter.attempts.ending`)."""
+        statements = [end.statement(execution), starting(job_id, token, started)]
+        return update_each(self.scheduled, statements, ordered=True)
+
+    def held_jobs(self, job_ids: Sequence[Any], token: ObjectId) -> dict[Any, Job]:
+        """Those of ``job_ids`` still locked with ``token`` and not started: the rest of
+        a slot's prefetched jobs, read in one command before the first runs."""
+        query = {"_id": {"$in": list(job_ids)}, "lock.token": token}
+        query["lock.started_at"] = {"$exists": False}
+        return {d["_id"]: Job.from_document(d) for d in self.scheduled.find(query)}
+
+    def _record_attempt(
+        self, owned: Document, fields: Document, unset: Document, execution: Document
+    ) -> bool:
+        """Set ``fields``, unset ``unset`` and record ``execution`` (as the last execution
+        and at the end of the bounded history), if the job is still ``owned``.
+
+        Refused as too large, the write is tried again with what this attempt added
+        trimmed (its output dropped, its message and trace cut); refused because a hand
+        damaged ``history`` is not an array, with the history started afresh. Any other
+        refusal, and any failure to answer, is the caller's (translated at the seam):
+        the history recorded so far is never dropped.
+        """
+        for _ in range(2):
+            update = _attempt_update(fields, unset, execution)
+            try:
+                result = self.scheduled.update_one(owned, update)
+                return result.modified_count == 1
+            except (OperationFailure, InvalidDocument) as error:
+                kind = translate(error)
+                if isinstance(kind, DocumentTooLarge) and execution != _trimmed(execution):
+                    execution = _trimmed(execution)
+                    continue
+                if isinstance(kind, WriteRejected) and self._history_damaged(owned):
+                    reset = _attempt_update(fields, unset, execution, reset=True)
+                    return self.scheduled.update_one(owned, reset).modified_count == 1
+                raise
+        raise DocumentTooLarge("the job's document is too large to record even a trimmed attempt")
+
+    def _history_damaged(self, owned: Document) -> bool:
+        document = self.scheduled.find_one(owned, {"history": 1})
+        return document is not None and not isinstance(document.get("history", []), list)
