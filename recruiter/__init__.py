@@ -40,7 +40,8 @@ if TYPE_CHECKING:
         WriteRejected,
     )
     from recruiter.groups import GroupSettings, Rate
-    from recruiter.job import After, Job, JobSpec, Root
+    from recruiter.job import After, JobSpec, Root
+    from recruiter.job_record import Job
     from recruiter.policies import (
         DoNotDoItAgain,
         ExponentialBackoff,

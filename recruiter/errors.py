@@ -25,7 +25,7 @@ from recruiter.duration import format_duration
 
 
 class _JobRead(Protocol):
-    """What an error says of a job read back (a :class:`recruiter.job.Job`): named here
+    """What an error says of a job read back (a :class:`recruiter.job_record.Job`): named here
     so that this module, which every other imports, imports none of them."""
 
     @property

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from recruiter.errors import RecruiterError, UnknownEvent
-from recruiter.job import Job
+from recruiter.job_record import Job
 
 if TYPE_CHECKING:
     from recruiter.attempts.verdict import Execution

@@ -46,7 +46,8 @@ from recruiter.errors import (
     SchedulerNotFound,
 )
 from recruiter.groups import GroupSettings, Rate
-from recruiter.job import After, Job, JobSpec, as_object_id, state_of
+from recruiter.job import After, JobSpec, as_object_id
+from recruiter.job_record import Job, state_of
 from recruiter.loop import Backoff
 from recruiter.monitoring.analytics import Analytics, analytics
 from recruiter.monitoring.tracing import current_context

@@ -10,7 +10,7 @@ A job not finished is ``ready`` (due, waiting for a worker), ``postponed`` (due 
 from __future__ import annotations
 
 UNFINISHED = ("ready", "postponed", "blocked", "handed out", "running")
-"""The states of a job that has not finished, as :func:`recruiter.job.state_of` says them."""
+"""The states of a job that has not finished, as :func:`recruiter.job_record.state_of` says them."""
 FINISHED = ("done", "failed", "cancelled", "finished")
 """The states jobs that finished are listed by (``finished``: however they ended)."""
 STATES = (*UNFINISHED, *FINISHED)

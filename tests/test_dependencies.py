@@ -19,7 +19,7 @@ from recruiter.attempts.executor import Executor, Identity
 from recruiter.attempts.verdict import Execution
 from recruiter.clock import FrozenClock
 from recruiter.errors import InvalidJob
-from recruiter.job import Job, state_of
+from recruiter.job_record import Job, state_of
 from recruiter.processes.cleaner import Cleaner
 from recruiter.testing import drain
 from recruiter.waiting.engine import Ended, follow_up, sweep

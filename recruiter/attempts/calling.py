@@ -19,7 +19,8 @@ from typing import Any, Protocol
 import bson
 
 from recruiter.errors import RecruiterError
-from recruiter.job import TRACE_LIMIT, Job
+from recruiter.job import TRACE_LIMIT
+from recruiter.job_record import Job
 from recruiter.pools.stopping import Running, Stopped
 from recruiter.retry import Failure
 from recruiter.workable import Registry, RetryStatistics, WorkableHooks, running_as

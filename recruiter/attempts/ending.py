@@ -31,7 +31,7 @@ from recruiter.attempts.verdict import CANCELLED, ENDING_OUTCOMES, Execution, Ou
 from recruiter.clock import Clock
 from recruiter.errors import DatabaseError, DatabaseUnavailable
 from recruiter.events import JOB_ENDED, JOB_FAILURE_LAST, JobEvent, call_safely
-from recruiter.job import Job
+from recruiter.job_record import Job
 from recruiter.loop import Backoff
 from recruiter.store import End, Store
 from recruiter.waiting.engine import Ended, follow_up_safely

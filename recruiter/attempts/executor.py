@@ -38,7 +38,7 @@ from recruiter.attempts.verdict import (
 from recruiter.clock import Clock
 from recruiter.errors import DatabaseError
 from recruiter.events import JOB_STARTED, JobEvent
-from recruiter.job import Job
+from recruiter.job_record import Job
 from recruiter.monitoring.tracing import attempt_span
 from recruiter.policies import policy_or_default
 from recruiter.pools.stopping import JobCancelled, Running, Watch

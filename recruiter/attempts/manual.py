@@ -37,7 +37,7 @@ from recruiter.errors import (
     RecruiterError,
     WaitTimeout,
 )
-from recruiter.job import Job
+from recruiter.job_record import Job
 from recruiter.loop import Backoff
 from recruiter.pools.stopping import HolderDeclaredDead, Watch
 from recruiter.store import Store, as_object_id

@@ -37,7 +37,7 @@ from bson import ObjectId
 from recruiter.attempts.ending import tell_cancelled, tell_waiting, write_verdict
 from recruiter.attempts.verdict import Outcome, attempt_record, verdict_of
 from recruiter.errors import WriteRejected
-from recruiter.job import Job
+from recruiter.job_record import Job
 from recruiter.policies import policy_or_default
 from recruiter.retry import Failure
 from recruiter.store import LockRecord, Store, WorkerRecord

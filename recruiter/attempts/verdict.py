@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from recruiter.job import TRACE_LIMIT, Job
+from recruiter.job import TRACE_LIMIT
+from recruiter.job_record import Job
 from recruiter.retry import (
     FailedAttempt,
     Failure,

@@ -26,7 +26,7 @@ from recruiter.errors import NotFailed, ResultNotKept
 from recruiter.monitoring.words import counted
 
 if TYPE_CHECKING:  # imported where used: `recruiter --help` does not load the driver
-    from recruiter.job import Job
+    from recruiter.job_record import Job
     from recruiter.queue import Queue
 
 BULK_LIMIT = 100_000

@@ -16,7 +16,7 @@ from typing import Any
 from bson import ObjectId
 
 from recruiter.errors import InvalidFilter, InvalidJob
-from recruiter.job import Job, state_of
+from recruiter.job_record import Job, state_of
 from recruiter.monitoring import analytics
 from recruiter.queue import Queue
 from recruiter.retry import FAILED as FAILED_WHYS

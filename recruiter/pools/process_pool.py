@@ -52,7 +52,8 @@ from bson.codec_options import CodecOptions
 
 from recruiter.attempts.calling import CodeResult, kept_result, returned_before_stop, storable
 from recruiter.errors import RecruiterError
-from recruiter.job import TRACE_LIMIT, Job, Root
+from recruiter.job import TRACE_LIMIT, Root
+from recruiter.job_record import Job
 from recruiter.monitoring.logs import Level, logging_setup, setup_logging
 from recruiter.pools.memory import resident_memory
 from recruiter.pools.stopping import STOPS, Entrance, Running, Stopped

@@ -27,7 +27,8 @@ from recruiter.errors import (
     TransactionsUnavailable,
     WriteRejected,
 )
-from recruiter.job import HISTORY_LIMIT, Job
+from recruiter.job import HISTORY_LIMIT
+from recruiter.job_record import Job
 from recruiter.store.base import Document, aware, on_mongomock, update_each
 from recruiter.store.failures import NO_TRANSACTIONS_HERE, in_the_callers_transaction, translate
 

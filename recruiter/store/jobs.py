@@ -22,7 +22,8 @@ from pymongo.errors import BulkWriteError, OperationFailure
 from recruiter.errors import (
     RecruiterError,
 )
-from recruiter.job import Job, as_object_id
+from recruiter.job import as_object_id
+from recruiter.job_record import Job
 from recruiter.store.base import ONE_REPLY, Document, aware
 from recruiter.store.failures import in_the_callers_transaction
 

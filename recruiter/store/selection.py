@@ -16,7 +16,7 @@ from typing import Any
 from bson import ObjectId
 from pymongo.collection import Collection
 
-from recruiter.job import Job
+from recruiter.job_record import Job
 from recruiter.retry import FAILED
 from recruiter.states import STATES
 from recruiter.store.analytics import NOT_LISTED, unfinished_state_queries

@@ -19,7 +19,7 @@ from typing import Any
 
 from pymongo.collection import Collection
 
-from recruiter.job import Job
+from recruiter.job_record import Job
 from recruiter.states import SUCCEEDED
 from recruiter.store.base import ONE_REPLY, Document
 

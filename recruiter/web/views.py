@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from recruiter.errors import InvalidSchedule, ResultNotKept
-from recruiter.job import Job, state_of
+from recruiter.job_record import Job, state_of
 from recruiter.monitoring import listing
 from recruiter.monitoring.analytics import average, spans
 from recruiter.monitoring.listing import FAILED
