@@ -103,7 +103,7 @@ _EXPORTS = {
     "InvalidRetryPolicy": "recruiter.errors",
     "InvalidSchedule": "recruiter.errors",
     "InvalidUri": "recruiter.errors",
-    "Job": "recruiter.job",
+    "Job": "recruiter.job_record",
     "JobCancelled": "recruiter.pools.stopping",
     "JobNotFound": "recruiter.errors",
     "JobSpec": "recruiter.job",

@@ -23,8 +23,8 @@ from recruiter.attempts.executor import Executor, Identity
 from recruiter.attempts.verdict import Execution, Outcome
 from recruiter.clock import FrozenClock
 from recruiter.errors import InvalidJob
+from recruiter.pools.child import _Child
 from recruiter.pools.event_loop import EventLoop, run_on_a_new_loop
-from recruiter.pools.process_pool import _Child
 from recruiter.pools.stopping import JobTimedOut, Running, Watch
 from recruiter.testing import drain
 from tests.conftest import START

@@ -22,7 +22,8 @@ from recruiter import JobSpec, Queue, Registry, RetryManyTimes, Workable, record
 from recruiter.attempts.executor import Executor, Identity
 from recruiter.attempts.verdict import Execution, Outcome
 from recruiter.clock import FrozenClock
-from recruiter.pools.process_pool import JobProcess, _Child
+from recruiter.pools.child import _Child
+from recruiter.pools.process_pool import JobProcess
 from recruiter.pools.stopping import JobCancelled, JobTimedOut, Running, Watch
 from recruiter.workable import RetryStatistics
 
@@ -230,7 +231,7 @@ def test_a_stop_landing_as_the_job_code_is_entered_in_the_child_is_no_success(
         made._lock = _StopOnRelease(made, JobCancelled)  # type: ignore[assignment]
         return made
 
-    monkeypatch.setattr("recruiter.pools.process_pool.Running", running)
+    monkeypatch.setattr("recruiter.pools.child.Running", running)
     job_id = str(ObjectId())
     request = {
         "job_id": job_id,

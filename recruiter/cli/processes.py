@@ -90,33 +90,38 @@ def signalled_stop(name: str) -> StopRequest:
     return stop
 
 
+LeaderApp = Annotated[
+    str | None,
+    typer.Option(
+        "--app",
+        "--bootstrap",
+        help="A Registry (module:attribute) whose became-leader and stepped-down "
+        "listeners to call; none by default.",
+    ),
+]
+Prefetch = Annotated[
+    int,
+    typer.Option(
+        help="Jobs one worker slot may be handed at once, when more are ready than "
+        "slots are idle (1: no prefetch; see docs/prefetch.md)."
+    ),
+]
+PrefetchSeconds = Annotated[
+    dt.timedelta,
+    typer.Option(
+        parser=duration_option,
+        help="Expected work one worker slot may be handed at once (by each group's "
+        "job length, as workers report it).",
+    ),
+]
+
+
 def run(
     lease: Lease = "15s",  # type: ignore[assignment]
-    app: Annotated[
-        str | None,
-        typer.Option(
-            "--app",
-            "--bootstrap",
-            help="A Registry (module:attribute) whose became-leader and stepped-down "
-            "listeners to call; none by default.",
-        ),
-    ] = None,
+    app: LeaderApp = None,
     watch: Watch = True,
-    prefetch: Annotated[
-        int,
-        typer.Option(
-            help="Jobs one worker slot may be handed at once, when more are ready than "
-            "slots are idle (1: no prefetch; see docs/prefetch.md)."
-        ),
-    ] = DEFAULT_PREFETCH,
-    prefetch_seconds: Annotated[
-        dt.timedelta,
-        typer.Option(
-            parser=duration_option,
-            help="Expected work one worker slot may be handed at once (by each group's "
-            "job length, as workers report it).",
-        ),
-    ] = "1s",  # type: ignore[assignment]
+    prefetch: Prefetch = DEFAULT_PREFETCH,
+    prefetch_seconds: PrefetchSeconds = "1s",  # type: ignore[assignment]
     mongodb_uri: MongoUri = None,
     database: DatabaseName = None,
     wait_for_database: WaitForDatabase = "0s",  # type: ignore[assignment]
@@ -138,16 +143,13 @@ def run(
     news = FeedInbox() if config.watch else None
     follow = Follow(store.watch_for_work, config.followed_wait, news) if news else None
     recruiter = Recruiter(store, config, news)
-    tell = None
-    if registry is not None:
-        tell = Tell(registry.listeners, Queue(store.database))
-    backoff = config.idle_waits
+    tell = None if registry is None else Tell(registry.listeners, Queue(store.database))
     lead(
         store,
         "recruiter",
         recruiter,
         lease=config.lease,
-        backoff=backoff,
+        backoff=config.idle_waits,
         stop=stop,
         follow=follow,
         tell=tell,
@@ -155,47 +157,54 @@ def run(
     stopped_cleanly()
 
 
+Group = Annotated[str, typer.Option(help="The group to work on; * for any.")]
+Concurrency = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        help=f"Jobs run at once (worker slots); default 1, {ASYNCIO_CONCURRENCY} "
+        "with --pool asyncio.",
+    ),
+]
+HeartbeatEvery = Annotated[
+    dt.timedelta, typer.Option(parser=duration_option, help="Heartbeat interval.")
+]
+MemoryLimit = Annotated[
+    int | None,
+    typer.Option(parser=size_option, help="Retire after the job that crosses this (e.g. 512MB)."),
+]
+Pool = Annotated[
+    str,
+    typer.Option(
+        help="Where jobs' code runs: threads (in this process), processes (a child "
+        "process per slot, which a job cannot starve and a timeout can kill) or asyncio "
+        "(async def jobs as tasks on one event loop: give it --concurrency 100 or more)."
+    ),
+]
+MaxJobsPerChild = Annotated[
+    int | None,
+    typer.Option(min=1, help="Replace a slot's job process after this many jobs."),
+]
+JobMemoryLimit = Annotated[
+    int | None,
+    typer.Option(
+        parser=size_option,
+        help="Replace a slot's job process after a job that leaves it past this "
+        "(e.g. 512MB); with --pool processes.",
+    ),
+]
+
+
 def worker(
     app_spec: App = DEMO_APP,
-    group: Annotated[str, typer.Option(help="The group to work on; * for any.")] = "*",
-    concurrency: Annotated[
-        int | None,
-        typer.Option(
-            min=1,
-            help=f"Jobs run at once (worker slots); default 1, {ASYNCIO_CONCURRENCY} "
-            "with --pool asyncio.",
-        ),
-    ] = None,
-    heartbeat_every: Annotated[
-        dt.timedelta, typer.Option(parser=duration_option, help="Heartbeat interval.")
-    ] = "2s",  # type: ignore[assignment]
-    memory_limit: Annotated[
-        int | None,
-        typer.Option(
-            parser=size_option, help="Retire after the job that crosses this (e.g. 512MB)."
-        ),
-    ] = None,
+    group: Group = "*",
+    concurrency: Concurrency = None,
+    heartbeat_every: HeartbeatEvery = "2s",  # type: ignore[assignment]
+    memory_limit: MemoryLimit = None,
     watch: Watch = True,
-    pool: Annotated[
-        str,
-        typer.Option(
-            help="Where jobs' code runs: threads (in this process), processes (a child "
-            "process per slot, which a job cannot starve and a timeout can kill) or asyncio "
-            "(async def jobs as tasks on one event loop: give it --concurrency 100 or more)."
-        ),
-    ] = THREADS,
-    max_jobs_per_child: Annotated[
-        int | None,
-        typer.Option(min=1, help="Replace a slot's job process after this many jobs."),
-    ] = None,
-    job_memory_limit: Annotated[
-        int | None,
-        typer.Option(
-            parser=size_option,
-            help="Replace a slot's job process after a job that leaves it past this "
-            "(e.g. 512MB); with --pool processes.",
-        ),
-    ] = None,
+    pool: Pool = THREADS,
+    max_jobs_per_child: MaxJobsPerChild = None,
+    job_memory_limit: JobMemoryLimit = None,
     mongodb_uri: MongoUri = None,
     database: DatabaseName = None,
     wait_for_database: WaitForDatabase = "0s",  # type: ignore[assignment]

@@ -49,53 +49,62 @@ def _check_free(host: str, port: int) -> None:
             ) from error
 
 
+Port = Annotated[int, typer.Option(min=0, max=65535, help="The port to serve on.")]
+Host = Annotated[
+    str,
+    typer.Option(
+        help="The address to listen on: this machine only, unless told (0.0.0.0: every "
+        "interface; then put it behind TLS and your own authentication)."
+    ),
+]
+Token = Annotated[
+    str | None,
+    typer.Option(
+        envvar="RECRUITER_WEB_TOKEN",
+        help="The token actions need (retry, cancel, limits); without one, read-only.",
+        show_default=False,
+    ),
+]
+AllowedHosts = Annotated[
+    list[str] | None,
+    typer.Option(
+        envvar="RECRUITER_WEB_ALLOWED_HOSTS",
+        metavar="NAME",
+        help="A host name the dashboard answers to (repeat for more; * for any). By "
+        "default the names of this machine (127.0.0.1, localhost, ::1), and --host when "
+        "it names one address; any name when --host is 0.0.0.0 or ::.",
+        show_default=False,
+    ),
+]
+Proxies = Annotated[
+    list[str] | None,
+    typer.Option(
+        envvar="RECRUITER_WEB_PROXIES",
+        metavar="ADDRESS",
+        help="The address of a proxy in front of the dashboard (repeat for more): its "
+        "X-Forwarded-For and X-Forwarded-Proto are believed (the client's address in "
+        "the audit trail, https behind TLS). By default none is: a request's own "
+        "address and scheme.",
+        show_default=False,
+    ),
+]
+ReadOnly = Annotated[
+    bool, typer.Option("--read-only", help="Refuse every action, whatever the token.")
+]
+RefreshEvery = Annotated[
+    dt.timedelta,
+    typer.Option(parser=duration_option, help="How often live counts are read again."),
+]
+
+
 def web(
-    port: Annotated[int, typer.Option(min=0, max=65535, help="The port to serve on.")] = 8087,
-    host: Annotated[
-        str,
-        typer.Option(
-            help="The address to listen on: this machine only, unless told (0.0.0.0: every "
-            "interface; then put it behind TLS and your own authentication)."
-        ),
-    ] = "127.0.0.1",
-    token: Annotated[
-        str | None,
-        typer.Option(
-            envvar="RECRUITER_WEB_TOKEN",
-            help="The token actions need (retry, cancel, limits); without one, read-only.",
-            show_default=False,
-        ),
-    ] = None,
-    allowed_host: Annotated[
-        list[str] | None,
-        typer.Option(
-            envvar="RECRUITER_WEB_ALLOWED_HOSTS",
-            metavar="NAME",
-            help="A host name the dashboard answers to (repeat for more; * for any). By "
-            "default the names of this machine (127.0.0.1, localhost, ::1), and --host when "
-            "it names one address; any name when --host is 0.0.0.0 or ::.",
-            show_default=False,
-        ),
-    ] = None,
-    proxy: Annotated[
-        list[str] | None,
-        typer.Option(
-            envvar="RECRUITER_WEB_PROXIES",
-            metavar="ADDRESS",
-            help="The address of a proxy in front of the dashboard (repeat for more): its "
-            "X-Forwarded-For and X-Forwarded-Proto are believed (the client's address in "
-            "the audit trail, https behind TLS). By default none is: a request's own "
-            "address and scheme.",
-            show_default=False,
-        ),
-    ] = None,
-    read_only: Annotated[
-        bool, typer.Option("--read-only", help="Refuse every action, whatever the token.")
-    ] = False,
-    refresh_every: Annotated[
-        dt.timedelta,
-        typer.Option(parser=duration_option, help="How often live counts are read again."),
-    ] = "2s",  # type: ignore[assignment]
+    port: Port = 8087,
+    host: Host = "127.0.0.1",
+    token: Token = None,
+    allowed_host: AllowedHosts = None,
+    proxy: Proxies = None,
+    read_only: ReadOnly = False,
+    refresh_every: RefreshEvery = "2s",  # type: ignore[assignment]
     mongodb_uri: MongoUri = None,
     database: DatabaseName = None,
     log_level: LogLevel = Level.INFO,
@@ -113,21 +122,11 @@ def web(
             f"the dashboard needs its packages ({error.name} is missing): "
             "pip install 'recruiter[web]'"
         ) from error
-    if token is not None and (len(token.strip()) < 16 or token != token.strip()):
-        raise typer.BadParameter(
-            "use a token of 16 characters or more, with no blanks around it",
-            param_hint="--token",
-        )
-    if refresh_every < dt.timedelta(milliseconds=100):
-        raise typer.BadParameter("at least 100ms", param_hint="--refresh-every")
+    _check_options(token, refresh_every)
     _check_free(host, port)
     queue = open_queue(mongodb_uri, database)
-    config = WebConfig(
-        token,
-        read_only,
-        refresh_every.total_seconds(),
-        allowed_hosts(host, allowed_host, LOOPBACK_NAMES),
-    )
+    hosts = allowed_hosts(host, allowed_host, LOOPBACK_NAMES)
+    config = WebConfig(token, read_only, refresh_every.total_seconds(), hosts)
     app = create_app(queue, config)
     mode = "read-only" if read_only or token is None else "actions allowed with the token"
     logger.info("web: serving on http://%s:%d/ (%s); Ctrl-C stops", host, port, mode)
@@ -149,3 +148,13 @@ def web(
         )
     finally:
         queue.close()
+
+
+def _check_options(token: str | None, refresh_every: dt.timedelta) -> None:
+    if token is not None and (len(token.strip()) < 16 or token != token.strip()):
+        raise typer.BadParameter(
+            "use a token of 16 characters or more, with no blanks around it",
+            param_hint="--token",
+        )
+    if refresh_every < dt.timedelta(milliseconds=100):
+        raise typer.BadParameter("at least 100ms", param_hint="--refresh-every")

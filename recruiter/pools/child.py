@@ -1,0 +1,268 @@
+"""The child's side of the processes pool: a job process that imports the application
+and runs the jobs its worker sends over the pipe (see :mod:`recruiter.pools.process_pool`
+for the worker's side and the protocol), living and pausing with its worker.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import logging
+import os
+import signal
+import sys
+import threading
+import traceback
+from collections.abc import Callable, Mapping
+from multiprocessing.connection import Connection
+from typing import Any
+
+import bson
+
+from recruiter.attempts.calling import kept_result, returned_before_stop, storable
+from recruiter.job import TRACE_LIMIT, Root
+from recruiter.monitoring.logs import Level, setup_logging
+from recruiter.pools.memory import resident_memory
+from recruiter.pools.pipe import CODEC, HOOKS, TICK, JobProcessFailed
+from recruiter.pools.stopping import STOPS, Entrance, Running, Stopped
+from recruiter.retry import Failure
+from recruiter.workable import Registry, RetryStatistics, Workable, WorkableHooks, running_as
+
+logger = logging.getLogger(__name__)
+
+
+def child_main(
+    connection: Connection, app: str, parent: int, logs: tuple[str, bool] | None = None
+) -> None:
+    """A job process: import the application, then run the jobs the worker sends; log
+    as the worker does (``logs``: its level and whether in JSON lines)."""
+    if logs is not None:
+        setup_logging("job", Level(logs[0]), logs[1])
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:
+            os._exit(137)  # the worker died before the line above
+        threading.Thread(target=_pause_with, args=(parent,), daemon=True).start()
+    os.setpgrp()  # a Ctrl-C, or a signal to the worker's group, is the worker's
+    # and so is SIGTERM, even sent to every process of a cgroup: the worker finishes its
+    # jobs, then ends its children (SIGKILL when it must)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        registry = _load(app)
+    except Exception as error:
+        connection.send_bytes(bson.encode({"failed": f"{type(error).__name__}: {error}"}))
+        return
+    connection.send_bytes(bson.encode({"ready": True}))
+    _Child(registry, connection).serve()
+
+
+def _pause_with(parent: int) -> None:
+    """Stop this process whenever the worker is seen stopped (Linux): a frozen worker's
+    job must not run on; the worker continues it when it resumes."""
+    stat = f"/proc/{parent}/stat"
+    while True:
+        try:
+            with open(stat) as file:
+                state = file.read().rpartition(")")[2].split()[0]
+        except (OSError, IndexError):
+            return  # the worker is gone: the kernel ends this process
+        if state in ("T", "t"):
+            os.kill(os.getpid(), signal.SIGSTOP)
+        threading.Event().wait(TICK)
+
+
+def _load(app: str) -> Registry:
+    module_name, _, attribute = app.partition(":")
+    registry = getattr(importlib.import_module(module_name), attribute or "registry", None)
+    if not isinstance(registry, Registry):
+        raise TypeError(f"{app!r} is not a recruiter.Registry")
+    return registry
+
+
+class _Child:
+    """The child's loop. A reader thread takes the worker's messages: a stop is acted on
+    at once (raised in the job's code), the rest go to the main thread, which runs the
+    jobs and their hooks. Runs are numbered by the worker, and a stop names its run: a
+    stop that crossed its run's answer on the pipe is recognised as stale and dropped;
+    one that came before its run entered the job's code waits for it there."""
+
+    def __init__(self, registry: Registry, connection: Connection) -> None:
+        self.registry = registry
+        self.connection = connection
+        self.lock = threading.Lock()
+        self.running: Running | None = None
+        self.current: int | None = None
+        """The number of the run under way, if one is."""
+        self.finished = 0
+        """The number of the last run that ended: a stop for it, or before, is stale."""
+        self.pending: dict[int, type[Stopped]] = {}
+        """Stops for a run whose job's code has not begun yet."""
+        self.hooks = WorkableHooks()
+        self.error: BaseException | None = None
+        self.inbox: list[dict[str, Any]] = []
+        self.arrived = threading.Condition()
+        self.closed = False
+
+    def serve(self) -> None:
+        threading.Thread(target=self._read, name="job-process-reader", daemon=True).start()
+        while True:
+            with self.arrived:
+                self.arrived.wait_for(lambda: self.inbox or self.closed)
+                if not self.inbox:
+                    return  # the worker is gone
+                message = self.inbox.pop(0)
+            if "exit" in message:
+                return
+            if "run" in message:
+                self._answer(self._run(message["n"], message["run"]))
+            elif "hook" in message:
+                self._send(self._hook(message["hook"]))
+
+    def _read(self) -> None:
+        while True:
+            try:
+                message = bson.decode(self.connection.recv_bytes(), codec_options=CODEC)
+            except (EOFError, OSError):
+                with self.arrived:
+                    self.closed = True
+                    self.arrived.notify()
+                return
+            if "stop" in message:
+                self._stop(message["n"], STOPS.get(message["stop"]))
+                continue
+            with self.arrived:
+                self.inbox.append(message)
+                self.arrived.notify()
+
+    def _stop(self, number: int, why: type[Stopped] | None) -> None:
+        with self.lock:
+            if why is None or number <= self.finished:
+                return  # stale: its run ended (its answer crossed this on the pipe)
+            running = self.running if self.current == number else None
+            if running is None or not running.stop(why):
+                self.pending[number] = why  # queued, or not in the job's code yet
+
+    def _answer(self, ran: dict[str, Any]) -> None:
+        """Send a run's answer; one that BSON cannot carry fails the attempt instead."""
+        try:
+            data = bson.encode({"ran": ran})
+        except Exception as error:
+            unsendable = JobProcessFailed(f"the attempt's result could not be sent: {error!r}")
+            data = bson.encode({"ran": {"output": {}, **_failure_fields(unsendable)}})
+        self.connection.send_bytes(data)
+
+    def _send(self, message: Mapping[str, Any]) -> None:
+        self.connection.send_bytes(bson.encode(message))
+
+    def _run(self, number: int, request: Mapping[str, Any]) -> dict[str, Any]:
+        statistics = _statistics(request["statistics"])
+        self.hooks, self.error = WorkableHooks(), None
+        running = Running(request["job_id"], None)
+        output: dict[str, Any] = {}
+        failed: BaseException | None = None
+        returned: Any = None
+        with self.lock:
+            self.running, self.current = running, number
+        try:
+            target = self.registry.rebuild(
+                request["workable"], request["parameters"], request["method"]
+            )
+            self.hooks = self.registry.hooks_of(request["workable"], target)
+            entrance = self.registry.entrance(request["workable"])
+            with running_as(statistics) as output:
+                returned = running.call(
+                    lambda: self._begin(number, running, target, entrance), entrance=entrance
+                )
+        except BaseException as error:
+            if not returned_before_stop(error, running.returned):
+                failed = error
+        finally:
+            with self.lock:
+                self.running, self.current, self.finished = None, None, number
+                self.pending = {n: why for n, why in self.pending.items() if n > number}
+        reply: dict[str, Any] = {"output": storable(output), "hooks": _defined(self.hooks)}
+        reply["memory"] = resident_memory()
+        if running.stopped is not None:
+            reply["stopped"] = running.stopped.__name__
+        if running.unrun:
+            reply["unrun"] = True
+        if failed is not None:
+            self.error = failed
+            reply.update(_failure_fields(failed))
+        else:
+            reply.update(kept_result(returned))
+        return reply
+
+    def _begin(
+        self, number: int, running: Running, target: Callable[[], Any], entrance: Entrance
+    ) -> Any:
+        """Call the job's code, unless a stop for its run came before it began (unrun,
+        if nothing of the application's ran to rebuild it: ``entrance``)."""
+        with self.lock:
+            asked = self.pending.pop(number, None)
+        if asked is not None:  # asked to stop before its code began: it does not
+            running.stopped, running.unrun = asked, entrance.at_call
+            stop = asked()
+            stop.began = not entrance.at_call
+            raise stop
+        return target()
+
+    def _hook(self, name: str) -> dict[str, Any]:
+        hook = getattr(self.hooks, name)
+        try:
+            if name in ("after_failure", "after_last_failure", "finalize"):
+                hook(self.error)
+            else:
+                hook()
+        except Exception as error:
+            return {"error": _text(f"{type(error).__name__}: {error}")[:TRACE_LIMIT]}
+        return {"ok": True}
+
+
+_NOTHING = WorkableHooks().after_success
+"""What a hook left out is."""
+
+
+def _defined(hooks: WorkableHooks) -> list[str]:
+    """The hooks that do something: neither left out of a function workable's, nor a
+    class workable's inherited from :class:`Workable`."""
+    defined = []
+    for name in HOOKS:
+        hook = getattr(hooks, name)
+        function = getattr(hook, "__func__", hook)
+        if function is not getattr(Workable, name) and function is not _NOTHING:
+            defined.append(name)
+    return defined
+
+
+def _failure_fields(error: BaseException) -> dict[str, Any]:
+    """The failure as the worker records it, in text BSON can carry whatever the
+    exception's message holds (a lone surrogate from a file name, say)."""
+    failure = Failure.from_exception(error)
+    trace = "".join(traceback.format_exception(error))[-TRACE_LIMIT:]
+    return {
+        "failure": {
+            "class": failure.exception_class,
+            "types": list(failure.exception_types),
+            "message": _text(failure.message),
+        },
+        "trace": _text(trace),
+    }
+
+
+def _text(text: str) -> str:
+    """``text`` as valid UTF-8: what cannot be encoded is written as escapes."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _statistics(document: Mapping[str, Any]) -> RetryStatistics:
+    root = document.get("root")
+    return RetryStatistics(
+        job_id=document["job_id"],
+        retry_number=document["retry_number"],
+        is_last_retry=document["is_last_retry"],
+        last_execution=document.get("last_execution"),
+        worker_id=document.get("worker_id"),
+        root=None if root is None else Root(root["signature"], root["at"]),
+    )

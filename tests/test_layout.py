@@ -1,0 +1,127 @@
+"""The shape of the code, held as the design says (docs/architecture.md): small modules and
+functions, no import circle, the driver only in the store, and the public face true to
+what it exports.
+
+These read the source; nothing runs. A failure names the module or function and the
+rule it breaks: split it, or move the import, rather than raise the limit.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+import recruiter
+
+PACKAGE = Path(recruiter.__file__).parent
+MOST_LINES_PER_MODULE = 500
+MOST_LINES_PER_FUNCTION = 60
+DRIVER = ("pymongo", "bson.errors", "gridfs", "motor")
+"""The driver's modules: only the store (and the module that opens the connection) may
+import them. ``bson`` itself (ObjectId, the codec) is data, shared by every layer."""
+MAY_IMPORT_THE_DRIVER = ("store", "connection.py")
+
+
+def modules() -> dict[str, Path]:
+    """Every module of the package by dotted name (a package by its ``__init__``)."""
+    found: dict[str, Path] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+MODULES = modules()
+
+
+def imported(tree: ast.AST) -> set[str]:
+    """The names of every module ``tree`` imports, at run time or for type checking
+    alone: ``from a import b`` names ``a.b`` when that is a module, else ``a``."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                whole = f"{node.module}.{alias.name}"
+                names.add(whole if whole in MODULES else node.module)
+    return names
+
+
+GRAPH = {
+    name: imported(ast.parse(path.read_text())) & MODULES.keys() for name, path in MODULES.items()
+}
+
+
+def test_no_module_is_over_500_lines() -> None:
+    long = {
+        name: lines
+        for name, path in MODULES.items()
+        if (lines := len(path.read_text().splitlines())) > MOST_LINES_PER_MODULE
+    }
+    assert long == {}, "split these modules by what they do"
+
+
+def test_no_function_is_over_60_lines() -> None:
+    long = []
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > MOST_LINES_PER_FUNCTION:
+                    long.append(f"{name}.{node.name} ({lines} lines)")
+    assert long == [], "shorten these functions"
+
+
+def test_no_import_circle() -> None:
+    """No module reaches itself through its imports, counting those made for type
+    checking alone (a circle there is a design's circle all the same)."""
+    circles = []
+    for start in GRAPH:
+        path = _path_back(start)
+        if path is not None:
+            circles.append(" -> ".join(path))
+    assert circles == []
+
+
+def _path_back(start: str) -> list[str] | None:
+    """A path of imports from ``start`` back to it (a package's own ``__init__``
+    importing its modules is not a circle: it is how the package is made)."""
+    stack, seen = [(start, [start])], set()
+    while stack:
+        name, path = stack.pop()
+        for target in GRAPH[name]:
+            if target == start and len(path) > 1 and not start.startswith(f"{path[1]}."):
+                return [*path, start]
+            if target not in seen and target != start and not start.startswith(f"{target}."):
+                seen.add(target)
+                stack.append((target, [*path, target]))
+    return None
+
+
+def test_only_the_store_imports_the_driver() -> None:
+    outside = []
+    for name, path in MODULES.items():
+        relative = path.relative_to(PACKAGE).as_posix()
+        if relative.startswith(MAY_IMPORT_THE_DRIVER):
+            continue
+        for module in imported(ast.parse(path.read_text())):
+            if module.startswith(DRIVER):
+                outside.append(f"{name} imports {module}")
+    assert outside == [], "reach the database through recruiter.store"
+
+
+@pytest.mark.parametrize("name", recruiter.__all__)
+def test_every_public_name_is_where_the_package_says(name: str) -> None:
+    """``recruiter.X`` loads X from the module its lazy table names, the one type
+    checkers read it from: the two never disagree after a module moves."""
+    assert getattr(recruiter, name) is not None
+    if name.startswith("__"):
+        return
+    module = importlib.import_module(recruiter._EXPORTS[name])
+    assert getattr(module, name) is getattr(recruiter, name)
