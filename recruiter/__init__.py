@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     )
     from recruiter.groups import GroupSettings, Rate
     from recruiter.job import After, JobSpec, Root
+    from recruiter.job_context import RetryStatistics, job_session, record_output, retry_statistics
     from recruiter.job_record import Job
     from recruiter.policies import (
         DoNotDoItAgain,
@@ -65,14 +66,7 @@ if TYPE_CHECKING:
     )
     from recruiter.schedule import Cron, Every
     from recruiter.waiting.workflows import Batch, BatchStatus, Workflow
-    from recruiter.workable import (
-        FunctionWorkable,
-        Registry,
-        RetryStatistics,
-        Workable,
-        record_output,
-        retry_statistics,
-    )
+    from recruiter.workable import FunctionWorkable, Registry, Workable
 
 _EXPORTS = {
     "After": "recruiter.job",
@@ -122,7 +116,7 @@ _EXPORTS = {
     "RetryForever": "recruiter.policies",
     "RetryManyTimes": "recruiter.policies",
     "RetryPolicy": "recruiter.retry",
-    "RetryStatistics": "recruiter.workable",
+    "RetryStatistics": "recruiter.job_context",
     "Root": "recruiter.job",
     "SchedulerNotFound": "recruiter.errors",
     "SchemaTooNew": "recruiter.errors",
@@ -137,9 +131,10 @@ _EXPORTS = {
     "WorkerDied": "recruiter.errors",
     "Workflow": "recruiter.waiting.workflows",
     "WriteRejected": "recruiter.errors",
-    "record_output": "recruiter.workable",
+    "job_session": "recruiter.job_context",
+    "record_output": "recruiter.job_context",
     "register_retry_policy": "recruiter.retry",
-    "retry_statistics": "recruiter.workable",
+    "retry_statistics": "recruiter.job_context",
 }
 """Where each public name lives: imported on first use (PEP 562), so that ``import
 recruiter`` (and the ``recruiter`` command's ``--help``) does not import the driver and
@@ -230,6 +225,7 @@ __all__ = [
     "WorkerDied",
     "Workflow",
     "WriteRejected",
+    "job_session",
     "record_output",
     "register_retry_policy",
     "retry_statistics",

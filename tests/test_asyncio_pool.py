@@ -21,10 +21,10 @@ from recruiter.attempts.executor import Executor, Identity
 from recruiter.attempts.verdict import Execution, Outcome
 from recruiter.clock import FrozenClock
 from recruiter.errors import InvalidJob, NotInAJob
+from recruiter.job_context import RetryStatistics, record_output, running_as
 from recruiter.pools.event_loop import EventLoop
 from recruiter.pools.stopping import Entrance, JobCancelled, JobTimedOut, Running, Stopped, Watch
 from recruiter.testing import drain
-from recruiter.workable import RetryStatistics, record_output, running_as
 from tests.pool_app import registry as app
 from tests.pool_app import waiting
 

@@ -22,10 +22,10 @@ from recruiter import JobSpec, Queue, Registry, RetryManyTimes, Workable, record
 from recruiter.attempts.executor import Executor, Identity
 from recruiter.attempts.verdict import Execution, Outcome
 from recruiter.clock import FrozenClock
+from recruiter.job_context import RetryStatistics
 from recruiter.pools.child import _Child
 from recruiter.pools.process_pool import JobProcess
 from recruiter.pools.stopping import JobCancelled, JobTimedOut, Running, Watch
-from recruiter.workable import RetryStatistics
 
 APP = "tests.test_pool_races:registry"
 registry = Registry()

@@ -19,10 +19,10 @@ from recruiter import JobSpec, Queue, Registry, RetryManyTimes
 from recruiter.attempts.executor import Executor, Identity
 from recruiter.attempts.verdict import Outcome
 from recruiter.clock import FrozenClock
+from recruiter.job_context import job_session
 from recruiter.processes.cleaner import Cleaner, CleanerConfig
 from recruiter.processes.worker import WorkerSlot
 from recruiter.testing import drain
-from recruiter.workable import job_session
 from tests import interleaving
 
 RETRIED = RetryManyTimes(3, 0)

@@ -20,10 +20,11 @@ import bson
 
 from recruiter.errors import RecruiterError
 from recruiter.job import TRACE_LIMIT
+from recruiter.job_context import RetryStatistics, running_as
 from recruiter.job_record import Job
 from recruiter.pools.stopping import Running, Stopped
 from recruiter.retry import Failure
-from recruiter.workable import Registry, RetryStatistics, WorkableHooks, running_as
+from recruiter.workable import Registry, WorkableHooks
 
 RESULT_BYTES = 1_000_000
 """The most bytes (as BSON) of the value a job's code returns that is kept as its result;

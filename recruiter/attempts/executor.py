@@ -38,13 +38,14 @@ from recruiter.attempts.verdict import (
 from recruiter.clock import Clock
 from recruiter.errors import DatabaseError
 from recruiter.events import JOB_STARTED, JobEvent
+from recruiter.job_context import RetryStatistics
 from recruiter.job_record import Job
 from recruiter.monitoring.tracing import attempt_span
 from recruiter.policies import policy_or_default
 from recruiter.pools.stopping import JobCancelled, Running, Watch
 from recruiter.retry import RetryPolicy, Why, is_last_retry_safely
 from recruiter.store import End, Store
-from recruiter.workable import Registry, RetryStatistics
+from recruiter.workable import Registry
 
 logger = logging.getLogger(__name__)
 

@@ -20,10 +20,10 @@ from recruiter.attempts.ending import DurableWrite, Start
 from recruiter.attempts.verdict import Execution, Outcome
 from recruiter.clock import Clock
 from recruiter.errors import DatabaseError, RecruiterError
+from recruiter.job_context import RetryStatistics, in_session
 from recruiter.job_record import Job
 from recruiter.retry import RetryPolicy, Why
 from recruiter.store import End, Store, is_transient
-from recruiter.workable import RetryStatistics, in_session
 
 logger = logging.getLogger(__name__)
 

@@ -21,12 +21,13 @@ import bson
 
 from recruiter.attempts.calling import kept_result, returned_before_stop, storable
 from recruiter.job import TRACE_LIMIT, Root
+from recruiter.job_context import RetryStatistics, running_as
 from recruiter.monitoring.logs import Level, setup_logging
 from recruiter.pools.memory import resident_memory
 from recruiter.pools.pipe import CODEC, HOOKS, TICK, JobProcessFailed
 from recruiter.pools.stopping import STOPS, Entrance, Running, Stopped
 from recruiter.retry import Failure
-from recruiter.workable import Registry, RetryStatistics, Workable, WorkableHooks, running_as
+from recruiter.workable import Registry, Workable, WorkableHooks
 
 logger = logging.getLogger(__name__)
 

@@ -45,13 +45,14 @@ from typing import Any
 import bson
 
 from recruiter.attempts.calling import CodeResult
+from recruiter.job_context import RetryStatistics
 from recruiter.job_record import Job
 from recruiter.monitoring.logs import logging_setup
 from recruiter.pools.child import child_main
 from recruiter.pools.pipe import CODEC, HOOKS, TICK, JobProcessFailed
 from recruiter.pools.stopping import STOPS, Running, Stopped
 from recruiter.retry import Failure
-from recruiter.workable import RetryStatistics, WorkableHooks
+from recruiter.workable import WorkableHooks
 
 logger = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ import asyncio
 import time
 
 from recruiter import Registry, retry_statistics
+from recruiter.job_context import job_session
 from recruiter.pools.stopping import Stopped
-from recruiter.workable import job_session
 from tests.faults import ledger
 
 registry = Registry()
