@@ -38,7 +38,6 @@ from recruiter.connection import URI_VARIABLE, open_database, resolve_uri
 from recruiter.duration import Duration, to_timedelta
 from recruiter.errors import (
     BatchNotFound,
-    DatabaseUnavailable,
     InvalidGroupSettings,
     InvalidJob,
     InvalidSchedule,
@@ -48,9 +47,7 @@ from recruiter.errors import (
 from recruiter.groups import GroupSettings, Rate
 from recruiter.job import After, JobSpec, as_object_id
 from recruiter.job_record import Job, state_of
-from recruiter.loop import Backoff
 from recruiter.monitoring.analytics import Analytics, analytics
-from recruiter.monitoring.tracing import current_context
 from recruiter.schedule import (
     DEFAULT_MISSED,
     Cron,
@@ -61,19 +58,16 @@ from recruiter.schedule import (
     schedule_from,
 )
 from recruiter.schedulers import job_template
+from recruiter.scheduling import store_new_jobs
 from recruiter.schema_check import SchemaCheck
 from recruiter.states import SUCCEEDED
 from recruiter.store import Database, SchedulerRecord, Store
-from recruiter.waiting.engine import settle_stored
 from recruiter.waiting.workflows import Batch, BatchStatus, Workflow, check_batch
 from recruiter.workable import Registry
 
 T = TypeVar("T")
 RESUME_TRIES = 3
 """Tries of a resume whose scheduler is declared again with a new schedule meanwhile."""
-SCHEDULE_PATIENCE = 10.0
-"""Seconds :meth:`Queue.schedule` keeps trying while the database does not answer."""
-SCHEDULE_RETRIES = Backoff(0.1, 2.0)
 
 
 class Queue:
@@ -148,7 +142,8 @@ class Queue:
         """Store every job in one round trip, all or (on a validation error) none.
 
         While the database does not answer, it tries again for up to
-        :data:`SCHEDULE_PATIENCE` seconds, storing each job once whatever replies were lost.
+        :data:`~recruiter.scheduling.SCHEDULE_PATIENCE` seconds, storing each job once
+        whatever replies were lost.
 
         With ``session`` (a pymongo ``ClientSession`` in a transaction, on this queue's
         client), the jobs are written in that transaction: they exist if and only if it
@@ -161,7 +156,7 @@ class Queue:
         # taken for one that began after (recruiter.execution, the executed-after rule)
         now = self.clock.latest()
         documents = [spec.to_document(ObjectId(), now) for spec in specs]
-        return self._store_documents(documents, session)
+        return store_new_jobs(self.store, self.clock, documents, session)
 
     def _checked(self, jobs: Iterable[Any], session: Any) -> list[JobSpec]:
         specs = list(jobs)
@@ -172,82 +167,6 @@ class Queue:
             self._check_session(session)
         self.check_schema()
         return specs
-
-    def _store_documents(self, documents: list[dict[str, Any]], session: Any) -> list[ObjectId]:
-        """Store new jobs' documents (in the transaction ``session``, if given): those that
-        wait for others after the rest, each after what it waits for; then note at once
-        what they wait for that has ended already. Return their ids (a deduplicated
-        job's: the queued duplicate's)."""
-        scheduled_in = current_context()
-        if scheduled_in is not None:
-            for document in documents:
-                document["trace"] = scheduled_in
-        waiting = [d for d in documents if "waiting_for" in d]
-        plain = [d for d in documents if "waiting_for" not in d]
-        own = {d["_id"] for d in documents}
-        waited = list(dict.fromkeys(w for d in waiting for w in d["after"].get("jobs", [])))
-        outside = [w for w in waited if w not in own]
-        missing = set(outside) - self.store.existing_jobs(outside, session)
-        if missing:
-            raise InvalidJob(
-                f"no job {', '.join(sorted(map(str, missing)))} to wait for: wait for jobs "
-                "scheduled before (or for steps of the same Workflow)"
-            )
-        for document in documents:
-            if document["_id"] in waited:  # (a step another step of the call waits for)
-                document["followed"] = True
-        ids = self._insert(outside, plain, waiting, session)
-        stored = dict(zip([d["_id"] for d in plain], ids, strict=True))
-        # a batch's members are stored before its callbacks, in another command: one
-        # that ended in between told no callback (in a transaction, none is seen before
-        # the commit)
-        batches = [] if session is not None else [d["after"].get("batch") for d in waiting]
-        batches = [b for b in dict.fromkeys(batches) if b is not None]
-        if outside or batches:
-            # an end that landed before the insert was followed up without these jobs
-            settle_stored(self.store, waiting, [*outside, *batches], self.clock.now(), session)
-        return [stored.get(d["_id"], d["_id"]) for d in documents]
-
-    def _insert(
-        self,
-        waited: list[Any],
-        plain: list[dict[str, Any]],
-        waiting: list[dict[str, Any]],
-        session: Any,
-    ) -> list[Any]:
-        """Mark the jobs ``waited`` for as followed, then insert ``plain`` (return their
-        ids: a deduplicated job's is the queued duplicate's), then ``waiting`` in order."""
-        store = self.store
-        if session is not None:
-            store.mark_followed(waited, session)
-            ids = store.insert_jobs_in(plain, session) if plain else []
-            if waiting:
-                store.insert_in_order_in(waiting, session)
-            return ids
-        if waited:
-            self._retry_while_unavailable(lambda: store.mark_followed(waited))
-        ids = self._retry_while_unavailable(lambda: store.insert_jobs(plain)) if plain else []
-        if waiting:
-            self._retry_while_unavailable(lambda: store.insert_in_order(waiting))
-        return ids
-
-    def _retry_while_unavailable(self, write: Callable[[], T]) -> T:
-        """``write()``, tried again while the database does not answer, for up to
-        :data:`SCHEDULE_PATIENCE` seconds: each try writes the same ids, so a try whose
-        reply was lost after it landed stores nothing twice."""
-        deadline = self.clock.monotonic() + SCHEDULE_PATIENCE
-        wait = 0.0
-        while True:
-            try:
-                return write()
-            except DatabaseUnavailable as error:
-                if self.clock.monotonic() >= deadline:
-                    raise DatabaseUnavailable(
-                        f"{error}; after {SCHEDULE_PATIENCE:g}s of tries, the jobs may or "
-                        "may not be stored: look them up, or schedule deduplicated jobs"
-                    ) from error
-                wait = SCHEDULE_RETRIES.after(wait)
-                self.clock.sleep(wait)
 
     def schedule_workflow(self, workflow: Workflow, *, session: Any = None) -> dict[str, ObjectId]:
         """Store the steps of ``workflow``, each waiting for those it names; return each
@@ -268,7 +187,7 @@ class Queue:
             spec.to_document(job_id, now)
             for job_id, spec in zip(names.values(), specs, strict=True)
         ]
-        stored = self._store_documents(documents, session)
+        stored = store_new_jobs(self.store, self.clock, documents, session)
         return dict(zip(names, stored, strict=True))
 
     def batch(
@@ -297,7 +216,7 @@ class Queue:
                 callbacks[rule] = waiting[-1]["_id"]
         named = {"batch": batch_id, "batch_callbacks": [d["_id"] for d in waiting]}
         documents = [{**spec.to_document(ObjectId(), now), **named} for spec in members]
-        self._store_documents([*documents, *waiting], session)
+        store_new_jobs(self.store, self.clock, [*documents, *waiting], session)
         member_ids = [d["_id"] for d in documents]
         return Batch(batch_id, member_ids, callbacks["done"], callbacks["ended"])
 

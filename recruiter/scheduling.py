@@ -1,0 +1,107 @@
+"""Storing the jobs an application schedules (:meth:`recruiter.Queue.schedule_many` and
+the rest): the trace they were scheduled in, what they wait for checked and marked
+followed, the inserts tried again while the database does not answer (each try writes
+the same ids, so nothing is stored twice), then what they wait for that ended already
+noted at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from bson import ObjectId
+
+from recruiter.clock import Clock
+from recruiter.errors import DatabaseUnavailable, InvalidJob
+from recruiter.loop import Backoff
+from recruiter.monitoring.tracing import current_context
+from recruiter.store import Store
+from recruiter.waiting.engine import settle_stored
+
+T = TypeVar("T")
+SCHEDULE_PATIENCE = 10.0
+"""Seconds :meth:`recruiter.Queue.schedule` keeps trying while the database does not answer."""
+SCHEDULE_RETRIES = Backoff(0.1, 2.0)
+
+
+def store_new_jobs(
+    store: Store, clock: Clock, documents: list[dict[str, Any]], session: Any
+) -> list[ObjectId]:
+    """Store new jobs' documents (in the transaction ``session``, if given): those that
+    wait for others after the rest, each after what it waits for; then note at once
+    what they wait for that has ended already. Return their ids (a deduplicated
+    job's: the queued duplicate's)."""
+    scheduled_in = current_context()
+    if scheduled_in is not None:
+        for document in documents:
+            document["trace"] = scheduled_in
+    waiting = [d for d in documents if "waiting_for" in d]
+    plain = [d for d in documents if "waiting_for" not in d]
+    own = {d["_id"] for d in documents}
+    waited = list(dict.fromkeys(w for d in waiting for w in d["after"].get("jobs", [])))
+    outside = [w for w in waited if w not in own]
+    missing = set(outside) - store.existing_jobs(outside, session)
+    if missing:
+        raise InvalidJob(
+            f"no job {', '.join(sorted(map(str, missing)))} to wait for: wait for jobs "
+            "scheduled before (or for steps of the same Workflow)"
+        )
+    for document in documents:
+        if document["_id"] in waited:  # (a step another step of the call waits for)
+            document["followed"] = True
+    ids = _insert(store, clock, waited=outside, plain=plain, waiting=waiting, session=session)
+    stored = dict(zip([d["_id"] for d in plain], ids, strict=True))
+    # a batch's members are stored before its callbacks, in another command: one
+    # that ended in between told no callback (in a transaction, none is seen before
+    # the commit)
+    batches = [] if session is not None else [d["after"].get("batch") for d in waiting]
+    batches = [b for b in dict.fromkeys(batches) if b is not None]
+    if outside or batches:
+        # an end that landed before the insert was followed up without these jobs
+        settle_stored(store, waiting, [*outside, *batches], clock.now(), session)
+    return [stored.get(d["_id"], d["_id"]) for d in documents]
+
+
+def _insert(
+    store: Store,
+    clock: Clock,
+    *,
+    waited: list[Any],
+    plain: list[dict[str, Any]],
+    waiting: list[dict[str, Any]],
+    session: Any,
+) -> list[Any]:
+    """Mark the jobs ``waited`` for as followed, then insert ``plain`` (return their
+    ids: a deduplicated job's is the queued duplicate's), then ``waiting`` in order."""
+    if session is not None:
+        store.mark_followed(waited, session)
+        ids = store.insert_jobs_in(plain, session) if plain else []
+        if waiting:
+            store.insert_in_order_in(waiting, session)
+        return ids
+    if waited:
+        _retry_while_unavailable(clock, lambda: store.mark_followed(waited))
+    ids = _retry_while_unavailable(clock, lambda: store.insert_jobs(plain)) if plain else []
+    if waiting:
+        _retry_while_unavailable(clock, lambda: store.insert_in_order(waiting))
+    return ids
+
+
+def _retry_while_unavailable(clock: Clock, write: Callable[[], T]) -> T:
+    """``write()``, tried again while the database does not answer, for up to
+    :data:`SCHEDULE_PATIENCE` seconds: each try writes the same ids, so a try whose
+    reply was lost after it landed stores nothing twice."""
+    deadline = clock.monotonic() + SCHEDULE_PATIENCE
+    wait = 0.0
+    while True:
+        try:
+            return write()
+        except DatabaseUnavailable as error:
+            if clock.monotonic() >= deadline:
+                raise DatabaseUnavailable(
+                    f"{error}; after {SCHEDULE_PATIENCE:g}s of tries, the jobs may or "
+                    "may not be stored: look them up, or schedule deduplicated jobs"
+                ) from error
+            wait = SCHEDULE_RETRIES.after(wait)
+            clock.sleep(wait)
