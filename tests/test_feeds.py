@@ -30,8 +30,9 @@ from recruiter.processes.recruiter import (
     RecruiterConfig,
     RoundResult,
 )
+from recruiter.processes.slot import WorkerSlot
 from recruiter.processes.watcher import Watcher
-from recruiter.processes.worker import WorkerConfig, WorkerProcess, WorkerSlot
+from recruiter.processes.worker import WorkerConfig, WorkerProcess
 from recruiter.store import (
     Assignment,
     ChangeFeed,

@@ -17,7 +17,7 @@ from recruiter.attempts.verdict import Outcome
 from recruiter.clock import FrozenClock
 from recruiter.errors import ResultNotKept
 from recruiter.processes.recruiter import Recruiter
-from recruiter.processes.worker import WorkerSlot
+from recruiter.processes.slot import WorkerSlot
 
 
 class _HostileTracer:

@@ -22,7 +22,7 @@ from recruiter.loop import IDLE, Backoff, Pause, run_forever
 from recruiter.processes.cleaner import Cleaner, CleanerConfig
 from recruiter.processes.leadership import Leadership
 from recruiter.processes.recruiter import Recruiter
-from recruiter.processes.worker import WorkerSlot
+from recruiter.processes.slot import WorkerSlot
 from recruiter.store import Store
 
 DEAD_AFTER = dt.timedelta(seconds=30)

@@ -19,7 +19,8 @@ from recruiter.clock import FrozenClock
 from recruiter.processes.cleaner import Cleaner, CleanerConfig, CleanResult
 from recruiter.processes.leadership import Leadership
 from recruiter.processes.recruiter import Recruiter
-from recruiter.processes.worker import WorkerConfig, WorkerProcess, WorkerSlot
+from recruiter.processes.slot import WorkerSlot
+from recruiter.processes.worker import WorkerConfig, WorkerProcess
 from recruiter.store import Store
 from recruiter.store.jobs import ARCHIVE_BATCH, PURGE_BATCH
 from recruiter.testing import drain

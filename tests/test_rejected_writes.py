@@ -26,7 +26,7 @@ from recruiter.clock import FrozenClock
 from recruiter.errors import DatabaseError
 from recruiter.processes.cleaner import CleanerConfig
 from recruiter.processes.recruiter import Recruiter
-from recruiter.processes.worker import WorkerSlot
+from recruiter.processes.slot import WorkerSlot
 from tests.test_processes import DEAD_AFTER, WatchingCleaner
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from recruiter import JobSpec, Queue, Registry
 from recruiter.clock import FrozenClock
 from recruiter.processes.recruiter import FeedInbox, Recruiter
-from recruiter.processes.worker import WorkerSlot
+from recruiter.processes.slot import WorkerSlot
 from recruiter.store import Store, UnservedWorkable, digest_of
 
 

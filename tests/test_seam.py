@@ -33,7 +33,7 @@ from recruiter.attempts.verdict import Outcome
 from recruiter.clock import FrozenClock
 from recruiter.errors import DatabaseUnavailable, DocumentTooLarge, WriteRejected
 from recruiter.processes.recruiter import Recruiter
-from recruiter.processes.worker import WorkerSlot
+from recruiter.processes.slot import WorkerSlot
 from recruiter.store.failures import translate
 
 UNAVAILABLE: list[PyMongoError] = [

@@ -23,7 +23,7 @@ from recruiter.attempts.verdict import Outcome
 from recruiter.clock import FrozenClock
 from recruiter.job import TRACE_LIMIT
 from recruiter.processes.recruiter import Recruiter
-from recruiter.processes.worker import WorkerSlot
+from recruiter.processes.slot import WorkerSlot
 
 
 @pytest.mark.real_server

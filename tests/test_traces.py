@@ -113,7 +113,7 @@ def test_each_attempt_says_how_it_ended(
 def test_rounds_and_releases_are_spans(
     queue: Queue, app: Registry, clock: FrozenClock, spans: InMemorySpanExporter
 ) -> None:
-    from recruiter.processes.worker import WorkerSlot
+    from recruiter.processes.slot import WorkerSlot
 
     WorkerSlot(queue.store, app, clock, "*").register()  # it knows shop.invoice
     queue.schedule(JobSpec("shop.invoice", {"order": 9}))

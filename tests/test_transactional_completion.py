@@ -21,7 +21,7 @@ from recruiter.attempts.verdict import Outcome
 from recruiter.clock import FrozenClock
 from recruiter.job_context import job_session
 from recruiter.processes.cleaner import Cleaner, CleanerConfig
-from recruiter.processes.worker import WorkerSlot
+from recruiter.processes.slot import WorkerSlot
 from recruiter.testing import drain
 from tests import interleaving
 

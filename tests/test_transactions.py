@@ -15,7 +15,7 @@ from recruiter import JobNotFound, JobSpec, Queue, Registry
 from recruiter.clock import FrozenClock
 from recruiter.errors import InvalidJob, TransactionsUnavailable
 from recruiter.processes.recruiter import Recruiter
-from recruiter.processes.worker import WorkerSlot
+from recruiter.processes.slot import WorkerSlot
 from recruiter.store.failures import in_the_callers_transaction
 from recruiter.testing import drain
 

@@ -1,0 +1,188 @@
+"""A worker slot: one roster document of a worker process, and the jobs handed to it.
+
+It registers, waits for news of an assignment (rung by its process's change feed, or
+polling its own document), runs the job or jobs it was handed in order
+(:func:`recruiter.attempts.prefetch.run_handed_out`), and is made available again with
+a report of how long they took; asked to stop, it puts back what it did not start.
+Its process (:mod:`recruiter.processes.worker`) heartbeats for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from bson import ObjectId
+
+from recruiter.attempts.executor import Executor, Identity
+from recruiter.attempts.prefetch import run_handed_out
+from recruiter.attempts.verdict import Execution
+from recruiter.clock import Clock
+from recruiter.pools.process_pool import JobProcess
+from recruiter.pools.stopping import Watch
+from recruiter.store import Assignment, RanReport, RosterChange, Store
+from recruiter.workable import Registry
+
+DEFAULT_HEARTBEAT = dt.timedelta(seconds=2)
+RECENT_TOKENS = 16
+"""Tokens of the last assignments a slot ran: news of one of them is late, not new."""
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SlotResult:
+    ran: Execution | None = None
+    """The last job run (of those handed out at once)."""
+    registered_again: bool = False
+    executions: tuple[Execution, ...] = ()
+    """Every job run, in order: one, or those handed out at once."""
+    returned: int = 0
+    """Jobs handed to it it put back unstarted, uncounted (it was asked to stop)."""
+
+
+class WorkerSlot:
+    """One roster document and the jobs assigned to it."""
+
+    def __init__(
+        self,
+        store: Store,
+        registry: Registry,
+        clock: Clock,
+        group: str,
+        *,
+        on_removed: Callable[[], None] | None = None,
+        bell: threading.Event | None = None,
+        watch: Watch | None = None,
+        heartbeat_every: dt.timedelta = DEFAULT_HEARTBEAT,
+        stopping: Callable[[], bool] = lambda: False,
+        job_process: JobProcess | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        self.store = store
+        self.job_process = job_process
+        """The child process this slot's jobs run in (``processes`` pool), else none:
+        they run in the slot's thread."""
+        self.loop = loop
+        """The event loop its ``async def`` jobs run on (``asyncio`` pool), else none:
+        each runs on a loop of its own in the slot's thread."""
+        self.stopping = stopping
+        """Whether to stop after the job it runs: the rest of its prefetched jobs is put back."""
+        self.heartbeat_every = heartbeat_every
+        """Recorded in the roster: the cleaner gives the slot several of these to beat."""
+        self.registry = registry
+        self.clock = clock
+        self.group = group
+        self.watch = watch
+        """Where the jobs this slot runs are watched for their timeout and cancellation."""
+        self.on_removed = on_removed
+        """Called when this slot finds it was declared dead, before it registers again."""
+        self.bell = bell or threading.Event()
+        """Rung when there is news for this slot (and on a stop request)."""
+        self.id: ObjectId | None = None
+        self.running: object | None = None
+        """The id of the job this slot runs now, if any."""
+        self._news: Assignment | None = None
+        self._ran: deque[ObjectId] = deque(maxlen=RECENT_TOKENS)
+        """The tokens of the last jobs run: news of one of them is late, not new."""
+
+    def deliver(self, change: RosterChange) -> None:
+        """FeedInbox from the change feed: an assignment to run, or a change to read."""
+        if change.worker_id != self.id:
+            return
+        if change.assignment is not None:
+            self._news = change.assignment
+        self.bell.set()
+
+    def register(self) -> ObjectId:
+        identity = Identity.of_this_process()
+        self.id = self.store.register_worker(
+            self.group,
+            identity.pid,
+            identity.hostname,
+            self.clock.latest(),
+            self.heartbeat_every,
+            prefetch=True,
+            workables=self.runnable_workables(),  # what it tells the recruiter it can run
+        )
+        logger.info("worker %s: registered, working on %s", self.id, self.group)
+        return self.id
+
+    def runnable_workables(self) -> list[str]:
+        """The workables this slot can run: all registered, but those that run in a
+        transaction (``transaction=True``) on a processes or asyncio pool's slot."""
+        threads = self.job_process is None and self.loop is None
+        return self.registry.names(transactional=threads)
+
+    def run_once(self) -> SlotResult:
+        """Run the job assigned to this slot, if any."""
+        if self.id is None:
+            self.register()
+        assert self.id is not None
+        # news read here may be overwritten meanwhile: the bell rang too, so it is read
+        # from the document at the next call instead
+        assignment, self._news = self._news, None
+        if assignment is None or assignment.token in self._ran:
+            record = self.store.find_worker(self.id)
+            if record is None:
+                logger.warning(
+                    "worker %s: was declared dead and removed; registering again", self.id
+                )
+                if self.on_removed is not None:
+                    self.on_removed()
+                self.register()
+                return SlotResult(registered_again=True)
+            assignment = record.assignment
+        if assignment is None:
+            return SlotResult()
+        return self._run(assignment)
+
+    def _run(self, assignment: Assignment) -> SlotResult:
+        """Run the assigned jobs in order, then make the slot available again, telling
+        how long the jobs took (what the recruiter sizes prefetch on).
+
+        Asked to stop, the slot finishes the job it runs and puts the rest of its
+        prefetched jobs back, unstarted and uncounted; so it does when one of them was taken back
+        (it was declared dead: the others were taken back too).
+        """
+        assert self.id is not None
+        identity = Identity.of_this_process(self.id)
+        executor = Executor(
+            self.store,
+            self.registry,
+            self.clock,
+            identity,
+            self.watch,
+            runner=self.job_process,
+            loop=self.loop,
+        )
+        self._ran.append(assignment.token)
+        token = assignment.token
+        handed = run_handed_out(
+            executor,
+            list(assignment.job_ids),
+            token,
+            stopping=self.stopping,
+            running=self._set_running,
+        )
+        lengths, executions, returned = handed.lengths, handed.executions, handed.returned
+        ran = [RanReport(g, int(n), round(seconds, 6)) for g, (n, seconds) in lengths.items()]
+        self.store.release_worker(self.id, token, self.clock.latest(), ran)
+        return SlotResult(executions[-1], executions=tuple(executions), returned=returned)
+
+    def _set_running(self, job_id: Any) -> None:
+        self.running = job_id
+
+    def retire(self) -> bool:
+        """Leave the roster if nothing is assigned; ``False`` when a job is waiting."""
+        if self.id is None or self.store.unregister_if_idle(self.id):
+            logger.info("worker %s: retired", self.id)
+            self.id = None
+            return True
+        return False
