@@ -24,6 +24,7 @@ from typing import Any
 
 from bson import ObjectId
 
+from recruiter.attempts.ending import tell_cancelled
 from recruiter.attempts.executor import Executor, Identity
 from recruiter.attempts.verdict import Execution
 from recruiter.clock import Clock
@@ -41,7 +42,7 @@ from recruiter.job_record import Job
 from recruiter.loop import Backoff
 from recruiter.pools.stopping import HolderDeclaredDead, Watch
 from recruiter.store import Store, as_object_id
-from recruiter.waiting.engine import Ended, follow_up, follow_up_safely
+from recruiter.waiting.engine import Ended, follow_up
 from recruiter.workable import Registry
 
 logger = logging.getLogger(__name__)
@@ -70,7 +71,7 @@ def cancel(store: Store, job_id: Any, now: dt.datetime) -> Cancellation:
     for _ in range(CANCEL_TRIES):  # a job may move between waiting and locked meanwhile
         if store.cancel_if_waiting(job_id, now):
             logger.info("job %s cancelled", job_id)
-            _follow_up(store, job_id, now)
+            tell_cancelled(store, job_id, now)
             return Cancellation.CANCELLED
         if store.request_cancel_if_locked(job_id, now):
             logger.info("job %s: cancellation asked of its worker", job_id)
@@ -88,7 +89,7 @@ def cancel_if_waiting(store: Store, job_id: Any, now: dt.datetime) -> bool:
     if not store.cancel_if_waiting(job_id, now):
         return False
     logger.info("job %s cancelled", job_id)
-    _follow_up(store, job_id, now)
+    tell_cancelled(store, job_id, now)
     return True
 
 
@@ -103,15 +104,6 @@ def cancel_in(store: Store, job_id: Any, now: dt.datetime, session: Any) -> Canc
         follow_up(store, [Ended(job_id, store.batch_of(job_id, session))], now, session)
         return Cancellation.CANCELLED
     return Cancellation.STOPPING if said == "stopping" else Cancellation.FINISHED
-
-
-def _follow_up(store: Store, job_id: Any, now: dt.datetime) -> None:
-    """Tell what waits for a cancelled job (cancelled in turn) and its batch's callbacks."""
-    try:
-        batch = store.batch_of(job_id)
-    except DatabaseError:
-        batch = None  # the cleaner's sweep tells them
-    follow_up_safely(store, Ended(job_id, batch), now)
 
 
 RECOVERED_FIELDS = (
