@@ -75,6 +75,16 @@ class Settled:
     ready: list[Any] = field(default_factory=list)
     cancelled: list[Any] = field(default_factory=list)
 
+    def count(self, document: Document, outcome: str) -> Ended | None:
+        """Count how settling ``document`` went; a job cancelled is returned as ended:
+        what waits for it is to be told in turn."""
+        if outcome == "ready":
+            self.ready.append(document["_id"])
+        elif outcome == "cancelled":
+            self.cancelled.append(document["_id"])
+            return Ended(document["_id"], document.get("batch"))
+        return None
+
 
 def follow_up(
     store: Store, ended: Iterable[Ended], now: dt.datetime, session: Any = None
@@ -92,12 +102,9 @@ def follow_up(
             if member.batch is not None and member.why is not None:
                 notices.told(member)
         for document in store.waiting_on(waited_for, session):
-            outcome = notices.settle(document)
-            if outcome == "ready":
-                settled.ready.append(document["_id"])
-            elif outcome == "cancelled":
-                settled.cancelled.append(document["_id"])
-                pending.append(Ended(document["_id"], document.get("batch")))
+            cancelled = settled.count(document, notices.settle(document))
+            if cancelled is not None:
+                pending.append(cancelled)
     return settled
 
 
@@ -339,12 +346,9 @@ def sweep(store: Store, now: dt.datetime) -> Settled:
                 w in unfinished for w in document.get("waiting_for") or []
             ):
                 continue
-            outcome = notices.settle(document)
-            if outcome == "ready":
-                settled.ready.append(document["_id"])
-            elif outcome == "cancelled":
-                settled.cancelled.append(document["_id"])
-                ended.append(Ended(document["_id"], document.get("batch")))
+            cancelled = settled.count(document, notices.settle(document))
+            if cancelled is not None:
+                ended.append(cancelled)
     if ended:  # (what waits for a job cancelled here, its batch's callbacks too)
         cascade = follow_up(store, ended, now)
         settled.ready += cascade.ready
