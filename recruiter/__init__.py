@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     )
     from recruiter.pools.stopping import JobCancelled, JobTimedOut
     from recruiter.queue import Queue
+    from recruiter.repeating.timing import Cron, Every
     from recruiter.retry import (
         Decision,
         FailedAttempt,
@@ -64,7 +65,6 @@ if TYPE_CHECKING:
         Why,
         register_retry_policy,
     )
-    from recruiter.schedule import Cron, Every
     from recruiter.waiting.workflows import Batch, BatchStatus, Workflow
     from recruiter.workable import FunctionWorkable, Registry, Workable
 
@@ -75,7 +75,7 @@ _EXPORTS = {
     "BatchStatus": "recruiter.waiting.workflows",
     "Cancellation": "recruiter.attempts.manual",
     "Clock": "recruiter.clock",
-    "Cron": "recruiter.schedule",
+    "Cron": "recruiter.repeating.timing",
     "DatabaseError": "recruiter.errors",
     "DatabaseUnavailable": "recruiter.errors",
     "DatabaseUnreachable": "recruiter.errors",
@@ -83,7 +83,7 @@ _EXPORTS = {
     "DeclaredDead": "recruiter.errors",
     "DoNotDoItAgain": "recruiter.policies",
     "DuplicateRegistration": "recruiter.errors",
-    "Every": "recruiter.schedule",
+    "Every": "recruiter.repeating.timing",
     "ExponentialBackoff": "recruiter.policies",
     "FailedAttempt": "recruiter.retry",
     "Failure": "recruiter.retry",

@@ -48,7 +48,8 @@ from recruiter.groups import GroupSettings, Rate
 from recruiter.job import After, JobSpec, as_object_id
 from recruiter.job_record import Job, state_of
 from recruiter.monitoring.analytics import Analytics, analytics
-from recruiter.schedule import (
+from recruiter.repeating.occurrences import job_template
+from recruiter.repeating.timing import (
     DEFAULT_MISSED,
     Cron,
     Every,
@@ -57,7 +58,6 @@ from recruiter.schedule import (
     missed_rule,
     schedule_from,
 )
-from recruiter.schedulers import job_template
 from recruiter.scheduling import store_new_jobs
 from recruiter.schema_check import SchemaCheck
 from recruiter.states import SUCCEEDED
@@ -258,14 +258,15 @@ class Queue:
         session: Any = None,
     ) -> bool:
         """Create ``job`` at each occurrence of ``schedule`` (a cron expression, or a
-        :class:`~recruiter.schedule.Cron` or :class:`~recruiter.schedule.Every`), from the
-        next one on; return whether the scheduler ``urn`` is new.
+        :class:`~recruiter.repeating.timing.Cron` or
+        :class:`~recruiter.repeating.timing.Every`), from the next one on; return
+        whether the scheduler ``urn`` is new.
 
         Declaring ``urn`` again changes its job and schedule (a changed schedule starts
         again from its next occurrence). With ``unique``, no occurrence is created while
         the job of the last one is still queued or running. ``missed`` says what to do
         with occurrences missed while no recruiter led (due more than
-        :data:`~recruiter.schedulers.MISSED_GRACE` ago): ``"latest"`` creates only the
+        :data:`~recruiter.repeating.occurrences.MISSED_GRACE` ago): ``"latest"`` creates only the
         latest one due and skips the others, ``"all"`` creates every one. With
         ``session``, in the application's transaction: declared if and only if it
         commits (see :meth:`schedule_many`).

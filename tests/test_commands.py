@@ -21,7 +21,7 @@ from pymongo.database import Database
 from recruiter import JobSpec, Queue, RetryManyTimes, Root
 from recruiter.clock import SystemClock
 from recruiter.embedded import free_port, start_server
-from recruiter.schedule import Every
+from recruiter.repeating.timing import Every
 
 pytestmark = pytest.mark.real_server
 

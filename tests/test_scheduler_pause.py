@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 from recruiter import JobSpec, Queue
 from recruiter.cli import app
 from recruiter.clock import FrozenClock
-from recruiter.schedule import Every
-from recruiter.schedulers import create_due_occurrences
+from recruiter.repeating.occurrences import create_due_occurrences
+from recruiter.repeating.timing import Every
 from tests.interleaving import after
 from tests.test_schedulers import leave_pending, occurrences, stored
 

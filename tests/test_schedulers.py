@@ -17,8 +17,13 @@ from recruiter.cli import app, views
 from recruiter.clock import FrozenClock
 from recruiter.errors import DatabaseUnavailable, InvalidJob, InvalidSchedule
 from recruiter.processes.recruiter import Recruiter
-from recruiter.schedule import Cron, Every, Schedule, schedule_from
-from recruiter.schedulers import MISSED_GRACE, PER_PASS, SchedulingResult, create_due_occurrences
+from recruiter.repeating.occurrences import (
+    MISSED_GRACE,
+    PER_PASS,
+    SchedulingResult,
+    create_due_occurrences,
+)
+from recruiter.repeating.timing import Cron, Every, Schedule, schedule_from
 from recruiter.store import SchedulerRecord, Store
 
 MINUTE = dt.timedelta(minutes=1)
@@ -369,7 +374,7 @@ def test_after_an_outage_only_the_latest_occurrence_due_is_created(
 ) -> None:
     queue.repeat("report", report, schedule)
     start = clock.now()
-    with caplog.at_level(logging.WARNING, logger="recruiter.schedulers"):
+    with caplog.at_level(logging.WARNING, logger="recruiter.repeating.occurrences"):
         result = create_due_occurrences(queue.store, clock.advance(outage.total_seconds()))
     assert (result.created, result.skipped) == (1, skipped)
     assert f"scheduler report: {skipped} missed occurrence(s) skipped" in caplog.text

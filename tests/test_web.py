@@ -229,7 +229,7 @@ def test_the_openapi_document_describes_the_api() -> None:
 def test_repeatable_jobs_show_their_next_occurrences_and_pause_and_resume(
     queue: Queue,
 ) -> None:
-    from recruiter.schedule import Every
+    from recruiter.repeating.timing import Every
 
     queue.repeat("nightly", JobSpec("web.ok"), Every("1h"))
     shown = client(queue).get("/api/schedulers").json()

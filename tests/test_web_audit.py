@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 
 from recruiter import JobSpec, Queue
 from recruiter.monitoring.logs import JsonFormatter
-from recruiter.schedule import Every
+from recruiter.repeating.timing import Every
 from recruiter.web import WebConfig, create_app
 from recruiter.web.security import SESSION_COOKIE
 

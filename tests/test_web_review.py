@@ -13,7 +13,7 @@ from bson import ObjectId
 from fastapi.testclient import TestClient
 
 from recruiter import JobSpec, Queue
-from recruiter.schedule import Every
+from recruiter.repeating.timing import Every
 from recruiter.web import WebConfig, create_app
 
 TOKEN = "a-token-of-twenty-chars"

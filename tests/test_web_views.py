@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 
 from recruiter import JobSpec, Queue, RetryManyTimes
 from recruiter.monitoring.listing import status_document
-from recruiter.schedule import Every
+from recruiter.repeating.timing import Every
 from recruiter.web import WebConfig, create_app
 
 TOKEN = "a-token-of-twenty-chars"

@@ -1,7 +1,7 @@
 """The recruiter: hands ready jobs to available workers, in bulk, one round at a time.
 
 A round first creates the occurrences of repeatable jobs that are due
-(:mod:`recruiter.schedulers`). Then it reads the available workers, grouped by what they
+(:mod:`recruiter.repeating.occurrences`). Then it reads the available workers, grouped by what they
 work on; for each group it picks the oldest ready jobs (as many as there are workers),
 locks them with one conditional update, and then assigns the whole round with one
 command over ``roster``: the worker-keyed ``assigned_to`` map, one statement per worker,
@@ -33,7 +33,7 @@ from recruiter.loop import UNKNOWN, Backoff, Pause
 from recruiter.monitoring.tracing import process_span
 from recruiter.processes.planning import SETTINGS_REFRESH, SETTINGS_REFRESH_FOLLOWED, Planner
 from recruiter.processes.prefetch_rule import PrefetchRule
-from recruiter.schedulers import create_due_occurrences
+from recruiter.repeating.occurrences import create_due_occurrences
 from recruiter.store import Store, WorkerRecord
 
 logger = logging.getLogger(__name__)

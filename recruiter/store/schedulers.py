@@ -30,7 +30,7 @@ from bson import ObjectId
 from pymongo.collection import Collection
 from pymongo.errors import DuplicateKeyError
 
-from recruiter.schedule import DEFAULT_MISSED, MISSED_RULES, Missed
+from recruiter.repeating.timing import DEFAULT_MISSED, MISSED_RULES, Missed
 from recruiter.store.base import Document, aware
 from recruiter.store.failures import in_the_callers_transaction
 

@@ -14,7 +14,7 @@ from recruiter.monitoring.analytics import average, spans
 from recruiter.monitoring.listing import FAILED
 from recruiter.monitoring.words import moment_text
 from recruiter.queue import Queue
-from recruiter.schedule import schedule_from
+from recruiter.repeating.timing import schedule_from
 from recruiter.store import SchedulerRecord
 
 RECENT = dt.timedelta(hours=1)

@@ -24,8 +24,8 @@ from recruiter.job import HISTORY_LIMIT
 from recruiter.policies import policy_from_document
 from recruiter.pools.stopping import JobTimedOut
 from recruiter.processes.worker import DECLARED_DEAD_EXIT
+from recruiter.repeating.occurrences import MISSED_GRACE
 from recruiter.retry import FailedAttempt, Failure, GiveUp, RetryAt
-from recruiter.schedulers import MISSED_GRACE
 from recruiter.states import SUCCEEDED
 from tests.faults.app import Planned
 from tests.faults.ledger import Run
@@ -100,7 +100,7 @@ class Report:
     """Faults put off to the end of the plan: no target at their time."""
     repeat_gaps: list[dict[str, Any]] = field(default_factory=list)
     """Stretches in which no recruiter created the repeatable job's occurrences for over
-    :data:`~recruiter.schedulers.MISSED_GRACE`, whose missed ones its rule skipped."""
+    :data:`~recruiter.repeating.occurrences.MISSED_GRACE`, whose missed ones its rule skipped."""
     worst_slowness: float = 1.0
     """The machine's slowness over the run's slowest stretch (1: a CPU to each process)."""
 

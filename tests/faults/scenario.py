@@ -35,7 +35,7 @@ from pymongo.errors import PyMongoError
 from recruiter import ExponentialBackoff, JobSpec, Queue, RetryManyTimes
 from recruiter.clock import SystemClock
 from recruiter.embedded import EmbeddedServer, start_server
-from recruiter.schedule import Every, Missed
+from recruiter.repeating.timing import Every, Missed
 from tests.faults import ledger
 from tests.faults.app import (
     Planned,

@@ -30,7 +30,7 @@ from recruiter.errors import InvalidSchedule
 
 Missed = Literal["latest", "all"]
 """What a scheduler does with occurrences missed while no recruiter led: create only the
-latest one due, or every one (see :mod:`recruiter.schedulers`)."""
+latest one due, or every one (see :mod:`recruiter.repeating.occurrences`)."""
 MISSED_RULES: tuple[Missed, ...] = ("latest", "all")
 DEFAULT_MISSED: Missed = "latest"
 """The rule of a scheduler declared without one (or stored before there were rules)."""

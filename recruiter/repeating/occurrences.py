@@ -7,7 +7,7 @@ the occurrence's time, by three conditional writes that a crash at any point nei
 loses nor doubles (see :mod:`recruiter.store.schedulers`).
 
 - **Missed occurrences**, due more than :data:`MISSED_GRACE` ago (no recruiter led for
-  a while), follow the scheduler's rule (:data:`~recruiter.schedule.Missed`). With
+  a while), follow the scheduler's rule (:data:`~recruiter.repeating.timing.Missed`). With
   ``"latest"``, a pass that finds some creates only the latest occurrence due and skips
   the others, counted; with ``"all"``, every one is created, in order, up to
   :data:`PER_PASS` at each pass of each scheduler. Occurrences due within the grace
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from bson import ObjectId
 
 from recruiter.errors import InvalidSchedule
-from recruiter.schedule import Every, Schedule, schedule_from
+from recruiter.repeating.timing import Every, Schedule, schedule_from
 from recruiter.store import Document, Occurrence, SchedulerRecord, Store
 
 logger = logging.getLogger(__name__)
