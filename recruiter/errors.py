@@ -6,11 +6,14 @@ messages, and their messages say what happened and what to do next.
 :class:`WorkerDied` is different: it is never raised, it is the failure recorded for
 an attempt whose worker died, handed to the job's retry policy like any exception.
 
-The failures recorded in a job's history under their class's qualified name stay in the
-module that raises them, since that name is stored data (a retry policy's
-``retriable=`` names it): the stops (``recruiter.pools.stopping``), a job process's death
-(``recruiter.pools.process_pool``), a damaged job (``recruiter.execution``), a command's failure
-(``recruiter.command``), a workable that cannot be rebuilt (``recruiter.workable``).
+The failures recorded in a job's history live beside the code that raises them: the
+stops (``recruiter.pools.stopping``), a job process's death
+(``recruiter.pools.process_pool``), a damaged job (``recruiter.attempts.calling``), a
+command's failure (``recruiter.command``), a workable that cannot be rebuilt
+(``recruiter.workable``). Their qualified name is stored data (a retry policy's
+``retriable=`` names it): one that moved keeps the name it was recorded under with a
+``recorded_as`` of its own (``recruiter.stopping.JobTimedOut``, say), which
+:func:`recruiter.retry.qualified_name` reads.
 The dashboard's refusal of a request (``recruiter.web.security.Refused``) is the web
 layer's own, never raised to an application.
 """

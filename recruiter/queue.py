@@ -153,7 +153,7 @@ class Queue:
         """
         specs = self._checked(jobs, session)
         # the latest the time may be: a run of a duplicate that began before is never
-        # taken for one that began after (recruiter.execution, the executed-after rule)
+        # taken for one that began after (recruiter.attempts.executor, the executed-after rule)
         now = self.clock.latest()
         documents = [spec.to_document(ObjectId(), now) for spec in specs]
         return store_new_jobs(self.store, self.clock, documents, session)

@@ -8,7 +8,7 @@ Each round it:
    document held, through the job's retry policy (a started job is a crashed attempt,
    ``WorkerDied``; one never started goes back uncounted). Only a cleaner that has
    watched for the whole timeout, without a database error and without a gap between
-   rounds, declares a worker dead (:mod:`recruiter.recovery` has the take-back rule);
+   rounds, declares a worker dead (:mod:`recruiter.attempts.takeback` has the take-back rule);
 2. releases *orphans*, jobs locked for longer than ``considered_dead_after`` whose
    token no worker on the roster holds;
 3. moves finished jobs from ``scheduled`` to ``archived``, up to 500 in three commands

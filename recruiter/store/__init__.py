@@ -2,7 +2,7 @@
 
 Each method is one state transition, named after what the database does atomically,
 with its guard in the name: ``lock_jobs`` locks only unlocked ready jobs,
-``finish_if_owned`` finishes a job only for the holder of its lock token. Every write
+``record_end`` ends an attempt only for the holder of its lock token. Every write
 is a conditional update whose filter states its precondition, so a process that lost
 its claim (a worker declared dead, a recruiter that lost its lease) cannot change a job
 it no longer owns. Methods return frozen records, never live cursors; they never decide

@@ -62,7 +62,7 @@ def taken_back_only_when_fenced(view: View) -> str | None:
     """6. A job is taken back (an attempt recorded as crashed) only from a holder that
     can no longer run it: no run of that attempt is in its code, by a process that has
     not crashed, under a worker still on the roster. The take-back rule of
-    ``recruiter.recovery``, checked at the moment of the take-back: it breaks before a
+    ``recruiter.attempts.takeback``, checked at the moment of the take-back: it breaks before a
     second run can start, whether or not one does."""
     for job in view.jobs.values():
         for n, _worker, _outcome, crashed in job.history:
