@@ -25,7 +25,8 @@ NO_TWO_LIVE_RUNS = "1 no two live runs of one job"
 TAKEN_BACK_UNFENCED = "6 a job is taken back only from a fenced-out holder"
 CI_SEEDS, CI_RUNS, CI_BUDGET = [1, 2, 3], 1000, 60
 """The random search CI runs on the product (``test_no_invariant_violated``): the runs
-of seed 1 first, for 60 s (about 100 runs on the 2-core development machine)."""
+of seed 1 first, for 60 s (about 150 runs on the 2-core development machine at
+``dc6e45f``, docs/explorer.md)."""
 
 BUG_1 = (
     "jobs=1;recruiters=1;cleaners=1|w1 w1 w2 w2 R1 R1 R1 R1 R1 R1 R1 R1 R1 R1 R1 R1"
@@ -131,10 +132,10 @@ on a loaded machine (a bound that only tells a hang)."""
 @pytest.mark.parametrize("bug", ["bug1", "bug2"])
 def test_the_search_finds_each_take_back_bug_put_back(bug: str) -> None:
     """The runs of the search CI runs, in the same order, unaided: no scripted
-    interleaving. It stops at the first finding: bug 1 at seed 1's run 26 (15 s on the
-    development machine), bug 2 at its run 52 (23 s), both within the runs CI's search
-    makes in its ``CI_BUDGET``. Bounded by those runs, not by seconds, which a loaded
-    machine stretches."""
+    interleaving. It stops at the first finding: bug 1 at seed 1's run 11 (2.4 s on the
+    development machine at ``dc6e45f``), bug 2 at its run 41 (12.4 s), both within the
+    runs CI's search makes in its ``CI_BUDGET``. Bounded by those runs, not by seconds,
+    which a loaded machine stretches."""
     with planted(bug):
         runs = random_runs(CI_SEEDS[:1], SEARCHED_FIRST)
         exploration = explore("random", runs, budget=math.inf, shrink_budget=10)

@@ -59,7 +59,8 @@ class Exploration:
     findings: list[Finding] = field(default_factory=list)
 
     def summary(self) -> str:
-        done = " (the bounded tree was explored in full)" if self.complete else ""
+        whole = "the bounded tree was explored in full" if self.mode == "exhaustive" else ""
+        done = f" ({whole or 'every run asked for was made'})" if self.complete else ""
         return (
             f"{self.mode}: {self.runs} runs, {self.steps} steps, {self.threads} threads, "
             f"{self.seconds:.1f}s, {len(self.findings)} violations{done}"
