@@ -183,7 +183,7 @@ def test_an_async_job_stopped_before_its_tasks_first_step_is_recorded_as_not_run
     job = queue.job(execution.job_id)
     assert job.attempts == 1
     (attempt,) = job.history
-    assert attempt["class"] == f"recruiter.pools.stopping.{stopped.__name__}"
+    assert attempt["class"] == f"recruiter.stopping.{stopped.__name__}"  # (its recorded name)
     assert attempt["message"] == stopped.before_it_began
     assert attempt["unrun"] is True
 
