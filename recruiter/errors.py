@@ -289,18 +289,30 @@ class DemoTimeout(RecruiterError):
 class InvalidSchedule(RecruiterError):
     """A schedule that cannot be understood; nothing was written."""
 
+    recorded_as = "recruiter.schedule.InvalidSchedule"
+    """Its name in jobs' histories and policies, kept from before it moved here."""
+
 
 class InvalidGroupSettings(RecruiterError):
     """Group settings that cannot be enforced; nothing was written."""
+
+    recorded_as = "recruiter.groups.InvalidGroupSettings"
+    """Its name in jobs' histories and policies, kept from before it moved here."""
 
 
 class InvalidFilter(RecruiterError, ValueError):
     """A filter of a job listing that cannot be applied: the message says which and why."""
 
+    recorded_as = "recruiter.listing.InvalidFilter"
+    """Its name in jobs' histories and policies, kept from before it moved here."""
+
 
 class NotWaiting(RecruiterError):
     """A job asked to run now is already handed out or finished, or waits for other
     jobs (it runs when they end, as its rule says: running it before would break it)."""
+
+    recorded_as = "recruiter.manual.NotWaiting"
+    """Its name in jobs' histories and policies, kept from before it moved here."""
 
     def __init__(self, job: _JobRead) -> None:
         if job.blocked:
@@ -316,6 +328,9 @@ class NotWaiting(RecruiterError):
 class NotFinished(RecruiterError):
     """A job asked to be recovered has not finished; it will run anyway."""
 
+    recorded_as = "recruiter.manual.NotFinished"
+    """Its name in jobs' histories and policies, kept from before it moved here."""
+
     def __init__(self, job: _JobRead) -> None:
         super().__init__(f"job {job.id} has not finished: it will run anyway, nothing was done")
         self.job = job
@@ -324,6 +339,9 @@ class NotFinished(RecruiterError):
 class AlreadyRetried(InvalidJob):
     """The failed job was retried already (by another operator, or a moment ago)."""
 
+    recorded_as = "recruiter.web.actions.AlreadyRetried"
+    """Its name in jobs' histories and policies, kept from before it moved here."""
+
     def __init__(self, job_id: str) -> None:
         super().__init__(f"job {job_id} was retried already: not again")
 
@@ -331,9 +349,15 @@ class AlreadyRetried(InvalidJob):
 class DrainLimitReached(RecruiterError):
     """:func:`drain` ran ``max_attempts`` attempts and jobs were still due."""
 
+    recorded_as = "recruiter.testing.DrainLimitReached"
+    """Its name in jobs' histories and policies, kept from before it moved here."""
+
 
 class UnknownEvent(RecruiterError):
     """A listener was given for an event that does not exist."""
+
+    recorded_as = "recruiter.events.UnknownEvent"
+    """Its name in jobs' histories and policies, kept from before it moved here."""
 
     def __init__(self, name: object, known: Sequence[str]) -> None:
         super().__init__(f"no event is named {name!r}: listen to one of {', '.join(known)}")
@@ -342,6 +366,12 @@ class UnknownEvent(RecruiterError):
 class ChangeStreamsUnavailable(RecruiterError):
     """The database cannot follow changes (a standalone ``mongod``, mongomock): poll."""
 
+    recorded_as = "recruiter.store.watch.ChangeStreamsUnavailable"
+    """Its name in jobs' histories and policies, kept from before it moved here."""
+
 
 class WebNotInstalled(RecruiterError):
     """The dashboard's packages are missing."""
+
+    recorded_as = "recruiter.cli.web.WebNotInstalled"
+    """Its name in jobs' histories and policies, kept from before it moved here."""

@@ -15,7 +15,7 @@ import datetime as dt
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import bson
 from bson import ObjectId, json_util
@@ -23,6 +23,7 @@ from bson import ObjectId, json_util
 from recruiter.clock import to_millis
 from recruiter.duration import Duration, format_duration, to_timedelta
 from recruiter.errors import InvalidJob, InvalidParameters, InvalidRetryPolicy
+from recruiter.moved import moved_name
 from recruiter.policies import DoNotDoItAgain, RetriableExceptionFilter
 from recruiter.retry import RetryPolicy
 
@@ -427,3 +428,10 @@ class JobSpec:
             del document["scheduled_at"]
             document["waiting_for"] = [waits.batch] if waits.batch is not None else list(waits.jobs)
         return document
+
+
+if not TYPE_CHECKING:  # (type checkers see only what is here)
+
+    def __getattr__(name: str) -> Any:
+        """A name that moved to another module (:mod:`recruiter.moved`), for a release."""
+        return moved_name(__name__, name)

@@ -30,7 +30,17 @@ import os
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, ParamSpec, Self, TypeAlias, TypeVar, overload
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    ClassVar,
+    Generic,
+    ParamSpec,
+    Self,
+    TypeAlias,
+    TypeVar,
+    overload,
+)
 
 from recruiter.command import Command, failure_of
 from recruiter.duration import Duration
@@ -43,6 +53,7 @@ from recruiter.errors import (
 from recruiter.events import Listeners
 from recruiter.job import DEFAULT_METHOD, JobSpec
 from recruiter.job_context import record_output, retry_statistics
+from recruiter.moved import moved_name
 from recruiter.pools.stopping import Entrance
 
 P = ParamSpec("P")
@@ -452,3 +463,10 @@ class _Decorator:
     def _mark(self) -> None:
         if self.transaction:
             self.registry._transactional.add(self.name)
+
+
+if not TYPE_CHECKING:  # (type checkers see only what is here)
+
+    def __getattr__(name: str) -> Any:
+        """A name that moved to another module (:mod:`recruiter.moved`), for a release."""
+        return moved_name(__name__, name)

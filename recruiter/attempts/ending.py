@@ -42,8 +42,10 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 WRITE_RETRIES = Backoff(0.1, 5.0)
 """Pauses before a write the database did not answer is tried again: 0.1 s, 0.2 s… 5 s."""
-RECORD_KEYS = ("attempt", "started_at", "worker", "pid", "hostname", "outcome")
-"""What identifies an attempt's record, to recognize one's own write that landed."""
+RECORD_KEYS = ("attempt", "started_at", "ended_at", "worker", "pid", "hostname", "outcome", "class")
+"""What identifies an attempt's record, to recognize one's own write that landed: its
+end and its failure too, since a take-back's record of the same attempt copies its start
+(and may say ``archived`` as well) but ends it as ``WorkerDied``."""
 
 
 def write_verdict(

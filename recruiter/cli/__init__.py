@@ -17,7 +17,6 @@ from recruiter.cli.exit_codes import ExitCode as ExitCode
 from recruiter.cli.exit_codes import exit_code_of
 from recruiter.cli.groups import groups
 from recruiter.cli.jobs import jobs
-from recruiter.cli.options import renamed_options
 from recruiter.cli.processes import clean, run, worker
 from recruiter.cli.terminal import console, errors, styled
 from recruiter.cli.together import demo, up
@@ -122,7 +121,6 @@ def embedded_stop() -> None:
 
 def main() -> None:
     """Entry point of the ``recruiter`` console script."""
-    sys.argv[1:] = renamed_options(sys.argv[1:])
     try:
         app()
     except RecruiterError as error:

@@ -22,7 +22,7 @@ from recruiter.cli.options import (
 )
 from recruiter.cli.tables import id_column
 from recruiter.cli.terminal import console, errors
-from recruiter.errors import NotFailed, ResultNotKept
+from recruiter.errors import JobNotFound, NotFailed, ResultNotKept
 from recruiter.monitoring.words import counted
 
 if TYPE_CHECKING:  # imported where used: `recruiter --help` does not load the driver
@@ -140,11 +140,14 @@ def _cancel_each(queue: Queue, ids: list[Any], state: str | None) -> dict[str, i
     with Progress(console=console, transient=True, disable=not console.is_terminal) as progress:
         task = progress.add_task("cancelling", total=len(ids))
         for job_id in ids:
-            if state in ("ready", "postponed"):  # only if still waiting, as chosen
-                waiting = queue.cancel_if_waiting(job_id)
-                outcome = "cancelled" if waiting else "no longer waiting"
-            else:
-                outcome = str(queue.cancel(job_id))
+            try:
+                if state in ("ready", "postponed"):  # only if still waiting, as chosen
+                    waiting = queue.cancel_if_waiting(job_id)
+                    outcome = "cancelled" if waiting else "no longer waiting"
+                else:
+                    outcome = str(queue.cancel(job_id))
+            except JobNotFound:  # purged since it was listed
+                outcome = "no longer stored"
             said[outcome] = said.get(outcome, 0) + 1
             if len(ids) == 1:
                 console.print(f"job {job_id}: {outcome}")

@@ -183,26 +183,17 @@ def validated(config: C) -> C:
     return config
 
 
-RENAMED_OPTIONS = {"--max-batch": "--prefetch", "--batch-seconds": "--prefetch-seconds"}
-"""Options renamed, old name to new: the old ones still work for a release, with a
-warning (a slot's hand-out of several jobs is "prefetch"; "batch" is ``queue.batch``)."""
+T = TypeVar("T")
 
 
-def renamed_options(arguments: list[str]) -> list[str]:
-    """``arguments`` with every renamed option under its new name, each old one warned of
-    on standard error.
+def renamed_option(new: str, value: T, old: str, old_value: T | None) -> T:
+    """The value of option ``new``, or of ``old``, its name before, when that was given
+    (with a warning: an old name works for a release after its rename).
 
-    >>> renamed_options(["run", "--max-batch=5", "--lease", "30s"])
-    ['run', '--prefetch=5', '--lease', '30s']
+    >>> renamed_option("--prefetch", 50, "--max-batch", None)
+    50
     """
-    renamed: list[str] = []
-    for argument in arguments:
-        if argument == "--":
-            renamed.extend(arguments[len(renamed) :])
-            break
-        name, equals, value = argument.partition("=")
-        new = RENAMED_OPTIONS.get(name)
-        if new is not None:
-            errors.print(f"warning: {name} is now {new}; the old name goes in a later release")
-        renamed.append(argument if new is None else f"{new}{equals}{value}")
-    return renamed
+    if old_value is None:
+        return value
+    errors.print(f"warning: {old} is now {new}; the old name goes in a later release")
+    return old_value

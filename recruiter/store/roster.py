@@ -191,7 +191,8 @@ class RosterVerbs:
             {
                 "_id": worker_id,
                 **beats,
-                **({"prefetch": True} if prefetch else {}),
+                # batches: what a recruiter of the release before reads (drop it after)
+                **({"prefetch": True, "batches": True} if prefetch else {}),
                 **({"workables": digest} if digest is not None else {}),
                 "work_on": work_on,
                 "available": True,
