@@ -42,7 +42,8 @@ from recruiter.store import (
     WorkChange,
     WorkerRecord,
 )
-from tests.factories import queued_job
+from tests.driving import finish_held
+from tests.factories import job_in_state
 
 PATIENCE = 30.0
 """Seconds a test waits for what a feed should bring in milliseconds: generous for a
@@ -119,7 +120,7 @@ def test_the_recruiter_is_told_of_new_jobs_and_available_workers_only(
 ) -> None:
     now = clock.now()
     with real_store.watch_for_work() as feed:
-        job_id = queued_job(real_store, now)
+        job_id = job_in_state(real_store, "ready", now=now).id
         worker = real_store.register_worker("*", 1, "here", now)
         registered = WorkChange("roster", None)  # new: it may run workables others cannot
         assert changes(feed, 2) == [WorkChange("scheduled"), registered]
@@ -315,14 +316,14 @@ def test_a_round_that_handed_out_every_ready_job_lets_the_next_release_skip_a_ro
         jobs = [queue.schedule(JobSpec("tests.noop")) for _ in range(ready)]
         news.tell("scheduled")
         assert recruiter.run_once(now).assigned == 1
-        finish(queue.store, worker, now)
+        finish_held(queue.store, now, worker=worker)
         news.tell("roster", worker)
         result = recruiter.run_once(now)
         if ready == 1:
             assert result.skipped, "nothing was left ready for the worker made available"
         else:
             assert (result.skipped, result.assigned) == (False, 1), "the second job"
-            finish(queue.store, worker, now)
+            finish_held(queue.store, now, worker=worker)
         assert all(queue.job(job).why == "done" for job in jobs)
 
 
@@ -378,15 +379,6 @@ def test_a_slot_runs_the_assignment_it_is_told_without_reading_its_document(
 @pytest.fixture
 def system_queue(real_database: Database[Any]) -> Queue:
     return Queue(real_database, SystemClock())
-
-
-def finish(store: Store, worker: ObjectId, now: dt.datetime) -> None:
-    """The ``worker`` finishes the job it holds and is made available again."""
-    (record,) = [w for w in store.workers() if w.id == worker]
-    assert record.assignment is not None
-    job_id, token = record.assignment.job_id, record.assignment.token
-    assert store.record_end(End(job_id, token, now, why="done"), {"ended_at": now})
-    assert store.release_worker(worker, token, now)
 
 
 def finished(queue: Queue, job_id: Any) -> bool:
