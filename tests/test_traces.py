@@ -41,7 +41,8 @@ def spans() -> Iterator[InMemorySpanExporter]:
 
 
 @pytest.fixture
-def app(registry: Registry) -> Registry:
+def shop_app(registry: Registry) -> Registry:
+    """``shop.invoice``, which opens a span of its own, and ``shop.flaky``, which fails."""
     tracer = trace.get_tracer("the application")
 
     @registry.workable("shop.invoice")
@@ -61,13 +62,13 @@ def named(exporter: InMemorySpanExporter, prefix: str) -> list[ReadableSpan]:
 
 
 def test_an_attempt_is_a_span_linked_to_the_span_that_scheduled_it(
-    queue: Queue, app: Registry, spans: InMemorySpanExporter
+    queue: Queue, shop_app: Registry, spans: InMemorySpanExporter
 ) -> None:
     tracer = trace.get_tracer("the application")
     with tracer.start_as_current_span("POST /orders") as request:
         job_id = queue.schedule(JobSpec("shop.invoice", {"order": 7}).in_group("billing"))
     assert "traceparent" in (queue.job(job_id).trace or {})
-    drain(queue, app)
+    drain(queue, shop_app)
     [attempt] = named(spans, "recruiter.attempt")
     assert attempt.name == "recruiter.attempt shop.invoice"
     assert attempt.attributes is not None
@@ -88,21 +89,21 @@ def test_an_attempt_is_a_span_linked_to_the_span_that_scheduled_it(
 
 
 def test_a_job_scheduled_outside_any_span_keeps_no_trace(
-    queue: Queue, app: Registry, spans: InMemorySpanExporter
+    queue: Queue, shop_app: Registry, spans: InMemorySpanExporter
 ) -> None:
     job_id = queue.schedule(JobSpec("shop.invoice", {"order": 8}))
     assert queue.job(job_id).trace is None
     assert "trace" not in queue.store.scheduled.find_one({"_id": job_id})  # type: ignore[operator]
-    drain(queue, app)
+    drain(queue, shop_app)
     [attempt] = named(spans, "recruiter.attempt")
     assert attempt.links == ()
 
 
 def test_each_attempt_says_how_it_ended(
-    queue: Queue, app: Registry, spans: InMemorySpanExporter
+    queue: Queue, shop_app: Registry, spans: InMemorySpanExporter
 ) -> None:
     queue.schedule(JobSpec("shop.flaky").retry_with(RetryManyTimes(1, 0)))
-    drain(queue, app, with_scheduled=True)
+    drain(queue, shop_app, with_scheduled=True)
     outcomes = [
         (span.attributes or {}).get("recruiter.outcome")
         for span in named(spans, "recruiter.attempt")
@@ -111,11 +112,11 @@ def test_each_attempt_says_how_it_ended(
 
 
 def test_rounds_and_releases_are_spans(
-    queue: Queue, app: Registry, clock: FrozenClock, spans: InMemorySpanExporter
+    queue: Queue, shop_app: Registry, clock: FrozenClock, spans: InMemorySpanExporter
 ) -> None:
     from recruiter.processes.worker import WorkerSlot
 
-    WorkerSlot(queue.store, app, clock, "*").register()  # it knows shop.invoice
+    WorkerSlot(queue.store, shop_app, clock, "*").register()  # it knows shop.invoice
     queue.schedule(JobSpec("shop.invoice", {"order": 9}))
     Recruiter(queue.store).run_once(clock.now())
     [round_] = named(spans, "recruiter.round")
