@@ -15,7 +15,6 @@ hand), ``tests/factories.py`` (jobs in any state), ``tests/commands.py`` (the
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import os
 import uuid
@@ -37,9 +36,7 @@ from recruiter.pools.stopping import Watch
 from recruiter.processes.cleaner import Cleaner
 from recruiter.processes.recruiter import Recruiter
 from recruiter.store import Store
-from tests.driving import watching_cleaner
-
-START = dt.datetime(2026, 11, 22, 9, 0, tzinfo=dt.UTC)
+from tests.driving import START, watching_cleaner
 
 # Hypothesis's deadline and "too slow" checks time the machine, not the code: on a loaded
 # 2-core CI runner that starts database servers, they fail tests that are correct.

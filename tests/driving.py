@@ -36,6 +36,8 @@ from recruiter.processes.recruiter import Recruiter
 from recruiter.processes.worker import WorkerConfig, WorkerProcess, WorkerSlot
 from recruiter.store import End, Store
 
+START = dt.datetime(2026, 11, 22, 9, 0, tzinfo=dt.UTC)
+"""When the ``clock`` fixture's frozen clock starts."""
 DEAD_AFTER = dt.timedelta(seconds=30)
 """The cleaner's dead timeout in these tests: a worker silent for longer is dead."""
 

@@ -25,7 +25,7 @@ from recruiter.processes.leadership import Leadership
 from recruiter.processes.recruiter import Recruiter
 from recruiter.processes.worker import WorkerConfig, WorkerProcess
 from recruiter.store import Store
-from tests.conftest import START
+from tests.driving import START
 
 MINUTES = dt.timedelta(minutes=5)
 

@@ -22,8 +22,7 @@ from recruiter import JobSpec, Queue, Registry, RetryManyTimes
 from recruiter.attempts.manual import run_here
 from recruiter.clock import FrozenClock
 from recruiter.errors import DeclaredDead
-from tests.conftest import START
-from tests.driving import DEAD_AFTER, watching_cleaner
+from tests.driving import DEAD_AFTER, START, watching_cleaner
 from tests.interleaving import after
 
 
