@@ -419,18 +419,16 @@ def test_a_database_hiccup_in_the_follow_up_delays_the_callback_never_loses_it(
 def test_the_dashboard_shows_what_a_job_waits_for_and_offers_to_cancel_it(
     queue: Queue, deps_app: Registry
 ) -> None:
-    from fastapi.testclient import TestClient
-
-    from recruiter.web import create_app
+    from tests.web_client import client
 
     first = queue.schedule(add(1, 2))
     then = queue.schedule(add(3, 4).after(first))
-    client = TestClient(create_app(queue), base_url="http://127.0.0.1:8087")
-    shown = client.get(f"/api/jobs/{then}").json()
+    browser = client(queue)
+    shown = browser.get(f"/api/jobs/{then}").json()
     assert shown["state"] == "blocked"
     assert shown["actions"] == ["cancel"]
     assert shown["waits"] == ["runs when all done", f"{first}: not ended yet"]
-    page = client.get(f"/jobs/{then}").text
+    page = browser.get(f"/jobs/{then}").text
     assert "waits for" in page
     assert f"{first}: not ended yet" in page
 
