@@ -201,9 +201,7 @@ def test_an_attempt_on_a_released_job_changes_nothing(
     executor = Executor(queue.store, recording_app, clock, Identity.of_this_process())
     assert queue.store.lock_jobs([job_id], stale, clock.now()) == [job_id]
     # the job is released (its worker was declared dead) and locked again for another
-    queue.store.scheduled.update_one(
-        {"_id": job_id}, {"$set": {"locked": False}, "$unset": {"lock": ""}}
-    )
+    assert queue.store.unlock_if_not_started([job_id], stale) == 1
     assert queue.store.lock_jobs([job_id], fresh, clock.now()) == [job_id]
     assert executor.execute(job_id, stale).outcome is Outcome.FENCED
     assert queue.job(job_id).attempts == 0

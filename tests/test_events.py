@@ -139,8 +139,10 @@ def test_a_fenced_attempt_tells_nothing_of_its_end(
     token = ObjectId()
     queue.store.lock_jobs([job_id], token, clock.now())
     executor = Executor(queue.store, registry, clock, Identity.of_this_process())
-    queue.store.scheduled.update_one({"_id": job_id}, {"$set": {"lock.token": ObjectId()}})
-    executor.execute(job_id, token)  # the job moved on before it started
+    # the job moved on before it started: released, and handed out again
+    assert queue.store.unlock_if_not_started([job_id], token) == 1
+    assert queue.store.lock_jobs([job_id], ObjectId(), clock.now()) == [job_id]
+    executor.execute(job_id, token)
     assert heard == []
 
 

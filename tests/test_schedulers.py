@@ -20,6 +20,8 @@ from recruiter.processes.recruiter import Recruiter
 from recruiter.schedule import Cron, Every, Schedule, schedule_from
 from recruiter.schedulers import MISSED_GRACE, PER_PASS, SchedulingResult, create_due_occurrences
 from recruiter.store import SchedulerRecord, Store
+from recruiter.testing import drain
+from tests.driving import application
 from tests.interleaving import after
 
 MINUTE = dt.timedelta(minutes=1)
@@ -226,8 +228,7 @@ def test_a_unique_scheduler_skips_occurrences_while_its_last_job_is_unfinished(
     result = create_due_occurrences(queue.store, clock.advance(3 * 60 + 1))
     assert (result.created, result.skipped) == (1, 2), "one created; two due meanwhile"
     assert create_due_occurrences(queue.store, clock.advance(60)).skipped == 1
-    (job_id,) = [d["_id"] for d in queue.store.scheduled.find({"scheduler.urn": "report"})]
-    queue.store.scheduled.update_one({"_id": job_id}, {"$set": {"why": "done"}})
+    assert len(drain(queue, application("reports.daily")).executions) == 1, "its job ran"
     assert create_due_occurrences(queue.store, clock.advance(60)).created == 1
     assert occurrences(queue.store) == [start + MINUTE, start + 5 * MINUTE]
     scheduler = queue.store.find_scheduler("report")
@@ -273,10 +274,8 @@ def test_a_pending_occurrence_already_run_and_archived_is_not_created_again(
     queue: Queue, clock: FrozenClock, report: JobSpec, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     now = leave_pending(queue, clock, report, monkeypatch, "settle_occurrence")
-    job = queue.store.scheduled.find_one({"scheduler.urn": "report"})
-    assert job is not None
-    queue.store.archived.insert_one({**job, "why": "done"})  # it ran, and was archived
-    queue.store.scheduled.delete_one({"_id": job["_id"]})
+    ran = drain(queue, application("reports.daily"))  # it ran, and was archived
+    assert queue.store.count_jobs("archived", {"_id": ran.executions[0].job_id}) == 1
     assert create_due_occurrences(queue.store, clock.advance(1)).created == 0
     assert occurrences(queue.store) == [now]
 
@@ -402,8 +401,7 @@ def test_a_unique_scheduler_skips_missed_occurrences_and_then_its_unfinished_one
     assert (first.created, first.skipped) == (1, 9), "the latest created, nine missed"
     second = create_due_occurrences(queue.store, clock.advance(10 * 60))
     assert (second.created, second.skipped) == (0, 10), "nine missed; the latest too: unique"
-    (job_id,) = [d["_id"] for d in queue.store.scheduled.find({"scheduler.urn": "report"})]
-    queue.store.scheduled.update_one({"_id": job_id}, {"$set": {"why": "done"}})
+    assert len(drain(queue, application("reports.daily")).executions) == 1, "its job ran"
     assert create_due_occurrences(queue.store, clock.advance(60)).created == 1
     assert occurrences(queue.store) == [start + 10 * MINUTE, start + 21 * MINUTE]
     record = stored(queue.store)
