@@ -264,23 +264,6 @@ class Report(Workable):
         record_output(month=self.parameters["month"])
 
 
-ARRIVED: dict[str, int] = {}
-"""Jobs of each rendezvous that arrived, in this process."""
-
-
-@registry.workable("aio.rendezvous")
-async def rendezvous(name: str, expected: int, patience: float) -> None:
-    """Waits until ``expected`` jobs of rendezvous ``name`` wait together in this process:
-    done only if they all ran at once; failed after ``patience`` seconds otherwise."""
-    ARRIVED[name] = ARRIVED.get(name, 0) + 1
-    deadline = time.monotonic() + patience
-    while ARRIVED[name] < expected:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"only {ARRIVED[name]} of {expected} jobs ever ran at once")
-        await asyncio.sleep(0.01)
-    record_output(pid=os.getpid(), thread=threading.current_thread().name)
-
-
 @registry.workable("pool.answer")
 def answer(kind: str) -> object:
     """Returns a value of ``kind``: what a job process sends back as the result."""

@@ -14,22 +14,12 @@ from typer.testing import CliRunner, Result
 
 from recruiter.cli import ExitCode, app
 from recruiter.embedded import free_port
+from tests.commands import recruiter
 
 
 def said(result: Result) -> str:
     """The command's output as one line of words, without rich's box drawing."""
     return " ".join(result.output.replace("│", " ").split())
-
-
-def recruiter(*arguments: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """Run the real ``recruiter`` entry point, as a user would."""
-    return subprocess.run(
-        [sys.executable, "-m", "recruiter", *arguments],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
 
 
 def closed_port_uri(password: str = "") -> str:

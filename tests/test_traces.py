@@ -3,23 +3,23 @@ context kept in the job, each attempt a span linked to it, rounds and releases s
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from pymongo.database import Database
 
 from recruiter import JobSpec, Queue, Registry, RetryManyTimes
-from recruiter.clock import FrozenClock, SystemClock
+from recruiter.clock import FrozenClock
 from recruiter.processes.cleaner import Cleaner
 from recruiter.processes.recruiter import Recruiter
 from recruiter.testing import drain
+from tests.commands import Processes, wait_for
 
 EXPORTER = InMemorySpanExporter()
 
@@ -157,27 +157,22 @@ registry = Registry()
 @pytest.mark.real_server
 @pytest.mark.parametrize("command", ["clean", "run"])
 def test_the_cleaner_and_the_recruiter_commands_trace_with_their_app(
-    command: str, real_server_uri: str, tmp_path: Path
+    command: str, real_server_uri: str, real_database: Database[Any], tmp_path: Path
 ) -> None:
     """docs/traces.md promised the cleaner's round spans, but ``recruiter clean`` had no
     way to load the application that sets the tracer provider up: ``--app``, as ``run``."""
     (tmp_path / "traced_app.py").write_text(TRACED_APP)
-    spans, clock = tmp_path / "spans.txt", SystemClock()
-    database = ["--mongodb-uri", real_server_uri, "--database", f"t_{uuid.uuid4().hex[:12]}"]
-    process = subprocess.Popen(
-        [sys.executable, "-m", "recruiter", command, "--app", "traced_app", *database],
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    spans = tmp_path / "spans.txt"
+    processes = Processes(real_server_uri, real_database.name, tmp_path)
+    process = processes.start(command, "--app", "traced_app", log_level=None)
+
+    def exported_or_exited() -> bool:
+        return bool(spans.exists() and spans.read_text()) or process.poll() is not None
+
     try:
-        deadline = clock.monotonic() + 90  # a process's start on a loaded machine
-        while not (spans.exists() and spans.read_text()) and process.poll() is None:
-            assert clock.monotonic() < deadline, "no span exported"
-            clock.sleep(0.2)
+        wait_for(exported_or_exited, processes, 90)  # a process's start on a loaded machine
     finally:
-        process.terminate()
-        _, stderr = process.communicate(timeout=30)
-    assert process.returncode == 0, stderr.decode()
+        processes.stop_all()
+    assert process.returncode == 0, processes.dump_logs()
     expected = "recruiter.clean" if command == "clean" else "recruiter.round"
     assert expected in spans.read_text().split(), spans.read_text()
