@@ -15,14 +15,25 @@ from typing import Any
 
 import pytest
 
-from recruiter import JobSpec, Queue, Registry, RetryManyTimes, Workable
+from recruiter import (
+    FrozenClock,
+    InvalidJob,
+    JobCancelled,
+    JobSpec,
+    JobTimedOut,
+    Queue,
+    Registry,
+    RetryManyTimes,
+    RetryStatistics,
+    Workable,
+    record_output,
+)
 from recruiter.attempts.verdict import Execution, Outcome
-from recruiter.clock import FrozenClock
-from recruiter.errors import InvalidJob, NotInAJob
+from recruiter.errors import NotInAJob
 from recruiter.pools.event_loop import EventLoop
-from recruiter.pools.stopping import Entrance, JobCancelled, JobTimedOut, Running, Stopped, Watch
+from recruiter.pools.stopping import Entrance, Running, Stopped, Watch
 from recruiter.testing import drain
-from recruiter.workable import RetryStatistics, record_output, running_as
+from recruiter.workable import running_as
 from tests.driving import execute
 from tests.pool_app import registry as app
 from tests.pool_app import waiting

@@ -21,11 +21,17 @@ from bson import ObjectId
 from pymongo import MongoClient
 
 from benchmarks.counted import CommandCounter
-from recruiter import JobSpec, Queue, Registry, RetryManyTimes, retry_statistics
+from recruiter import (
+    DatabaseUnavailable,
+    FrozenClock,
+    JobSpec,
+    Queue,
+    Registry,
+    RetryManyTimes,
+    retry_statistics,
+)
 from recruiter.attempts import takeback
 from recruiter.attempts.verdict import Outcome
-from recruiter.clock import FrozenClock
-from recruiter.errors import DatabaseUnavailable
 from recruiter.processes.cleaner import Cleaner
 from recruiter.processes.prefetch_rule import BatchRule, JobLengths, pack
 from recruiter.processes.recruiter import Recruiter, RecruiterConfig

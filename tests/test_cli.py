@@ -161,9 +161,8 @@ def test_a_store_opened_while_the_database_restarts_waits_for_it(
     import datetime as dt
     import uuid
 
-    from recruiter.clock import FrozenClock
+    from recruiter import DatabaseUnavailable, DatabaseUnreachable, FrozenClock
     from recruiter.connection import open_store
-    from recruiter.errors import DatabaseUnavailable, DatabaseUnreachable
     from recruiter.store import Store
 
     real = Store.ensure_ready

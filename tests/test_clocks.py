@@ -25,10 +25,9 @@ from typing import Any
 import pytest
 from pymongo.database import Database
 
-from recruiter import JobSpec, Queue, Registry
+from recruiter import Clock, DatabaseUnavailable, FrozenClock, JobSpec, Queue, Registry
 from recruiter.attempts.verdict import Outcome
-from recruiter.clock import Clock, DatabaseClock, FrozenClock
-from recruiter.errors import DatabaseUnavailable
+from recruiter.clock import DatabaseClock
 from recruiter.processes.cleaner import Cleaner, CleanerConfig
 from recruiter.processes.leadership import Leadership
 from recruiter.processes.recruiter import Recruiter

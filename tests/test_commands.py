@@ -19,10 +19,8 @@ from pymongo import MongoClient
 from pymongo.database import Database
 
 from benchmarks.app import rendezvous_async
-from recruiter import JobSpec, Queue, RetryManyTimes, Root
-from recruiter.clock import SystemClock
+from recruiter import Every, JobSpec, Queue, RetryManyTimes, Root, SystemClock
 from recruiter.embedded import free_port, start_server
-from recruiter.schedule import Every
 from tests.commands import Processes, wait_for
 
 pytestmark = pytest.mark.real_server

@@ -9,9 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from recruiter import Job, JobSpec, Queue, Registry
+from recruiter import FrozenClock, Job, JobSpec, Queue, Registry
 from recruiter.attempts.verdict import Outcome
-from recruiter.clock import FrozenClock
 from recruiter.testing import drain
 
 

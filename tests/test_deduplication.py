@@ -8,11 +8,19 @@ from typing import Any
 import pytest
 from bson import ObjectId
 
-from recruiter import Every, InvalidJob, JobSpec, Queue, Registry, Root, retry_statistics
+from recruiter import (
+    Every,
+    FrozenClock,
+    InvalidJob,
+    JobSpec,
+    Queue,
+    Registry,
+    Root,
+    Why,
+    retry_statistics,
+)
 from recruiter.attempts.executor import Executor, Identity
 from recruiter.attempts.verdict import Outcome
-from recruiter.clock import FrozenClock
-from recruiter.retry import Why
 from recruiter.testing import drain
 from tests.driving import execute
 

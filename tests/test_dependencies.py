@@ -16,11 +16,18 @@ from typing import Any
 import pytest
 from bson import ObjectId
 
-from recruiter import JobSpec, Queue, Registry, RetryManyTimes, Workflow
+from recruiter import (
+    FrozenClock,
+    InvalidJob,
+    Job,
+    JobSpec,
+    Queue,
+    Registry,
+    RetryManyTimes,
+    Workflow,
+)
 from recruiter.attempts.verdict import Execution
-from recruiter.clock import FrozenClock
-from recruiter.errors import InvalidJob
-from recruiter.job import Job, state_of
+from recruiter.job import state_of
 from recruiter.processes.cleaner import Cleaner
 from recruiter.testing import drain
 from recruiter.waiting.engine import Ended, follow_up, settle, sweep
@@ -400,7 +407,7 @@ def test_a_database_hiccup_in_the_follow_up_delays_the_callback_never_loses_it(
 ) -> None:
     """Celery's chord callback is lost when the broker hiccups as the last member
     ends: here the end is recorded, and the sweep calls back."""
-    from recruiter.errors import DatabaseUnavailable
+    from recruiter import DatabaseUnavailable
 
     batch = shop.batch([add(1, 1)], on_complete=add(0, 2))
 
@@ -599,7 +606,7 @@ def test_results_too_large_to_note_are_dropped_and_the_dependent_still_runs(
 
 
 def test_running_here_a_job_that_waits_for_others_says_so(queue: Queue, deps_app: Registry) -> None:
-    from recruiter.errors import NotWaiting
+    from recruiter import NotWaiting
 
     first = queue.schedule(add(1, 2))
     then = queue.schedule(add(3, 4).after(first))

@@ -10,6 +10,7 @@ from bson import ObjectId
 
 from recruiter import (
     ExponentialBackoff,
+    FrozenClock,
     JobSpec,
     Queue,
     Registry,
@@ -20,7 +21,6 @@ from recruiter import (
 )
 from recruiter.attempts.executor import Executor, Identity
 from recruiter.attempts.verdict import Outcome
-from recruiter.clock import FrozenClock
 from recruiter.errors import DrainLimitReached
 from recruiter.testing import drain
 

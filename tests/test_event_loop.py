@@ -21,13 +21,20 @@ from typing import Any
 import mongomock
 import pytest
 
-from recruiter import JobSpec, Queue, Registry, Workable, record_output
+from recruiter import (
+    FrozenClock,
+    InvalidJob,
+    JobSpec,
+    JobTimedOut,
+    Queue,
+    Registry,
+    Workable,
+    record_output,
+)
 from recruiter.attempts.verdict import Execution, Outcome
-from recruiter.clock import FrozenClock
-from recruiter.errors import InvalidJob
 from recruiter.pools.event_loop import EventLoop, run_on_a_new_loop
 from recruiter.pools.process_pool import _Child
-from recruiter.pools.stopping import JobTimedOut, Running, Watch
+from recruiter.pools.stopping import Running, Watch
 from recruiter.testing import drain
 from tests.driving import START, execute
 

@@ -10,9 +10,8 @@ from typing import Any
 import pytest
 from bson import ObjectId
 
-from recruiter import JobSpec, Queue, Registry, RetryManyTimes, Workable
+from recruiter import FrozenClock, JobSpec, Queue, Registry, RetryManyTimes, Workable
 from recruiter.attempts.executor import Executor, Identity
-from recruiter.clock import FrozenClock
 from recruiter.errors import UnknownEvent
 from recruiter.events import JOB_ENDED, JOB_FAILURE_LAST, JOB_STARTED, JobEvent
 from recruiter.testing import drain

@@ -18,11 +18,10 @@ import pytest
 from pymongo.database import Database
 from typer.testing import CliRunner
 
-from recruiter import JobSpec, Queue, Registry, RetryManyTimes
+from recruiter import DeclaredDead, JobSpec, Queue, Registry, RetryManyTimes
 from recruiter.cli import main
 from recruiter.cli.exit_codes import ExitCode, exit_code_of
 from recruiter.embedded import free_port
-from recruiter.errors import DeclaredDead
 from recruiter.processes.worker import DECLARED_DEAD_EXIT
 from recruiter.store.schema import SCHEMA_VERSION
 from recruiter.testing import drain

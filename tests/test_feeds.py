@@ -17,9 +17,7 @@ import pytest
 from bson import ObjectId
 from pymongo.database import Database
 
-from recruiter import JobSpec, Queue, Registry
-from recruiter.clock import FrozenClock, SystemClock
-from recruiter.errors import DatabaseUnavailable
+from recruiter import DatabaseUnavailable, FrozenClock, JobSpec, Queue, Registry, SystemClock
 from recruiter.loop import IDLE, UNKNOWN, Backoff, Pause, StopRequest, Wakeups, run_forever
 from recruiter.processes.recruiter import (
     GAP,

@@ -13,8 +13,15 @@ from pymongo import MongoClient
 from pymongo.database import Database
 
 from benchmarks.counted import CommandCounter
-from recruiter import GroupSettings, InvalidGroupSettings, InvalidJob, JobSpec, Queue, Rate
-from recruiter.clock import FrozenClock
+from recruiter import (
+    FrozenClock,
+    GroupSettings,
+    InvalidGroupSettings,
+    InvalidJob,
+    JobSpec,
+    Queue,
+    Rate,
+)
 from recruiter.groups import FairShare
 from recruiter.processes.planning import SETTINGS_REFRESH
 from recruiter.processes.recruiter import MINIMUM_PAUSE, News, Recruiter

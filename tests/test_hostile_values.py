@@ -12,10 +12,8 @@ import pytest
 from opentelemetry import propagate, trace
 from pymongo.errors import OperationFailure
 
-from recruiter import JobSpec, Queue, Registry
+from recruiter import FrozenClock, JobSpec, Queue, Registry, ResultNotKept
 from recruiter.attempts.verdict import Outcome
-from recruiter.clock import FrozenClock
-from recruiter.errors import ResultNotKept
 from recruiter.processes.recruiter import Recruiter
 from tests.driving import assigned_slot, slot
 
@@ -201,7 +199,7 @@ def test_a_session_of_another_client_is_refused_in_the_projects_words(
     outside a transaction gets."""
     from pymongo import MongoClient
 
-    from recruiter.errors import InvalidJob
+    from recruiter import InvalidJob
 
     queue = Queue(real_database, clock)
     other: MongoClient[dict[str, Any]] = MongoClient(real_server_uri, tz_aware=True)

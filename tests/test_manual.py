@@ -9,12 +9,22 @@ from typing import Any
 import pytest
 from bson import ObjectId
 
-from recruiter import JobNotFound, JobSpec, Queue, Registry, RetryManyTimes
+from recruiter import (
+    DeclaredDead,
+    FrozenClock,
+    JobNotFound,
+    JobSpec,
+    NotRunnableHere,
+    NotWaiting,
+    Queue,
+    Registry,
+    RetryManyTimes,
+    SystemClock,
+    WaitTimeout,
+)
 from recruiter.attempts.manual import run_here
 from recruiter.attempts.takeback import release_unheld
 from recruiter.attempts.verdict import Outcome
-from recruiter.clock import FrozenClock, SystemClock
-from recruiter.errors import DeclaredDead, NotRunnableHere, NotWaiting, WaitTimeout
 from recruiter.pools.stopping import HolderDeclaredDead
 from recruiter.processes.cleaner import Cleaner, CleanerConfig
 from recruiter.processes.recruiter import Recruiter

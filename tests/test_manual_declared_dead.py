@@ -18,10 +18,8 @@ import threading
 
 import pytest
 
-from recruiter import JobSpec, Queue, Registry, RetryManyTimes
+from recruiter import DeclaredDead, FrozenClock, JobSpec, Queue, Registry, RetryManyTimes
 from recruiter.attempts.manual import run_here
-from recruiter.clock import FrozenClock
-from recruiter.errors import DeclaredDead
 from tests.driving import DEAD_AFTER, START, watching_cleaner
 from tests.interleaving import after
 

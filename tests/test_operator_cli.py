@@ -16,11 +16,20 @@ from bson import ObjectId
 from prometheus_client import CollectorRegistry, start_http_server
 from typer.testing import CliRunner
 
-from recruiter import BatchNotFound, JobNotFound, JobSpec, Queue, Registry, RetryManyTimes
+from recruiter import (
+    BatchNotFound,
+    FrozenClock,
+    JobNotFound,
+    JobSpec,
+    NotFailed,
+    NotFinished,
+    Queue,
+    Registry,
+    RetryManyTimes,
+    SchedulerNotFound,
+)
 from recruiter.cli import ExitCode, app
-from recruiter.clock import FrozenClock
 from recruiter.embedded import free_port
-from recruiter.errors import NotFailed, NotFinished, SchedulerNotFound
 from recruiter.monitoring.metrics import QueueCollector
 from recruiter.store import End
 from recruiter.testing import drain

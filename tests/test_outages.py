@@ -14,10 +14,8 @@ from typing import Any
 
 import pytest
 
-from recruiter import JobSpec, Queue, Registry, RetryManyTimes
+from recruiter import DatabaseUnavailable, FrozenClock, JobSpec, Queue, Registry, RetryManyTimes
 from recruiter.attempts.verdict import Outcome
-from recruiter.clock import FrozenClock
-from recruiter.errors import DatabaseUnavailable
 from recruiter.loop import IDLE, Backoff, Pause, run_forever
 from recruiter.processes.cleaner import Cleaner, CleanerConfig
 from recruiter.processes.leadership import Leadership

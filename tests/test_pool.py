@@ -21,13 +21,19 @@ import bson
 import pytest
 from bson import ObjectId
 
-from recruiter import JobSpec, Queue, RetryManyTimes
+from recruiter import (
+    FrozenClock,
+    JobCancelled,
+    JobSpec,
+    JobTimedOut,
+    Queue,
+    RetryManyTimes,
+    RetryStatistics,
+)
 from recruiter.attempts.executor import Executor, Identity
 from recruiter.attempts.verdict import Execution, Outcome
-from recruiter.clock import FrozenClock
 from recruiter.pools.process_pool import JobProcess, _Child
-from recruiter.pools.stopping import JobCancelled, JobTimedOut, Running, Watch
-from recruiter.workable import RetryStatistics
+from recruiter.pools.stopping import Running, Watch
 from tests.driving import execute
 from tests.pool_app import registry as app
 

@@ -11,9 +11,16 @@ import pytest
 from pymongo import MongoClient, monitoring
 from pymongo.database import Database
 
-from recruiter import JobSpec, Queue, Registry, RetryManyTimes, record_output, retry_statistics
+from recruiter import (
+    FrozenClock,
+    JobSpec,
+    Queue,
+    Registry,
+    RetryManyTimes,
+    record_output,
+    retry_statistics,
+)
 from recruiter.attempts.verdict import Outcome
-from recruiter.clock import FrozenClock
 from recruiter.processes.cleaner import Cleaner, CleanerConfig, CleanResult
 from recruiter.processes.leadership import Leadership
 from recruiter.processes.recruiter import Recruiter

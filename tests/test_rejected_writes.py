@@ -21,9 +21,7 @@ from typing import Any
 from bson import ObjectId
 from pymongo.errors import OperationFailure
 
-from recruiter import JobSpec, Queue, Registry, RetryManyTimes
-from recruiter.clock import FrozenClock
-from recruiter.errors import DatabaseError
+from recruiter import DatabaseError, FrozenClock, JobSpec, Queue, Registry, RetryManyTimes
 from recruiter.processes.cleaner import Cleaner
 from recruiter.processes.recruiter import Recruiter
 from recruiter.processes.worker import WorkerSlot

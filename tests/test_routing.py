@@ -14,8 +14,7 @@ from typing import Any
 
 from bson import ObjectId
 
-from recruiter import JobSpec, Queue
-from recruiter.clock import FrozenClock
+from recruiter import FrozenClock, JobSpec, Queue
 from recruiter.processes.recruiter import News, Recruiter
 from recruiter.store import Waiting, digest_of
 from tests.driving import application, assigned, slot

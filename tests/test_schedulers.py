@@ -12,12 +12,20 @@ import pytest
 from pymongo.database import Database
 from typer.testing import CliRunner
 
-from recruiter import JobSpec, Queue, RetryManyTimes
+from recruiter import (
+    Cron,
+    DatabaseUnavailable,
+    Every,
+    FrozenClock,
+    InvalidJob,
+    InvalidSchedule,
+    JobSpec,
+    Queue,
+    RetryManyTimes,
+)
 from recruiter.cli import app, views
-from recruiter.clock import FrozenClock
-from recruiter.errors import DatabaseUnavailable, InvalidJob, InvalidSchedule
 from recruiter.processes.recruiter import Recruiter
-from recruiter.schedule import Cron, Every, Schedule, schedule_from
+from recruiter.schedule import Schedule, schedule_from
 from recruiter.schedulers import MISSED_GRACE, PER_PASS, SchedulingResult, create_due_occurrences
 from recruiter.store import SchedulerRecord, Store
 from recruiter.testing import drain

@@ -17,9 +17,11 @@ from bson import ObjectId
 
 from recruiter import (
     Cancellation,
+    FrozenClock,
     InvalidJob,
     JobNotFound,
     JobSpec,
+    JobTimedOut,
     Queue,
     Registry,
     RetryForever,
@@ -30,16 +32,8 @@ from recruiter import (
 from recruiter.attempts.executor import Executor, Identity
 from recruiter.attempts.takeback import release_fenced
 from recruiter.attempts.verdict import Outcome
-from recruiter.clock import FrozenClock
 from recruiter.events import BECAME_LEADER, STEPPED_DOWN, Listeners
-from recruiter.pools.stopping import (
-    NOWHERE_KNOWN,
-    Entrance,
-    HolderDeclaredDead,
-    JobTimedOut,
-    Running,
-    Watch,
-)
+from recruiter.pools.stopping import NOWHERE_KNOWN, Entrance, HolderDeclaredDead, Running, Watch
 from recruiter.processes.cleaner import Cleaner, CleanerConfig
 from recruiter.processes.leadership import Tell
 from recruiter.testing import drain

@@ -7,7 +7,7 @@ import datetime as dt
 import pytest
 from bson import ObjectId
 
-from recruiter.clock import FrozenClock
+from recruiter import FrozenClock
 from recruiter.job import HISTORY_LIMIT
 from recruiter.store import End, Store
 from tests.factories import job_in_state

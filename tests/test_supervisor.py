@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pymongo.database import Database
 
-from recruiter.clock import FrozenClock
+from recruiter import FrozenClock
 from recruiter.processes.supervisor import RESTART_PAUSES, Child, Supervisor
 from tests.commands import wait_for
 

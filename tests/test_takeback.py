@@ -14,10 +14,9 @@ from typing import Any
 import pytest
 from bson import ObjectId
 
-from recruiter import JobSpec, Queue, Registry, RetryManyTimes
+from recruiter import FrozenClock, JobSpec, Queue, Registry, RetryManyTimes
 from recruiter.attempts.takeback import take_back_from_dead
 from recruiter.attempts.verdict import Execution, Outcome
-from recruiter.clock import FrozenClock
 from recruiter.processes.cleaner import Cleaner
 from recruiter.processes.recruiter import Recruiter
 from recruiter.processes.worker import WorkerConfig, WorkerProcess

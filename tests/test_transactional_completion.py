@@ -14,10 +14,9 @@ import mongomock
 import pytest
 from bson import ObjectId
 
-from recruiter import JobSpec, Queue, Registry, RetryManyTimes
+from recruiter import FrozenClock, JobSpec, Queue, Registry, RetryManyTimes
 from recruiter.attempts.executor import Executor
 from recruiter.attempts.verdict import Outcome
-from recruiter.clock import FrozenClock
 from recruiter.processes.cleaner import Cleaner, CleanerConfig
 from recruiter.processes.worker import WorkerSlot
 from recruiter.testing import drain
@@ -178,7 +177,7 @@ def test_a_transactional_job_is_never_offered_to_a_processes_or_asyncio_worker(
 
 
 def test_an_async_job_cannot_be_registered_in_a_transaction(registry: Registry) -> None:
-    from recruiter.errors import InvalidJob
+    from recruiter import InvalidJob
 
     async def confirm() -> None: ...
 

@@ -10,9 +10,8 @@ import pytest
 from bson import ObjectId
 from pymongo.errors import OperationFailure
 
-from recruiter import JobNotFound, JobSpec, Queue, Registry
-from recruiter.clock import FrozenClock
-from recruiter.errors import InvalidJob, TransactionsUnavailable
+from recruiter import FrozenClock, InvalidJob, JobNotFound, JobSpec, Queue, Registry
+from recruiter.errors import TransactionsUnavailable
 from recruiter.processes.recruiter import Recruiter
 from recruiter.processes.worker import WorkerSlot
 from recruiter.store.failures import in_the_callers_transaction

@@ -14,8 +14,7 @@ import pytest
 from bson import ObjectId
 from fastapi.testclient import TestClient
 
-from recruiter import JobSpec, Queue, Registry
-from recruiter.schedule import Every
+from recruiter import Every, JobSpec, Queue, Registry
 from recruiter.testing import drain
 from recruiter.web import WebConfig, create_app
 from tests.factories import job_in_state
@@ -222,7 +221,7 @@ def test_the_openapi_document_describes_the_api() -> None:
 def test_repeatable_jobs_show_their_next_occurrences_and_pause_and_resume(
     queue: Queue,
 ) -> None:
-    from recruiter.schedule import Every
+    from recruiter import Every
 
     queue.repeat("nightly", JobSpec("web.ok"), Every("1h"))
     shown = client(queue).get("/api/schedulers").json()
@@ -608,7 +607,7 @@ def test_a_database_outage_is_a_503_not_bad_input(
     queue: Queue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A script retries a 503; a 400 says its request is wrong and not to send it again."""
-    from recruiter.errors import DatabaseUnavailable
+    from recruiter import DatabaseUnavailable
 
     def away(*arguments: Any, **keywords: Any) -> Any:
         raise DatabaseUnavailable("127.0.0.1:27017: connection refused")

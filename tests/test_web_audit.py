@@ -15,9 +15,8 @@ import mongomock
 import pytest
 from fastapi.testclient import TestClient
 
-from recruiter import JobSpec, Queue
+from recruiter import Every, JobSpec, Queue
 from recruiter.monitoring.logs import JsonFormatter
-from recruiter.schedule import Every
 from recruiter.web import WebConfig, create_app
 from recruiter.web.security import SESSION_COOKIE
 from tests.factories import job_in_state

@@ -10,9 +10,8 @@ from typing import Any
 
 import pytest
 
-from recruiter import JobSpec, Queue, RetryManyTimes
+from recruiter import Every, JobSpec, Queue, RetryManyTimes
 from recruiter.monitoring.listing import status_document
-from recruiter.schedule import Every
 from tests.factories import job_in_state
 from tests.web_client import client, signed_in
 

@@ -15,12 +15,13 @@ from recruiter import (
     JobSpec,
     Registry,
     RetriableExceptionFilter,
+    RetryStatistics,
     UnknownWorkable,
     Workable,
     retry_statistics,
 )
 from recruiter.errors import NotInAJob
-from recruiter.workable import RetryStatistics, WorkableRebuildError, running_as
+from recruiter.workable import WorkableRebuildError, running_as
 
 
 def test_a_function_job_binds_arguments_to_the_signature(registry: Registry) -> None:

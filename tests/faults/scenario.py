@@ -32,10 +32,9 @@ from pymongo import MongoClient
 from pymongo.database import Database
 from pymongo.errors import PyMongoError
 
-from recruiter import ExponentialBackoff, JobSpec, Queue, RetryManyTimes
-from recruiter.clock import SystemClock
+from recruiter import Every, ExponentialBackoff, JobSpec, Queue, RetryManyTimes, SystemClock
 from recruiter.embedded import EmbeddedServer, start_server
-from recruiter.schedule import Every, Missed
+from recruiter.schedule import Missed
 from tests.faults import ledger
 from tests.faults.app import (
     Planned,
