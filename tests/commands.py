@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from recruiter.embedded import free_port
+
 PATIENCE = 60.0
 """Seconds a wait lasts by default before it is taken for a hang."""
 
@@ -43,6 +45,13 @@ def recruiter(
         timeout=timeout,
         check=False,
     )
+
+
+def closed_port_uri(password: str = "") -> str:
+    """A MongoDB URI where nothing answers (a port just closed), given up on in 200 ms;
+    with ``password``, it names a user and that password."""
+    credentials = f"app:{password}@" if password else ""
+    return f"mongodb://{credentials}127.0.0.1:{free_port()}/?serverSelectionTimeoutMS=200"
 
 
 class Processes:

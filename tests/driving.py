@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from bson import ObjectId
@@ -125,6 +125,11 @@ def execute(
         queue.store, registry, queue.clock, identity, watch, runner=runner, loop=loop
     )
     return executor.execute(job_id, token)
+
+
+def last_attempt(queue: Queue, job_id: Any) -> Mapping[str, Any]:
+    """The record of the job's last attempt, from its history."""
+    return queue.job(job_id).history[-1]
 
 
 def workers(store: Store, count: int, now: dt.datetime, group: str = "*") -> list[ObjectId]:

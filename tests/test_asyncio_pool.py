@@ -9,7 +9,7 @@ import gc
 import inspect
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ from recruiter.pools.event_loop import EventLoop
 from recruiter.pools.stopping import Entrance, Running, Stopped, Watch
 from recruiter.testing import drain
 from recruiter.workable import running_as
-from tests.driving import execute
+from tests.driving import execute, last_attempt
 from tests.pool_app import registry as app
 from tests.pool_app import waiting
 
@@ -49,10 +49,6 @@ def run(
     """One attempt at a new job of ``spec``, on ``loop`` (the asyncio pool's) if given."""
     job_id = queue.schedule(spec)
     return execute(queue, app, job_id, watch=watch, loop=None if loop is None else loop.loop)
-
-
-def last_attempt(queue: Queue, job_id: Any) -> Mapping[str, Any]:
-    return queue.job(job_id).history[-1]
 
 
 def test_an_async_job_runs_on_the_workers_loop_and_records_its_output(

@@ -13,18 +13,12 @@ from pymongo.database import Database
 from typer.testing import CliRunner, Result
 
 from recruiter.cli import ExitCode, app
-from recruiter.embedded import free_port
-from tests.commands import recruiter
+from tests.commands import closed_port_uri, recruiter
 
 
 def said(result: Result) -> str:
     """The command's output as one line of words, without rich's box drawing."""
     return " ".join(result.output.replace("│", " ").split())
-
-
-def closed_port_uri(password: str = "") -> str:
-    credentials = f"app:{password}@" if password else ""
-    return f"mongodb://{credentials}127.0.0.1:{free_port()}/?serverSelectionTimeoutMS=200"
 
 
 @pytest.mark.parametrize(

@@ -21,11 +21,11 @@ from typer.testing import CliRunner
 from recruiter import DeclaredDead, JobSpec, Queue, Registry, RetryManyTimes
 from recruiter.cli import main
 from recruiter.cli.exit_codes import ExitCode, exit_code_of
-from recruiter.embedded import free_port
 from recruiter.processes.worker import DECLARED_DEAD_EXIT
 from recruiter.store.schema import SCHEMA_VERSION
 from recruiter.testing import drain
 from tests import commands
+from tests.commands import closed_port_uri
 
 DOCS = Path(__file__).parent.parent / "docs" / "processes.md"
 
@@ -55,10 +55,6 @@ def recruiter(*arguments: str, env: dict[str, str | None] | None = None) -> Ran:
         finally:
             sys.argv = before
         return Ran(code, stdout.getvalue().decode(), stderr.getvalue().decode())
-
-
-def closed_port_uri() -> str:
-    return f"mongodb://127.0.0.1:{free_port()}/?serverSelectionTimeoutMS=200"
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -34,7 +33,7 @@ from recruiter.attempts.executor import Executor, Identity
 from recruiter.attempts.verdict import Execution, Outcome
 from recruiter.pools.process_pool import JobProcess, _Child
 from recruiter.pools.stopping import Running, Watch
-from tests.driving import execute
+from tests.driving import execute, last_attempt
 from tests.pool_app import registry as app
 
 APP = "tests.pool_app:registry"
@@ -48,10 +47,6 @@ def run(queue: Queue, watch: Watch, runner: JobProcess, spec: JobSpec) -> Execut
 def statistics(job_id: Any) -> RetryStatistics:
     """What a job process is given of the job's attempt: its first."""
     return RetryStatistics(str(job_id), 1, False, None)
-
-
-def last_attempt(queue: Queue, job_id: Any) -> Mapping[str, Any]:
-    return queue.job(job_id).history[-1]
 
 
 def test_a_job_runs_in_the_slots_child_which_is_reused_from_job_to_job(
