@@ -1,11 +1,15 @@
-"""The no-op job recruiter and the naive queue run (RQ's is in ``benchmarks.rq_app``)."""
+"""The no-op job recruiter and the naive queue run (RQ's is in ``benchmarks.rq_app``),
+and the rendezvous of ``async def`` jobs (``python -m benchmarks.sleepers --rendezvous``;
+tests/test_commands.py runs it too, at a small scale)."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import threading
 import time
 
-from recruiter import Registry
+from recruiter import Registry, record_output
 
 registry = Registry()
 
@@ -33,10 +37,12 @@ ARRIVED: dict[str, int] = {}
 @registry.workable("bench.rendezvous_async")
 async def rendezvous_async(name: str, expected: int, patience: float) -> None:
     """Waits until ``expected`` jobs of rendezvous ``name`` wait together in this process:
-    done only if they all ran at once; failed after ``patience`` seconds otherwise."""
+    done only if they all ran at once; failed after ``patience`` seconds otherwise.
+    Records the process and the thread it ran in."""
     ARRIVED[name] = ARRIVED.get(name, 0) + 1
     deadline = time.monotonic() + patience
     while ARRIVED[name] < expected:
         if time.monotonic() > deadline:
             raise TimeoutError(f"only {ARRIVED[name]} of {expected} jobs ever ran at once")
         await asyncio.sleep(0.01)
+    record_output(pid=os.getpid(), thread=threading.current_thread().name)

@@ -23,7 +23,7 @@ from pymongo.database import Database
 
 from benchmarks.app import noop
 from benchmarks.counted import CommandCounter
-from recruiter.clock import Clock, FrozenClock, SystemClock
+from recruiter import Clock, FrozenClock, SystemClock
 from recruiter.job import DEFAULT_GROUP
 from recruiter.processes.recruiter import Recruiter
 from recruiter.store import Store

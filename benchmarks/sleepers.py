@@ -33,8 +33,7 @@ from typing import Any
 from benchmarks.app import rendezvous_async, sleep_async
 from benchmarks.harness import ROOT, Cast, wait_until
 from benchmarks.server import database_uri
-from recruiter import Queue, RetryManyTimes
-from recruiter.clock import SystemClock
+from recruiter import Queue, RetryManyTimes, SystemClock
 from recruiter.connection import database_at
 
 FINISH_LIMIT = 600.0

@@ -39,8 +39,7 @@ from pymongo import MongoClient, monitoring
 
 from benchmarks.plans import EXPLAINED, SESSION_FIELDS, explain_rows
 from benchmarks.server import database_uri
-from recruiter import JobSpec, Queue
-from recruiter.clock import SystemClock
+from recruiter import JobSpec, Queue, SystemClock
 from recruiter.monitoring.listing import status_document
 from recruiter.store.jobs import ARCHIVE_BATCH
 from recruiter.store.schema import INDEXES

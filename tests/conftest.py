@@ -1,14 +1,20 @@
-"""Fixtures: databases on mongomock and on a real MongoDB wire-protocol server.
+"""The fixtures every test file shares: databases on mongomock and on a real MongoDB
+wire-protocol server, the queue and the clock, the processes driven by hand.
 
 The real server is SecantusDB, started once per test session as a separate process,
 or the MongoDB named by ``MONGODB_URI`` when it is set. Each test gets a database of
 its own, dropped afterwards, so collections stay small (SecantusDB's updates scan the
 documents they match).
+
+The helpers that are not fixtures: ``tests/driving.py`` (the processes' steps, by
+hand), ``tests/factories.py`` (jobs in any state), ``tests/commands.py`` (the
+``recruiter`` command as a process), ``tests/web_client.py`` (the dashboard in-process),
+``tests/interleaving.py`` (another process's step between a read and a write),
+``tests/pool_app.py`` (the application of the job processes).
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import os
 import uuid
@@ -22,13 +28,15 @@ from hypothesis import HealthCheck, settings
 from pymongo import MongoClient
 from pymongo.database import Database
 
-from recruiter import FrozenClock, Queue, Registry
+from recruiter import FrozenClock, Queue, Registry, SystemClock
 from recruiter.embedded import HOME_VARIABLE, start_server, stop_local_server
+from recruiter.pools.event_loop import EventLoop
 from recruiter.pools.process_pool import JobProcess
 from recruiter.pools.stopping import Watch
+from recruiter.processes.cleaner import Cleaner
+from recruiter.processes.recruiter import Recruiter
 from recruiter.store import Store
-
-START = dt.datetime(2026, 11, 22, 9, 0, tzinfo=dt.UTC)
+from tests.driving import START, watching_cleaner
 
 # Hypothesis's deadline and "too slow" checks time the machine, not the code: on a loaded
 # 2-core CI runner that starts database servers, they fail tests that are correct.
@@ -98,8 +106,20 @@ def database(request: pytest.FixtureRequest) -> Database[Any]:
     return result
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "clock_at_real_time: the clock fixture is frozen at the real time, not at START",
+    )
+
+
 @pytest.fixture
-def clock() -> FrozenClock:
+def clock(request: pytest.FixtureRequest) -> FrozenClock:
+    """A frozen clock at :data:`START`; at the real time of the test's start under the
+    marker ``clock_at_real_time`` (for what mongomock compares with the real time: its
+    TTL indexes, applied when it reads)."""
+    if request.node.get_closest_marker("clock_at_real_time") is not None:
+        return FrozenClock(SystemClock().now())
     return FrozenClock(START)
 
 
@@ -116,8 +136,46 @@ def queue(database: Database[Any], clock: FrozenClock) -> Queue:
 
 
 @pytest.fixture
+def shop(real_database: Database[Any], clock: FrozenClock) -> Queue:
+    """A queue on the real server only (transactions, concurrent processes)."""
+    return Queue(real_database, clock)
+
+
+@pytest.fixture
+def system_queue(real_database: Database[Any]) -> Queue:
+    """A queue on the real server on the system's clock: beside real processes."""
+    return Queue(real_database, SystemClock())
+
+
+@pytest.fixture
 def registry() -> Registry:
     return Registry()
+
+
+@pytest.fixture
+def noop_app(registry: Registry) -> Registry:
+    """The registry with ``tests.noop``, which does nothing."""
+
+    @registry.workable("tests.noop")
+    def noop() -> None: ...
+
+    return registry
+
+
+# --- the processes, driven by hand (tests/driving.py) -----------------------------------
+
+
+@pytest.fixture
+def recruiter(queue: Queue) -> Recruiter:
+    """The recruiter: ``recruiter.run_once(clock.now())`` is one round."""
+    return Recruiter(queue.store)
+
+
+@pytest.fixture
+def cleaner(queue: Queue, clock: FrozenClock) -> Cleaner:
+    """A cleaner that has been watching since the test started: ``run_once`` is one
+    round (the rounds it would have run meanwhile are run first)."""
+    return watching_cleaner(queue.store, clock.now())
 
 
 @pytest.fixture
@@ -127,6 +185,15 @@ def watch() -> Iterator[Watch]:
     watch.start()
     yield watch
     watch.close()
+
+
+@pytest.fixture
+def event_loop() -> Iterator[EventLoop]:
+    """The asyncio pool's event loop, in a thread of its own, closed at the end."""
+    loop = EventLoop()
+    loop.start()
+    yield loop
+    loop.close()
 
 
 @pytest.fixture

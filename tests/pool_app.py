@@ -9,6 +9,8 @@ import datetime as dt
 import logging
 import os
 import re
+import signal
+import subprocess
 import threading
 import time
 from collections.abc import Coroutine
@@ -45,6 +47,67 @@ def sleep_in_python(seconds: float) -> None:
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         time.sleep(0.01)
+
+
+@registry.workable("pool.count")
+def count(path: str) -> None:
+    """Appends a line to ``path``: how many times its code ran."""
+    with Path(path).open("a") as file:
+        file.write("ran\n")
+
+
+@registry.workable("pool.fail_and_count")
+def fail_and_count(path: str) -> None:
+    """Appends a line to ``path``, then fails."""
+    count(path)
+    raise ValueError("failed by itself")
+
+
+@registry.workable("pool.slow_to_build")
+class SlowToBuild(Workable):
+    """Its rebuild takes ``build`` seconds (say it loads a model), then its code runs for
+    ``run`` seconds, honouring a stop."""
+
+    @classmethod
+    def from_parameters(cls, parameters: Any) -> SlowToBuild:
+        time.sleep(parameters["build"])
+        return cls(**parameters)
+
+    def execute(self) -> None:
+        sleep_in_python(self.parameters["run"])
+
+
+@registry.workable("pool.subprocess")
+def run_subprocess(path: str) -> None:
+    """Starts ``sleep 60`` and writes its pid to ``path``, then waits for it: blocked in C
+    (waitpid), a stop lands when it returns."""
+    process = subprocess.Popen(["sleep", "60"])
+    Path(path).write_text(str(process.pid))
+    process.wait()
+
+
+@registry.workable("pool.realtime_signal")
+def realtime_signal() -> None:
+    """Killed by a signal Python has no name for (its default action: terminate)."""
+    os.kill(os.getpid(), signal.SIGRTMIN + 6)
+
+
+@registry.workable("pool.tz")
+def tz(at: dt.datetime) -> None:
+    """Records whether the datetime it was given is timezone-aware."""
+    record_output(aware=at.tzinfo is not None)
+
+
+@registry.workable("pool.surrogate_output")
+def surrogate_output() -> None:
+    """Records a file name decoded with surrogateescape (not UTF-8)."""
+    record_output(name="caf\udce9")
+
+
+@registry.workable("pool.surrogate_message")
+def surrogate_message() -> None:
+    """Fails with a message that is not UTF-8."""
+    raise ValueError("no such file: caf\udce9")
 
 
 @registry.workable("pool.backtrack")
@@ -199,23 +262,6 @@ class Report(Workable):
     async def execute(self) -> None:
         await asyncio.sleep(0)
         record_output(month=self.parameters["month"])
-
-
-ARRIVED: dict[str, int] = {}
-"""Jobs of each rendezvous that arrived, in this process."""
-
-
-@registry.workable("aio.rendezvous")
-async def rendezvous(name: str, expected: int, patience: float) -> None:
-    """Waits until ``expected`` jobs of rendezvous ``name`` wait together in this process:
-    done only if they all ran at once; failed after ``patience`` seconds otherwise."""
-    ARRIVED[name] = ARRIVED.get(name, 0) + 1
-    deadline = time.monotonic() + patience
-    while ARRIVED[name] < expected:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"only {ARRIVED[name]} of {expected} jobs ever ran at once")
-        await asyncio.sleep(0.01)
-    record_output(pid=os.getpid(), thread=threading.current_thread().name)
 
 
 @registry.workable("pool.answer")

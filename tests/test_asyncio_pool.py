@@ -9,22 +9,32 @@ import gc
 import inspect
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from bson import ObjectId
 
-from recruiter import JobSpec, Queue, Registry, RetryManyTimes, Workable
-from recruiter.attempts.executor import Executor, Identity
+from recruiter import (
+    FrozenClock,
+    InvalidJob,
+    JobCancelled,
+    JobSpec,
+    JobTimedOut,
+    Queue,
+    Registry,
+    RetryManyTimes,
+    RetryStatistics,
+    Workable,
+    record_output,
+)
 from recruiter.attempts.verdict import Execution, Outcome
-from recruiter.clock import FrozenClock
-from recruiter.errors import InvalidJob, NotInAJob
-from recruiter.job_context import RetryStatistics, record_output, running_as
+from recruiter.errors import NotInAJob
 from recruiter.pools.event_loop import EventLoop
-from recruiter.pools.stopping import Entrance, JobCancelled, JobTimedOut, Running, Stopped, Watch
+from recruiter.pools.stopping import Entrance, Running, Stopped, Watch
 from recruiter.testing import drain
+from recruiter.job_context import running_as
+from tests.driving import execute, last_attempt
 from tests.pool_app import registry as app
 from tests.pool_app import waiting
 
@@ -33,38 +43,18 @@ HANG = 60.0
 that only tells a hang from an end, generous for a loaded machine)."""
 
 
-@pytest.fixture
-def event_loop() -> Iterator[EventLoop]:
-    loop = EventLoop()
-    loop.start()
-    yield loop
-    loop.close()
-
-
 def run(
-    queue: Queue,
-    clock: FrozenClock,
-    watch: Watch | None,
-    spec: JobSpec,
-    loop: EventLoop | None = None,
+    queue: Queue, watch: Watch | None, spec: JobSpec, loop: EventLoop | None = None
 ) -> Execution:
+    """One attempt at a new job of ``spec``, on ``loop`` (the asyncio pool's) if given."""
     job_id = queue.schedule(spec)
-    token = ObjectId()
-    assert queue.store.lock_jobs([job_id], token, clock.now()) == [job_id]
-    identity = Identity.of_this_process()
-    event_loop = None if loop is None else loop.loop
-    executor = Executor(queue.store, app, clock, identity, watch, loop=event_loop)
-    return executor.execute(job_id, token)
-
-
-def last_attempt(queue: Queue, job_id: Any) -> Mapping[str, Any]:
-    return queue.job(job_id).history[-1]
+    return execute(queue, app, job_id, watch=watch, loop=None if loop is None else loop.loop)
 
 
 def test_an_async_job_runs_on_the_workers_loop_and_records_its_output(
     queue: Queue, clock: FrozenClock, watch: Watch, event_loop: EventLoop
 ) -> None:
-    execution = run(queue, clock, watch, JobSpec("aio.sleep", {"seconds": 0}), event_loop)
+    execution = run(queue, watch, JobSpec("aio.sleep", {"seconds": 0}), event_loop)
     assert execution.outcome is Outcome.DONE
     output = last_attempt(queue, execution.job_id)["output"]
     assert output["thread"] == "event-loop", "a task on the worker's loop"
@@ -74,7 +64,7 @@ def test_an_async_job_runs_on_the_workers_loop_and_records_its_output(
 def test_a_synchronous_job_in_the_asyncio_pool_runs_in_its_slots_thread(
     queue: Queue, clock: FrozenClock, watch: Watch, event_loop: EventLoop
 ) -> None:
-    execution = run(queue, clock, watch, JobSpec("aio.where"), event_loop)
+    execution = run(queue, watch, JobSpec("aio.where"), event_loop)
     output = last_attempt(queue, execution.job_id)["output"]
     assert output["thread"] == threading.current_thread().name, "never on the loop"
 
@@ -83,7 +73,7 @@ def test_an_async_jobs_failure_is_recorded_with_its_trace_and_retried(
     queue: Queue, clock: FrozenClock, watch: Watch, event_loop: EventLoop
 ) -> None:
     spec = JobSpec("aio.fail", {"message": "no such customer"}).retry_with(RetryManyTimes(2))
-    execution = run(queue, clock, watch, spec, event_loop)
+    execution = run(queue, watch, spec, event_loop)
     assert execution.outcome is Outcome.RETRY
     attempt = last_attempt(queue, execution.job_id)
     assert (attempt["class"], attempt["message"]) == ("builtins.ValueError", "no such customer")
@@ -93,10 +83,10 @@ def test_an_async_jobs_failure_is_recorded_with_its_trace_and_retried(
 def test_system_exit_in_an_async_job_fails_its_attempt_and_the_loop_runs_on(
     queue: Queue, clock: FrozenClock, watch: Watch, event_loop: EventLoop
 ) -> None:
-    exited = run(queue, clock, watch, JobSpec("aio.exit"), event_loop)
+    exited = run(queue, watch, JobSpec("aio.exit"), event_loop)
     assert exited.outcome is Outcome.ARCHIVED
     assert last_attempt(queue, exited.job_id)["class"] == "builtins.SystemExit"
-    after = run(queue, clock, watch, JobSpec("aio.sleep", {"seconds": 0}), event_loop)
+    after = run(queue, watch, JobSpec("aio.sleep", {"seconds": 0}), event_loop)
     assert after.outcome is Outcome.DONE
 
 
@@ -105,7 +95,7 @@ def test_an_async_job_past_its_timeout_is_cancelled_and_recorded_as_timed_out(
 ) -> None:
     path = tmp_path / "stopped"
     spec = JobSpec("aio.wait_forever", {"path": str(path)}).with_timeout("200ms")
-    execution = run(queue, clock, watch, spec, event_loop)
+    execution = run(queue, watch, spec, event_loop)
     assert execution.outcome is Outcome.ARCHIVED
     assert last_attempt(queue, execution.job_id)["class"] == "recruiter.stopping.JobTimedOut"
     assert path.read_text() == "stopped", "its finally ran, in its task"
@@ -128,7 +118,7 @@ def test_an_async_job_cancelled_while_it_runs_is_archived_as_cancelled(
 
     canceller = threading.Thread(target=cancel_once_it_waits)
     canceller.start()
-    execution = run(queue, clock, watch, spec, event_loop)
+    execution = run(queue, watch, spec, event_loop)
     canceller.join()
     assert began == [True]
     assert (execution.outcome, execution.why) == (Outcome.ARCHIVED, "cancelled")
@@ -175,7 +165,7 @@ def test_an_async_job_stopped_before_its_tasks_first_step_is_recorded_as_not_run
         return hand_over(callback, *args, **options)
 
     monkeypatch.setattr(event_loop.loop, "call_soon_threadsafe", stop_first)
-    execution = run(queue, clock, watch, spec.retry_with(RetryManyTimes(5)), event_loop)
+    execution = run(queue, watch, spec.retry_with(RetryManyTimes(5)), event_loop)
     monkeypatch.undo()
     assert execution.outcome is outcome
     assert not waiting(str(path)).is_set(), "its code never began"
@@ -208,7 +198,7 @@ def test_a_wrapper_that_ran_before_its_coroutine_is_never_recorded_as_not_run(
 
     monkeypatch.setattr(event_loop.loop, "call_soon_threadsafe", stop_first)
     spec = JobSpec("aio.audited_wait", {"path": str(path)})
-    execution = run(queue, clock, watch, spec, event_loop)
+    execution = run(queue, watch, spec, event_loop)
     monkeypatch.undo()
     assert execution.outcome is Outcome.ARCHIVED
     assert (tmp_path / "stopped.audited").exists(), "the wrapper ran"

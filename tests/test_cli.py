@@ -13,28 +13,12 @@ from pymongo.database import Database
 from typer.testing import CliRunner, Result
 
 from recruiter.cli import ExitCode, app
-from recruiter.embedded import free_port
+from tests.commands import closed_port_uri, recruiter
 
 
 def said(result: Result) -> str:
     """The command's output as one line of words, without rich's box drawing."""
     return " ".join(result.output.replace("│", " ").split())
-
-
-def recruiter(*arguments: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """Run the real ``recruiter`` entry point, as a user would."""
-    return subprocess.run(
-        [sys.executable, "-m", "recruiter", *arguments],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-
-
-def closed_port_uri(password: str = "") -> str:
-    credentials = f"app:{password}@" if password else ""
-    return f"mongodb://{credentials}127.0.0.1:{free_port()}/?serverSelectionTimeoutMS=200"
 
 
 @pytest.mark.parametrize(
@@ -171,9 +155,8 @@ def test_a_store_opened_while_the_database_restarts_waits_for_it(
     import datetime as dt
     import uuid
 
-    from recruiter.clock import FrozenClock
+    from recruiter import DatabaseUnavailable, DatabaseUnreachable, FrozenClock
     from recruiter.connection import open_store
-    from recruiter.errors import DatabaseUnavailable, DatabaseUnreachable
     from recruiter.store import Store
 
     real = Store.ensure_ready

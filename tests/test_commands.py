@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,52 +18,14 @@ import pytest
 from pymongo import MongoClient
 from pymongo.database import Database
 
-from recruiter import JobSpec, Queue, RetryManyTimes, Root
-from recruiter.clock import SystemClock
+from benchmarks.app import rendezvous_async
+from recruiter import Every, JobSpec, Queue, RetryManyTimes, Root, SystemClock
 from recruiter.embedded import free_port, start_server
-from recruiter.repeating.timing import Every
+from tests.commands import Processes, wait_for
 
 pytestmark = pytest.mark.real_server
 
 DEAD_AFTER = "3s"
-
-
-class Processes:
-    """Starts ``python -m recruiter ...`` processes and stops them all at the end."""
-
-    def __init__(self, uri: str, database: str, logs: Path) -> None:
-        self.uri, self.database, self.logs = uri, database, logs
-        self.started: list[subprocess.Popen[bytes]] = []
-
-    def start(self, *arguments: str) -> subprocess.Popen[bytes]:
-        log = (self.logs / f"{len(self.started)}-{arguments[0]}.log").open("wb")
-        command = [sys.executable, "-m", "recruiter", *arguments]
-        command += ["--mongodb-uri", self.uri, "--database", self.database, "--log-level", "debug"]
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=self.logs)
-        log.close()
-        self.started.append(process)
-        return process
-
-    def worker(self, *arguments: str) -> subprocess.Popen[bytes]:
-        return self.start(
-            "worker", "--app", "recruiter.demo:registry", "--heartbeat-every", "0.5s", *arguments
-        )
-
-    def stop_all(self) -> None:
-        for process in self.started:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process in self.started:
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-
-    def dump_logs(self) -> str:
-        return "\n".join(
-            f"== {p.name}\n{p.read_text()[-3000:]}" for p in sorted(self.logs.glob("*.log"))
-        )
 
 
 @pytest.fixture
@@ -75,31 +37,17 @@ def processes(
     running.stop_all()
 
 
-@pytest.fixture
-def queue(real_database: Database[Any]) -> Queue:
-    return Queue(real_database, SystemClock())
-
-
-def wait_for(condition: Callable[[], bool], processes: Processes, seconds: float = 60) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"not met within {seconds}s\n{processes.dump_logs()}")
-
-
 def test_jobs_scheduled_from_python_are_all_done_by_real_processes(
-    processes: Processes, queue: Queue
+    processes: Processes, system_queue: Queue
 ) -> None:
     processes.start("run")
     processes.start("run")  # a standby: it must not disturb the leader
     processes.start("clean", "--considered-dead-after", DEAD_AFTER)
     for _ in range(2):
         processes.worker("--concurrency", "2")
-    ids = queue.schedule_many(JobSpec("demo.greet", {"name": f"n{n}"}) for n in range(30))
-    wait_for(lambda: queue.store.count_jobs("archived", {"why": "done"}) == 30, processes)
-    assert {queue.job(i).attempts for i in ids} == {1}
+    ids = system_queue.schedule_many(JobSpec("demo.greet", {"name": f"n{n}"}) for n in range(30))
+    wait_for(lambda: system_queue.store.count_jobs("archived", {"why": "done"}) == 30, processes)
+    assert {system_queue.job(i).attempts for i in ids} == {1}
     first, second = (p.read_text() for p in sorted(processes.logs.glob("*-run.log")))
     leader, standby = (first, second) if "became the leader" in first else (second, first)
     assert "became the leader" in leader, "either may win the lease, one must"
@@ -107,26 +55,26 @@ def test_jobs_scheduled_from_python_are_all_done_by_real_processes(
     assert "became the leader" not in standby
     processes.stop_all()
     assert [p.returncode for p in processes.started] == [0] * 5, processes.dump_logs()
-    assert queue.store.workers() == [], "stopped workers leave the roster"
+    assert system_queue.store.workers() == [], "stopped workers leave the roster"
 
 
 def test_a_job_killed_with_its_worker_is_retried_after_the_dead_timeout(
-    processes: Processes, queue: Queue
+    processes: Processes, system_queue: Queue
 ) -> None:
     processes.start("run")
     processes.start("clean", "--considered-dead-after", DEAD_AFTER)
     doomed = processes.worker("--group", "lane")
-    job_id = queue.schedule(
+    job_id = system_queue.schedule(
         JobSpec("demo.sleep", {"milliseconds": 1500})
         .in_group("lane")
         .retry_with(RetryManyTimes(1, 0))
     )
-    wait_for(lambda: queue.job(job_id).lock_started_at is not None, processes)
+    wait_for(lambda: system_queue.job(job_id).lock_started_at is not None, processes)
     os.kill(doomed.pid, signal.SIGKILL)
     doomed.wait()
     processes.worker("--group", "lane")
-    wait_for(lambda: queue.job(job_id).why is not None, processes)
-    job = queue.job(job_id)
+    wait_for(lambda: system_queue.job(job_id).why is not None, processes)
+    job = system_queue.job(job_id)
     assert (job.why, job.attempts) == ("done", 2)
     first, second = job.history
     assert (first["crashed"], first["class"]) == (True, "recruiter.errors.WorkerDied")
@@ -134,7 +82,7 @@ def test_a_job_killed_with_its_worker_is_retried_after_the_dead_timeout(
 
 
 def test_a_processes_pool_worker_outlives_a_segfault_and_is_not_starved_by_a_gil_holding_job(
-    processes: Processes, queue: Queue, monkeypatch: pytest.MonkeyPatch
+    processes: Processes, system_queue: Queue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two slots, each with its job process: one job backtracks in a regular expression
     (holding its process's GIL) for longer than the dead timeout, one segfaults, one
@@ -149,21 +97,23 @@ def test_a_processes_pool_worker_outlives_a_segfault_and_is_not_starved_by_a_gil
         *("--heartbeat-every", "0.5s"),
     )
     once = RetryManyTimes(0)
-    long = queue.schedule(JobSpec("pool.backtrack", {"length": 27}).retry_with(once))
-    crash = queue.schedule(JobSpec("pool.segfault").retry_with(once))
-    wait_for(lambda: queue.job(crash).why is not None, processes)
-    after = queue.schedule(JobSpec("pool.whoami"))
-    wait_for(lambda: None not in (queue.job(long).why, queue.job(after).why), processes)
-    job = queue.job(long)
+    long = system_queue.schedule(JobSpec("pool.backtrack", {"length": 27}).retry_with(once))
+    crash = system_queue.schedule(JobSpec("pool.segfault").retry_with(once))
+    wait_for(lambda: system_queue.job(crash).why is not None, processes)
+    after = system_queue.schedule(JobSpec("pool.whoami"))
+    wait_for(
+        lambda: None not in (system_queue.job(long).why, system_queue.job(after).why), processes
+    )
+    job = system_queue.job(long)
     assert (job.why, job.attempts) == ("done", 1), processes.dump_logs()
     assert job.history[0]["ended_at"] - job.history[0]["started_at"] > dt.timedelta(seconds=3)
-    crashed = queue.job(crash)
+    crashed = system_queue.job(crash)
     assert crashed.why == "tried-too-many-times"
     assert crashed.history[0]["class"] == "recruiter.pool.JobProcessDied"
     assert "SIGSEGV" in crashed.history[0]["message"]
-    assert queue.job(after).why == "done"
-    logged = queue.schedule(JobSpec("pool.log", {"message": "hello from a job process"}))
-    wait_for(lambda: queue.job(logged).why == "done", processes)
+    assert system_queue.job(after).why == "done"
+    logged = system_queue.schedule(JobSpec("pool.log", {"message": "hello from a job process"}))
+    wait_for(lambda: system_queue.job(logged).why == "done", processes)
     processes.stop_all()
     assert [p.returncode for p in processes.started] == [0] * 3, processes.dump_logs()
     worker_log = next(processes.logs.glob("*-worker.log")).read_text()
@@ -178,7 +128,7 @@ def process_state(pid: int) -> str:
 
 
 def test_a_processes_pool_workers_job_pauses_while_the_worker_is_stopped(
-    processes: Processes, queue: Queue, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    processes: Processes, system_queue: Queue, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """A worker frozen (SIGSTOP) must not leave its job running in its child: were it
     frozen past the dead timeout, the job would run on beside its next run. The child
@@ -189,7 +139,7 @@ def test_a_processes_pool_workers_job_pauses_while_the_worker_is_stopped(
     processes.start("run")
     worker = processes.start("worker", "--app", "tests.pool_app:registry", "--pool", "processes")
     ticks, gate = tmp_path / "ticks", tmp_path / "gate"
-    job_id = queue.schedule(JobSpec("pool.ticker", {"path": str(ticks), "gate": str(gate)}))
+    job_id = system_queue.schedule(JobSpec("pool.ticker", {"path": str(ticks), "gate": str(gate)}))
     wait_for(lambda: ticks.exists() and ticks.stat().st_size > 0, processes)
     child = int(Path(f"{ticks}.pid").read_text())
     os.kill(worker.pid, signal.SIGSTOP)
@@ -200,21 +150,21 @@ def test_a_processes_pool_workers_job_pauses_while_the_worker_is_stopped(
     os.kill(worker.pid, signal.SIGCONT)
     wait_for(lambda: float(ticks.read_text().split()[-1]) > resumed, processes)
     gate.touch()
-    wait_for(lambda: queue.job(job_id).why is not None, processes)
-    assert queue.job(job_id).why == "done"
+    wait_for(lambda: system_queue.job(job_id).why is not None, processes)
+    assert system_queue.job(job_id).why == "done"
     times = [float(line) for line in ticks.read_text().split()]
     during = [t for t in times if stopped < t < resumed]
     assert during == [], "the child paused with its worker"
 
 
 def test_a_repeatable_job_gets_one_occurrence_per_tick_across_a_recruiter_failover(
-    processes: Processes, queue: Queue
+    processes: Processes, system_queue: Queue
 ) -> None:
-    queue.repeat("tick", JobSpec("demo.greet", {"name": "tick"}), Every("1s"))
+    system_queue.repeat("tick", JobSpec("demo.greet", {"name": "tick"}), Every("1s"))
 
     def ticks() -> list[dt.datetime]:
         return sorted(
-            d["scheduler"]["at"] for d in queue.store.scheduled.find({}, {"scheduler": 1})
+            d["scheduler"]["at"] for d in system_queue.store.scheduled.find({}, {"scheduler": 1})
         )
 
     leader = processes.start("run", "--lease", "2s")
@@ -230,30 +180,30 @@ def test_a_repeatable_job_gets_one_occurrence_per_tick_across_a_recruiter_failov
     times = ticks()
     second = dt.timedelta(seconds=1)
     assert times == [times[0] + n * second for n in range(len(times))], "none lost, none twice"
-    scheduler = queue.store.find_scheduler("tick")
+    scheduler = system_queue.store.find_scheduler("tick")
     assert scheduler is not None
     assert (scheduler.pending, scheduler.created) == (None, len(times))
 
 
 def test_sigterm_mid_job_finishes_the_job_before_exiting(
-    processes: Processes, queue: Queue
+    processes: Processes, system_queue: Queue
 ) -> None:
     processes.start("run")
     worker = processes.worker()
-    job_id = queue.schedule(JobSpec("demo.sleep", {"milliseconds": 1000}))
-    wait_for(lambda: queue.job(job_id).lock_started_at is not None, processes)
+    job_id = system_queue.schedule(JobSpec("demo.sleep", {"milliseconds": 1000}))
+    wait_for(lambda: system_queue.job(job_id).lock_started_at is not None, processes)
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(timeout=30) == 0, processes.dump_logs()
-    job = queue.job(job_id)
+    job = system_queue.job(job_id)
     assert (job.why, job.attempts) == ("done", 1)
-    assert queue.store.workers() == []
+    assert system_queue.store.workers() == []
 
 
-def test_a_second_sigterm_stops_a_worker_at_once(processes: Processes, queue: Queue) -> None:
+def test_a_second_sigterm_stops_a_worker_at_once(processes: Processes, system_queue: Queue) -> None:
     processes.start("run")
     worker = processes.worker()
-    job_id = queue.schedule(JobSpec("demo.sleep", {"milliseconds": 60_000}))
-    wait_for(lambda: queue.job(job_id).lock_started_at is not None, processes)
+    job_id = system_queue.schedule(JobSpec("demo.sleep", {"milliseconds": 60_000}))
+    wait_for(lambda: system_queue.job(job_id).lock_started_at is not None, processes)
     worker.send_signal(signal.SIGTERM)
     # signals do not queue: send the second once the first was handled, as a person would
     wait_for(lambda: "stopping after the current work" in processes.dump_logs(), processes)
@@ -261,24 +211,28 @@ def test_a_second_sigterm_stops_a_worker_at_once(processes: Processes, queue: Qu
     assert worker.wait(timeout=15) == 128 + signal.SIGTERM, processes.dump_logs()
 
 
-def test_up_runs_everything_and_one_ctrl_c_stops_it_all(processes: Processes, queue: Queue) -> None:
+def test_up_runs_everything_and_one_ctrl_c_stops_it_all(
+    processes: Processes, system_queue: Queue
+) -> None:
     up = processes.start("up", "--workers", "2", "--concurrency", "2")
     # every slot registered first: a worker up before the other would take a deep queue
-    # in batches (docs/prefetch.md), and this test is about both running
-    wait_for(lambda: len(queue.store.workers()) == 4, processes)
-    ids = queue.schedule_many(JobSpec("demo.greet", {"name": f"n{n}"}) for n in range(12))
-    wait_for(lambda: queue.store.count_jobs("archived", {"why": "done"}) == 12, processes)
-    pids = {queue.job(i).last_execution["pid"] for i in ids}  # type: ignore[index]
+    # in batches (docs/batches.md), and this test is about both running
+    wait_for(lambda: len(system_queue.store.workers()) == 4, processes)
+    ids = system_queue.schedule_many(JobSpec("demo.greet", {"name": f"n{n}"}) for n in range(12))
+    wait_for(lambda: system_queue.store.count_jobs("archived", {"why": "done"}) == 12, processes)
+    pids = {system_queue.job(i).last_execution["pid"] for i in ids}  # type: ignore[index]
     assert len(pids) == 2, "both worker processes took jobs"
     up.send_signal(signal.SIGINT)
     assert up.wait(timeout=30) == 0, processes.dump_logs()
-    assert queue.store.workers() == [], "every worker left the roster"
-    lease = queue.store.find_lease("recruiter")
+    assert system_queue.store.workers() == [], "every worker left the roster"
+    lease = system_queue.store.find_lease("recruiter")
     assert lease is not None
     assert lease.expires_at <= SystemClock().now(), "the recruiter gave its lease up"
 
 
-def test_the_demo_runs_its_jobs_on_real_processes(processes: Processes, queue: Queue) -> None:
+def test_the_demo_runs_its_jobs_on_real_processes(
+    processes: Processes, system_queue: Queue
+) -> None:
     demo = processes.start("demo", "--jobs", "6", "--workers", "2")
     assert demo.wait(timeout=90) == 0, processes.dump_logs()
     output = processes.dump_logs()
@@ -286,8 +240,10 @@ def test_the_demo_runs_its_jobs_on_real_processes(processes: Processes, queue: Q
     assert "run by" in output
     # the demo shows its jobs once they are finished; the cleaner archives them in batches
     unfinished = {"why": {"$exists": False}}
-    assert queue.store.count_jobs("scheduled", unfinished) == 0
-    assert queue.store.count_jobs("archived") + queue.store.count_jobs("scheduled") == 6
+    assert system_queue.store.count_jobs("scheduled", unfinished) == 0
+    assert (
+        system_queue.store.count_jobs("archived") + system_queue.store.count_jobs("scheduled") == 6
+    )
 
 
 def test_a_database_crash_mid_run_loses_nothing_and_reruns_nothing(tmp_path: Path) -> None:
@@ -296,7 +252,7 @@ def test_a_database_crash_mid_run_loses_nothing_and_reruns_nothing(tmp_path: Pat
     logs.mkdir()
     server = start_server(data, durable=True, log_path=tmp_path / "server.log")
     client: MongoClient[dict[str, Any]] = MongoClient(server.uri, tz_aware=True)
-    queue = Queue(client.outage, SystemClock())
+    system_queue = Queue(client.outage, SystemClock())
     processes = Processes(server.uri, "outage", logs)
     try:
         processes.start("run")
@@ -305,15 +261,17 @@ def test_a_database_crash_mid_run_loses_nothing_and_reruns_nothing(tmp_path: Pat
             # heartbeats at a third of the dead timeout: after the outage, a cleaner that
             # did not wait would find every worker's last beat too old
             processes.worker("--concurrency", "2", "--heartbeat-every", "1s")
-        ids = queue.schedule_many(JobSpec("demo.sleep", {"milliseconds": 150}) for _ in range(40))
-        wait_for(lambda: queue.store.count_jobs("archived") >= 8, processes)
+        ids = system_queue.schedule_many(
+            JobSpec("demo.sleep", {"milliseconds": 150}) for _ in range(40)
+        )
+        wait_for(lambda: system_queue.store.count_jobs("archived") >= 8, processes)
         server.kill()  # mid-run: jobs are running, others queued
         # the outage outlasts the driver's 5 s wait for a server, so every process gets
         # errors, and the dead timeout, so heartbeats are older than it when it ends
         time.sleep(6.0)
         server = start_server(data, port=server.port, durable=True, log_path=tmp_path / "s.log")
-        wait_for(lambda: queue.store.count_jobs("archived") == 40, processes, seconds=120)
-        jobs = [queue.job(i) for i in ids]
+        wait_for(lambda: system_queue.store.count_jobs("archived") == 40, processes, seconds=120)
+        jobs = [system_queue.job(i) for i in ids]
         assert {(j.why, j.attempts) for j in jobs} == {("done", 1)}, "none lost, none rerun"
         assert all(p.poll() is None for p in processes.started), "every process survived"
         processes.stop_all()
@@ -330,25 +288,25 @@ def test_a_database_crash_mid_run_loses_nothing_and_reruns_nothing(tmp_path: Pat
 
 
 def test_a_worker_over_its_memory_limit_retires_after_its_job(
-    processes: Processes, queue: Queue
+    processes: Processes, system_queue: Queue
 ) -> None:
     processes.start("run")
     worker = processes.worker("--memory-limit", "1MB")  # any Python process is over it
-    ids = queue.schedule_many(JobSpec("demo.greet", {"name": f"n{n}"}) for n in range(5))
+    ids = system_queue.schedule_many(JobSpec("demo.greet", {"name": f"n{n}"}) for n in range(5))
     assert worker.wait(timeout=60) == 0, processes.dump_logs()
     assert "over the limit" in processes.dump_logs()
-    jobs = [queue.job(i) for i in ids]
+    jobs = [system_queue.job(i) for i in ids]
     done = [j for j in jobs if j.why == "done"]
     assert 1 <= len(done) <= 2, "its job, and one handed to it before it could retire"
     assert not any(j.locked for j in jobs), "it left nothing locked"
-    assert queue.store.workers() == []
+    assert system_queue.store.workers() == []
 
 
-def most_at_once(queue: Queue, job_ids: list[Any]) -> int:
+def most_at_once(system_queue: Queue, job_ids: list[Any]) -> int:
     """The most of these jobs running at one moment, from their attempts' history."""
     moments: list[tuple[dt.datetime, int]] = []
     for job_id in job_ids:
-        for attempt in queue.job(job_id).history:
+        for attempt in system_queue.job(job_id).history:
             moments += [(attempt["started_at"], 1), (attempt["ended_at"], -1)]
     running = most = 0
     for _, change in sorted(moments):  # an end sorts before a start at the same moment
@@ -358,30 +316,28 @@ def most_at_once(queue: Queue, job_ids: list[Any]) -> int:
 
 
 def test_a_concurrency_limit_holds_across_six_workers_and_changes_at_runtime(
-    processes: Processes, queue: Queue
+    processes: Processes, system_queue: Queue
 ) -> None:
     def group(*arguments: str) -> None:
-        command = [sys.executable, "-m", "recruiter", "group", *arguments]
-        command += ["--mongodb-uri", processes.uri, "--database", processes.database]
-        result = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+        result = processes.run("group", *arguments, timeout=60)
         assert result.returncode == 0, result.stderr
 
     group("set", "limited", "--concurrency", "2")
     processes.start("run")
     for _ in range(3):
         processes.worker("--concurrency", "2")
-    wait_for(lambda: len(queue.store.available_workers()) == 6, processes)
+    wait_for(lambda: len(system_queue.store.available_workers()) == 6, processes)
 
     def burst() -> list[Any]:
-        ids = queue.schedule_many(
+        ids = system_queue.schedule_many(
             JobSpec("demo.sleep", {"milliseconds": 300}).in_group("limited") for _ in range(12)
         )
-        wait_for(lambda: all(queue.job(i).why == "done" for i in ids), processes)
+        wait_for(lambda: all(system_queue.job(i).why == "done" for i in ids), processes)
         return ids
 
-    assert most_at_once(queue, burst()) == 2, "never more than 2, and the 2 were used"
+    assert most_at_once(system_queue, burst()) == 2, "never more than 2, and the 2 were used"
     group("set", "limited", "--concurrency", "4")
-    assert most_at_once(queue, burst()) in (3, 4), "the new limit applies, without a restart"
+    assert most_at_once(system_queue, burst()) in (3, 4), "the new limit applies, without a restart"
 
 
 PRODUCER = """
@@ -394,7 +350,7 @@ print(*ids)
 
 
 def test_processes_scheduling_the_same_deduplicated_job_at_once_store_one(
-    processes: Processes, queue: Queue
+    processes: Processes, system_queue: Queue
 ) -> None:
     producers = [
         subprocess.Popen(
@@ -407,62 +363,62 @@ def test_processes_scheduling_the_same_deduplicated_job_at_once_store_one(
     told = {output for p in producers for output in p.communicate(timeout=120)[0].split()}
     assert [p.returncode for p in producers] == [0] * 4
     (job_id,) = told  # every producer was told the one job's id
-    assert queue.store.count_jobs("scheduled") == 1
+    assert system_queue.store.count_jobs("scheduled") == 1
     processes.start("run")
     processes.worker()
-    wait_for(lambda: queue.job(job_id).why == "done", processes)
+    wait_for(lambda: system_queue.job(job_id).why == "done", processes)
 
 
 def test_leaves_of_an_older_root_are_skipped_by_real_workers(
-    processes: Processes, queue: Queue
+    processes: Processes, system_queue: Queue
 ) -> None:
     old = Root("pages:42", SystemClock().now() - dt.timedelta(minutes=1))
-    leaves = queue.schedule_many(
+    leaves = system_queue.schedule_many(
         JobSpec("demo.greet", {"name": f"leaf {n}"}).in_group("leaves").as_leaf_of(old)
         for n in range(3)
     )
-    root = queue.schedule(
+    root = system_queue.schedule(
         JobSpec("demo.greet", {"name": "root"}).in_group("roots").as_root(old.signature)
     )
     processes.start("run")
     processes.worker("--group", "roots")
-    wait_for(lambda: queue.job(root).why == "done", processes)
+    wait_for(lambda: system_queue.job(root).why == "done", processes)
     processes.worker("--group", "leaves")
-    wait_for(lambda: all(queue.job(i).why is not None for i in leaves), processes)
-    assert {queue.job(i).why for i in leaves} == {"superseded"}
+    wait_for(lambda: all(system_queue.job(i).why is not None for i in leaves), processes)
+    assert {system_queue.job(i).why for i in leaves} == {"superseded"}
 
 
 def test_shell_command_jobs_run_on_real_workers_with_their_output_recorded(
-    processes: Processes, queue: Queue
+    processes: Processes, system_queue: Queue
 ) -> None:
     processes.start("run")
     processes.worker()
-    done = queue.schedule(JobSpec("demo.report", {"region": "eu"}))
-    failed = queue.schedule(JobSpec("demo.exit", {"code": 4}).retry_with(RetryManyTimes(1, 0)))
-    wait_for(lambda: None not in (queue.job(done).why, queue.job(failed).why), processes)
-    output = queue.job(done).history[-1]["output"]
+    done = system_queue.schedule(JobSpec("demo.report", {"region": "eu"}))
+    failed = system_queue.schedule(
+        JobSpec("demo.exit", {"code": 4}).retry_with(RetryManyTimes(1, 0))
+    )
+    wait_for(
+        lambda: None not in (system_queue.job(done).why, system_queue.job(failed).why), processes
+    )
+    output = system_queue.job(done).history[-1]["output"]
     assert (output["exit_code"], output["stdout"]) == (0, f"report {done} eu\n")
-    job = queue.job(failed)
+    job = system_queue.job(failed)
     assert (job.why, job.attempts) == ("tried-too-many-times", 2)
     assert [a["output"]["exit_code"] for a in job.history] == [4, 4]
 
 
 def job_command(processes: Processes, *arguments: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "recruiter", "job", *arguments]
-    command += ["--mongodb-uri", processes.uri, "--database", processes.database]
-    wide = {**os.environ, "COLUMNS": "200"}  # rich wraps its table to the terminal's width
-    return subprocess.run(
-        command, capture_output=True, text=True, timeout=120, check=False, env=wide
-    )
+    wide = {"COLUMNS": "200"}  # rich wraps its table to the terminal's width
+    return processes.run("job", *arguments, env=wide)
 
 
 def test_job_run_wait_makes_jobs_due_and_reports_how_they_ended(
-    processes: Processes, queue: Queue
+    processes: Processes, system_queue: Queue
 ) -> None:
     processes.start("run")
     processes.worker()
-    later = queue.schedule(JobSpec("demo.greet", {"name": "later"}).run_in("1h"))
-    broken = queue.schedule(JobSpec("demo.broken").run_in("1h"))
+    later = system_queue.schedule(JobSpec("demo.greet", {"name": "later"}).run_in("1h"))
+    broken = system_queue.schedule(JobSpec("demo.broken").run_in("1h"))
     ran = job_command(processes, "run", str(later), "--wait", "--timeout", "60s")
     assert ran.returncode == 0, ran.stdout + ran.stderr + processes.dump_logs()
     assert f"{later}" in ran.stdout
@@ -472,11 +428,13 @@ def test_job_run_wait_makes_jobs_due_and_reports_how_they_ended(
     assert "this job always fails" in failed.stdout
 
 
-def test_job_run_here_runs_a_job_no_worker_would_take(processes: Processes, queue: Queue) -> None:
-    nobody = queue.schedule(JobSpec("demo.report", {"region": "eu"}).in_group("nobody"))
+def test_job_run_here_runs_a_job_no_worker_would_take(
+    processes: Processes, system_queue: Queue
+) -> None:
+    nobody = system_queue.schedule(JobSpec("demo.report", {"region": "eu"}).in_group("nobody"))
     ran = job_command(processes, "run", str(nobody), "--here", "--app", "recruiter.demo:registry")
     assert ran.returncode == 0, ran.stdout + ran.stderr
-    job = queue.job(nobody)
+    job = system_queue.job(nobody)
     assert job.why == "done"
     assert job.history[-1]["output"]["stdout"] == f"report {nobody} eu\n"
     again = job_command(processes, "run", str(nobody), "--here")
@@ -485,13 +443,13 @@ def test_job_run_here_runs_a_job_no_worker_would_take(processes: Processes, queu
 
 
 def test_the_applications_listeners_hear_leadership_and_last_failures(
-    processes: Processes, queue: Queue
+    processes: Processes, system_queue: Queue
 ) -> None:
     leader = processes.start("run", "--app", "recruiter.demo:registry")
     processes.worker()  # the demo registry: its listener logs a last failure
-    wait_for(lambda: [s.urn for s in queue.schedulers()] == ["demo.tick"], processes)
-    broken = queue.schedule(JobSpec("demo.broken"))
-    wait_for(lambda: queue.job(broken).why is not None, processes)
+    wait_for(lambda: [s.urn for s in system_queue.schedulers()] == ["demo.tick"], processes)
+    broken = system_queue.schedule(JobSpec("demo.broken"))
+    wait_for(lambda: system_queue.job(broken).why is not None, processes)
     wait_for(lambda: f"demo: job {broken} failed for good" in processes.dump_logs(), processes)
     leader.send_signal(signal.SIGTERM)
     assert leader.wait(timeout=30) == 0
@@ -500,27 +458,30 @@ def test_the_applications_listeners_hear_leadership_and_last_failures(
 
 
 def test_a_running_job_is_cancelled_from_the_command_line_and_a_timeout_stops_another(
-    processes: Processes, queue: Queue
+    processes: Processes, system_queue: Queue
 ) -> None:
     processes.start("run")
     processes.worker("--concurrency", "2")
     long = JobSpec("demo.sleep", {"milliseconds": 60_000}).retry_with(RetryManyTimes(3, 0))
-    cancelled = queue.schedule(long)
-    timed_out = queue.schedule(long.with_timeout("1s").retry_with(RetryManyTimes(1, 0)))
-    wait_for(lambda: queue.job(cancelled).lock_started_at is not None, processes)
+    cancelled = system_queue.schedule(long)
+    timed_out = system_queue.schedule(long.with_timeout("1s").retry_with(RetryManyTimes(1, 0)))
+    wait_for(lambda: system_queue.job(cancelled).lock_started_at is not None, processes)
     said = job_command(processes, "cancel", str(cancelled))
     assert said.returncode == 0, said.stderr
     assert f"job {cancelled}: stopping" in said.stdout
-    wait_for(lambda: None not in (queue.job(cancelled).why, queue.job(timed_out).why), processes)
-    job = queue.job(cancelled)
+    wait_for(
+        lambda: None not in (system_queue.job(cancelled).why, system_queue.job(timed_out).why),
+        processes,
+    )
+    job = system_queue.job(cancelled)
     assert (job.why, job.attempts) == ("cancelled", 1)
-    job = queue.job(timed_out)
+    job = system_queue.job(timed_out)
     assert (job.why, job.attempts) == ("tried-too-many-times", 2)
     assert {a["class"] for a in job.history} == {"recruiter.stopping.JobTimedOut"}
 
 
 def test_a_rate_limit_holds_across_workers(
-    processes: Processes, queue: Queue, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    processes: Processes, system_queue: Queue, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """Nine jobs of a group limited to 3 hand-outs per 2 s, on two workers with a slot
     for each: every job holds its slot until the gate opens, so each stays locked and
@@ -529,7 +490,7 @@ def test_a_rate_limit_holds_across_workers(
     add each job's delay from its hand-out to its start, which a loaded machine makes
     as long as it likes."""
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent.parent))
-    queue.limit_group("paced", rate="3/2s")
+    system_queue.limit_group("paced", rate="3/2s")
     processes.start("run")
     for slots in ("5", "4"):
         processes.start(
@@ -537,61 +498,59 @@ def test_a_rate_limit_holds_across_workers(
             *("--app", "tests.pool_app:registry", "--concurrency", slots),
             *("--heartbeat-every", "0.5s"),
         )
-    wait_for(lambda: len(queue.store.available_workers()) == 9, processes)
+    wait_for(lambda: len(system_queue.store.available_workers()) == 9, processes)
     gate = tmp_path / "gate"
-    ids = queue.schedule_many(
+    ids = system_queue.schedule_many(
         JobSpec("pool.wait_for_file", {"path": str(gate)}).in_group("paced") for _ in range(9)
     )
-    wait_for(lambda: all(queue.job(i).lock_since is not None for i in ids), processes)
-    handed_out = sorted(since for i in ids if (since := queue.job(i).lock_since) is not None)
+    wait_for(lambda: all(system_queue.job(i).lock_since is not None for i in ids), processes)
+    handed_out = sorted(since for i in ids if (since := system_queue.job(i).lock_since) is not None)
     gate.touch()
-    wait_for(lambda: all(queue.job(i).why == "done" for i in ids), processes)
+    wait_for(lambda: all(system_queue.job(i).why == "done" for i in ids), processes)
     window = dt.timedelta(seconds=2)
     fourths = zip(handed_out[:-3], handed_out[3:], strict=True)
     assert all(later - earlier >= window for earlier, later in fourths), (
         f"a 4th hand-out within 2 s of 3 others: {handed_out}"
     )
     assert handed_out[2] - handed_out[0] < window, "the limit was reached, not only kept"
-    workers = {queue.job(i).last_execution["pid"] for i in ids}  # type: ignore[index]
+    workers = {system_queue.job(i).last_execution["pid"] for i in ids}  # type: ignore[index]
     assert len(workers) == 2, "both workers ran the group's jobs"
 
 
 def test_one_worker_shares_itself_among_groups_and_honours_priorities(
-    processes: Processes, queue: Queue
+    processes: Processes, system_queue: Queue
 ) -> None:
     hour_ago = SystemClock().now() - dt.timedelta(hours=1)
-    bulk = queue.schedule_many(
+    bulk = system_queue.schedule_many(
         JobSpec("demo.greet", {"name": f"bulk {n}"}).in_group("bulk").run_at(hour_ago)
         for n in range(6)
     )
-    important = queue.schedule(
+    important = system_queue.schedule(
         JobSpec("demo.greet", {"name": "vip"}).in_group("bulk").with_priority(10)
     )
-    urgent = queue.schedule(JobSpec("demo.greet", {"name": "urgent"}).in_group("urgent"))
+    urgent = system_queue.schedule(JobSpec("demo.greet", {"name": "urgent"}).in_group("urgent"))
     processes.start("run")
     processes.worker()
     every = [*bulk, important, urgent]
-    wait_for(lambda: all(queue.job(i).why == "done" for i in every), processes)
-    order = sorted(every, key=lambda i: queue.job(i).history[0]["started_at"])
+    wait_for(lambda: all(system_queue.job(i).why == "done" for i in every), processes)
+    order = sorted(every, key=lambda i: system_queue.job(i).history[0]["started_at"])
     assert order[:2] == [important, urgent], "the newest of bulk first, then the other group"
 
 
 def operator(processes: Processes, *arguments: str) -> Any:
-    command = [sys.executable, "-m", "recruiter", *arguments]
-    command += ["--mongodb-uri", processes.uri, "--database", processes.database]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    result = processes.run(*arguments)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
 
-def test_the_operator_sees_the_running_system(processes: Processes, queue: Queue) -> None:
+def test_the_operator_sees_the_running_system(processes: Processes, system_queue: Queue) -> None:
     processes.start("run")
     processes.worker("--group", "mail")
-    ids = queue.schedule_many(
+    ids = system_queue.schedule_many(
         JobSpec("demo.greet", {"name": f"n{n}"}).in_group("mail") for n in range(5)
     )
-    broken = queue.schedule(JobSpec("demo.broken").in_group("mail"))
-    wait_for(lambda: all(queue.job(i).why is not None for i in [*ids, broken]), processes)
+    broken = system_queue.schedule(JobSpec("demo.broken").in_group("mail"))
+    wait_for(lambda: all(system_queue.job(i).why is not None for i in [*ids, broken]), processes)
     status = operator(processes, "status", "--json")
     assert status["leases"]["recruiter"]["holder"] is not None
     assert [w["group"] for w in status["workers"]] == ["mail"]
@@ -603,16 +562,16 @@ def test_the_operator_sees_the_running_system(processes: Processes, queue: Queue
 
 
 def test_metrics_of_a_running_system_are_scraped_over_http(
-    processes: Processes, queue: Queue
+    processes: Processes, system_queue: Queue
 ) -> None:
     port = free_port()
     processes.start("run")
     processes.worker("--group", "mail")
     processes.start("metrics", "--port", str(port), "--host", "127.0.0.1")
-    ids = queue.schedule_many(
+    ids = system_queue.schedule_many(
         JobSpec("demo.greet", {"name": f"n{n}"}).in_group("mail") for n in range(4)
     )
-    wait_for(lambda: all(queue.job(i).why == "done" for i in ids), processes)
+    wait_for(lambda: all(system_queue.job(i).why == "done" for i in ids), processes)
 
     def scrape() -> set[str]:
         try:
@@ -630,7 +589,7 @@ def test_metrics_of_a_running_system_are_scraped_over_http(
 
 
 def test_async_jobs_run_at_the_same_time_on_one_asyncio_worker(
-    processes: Processes, queue: Queue, monkeypatch: pytest.MonkeyPatch
+    processes: Processes, system_queue: Queue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Twenty jobs that each wait until all twenty wait together, on one worker: they are
     all done only if they all ran at once, in one process, on its event loop. (Five
@@ -642,15 +601,15 @@ def test_async_jobs_run_at_the_same_time_on_one_asyncio_worker(
     processes.start("clean", "--considered-dead-after", "60s")
     worker = processes.start(
         "worker",
-        *("--app", "tests.pool_app:registry", "--pool", "asyncio", "--concurrency", "20"),
+        *("--app", "benchmarks.app:registry", "--pool", "asyncio", "--concurrency", "20"),
     )
     # patience: a bound that only tells jobs that never meet from late ones (a loaded
     # machine starts twenty jobs in seconds, not a minute)
-    spec = JobSpec("aio.rendezvous", {"name": "all", "expected": 20, "patience": 90})
-    ids = queue.schedule_many(spec.retry_with(RetryManyTimes(0)) for _ in range(20))
+    spec = rendezvous_async.job("all", 20, 90)
+    ids = system_queue.schedule_many(spec.retry_with(RetryManyTimes(0)) for _ in range(20))
     unfinished = {"_id": {"$in": ids}, "why": None}
-    wait_for(lambda: queue.store.count_jobs("scheduled", unfinished) == 0, processes, 100)
-    jobs = [queue.job(job_id) for job_id in ids]
+    wait_for(lambda: system_queue.store.count_jobs("scheduled", unfinished) == 0, processes, 100)
+    jobs = [system_queue.job(job_id) for job_id in ids]
     assert {job.why for job in jobs} == {"done"}, processes.dump_logs()
     where = {
         (job.history[-1]["output"]["pid"], job.history[-1]["output"]["thread"]) for job in jobs
@@ -661,7 +620,7 @@ def test_async_jobs_run_at_the_same_time_on_one_asyncio_worker(
 
 
 def test_a_rolling_deploy_loses_no_job_of_a_workable_the_old_workers_do_not_know(
-    processes: Processes, queue: Queue, monkeypatch: pytest.MonkeyPatch
+    processes: Processes, system_queue: Queue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The new code schedules ``pool.whoami`` before any worker runs the new code: the
     old worker (the demo application) passes it over, it waits unattempted and shows as
@@ -669,16 +628,16 @@ def test_a_rolling_deploy_loses_no_job_of_a_workable_the_old_workers_do_not_know
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent.parent))
     processes.start("run")
     processes.worker()  # the old application: recruiter.demo
-    new = queue.schedule(JobSpec("pool.whoami"))
-    old = queue.schedule(JobSpec("demo.greet", {"name": "after"}))  # queued behind it
-    wait_for(lambda: queue.job(old).why == "done", processes)
-    waiting = queue.job(new)
+    new = system_queue.schedule(JobSpec("pool.whoami"))
+    old = system_queue.schedule(JobSpec("demo.greet", {"name": "after"}))  # queued behind it
+    wait_for(lambda: system_queue.job(old).why == "done", processes)
+    waiting = system_queue.job(new)
     assert (waiting.locked, waiting.attempts, waiting.history) == (False, 0, ())
     (shown,) = operator(processes, "status", "--json")["waiting_for_a_workable"]
     assert (shown["workable"], shown["jobs"]) == ("pool.whoami", 1)
     processes.start("worker", "--app", "tests.pool_app:registry", "--heartbeat-every", "0.5s")
-    wait_for(lambda: queue.job(new).why is not None, processes)
-    done = queue.job(new)
+    wait_for(lambda: system_queue.job(new).why is not None, processes)
+    done = system_queue.job(new)
     assert (done.why, done.attempts) == ("done", 1)
     assert operator(processes, "status", "--json")["waiting_for_a_workable"] == []
     processes.stop_all()

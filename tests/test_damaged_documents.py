@@ -9,18 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from recruiter import Job, JobSpec, Queue, Registry
+from recruiter import FrozenClock, Job, JobSpec, Queue, Registry
 from recruiter.attempts.verdict import Outcome
-from recruiter.clock import FrozenClock
 from recruiter.testing import drain
-
-
-@pytest.fixture
-def app(registry: Registry) -> Registry:
-    @registry.workable("tests.noop")
-    def noop() -> None: ...
-
-    return registry
 
 
 def healthy(queue: Queue) -> Any:
@@ -39,11 +30,11 @@ def healthy(queue: Queue) -> Any:
     ],
 )
 def test_a_damaged_job_fails_with_what_is_wrong(
-    queue: Queue, app: Registry, damage: dict[str, Any], problem: str
+    queue: Queue, noop_app: Registry, damage: dict[str, Any], problem: str
 ) -> None:
     job_id = healthy(queue)
     queue.store.scheduled.update_one({"_id": job_id}, damage)
-    report = drain(queue, app)
+    report = drain(queue, noop_app)
     assert [e.outcome for e in report.executions] == [Outcome.ARCHIVED]
     job = queue.job(job_id)
     assert job.why == "not-scheduled-by-retry-policy"
@@ -64,18 +55,20 @@ def test_a_damaged_job_fails_with_what_is_wrong(
     ],
 )
 def test_a_job_damaged_where_the_store_writes_fails_cleanly(
-    real_database: Any, app: Registry, clock: FrozenClock, damage: dict[str, Any], problem: str
+    real_database: Any, noop_app: Registry, clock: FrozenClock, damage: dict[str, Any], problem: str
 ) -> None:
     queue = Queue(real_database, clock)
-    test_a_damaged_job_fails_with_what_is_wrong(queue, app, damage, problem)
+    test_a_damaged_job_fails_with_what_is_wrong(queue, noop_app, damage, problem)
 
 
-def test_a_damaged_retry_policy_is_reported_and_not_retried(queue: Queue, app: Registry) -> None:
+def test_a_damaged_retry_policy_is_reported_and_not_retried(
+    queue: Queue, noop_app: Registry
+) -> None:
     job_id = healthy(queue)
     queue.store.scheduled.update_one(
         {"_id": job_id}, {"$set": {"retry_policy": {"class": "os.system", "parameters": {}}}}
     )
-    drain(queue, app)
+    drain(queue, noop_app)
     job = queue.job(job_id)
     assert job.why == "not-scheduled-by-retry-policy"
     assert job.last_execution is not None
@@ -83,7 +76,7 @@ def test_a_damaged_retry_policy_is_reported_and_not_retried(queue: Queue, app: R
 
 
 def test_jobs_damaged_beyond_running_are_left_alone(
-    queue: Queue, app: Registry, clock: FrozenClock
+    queue: Queue, noop_app: Registry, clock: FrozenClock
 ) -> None:
     unlocked_missing = healthy(queue)
     queue.store.scheduled.update_one({"_id": unlocked_missing}, {"$unset": {"locked": ""}})
@@ -91,7 +84,7 @@ def test_jobs_damaged_beyond_running_are_left_alone(
     queue.store.scheduled.update_one({"_id": due_as_text}, {"$set": {"scheduled_at": "now"}})
     queue.store.scheduled.insert_one({"_id": "bare"})
     fine = healthy(queue)
-    report = drain(queue, app)
+    report = drain(queue, noop_app)
     assert [(e.job_id, e.outcome) for e in report.executions] == [(fine, Outcome.DONE)]
     assert queue.job("bare").problems
     assert queue.store.count_jobs("scheduled") == 3

@@ -8,19 +8,25 @@ from typing import Any
 import pytest
 from bson import ObjectId
 
-from recruiter import Every, InvalidJob, JobSpec, Queue, Registry, Root, retry_statistics
+from recruiter import (
+    Every,
+    FrozenClock,
+    InvalidJob,
+    JobSpec,
+    Queue,
+    Registry,
+    Root,
+    Why,
+    retry_statistics,
+)
 from recruiter.attempts.executor import Executor, Identity
 from recruiter.attempts.verdict import Outcome
-from recruiter.clock import FrozenClock, SystemClock
-from recruiter.retry import Why
 from recruiter.testing import drain
+from tests.driving import execute
 
-
-@pytest.fixture
-def clock() -> FrozenClock:
-    """Runs are remembered for 7 days of real time (a TTL index that mongomock applies
-    when it reads): the frozen clock starts at the real time."""
-    return FrozenClock(SystemClock().now())
+pytestmark = pytest.mark.clock_at_real_time
+"""Runs are remembered for 7 days of real time (a TTL index that mongomock applies when
+it reads): the frozen clock starts at the real time."""
 
 
 @pytest.fixture
@@ -45,14 +51,6 @@ def ran(registry: Registry) -> list[Any]:
 
 def refresh(page: int, reason: str = "") -> JobSpec:
     return JobSpec("pages.refresh", {"page": page, "reason": reason})
-
-
-def run(queue: Queue, registry: Registry, clock: FrozenClock, job_id: Any) -> Any:
-    """Lock ``job_id`` and run it at once, as a worker would."""
-    token = ObjectId()
-    assert queue.store.lock_jobs([job_id], token, clock.now()) == [job_id]
-    executor = Executor(queue.store, registry, clock, Identity.of_this_process())
-    return executor.execute(job_id, token)
 
 
 # --- a queued duplicate is absorbed --------------------------------------------------------
@@ -115,7 +113,7 @@ def test_a_duplicate_scheduled_before_an_identical_job_started_and_succeeded_is_
     clock.advance(1)
     executor = Executor(queue.store, registry, clock, Identity.of_this_process())
     assert executor.execute(first, token).outcome is Outcome.DONE  # started after `second`
-    execution = run(queue, registry, clock, second)
+    execution = execute(queue, registry, second)
     assert (execution.outcome, execution.why) == (Outcome.SKIPPED, Why.DUPLICATE)
     assert ran == [1], "the duplicate's code never ran"
     skipped = queue.job(second)
@@ -128,10 +126,10 @@ def test_a_job_started_before_the_duplicate_was_scheduled_does_not_skip_it(
     queue: Queue, registry: Registry, clock: FrozenClock, ran: list[Any]
 ) -> None:
     first = queue.schedule(refresh(1).deduplicated())
-    assert run(queue, registry, clock, first).outcome is Outcome.DONE
+    assert execute(queue, registry, first).outcome is Outcome.DONE
     clock.advance(1)
     second = queue.schedule(refresh(1).deduplicated())
-    assert run(queue, registry, clock, second).outcome is Outcome.DONE
+    assert execute(queue, registry, second).outcome is Outcome.DONE
     assert ran == [1, 1]
 
 
@@ -147,7 +145,7 @@ def test_a_failed_run_never_makes_a_duplicate_skip(
     clock.advance(1)
     executor = Executor(queue.store, registry, clock, Identity.of_this_process())
     assert executor.execute(first, token).outcome is Outcome.ARCHIVED
-    assert run(queue, registry, clock, second).outcome is Outcome.ARCHIVED, "it ran, and failed"
+    assert execute(queue, registry, second).outcome is Outcome.ARCHIVED, "it ran, and failed"
 
 
 # --- root and leaf jobs --------------------------------------------------------------------
@@ -157,22 +155,22 @@ def test_leaves_of_an_older_root_are_skipped_once_a_newer_root_has_run(
     queue: Queue, registry: Registry, clock: FrozenClock, ran: list[Any]
 ) -> None:
     old_root = queue.schedule(JobSpec("links.root", {"pages": [1, 2]}).as_root("links:42"))
-    run(queue, registry, clock, old_root)
+    execute(queue, registry, old_root)
     ((_, root),) = ran
     assert root == Root("links:42", queue.job(old_root).created_at)  # type: ignore[arg-type]
     old_leaves = queue.schedule_many(refresh(page).as_leaf_of(root) for page in (1, 2))
     clock.advance(1)
     new_root = queue.schedule(JobSpec("links.root", {"pages": [1, 2]}).as_root("links:42"))
-    assert run(queue, registry, clock, old_leaves[0]).outcome is Outcome.DONE, "not run yet"
-    run(queue, registry, clock, new_root)
-    execution = run(queue, registry, clock, old_leaves[1])
+    assert execute(queue, registry, old_leaves[0]).outcome is Outcome.DONE, "not run yet"
+    execute(queue, registry, new_root)
+    execution = execute(queue, registry, old_leaves[1])
     assert (execution.outcome, execution.why) == (Outcome.SKIPPED, Why.SUPERSEDED)
     assert "a newer root 'links:42'" in queue.job(old_leaves[1]).history[-1]["message"]
     (_, new) = ran[2]
     fresh_leaf = queue.schedule(refresh(2).as_leaf_of(new))
-    assert run(queue, registry, clock, fresh_leaf).outcome is Outcome.DONE
+    assert execute(queue, registry, fresh_leaf).outcome is Outcome.DONE
     other = queue.schedule(refresh(3).as_leaf_of(Root("links:7", root.at)))
-    assert run(queue, registry, clock, other).outcome is Outcome.DONE, "another signature"
+    assert execute(queue, registry, other).outcome is Outcome.DONE, "another signature"
 
 
 def test_root_and_leaf_are_checked_at_the_edge(queue: Queue, clock: FrozenClock) -> None:

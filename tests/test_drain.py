@@ -10,6 +10,7 @@ from bson import ObjectId
 
 from recruiter import (
     ExponentialBackoff,
+    FrozenClock,
     JobSpec,
     Queue,
     Registry,
@@ -20,7 +21,6 @@ from recruiter import (
 )
 from recruiter.attempts.executor import Executor, Identity
 from recruiter.attempts.verdict import Outcome
-from recruiter.clock import FrozenClock
 from recruiter.errors import DrainLimitReached
 from recruiter.testing import drain
 
@@ -31,7 +31,9 @@ def calls() -> list[Any]:
 
 
 @pytest.fixture
-def app(registry: Registry, calls: list[Any]) -> Registry:
+def recording_app(registry: Registry, calls: list[Any]) -> Registry:
+    """Workables that record in ``calls`` what they were called with."""
+
     @registry.workable("tests.record")
     def record(value: int) -> None:
         calls.append((value, retry_statistics()))
@@ -56,10 +58,10 @@ def app(registry: Registry, calls: list[Any]) -> Registry:
 
 
 def test_a_successful_job_is_archived_as_done(
-    queue: Queue, app: Registry, calls: list[Any]
+    queue: Queue, recording_app: Registry, calls: list[Any]
 ) -> None:
     job_id = queue.schedule(JobSpec("tests.record", {"value": 7}))
-    report = drain(queue, app)
+    report = drain(queue, recording_app)
     assert [e.outcome for e in report.executions] == [Outcome.DONE]
     assert not report.is_there_a_failure()
     job = queue.job(job_id)
@@ -79,17 +81,17 @@ def test_a_successful_job_is_archived_as_done(
 
 
 def test_a_failing_job_is_retried_by_its_policy_then_archived(
-    queue: Queue, app: Registry, clock: FrozenClock, calls: list[Any]
+    queue: Queue, recording_app: Registry, clock: FrozenClock, calls: list[Any]
 ) -> None:
     job_id = queue.schedule(JobSpec("tests.fail", {"times": 5}).retry_with(RetryManyTimes(2, 60)))
-    first = drain(queue, app)
+    first = drain(queue, recording_app)
     assert [e.outcome for e in first.executions] == [Outcome.RETRY]
     assert first.executions[0].retry_at == clock.now() + dt.timedelta(seconds=60)
-    assert drain(queue, app).executions == (), "the retry is not due yet"
+    assert drain(queue, recording_app).executions == (), "the retry is not due yet"
     clock.advance(60)
-    assert [e.outcome for e in drain(queue, app).executions] == [Outcome.RETRY]
+    assert [e.outcome for e in drain(queue, recording_app).executions] == [Outcome.RETRY]
     clock.advance(60)
-    last = drain(queue, app)
+    last = drain(queue, recording_app)
     assert [(e.outcome, e.why) for e in last.executions] == [
         (Outcome.ARCHIVED, "tried-too-many-times")
     ]
@@ -124,50 +126,54 @@ def test_a_job_learns_when_it_runs_its_last_retry(
 
 
 def test_with_scheduled_runs_future_jobs_and_retries_at_once(
-    queue: Queue, app: Registry, calls: list[Any]
+    queue: Queue, recording_app: Registry, calls: list[Any]
 ) -> None:
     queue.schedule(JobSpec("tests.fail", {"times": 2}).retry_with(RetryForever("1h")).run_in("1d"))
-    report = drain(queue, app, with_scheduled=True)
+    report = drain(queue, recording_app, with_scheduled=True)
     assert [e.outcome for e in report.executions] == [Outcome.RETRY, Outcome.RETRY, Outcome.DONE]
 
 
-def test_drain_stops_a_job_retried_forever(queue: Queue, app: Registry) -> None:
+def test_drain_stops_a_job_retried_forever(queue: Queue, recording_app: Registry) -> None:
     queue.schedule(JobSpec("tests.fail", {"times": 1000}).retry_with(RetryForever(1)))
     with pytest.raises(DrainLimitReached):
-        drain(queue, app, with_scheduled=True, max_attempts=5)
+        drain(queue, recording_app, with_scheduled=True, max_attempts=5)
     job = queue.store.scheduled.find_one({})
     assert job is not None
     assert (job["locked"], job["attempts"]) == (False, 5), "no job is left locked"
 
 
 def test_drain_runs_only_the_given_group_oldest_first(
-    queue: Queue, app: Registry, clock: FrozenClock, calls: list[Any]
+    queue: Queue, recording_app: Registry, clock: FrozenClock, calls: list[Any]
 ) -> None:
     queue.schedule(JobSpec("tests.record", {"value": 2}))
     queue.schedule(JobSpec("tests.record", {"value": 3}).in_group("other"))
     queue.schedule(JobSpec("tests.record", {"value": 1}).run_at(clock.now() - dt.timedelta(1)))
-    drain(queue, app, group="generic")
+    drain(queue, recording_app, group="generic")
     assert [value for value, _ in calls] == [1, 2]
     assert queue.store.count_jobs("scheduled") == 1
 
 
 def test_a_class_workable_runs_its_chosen_method(
-    queue: Queue, app: Registry, calls: list[Any]
+    queue: Queue, recording_app: Registry, calls: list[Any]
 ) -> None:
     queue.schedule(JobSpec("tests.report", {"month": "2026-11"}, method="rebuild"))
-    drain(queue, app).raise_for_failures()
+    drain(queue, recording_app).raise_for_failures()
     assert calls == [("rebuild", {"month": "2026-11"})]
 
 
-def test_system_exit_in_a_job_is_a_failure_not_an_exit(queue: Queue, app: Registry) -> None:
+def test_system_exit_in_a_job_is_a_failure_not_an_exit(
+    queue: Queue, recording_app: Registry
+) -> None:
     job_id = queue.schedule(JobSpec("tests.exit"))
-    assert [e.outcome for e in drain(queue, app).executions] == [Outcome.ARCHIVED]
+    assert [e.outcome for e in drain(queue, recording_app).executions] == [Outcome.ARCHIVED]
     assert queue.job(job_id).why == "not-scheduled-by-retry-policy"
 
 
-def test_an_unknown_workable_fails_through_its_policy(queue: Queue, app: Registry) -> None:
+def test_an_unknown_workable_fails_through_its_policy(
+    queue: Queue, recording_app: Registry
+) -> None:
     job_id = queue.schedule(JobSpec("tests.gone").retry_with(RetryManyTimes(1, 0)))
-    report = drain(queue, app, with_scheduled=True)
+    report = drain(queue, recording_app, with_scheduled=True)
     assert [e.outcome for e in report.executions] == [Outcome.RETRY, Outcome.ARCHIVED]
     job = queue.job(job_id)
     assert job.why == "tried-too-many-times"
@@ -176,9 +182,11 @@ def test_an_unknown_workable_fails_through_its_policy(queue: Queue, app: Registr
     assert "register it with @registry.workable('tests.gone')" in job.last_execution["message"]
 
 
-def test_parameters_that_no_longer_fit_fail_through_the_policy(queue: Queue, app: Registry) -> None:
+def test_parameters_that_no_longer_fit_fail_through_the_policy(
+    queue: Queue, recording_app: Registry
+) -> None:
     job_id = queue.schedule(JobSpec("tests.record", {"value": 1, "renamed": 2}))
-    drain(queue, app)
+    drain(queue, recording_app)
     job = queue.job(job_id)
     assert job.why == "not-scheduled-by-retry-policy"
     assert job.last_execution is not None
@@ -186,16 +194,14 @@ def test_parameters_that_no_longer_fit_fail_through_the_policy(queue: Queue, app
 
 
 def test_an_attempt_on_a_released_job_changes_nothing(
-    queue: Queue, app: Registry, clock: FrozenClock
+    queue: Queue, recording_app: Registry, clock: FrozenClock
 ) -> None:
     job_id = queue.schedule(JobSpec("tests.record", {"value": 1}))
     stale, fresh = ObjectId(), ObjectId()
-    executor = Executor(queue.store, app, clock, Identity.of_this_process())
+    executor = Executor(queue.store, recording_app, clock, Identity.of_this_process())
     assert queue.store.lock_jobs([job_id], stale, clock.now()) == [job_id]
     # the job is released (its worker was declared dead) and locked again for another
-    queue.store.scheduled.update_one(
-        {"_id": job_id}, {"$set": {"locked": False}, "$unset": {"lock": ""}}
-    )
+    assert queue.store.unlock_if_not_started([job_id], stale) == 1
     assert queue.store.lock_jobs([job_id], fresh, clock.now()) == [job_id]
     assert executor.execute(job_id, stale).outcome is Outcome.FENCED
     assert queue.job(job_id).attempts == 0

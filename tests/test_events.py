@@ -10,9 +10,8 @@ from typing import Any
 import pytest
 from bson import ObjectId
 
-from recruiter import JobSpec, Queue, Registry, RetryManyTimes, Workable
+from recruiter import FrozenClock, JobSpec, Queue, Registry, RetryManyTimes, Workable
 from recruiter.attempts.executor import Executor, Identity
-from recruiter.clock import FrozenClock
 from recruiter.errors import UnknownEvent
 from recruiter.events import JOB_ENDED, JOB_FAILURE_LAST, JOB_STARTED, JobEvent
 from recruiter.testing import drain
@@ -139,8 +138,10 @@ def test_a_fenced_attempt_tells_nothing_of_its_end(
     token = ObjectId()
     queue.store.lock_jobs([job_id], token, clock.now())
     executor = Executor(queue.store, registry, clock, Identity.of_this_process())
-    queue.store.scheduled.update_one({"_id": job_id}, {"$set": {"lock.token": ObjectId()}})
-    executor.execute(job_id, token)  # the job moved on before it started
+    # the job moved on before it started: released, and handed out again
+    assert queue.store.unlock_if_not_started([job_id], token) == 1
+    assert queue.store.lock_jobs([job_id], ObjectId(), clock.now()) == [job_id]
+    executor.execute(job_id, token)
     assert heard == []
 
 

@@ -8,7 +8,6 @@ process shows it (a traceback, a worker declared dead)."""
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 import textwrap
 from dataclasses import dataclass
@@ -19,14 +18,14 @@ import pytest
 from pymongo.database import Database
 from typer.testing import CliRunner
 
-from recruiter import JobSpec, Queue, Registry, RetryManyTimes
+from recruiter import DeclaredDead, JobSpec, Queue, Registry, RetryManyTimes
 from recruiter.cli import main
 from recruiter.cli.exit_codes import ExitCode, exit_code_of
-from recruiter.embedded import free_port
-from recruiter.errors import DeclaredDead
 from recruiter.processes.worker import DECLARED_DEAD_EXIT
 from recruiter.store.schema import SCHEMA_VERSION
 from recruiter.testing import drain
+from tests import commands
+from tests.commands import closed_port_uri
 
 DOCS = Path(__file__).parent.parent / "docs" / "processes.md"
 
@@ -58,25 +57,8 @@ def recruiter(*arguments: str, env: dict[str, str | None] | None = None) -> Ran:
         return Ran(code, stdout.getvalue().decode(), stderr.getvalue().decode())
 
 
-def in_a_process(
-    *arguments: str, cwd: Path, timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "recruiter", *arguments],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=timeout,
-        check=False,
-    )
-
-
-def closed_port_uri() -> str:
-    return f"mongodb://127.0.0.1:{free_port()}/?serverSelectionTimeoutMS=200"
-
-
 @pytest.fixture
-def shop(real_server_uri: str, real_database: Database[Any]) -> tuple[Queue, list[str]]:
+def shop_and_options(real_server_uri: str, real_database: Database[Any]) -> tuple[Queue, list[str]]:
     """A queue on the real server, and the options that reach it from a command."""
     queue = Queue(real_database)
     return queue, ["--mongodb-uri", real_server_uri, "--database", real_database.name]
@@ -94,7 +76,7 @@ def test_0_ok() -> None:
 
 def test_1_a_bug_prints_a_traceback(tmp_path: Path) -> None:
     (tmp_path / "broken_app.py").write_text("raise RuntimeError('a bug in the application')\n")
-    result = in_a_process(
+    result = commands.recruiter(
         "jobs",
         "run",
         "6b03f363855e6b03f363855e",
@@ -139,8 +121,8 @@ def test_3_database_unreachable() -> None:
 
 
 @pytest.mark.real_server
-def test_4_schema_too_new(shop: tuple[Queue, list[str]]) -> None:
-    queue, options = shop
+def test_4_schema_too_new(shop_and_options: tuple[Queue, list[str]]) -> None:
+    queue, options = shop_and_options
     queue.store.database.metadata.update_one(
         {"_id": "schema"}, {"$set": {"version": SCHEMA_VERSION + 1}}, upsert=True
     )
@@ -157,8 +139,8 @@ def test_5_embedded_server(tmp_path: Path) -> None:
 
 
 @pytest.mark.real_server
-def test_6_invalid(shop: tuple[Queue, list[str]], registry: Registry) -> None:
-    queue, options = shop
+def test_6_invalid(shop_and_options: tuple[Queue, list[str]], registry: Registry) -> None:
+    queue, options = shop_and_options
 
     @registry.workable("tests.noop")
     def noop() -> None: ...
@@ -175,9 +157,9 @@ def test_6_invalid(shop: tuple[Queue, list[str]], registry: Registry) -> None:
 
 @pytest.mark.real_server
 def test_6_an_app_that_does_not_register_the_workable_takes_no_job(
-    shop: tuple[Queue, list[str]],
+    shop_and_options: tuple[Queue, list[str]],
 ) -> None:
-    queue, options = shop
+    queue, options = shop_and_options
     job_id = queue.schedule(JobSpec("shop.invoices.send"))
     result = recruiter("jobs", "run", str(job_id), "--here", "--app", "recruiter.demo", *options)
     assert result.code == ExitCode.INVALID
@@ -188,8 +170,8 @@ def test_6_an_app_that_does_not_register_the_workable_takes_no_job(
 
 
 @pytest.mark.real_server
-def test_7_timeout(shop: tuple[Queue, list[str]]) -> None:
-    queue, options = shop
+def test_7_timeout(shop_and_options: tuple[Queue, list[str]]) -> None:
+    queue, options = shop_and_options
     job_id = queue.schedule(JobSpec("tests.noop"))  # no worker runs it
     result = recruiter("jobs", "run", str(job_id), "--wait", "--timeout", "200ms", *options)
     assert result.code == ExitCode.TIMEOUT
@@ -204,8 +186,8 @@ def test_8_declared_dead_is_the_code_a_worker_exits_with() -> None:
 
 
 @pytest.mark.real_server
-def test_9_job_failed(shop: tuple[Queue, list[str]], registry: Registry) -> None:
-    queue, options = shop
+def test_9_job_failed(shop_and_options: tuple[Queue, list[str]], registry: Registry) -> None:
+    queue, options = shop_and_options
 
     @registry.workable("tests.boom")
     def boom() -> None:
@@ -229,17 +211,19 @@ def test_9_job_failed(shop: tuple[Queue, list[str]], registry: Registry) -> None
         (["schedulers", "remove", "no-such-urn", "--yes"], "no scheduler has the urn"),
     ],
 )
-def test_10_not_found(shop: tuple[Queue, list[str]], arguments: list[str], message: str) -> None:
-    result = recruiter(*arguments, *shop[1])
+def test_10_not_found(
+    shop_and_options: tuple[Queue, list[str]], arguments: list[str], message: str
+) -> None:
+    result = recruiter(*arguments, *shop_and_options[1])
     assert result.code == ExitCode.NOT_FOUND, result.said
     assert message in result.said
 
 
 @pytest.mark.real_server
 def test_pausing_a_paused_scheduler_or_resuming_a_running_one_says_so(
-    shop: tuple[Queue, list[str]],
+    shop_and_options: tuple[Queue, list[str]],
 ) -> None:
-    queue, options = shop
+    queue, options = shop_and_options
     queue.repeat("nightly", JobSpec("tests.noop"), "0 2 * * *")
     assert "nightly: not paused" in recruiter("schedulers", "resume", "nightly", *options).said
     assert recruiter("schedulers", "pause", "nightly", *options).said.endswith("nightly: paused")
@@ -263,12 +247,12 @@ APP = textwrap.dedent(
 
 @pytest.mark.real_server
 def test_an_app_in_the_current_directory_is_found_without_pythonpath(
-    shop: tuple[Queue, list[str]], tmp_path: Path
+    shop_and_options: tuple[Queue, list[str]], tmp_path: Path
 ) -> None:
-    queue, options = shop
+    queue, options = shop_and_options
     (tmp_path / "shopapp.py").write_text(APP)
     job_id = queue.schedule(JobSpec("shop.hello", {"name": "ada"}))
-    ran = in_a_process(
+    ran = commands.recruiter(
         "jobs", "run", str(job_id), "--here", "--app", "shopapp", *options, cwd=tmp_path
     )
     assert ran.returncode == ExitCode.OK, ran.stderr

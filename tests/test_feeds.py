@@ -11,16 +11,13 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 from bson import ObjectId
 from pymongo.database import Database
 
-from recruiter import JobSpec, Queue, Registry
-from recruiter.clock import FrozenClock, SystemClock
-from recruiter.errors import DatabaseUnavailable
+from recruiter import DatabaseUnavailable, FrozenClock, JobSpec, Queue, Registry, SystemClock
 from recruiter.loop import IDLE, UNKNOWN, Backoff, Pause, StopRequest, Wakeups, run_forever
 from recruiter.processes.recruiter import (
     GAP,
@@ -43,7 +40,9 @@ from recruiter.store import (
     WorkChange,
     WorkerRecord,
 )
-from tests.factories import queued_job
+from tests.commands import wait_for
+from tests.driving import finish_held
+from tests.factories import job_in_state
 
 PATIENCE = 30.0
 """Seconds a test waits for what a feed should bring in milliseconds: generous for a
@@ -120,7 +119,7 @@ def test_the_recruiter_is_told_of_new_jobs_and_available_workers_only(
 ) -> None:
     now = clock.now()
     with real_store.watch_for_work() as feed:
-        job_id = queued_job(real_store, now)
+        job_id = job_in_state(real_store, "ready", now=now).id
         worker = real_store.register_worker("*", 1, "here", now)
         registered = WorkChange("roster", None)  # new: it may run workables others cannot
         assert changes(feed, 2) == [WorkChange("scheduled"), registered]
@@ -164,13 +163,6 @@ class ScriptedFeed(ChangeFeed[str]):
         self.closed = True
 
 
-def wait_for(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + PATIENCE
-    while not condition():
-        assert time.monotonic() < deadline, f"still waiting for {what}"
-        time.sleep(0.01)
-
-
 def test_the_watcher_tells_a_gap_on_opening_and_on_losing_the_feed_then_reopens_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -181,13 +173,13 @@ def test_the_watcher_tells_a_gap_on_opening_and_on_losing_the_feed_then_reopens_
     watcher = Watcher("test feed", lambda: opened.pop(0), told.append, lambda: told.append("gap"))
     watcher.start()
     try:
-        wait_for(lambda: told[-1:] == ["c"], "the second feed's change")
+        wait_for(lambda: told[-1:] == ["c"], "the second feed's change", PATIENCE)
         assert told == ["gap", "a", "b", "gap", "gap", "c"]
         assert watcher.following
         assert feeds[0].closed, "a lost feed is closed"
     finally:
         watcher.close()
-    wait_for(lambda: not watcher.following, "the watcher to stop")
+    wait_for(lambda: not watcher.following, "the watcher to stop", PATIENCE)
     assert told[-1] == "gap", "closing is a gap too: polling takes over"
 
 
@@ -200,7 +192,7 @@ def test_a_watcher_whose_feed_fails_with_a_bug_logs_it_and_opens_the_feed_again(
     watcher = Watcher("test feed", lambda: opened.pop(0), told.append, lambda: None)
     watcher.start()
     try:
-        wait_for(lambda: told == ["a"], "the change of the feed opened again")
+        wait_for(lambda: told == ["a"], "the change of the feed opened again", PATIENCE)
     finally:
         watcher.close()
     assert "change feed failed" in caplog.text
@@ -244,14 +236,14 @@ def test_a_loop_following_a_feed_waits_for_its_bell_even_after_a_busy_step() -> 
         )
     )
     thread.start()
-    wait_for(lambda: len(steps) == 1, "the first step")
+    wait_for(lambda: len(steps) == 1, "the first step", PATIENCE)
     time.sleep(0.1)
     assert len(steps) == 1, "busy, but the feed tells when there is more"
     bell.set()
-    wait_for(lambda: len(steps) == 2, "the step the bell rang for")
+    wait_for(lambda: len(steps) == 2, "the step the bell rang for", PATIENCE)
     bell.set()
-    wait_for(lambda: len(steps) >= 3, "the third step")  # the fourth follows in 10 ms
-    wait_for(lambda: len(steps) == 4, "the step due 10 ms later, without a bell")
+    wait_for(lambda: len(steps) >= 3, "the third step", PATIENCE)  # the fourth follows in 10 ms
+    wait_for(lambda: len(steps) == 4, "the step due 10 ms later, without a bell", PATIENCE)
     thread.join(PATIENCE)
     assert not thread.is_alive(), "a stop request ends the wait"
 
@@ -316,14 +308,14 @@ def test_a_round_that_handed_out_every_ready_job_lets_the_next_release_skip_a_ro
         jobs = [queue.schedule(JobSpec("tests.noop")) for _ in range(ready)]
         news.tell("scheduled")
         assert recruiter.run_once(now).assigned == 1
-        finish(queue.store, worker, now)
+        finish_held(queue.store, now, worker=worker)
         news.tell("roster", worker)
         result = recruiter.run_once(now)
         if ready == 1:
             assert result.skipped, "nothing was left ready for the worker made available"
         else:
             assert (result.skipped, result.assigned) == (False, 1), "the second job"
-            finish(queue.store, worker, now)
+            finish_held(queue.store, now, worker=worker)
         assert all(queue.job(job).why == "done" for job in jobs)
 
 
@@ -376,20 +368,6 @@ def test_a_slot_runs_the_assignment_it_is_told_without_reading_its_document(
 # --- real processes' threads, woken by the real feeds ----------------------------------
 
 
-@pytest.fixture
-def system_queue(real_database: Database[Any]) -> Queue:
-    return Queue(real_database, SystemClock())
-
-
-def finish(store: Store, worker: ObjectId, now: dt.datetime) -> None:
-    """The ``worker`` finishes the job it holds and is made available again."""
-    (record,) = [w for w in store.workers() if w.id == worker]
-    assert record.assignment is not None
-    job_id, token = record.assignment.job_id, record.assignment.token
-    assert store.record_end(End(job_id, token, now, why="done"), {"ended_at": now})
-    assert store.release_worker(worker, token, now)
-
-
 def finished(queue: Queue, job_id: Any) -> bool:
     job = queue.store.find_job(job_id)
     return job is not None and job.why == "done"
@@ -406,11 +384,13 @@ def test_a_worker_polling_once_a_minute_is_handed_its_job_by_the_feed(
     thread = threading.Thread(target=worker.run)
     thread.start()
     try:
-        wait_for(lambda: worker.watcher is not None and worker.watcher.following, "the feed")
+        wait_for(
+            lambda: worker.watcher is not None and worker.watcher.following, "the feed", PATIENCE
+        )
         time.sleep(0.2)  # the slot has read its document, and waits
         job_id = system_queue.schedule(JobSpec("tests.noop"))
         Recruiter(system_queue.store).run_once(SystemClock().now())
-        wait_for(lambda: finished(system_queue, job_id), "the job, told by the feed")
+        wait_for(lambda: finished(system_queue, job_id), "the job, told by the feed", PATIENCE)
     finally:
         worker.stop.set()
         thread.join(PATIENCE)
@@ -440,7 +420,7 @@ def test_a_recruiter_waiting_a_minute_between_rounds_is_woken_by_new_work(
         )
     )
     try:
-        wait_for(lambda: watcher.following, "the feed")
+        wait_for(lambda: watcher.following, "the feed", PATIENCE)
         loop.start()
         time.sleep(0.2)  # an idle round has run, and the loop waits
         worker = store.register_worker("*", 1, "here", clock.now())
@@ -451,7 +431,7 @@ def test_a_recruiter_waiting_a_minute_between_rounds_is_woken_by_new_work(
             record = store.find_worker(worker)
             return record is not None and record.assignment is not None and record.assignment.job_id
 
-        wait_for(lambda: assigned() == job_id, "the new job's assignment")
+        wait_for(lambda: assigned() == job_id, "the new job's assignment", PATIENCE)
     finally:
         stop.set()
         watcher.close()

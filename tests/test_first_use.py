@@ -5,7 +5,6 @@ signals after a clean stop."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
@@ -27,23 +26,15 @@ from recruiter.embedded import (
     home,
     stop_local_server,
 )
+from tests import commands
 
 
 def recruiter(
     *arguments: str, cwd: Path | None = None, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
     """The real ``recruiter`` command, with no MongoDB URI: the embedded default."""
-    environment = {k: v for k, v in os.environ.items() if k != "MONGODB_URI"}
-    environment["COLUMNS"] = "80"
-    return subprocess.run(
-        [sys.executable, "-m", "recruiter", *arguments],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        cwd=cwd,
-        env=environment,
-    )
+    no_uri = {"MONGODB_URI": None, "COLUMNS": "80"}
+    return commands.recruiter(*arguments, cwd=cwd, env=no_uri, timeout=timeout)
 
 
 @pytest.fixture

@@ -9,42 +9,33 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from bson import ObjectId
 from pymongo import MongoClient
 from pymongo.database import Database
 
 from benchmarks.counted import CommandCounter
-from recruiter import GroupSettings, InvalidGroupSettings, InvalidJob, JobSpec, Queue, Rate
-from recruiter.clock import FrozenClock
+from recruiter import (
+    FrozenClock,
+    GroupSettings,
+    InvalidGroupSettings,
+    InvalidJob,
+    JobSpec,
+    Queue,
+    Rate,
+)
 from recruiter.groups import FairShare
 from recruiter.processes.planning import SETTINGS_REFRESH
 from recruiter.processes.recruiter import MINIMUM_PAUSE, FeedInbox, Recruiter
-from recruiter.store import End, Store
+from recruiter.store import Store
 from recruiter.store.jobs import GROUPS_PER_READ
 from recruiter.store.schema import SCHEMA_VERSION
+from tests.driving import finish_held, workers
+from tests.factories import jobs_in_group
 
 SECOND = dt.timedelta(seconds=1)
 
 
-def workers(store: Store, count: int, now: dt.datetime, group: str = "*") -> list[ObjectId]:
-    return [store.register_worker(group, 1, "here", now) for _ in range(count)]
-
-
-def jobs(queue: Queue, count: int, group: str = "mail", **options: Any) -> list[ObjectId]:
-    return queue.schedule_many(JobSpec("tests.noop", group=group, **options) for _ in range(count))
-
-
 def assigned_jobs(store: Store) -> list[Any]:
     return [w.assignment.job_id for w in store.workers() if w.assignment is not None]
-
-
-def finish(store: Store, job_id: Any, now: dt.datetime) -> None:
-    """The worker holding ``job_id`` finishes it and is made available again."""
-    holder = next(w for w in store.workers() if w.assignment and w.assignment.job_id == job_id)
-    assert holder.assignment is not None
-    token = holder.assignment.token
-    assert store.record_end(End(job_id, token, now, why="done"), {"ended_at": now})
-    assert store.release_worker(holder.id, token, now)
 
 
 def group_of(queue: Queue, job_id: Any) -> str:
@@ -109,7 +100,7 @@ def test_hand_damaged_settings_read_as_no_limit(queue: Queue, clock: FrozenClock
         ]
     )
     assert queue.group_settings() == [GroupSettings("mail"), GroupSettings("video")]
-    jobs(queue, 1, group="video")
+    jobs_in_group(queue, 1, group="video")
     workers(queue.store, 1, clock.now())
     assert Recruiter(queue.store).run_once(clock.now()).assigned == 1, "the recruiter goes on"
 
@@ -122,8 +113,8 @@ def test_a_concurrency_limit_caps_the_jobs_handed_out_across_workers(
 ) -> None:
     store, now = queue.store, clock.now()
     queue.limit_group("mail", concurrency=2)
-    mail = jobs(queue, 5)
-    other = jobs(queue, 1, group="video")
+    mail = jobs_in_group(queue, 5)
+    other = jobs_in_group(queue, 1, group="video")
     workers(store, 3, now, group="mail")
     workers(store, 3, now)
     recruiter = Recruiter(store)
@@ -131,7 +122,7 @@ def test_a_concurrency_limit_caps_the_jobs_handed_out_across_workers(
     handed = assigned_jobs(store)
     assert Counter(group_of(queue, j) for j in handed) == {"mail": 2, "video": 1}
     assert recruiter.run_once(now).assigned == 0, "the limit holds in the next round"
-    finish(store, next(j for j in handed if j in mail), now)
+    finish_held(store, now, job=next(j for j in handed if j in mail))
     assert recruiter.run_once(now).assigned == 1, "a finished job frees its place"
     assert other[0] in handed
 
@@ -140,7 +131,7 @@ def test_a_lowered_limit_hands_out_nothing_until_the_running_jobs_fall_below_it(
     queue: Queue, clock: FrozenClock
 ) -> None:
     store, now = queue.store, clock.now()
-    jobs(queue, 6)
+    jobs_in_group(queue, 6)
     workers(store, 6, now)
     news = FeedInbox()
     recruiter = Recruiter(store, news=news)
@@ -149,11 +140,11 @@ def test_a_lowered_limit_hands_out_nothing_until_the_running_jobs_fall_below_it(
     queue.limit_group("mail", concurrency=1)
     news.tell("groups")
     handed = assigned_jobs(store)
-    finish(store, handed[0], now)
+    finish_held(store, now, job=handed[0])
     tell_released(news, store)
     assert recruiter.run_once(now).assigned == 0, "two still run, above the new limit of 1"
     for job_id in handed[1:]:
-        finish(store, job_id, now)
+        finish_held(store, now, job=job_id)
     tell_released(news, store)
     assert recruiter.run_once(now).assigned == 1
 
@@ -162,14 +153,14 @@ def test_without_news_changed_settings_apply_within_the_refresh(
     queue: Queue, clock: FrozenClock
 ) -> None:
     store = queue.store
-    jobs(queue, 3)
+    jobs_in_group(queue, 3)
     workers(store, 3, clock.now())
     recruiter = Recruiter(store)
     recruiter.run_once(clock.now())  # reads the (empty) settings
     for worker in store.workers():
         assert worker.assignment is not None
-        finish(store, worker.assignment.job_id, clock.now())
-    jobs(queue, 3)
+        finish_held(store, clock.now(), job=worker.assignment.job_id)
+    jobs_in_group(queue, 3)
     queue.limit_group("mail", concurrency=1)
     clock.advance(SETTINGS_REFRESH.total_seconds())
     assert recruiter.run_once(clock.now()).assigned == 1
@@ -189,12 +180,12 @@ def test_a_released_job_of_a_limited_group_is_not_lost_to_the_skip_rule(
     # the round in which the running job's end frees its place
     store, now = queue.store, clock.now()
     queue.limit_group("mail", concurrency=1)
-    jobs(queue, 2)
+    jobs_in_group(queue, 2)
     workers(store, 2, now)
     news = FeedInbox()
     recruiter = Recruiter(store, news=news)
     assert recruiter.run_once(now).assigned == 1
-    finish(store, assigned_jobs(store)[0], now)
+    finish_held(store, now, job=assigned_jobs(store)[0])
     tell_released(news, store)
     result = recruiter.run_once(now)
     assert not result.skipped
@@ -208,7 +199,7 @@ def test_a_round_whose_worker_left_before_assignment_does_not_let_the_next_skip(
     assign: its job was put back, ready again; a release told before the put-back must
     not skip the round that would hand it out."""
     store, now, news = queue.store, clock.now(), FeedInbox()
-    jobs(queue, 2)
+    jobs_in_group(queue, 2)
     leaving, _ = workers(store, 2, now)
     recruiter = Recruiter(store, news=news)
     assign = store.assign
@@ -220,7 +211,7 @@ def test_a_round_whose_worker_left_before_assignment_does_not_let_the_next_skip(
     store.assign = retire_then_assign  # type: ignore[method-assign,assignment]
     assert recruiter.run_once(now).assigned == 1
     store.assign = assign  # type: ignore[method-assign]
-    finish(store, assigned_jobs(store)[0], now)
+    finish_held(store, now, job=assigned_jobs(store)[0])
     tell_released(news, store)  # the release, before the put-back is told
     result = recruiter.run_once(now)
     assert (result.skipped, result.assigned) == (False, 1), "a job is ready, a worker idle"
@@ -233,7 +224,7 @@ def test_a_job_cancelled_between_read_and_lock_brings_the_next_round_at_once(
     the lock, so the worker got nothing. No news tells of a cancellation: the next round
     comes at once and hands out the second job."""
     store, now, news = queue.store, clock.now(), FeedInbox()
-    first, second, _ = jobs(queue, 3)
+    first, second, _ = jobs_in_group(queue, 3)
     workers(store, 1, now)
     recruiter = Recruiter(store, news=news)
     lock = store.lock_jobs
@@ -257,7 +248,7 @@ def test_a_job_cancelled_between_read_and_lock_brings_the_next_round_at_once(
 def test_a_rate_limit_caps_starts_per_window(queue: Queue, clock: FrozenClock) -> None:
     store = queue.store
     queue.limit_group("mail", rate="2/10s")
-    jobs(queue, 5)
+    jobs_in_group(queue, 5)
     workers(store, 5, clock.now())
     recruiter = Recruiter(store)
     assert recruiter.run_once(clock.now()).assigned == 2
@@ -272,7 +263,7 @@ def test_a_group_held_by_its_rate_wakes_the_recruiter_when_its_window_frees(
 ) -> None:
     store, now = queue.store, clock.now()
     queue.limit_group("mail", rate="2/3s")
-    jobs(queue, 3)
+    jobs_in_group(queue, 3)
     workers(store, 3, now)
     result = Recruiter(store).run_once(now)
     assert result.assigned == 2
@@ -284,7 +275,7 @@ def test_a_new_leader_honours_the_starts_of_the_one_before(
 ) -> None:
     store = queue.store
     queue.limit_group("mail", rate="3/1m")
-    jobs(queue, 6)
+    jobs_in_group(queue, 6)
     workers(store, 2, clock.now())
     assert Recruiter(store).run_once(clock.now()).assigned == 2
     workers(store, 4, clock.now())
@@ -300,7 +291,7 @@ def test_a_deep_backlog_does_not_starve_another_group(queue: Queue, clock: Froze
     queue.schedule_many(
         JobSpec("tests.noop", group="bulk").run_at(now - dt.timedelta(hours=1)) for _ in range(50)
     )
-    (urgent,) = jobs(queue, 1, group="urgent")
+    (urgent,) = jobs_in_group(queue, 1, group="urgent")
     workers(store, 2, now)
     Recruiter(store).run_once(now)
     handed = assigned_jobs(store)
@@ -310,8 +301,8 @@ def test_a_deep_backlog_does_not_starve_another_group(queue: Queue, clock: Froze
 
 def test_one_worker_alternates_between_groups_over_rounds(queue: Queue, clock: FrozenClock) -> None:
     store, now = queue.store, clock.now()
-    jobs(queue, 4, group="a")
-    jobs(queue, 4, group="b")
+    jobs_in_group(queue, 4, group="a")
+    jobs_in_group(queue, 4, group="b")
     workers(store, 1, now)
     recruiter = Recruiter(store)
     served = []
@@ -319,15 +310,15 @@ def test_one_worker_alternates_between_groups_over_rounds(queue: Queue, clock: F
         recruiter.run_once(now)
         (job_id,) = assigned_jobs(store)
         served.append(group_of(queue, job_id))
-        finish(store, job_id, now)
+        finish_held(store, now, job=job_id)
     assert served == ["a", "b", "a", "b", "a", "b"]
 
 
 def test_weights_share_the_workers_of_any_group(queue: Queue, clock: FrozenClock) -> None:
     store, now = queue.store, clock.now()
     queue.limit_group("heavy", weight=3)
-    jobs(queue, 10, group="heavy")
-    jobs(queue, 10, group="light")
+    jobs_in_group(queue, 10, group="heavy")
+    jobs_in_group(queue, 10, group="light")
     workers(store, 8, now)
     Recruiter(store).run_once(now)
     assert Counter(group_of(queue, j) for j in assigned_jobs(store)) == {"heavy": 6, "light": 2}
@@ -364,7 +355,7 @@ def test_ready_jobs_of_many_groups_are_read_as_each_alone_would_be(
 ) -> None:
     now = clock.now()
     for number in range(GROUPS_PER_READ + 20):  # two commands' worth of groups
-        jobs(queue, 1 + number % 3, group=f"g{number:03}", priority=number % 2)
+        jobs_in_group(queue, 1 + number % 3, group=f"g{number:03}", priority=number % 2)
     limits = {f"g{n:03}": n % 4 for n in range(GROUPS_PER_READ + 20)}
     limits["nothing-ready"] = 5
     found = store.ready_job_ids_by_group(now, limits)
@@ -379,7 +370,7 @@ def test_a_round_reads_only_the_jobs_fair_share_hands_out(queue: Queue, clock: F
     not five from each of fifty."""
     store, now = queue.store, clock.now()
     for number in range(50):
-        jobs(queue, 5, group=f"g{number:02}")
+        jobs_in_group(queue, 5, group=f"g{number:02}")
     workers(store, 4, now)
     spy = ReadSpy(store)
     assert Recruiter(store).run_once(now).assigned == 4
@@ -394,8 +385,8 @@ def test_a_group_with_fewer_jobs_than_fair_share_gave_it_is_read_again_without_i
     workers; the read finds it has one, and the rest go to "light", read a second time."""
     store, now = queue.store, clock.now()
     queue.limit_group("heavy", weight=1000)
-    (heavy,) = jobs(queue, 1, group="heavy")
-    light = jobs(queue, 6, group="light")
+    (heavy,) = jobs_in_group(queue, 1, group="heavy")
+    light = jobs_in_group(queue, 6, group="light")
     workers(store, 5, now)
     spy = ReadSpy(store)
     recruiter = Recruiter(store)
@@ -412,7 +403,11 @@ def test_a_round_reads_at_most_three_times_and_the_next_round_hands_out_the_rest
     exhausted, so z does; the third is the last (a fourth would be needed if more had
     been exhausted: the last play hands out only what was read)."""
     store, now = queue.store, clock.now()
-    x, w, z = jobs(queue, 1, group="x"), jobs(queue, 5, group="w"), jobs(queue, 8, group="z")
+    x, w, z = (
+        jobs_in_group(queue, 1, group="x"),
+        jobs_in_group(queue, 5, group="w"),
+        jobs_in_group(queue, 8, group="z"),
+    )
     workers(store, 12, now)
     spy = ReadSpy(store)
     recruiter = Recruiter(store)
@@ -446,9 +441,9 @@ def test_an_any_group_round_sends_as_many_commands_with_150_groups_as_with_one(
 ) -> None:
     queue, counter = counted_queue
     store, now = queue.store, clock.now()
-    jobs(queue, 20, group="only")
+    jobs_in_group(queue, 20, group="only")
     for number in range(150):
-        jobs(queue, 1, group=f"tenant-{number:03}")
+        jobs_in_group(queue, 1, group=f"tenant-{number:03}")
     workers(store, 20, now)
     recruiter = Recruiter(store)
     recruiter.run_once(now)  # the first round reads the schedulers and groups' settings
@@ -456,7 +451,7 @@ def test_an_any_group_round_sends_as_many_commands_with_150_groups_as_with_one(
     for _ in range(2):
         for worker in store.workers():
             if worker.assignment is not None:
-                finish(store, worker.assignment.job_id, now)
+                finish_held(store, now, job=worker.assignment.job_id)
         before = counter.snapshot()
         assert recruiter.run_once(now).assigned == 20
         after = counter.snapshot()
@@ -475,9 +470,9 @@ def test_a_higher_priority_is_handed_out_first_then_the_oldest(
 ) -> None:
     store, now = queue.store, clock.now()
     old = queue.schedule(JobSpec("tests.noop", group="mail").run_at(now - 10 * SECOND))
-    (newer,) = jobs(queue, 1)
-    (urgent,) = jobs(queue, 1, priority=5)
-    (later,) = jobs(queue, 1, priority=-5)
+    (newer,) = jobs_in_group(queue, 1)
+    (urgent,) = jobs_in_group(queue, 1, priority=5)
+    (later,) = jobs_in_group(queue, 1, priority=-5)
     recruiter = Recruiter(store)
     order = []
     workers(store, 1, now, group="mail")
@@ -485,7 +480,7 @@ def test_a_higher_priority_is_handed_out_first_then_the_oldest(
         recruiter.run_once(now)
         (job_id,) = assigned_jobs(store)
         order.append(job_id)
-        finish(store, job_id, now)
+        finish_held(store, now, job=job_id)
     assert order == [urgent, old, newer, later]
 
 

@@ -12,12 +12,10 @@ import pytest
 from opentelemetry import propagate, trace
 from pymongo.errors import OperationFailure
 
-from recruiter import JobSpec, Queue, Registry
+from recruiter import FrozenClock, JobSpec, Queue, Registry, ResultNotKept
 from recruiter.attempts.verdict import Outcome
-from recruiter.clock import FrozenClock
-from recruiter.errors import ResultNotKept
 from recruiter.processes.recruiter import Recruiter
-from recruiter.processes.slot import WorkerSlot
+from tests.driving import assigned_slot, slot
 
 
 class _HostileTracer:
@@ -43,7 +41,9 @@ class _LateTracer:
 
 
 @pytest.fixture
-def app(registry: Registry) -> Registry:
+def adding_app(registry: Registry) -> Registry:
+    """``review.add``, which adds its parameters."""
+
     @registry.workable("review.add")
     def add(a: int, b: int) -> int:
         return a + b
@@ -51,26 +51,19 @@ def app(registry: Registry) -> Registry:
     return registry
 
 
-def _assigned_slot(queue: Queue, app: Registry, clock: FrozenClock) -> WorkerSlot:
-    slot = WorkerSlot(queue.store, app, clock, "*")
-    slot.register()
-    assert Recruiter(queue.store).run_once(clock.now()).assigned == 1
-    return slot
-
-
 @pytest.mark.parametrize("tracer", [_HostileTracer, _LateTracer])
 def test_a_broken_tracer_neither_fails_the_attempt_nor_leaves_the_job_locked(
     mongomock_database: Any,
-    app: Registry,
+    adding_app: Registry,
     clock: FrozenClock,
     monkeypatch: pytest.MonkeyPatch,
     tracer: type,
 ) -> None:
     queue = Queue(mongomock_database, clock)
     job_id = queue.schedule(JobSpec("review.add", {"a": 2, "b": 3}))
-    slot = _assigned_slot(queue, app, clock)
+    worker = assigned_slot(queue, adding_app, clock)
     monkeypatch.setattr(trace, "get_tracer", lambda *a, **k: tracer())
-    ran = slot.run_once().ran  # raised RuntimeError from tracing: job locked and started
+    ran = worker.run_once().ran  # raised RuntimeError from tracing: job locked and started
     assert ran is not None
     assert ran.outcome is Outcome.DONE
     job = queue.job(job_id)
@@ -80,14 +73,14 @@ def test_a_broken_tracer_neither_fails_the_attempt_nor_leaves_the_job_locked(
 @pytest.mark.parametrize("tracer", [_HostileTracer, _LateTracer])
 def test_a_broken_tracer_does_not_fail_the_recruiters_round(
     mongomock_database: Any,
-    app: Registry,
+    adding_app: Registry,
     clock: FrozenClock,
     monkeypatch: pytest.MonkeyPatch,
     tracer: type,
 ) -> None:
     queue = Queue(mongomock_database, clock)
     queue.schedule(JobSpec("review.add", {"a": 2, "b": 3}))
-    WorkerSlot(queue.store, app, clock, "*").register()
+    slot(queue, adding_app, clock)
     monkeypatch.setattr(trace, "get_tracer", lambda *a, **k: tracer())
     # raised RuntimeError after the round assigned the job: its report lost
     assert Recruiter(queue.store).run_once(clock.now()).assigned == 1
@@ -95,7 +88,7 @@ def test_a_broken_tracer_does_not_fail_the_recruiters_round(
 
 def test_a_broken_propagator_does_not_fail_an_attempt_of_a_job_with_a_trace(
     mongomock_database: Any,
-    app: Registry,
+    adding_app: Registry,
     clock: FrozenClock,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -104,20 +97,20 @@ def test_a_broken_propagator_does_not_fail_an_attempt_of_a_job_with_a_trace(
     queue.store.scheduled.update_one(
         {"_id": job_id}, {"$set": {"trace": {"traceparent": "00-zz-damaged"}}}
     )
-    slot = _assigned_slot(queue, app, clock)
+    worker = assigned_slot(queue, adding_app, clock)
 
     def extract(*arguments: Any, **options: Any) -> Any:
         raise ValueError("a propagator that chokes on a damaged header")
 
     monkeypatch.setattr(propagate, "extract", extract)
-    ran = slot.run_once().ran
+    ran = worker.run_once().ran
     assert ran is not None
     assert ran.outcome is Outcome.DONE
     assert queue.job(job_id).locked is False
 
 
 def test_a_result_is_dropped_rather_than_the_end_when_the_document_would_be_too_large(
-    mongomock_database: Any, app: Registry, clock: FrozenClock
+    mongomock_database: Any, adding_app: Registry, clock: FrozenClock
 ) -> None:
     """Real MongoDB refuses an update whose resulting document exceeds 16 MB (17419).
     A job's result takes up to 1 MB, twice (``last_execution`` and ``history``); the
@@ -126,7 +119,7 @@ def test_a_result_is_dropped_rather_than_the_end_when_the_document_would_be_too_
     queue = Queue(mongomock_database, clock)
     job_id = queue.schedule(JobSpec("review.big"))
 
-    @app.workable("review.big")
+    @adding_app.workable("review.big")
     def big() -> str:
         return "r" * 900_000
 
@@ -144,9 +137,9 @@ def test_a_result_is_dropped_rather_than_the_end_when_the_document_would_be_too_
                 )
             return collection.update_one(query, update, *a, **k)
 
-    slot = _assigned_slot(queue, app, clock)
+    worker = assigned_slot(queue, adding_app, clock)
     queue.store.scheduled = TooLargeWithAResult()  # type: ignore[assignment]
-    ran = slot.run_once().ran  # raised DocumentTooLarge: the job stayed locked and started
+    ran = worker.run_once().ran  # raised DocumentTooLarge: the job stayed locked and started
     queue.store.scheduled = collection
     assert ran is not None
     assert ran.outcome is Outcome.DONE
@@ -157,22 +150,22 @@ def test_a_result_is_dropped_rather_than_the_end_when_the_document_would_be_too_
 
 
 def test_a_result_that_bson_cannot_walk_is_dropped_not_left_locked(
-    mongomock_database: Any, app: Registry, clock: FrozenClock
+    mongomock_database: Any, adding_app: Registry, clock: FrozenClock
 ) -> None:
     """``kept_result`` catches a few exception types; ``bson.encode`` of a list that
     holds itself raises RecursionError (a broken Mapping, anything): it escaped ``_run``
     after the job's code ran to its end, out of ``execute``, the job locked and started."""
     queue = Queue(mongomock_database, clock)
 
-    @app.workable("review.loop")
+    @adding_app.workable("review.loop")
     def loop() -> list[Any]:
         itself: list[Any] = []
         itself.append(itself)
         return itself
 
     job_id = queue.schedule(JobSpec("review.loop"))
-    slot = _assigned_slot(queue, app, clock)
-    ran = slot.run_once().ran  # raised RecursionError
+    worker = assigned_slot(queue, adding_app, clock)
+    ran = worker.run_once().ran  # raised RecursionError
     assert ran is not None
     assert ran.outcome is Outcome.DONE
     job = queue.job(job_id)
@@ -206,7 +199,7 @@ def test_a_session_of_another_client_is_refused_in_the_projects_words(
     outside a transaction gets."""
     from pymongo import MongoClient
 
-    from recruiter.errors import InvalidJob
+    from recruiter import InvalidJob
 
     queue = Queue(real_database, clock)
     other: MongoClient[dict[str, Any]] = MongoClient(real_server_uri, tz_aware=True)

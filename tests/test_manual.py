@@ -9,12 +9,22 @@ from typing import Any
 import pytest
 from bson import ObjectId
 
-from recruiter import JobNotFound, JobSpec, Queue, Registry, RetryManyTimes
+from recruiter import (
+    DeclaredDead,
+    FrozenClock,
+    JobNotFound,
+    JobSpec,
+    NotRunnableHere,
+    NotWaiting,
+    Queue,
+    Registry,
+    RetryManyTimes,
+    SystemClock,
+    WaitTimeout,
+)
 from recruiter.attempts.manual import run_here
 from recruiter.attempts.takeback import release_unheld
 from recruiter.attempts.verdict import Outcome
-from recruiter.clock import FrozenClock, SystemClock
-from recruiter.errors import DeclaredDead, NotRunnableHere, NotWaiting, WaitTimeout
 from recruiter.pools.stopping import HolderDeclaredDead
 from recruiter.processes.cleaner import Cleaner, CleanerConfig
 from recruiter.processes.recruiter import Recruiter
@@ -22,7 +32,9 @@ from recruiter.testing import drain
 
 
 @pytest.fixture
-def app(registry: Registry) -> Registry:
+def noop_and_fail_app(registry: Registry) -> Registry:
+    """``tests.noop``, which does nothing, and ``tests.fail``, which fails."""
+
     @registry.workable("tests.noop")
     def noop() -> None: ...
 
@@ -42,10 +54,10 @@ def test_run_now_makes_a_job_due_later_due_now(queue: Queue, clock: FrozenClock)
 
 
 def test_run_now_leaves_handed_out_and_finished_jobs_alone(
-    queue: Queue, app: Registry, clock: FrozenClock
+    queue: Queue, noop_and_fail_app: Registry, clock: FrozenClock
 ) -> None:
     finished = queue.schedule(JobSpec("tests.noop"))
-    drain(queue, app)
+    drain(queue, noop_and_fail_app)
     running = queue.schedule(JobSpec("tests.noop"))
     queue.store.lock_jobs([running], ObjectId(), clock.now())
     assert queue.run_now(finished, str(running)) == [finished, running]
@@ -55,11 +67,11 @@ def test_run_now_leaves_handed_out_and_finished_jobs_alone(
 
 
 def test_wait_returns_the_finished_jobs_in_order_or_times_out(
-    queue: Queue, app: Registry, clock: FrozenClock
+    queue: Queue, noop_and_fail_app: Registry, clock: FrozenClock
 ) -> None:
     ok, failed = queue.schedule(JobSpec("tests.noop")), queue.schedule(JobSpec("tests.fail"))
     pending = queue.schedule(JobSpec("tests.noop").run_in("1h"))
-    drain(queue, app)
+    drain(queue, noop_and_fail_app)
     assert [job.why for job in queue.wait([failed, ok])] == [
         "not-scheduled-by-retry-policy",
         "done",
@@ -69,10 +81,10 @@ def test_wait_returns_the_finished_jobs_in_order_or_times_out(
 
 
 def test_run_here_runs_a_waiting_job_at_once_whatever_its_due_time(
-    queue: Queue, app: Registry, clock: FrozenClock
+    queue: Queue, noop_and_fail_app: Registry, clock: FrozenClock
 ) -> None:
     later = queue.schedule(JobSpec("tests.noop").in_group("nobody").run_in("1h"))
-    (run,) = queue.run_here(app, later)
+    (run,) = queue.run_here(noop_and_fail_app, later)
     assert run.execution.outcome is Outcome.DONE
     assert run.job.why == "done"
     assert run.job.history[-1]["worker"] is not None, "it ran as a holder on the roster"
@@ -80,21 +92,21 @@ def test_run_here_runs_a_waiting_job_at_once_whatever_its_due_time(
 
 
 def test_run_here_goes_through_the_retry_policy(
-    queue: Queue, app: Registry, clock: FrozenClock
+    queue: Queue, noop_and_fail_app: Registry, clock: FrozenClock
 ) -> None:
     job_id = queue.schedule(JobSpec("tests.fail").retry_with(RetryManyTimes(2, "1m")))
-    (run,) = queue.run_here(app, job_id)
+    (run,) = queue.run_here(noop_and_fail_app, job_id)
     assert run.execution.outcome is Outcome.RETRY
     assert run.job.scheduled_at == clock.now() + dt.timedelta(minutes=1)
 
 
 def test_run_here_refuses_a_job_that_is_not_waiting(
-    queue: Queue, app: Registry, clock: FrozenClock
+    queue: Queue, noop_and_fail_app: Registry, clock: FrozenClock
 ) -> None:
     running = queue.schedule(JobSpec("tests.noop"))
     queue.store.lock_jobs([running], ObjectId(), clock.now())
     with pytest.raises(NotWaiting, match="handed out to a worker already"):
-        queue.run_here(app, running)
+        queue.run_here(noop_and_fail_app, running)
 
 
 def test_a_manual_run_that_dies_is_released_by_the_cleaner(
@@ -185,7 +197,7 @@ def test_a_manual_run_declared_dead_mid_job_stops_like_a_worker(
 
 
 def test_run_here_refuses_every_job_given_before_taking_any(
-    queue: Queue, app: Registry, clock: FrozenClock
+    queue: Queue, noop_and_fail_app: Registry, clock: FrozenClock
 ) -> None:
     """A job that is not waiting, or whose workable the registry lacks, is found before
     the jobs before it run (the review: one of them was refused as unknown after the
@@ -193,9 +205,9 @@ def test_run_here_refuses_every_job_given_before_taking_any(
     first = queue.schedule(JobSpec("tests.noop"))
     foreign = queue.schedule(JobSpec("shop.elsewhere"))
     with pytest.raises(NotRunnableHere):
-        queue.run_here(app, first, foreign)
+        queue.run_here(noop_and_fail_app, first, foreign)
     finished = queue.schedule(JobSpec("shop.elsewhere"))
     queue.cancel(finished)
     with pytest.raises(NotWaiting, match="is finished"):
-        queue.run_here(app, first, finished)
+        queue.run_here(noop_and_fail_app, first, finished)
     assert (queue.job(first).attempts, queue.job(foreign).attempts) == (0, 0)

@@ -18,14 +18,10 @@ import threading
 
 import pytest
 
-from recruiter import JobSpec, Queue, Registry, RetryManyTimes
+from recruiter import DeclaredDead, FrozenClock, JobSpec, Queue, Registry, RetryManyTimes
 from recruiter.attempts.manual import run_here
-from recruiter.clock import FrozenClock
-from recruiter.errors import DeclaredDead
-from recruiter.processes.cleaner import CleanerConfig
-from tests.conftest import START
+from tests.driving import DEAD_AFTER, START, watching_cleaner
 from tests.interleaving import after
-from tests.test_processes import DEAD_AFTER, WatchingCleaner
 
 
 def test_a_manual_run_declared_dead_before_its_code_runs_does_not_run_it(
@@ -41,8 +37,7 @@ def test_a_manual_run_declared_dead_before_its_code_runs_does_not_run_it(
     # the manual run's process is frozen: its clock (its heartbeats' time) stays put
     here = FrozenClock(START)
     cleaner_clock = FrozenClock(START)
-    cleaner = WatchingCleaner(queue.store, CleanerConfig(considered_dead_after=DEAD_AFTER))
-    cleaner.run_once(cleaner_clock.now())
+    cleaner = watching_cleaner(queue.store, cleaner_clock.now())
 
     def frozen_past_the_timeout_after_the_start() -> object:
         cleaner_clock.advance(DEAD_AFTER.total_seconds() + 1)

@@ -16,11 +16,20 @@ from bson import ObjectId
 from prometheus_client import CollectorRegistry, start_http_server
 from typer.testing import CliRunner
 
-from recruiter import BatchNotFound, JobNotFound, JobSpec, Queue, Registry, RetryManyTimes
+from recruiter import (
+    BatchNotFound,
+    FrozenClock,
+    JobNotFound,
+    JobSpec,
+    NotFailed,
+    NotFinished,
+    Queue,
+    Registry,
+    RetryManyTimes,
+    SchedulerNotFound,
+)
 from recruiter.cli import ExitCode, app
-from recruiter.clock import FrozenClock
 from recruiter.embedded import free_port
-from recruiter.errors import NotFailed, NotFinished, SchedulerNotFound
 from recruiter.monitoring.metrics import QueueCollector
 from recruiter.store import End
 from recruiter.testing import drain
@@ -420,9 +429,7 @@ def test_an_attempt_whose_code_did_not_run_says_so(
     cli: Queue, app_registry: Registry, clock: FrozenClock
 ) -> None:
     """Found by the review: an unrun attempt was told only by its message's words."""
-    from fastapi.testclient import TestClient
-
-    from recruiter.web import WebConfig, create_app
+    from tests.web_client import client
 
     job_id = cli.schedule(JobSpec("tests.boom"))
     drain(cli, app_registry)
@@ -430,8 +437,7 @@ def test_an_attempt_whose_code_did_not_run_says_so(
     cli.store.database.archived.update_one({"_id": job_id}, {"$set": {"history.0.unrun": True}})
     shown = " ".join(invoke("jobs", "show", str(job_id)).output.split())
     assert "its code did not run" in shown
-    app = create_app(cli, WebConfig())
-    page = TestClient(app, base_url="http://127.0.0.1").get(f"/jobs/{job_id}")
+    page = client(cli).get(f"/jobs/{job_id}")
     assert "(its code did not run)" in page.text
 
 

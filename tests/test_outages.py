@@ -14,18 +14,15 @@ from typing import Any
 
 import pytest
 
-from recruiter import JobSpec, Queue, Registry, RetryManyTimes
+from recruiter import DatabaseUnavailable, FrozenClock, JobSpec, Queue, Registry, RetryManyTimes
 from recruiter.attempts.verdict import Outcome
-from recruiter.clock import FrozenClock
-from recruiter.errors import DatabaseUnavailable
 from recruiter.loop import IDLE, Backoff, Pause, run_forever
 from recruiter.processes.cleaner import Cleaner, CleanerConfig
 from recruiter.processes.leadership import Leadership
 from recruiter.processes.recruiter import Recruiter
 from recruiter.processes.slot import WorkerSlot
 from recruiter.store import Store
-
-DEAD_AFTER = dt.timedelta(seconds=30)
+from tests.driving import DEAD_AFTER, assigned_slot
 
 
 def drop_connection(
@@ -69,16 +66,6 @@ def runs(registry: Registry) -> list[int]:
     return ran
 
 
-def assigned_slot(
-    queue: Queue, registry: Registry, clock: FrozenClock, spec: JobSpec
-) -> tuple[WorkerSlot, Any]:
-    job_id = queue.schedule(spec)
-    slot = WorkerSlot(queue.store, registry, clock, "*")
-    slot.register()
-    assert Recruiter(queue.store).run_once(clock.now()).assigned == 1
-    return slot, job_id
-
-
 @pytest.mark.parametrize("landed", [False, True], ids=["write-lost", "reply-lost"])
 def test_a_success_is_written_once_the_database_answers_and_the_job_not_rerun(
     queue: Queue,
@@ -88,15 +75,16 @@ def test_a_success_is_written_once_the_database_answers_and_the_job_not_rerun(
     monkeypatch: pytest.MonkeyPatch,
     landed: bool,
 ) -> None:
-    slot, job_id = assigned_slot(queue, registry, clock, JobSpec("tests.counted"))
+    job_id = queue.schedule(JobSpec("tests.counted"))
+    worker = assigned_slot(queue, registry, clock)
     calls = drop_connection(monkeypatch, queue.store, "record_end", landed=landed, times=3)
-    result = slot.run_once().ran
+    result = worker.run_once().ran
     assert result is not None
     assert (result.outcome, len(calls), len(runs)) == (Outcome.DONE, 4, 1)
     queue.store.archive_finished()
     job = queue.job(job_id)
     assert (job.why, job.attempts, len(job.history)) == ("done", 1, 1)
-    assert slot.run_once().ran is None, "the worker is free again, with nothing to rerun"
+    assert worker.run_once().ran is None, "the worker is free again, with nothing to rerun"
 
 
 @pytest.mark.parametrize("landed", [False, True], ids=["write-lost", "reply-lost"])
@@ -108,9 +96,10 @@ def test_a_start_without_reply_counts_one_attempt(
     monkeypatch: pytest.MonkeyPatch,
     landed: bool,
 ) -> None:
-    slot, job_id = assigned_slot(queue, registry, clock, JobSpec("tests.counted"))
+    job_id = queue.schedule(JobSpec("tests.counted"))
+    worker = assigned_slot(queue, registry, clock)
     drop_connection(monkeypatch, queue.store, "start_if_owned", landed=landed)
-    result = slot.run_once().ran
+    result = worker.run_once().ran
     assert result is not None
     assert (result.outcome, result.attempts, len(runs)) == (Outcome.DONE, 1, 1)
     assert queue.job(job_id).attempts == 1
@@ -126,9 +115,10 @@ def test_a_retry_without_reply_is_recorded_once(
     landed: bool,
 ) -> None:
     spec = JobSpec("tests.fails_once").retry_with(RetryManyTimes(2, 60))
-    slot, job_id = assigned_slot(queue, registry, clock, spec)
+    job_id = queue.schedule(spec)
+    worker = assigned_slot(queue, registry, clock)
     calls = drop_connection(monkeypatch, queue.store, "record_end", landed=landed)
-    result = slot.run_once().ran
+    result = worker.run_once().ran
     assert result is not None
     assert (result.outcome, len(calls), len(runs)) == (Outcome.RETRY, 2, 1)
     job = queue.job(job_id)
@@ -146,15 +136,16 @@ def test_a_worker_that_could_not_free_itself_does_not_rerun_its_job(
     runs: list[int],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    slot, job_id = assigned_slot(queue, registry, clock, JobSpec("tests.counted"))
+    job_id = queue.schedule(JobSpec("tests.counted"))
+    worker = assigned_slot(queue, registry, clock)
     drop_connection(monkeypatch, queue.store, "release_worker", landed=False)
     with pytest.raises(DatabaseUnavailable):
-        slot.run_once()  # the worker's loop logs this and calls run_once again
-    again = slot.run_once().ran
+        worker.run_once()  # the worker's loop logs this and calls run_once again
+    again = worker.run_once().ran
     assert again is not None
     assert (again.outcome, len(runs)) == (Outcome.FENCED, 1), "started once per lock"
     assert queue.job(job_id).why == "done"
-    assert slot.run_once().ran is None, "and it is free again"
+    assert worker.run_once().ran is None, "and it is free again"
 
 
 def test_a_round_cut_between_locking_and_assigning_is_rolled_back_at_the_next(

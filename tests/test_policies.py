@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from recruiter import (
     DoNotDoItAgain,
+    DuplicateRegistration,
     ExponentialBackoff,
     FailedAttempt,
     Failure,
@@ -28,7 +29,6 @@ from recruiter import (
     Why,
     register_retry_policy,
 )
-from recruiter.errors import DuplicateRegistration
 from recruiter.policies import policy_from_document
 from recruiter.retry import MAX_WAIT, exponential_delay
 

@@ -21,19 +21,25 @@ from bson import ObjectId
 from pymongo import MongoClient
 
 from benchmarks.counted import CommandCounter
-from recruiter import JobSpec, Queue, Registry, RetryManyTimes, retry_statistics
+from recruiter import (
+    DatabaseUnavailable,
+    FrozenClock,
+    JobSpec,
+    Queue,
+    Registry,
+    RetryManyTimes,
+    retry_statistics,
+)
 from recruiter.attempts import takeback
 from recruiter.attempts.verdict import Outcome
-from recruiter.clock import FrozenClock
-from recruiter.errors import DatabaseUnavailable
-from recruiter.processes.cleaner import Cleaner, CleanerConfig
-from recruiter.processes.prefetch_rule import JobLengths, PrefetchRule, pack
+from recruiter.processes.cleaner import Cleaner
+from recruiter.processes.prefetch_rule import PrefetchRule, JobLengths, pack
 from recruiter.processes.recruiter import Recruiter, RecruiterConfig
 from recruiter.processes.worker import WorkerConfig, WorkerProcess
 from recruiter.store import RanReport, Store, WorkerRecord
+from tests.driving import DEAD_AFTER, watching_cleaner
+from tests.factories import jobs_in_group as jobs
 from tests.interleaving import after, before
-from tests.test_groups import jobs
-from tests.test_processes import DEAD_AFTER, WatchingCleaner
 
 RULE = PrefetchRule(jobs=5, seconds=dt.timedelta(seconds=1))
 WORKER = WorkerConfig(watch=False)
@@ -288,8 +294,7 @@ def test_a_worker_declared_dead_mid_batch_its_job_goes_to_its_policy_the_rest_ba
     queue: Queue, registry: Registry, clock: FrozenClock
 ) -> None:
     seen: list[Any] = []
-    cleaner = WatchingCleaner(queue.store, CleanerConfig(considered_dead_after=DEAD_AFTER))
-    cleaner.run_once(clock.now())
+    cleaner = watching_cleaner(queue.store, clock.now())
 
     @registry.workable("tests.noop")
     def noop() -> None:
@@ -316,13 +321,6 @@ def test_a_worker_declared_dead_mid_batch_its_job_goes_to_its_policy_the_rest_ba
     for job in rest:
         assert (job.locked, job.attempts, job.history) == (False, 0, ())
     assert queue.store.workers() == [], "removed, and not back: it was declared dead"
-
-
-@pytest.fixture
-def cleaner(queue: Queue, clock: FrozenClock) -> Cleaner:
-    cleaner = WatchingCleaner(queue.store, CleanerConfig(considered_dead_after=DEAD_AFTER))
-    cleaner.run_once(clock.now())
-    return cleaner
 
 
 def declared_dead(cleaner: Cleaner, clock: FrozenClock) -> Callable[[], object]:

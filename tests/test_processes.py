@@ -5,77 +5,40 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
-from collections.abc import Callable
 from typing import Any
 
 import pytest
-from bson import ObjectId
 from pymongo import MongoClient, monitoring
 from pymongo.database import Database
 
-from recruiter import JobSpec, Queue, Registry, RetryManyTimes, record_output, retry_statistics
+from recruiter import (
+    FrozenClock,
+    JobSpec,
+    Queue,
+    Registry,
+    RetryManyTimes,
+    record_output,
+    retry_statistics,
+)
 from recruiter.attempts.verdict import Outcome
-from recruiter.clock import FrozenClock
 from recruiter.processes.cleaner import Cleaner, CleanerConfig, CleanResult
 from recruiter.processes.leadership import Leadership
 from recruiter.processes.recruiter import Recruiter
-from recruiter.processes.slot import WorkerSlot
 from recruiter.processes.worker import WorkerConfig, WorkerProcess
 from recruiter.store import Store
 from recruiter.store.jobs import ARCHIVE_BATCH, PURGE_BATCH
 from recruiter.testing import drain
-from tests.factories import queued_job
-
-DEAD_AFTER = dt.timedelta(seconds=30)
-
-
-@pytest.fixture
-def app(registry: Registry) -> Registry:
-    @registry.workable("tests.noop")
-    def noop() -> None: ...
-
-    return registry
-
-
-@pytest.fixture
-def recruiter(queue: Queue) -> Recruiter:
-    return Recruiter(queue.store)
-
-
-class WatchingCleaner(Cleaner):
-    """A cleaner that runs its rounds all along, however far a test moves the clock
-    between the rounds it asks for: the rounds in between (never further apart than
-    the cleaner's longest gap) are run first, and their results dropped."""
-
-    def run_once(self, now: dt.datetime) -> CleanResult:
-        last = self._last_round
-        while last is not None and now - last > self.config.longest_gap:
-            last += self.config.longest_gap
-            super().run_once(last)
-        return super().run_once(now)
-
-
-@pytest.fixture
-def cleaner(queue: Queue, clock: FrozenClock) -> Cleaner:
-    """A cleaner that has been watching since the test started."""
-    cleaner = WatchingCleaner(queue.store, CleanerConfig(considered_dead_after=DEAD_AFTER))
-    cleaner.run_once(clock.now())
-    return cleaner
-
-
-def slot(queue: Queue, registry: Registry, clock: FrozenClock, group: str = "*") -> WorkerSlot:
-    worker = WorkerSlot(queue.store, registry, clock, group)
-    worker.register()
-    return worker
+from tests.driving import DEAD_AFTER, process, slot
+from tests.factories import job_in_state
 
 
 def test_a_round_hands_each_available_worker_one_job_oldest_first(
-    queue: Queue, app: Registry, clock: FrozenClock, recruiter: Recruiter
+    queue: Queue, noop_app: Registry, clock: FrozenClock, recruiter: Recruiter
 ) -> None:
     old = queue.schedule(JobSpec("tests.noop").run_at(clock.now() - dt.timedelta(minutes=1)))
     new = queue.schedule(JobSpec("tests.noop"))
     queue.schedule(JobSpec("tests.noop").run_in("1m"))
-    first, _second, third = (slot(queue, app, clock) for _ in range(3))
+    first, _second, third = (slot(queue, noop_app, clock) for _ in range(3))
     result = recruiter.run_once(clock.now())
     assert (result.available_workers, result.assigned) == (3, 2)
     held: dict[Any, Any] = {w.id: w.assignment for w in queue.store.workers()}
@@ -112,7 +75,7 @@ def test_a_round_serves_any_number_of_workers_of_a_group_in_four_commands(
         recruiter = Recruiter(Store(client[real_database.name]))
         recruiter.run_once(now)  # a first round also looks for orphans: not measured
         for _ in range(100):
-            queued_job(store, now, group="mail")
+            job_in_state(store, "ready", now=now, group="mail")
         commands.clear()
         assert recruiter.run_once(now).assigned == 100
         round_commands = list(commands)
@@ -124,11 +87,11 @@ def test_a_round_serves_any_number_of_workers_of_a_group_in_four_commands(
 
 
 def test_workers_of_a_group_get_its_jobs_before_any_group_workers(
-    queue: Queue, app: Registry, clock: FrozenClock, recruiter: Recruiter
+    queue: Queue, noop_app: Registry, clock: FrozenClock, recruiter: Recruiter
 ) -> None:
     mail = queue.schedule(JobSpec("tests.noop").in_group("mail"))
     other = queue.schedule(JobSpec("tests.noop").run_at(clock.now() - dt.timedelta(1)))
-    anyone, mailer = slot(queue, app, clock), slot(queue, app, clock, "mail")
+    anyone, mailer = slot(queue, noop_app, clock), slot(queue, noop_app, clock, "mail")
     recruiter.run_once(clock.now())
     assignments: dict[Any, Any] = {w.id: w.assignment for w in queue.store.workers()}
     assert assignments[mailer.id].job_id == mail
@@ -136,10 +99,10 @@ def test_workers_of_a_group_get_its_jobs_before_any_group_workers(
 
 
 def test_a_worker_runs_its_job_and_becomes_available(
-    queue: Queue, app: Registry, clock: FrozenClock, recruiter: Recruiter
+    queue: Queue, noop_app: Registry, clock: FrozenClock, recruiter: Recruiter
 ) -> None:
     job_id = queue.schedule(JobSpec("tests.noop"))
-    worker = slot(queue, app, clock)
+    worker = slot(queue, noop_app, clock)
     assert worker.run_once().ran is None, "nothing assigned yet"
     recruiter.run_once(clock.now())
     result = worker.run_once()
@@ -155,10 +118,10 @@ def test_a_worker_runs_its_job_and_becomes_available(
 
 
 def test_a_worker_that_retired_before_assignment_leaves_its_job_queued(
-    queue: Queue, app: Registry, clock: FrozenClock, recruiter: Recruiter, monkeypatch: Any
+    queue: Queue, noop_app: Registry, clock: FrozenClock, recruiter: Recruiter, monkeypatch: Any
 ) -> None:
     job_id = queue.schedule(JobSpec("tests.noop"))
-    worker = slot(queue, app, clock)
+    worker = slot(queue, noop_app, clock)
     stale = queue.store.available_workers()
     assert worker.retire()
     monkeypatch.setattr(queue.store, "available_workers", lambda: stale)
@@ -168,12 +131,11 @@ def test_a_worker_that_retired_before_assignment_leaves_its_job_queued(
 
 
 def test_a_new_leader_requeues_jobs_locked_but_never_assigned(
-    queue: Queue, app: Registry, clock: FrozenClock
+    queue: Queue, noop_app: Registry, clock: FrozenClock
 ) -> None:
-    job_id = queue.schedule(JobSpec("tests.noop"))
     # the previous leader died between locking and assigning
-    assert queue.store.lock_jobs([job_id], ObjectId(), clock.now()) == [job_id]
-    worker = slot(queue, app, clock)
+    job_in_state(queue, "handed out")
+    worker = slot(queue, noop_app, clock)
     result = Recruiter(queue.store).run_once(clock.now())
     assert (result.rolled_back, result.assigned) == (1, 1)
     executed = worker.run_once().ran
@@ -182,10 +144,10 @@ def test_a_new_leader_requeues_jobs_locked_but_never_assigned(
 
 
 def test_a_worker_stopping_after_assignment_runs_its_job_first(
-    queue: Queue, app: Registry, clock: FrozenClock, recruiter: Recruiter
+    queue: Queue, noop_app: Registry, clock: FrozenClock, recruiter: Recruiter
 ) -> None:
     job_id = queue.schedule(JobSpec("tests.noop"))
-    worker = slot(queue, app, clock)
+    worker = slot(queue, noop_app, clock)
     recruiter.run_once(clock.now())
     assert not worker.retire(), "a worker with an assigned job does not leave"
     assert worker.run_once().ran is not None
@@ -225,10 +187,10 @@ def test_the_cleaner_releases_a_dead_workers_started_job_through_its_policy(
 
 
 def test_a_crash_on_the_last_retry_archives_the_job(
-    queue: Queue, app: Registry, clock: FrozenClock, recruiter: Recruiter, cleaner: Cleaner
+    queue: Queue, noop_app: Registry, clock: FrozenClock, recruiter: Recruiter, cleaner: Cleaner
 ) -> None:
     job_id = queue.schedule(JobSpec("tests.noop"))
-    worker = slot(queue, app, clock)
+    worker = slot(queue, noop_app, clock)
     recruiter.run_once(clock.now())
     assignment = queue.store.find_worker(worker.id).assignment  # type: ignore[arg-type, union-attr]
     assert assignment is not None
@@ -240,10 +202,10 @@ def test_a_crash_on_the_last_retry_archives_the_job(
 
 
 def test_a_dead_workers_unstarted_job_goes_back_uncounted(
-    queue: Queue, app: Registry, clock: FrozenClock, recruiter: Recruiter, cleaner: Cleaner
+    queue: Queue, noop_app: Registry, clock: FrozenClock, recruiter: Recruiter, cleaner: Cleaner
 ) -> None:
     job_id = queue.schedule(JobSpec("tests.noop"))
-    slot(queue, app, clock)
+    slot(queue, noop_app, clock)
     recruiter.run_once(clock.now())
     clock.advance(DEAD_AFTER.total_seconds() + 1)
     assert dict(cleaner.run_once(clock.now()).released) == {"requeued": 1}
@@ -252,10 +214,10 @@ def test_a_dead_workers_unstarted_job_goes_back_uncounted(
 
 
 def test_a_live_worker_is_left_alone_however_long_its_job(
-    queue: Queue, app: Registry, clock: FrozenClock, recruiter: Recruiter, cleaner: Cleaner
+    queue: Queue, noop_app: Registry, clock: FrozenClock, recruiter: Recruiter, cleaner: Cleaner
 ) -> None:
     queue.schedule(JobSpec("tests.noop"))
-    worker = slot(queue, app, clock)
+    worker = slot(queue, noop_app, clock)
     recruiter.run_once(clock.now())
     for _ in range(10):
         clock.advance(DEAD_AFTER.total_seconds() / 2)
@@ -284,18 +246,6 @@ def test_a_worker_declared_dead_mid_job_cannot_finish_it(
     assert (job.why, job.locked, job.attempts) == (None, False, 1)
     assert [h["outcome"] for h in job.history] == ["retry"], "only the crash is recorded"
     assert worker.run_once().registered_again, "it comes back as a new worker"
-
-
-def process(
-    queue: Queue,
-    registry: Registry,
-    clock: FrozenClock,
-    on_declared_dead: Callable[[], None],
-    concurrency: int = 1,
-) -> WorkerProcess:
-    """A worker process whose slots are driven by hand, reporting instead of exiting."""
-    config = WorkerConfig(concurrency=concurrency)
-    return WorkerProcess(queue.store, registry, clock, config, on_declared_dead)
 
 
 def test_a_worker_declared_dead_mid_job_stops_at_its_next_heartbeat(
@@ -353,21 +303,20 @@ def test_a_thawed_worker_stops_before_an_idle_slot_takes_new_work(
 
 
 def test_the_cleaner_releases_orphans_held_by_no_worker(
-    queue: Queue, app: Registry, clock: FrozenClock, cleaner: Cleaner
+    queue: Queue, noop_app: Registry, clock: FrozenClock, cleaner: Cleaner
 ) -> None:
-    job_id = queue.schedule(JobSpec("tests.noop"))
-    queue.store.lock_jobs([job_id], ObjectId(), clock.now())
+    job_in_state(queue, "handed out")  # by a leader that died before it assigned it
     assert sum(cleaner.run_once(clock.now()).released.values()) == 0, "recent locks are left"
     clock.advance(DEAD_AFTER.total_seconds() + 1)
     assert dict(cleaner.run_once(clock.now()).released) == {"requeued": 1}
 
 
 def test_the_cleaner_moves_finished_jobs_in_batches_and_hurries_while_they_are_full(
-    queue: Queue, app: Registry, clock: FrozenClock, cleaner: Cleaner
+    queue: Queue, noop_app: Registry, clock: FrozenClock, cleaner: Cleaner
 ) -> None:
     ids = queue.schedule_many(JobSpec("tests.noop") for _ in range(3))
     recruiter = Recruiter(queue.store)
-    worker = slot(queue, app, clock)
+    worker = slot(queue, noop_app, clock)
     for _ in ids:
         recruiter.run_once(clock.now())
         worker.run_once()
@@ -380,14 +329,14 @@ def test_the_cleaner_moves_finished_jobs_in_batches_and_hurries_while_they_are_f
 
 
 def test_the_cleaner_purges_archived_jobs_older_than_clean_after(
-    queue: Queue, app: Registry, clock: FrozenClock
+    queue: Queue, noop_app: Registry, clock: FrozenClock
 ) -> None:
     cleaner = Cleaner(queue.store, CleanerConfig(clean_after=dt.timedelta(days=5)))
     old = queue.schedule(JobSpec("tests.noop"))
-    drain(queue, app)
+    drain(queue, noop_app)
     clock.advance(days=5)
     recent = queue.schedule(JobSpec("tests.noop"))
-    drain(queue, app)
+    drain(queue, noop_app)
     assert cleaner.run_once(clock.now()).purged == 0, "exactly five days old is kept"
     clock.advance(0.001)
     assert cleaner.run_once(clock.now()).purged == 1
@@ -396,12 +345,12 @@ def test_the_cleaner_purges_archived_jobs_older_than_clean_after(
 
 
 def test_the_purge_goes_in_batches_oldest_first_and_hurries_while_they_are_full(
-    queue: Queue, app: Registry, clock: FrozenClock
+    queue: Queue, noop_app: Registry, clock: FrozenClock
 ) -> None:
     ids = []
     for _ in range(3):  # archived a second apart
         ids.append(queue.schedule(JobSpec("tests.noop")))
-        drain(queue, app)
+        drain(queue, noop_app)
         clock.advance(1)
     assert queue.store.purge_archived(clock.now(), limit=2) == 2
     assert [queue.store.find_job(i) is None for i in ids] == [True, True, False], "oldest first"
@@ -457,12 +406,12 @@ def test_a_standby_says_so_once_and_a_new_leader_says_so(
 
 
 def test_a_slot_that_crashes_on_a_bug_stops_beating_so_its_job_is_released(
-    queue: Queue, app: Registry, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+    queue: Queue, noop_app: Registry, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    process = WorkerProcess(queue.store, app, clock, WorkerConfig(concurrency=2, watch=False))
+    process = WorkerProcess(queue.store, noop_app, clock, WorkerConfig(concurrency=2, watch=False))
     crashed, healthy = process.slots
-    for slot in process.slots:
-        slot.register()
+    for each in process.slots:
+        each.register()
 
     def bug() -> None:
         raise KeyError("a bug")
@@ -518,9 +467,9 @@ def test_a_job_raising_a_base_exception_fails_through_its_policy(
 
 
 def test_a_slot_stopped_by_a_base_exception_stops_beating(
-    queue: Queue, app: Registry, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+    queue: Queue, noop_app: Registry, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    process = WorkerProcess(queue.store, app, clock, WorkerConfig(concurrency=2, watch=False))
+    process = WorkerProcess(queue.store, noop_app, clock, WorkerConfig(concurrency=2, watch=False))
     crashed, healthy = process.slots
     for each in process.slots:
         each.register()
@@ -540,13 +489,13 @@ def test_a_slot_stopped_by_a_base_exception_stops_beating(
 
 
 def test_a_worker_that_died_idle_is_not_handed_the_next_job(
-    queue: Queue, app: Registry, clock: FrozenClock, recruiter: Recruiter
+    queue: Queue, noop_app: Registry, clock: FrozenClock, recruiter: Recruiter
 ) -> None:
     # it has waited longest, so it would come first, and its job would wait for the
     # cleaner to notice; having missed several heartbeats, it is passed over
-    died_idle = slot(queue, app, clock)
+    died_idle = slot(queue, noop_app, clock)
     clock.advance(10)  # five of its 2 s heartbeats missed
-    alive = slot(queue, app, clock)
+    alive = slot(queue, noop_app, clock)
     job_id = queue.schedule(JobSpec("tests.noop"))
     assert recruiter.run_once(clock.now()).assigned == 1
     assignment = queue.store.find_worker(alive.id).assignment  # type: ignore[arg-type, union-attr]
@@ -587,14 +536,14 @@ def test_the_heartbeat_rings_an_idle_slot_whose_assignment_the_feed_did_not_brin
     assigned a job it was not told of is rung; one idle and unassigned is not."""
     registry.workable("tests.noop")(lambda: None)
     worker = process(queue, registry, clock, lambda: None, concurrency=2)
-    for slot in worker.slots:
-        slot.register()
+    for each in worker.slots:
+        each.register()
     worker.watcher = _Following()  # type: ignore[assignment]
     worker._followed = frozenset(slot.id for slot in worker.slots)  # type: ignore[misc]
     job_id = queue.schedule(JobSpec("tests.noop"))
     Recruiter(queue.store).run_once(clock.now())  # the feed's news of it is lost
-    for slot in worker.slots:
-        slot.bell.clear()
+    for each in worker.slots:
+        each.bell.clear()
     worker.beat()
     ids = [slot.id for slot in worker.slots if slot.id is not None]
     (assigned,) = [s for s in worker.slots if s.id in queue.store.assigned_among(ids)]

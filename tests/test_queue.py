@@ -10,6 +10,7 @@ from bson import ObjectId
 
 from recruiter import (
     ExponentialBackoff,
+    FrozenClock,
     InvalidJob,
     InvalidParameters,
     JobNotFound,
@@ -18,7 +19,6 @@ from recruiter import (
     Registry,
     RetriableExceptionFilter,
 )
-from recruiter.clock import FrozenClock
 
 
 def test_schedule_stores_the_recruiter_document(

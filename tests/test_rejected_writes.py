@@ -21,13 +21,11 @@ from typing import Any
 from bson import ObjectId
 from pymongo.errors import OperationFailure
 
-from recruiter import JobSpec, Queue, Registry, RetryManyTimes
-from recruiter.clock import FrozenClock
-from recruiter.errors import DatabaseError
-from recruiter.processes.cleaner import CleanerConfig
+from recruiter import DatabaseError, FrozenClock, JobSpec, Queue, Registry, RetryManyTimes
+from recruiter.processes.cleaner import Cleaner
 from recruiter.processes.recruiter import Recruiter
 from recruiter.processes.slot import WorkerSlot
-from tests.test_processes import DEAD_AFTER, WatchingCleaner
+from tests.driving import DEAD_AFTER
 
 
 class Refusing:
@@ -97,10 +95,8 @@ def test_one_job_whose_crash_record_is_refused_does_not_stop_the_recruiter(
 
 
 def test_one_job_whose_crash_record_is_refused_does_not_blind_the_cleaner(
-    queue: Queue, clock: FrozenClock
+    queue: Queue, clock: FrozenClock, cleaner: Cleaner
 ) -> None:
-    cleaner = WatchingCleaner(queue.store, CleanerConfig(considered_dead_after=DEAD_AFTER))
-    cleaner.run_once(clock.now())
     _poison(queue, clock)  # an orphan from 30 s on: every round fails from then
     clock.advance(DEAD_AFTER.total_seconds() * 2)
     worker = queue.store.register_worker("*", 1, "here", clock.now())
@@ -112,11 +108,9 @@ def test_one_job_whose_crash_record_is_refused_does_not_blind_the_cleaner(
 
 
 def test_a_job_whose_crash_record_is_refused_does_not_keep_the_cleaner_busy(
-    queue: Queue, clock: FrozenClock
+    queue: Queue, clock: FrozenClock, cleaner: Cleaner
 ) -> None:
     # refused at every pass: left for a later round, not retried in a tight loop
-    cleaner = WatchingCleaner(queue.store, CleanerConfig(considered_dead_after=DEAD_AFTER))
-    cleaner.run_once(clock.now())
     _poison(queue, clock)
     clock.advance(DEAD_AFTER.total_seconds() / 2)
     cleaner.run_once(clock.now())

@@ -12,11 +12,10 @@ import pytest
 from bson import ObjectId
 from typer.testing import CliRunner
 
-from recruiter import JobSpec, Queue, Registry, ResultNotKept, RetryManyTimes
+from recruiter import FrozenClock, JobSpec, Queue, Registry, ResultNotKept, RetryManyTimes
 from recruiter.attempts.calling import RESULT_BYTES
 from recruiter.attempts.executor import Executor, Identity
 from recruiter.attempts.verdict import Outcome
-from recruiter.clock import FrozenClock
 from recruiter.pools.process_pool import JobProcess
 from recruiter.pools.stopping import Watch
 from recruiter.testing import drain
@@ -159,9 +158,7 @@ def test_jobs_show_prints_the_result(
 
 
 def test_the_dashboard_shows_a_result_escaped(queue: Queue, registry: Registry) -> None:
-    from fastapi.testclient import TestClient
-
-    from recruiter.web import create_app
+    from tests.web_client import client
 
     @registry.workable("results.html")
     def html() -> str:
@@ -169,9 +166,9 @@ def test_the_dashboard_shows_a_result_escaped(queue: Queue, registry: Registry) 
 
     job_id = queue.schedule(JobSpec("results.html"))
     drain(queue, registry)
-    client = TestClient(create_app(queue), base_url="http://127.0.0.1:8087")
-    assert client.get(f"/api/jobs/{job_id}").json()["result"] == "<script>alert(1)</script>"
-    page = client.get(f"/jobs/{job_id}").text
+    browser = client(queue)
+    assert browser.get(f"/api/jobs/{job_id}").json()["result"] == "<script>alert(1)</script>"
+    page = browser.get(f"/jobs/{job_id}").text
     assert "<script>alert(1)</script>" not in page
     assert "&lt;script&gt;" in page
 

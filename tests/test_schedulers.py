@@ -1,5 +1,5 @@
-"""Repeatable jobs: schedules, declaring schedulers, and the occurrences the recruiter
-creates, one per occurrence, whatever crashes in between."""
+"""Repeatable jobs: schedules, declaring schedulers, the occurrences the recruiter
+creates, one per occurrence, whatever crashes in between, and pausing and resuming."""
 
 from __future__ import annotations
 
@@ -12,19 +12,25 @@ import pytest
 from pymongo.database import Database
 from typer.testing import CliRunner
 
-from recruiter import JobSpec, Queue, RetryManyTimes
-from recruiter.cli import app, views
-from recruiter.clock import FrozenClock
-from recruiter.errors import DatabaseUnavailable, InvalidJob, InvalidSchedule
-from recruiter.processes.recruiter import Recruiter
-from recruiter.repeating.occurrences import (
-    MISSED_GRACE,
-    PER_PASS,
-    SchedulingResult,
-    create_due_occurrences,
+from recruiter import (
+    Cron,
+    DatabaseUnavailable,
+    Every,
+    FrozenClock,
+    InvalidJob,
+    InvalidSchedule,
+    JobSpec,
+    Queue,
+    RetryManyTimes,
 )
-from recruiter.repeating.timing import Cron, Every, Schedule, schedule_from
+from recruiter.cli import app, views
+from recruiter.processes.recruiter import Recruiter
+from recruiter.repeating.timing import Schedule, schedule_from
+from recruiter.repeating.occurrences import MISSED_GRACE, PER_PASS, SchedulingResult, create_due_occurrences
 from recruiter.store import SchedulerRecord, Store
+from recruiter.testing import drain
+from tests.driving import application
+from tests.interleaving import after
 
 MINUTE = dt.timedelta(minutes=1)
 JAN_1 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -230,8 +236,7 @@ def test_a_unique_scheduler_skips_occurrences_while_its_last_job_is_unfinished(
     result = create_due_occurrences(queue.store, clock.advance(3 * 60 + 1))
     assert (result.created, result.skipped) == (1, 2), "one created; two due meanwhile"
     assert create_due_occurrences(queue.store, clock.advance(60)).skipped == 1
-    (job_id,) = [d["_id"] for d in queue.store.scheduled.find({"scheduler.urn": "report"})]
-    queue.store.scheduled.update_one({"_id": job_id}, {"$set": {"why": "done"}})
+    assert len(drain(queue, application("reports.daily")).executions) == 1, "its job ran"
     assert create_due_occurrences(queue.store, clock.advance(60)).created == 1
     assert occurrences(queue.store) == [start + MINUTE, start + 5 * MINUTE]
     scheduler = queue.store.find_scheduler("report")
@@ -277,10 +282,8 @@ def test_a_pending_occurrence_already_run_and_archived_is_not_created_again(
     queue: Queue, clock: FrozenClock, report: JobSpec, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     now = leave_pending(queue, clock, report, monkeypatch, "settle_occurrence")
-    job = queue.store.scheduled.find_one({"scheduler.urn": "report"})
-    assert job is not None
-    queue.store.archived.insert_one({**job, "why": "done"})  # it ran, and was archived
-    queue.store.scheduled.delete_one({"_id": job["_id"]})
+    ran = drain(queue, application("reports.daily"))  # it ran, and was archived
+    assert queue.store.count_jobs("archived", {"_id": ran.executions[0].job_id}) == 1
     assert create_due_occurrences(queue.store, clock.advance(1)).created == 0
     assert occurrences(queue.store) == [now]
 
@@ -406,8 +409,7 @@ def test_a_unique_scheduler_skips_missed_occurrences_and_then_its_unfinished_one
     assert (first.created, first.skipped) == (1, 9), "the latest created, nine missed"
     second = create_due_occurrences(queue.store, clock.advance(10 * 60))
     assert (second.created, second.skipped) == (0, 10), "nine missed; the latest too: unique"
-    (job_id,) = [d["_id"] for d in queue.store.scheduled.find({"scheduler.urn": "report"})]
-    queue.store.scheduled.update_one({"_id": job_id}, {"$set": {"why": "done"}})
+    assert len(drain(queue, application("reports.daily")).executions) == 1, "its job ran"
     assert create_due_occurrences(queue.store, clock.advance(60)).created == 1
     assert occurrences(queue.store) == [start + 10 * MINUTE, start + 21 * MINUTE]
     record = stored(queue.store)
@@ -558,3 +560,99 @@ def test_the_read_of_due_schedulers_uses_an_index_for_each_of_its_queries(
         if hasattr(cursor, "explain"):  # the real server; mongomock cannot explain
             plan = cursor.explain()["queryPlanner"]["winningPlan"]
             assert "IXSCAN" in json.dumps(plan, default=str), plan
+
+
+# --- pausing and resuming ----------------------------------------------------------------
+# nothing created while paused, whatever another process does between a read and a write;
+# resumed from its next occurrence
+
+
+def test_a_paused_scheduler_creates_nothing_and_resumes_from_its_next_occurrence(
+    queue: Queue, clock: FrozenClock, report: JobSpec
+) -> None:
+    queue.repeat("report", report, Every("1m"))
+    first = clock.advance(60)
+    create_due_occurrences(queue.store, first)
+    assert queue.pause_repeating("report")
+    assert not queue.pause_repeating("report"), "paused already"
+    assert not queue.pause_repeating("nobody")
+    assert stored(queue.store).paused_at == first
+    create_due_occurrences(queue.store, clock.advance(600))  # ten occurrences paused
+    assert occurrences(queue.store) == [first]
+    assert queue.resume_repeating("report")
+    assert not queue.resume_repeating("report"), "not paused"
+    now = clock.now()
+    assert stored(queue.store).next_at == now + dt.timedelta(minutes=1)
+    create_due_occurrences(queue.store, clock.advance(60))
+    assert occurrences(queue.store) == [first, now + dt.timedelta(minutes=1)]
+
+
+def test_a_pause_between_the_due_read_and_the_claim_creates_nothing(
+    queue: Queue, clock: FrozenClock, report: JobSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue.repeat("report", report, Every("1m"))
+    paused = after(
+        monkeypatch, queue.store, "due_schedulers", lambda: queue.pause_repeating("report")
+    )
+    result = create_due_occurrences(queue.store, clock.advance(60))
+    assert paused == [True], "the pause landed after the recruiter read the scheduler as due"
+    assert result.created == 0
+    assert occurrences(queue.store) == []
+
+
+def test_an_occurrence_claimed_before_the_pause_is_still_created(
+    queue: Queue, clock: FrozenClock, report: JobSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = leave_pending(queue, clock, report, monkeypatch, "insert_occurrence")
+    assert queue.pause_repeating("report")
+    create_due_occurrences(queue.store, clock.advance(1))
+    assert occurrences(queue.store) == [now], "claimed, so created once; nothing after"
+    create_due_occurrences(queue.store, clock.advance(600))
+    assert occurrences(queue.store) == [now]
+
+
+@pytest.mark.parametrize("schedule", [Every("1m"), Every("5m")], ids=["same", "changed"])
+def test_declaring_a_paused_scheduler_again_keeps_it_paused(
+    queue: Queue, clock: FrozenClock, report: JobSpec, schedule: Every
+) -> None:
+    queue.repeat("report", report, Every("1m"))
+    queue.pause_repeating("report")
+    assert not queue.repeat("report", report.tagged("v2"), schedule), "not new"
+    create_due_occurrences(queue.store, clock.advance(3600))
+    assert occurrences(queue.store) == []
+    assert stored(queue.store).paused_at is not None
+    assert stored(queue.store).job["tags"] == ["v2"]
+    queue.resume_repeating("report")
+    assert stored(queue.store).next_at == clock.now() + schedule.interval
+
+
+def test_a_resume_that_meets_a_new_schedule_resumes_on_the_new_one(
+    queue: Queue, clock: FrozenClock, report: JobSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue.repeat("report", report, Every("1m"))
+    queue.pause_repeating("report")
+    declared = after(
+        monkeypatch,
+        queue.store,
+        "find_scheduler",
+        lambda: queue.repeat("report", report, Every("5m")),
+    )
+    assert queue.resume_repeating("report")
+    assert declared == [False]
+    assert stored(queue.store).next_at == clock.now() + dt.timedelta(minutes=5)
+
+
+def test_the_cli_pauses_lists_and_resumes(
+    queue: Queue, report: JobSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from recruiter.cli import views
+    from tests.factories import Unclosed
+
+    kept = Unclosed(queue.store.database, queue.clock)
+    monkeypatch.setattr(views, "open_queue", lambda uri, database: kept)
+    kept.repeat("report", report, Every("1m"))
+    runner = CliRunner()
+    assert "paused" in runner.invoke(app, ["schedulers", "pause", "report"]).output
+    listed = runner.invoke(app, ["schedulers", "list"], env={"COLUMNS": "200"}).output
+    assert "paused since" in listed
+    assert "resumed" in runner.invoke(app, ["schedulers", "resume", "report"]).output

@@ -7,8 +7,7 @@ from typing import Any
 import pytest
 from pymongo.database import Database
 
-from recruiter import Queue, SchemaTooNew
-from recruiter.errors import RecruiterError
+from recruiter import Queue, RecruiterError, SchemaTooNew
 from recruiter.store import Store
 from recruiter.store.schema import SCHEMA_VERSION, ensure_schema
 

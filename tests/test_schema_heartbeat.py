@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import datetime as dt
 
-from recruiter import JobSpec, Queue, Registry
+from recruiter import FrozenClock, JobSpec, Queue, Registry
 from recruiter.attempts.verdict import Outcome
-from recruiter.clock import FrozenClock
-from recruiter.processes.cleaner import CleanerConfig
+from recruiter.processes.cleaner import Cleaner
 from recruiter.processes.recruiter import Recruiter
 from recruiter.processes.worker import WorkerConfig, WorkerProcess
 from recruiter.store.schema import SCHEMA_VERSION
-from tests.test_processes import DEAD_AFTER, WatchingCleaner
 
 
 class OneBeat:
@@ -36,10 +34,8 @@ class OneBeat:
 
 
 def test_a_worker_that_found_a_newer_schema_keeps_beating_for_the_job_it_runs(
-    queue: Queue, registry: Registry, clock: FrozenClock
+    queue: Queue, registry: Registry, clock: FrozenClock, cleaner: Cleaner
 ) -> None:
-    cleaner = WatchingCleaner(queue.store, CleanerConfig(considered_dead_after=DEAD_AFTER))
-    cleaner.run_once(clock.now())
     deaths: list[int] = []
 
     @registry.workable("tests.long")

@@ -28,10 +28,18 @@ from pymongo.errors import (
 )
 from pymongo.errors import DocumentTooLarge as DriverDocumentTooLarge
 
-from recruiter import JobSpec, Queue, Registry, RetryManyTimes, record_output
+from recruiter import (
+    DatabaseUnavailable,
+    FrozenClock,
+    JobSpec,
+    Queue,
+    Registry,
+    RetryManyTimes,
+    WriteRejected,
+    record_output,
+)
 from recruiter.attempts.verdict import Outcome
-from recruiter.clock import FrozenClock
-from recruiter.errors import DatabaseUnavailable, DocumentTooLarge, WriteRejected
+from recruiter.errors import DocumentTooLarge
 from recruiter.processes.recruiter import Recruiter
 from recruiter.processes.slot import WorkerSlot
 from recruiter.store.failures import translate

@@ -17,9 +17,11 @@ from bson import ObjectId
 
 from recruiter import (
     Cancellation,
+    FrozenClock,
     InvalidJob,
     JobNotFound,
     JobSpec,
+    JobTimedOut,
     Queue,
     Registry,
     RetryForever,
@@ -30,28 +32,21 @@ from recruiter import (
 from recruiter.attempts.executor import Executor, Identity
 from recruiter.attempts.takeback import release_fenced
 from recruiter.attempts.verdict import Outcome
-from recruiter.clock import FrozenClock
 from recruiter.events import BECAME_LEADER, STEPPED_DOWN, Listeners
-from recruiter.pools.stopping import (
-    NOWHERE_KNOWN,
-    Entrance,
-    HolderDeclaredDead,
-    JobTimedOut,
-    Running,
-    Watch,
-)
+from recruiter.pools.stopping import NOWHERE_KNOWN, Entrance, HolderDeclaredDead, Running, Watch
 from recruiter.processes.cleaner import Cleaner, CleanerConfig
 from recruiter.processes.leadership import Tell
 from recruiter.testing import drain
+from tests.driving import execute
 
 
 @pytest.fixture
-def app(registry: Registry) -> dict[str, Any]:
-    """Workables that run until stopped, and what they saw."""
+def forever(registry: Registry) -> dict[str, Any]:
+    """``tests.forever``, which runs until stopped (and ``tests.noop``): what it saw."""
     seen: dict[str, Any] = {"started": threading.Event(), "cleaned_up": False}
 
     @registry.workable("tests.forever")
-    def forever(swallow: bool = False) -> None:
+    def until_stopped(swallow: bool = False) -> None:
         seen["started"].set()
         try:
             while True:
@@ -69,14 +64,6 @@ def app(registry: Registry) -> dict[str, Any]:
     return seen
 
 
-def execute(queue: Queue, registry: Registry, clock: FrozenClock, watch: Watch, job_id: Any) -> Any:
-    token = ObjectId()
-    assert queue.store.lock_jobs([job_id], token, clock.now()) == [job_id]
-    return Executor(queue.store, registry, clock, Identity.of_this_process(), watch).execute(
-        job_id, token
-    )
-
-
 # --- timeouts ------------------------------------------------------------------------------
 
 
@@ -87,18 +74,18 @@ def test_an_invalid_timeout_is_refused(timeout: str) -> None:
 
 
 def test_a_job_over_its_timeout_is_stopped_and_fails_through_its_policy(
-    queue: Queue, registry: Registry, clock: FrozenClock, watch: Watch, app: dict[str, Any]
+    queue: Queue, registry: Registry, clock: FrozenClock, watch: Watch, forever: dict[str, Any]
 ) -> None:
     spec = JobSpec("tests.forever", {"swallow": True}).with_timeout("200ms")
     job_id = queue.schedule(spec.retry_with(RetryManyTimes(1, "1m")))
     assert queue.job(job_id).timeout == dt.timedelta(milliseconds=200)
     # the job never ends by itself: it returns only if its timeout stopped it (how soon
     # is the watchdog's tick and the machine's load: not this test's to say)
-    execution = execute(queue, registry, clock, watch, job_id)
+    execution = execute(queue, registry, job_id, watch=watch)
     assert execution.outcome is Outcome.RETRY, "a timeout is a failure like another"
     attempt = queue.job(job_id).history[-1]
     assert attempt["class"] == "recruiter.stopping.JobTimedOut"
-    assert app["cleaned_up"], "its finally blocks ran"
+    assert forever["cleaned_up"], "its finally blocks ran"
 
 
 def test_a_stop_never_lands_once_the_jobs_code_returned() -> None:
@@ -112,7 +99,7 @@ def test_a_stop_never_lands_once_the_jobs_code_returned() -> None:
 
 
 def test_a_waiting_job_is_cancelled_at_once_and_never_runs(
-    queue: Queue, registry: Registry, app: dict[str, Any]
+    queue: Queue, registry: Registry, forever: dict[str, Any]
 ) -> None:
     job_id = queue.schedule(JobSpec("tests.noop").run_in("1h"))
     assert queue.cancel(job_id) is Cancellation.CANCELLED
@@ -125,7 +112,7 @@ def test_a_waiting_job_is_cancelled_at_once_and_never_runs(
 
 
 def test_a_job_cancelled_after_it_was_handed_out_is_not_run(
-    queue: Queue, registry: Registry, clock: FrozenClock, watch: Watch, app: dict[str, Any]
+    queue: Queue, registry: Registry, clock: FrozenClock, watch: Watch, forever: dict[str, Any]
 ) -> None:
     job_id = queue.schedule(JobSpec("tests.noop"))
     token = ObjectId()
@@ -137,15 +124,15 @@ def test_a_job_cancelled_after_it_was_handed_out_is_not_run(
 
 
 def test_a_running_job_is_stopped_when_cancelled_and_never_retried(
-    queue: Queue, registry: Registry, clock: FrozenClock, watch: Watch, app: dict[str, Any]
+    queue: Queue, registry: Registry, clock: FrozenClock, watch: Watch, forever: dict[str, Any]
 ) -> None:
     job_id = queue.schedule(JobSpec("tests.forever").retry_with(RetryForever(0)))
     result: list[Any] = []
     worker = threading.Thread(
-        target=lambda: result.append(execute(queue, registry, clock, watch, job_id))
+        target=lambda: result.append(execute(queue, registry, job_id, watch=watch))
     )
     worker.start()
-    assert app["started"].wait(10)
+    assert forever["started"].wait(10)
     assert queue.cancel(job_id) is Cancellation.STOPPING
     watch.cancel(queue.store.cancel_requested([job_id]))  # what a worker's heartbeat does
     worker.join(10)
@@ -203,7 +190,7 @@ def test_a_cancellation_asked_while_a_job_fails_is_not_lost_to_its_retry(
         raise ConnectionError("down")  # before any heartbeat saw the request
 
     job_id = queue.schedule(JobSpec("tests.cancelled_then_fails").retry_with(RetryForever(0)))
-    execution = execute(queue, registry, clock, watch, job_id)
+    execution = execute(queue, registry, job_id, watch=watch)
     assert (execution.outcome, execution.why) == (Outcome.ARCHIVED, "cancelled")
 
 
@@ -228,7 +215,7 @@ def test_a_shell_command_is_stopped_with_its_jobs_timeout(
     slow = registry.command("tests.slow_command", [sys.executable, "-c", code, str(pid_file)])
     job_id = queue.schedule(slow.job().with_timeout("500ms"))
     began = time.monotonic()
-    execution = execute(queue, registry, clock, watch, job_id)
+    execution = execute(queue, registry, job_id, watch=watch)
     # liveness, not speed: stopped at its timeout, not waited for (600 s); the bound is
     # generous for a loaded machine
     assert time.monotonic() - began < 60
@@ -289,7 +276,7 @@ def test_a_stop_of_every_job_between_the_look_and_the_code_is_kept_until_the_cod
 
     monkeypatch.setattr(registry, "rebuild", declared_dead_meanwhile)
     job_id = queue.schedule(JobSpec(name).retry_with(RetryForever(0)))
-    execution = execute(queue, registry, clock, watch, job_id)
+    execution = execute(queue, registry, job_id, watch=watch)
     assert ran == [], "the code never began"
     assert execution.outcome is Outcome.RETRY
     (attempt,) = queue.job(job_id).history

@@ -7,10 +7,10 @@ import datetime as dt
 import pytest
 from bson import ObjectId
 
-from recruiter.clock import FrozenClock
+from recruiter import FrozenClock
 from recruiter.job import HISTORY_LIMIT
 from recruiter.store import End, Store
-from tests.factories import locked_job, queued_job
+from tests.factories import job_in_state
 
 MS = dt.timedelta(milliseconds=1)
 
@@ -23,7 +23,8 @@ def test_insert_jobs_returns_ids_in_order_and_find_job_reads_them(
     store: Store, clock: FrozenClock
 ) -> None:
     assert store.insert_jobs([]) == []
-    first, second = queued_job(store, clock.now()), queued_job(store, clock.now(), group="mail")
+    first = job_in_state(store, "ready", now=clock.now()).id
+    second = job_in_state(store, "ready", now=clock.now(), group="mail").id
     job = store.find_job(second)
     assert job is not None
     assert (job.id, job.group, job.attempts, job.locked, job.problems) == (
@@ -39,11 +40,12 @@ def test_insert_jobs_returns_ids_in_order_and_find_job_reads_them(
 
 def test_ready_job_ids_are_due_unlocked_oldest_first(store: Store, clock: FrozenClock) -> None:
     now = clock.now()
-    late = queued_job(store, now, due=now)
-    early = queued_job(store, now, due=now - dt.timedelta(minutes=1))
-    queued_job(store, now, due=now + MS)
-    other_group = queued_job(store, now, due=now - dt.timedelta(hours=1), group="mail")
-    locked_job(store, now, ObjectId(), due=now - dt.timedelta(days=1))
+    late = job_in_state(store, "ready", now=now, due=now).id
+    early = job_in_state(store, "ready", now=now, due=now - dt.timedelta(minutes=1)).id
+    job_in_state(store, "postponed", now=now, due=now + MS)
+    hour_ago = now - dt.timedelta(hours=1)
+    other_group = job_in_state(store, "ready", now=now, due=hour_ago, group="mail").id
+    job_in_state(store, "handed out", now=now, due=now - dt.timedelta(days=1))
     assert store.ready_job_ids(now, None, 10) == [other_group, early, late]
     assert store.ready_job_ids(now, "generic", 10) == [early, late]
     assert store.ready_job_ids(now, "generic", 1) == [early]
@@ -52,8 +54,9 @@ def test_ready_job_ids_are_due_unlocked_oldest_first(store: Store, clock: Frozen
 
 def test_lock_jobs_takes_only_unlocked_due_jobs(store: Store, clock: FrozenClock) -> None:
     now = clock.now()
-    free, future = queued_job(store, now), queued_job(store, now, due=now + MS)
-    taken = locked_job(store, now, ObjectId())
+    free = job_in_state(store, "ready", now=now).id
+    future = job_in_state(store, "postponed", now=now, due=now + MS).id
+    taken = job_in_state(store, "handed out", now=now).id
     token = ObjectId()
     assert store.lock_jobs([free, future, taken], token, now) == [free]
     job = store.find_job(free)
@@ -67,7 +70,7 @@ def test_start_if_owned_counts_the_attempt_only_for_the_token_holder(
     store: Store, clock: FrozenClock
 ) -> None:
     token = ObjectId()
-    job_id = locked_job(store, clock.now(), token)
+    job_id = job_in_state(store, "handed out", now=clock.now(), token=token).id
     assert store.start_if_owned(job_id, ObjectId(), {"started_at": clock.now()}) is None
     job = store.find_job(job_id)
     assert job is not None
@@ -87,7 +90,7 @@ def test_find_started_tells_a_worker_whether_its_unanswered_start_landed(
     store: Store, clock: FrozenClock
 ) -> None:
     token = ObjectId()
-    job_id = locked_job(store, clock.now(), token)
+    job_id = job_in_state(store, "handed out", now=clock.now(), token=token).id
     started_at = clock.now()
     assert store.find_started(job_id, token, started_at) is None, "not started yet"
     assert store.start_if_owned(job_id, token, {"started_at": started_at}) is not None
@@ -102,7 +105,7 @@ def test_an_end_that_retries_unlocks_records_and_keeps_history_bounded(
     store: Store, clock: FrozenClock
 ) -> None:
     now = clock.now()
-    job_id = queued_job(store, now)
+    job_id = job_in_state(store, "ready", now=now).id
     for attempt in range(1, HISTORY_LIMIT + 3):
         token = ObjectId()
         assert store.lock_jobs([job_id], token, clock.now()) == [job_id]
@@ -123,7 +126,7 @@ def test_an_end_finishes_only_for_the_token_holder_and_a_batch_archives(
     store: Store, clock: FrozenClock
 ) -> None:
     token = ObjectId()
-    job_id = locked_job(store, clock.now(), token)
+    job_id = job_in_state(store, "handed out", now=clock.now(), token=token).id
     assert not store.record_end(
         End(job_id, ObjectId(), clock.now(), why="done"), record(1, clock.now())
     )
@@ -146,7 +149,7 @@ def test_an_end_finishes_only_for_the_token_holder_and_a_batch_archives(
 
 def test_a_failed_job_is_archived_not_done(store: Store, clock: FrozenClock) -> None:
     token = ObjectId()
-    job_id = locked_job(store, clock.now(), token)
+    job_id = job_in_state(store, "handed out", now=clock.now(), token=token).id
     assert store.record_end(
         End(job_id, token, clock.now(), why="tried-too-many-times"), record(1, clock.now())
     )
@@ -157,10 +160,8 @@ def test_a_failed_job_is_archived_not_done(store: Store, clock: FrozenClock) -> 
 
 def test_archive_finished_completes_an_interrupted_move(store: Store, clock: FrozenClock) -> None:
     now = clock.now()
-    moved_halfway, committed_only = queued_job(store, now), queued_job(store, now)
-    finished = {"$set": {"why": "done", "done": True}, "$unset": {"scheduled_at": ""}}
-    for job_id in (moved_halfway, committed_only):
-        store.scheduled.update_one({"_id": job_id}, finished)
+    moved_halfway = job_in_state(store, "done", now=now).id
+    job_in_state(store, "done", now=now)  # its end committed, not moved yet
     # a crash after copying to archived, before deleting from scheduled
     copy = store.scheduled.find_one({"_id": moved_halfway})
     assert copy is not None

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
 from pymongo.database import Database
 
-from recruiter.clock import FrozenClock
+from recruiter import FrozenClock
 from recruiter.processes.supervisor import RESTART_PAUSES, Child, Supervisor
+from tests.commands import wait_for
 
 
 def test_a_child_that_exits_is_restarted_after_a_pause_that_grows() -> None:
@@ -36,9 +36,7 @@ def test_stop_lets_each_child_finish_cleanly(
     worker = Child("worker", ("worker", "--database", real_database.name))
     supervisor = Supervisor([worker], environment={"MONGODB_URI": real_server_uri})
     supervisor.start()
-    deadline = time.monotonic() + 30
-    while real_database.roster.count_documents({}) == 0:  # registered: it handles SIGTERM
-        assert time.monotonic() < deadline, "the worker never registered"
-        time.sleep(0.05)
+    roster = real_database.roster
+    wait_for(lambda: roster.count_documents({}) > 0, "the worker to register: it then stops well")
     assert supervisor.stop(timeout=30) == {"worker": 0}
     assert real_database.roster.count_documents({}) == 0, "it left the roster"

@@ -14,25 +14,17 @@ from typing import Any
 import pytest
 from bson import ObjectId
 
-from recruiter import JobSpec, Queue, Registry, RetryManyTimes
+from recruiter import FrozenClock, JobSpec, Queue, Registry, RetryManyTimes
 from recruiter.attempts.takeback import take_back_from_dead
 from recruiter.attempts.verdict import Execution, Outcome
-from recruiter.clock import FrozenClock
-from recruiter.processes.cleaner import Cleaner, CleanerConfig
+from recruiter.processes.cleaner import Cleaner
 from recruiter.processes.recruiter import Recruiter
 from recruiter.processes.worker import WorkerConfig, WorkerProcess
 from recruiter.store import End, Store
+from tests.driving import DEAD_AFTER
 from tests.interleaving import after
-from tests.test_processes import DEAD_AFTER, WatchingCleaner
 
 WORKER = WorkerConfig(watch=False)
-
-
-@pytest.fixture
-def cleaner(queue: Queue, clock: FrozenClock) -> Cleaner:
-    cleaner = WatchingCleaner(queue.store, CleanerConfig(considered_dead_after=DEAD_AFTER))
-    cleaner.run_once(clock.now())
-    return cleaner
 
 
 def test_a_frozen_worker_that_heartbeats_before_the_cleaner_removes_it_keeps_its_job(

@@ -42,7 +42,7 @@ PAYLOADS = {
 
 
 @dataclass
-class World:
+class HostileWorld:
     """A database whose jobs, worker and scheduler all carry one payload."""
 
     payload: str
@@ -54,9 +54,9 @@ class World:
 
 
 @pytest.fixture(params=list(PAYLOADS.values()), ids=list(PAYLOADS))
-def world(
+def hostile_world(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, clock: FrozenClock
-) -> World:
+) -> HostileWorld:
     payload: str = request.param
     queue = Unclosed(mongomock.MongoClient(tz_aware=True).shop, clock)
     for name in (
@@ -90,7 +90,7 @@ def world(
     queue.repeat(payload, JobSpec("tests.echo", {"msg": payload}).in_group(payload), Every(60))
     known = registry.names()
     queue.store.register_worker(payload, 4242, payload, clock.now(), workables=known)
-    return World(payload, queue, failed, done, unknown, batch)
+    return HostileWorld(payload, queue, failed, done, unknown, batch)
 
 
 def shown(*arguments: str, exit_code: int = 0) -> str:
@@ -121,55 +121,61 @@ def carries(output: str, payload: str) -> bool:
     return any(payload in text for text in strings(json.loads(output)))
 
 
-def test_status_shows_hostile_groups_workables_hosts_and_errors_literally(world: World) -> None:
-    text = printable(world.payload)
+def test_status_shows_hostile_groups_workables_hosts_and_errors_literally(
+    hostile_world: HostileWorld,
+) -> None:
+    text = printable(hostile_world.payload)
     output = shown("status")
     assert f"unknown.{text}" in output  # a workable no worker knows
     assert output.count(text) >= 4  # groups, the worker's group and host, the last error
-    assert carries(shown("status", "--json"), world.payload)
+    assert carries(shown("status", "--json"), hostile_world.payload)
 
 
-def test_jobs_list_shows_hostile_fields_literally(world: World) -> None:
-    text = printable(world.payload)
+def test_jobs_list_shows_hostile_fields_literally(hostile_world: HostileWorld) -> None:
+    text = printable(hostile_world.payload)
     output = shown("jobs", "list", "--limit", "50")
     assert f"unknown.{text}" in output
     assert output.count(text) >= 6  # each job's group, the failures' last errors
-    assert carries(shown("jobs", "list", "--json"), world.payload)
+    assert carries(shown("jobs", "list", "--json"), hostile_world.payload)
 
 
-def test_jobs_show_shows_every_hostile_field_literally(world: World) -> None:
-    text = printable(world.payload)
-    failed = shown("jobs", "show", str(world.failed))
+def test_jobs_show_shows_every_hostile_field_literally(hostile_world: HostileWorld) -> None:
+    text = printable(hostile_world.payload)
+    failed = shown("jobs", "show", str(hostile_world.failed))
     for field in ("group", "tags", "urn"):
         assert re.search(rf"│ {field} +│ {re.escape(text)} +│", failed), field
-    assert json.dumps({"msg": world.payload}) in failed  # parameters: JSON, escaped
+    assert json.dumps({"msg": hostile_world.payload}) in failed  # parameters: JSON, escaped
     assert failed.count(f"ValueError: {text}") == 2
-    done = shown("jobs", "show", str(world.done))
+    done = shown("jobs", "show", str(hostile_world.done))
     assert f"note: {text}" in done  # the attempt's output
-    assert json.dumps(world.payload) in done  # the result, as JSON
-    assert f"unknown.{text}" in shown("jobs", "show", str(world.unknown))
-    for job in (world.failed, world.done):
-        assert carries(shown("jobs", "show", str(job), "--json"), world.payload)
+    assert json.dumps(hostile_world.payload) in done  # the result, as JSON
+    assert f"unknown.{text}" in shown("jobs", "show", str(hostile_world.unknown))
+    for job in (hostile_world.failed, hostile_world.done):
+        assert carries(shown("jobs", "show", str(job), "--json"), hostile_world.payload)
 
 
 def test_top_analytics_workers_schedulers_and_batch_show_hostile_names_literally(
-    world: World,
+    hostile_world: HostileWorld,
 ) -> None:
-    text = printable(world.payload)
+    text = printable(hostile_world.payload)
     assert text in shown("top", "--once")
-    assert f"group {text}" in shown("analytics", "--group", world.payload)
-    assert carries(shown("analytics", "--group", world.payload, "--json"), world.payload)
+    assert f"group {text}" in shown("analytics", "--group", hostile_world.payload)
+    assert carries(
+        shown("analytics", "--group", hostile_world.payload, "--json"), hostile_world.payload
+    )
     assert shown("workers").count(text) == 2  # its group and its host
-    assert carries(shown("workers", "--json"), world.payload)
+    assert carries(shown("workers", "--json"), hostile_world.payload)
     assert shown("schedulers", "list").count(text) == 2  # its urn and its job's group
-    assert carries(shown("schedulers", "list", "--json"), world.payload)
-    assert "on_complete" in shown("jobs", "batch", str(world.batch))
+    assert carries(shown("schedulers", "list", "--json"), hostile_world.payload)
+    assert "on_complete" in shown("jobs", "batch", str(hostile_world.batch))
 
 
-def test_a_wait_shows_hostile_results_and_errors_literally(world: World) -> None:
-    text = printable(world.payload)
-    assert json.dumps(world.payload) in shown("jobs", "run", str(world.done), "--wait")
-    failed = shown("jobs", "run", str(world.failed), "--wait", exit_code=9)
+def test_a_wait_shows_hostile_results_and_errors_literally(hostile_world: HostileWorld) -> None:
+    text = printable(hostile_world.payload)
+    assert json.dumps(hostile_world.payload) in shown(
+        "jobs", "run", str(hostile_world.done), "--wait"
+    )
+    failed = shown("jobs", "run", str(hostile_world.failed), "--wait", exit_code=9)
     assert text in failed
 
 
@@ -204,7 +210,7 @@ def test_piped_views_never_cut_ids_nor_names(
 
 
 def test_a_job_run_here_logs_its_hostile_failure_as_printable_lines(
-    world: World, monkeypatch: pytest.MonkeyPatch
+    hostile_world: HostileWorld, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Found by the review: ``jobs run --here`` set up no logging, so the attempt's
     warning went out raw through Python's last-resort handler."""
@@ -217,18 +223,20 @@ def test_a_job_run_here_logs_its_hostile_failure_as_printable_lines(
     monkeypatch.setattr(
         importlib.import_module("recruiter.cli.job_actions"), "load_registry", lambda _: registry
     )
-    queue = world.queue
-    job_id = queue.schedule(JobSpec("tests.boom", {"msg": world.payload}))
+    queue = hostile_world.queue
+    job_id = queue.schedule(JobSpec("tests.boom", {"msg": hostile_world.payload}))
     result = CliRunner().invoke(app, ["jobs", "run", str(job_id), "--here"], env={"COLUMNS": None})
     assert result.exit_code == 9, result.output
-    assert f"ValueError: {printable(world.payload, lines=False)}" in result.stderr
+    assert f"ValueError: {printable(hostile_world.payload, lines=False)}" in result.stderr
     controls = {byte for byte in result.stderr_bytes if byte < 0x20 and byte not in b"\n\t"}
     assert not controls
 
 
-def test_a_hostile_attempt_number_is_printable_too(world: World) -> None:
+def test_a_hostile_attempt_number_is_printable_too(hostile_world: HostileWorld) -> None:
     """Found by the review: the attempt's number went into a styled Text, past the seam."""
-    world.queue.store.database.archived.update_one(
-        {"_id": world.failed}, {"$set": {"history.0.attempt": "1\x1b]0;pwned\x07\x1b[2J"}}
+    hostile_world.queue.store.database.archived.update_one(
+        {"_id": hostile_world.failed}, {"$set": {"history.0.attempt": "1\x1b]0;pwned\x07\x1b[2J"}}
     )
-    assert "attempt 1\\x1b]0;pwned\\x07\\x1b[2J: " in shown("jobs", "show", str(world.failed))
+    assert "attempt 1\\x1b]0;pwned\\x07\\x1b[2J: " in shown(
+        "jobs", "show", str(hostile_world.failed)
+    )

@@ -18,9 +18,8 @@ from typing import Any
 import pytest
 from pymongo.database import Database
 
-from recruiter import JobSpec, Queue, Registry, RetryManyTimes
+from recruiter import FrozenClock, JobSpec, Queue, Registry, RetryManyTimes
 from recruiter.attempts.verdict import Outcome
-from recruiter.clock import FrozenClock
 from recruiter.job import TRACE_LIMIT
 from recruiter.processes.recruiter import Recruiter
 from recruiter.processes.slot import WorkerSlot

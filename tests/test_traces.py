@@ -3,23 +3,22 @@ context kept in the job, each attempt a span linked to it, rounds and releases s
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from pymongo.database import Database
 
-from recruiter import JobSpec, Queue, Registry, RetryManyTimes
-from recruiter.clock import FrozenClock, SystemClock
+from recruiter import FrozenClock, JobSpec, Queue, Registry, RetryManyTimes
 from recruiter.processes.cleaner import Cleaner
 from recruiter.processes.recruiter import Recruiter
 from recruiter.testing import drain
+from tests.commands import Processes, wait_for
 
 EXPORTER = InMemorySpanExporter()
 
@@ -41,7 +40,8 @@ def spans() -> Iterator[InMemorySpanExporter]:
 
 
 @pytest.fixture
-def app(registry: Registry) -> Registry:
+def shop_app(registry: Registry) -> Registry:
+    """``shop.invoice``, which opens a span of its own, and ``shop.flaky``, which fails."""
     tracer = trace.get_tracer("the application")
 
     @registry.workable("shop.invoice")
@@ -61,13 +61,13 @@ def named(exporter: InMemorySpanExporter, prefix: str) -> list[ReadableSpan]:
 
 
 def test_an_attempt_is_a_span_linked_to_the_span_that_scheduled_it(
-    queue: Queue, app: Registry, spans: InMemorySpanExporter
+    queue: Queue, shop_app: Registry, spans: InMemorySpanExporter
 ) -> None:
     tracer = trace.get_tracer("the application")
     with tracer.start_as_current_span("POST /orders") as request:
         job_id = queue.schedule(JobSpec("shop.invoice", {"order": 7}).in_group("billing"))
     assert "traceparent" in (queue.job(job_id).trace or {})
-    drain(queue, app)
+    drain(queue, shop_app)
     [attempt] = named(spans, "recruiter.attempt")
     assert attempt.name == "recruiter.attempt shop.invoice"
     assert attempt.attributes is not None
@@ -88,21 +88,21 @@ def test_an_attempt_is_a_span_linked_to_the_span_that_scheduled_it(
 
 
 def test_a_job_scheduled_outside_any_span_keeps_no_trace(
-    queue: Queue, app: Registry, spans: InMemorySpanExporter
+    queue: Queue, shop_app: Registry, spans: InMemorySpanExporter
 ) -> None:
     job_id = queue.schedule(JobSpec("shop.invoice", {"order": 8}))
     assert queue.job(job_id).trace is None
     assert "trace" not in queue.store.scheduled.find_one({"_id": job_id})  # type: ignore[operator]
-    drain(queue, app)
+    drain(queue, shop_app)
     [attempt] = named(spans, "recruiter.attempt")
     assert attempt.links == ()
 
 
 def test_each_attempt_says_how_it_ended(
-    queue: Queue, app: Registry, spans: InMemorySpanExporter
+    queue: Queue, shop_app: Registry, spans: InMemorySpanExporter
 ) -> None:
     queue.schedule(JobSpec("shop.flaky").retry_with(RetryManyTimes(1, 0)))
-    drain(queue, app, with_scheduled=True)
+    drain(queue, shop_app, with_scheduled=True)
     outcomes = [
         (span.attributes or {}).get("recruiter.outcome")
         for span in named(spans, "recruiter.attempt")
@@ -111,11 +111,11 @@ def test_each_attempt_says_how_it_ended(
 
 
 def test_rounds_and_releases_are_spans(
-    queue: Queue, app: Registry, clock: FrozenClock, spans: InMemorySpanExporter
+    queue: Queue, shop_app: Registry, clock: FrozenClock, spans: InMemorySpanExporter
 ) -> None:
     from recruiter.processes.slot import WorkerSlot
 
-    WorkerSlot(queue.store, app, clock, "*").register()  # it knows shop.invoice
+    WorkerSlot(queue.store, shop_app, clock, "*").register()  # it knows shop.invoice
     queue.schedule(JobSpec("shop.invoice", {"order": 9}))
     Recruiter(queue.store).run_once(clock.now())
     [round_] = named(spans, "recruiter.round")
@@ -156,27 +156,22 @@ registry = Registry()
 @pytest.mark.real_server
 @pytest.mark.parametrize("command", ["clean", "run"])
 def test_the_cleaner_and_the_recruiter_commands_trace_with_their_app(
-    command: str, real_server_uri: str, tmp_path: Path
+    command: str, real_server_uri: str, real_database: Database[Any], tmp_path: Path
 ) -> None:
     """docs/traces.md promised the cleaner's round spans, but ``recruiter clean`` had no
     way to load the application that sets the tracer provider up: ``--app``, as ``run``."""
     (tmp_path / "traced_app.py").write_text(TRACED_APP)
-    spans, clock = tmp_path / "spans.txt", SystemClock()
-    database = ["--mongodb-uri", real_server_uri, "--database", f"t_{uuid.uuid4().hex[:12]}"]
-    process = subprocess.Popen(
-        [sys.executable, "-m", "recruiter", command, "--app", "traced_app", *database],
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    spans = tmp_path / "spans.txt"
+    processes = Processes(real_server_uri, real_database.name, tmp_path)
+    process = processes.start(command, "--app", "traced_app", log_level=None)
+
+    def exported_or_exited() -> bool:
+        return bool(spans.exists() and spans.read_text()) or process.poll() is not None
+
     try:
-        deadline = clock.monotonic() + 90  # a process's start on a loaded machine
-        while not (spans.exists() and spans.read_text()) and process.poll() is None:
-            assert clock.monotonic() < deadline, "no span exported"
-            clock.sleep(0.2)
+        wait_for(exported_or_exited, processes, 90)  # a process's start on a loaded machine
     finally:
-        process.terminate()
-        _, stderr = process.communicate(timeout=30)
-    assert process.returncode == 0, stderr.decode()
+        processes.stop_all()
+    assert process.returncode == 0, processes.dump_logs()
     expected = "recruiter.clean" if command == "clean" else "recruiter.round"
     assert expected in spans.read_text().split(), spans.read_text()

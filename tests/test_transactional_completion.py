@@ -13,17 +13,16 @@ from typing import Any
 import mongomock
 import pytest
 from bson import ObjectId
-from pymongo.database import Database
 
-from recruiter import JobSpec, Queue, Registry, RetryManyTimes
-from recruiter.attempts.executor import Executor, Identity
+from recruiter import FrozenClock, JobSpec, Queue, Registry, RetryManyTimes
+from recruiter.attempts.executor import Executor
 from recruiter.attempts.verdict import Outcome
-from recruiter.clock import FrozenClock
-from recruiter.job_context import job_session
 from recruiter.processes.cleaner import Cleaner, CleanerConfig
 from recruiter.processes.slot import WorkerSlot
 from recruiter.testing import drain
+from recruiter.job_context import job_session
 from tests import interleaving
+from tests.driving import execute
 
 RETRIED = RetryManyTimes(3, 0)
 RUNS: list[int] = []
@@ -31,12 +30,9 @@ RUNS: list[int] = []
 
 
 @pytest.fixture
-def shop(real_database: Database[Any], clock: FrozenClock) -> Queue:
-    return Queue(real_database, clock)
-
-
-@pytest.fixture
-def app(registry: Registry, shop: Queue) -> Registry:
+def confirming_app(registry: Registry, shop: Queue) -> Registry:
+    """The registry with ``shop.confirm``, whose transaction confirms an order (and
+    fails after, when asked): what it ran for is in :data:`RUNS`."""
     name = shop.store.database.name
     RUNS.clear()
 
@@ -57,36 +53,28 @@ def confirmations(shop: Queue) -> int:
     return shop.store.database.confirmations.count_documents({})
 
 
-def run(shop: Queue, registry: Registry, job_id: Any) -> Any:
-    token = ObjectId()
-    assert shop.store.lock_jobs([job_id], token, shop.clock.now()) == [job_id]
-    return Executor(shop.store, registry, shop.clock, Identity.of_this_process()).execute(
-        job_id, token
-    )
-
-
 pytestmark = pytest.mark.real_server
 
 
-def test_the_jobs_writes_and_its_end_commit_together(shop: Queue, app: Registry) -> None:
+def test_the_jobs_writes_and_its_end_commit_together(shop: Queue, confirming_app: Registry) -> None:
     job_id = shop.schedule(JobSpec("shop.confirm", {"order": 1}))
-    assert drain(shop, app).results == {job_id: "confirmed"}
+    assert drain(shop, confirming_app).results == {job_id: "confirmed"}
     assert confirmations(shop) == 1
     assert shop.job(job_id).why == "done"
 
 
 def test_a_failure_after_its_write_undoes_the_write_and_the_retry_writes_once(
-    shop: Queue, app: Registry
+    shop: Queue, confirming_app: Registry
 ) -> None:
     job_id = shop.schedule(JobSpec("shop.confirm", {"order": 2, "fail": True}).retry_with(RETRIED))
-    execution = run(shop, app, job_id)
+    execution = execute(shop, confirming_app, job_id)
     assert execution.outcome is Outcome.RETRY
     assert confirmations(shop) == 0, "rolled back with the failed attempt"
     assert (shop.job(job_id).last_execution or {})["message"] == "after its write"
 
 
 def test_a_crash_between_the_effect_and_the_ack_re_runs_nothing_that_stayed(
-    shop: Queue, app: Registry, monkeypatch: pytest.MonkeyPatch, clock: FrozenClock
+    shop: Queue, confirming_app: Registry, monkeypatch: pytest.MonkeyPatch, clock: FrozenClock
 ) -> None:
     """The worker dies after the job's write, before its end is committed: the write
     is gone with the transaction, the cleaner gives the job back, and its next attempt
@@ -98,7 +86,7 @@ def test_a_crash_between_the_effect_and_the_ack_re_runs_nothing_that_stayed(
 
     monkeypatch.setattr(shop.store, "record_end_in", crash)
     with pytest.raises(SystemExit):
-        run(shop, app, job_id)
+        execute(shop, confirming_app, job_id)
     monkeypatch.undo()
     assert confirmations(shop) == 0
     job = shop.job(job_id)
@@ -106,13 +94,13 @@ def test_a_crash_between_the_effect_and_the_ack_re_runs_nothing_that_stayed(
     assert job.lock_started_at is not None, "crashed mid-attempt, held by nobody"
     clock.advance(31)
     Cleaner(shop.store, CleanerConfig()).run_once(clock.now())  # an orphan, released
-    assert drain(shop, app).results == {job_id: "confirmed"}
+    assert drain(shop, confirming_app).results == {job_id: "confirmed"}
     assert confirmations(shop) == 1
     assert shop.job(job_id).attempts == 2
 
 
 def test_a_crash_after_the_commit_leaves_the_job_done_and_its_write_once(
-    shop: Queue, app: Registry, monkeypatch: pytest.MonkeyPatch
+    shop: Queue, confirming_app: Registry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     job_id = shop.schedule(JobSpec("shop.confirm", {"order": 4}))
 
@@ -121,13 +109,13 @@ def test_a_crash_after_the_commit_leaves_the_job_done_and_its_write_once(
 
     monkeypatch.setattr(Executor, "remember_success", crash)
     with pytest.raises(SystemExit):
-        run(shop, app, job_id)
+        execute(shop, confirming_app, job_id)
     assert shop.job(job_id).why == "done"
     assert confirmations(shop) == 1
 
 
 def test_a_job_taken_back_while_it_runs_is_fenced_off_with_its_writes(
-    shop: Queue, app: Registry, monkeypatch: pytest.MonkeyPatch
+    shop: Queue, confirming_app: Registry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     job_id = shop.schedule(JobSpec("shop.confirm", {"order": 5}))
     taken = interleaving.before(
@@ -138,13 +126,13 @@ def test_a_job_taken_back_while_it_runs_is_fenced_off_with_its_writes(
             {"_id": job_id}, {"$set": {"lock.token": ObjectId()}}
         ),
     )
-    assert run(shop, app, job_id).outcome is Outcome.FENCED
+    assert execute(shop, confirming_app, job_id).outcome is Outcome.FENCED
     assert taken
     assert confirmations(shop) == 0
 
 
 def test_a_write_conflict_runs_the_transaction_again(
-    shop: Queue, app: Registry, monkeypatch: pytest.MonkeyPatch
+    shop: Queue, confirming_app: Registry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Another writer changes the job between the job's code and its end: a write
     conflict, which the transaction's retry resolves by running the code again (its
@@ -158,7 +146,7 @@ def test_a_write_conflict_runs_the_transaction_again(
             {"_id": job_id}, {"$set": {"touched": True}}
         ),
     )
-    assert run(shop, app, job_id).outcome is Outcome.DONE
+    assert execute(shop, confirming_app, job_id).outcome is Outcome.DONE
     assert conflicts
     assert RUNS == [6, 6], "its code ran again in a new transaction"
     assert confirmations(shop) == 1
@@ -180,16 +168,16 @@ def test_where_there_are_no_transactions_the_attempt_fails_saying_so(
 
 
 def test_a_transactional_job_is_never_offered_to_a_processes_or_asyncio_worker(
-    shop: Queue, app: Registry, clock: FrozenClock
+    shop: Queue, confirming_app: Registry, clock: FrozenClock
 ) -> None:
-    slot = WorkerSlot(shop.store, app, clock, "*")
+    slot = WorkerSlot(shop.store, confirming_app, clock, "*")
     assert "shop.confirm" in slot.runnable_workables()
     slot.loop = object()  # type: ignore[assignment]  # (an asyncio pool's slot)
     assert "shop.confirm" not in slot.runnable_workables()
 
 
 def test_an_async_job_cannot_be_registered_in_a_transaction(registry: Registry) -> None:
-    from recruiter.errors import InvalidJob
+    from recruiter import InvalidJob
 
     async def confirm() -> None: ...
 

@@ -8,12 +8,10 @@ from typing import Any
 
 import pytest
 from bson import ObjectId
-from pymongo.database import Database
 from pymongo.errors import OperationFailure
 
-from recruiter import JobNotFound, JobSpec, Queue, Registry
-from recruiter.clock import FrozenClock
-from recruiter.errors import InvalidJob, TransactionsUnavailable
+from recruiter import FrozenClock, InvalidJob, JobNotFound, JobSpec, Queue, Registry
+from recruiter.errors import TransactionsUnavailable
 from recruiter.processes.recruiter import Recruiter
 from recruiter.processes.slot import WorkerSlot
 from recruiter.store.failures import in_the_callers_transaction
@@ -23,12 +21,9 @@ pytestmark = pytest.mark.real_server
 
 
 @pytest.fixture
-def shop(real_database: Database[Any], clock: FrozenClock) -> Queue:
-    return Queue(real_database, clock)
+def orders_app(registry: Registry) -> Registry:
+    """The registry with ``shop.confirm_order``, which does nothing."""
 
-
-@pytest.fixture
-def app(registry: Registry) -> Registry:
     @registry.workable("shop.confirm_order")
     def confirm(order: int) -> None: ...
 
@@ -46,13 +41,15 @@ def order_and_job(shop: Queue, order: int, *, fail: bool = False) -> Any:
     return job_id
 
 
-def test_a_job_scheduled_in_a_committed_transaction_exists(shop: Queue, app: Registry) -> None:
+def test_a_job_scheduled_in_a_committed_transaction_exists(
+    shop: Queue, orders_app: Registry
+) -> None:
     job_id = order_and_job(shop, 1)
     assert shop.job(job_id).workable == "shop.confirm_order"
-    assert drain(shop, app).results == {job_id: None}
+    assert drain(shop, orders_app).results == {job_id: None}
 
 
-def test_an_aborted_transaction_leaves_no_job(shop: Queue, app: Registry) -> None:
+def test_an_aborted_transaction_leaves_no_job(shop: Queue, orders_app: Registry) -> None:
     with pytest.raises(RuntimeError, match="aborts"):
         order_and_job(shop, 2, fail=True)
     assert shop.store.count_jobs("scheduled", {}) == 0
@@ -60,10 +57,10 @@ def test_an_aborted_transaction_leaves_no_job(shop: Queue, app: Registry) -> Non
 
 
 def test_no_process_sees_a_job_before_its_transaction_commits(
-    shop: Queue, app: Registry, clock: FrozenClock
+    shop: Queue, orders_app: Registry, clock: FrozenClock
 ) -> None:
     recruiter = Recruiter(shop.store)
-    slot = WorkerSlot(shop.store, app, clock, "*")
+    slot = WorkerSlot(shop.store, orders_app, clock, "*")
     slot.register()
     orders = shop.store.database["orders"]
     with shop.store.database.client.start_session() as session:
@@ -71,7 +68,7 @@ def test_no_process_sees_a_job_before_its_transaction_commits(
             orders.insert_one({"_id": 3}, session=session)
             job_id = shop.schedule(JobSpec("shop.confirm_order", {"order": 3}), session=session)
             assert recruiter.run_once(clock.now()).assigned == 0, "not handed out uncommitted"
-            assert drain(shop, app).executions == ()
+            assert drain(shop, orders_app).executions == ()
             with pytest.raises(Exception, match="no job with id"):
                 shop.job(job_id)
         assert recruiter.run_once(clock.now()).assigned == 1, "committed: handed out"
@@ -204,7 +201,7 @@ def test_a_running_job_is_asked_to_stop_when_the_transaction_commits(shop: Queue
 
 
 def test_a_batch_and_its_callbacks_exist_if_and_only_if_the_transaction_commits(
-    shop: Queue, app: Registry
+    shop: Queue, orders_app: Registry
 ) -> None:
     def batch(session: Any) -> Any:
         jobs = [JobSpec("shop.confirm_order", {"order": n}) for n in range(3)]
@@ -215,5 +212,5 @@ def test_a_batch_and_its_callbacks_exist_if_and_only_if_the_transaction_commits(
     assert shop.store.count_jobs("scheduled") == 0
     scheduled = in_transaction(shop, batch)
     assert shop.batch_status(scheduled.id).on_complete_state == "blocked"
-    assert len(drain(shop, app).executions) == 4
+    assert len(drain(shop, orders_app).executions) == 4
     assert shop.job(scheduled.on_complete).why == "done"

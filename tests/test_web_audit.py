@@ -15,14 +15,13 @@ import mongomock
 import pytest
 from fastapi.testclient import TestClient
 
-from recruiter import JobSpec, Queue
+from recruiter import Every, JobSpec, Queue
 from recruiter.monitoring.logs import JsonFormatter
-from recruiter.repeating.timing import Every
 from recruiter.web import WebConfig, create_app
 from recruiter.web.security import SESSION_COOKIE
+from tests.factories import job_in_state
+from tests.web_client import TOKEN, client, signed_in
 
-TOKEN = "a-token-of-twenty-chars"
-BASE = "http://127.0.0.1:8087"
 API = {"Authorization": f"Bearer {TOKEN}"}
 
 
@@ -51,20 +50,8 @@ def audited(records: list[logging.LogRecord]) -> list[dict[str, Any]]:
     return [record.audit for record in records if hasattr(record, "audit")]
 
 
-def signed_in(queue: Queue) -> tuple[TestClient, str]:
-    browser = TestClient(create_app(queue, WebConfig(token=TOKEN)), base_url=BASE)
-    assert browser.post("/login", data={"token": TOKEN}, follow_redirects=False).is_redirect
-    found = re.search(r'name="csrf" value="([^"]+)"', browser.get("/").text)
-    assert found is not None
-    return browser, found.group(1)
-
-
 def failed_job(queue: Queue, group: str = "mail") -> str:
-    job = queue.schedule(JobSpec("web.ok").in_group(group))
-    queue.store.scheduled.update_one(
-        {"_id": job}, {"$set": {"why": "tried-too-many-times", "done": True}}
-    )
-    return str(job)
+    return str(job_in_state(queue, "failed", workable="web.ok", group=group).id)
 
 
 def test_every_action_is_logged_with_its_target_and_session(
@@ -130,8 +117,7 @@ def test_a_bulk_action_logs_its_filter_its_count_and_each_job(
 def test_a_refused_action_and_a_refused_request_are_logged(
     queue: Queue, trail: list[logging.LogRecord]
 ) -> None:
-    done = str(queue.schedule(JobSpec("web.ok")))
-    queue.store.scheduled.update_one({"_id": queue.job(done).id}, {"$set": {"why": "done"}})
+    done = str(job_in_state(queue, "done", workable="web.ok").id)
     browser, csrf = signed_in(queue)
     assert browser.post(f"/jobs/{done}/retry", data={"csrf": csrf}).status_code == 400
     assert browser.post(f"/jobs/{done}/retry", data={"csrf": "forged"}).status_code == 403
@@ -179,7 +165,7 @@ def test_untrusted_text_reaches_the_log_line_made_visible(
 
 def test_json_logs_carry_the_audit_as_fields(queue: Queue, trail: list[logging.LogRecord]) -> None:
     failed = failed_job(queue)
-    api = TestClient(create_app(queue, WebConfig(token=TOKEN)), base_url=BASE)
+    api = client(queue, token=TOKEN)
     api.post(f"/api/jobs/{failed}/retry", headers=API)
     entry = json.loads(JsonFormatter("web").format(trail[-1]))
     assert entry["logger"] == "recruiter.web.audit"
@@ -228,7 +214,7 @@ def test_actions_refused_before_they_act_are_logged_too(
     """Found by the review: an unknown bulk action, a bad filter, a form missing its
     fields and a request to a host the dashboard does not answer to left no line."""
     browser, csrf = signed_in(queue)
-    api = TestClient(create_app(queue, WebConfig(token=TOKEN)), base_url=BASE)
+    api = client(queue, token=TOKEN)
     assert api.post("/api/bulk", json={"action": "explode"}, headers=API).status_code == 400
     bad_state = {"action": "cancel", "state": "sideways"}
     assert api.post("/api/bulk", json=bad_state, headers=API).status_code == 400

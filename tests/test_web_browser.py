@@ -11,7 +11,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -26,6 +25,7 @@ from pymongo.database import Database
 from recruiter import Queue, Registry, RetryManyTimes
 from recruiter.embedded import free_port
 from recruiter.testing import drain
+from tests.commands import Processes, wait_for
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 
@@ -115,34 +115,26 @@ def dashboard(
     real_server_uri: str, real_database: Database[Any], tmp_path: Path
 ) -> Iterator[Dashboard]:
     port = free_port()
-    command = [
-        sys.executable, "-m", "recruiter", "web", "--port", str(port), "--token", TOKEN,
-        "--mongodb-uri", real_server_uri, "--database", real_database.name,
-        "--refresh-every", "300ms", "--json-logs",
-    ]  # fmt: skip
-    log = (tmp_path / "web.log").open("wb")
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    processes = Processes(real_server_uri, real_database.name, tmp_path)
+    options = ("--port", str(port), "--token", TOKEN, "--refresh-every", "300ms", "--json-logs")
+    web = processes.start("web", *options, log_level=None)
     url = f"http://127.0.0.1:{port}"
     try:
-        _wait_until_it_answers(url, process, tmp_path / "web.log")
-        yield Dashboard(url, Queue(real_database), tmp_path / "web.log")
+        wait_for(lambda: _answers(url, web, processes), processes)
+        yield Dashboard(url, Queue(real_database), processes.log_of(web))
     finally:
-        process.terminate()
-        process.wait(30)
-        log.close()
+        processes.stop_all()
 
 
-def _wait_until_it_answers(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"recruiter web exited: {log.read_text()}")
-        try:
-            with urllib.request.urlopen(url + "/api/overview", timeout=2):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise AssertionError(f"recruiter web did not answer: {log.read_text()}")
+def _answers(url: str, web: subprocess.Popen[bytes], processes: Processes) -> bool:
+    """Whether ``recruiter web`` answers at ``url`` yet (it fails if it exited)."""
+    if web.poll() is not None:
+        raise AssertionError(f"recruiter web exited: {processes.dump_logs()}")
+    try:
+        with urllib.request.urlopen(url + "/api/overview", timeout=2):
+            return True
+    except OSError:
+        return False
 
 
 @pytest.fixture

@@ -9,29 +9,14 @@ import re
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 
-from recruiter import JobSpec, Queue, RetryManyTimes
+from recruiter import Every, JobSpec, Queue, RetryManyTimes
 from recruiter.monitoring.listing import status_document
-from recruiter.repeating.timing import Every
-from recruiter.web import WebConfig, create_app
+from tests.factories import job_in_state
+from tests.web_client import client, signed_in
 
-TOKEN = "a-token-of-twenty-chars"
-BASE = "http://127.0.0.1:8087"
 ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d")
 SHOWN = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC")
-
-
-def client(queue: Queue, **config: Any) -> TestClient:
-    return TestClient(create_app(queue, WebConfig(**config)), base_url=BASE)
-
-
-def signed_in(queue: Queue) -> tuple[TestClient, str]:
-    browser = client(queue, token=TOKEN)
-    assert browser.post("/login", data={"token": TOKEN}, follow_redirects=False).is_redirect
-    found = re.search(r'name="csrf" value="([^"]+)"', browser.get("/").text)
-    assert found is not None
-    return browser, found.group(1)
 
 
 def a_worker_that_runs(queue: Queue, *workables: str) -> None:
@@ -111,14 +96,7 @@ def test_the_jobs_list_shows_when_each_job_was_created_and_is_due_or_ended(
     queue: Queue,
 ) -> None:
     due = queue.schedule(JobSpec("web.ok").run_in("1h"))
-    ended = queue.schedule(JobSpec("web.ok"))
-    queue.store.scheduled.update_one(
-        {"_id": ended},
-        {
-            "$set": {"why": "done", "last_execution": {"ended_at": queue.clock.now()}},
-            "$unset": {"scheduled_at": ""},
-        },
-    )
+    ended = job_in_state(queue, "done", workable="web.ok").id
     page = client(queue).get("/jobs").text
     header = re.search(r"<thead>(.*?)</thead>", page, re.S)
     assert header is not None
@@ -160,19 +138,20 @@ def test_a_page_of_jobs_leaves_their_histories_and_tracebacks_in_the_database(
     MongoDB a page of jobs with long histories would otherwise be megabytes."""
     from recruiter.monitoring import listing
 
-    job = queue.schedule(JobSpec("web.ok").in_group("mail"))
-    execution = {"outcome": "failed", "message": "down", "trace": "Traceback…" * 1000}
-    queue.store.scheduled.update_one(
-        {"_id": job},
-        {"$set": {"why": "tried-too-many-times", "last_execution": execution}},
-    )
-    queue.store.scheduled.update_one({"_id": job}, {"$set": {"history": [execution] * 5}})
+    job = job_in_state(queue, "failed", workable="web.ok", attempts=5, message="down").id
     [listed] = listing.list_jobs(queue, listing.JobFilter()).jobs
     assert (listed.history, listed.problems) == ((), ())
-    assert listed.last_execution == {"outcome": "failed", "message": "down"}
+    assert listed.last_execution is not None
+    assert "trace" not in listed.last_execution
+    assert (listed.last_execution["outcome"], listed.last_execution["message"]) == (
+        "archived",
+        "down",
+    )
     [row] = client(queue).get("/api/jobs").json()["jobs"]
     assert (row["last"], row["state"]) == ("down", "tried-too-many-times")
-    assert len(queue.job(job).history) == 5, "the job itself is read whole"
+    whole = queue.job(job)
+    assert len(whole.history) == 5, "the job itself is read whole"
+    assert all("Traceback" in attempt["trace"] for attempt in whole.history)
 
 
 def _a_queue_in_use(queue: Queue) -> None:
@@ -181,8 +160,7 @@ def _a_queue_in_use(queue: Queue) -> None:
     for n in range(6):
         queue.schedule(JobSpec("web.known" if n % 3 else "web.unknown").in_group(f"g{n % 2}"))
     queue.schedule(JobSpec("web.known").in_group("g1").run_in("1h"))
-    running = queue.schedule(JobSpec("web.known").in_group("g2"))
-    queue.store.scheduled.update_one({"_id": running}, {"$set": {"locked": True}})
+    job_in_state(queue, "running", workable="web.known", group="g2")
     a_worker_that_runs(queue, "web.known")
 
 

@@ -15,13 +15,14 @@ from recruiter import (
     JobSpec,
     Registry,
     RetriableExceptionFilter,
+    RetryStatistics,
     UnknownWorkable,
     Workable,
     retry_statistics,
 )
 from recruiter.errors import NotInAJob
-from recruiter.job_context import RetryStatistics, running_as
 from recruiter.workable import WorkableRebuildError
+from recruiter.job_context import running_as
 
 
 def test_a_function_job_binds_arguments_to_the_signature(registry: Registry) -> None:

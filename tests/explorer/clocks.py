@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import datetime as dt
 
-from recruiter.clock import DatabaseClock, FrozenClock, to_millis
+from recruiter import FrozenClock
+from recruiter.clock import DatabaseClock, to_millis
 
 
 class ProcessClock(FrozenClock):

@@ -29,9 +29,15 @@ import mongomock
 from bson import ObjectId
 from pymongo.database import Database
 
-from recruiter import JobSpec, Registry, RetryManyTimes, retry_statistics
+from recruiter import (
+    DatabaseError,
+    DatabaseUnavailable,
+    JobSpec,
+    Registry,
+    RetryManyTimes,
+    retry_statistics,
+)
 from recruiter.clock import DatabaseClock
-from recruiter.errors import DatabaseError, DatabaseUnavailable
 from recruiter.processes.cleaner import Cleaner, CleanerConfig
 from recruiter.processes.leadership import LeaderRounds
 from recruiter.processes.recruiter import Recruiter, RecruiterConfig

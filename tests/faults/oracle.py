@@ -19,13 +19,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from recruiter.errors import WorkerDied
+from recruiter import FailedAttempt, Failure, GiveUp, JobTimedOut, RetryAt, WorkerDied
 from recruiter.job import HISTORY_LIMIT
 from recruiter.policies import policy_from_document
-from recruiter.pools.stopping import JobTimedOut
 from recruiter.processes.worker import DECLARED_DEAD_EXIT
 from recruiter.repeating.occurrences import MISSED_GRACE
-from recruiter.retry import FailedAttempt, Failure, GiveUp, RetryAt
 from recruiter.states import SUCCEEDED
 from tests.faults.app import Planned
 from tests.faults.ledger import Run

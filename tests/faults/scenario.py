@@ -32,10 +32,9 @@ from pymongo import MongoClient
 from pymongo.database import Database
 from pymongo.errors import PyMongoError
 
-from recruiter import ExponentialBackoff, JobSpec, Queue, RetryManyTimes
-from recruiter.clock import SystemClock
+from recruiter import Every, ExponentialBackoff, JobSpec, Queue, RetryManyTimes, SystemClock
 from recruiter.embedded import EmbeddedServer, start_server
-from recruiter.repeating.timing import Every, Missed
+from recruiter.repeating.timing import Missed
 from tests.faults import ledger
 from tests.faults.app import (
     Planned,
@@ -307,12 +306,12 @@ class Run:
         return member
 
     def start_recruiter(self) -> Member:
-        prefetch = []
+        batches = []
         if self.scenario.prefetch is not None:
-            prefetch += ["--prefetch", str(self.scenario.prefetch)]
+            batches += ["--prefetch", str(self.scenario.prefetch)]
         if self.scenario.prefetch_seconds is not None:
-            prefetch += ["--prefetch-seconds", f"{self.scenario.prefetch_seconds}s"]
-        return self.start("recruiter", "run", "--lease", f"{self.scenario.lease}s", *prefetch)
+            batches += ["--prefetch-seconds", f"{self.scenario.prefetch_seconds}s"]
+        return self.start("recruiter", "run", "--lease", f"{self.scenario.lease}s", *batches)
 
     def start_cleaner(self) -> Member:
         scenario = self.scenario

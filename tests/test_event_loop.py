@@ -1,6 +1,10 @@
-"""The asyncio pool's races and odd inputs, each found by an adversarial review and
-shown here by a test that failed before its fix (interleavings forced by wrappers and
-events, not by sleeps; a bounded join only tells a hang from an end)."""
+"""The event loops ``async def`` jobs run on (recruiter/pools/event_loop.py): the asyncio
+pool's, shared by a worker's slots, and a loop of their own elsewhere; what a job leaves
+on them (tasks, thread calls, a stopped loop, a SystemExit) and stops that land as a
+loop closes. Each test is a race or an odd input found by an adversarial review, and
+failed before its fix (interleavings forced by wrappers and events, not by sleeps; a
+bounded join only tells a hang from an end). The pool's ordinary work is
+tests/test_asyncio_pool.py's."""
 
 from __future__ import annotations
 
@@ -16,18 +20,23 @@ from typing import Any
 
 import mongomock
 import pytest
-from bson import ObjectId
 
-from recruiter import JobSpec, Queue, Registry, Workable, record_output
-from recruiter.attempts.executor import Executor, Identity
+from recruiter import (
+    FrozenClock,
+    InvalidJob,
+    JobSpec,
+    JobTimedOut,
+    Queue,
+    Registry,
+    Workable,
+    record_output,
+)
 from recruiter.attempts.verdict import Execution, Outcome
-from recruiter.clock import FrozenClock
-from recruiter.errors import InvalidJob
-from recruiter.pools.child import _Child
 from recruiter.pools.event_loop import EventLoop, run_on_a_new_loop
-from recruiter.pools.stopping import JobTimedOut, Running, Watch
+from recruiter.pools.child import _Child
+from recruiter.pools.stopping import Running, Watch
 from recruiter.testing import drain
-from tests.conftest import START
+from tests.driving import START, execute
 
 registry = Registry()
 
@@ -37,39 +46,21 @@ a loaded machine: only a hang waits that long)."""
 
 
 @pytest.fixture
-def event_loop() -> Iterator[EventLoop]:
-    loop = EventLoop()
-    loop.start()
-    yield loop
-    loop.close()
-
-
-@pytest.fixture
 def mqueue() -> Queue:
     """A queue on mongomock: these tests are about threads and loops, not the store."""
-    return Queue(mongomock.MongoClient(tz_aware=True)["review"], FrozenClock(START))
+    return Queue(mongomock.MongoClient(tz_aware=True)["loops"], FrozenClock(START))
 
 
-def execute(queue: Queue, spec: JobSpec, loop: EventLoop | None, watch: Watch | None) -> Execution:
+def run(queue: Queue, spec: JobSpec, loop: EventLoop | None, watch: Watch | None) -> Execution:
+    """One attempt at a new job of ``spec``, on ``loop`` (the asyncio pool's) if given."""
     job_id = queue.schedule(spec)
-    token = ObjectId()
-    clock = FrozenClock(START)
-    assert queue.store.lock_jobs([job_id], token, clock.now()) == [job_id]
-    executor = Executor(
-        queue.store,
-        registry,
-        clock,
-        Identity.of_this_process(),
-        watch,
-        loop=None if loop is None else loop.loop,
-    )
-    return executor.execute(job_id, token)
+    return execute(queue, registry, job_id, watch=watch, loop=None if loop is None else loop.loop)
 
 
 # --- 1. a SystemExit let out of a task a job started stops the worker's loop for good ------
 
 
-@registry.workable("review.exit_from_a_side_task")
+@registry.workable("loop.exit_from_a_side_task")
 async def exit_from_a_side_task() -> None:
     async def bye() -> None:
         raise SystemExit(3)  # as a library's sys.exit() would, in a task of its own
@@ -80,28 +71,28 @@ async def exit_from_a_side_task() -> None:
     assert isinstance(side.exception(), SystemExit)
 
 
-@registry.workable("review.stop_the_loop")
+@registry.workable("loop.stop_the_loop")
 async def stop_the_loop() -> None:
     asyncio.get_running_loop().stop()  # a job (or a library) stopping "its" loop
     await asyncio.sleep(0)
 
 
-@registry.workable("review.noop")
+@registry.workable("loop.noop")
 async def noop() -> str:
     await asyncio.sleep(0)
     return "done"
 
 
-@pytest.mark.parametrize("workable", ["review.exit_from_a_side_task", "review.stop_the_loop"])
+@pytest.mark.parametrize("workable", ["loop.exit_from_a_side_task", "loop.stop_the_loop"])
 def test_a_system_exit_from_a_task_a_job_started_does_not_stop_the_workers_loop(
     mqueue: Queue, event_loop: EventLoop, workable: str
 ) -> None:
-    first = execute(mqueue, JobSpec(workable), event_loop, None)
+    first = run(mqueue, JobSpec(workable), event_loop, None)
     # before the fix: the loop's run_forever let the SystemExit out, its thread cancelled
     # every task (this job's own, recorded as a CancelledError) and closed the loop
     assert first.outcome is Outcome.DONE, mqueue.job(first.job_id).history[-1]
     assert not event_loop.loop.is_closed()
-    after = execute(mqueue, JobSpec("review.noop"), event_loop, None)
+    after = run(mqueue, JobSpec("loop.noop"), event_loop, None)
     # before the fix: every later async job failed unrun ("Event loop is closed")
     assert after.outcome is Outcome.DONE, mqueue.job(after.job_id).history[-1]
 
@@ -297,7 +288,7 @@ WAITING = threading.Event()
 GO_ON = threading.Event()
 
 
-@registry.workable("review.fans_out")
+@registry.workable("loop.fans_out")
 async def fans_out() -> None:
     """Fans its work out to tasks and waits for them with ``asyncio.wait``, which (unlike
     ``gather`` or a ``TaskGroup``) does not cancel them when the job is cancelled."""
@@ -317,8 +308,8 @@ def test_the_tasks_a_timed_out_job_started_do_not_run_on_beside_its_retry(
 ) -> None:
     watch = Watch()  # the test stops the job by hand, as the watchdog would
     ran: list[Execution] = []
-    spec = JobSpec("review.fans_out").with_timeout("1m")
-    slot = threading.Thread(target=lambda: ran.append(execute(mqueue, spec, event_loop, watch)))
+    spec = JobSpec("loop.fans_out").with_timeout("1m")
+    slot = threading.Thread(target=lambda: ran.append(run(mqueue, spec, event_loop, watch)))
     slot.start()
     assert WAITING.wait(HANG)
     [running] = watch.running()
@@ -339,9 +330,9 @@ def test_drain_from_a_running_loop_records_what_the_jobs_loop_let_out(mqueue: Qu
     its own. What that loop lets out (a ``SystemExit`` from a task the job started) must
     be the attempt's failure, as when ``drain()`` is called outside a loop; it was lost
     with the thread, and the attempt recorded an ``IndexError`` of recruiter's own."""
-    outside = mqueue.schedule(JobSpec("review.exit_from_a_side_task"))
+    outside = mqueue.schedule(JobSpec("loop.exit_from_a_side_task"))
     drain(mqueue, registry)
-    inside = mqueue.schedule(JobSpec("review.exit_from_a_side_task"))
+    inside = mqueue.schedule(JobSpec("loop.exit_from_a_side_task"))
 
     async def an_async_test() -> None:
         drain(mqueue, registry)
@@ -397,18 +388,18 @@ def test_an_async_generator_function_is_refused_as_a_workable() -> None:
     local = Registry()
     with pytest.raises(InvalidJob, match="generator"):
 
-        @local.workable("review.agen")
+        @local.workable("loop.agen")
         async def agen() -> AsyncIterator[int]:
             yield 1
 
     with pytest.raises(InvalidJob, match="generator"):
 
-        @local.workable("review.gen")
+        @local.workable("loop.gen")
         def gen() -> Iterator[int]:
             yield 1
 
 
-@registry.workable("review.report_gen")
+@registry.workable("loop.report_gen")
 class ReportGen(Workable):
     async def execute(self) -> None:
         await asyncio.sleep(0)
@@ -421,8 +412,8 @@ class ReportGen(Workable):
 def test_a_job_calling_an_async_generator_method_fails_instead_of_done_unrun(
     mqueue: Queue, event_loop: EventLoop
 ) -> None:
-    spec = JobSpec("review.report_gen", method="stream")
-    execution = execute(mqueue, spec, event_loop, None)
+    spec = JobSpec("loop.report_gen", method="stream")
+    execution = run(mqueue, spec, event_loop, None)
     assert execution.outcome is Outcome.ARCHIVED, "before the fix: done, its body never run"
     assert "generator" in mqueue.job(execution.job_id).history[-1]["message"]
 
@@ -430,7 +421,7 @@ def test_a_job_calling_an_async_generator_method_fails_instead_of_done_unrun(
 KEPT: list[asyncio.Task[None]] = []
 
 
-@registry.workable("review.starts_a_shared_client")
+@registry.workable("loop.starts_a_shared_client")
 async def starts_a_shared_client() -> None:
     """Starts two tasks: one of its own, and a shared client's, in a context of its own
     (as docs/processes.md says), which must outlive the job."""
@@ -446,7 +437,7 @@ async def starts_a_shared_client() -> None:
 def test_a_task_started_in_a_context_of_its_own_outlives_the_job(
     mqueue: Queue, event_loop: EventLoop
 ) -> None:
-    execution = execute(mqueue, JobSpec("review.starts_a_shared_client"), event_loop, None)
+    execution = run(mqueue, JobSpec("loop.starts_a_shared_client"), event_loop, None)
     assert execution.outcome is Outcome.DONE
     own, shared = KEPT
     assert own.cancelled()
