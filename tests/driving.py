@@ -33,8 +33,8 @@ from recruiter.pools.process_pool import JobProcess
 from recruiter.pools.stopping import Watch
 from recruiter.processes.cleaner import Cleaner, CleanerConfig, CleanResult
 from recruiter.processes.recruiter import Recruiter
-from recruiter.processes.worker import WorkerConfig, WorkerProcess
 from recruiter.processes.slot import WorkerSlot
+from recruiter.processes.worker import WorkerConfig, WorkerProcess
 from recruiter.store import End, Store
 
 START = dt.datetime(2026, 11, 22, 9, 0, tzinfo=dt.UTC)

@@ -2,7 +2,7 @@
 
 >>> import mongomock
 >>> from recruiter import FrozenClock, Queue
->>> from recruiter.job import state_of
+>>> from recruiter.job_record import state_of
 >>> queue = Queue(mongomock.MongoClient(tz_aware=True).shop, FrozenClock())
 >>> job = job_in_state(queue, "failed", why="non-retriable-exception")
 >>> state_of(job, queue.clock.now()), job.attempts

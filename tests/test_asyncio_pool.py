@@ -30,10 +30,10 @@ from recruiter import (
 )
 from recruiter.attempts.verdict import Execution, Outcome
 from recruiter.errors import NotInAJob
+from recruiter.job_context import running_as
 from recruiter.pools.event_loop import EventLoop
 from recruiter.pools.stopping import Entrance, Running, Stopped, Watch
 from recruiter.testing import drain
-from recruiter.job_context import running_as
 from tests.driving import execute, last_attempt
 from tests.pool_app import registry as app
 from tests.pool_app import waiting

@@ -32,8 +32,8 @@ from recruiter import (
     record_output,
 )
 from recruiter.attempts.verdict import Execution, Outcome
-from recruiter.pools.event_loop import EventLoop, run_on_a_new_loop
 from recruiter.pools.child import _Child
+from recruiter.pools.event_loop import EventLoop, run_on_a_new_loop
 from recruiter.pools.stopping import Running, Watch
 from recruiter.testing import drain
 from tests.driving import START, execute

@@ -31,8 +31,8 @@ from recruiter import (
 )
 from recruiter.attempts.executor import Executor, Identity
 from recruiter.attempts.verdict import Execution, Outcome
-from recruiter.pools.process_pool import JobProcess
 from recruiter.pools.child import _Child
+from recruiter.pools.process_pool import JobProcess
 from recruiter.pools.stopping import Running, Watch
 from tests.driving import execute, last_attempt
 from tests.pool_app import registry as app

@@ -33,7 +33,7 @@ from recruiter import (
 from recruiter.attempts import takeback
 from recruiter.attempts.verdict import Outcome
 from recruiter.processes.cleaner import Cleaner
-from recruiter.processes.prefetch_rule import PrefetchRule, JobLengths, pack
+from recruiter.processes.prefetch_rule import JobLengths, PrefetchRule, pack
 from recruiter.processes.recruiter import Recruiter, RecruiterConfig
 from recruiter.processes.worker import WorkerConfig, WorkerProcess
 from recruiter.store import RanReport, Store, WorkerRecord

@@ -25,8 +25,13 @@ from recruiter import (
 )
 from recruiter.cli import app, views
 from recruiter.processes.recruiter import Recruiter
+from recruiter.repeating.occurrences import (
+    MISSED_GRACE,
+    PER_PASS,
+    SchedulingResult,
+    create_due_occurrences,
+)
 from recruiter.repeating.timing import Schedule, schedule_from
-from recruiter.repeating.occurrences import MISSED_GRACE, PER_PASS, SchedulingResult, create_due_occurrences
 from recruiter.store import SchedulerRecord, Store
 from recruiter.testing import drain
 from tests.driving import application

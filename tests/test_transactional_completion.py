@@ -17,10 +17,10 @@ from bson import ObjectId
 from recruiter import FrozenClock, JobSpec, Queue, Registry, RetryManyTimes
 from recruiter.attempts.executor import Executor
 from recruiter.attempts.verdict import Outcome
+from recruiter.job_context import job_session
 from recruiter.processes.cleaner import Cleaner, CleanerConfig
 from recruiter.processes.slot import WorkerSlot
 from recruiter.testing import drain
-from recruiter.job_context import job_session
 from tests import interleaving
 from tests.driving import execute
 

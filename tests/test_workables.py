@@ -21,8 +21,8 @@ from recruiter import (
     retry_statistics,
 )
 from recruiter.errors import NotInAJob
-from recruiter.workable import WorkableRebuildError
 from recruiter.job_context import running_as
+from recruiter.workable import WorkableRebuildError
 
 
 def test_a_function_job_binds_arguments_to_the_signature(registry: Registry) -> None:
