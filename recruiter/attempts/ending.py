@@ -88,7 +88,17 @@ def tell_waiting(store: Store, job: Job, why: str | None, now: dt.datetime) -> N
         follow_up_safely(store, Ended(job.id, job.batch, why), now)
 
 
-def tell_cancelled(store: Store, job_id: Any, now: dt.datetime) -> None:
+def cancel_waiting(store: Store, job_id: Any, now: dt.datetime) -> bool:
+    """Cancel ``job_id`` if it waits for a worker (not handed out, not finished), and
+    tell what waits for it at once; whether it was cancelled. Every cancellation of a
+    job that never ran ends this way: one asked for, or one found by a take-back."""
+    if not store.cancel_if_waiting(job_id, now):
+        return False
+    _tell_cancelled(store, job_id, now)
+    return True
+
+
+def _tell_cancelled(store: Store, job_id: Any, now: dt.datetime) -> None:
     """Tell what waits for ``job_id``, a job cancelled before it ran (there was no
     attempt to end: its batch is read, if it has one); a database error is logged, and
     the cleaner's sweep tells them instead."""

@@ -24,7 +24,7 @@ from typing import Any
 
 from bson import ObjectId
 
-from recruiter.attempts.ending import tell_cancelled
+from recruiter.attempts.ending import cancel_waiting
 from recruiter.attempts.executor import Executor, Identity
 from recruiter.attempts.verdict import Execution
 from recruiter.clock import Clock
@@ -69,9 +69,8 @@ def cancel(store: Store, job_id: Any, now: dt.datetime) -> Cancellation:
     """Cancel one job, waiting or running (``JobNotFound`` if there is no such job)."""
     (job_id,) = _waiting_ids(store, [job_id])
     for _ in range(CANCEL_TRIES):  # a job may move between waiting and locked meanwhile
-        if store.cancel_if_waiting(job_id, now):
+        if cancel_waiting(store, job_id, now):
             logger.info("job %s cancelled", job_id)
-            tell_cancelled(store, job_id, now)
             return Cancellation.CANCELLED
         if store.request_cancel_if_locked(job_id, now):
             logger.info("job %s: cancellation asked of its worker", job_id)
@@ -86,10 +85,9 @@ def cancel_if_waiting(store: Store, job_id: Any, now: dt.datetime) -> bool:
     """Cancel one job only if it still waits for a worker (not handed out, not finished),
     and what waits for it; whether it did (``JobNotFound`` if there is no such job)."""
     (job_id,) = _waiting_ids(store, [job_id])
-    if not store.cancel_if_waiting(job_id, now):
+    if not cancel_waiting(store, job_id, now):
         return False
     logger.info("job %s cancelled", job_id)
-    tell_cancelled(store, job_id, now)
     return True
 
 

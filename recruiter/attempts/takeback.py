@@ -34,7 +34,7 @@ from typing import Any
 
 from bson import ObjectId
 
-from recruiter.attempts.ending import tell_cancelled, tell_waiting, write_verdict
+from recruiter.attempts.ending import cancel_waiting, tell_waiting, write_verdict
 from recruiter.attempts.verdict import Outcome, attempt_record, verdict_of
 from recruiter.errors import WriteRejected
 from recruiter.job_record import Job
@@ -171,9 +171,8 @@ def put_back(store: Store, job_ids: Sequence[Any], token: ObjectId, now: dt.date
     returned = store.unlock_if_not_started(job_ids, token)
     if returned:
         for job_id in store.cancel_requested(job_ids):
-            if store.cancel_if_waiting(job_id, now):
+            if cancel_waiting(store, job_id, now):
                 logger.info("job %s cancelled, never started", job_id)
-                tell_cancelled(store, job_id, now)
     return returned
 
 
@@ -183,9 +182,8 @@ def _requeue(
     """Put a job that was not started back, uncounted; ``None`` if it started meanwhile."""
     if not store.unlock_if_not_started([job_id], token):
         return None
-    if cancelled and store.cancel_if_waiting(job_id, now):
+    if cancelled and cancel_waiting(store, job_id, now):
         logger.info("job %s cancelled, never started (%s)", job_id, reason)
-        tell_cancelled(store, job_id, now)
         return Released.ARCHIVED
     logger.info("job %s requeued, never started (%s)", job_id, reason)
     return Released.REQUEUED
