@@ -26,6 +26,7 @@ from rich.table import Table
 
 from benchmarks.harness import Figures, NaiveSystem, RecruiterSystem, percentiles
 from benchmarks.rounds import round_cost
+from benchmarks.slow_link import SlowLink, host_and_port
 from recruiter.embedded import EmbeddedServer, start_server
 
 SYSTEMS = ("recruiter", "naive", "rq")
@@ -77,6 +78,13 @@ def main(argv: list[str] | None = None) -> int:
         help="an option of `recruiter run`, e.g. --recruiter-option=--prefetch-seconds=5s "
         "(repeat for several; the defaults when none)",
     )
+    parser.add_argument(
+        "--added-latency-ms",
+        type=float,
+        default=0.0,
+        help="add this many milliseconds to every round trip to the database, through a "
+        "loopback proxy (benchmarks/slow_link.py): a slow or far-away server",
+    )
     parser.add_argument("--json", type=Path, default=Path("benchmarks/results/latest.json"))
     parser.add_argument("--plots", type=Path, help="write PNG plots to this directory")
     arguments = parser.parse_args(argv)
@@ -87,6 +95,10 @@ def main(argv: list[str] | None = None) -> int:
     if uri is None:
         server = start_server(directory / "data", durable=False, log_path=directory / "db.log")
         uri = server.uri
+    link = None
+    if arguments.added_latency_ms > 0:
+        link = SlowLink(*host_and_port(uri), arguments.added_latency_ms / 1000).start()
+        uri = link.uri(uri)
     try:
         measured = [
             measure(system, uri, directory, workers, arguments)
@@ -100,12 +112,15 @@ def main(argv: list[str] | None = None) -> int:
             for backlog in arguments.backlogs
         ]
     finally:
+        if link is not None:
+            link.close()
         if server is not None:
             server.stop()
     results = {
         "database": "MONGODB_URI" if server is None else "SecantusDB (embedded test server)",
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
         f"Python {platform.python_version()}",
+        "added_latency_ms": arguments.added_latency_ms,
         "command": " ".join(["python -m benchmarks", *(argv or sys.argv[1:])]),
         "runs": [run.as_dict() for run in runs],
         "steady": [load.as_dict() for load in steady],

@@ -256,6 +256,38 @@ def test_a_worker_runs_its_batch_in_order_and_is_released_once_telling_how_long(
     assert record.ran == (RanReport("mail", 4, 0.0),), "a frozen clock: no time passed"
 
 
+def test_a_slot_reports_its_jobs_code_time_never_its_writes(
+    queue: Queue, registry: Registry, clock: FrozenClock
+) -> None:
+    """A slower server must not shrink the hand-outs: were the writes counted, each job
+    would cost more commands, and the server would slow down further."""
+
+    @registry.workable("tests.working")
+    def working() -> None:
+        clock.advance(seconds=0.25)  # the job's code takes a quarter of a second
+
+    class SlowServer(Store):
+        """Every end takes two seconds to answer."""
+
+        def record_end_then_start(self, *arguments: Any) -> int:
+            clock.advance(seconds=2)
+            return super().record_end_then_start(*arguments)
+
+        def record_end(self, *arguments: Any) -> bool:
+            clock.advance(seconds=2)
+            return super().record_end(*arguments)
+
+    worker = one_worker(queue, registry, clock)
+    queue.store.__class__ = SlowServer
+    for _ in range(3):
+        queue.schedule(JobSpec("tests.working", group="mail"))
+    Recruiter(queue.store, RecruiterConfig(prefetch=RULE)).run_once(clock.now())
+    result = worker.slots[0].run_once()
+    assert len(result.executions) == 3
+    (record,) = queue.store.workers()
+    assert record.ran == (RanReport("mail", 3, 0.75),)
+
+
 def test_a_job_cancelled_in_a_batch_is_skipped_and_the_rest_run(
     queue: Queue, registry: Registry, clock: FrozenClock, app: list[str]
 ) -> None:

@@ -65,6 +65,9 @@ class CodeResult:
     """What its code returned, as the attempt keeps it (:func:`kept_result`)."""
     unrun: bool = False
     """Whether its code never began (a stop landed first): its attempt says so."""
+    seconds: float = 0.0
+    """How long its code ran (its process's round trip, for the ``processes`` pool):
+    the job's own time, without the database's (what prefetch is sized on)."""
 
 
 def call_code(

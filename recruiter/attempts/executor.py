@@ -151,7 +151,7 @@ class Executor:
                     execution = self.conclude(job, token, ran, policy, start)
                 said(execution.outcome.value)
         ended(self.store, self.registry, job, execution, ran, now=self.clock.now())
-        return dataclasses.replace(execution, group=job.group)
+        return dataclasses.replace(execution, group=job.group, code_seconds=ran.seconds)
 
     def start_of(self, job_id: Any, token: ObjectId, job: Job | None = None) -> Start:
         """A start of the job's attempt, stamped now (``job``: as read before it)."""
@@ -178,7 +178,14 @@ class Executor:
         )
 
     def call(self, job: Job, statistics: RetryStatistics, policy_problem: str | None) -> CodeResult:
-        """Run the job's code, watched for its timeout and cancellation."""
+        """Run the job's code, watched for its timeout and cancellation; timed."""
+        began = self.clock.monotonic()
+        ran = self._call(job, statistics, policy_problem)
+        return dataclasses.replace(ran, seconds=max(0.0, self.clock.monotonic() - began))
+
+    def _call(
+        self, job: Job, statistics: RetryStatistics, policy_problem: str | None
+    ) -> CodeResult:
         running = Running(job.id, job.timeout)
         if self.watch is None:
             return call_code(

@@ -22,7 +22,6 @@ from recruiter.attempts.ending import Start
 from recruiter.attempts.executor import Executor
 from recruiter.attempts.takeback import put_back
 from recruiter.attempts.verdict import Execution, Outcome
-from recruiter.clock import Clock
 
 logger = logging.getLogger(__name__)
 
@@ -33,8 +32,8 @@ class HandedOut:
 
     executions: list[Execution] = field(default_factory=list)
     lengths: dict[str, list[float]] = field(default_factory=dict)
-    """For each group, how many of its jobs ran and how long they took (what the
-    recruiter sizes the next hand-outs on)."""
+    """For each group, how many of its jobs ran and how long their code took, their
+    writes left out (what the recruiter sizes the next hand-outs on)."""
     returned: int = 0
     """How many were put back, unstarted."""
 
@@ -81,7 +80,6 @@ def run_handed_out(
         if position and start is None and job_id not in held:
             continue  # not held with this token when the rest was read
         running(job_id)
-        began = clock.monotonic()
         try:
             execution = executor.execute(
                 job_id, token, start=start, next_start=next_start_after(position)
@@ -89,12 +87,15 @@ def run_handed_out(
         finally:
             running(None)
         done.executions.append(execution)
-        _count(done, execution, clock, began)
+        _count(done, execution)
     return done
 
 
-def _count(done: HandedOut, execution: Execution, clock: Clock, began: float) -> None:
+def _count(done: HandedOut, execution: Execution) -> None:
+    """Count the job's own time, never its writes': on a slower server, the writes
+    take longer, and counted they would shrink the hand-outs, so that each job cost
+    more commands and the server slower still."""
     if execution.group is not None and execution.outcome is not Outcome.FENCED:
         length = done.lengths.setdefault(execution.group, [0, 0.0])
         length[0] += 1
-        length[1] += clock.monotonic() - began
+        length[1] += execution.code_seconds

@@ -63,6 +63,8 @@ class Execution:
     result: Any = None
     """What the job's code returned (done only; as stored: see
     :func:`recruiter.attempts.calling.kept_result`)."""
+    code_seconds: float = 0.0
+    """How long the job's code ran, its writes left out (none: skipped)."""
 
 
 @dataclass(frozen=True)

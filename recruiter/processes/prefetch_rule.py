@@ -15,7 +15,9 @@ and only to slots that take several (workers from before prefetch take one at a 
 
 A job's expected length is learnt from the workers: each reports, when it is made
 available again, how many jobs of each group its last assignment ran and how long they
-took (start to end, the database writes included). :class:`JobLengths` keeps a moving
+took: their code's own time, the database's writes left out (counted, a slower server
+would shrink the hand-outs, each job would cost more commands, and the server would
+slow down further). :class:`JobLengths` keeps a moving
 average per group, in the leader's memory (a new leader starts with one job per slot and
 learns again within a round or two).
 """
