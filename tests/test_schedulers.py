@@ -27,7 +27,7 @@ from recruiter.cli import app, views
 from recruiter.processes.recruiter import Recruiter
 from recruiter.repeating.occurrences import (
     MISSED_GRACE,
-    PER_PASS,
+    PER_ROUND,
     SchedulingResult,
     create_due_occurrences,
 )
@@ -224,13 +224,51 @@ def test_missed_occurrences_are_all_created_in_order_with_missed_all(
     assert occurrences(queue.store) == [start + n * MINUTE for n in range(1, 6)]
 
 
-def test_a_pass_creates_at_most_a_bounded_number_per_scheduler(
+def test_a_pass_creates_a_bounded_number_and_says_the_rest_is_due_at_once(
     queue: Queue, clock: FrozenClock, report: JobSpec
 ) -> None:
     queue.repeat("report", report, Every("1s"), missed="all")
-    now = clock.advance(PER_PASS + 10)
-    assert create_due_occurrences(queue.store, now).created == PER_PASS
+    start = clock.now()
+    now = clock.advance(PER_ROUND + 10)
+    first = create_due_occurrences(queue.store, now)
+    assert first.created == PER_ROUND
+    assert first.next_due is not None
+    assert first.next_due <= now, "the rest is due now"
     assert create_due_occurrences(queue.store, now).created == 10, "the rest at the next pass"
+    expected = [start + dt.timedelta(seconds=n) for n in range(1, PER_ROUND + 11)]
+    assert occurrences(queue.store) == expected, "each once, in order"
+
+
+def test_a_catch_up_shares_a_pass_with_the_other_schedulers_due(
+    queue: Queue, clock: FrozenClock, report: JobSpec
+) -> None:
+    """The catch-up of one scheduler does not hold back another's occurrence."""
+    queue.repeat("behind", report, Every("1s"), missed="all")
+    clock.advance(3 * PER_ROUND)
+    queue.repeat("report", report, Every("1m"))
+    now = clock.advance(60)
+    result = create_due_occurrences(queue.store, now)
+    assert result.created == PER_ROUND
+    assert len(occurrences(queue.store, "report")) == 1, "created in the same pass"
+    assert len(occurrences(queue.store, "behind")) == PER_ROUND - 1
+    again = create_due_occurrences(queue.store, now)
+    assert again.created == PER_ROUND, "the catch-up goes on"
+    assert len(occurrences(queue.store, "behind")) == 2 * PER_ROUND - 1
+
+
+def test_a_round_hands_out_jobs_while_a_catch_up_goes_on_and_comes_again_at_once(
+    queue: Queue, clock: FrozenClock, report: JobSpec
+) -> None:
+    queue.repeat("report", report, Every("1s"), missed="all")
+    ready = queue.schedule(JobSpec("tests.noop"))
+    queue.store.register_worker("*", 1, "here", clock.now(), prefetch=True)
+    now = clock.advance(10 * PER_ROUND)
+    recruiter = Recruiter(queue.store)
+    result = recruiter.run_once(now)
+    assert result.assigned == 1
+    assert queue.job(ready).locked, "handed out in the round of the catch-up's first pass"
+    assert len(occurrences(queue.store)) == PER_ROUND
+    assert result.pause(now).due_in <= 0.01, "the next pass comes at once"
 
 
 def test_a_unique_scheduler_skips_occurrences_while_its_last_job_is_unfinished(
@@ -363,8 +401,10 @@ def test_occurrences_due_within_the_grace_period_are_all_created(
     assert now - (start + dt.timedelta(seconds=1)) == MISSED_GRACE + late * dt.timedelta(
         milliseconds=1
     )
-    result = create_due_occurrences(queue.store, now)
-    assert (result.created, result.skipped) == (created, skipped)
+    passes = [create_due_occurrences(queue.store, now) for _ in range(61 // PER_ROUND + 2)]
+    assert passes[-1].created == 0, "all created, pass by pass"
+    assert sum(p.created for p in passes) == created
+    assert sum(p.skipped for p in passes) == skipped
     assert occurrences(queue.store)[-1] == start + dt.timedelta(seconds=61)
     assert stored(queue.store).skipped == skipped
 
@@ -399,8 +439,9 @@ def test_with_missed_all_an_outage_s_occurrences_are_all_created_pass_by_pass(
     queue.repeat("report", report, Every("1m"), missed="all")
     start = clock.now()
     now = clock.advance(6 * 3600)
-    passes = [create_due_occurrences(queue.store, now) for _ in range(5)]
-    assert [p.created for p in passes] == [PER_PASS, PER_PASS, PER_PASS, 60, 0]
+    passes = 360 // PER_ROUND + 1
+    created = [create_due_occurrences(queue.store, now).created for _ in range(passes + 1)]
+    assert created == [PER_ROUND] * (passes - 1) + [360 % PER_ROUND, 0]
     assert occurrences(queue.store) == [start + n * MINUTE for n in range(1, 361)]
     assert stored(queue.store).skipped == 0
 

@@ -9,9 +9,13 @@ loses nor doubles (see :mod:`recruiter.store.schedulers`).
 - **Missed occurrences**, due more than :data:`MISSED_GRACE` ago (no recruiter led for
   a while), follow the scheduler's rule (:data:`~recruiter.repeating.timing.Missed`). With
   ``"latest"``, a pass that finds some creates only the latest occurrence due and skips
-  the others, counted; with ``"all"``, every one is created, in order, up to
-  :data:`PER_PASS` at each pass of each scheduler. Occurrences due within the grace
-  period are all created whatever the rule: a failover of the recruiter loses none.
+  the others, counted; with ``"all"``, every one is created, in order. Occurrences due
+  within the grace period are all created whatever the rule: a failover of the
+  recruiter loses none.
+- **Bounded passes**: one pass (one round of the recruiter) creates at most
+  :data:`PER_ROUND` occurrences, shared among the schedulers due, so that a catch-up
+  of many never holds up a round: the jobs ready are handed out and a stop request is
+  seen between passes, and the next pass comes at once (the scheduler is still due).
 - **Unique** schedulers create no occurrence while the job of the last one is still
   queued or running: the occurrences due meanwhile are skipped, and counted.
 """
@@ -30,8 +34,9 @@ from recruiter.store import Document, Occurrence, SchedulerRecord, Store
 
 logger = logging.getLogger(__name__)
 
-PER_PASS = 100
-"""The most occurrences one pass creates for one scheduler."""
+PER_ROUND = 16
+"""The most occurrences one pass creates, all schedulers together (each creates three
+conditional writes: under load, some tenths of a second)."""
 MISSED_GRACE = dt.timedelta(minutes=1)
 """An occurrence due longer ago than this was missed (a failover takes seconds)."""
 SKIP_COUNT_LIMIT = 10_000
@@ -71,16 +76,32 @@ def occurrence_document(
     }
 
 
-def create_due_occurrences(store: Store, now: dt.datetime) -> SchedulingResult:
-    """Create every occurrence due by ``now`` (finishing any a crash left pending)."""
+def create_due_occurrences(
+    store: Store, now: dt.datetime, budget: int = PER_ROUND
+) -> SchedulingResult:
+    """Create the occurrences due by ``now`` (finishing any a crash left pending), at
+    most ``budget`` of them: the longest due first, each leaving one for every other
+    scheduler due (so a catch-up moves on, and holds up no other scheduler's next
+    occurrence); those left are due at the next pass (``next_due`` says so)."""
     created = skipped = 0
-    for scheduler in store.due_schedulers(now):
-        more_created, more_skipped = _pass(store, scheduler, now)
+    due = sorted(store.due_schedulers(now), key=_longest_due_first)
+    for position, scheduler in enumerate(due):
+        others = len(due) - position - 1
+        share = max(1, budget - created - others)
+        more_created, more_skipped = _pass(store, scheduler, now, share)
         created, skipped = created + more_created, skipped + more_skipped
+        if created >= budget:
+            break
     return SchedulingResult(created, skipped, store.next_scheduler_due())
 
 
-def _pass(store: Store, due: SchedulerRecord, now: dt.datetime) -> tuple[int, int]:
+def _longest_due_first(scheduler: SchedulerRecord) -> dt.datetime:
+    pending = scheduler.pending
+    at = pending.at if pending is not None else scheduler.next_at
+    return at or dt.datetime.max.replace(tzinfo=dt.UTC)
+
+
+def _pass(store: Store, due: SchedulerRecord, now: dt.datetime, share: int) -> tuple[int, int]:
     completed = 0
     if due.pending is not None:
         # its job comes from the template alone: finish it whatever the schedule says
@@ -92,7 +113,7 @@ def _pass(store: Store, due: SchedulerRecord, now: dt.datetime) -> tuple[int, in
     if due.next_at is None:
         return completed, 0
     try:
-        created, skipped = _create(store, due, schedule_from(due.schedule), now)
+        created, skipped = _create(store, due, schedule_from(due.schedule), now, share - completed)
     except InvalidSchedule as error:
         # parked, so that it stops being due at every round: Queue.repeat revives it
         store.park_scheduler(due.urn, due.next_at, str(error))
@@ -115,12 +136,13 @@ def _complete(
 
 
 def _create(
-    store: Store, scheduler: SchedulerRecord, schedule: Schedule, now: dt.datetime
+    store: Store, scheduler: SchedulerRecord, schedule: Schedule, now: dt.datetime, share: int
 ) -> tuple[int, int]:
+    """Create up to ``share`` of the scheduler's occurrences due by ``now``."""
     created = 0
     at, skipped = _skip_missed(store, scheduler, schedule, now)
     last = scheduler.last
-    while at is not None and at <= now and created < PER_PASS:
+    while at is not None and at <= now and created < share:
         following = schedule.next_after(at)
         if scheduler.unique and last is not None and store.job_unfinished(last.job_id):
             upto, count = _first_after(schedule, following, now)
