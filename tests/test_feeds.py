@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from pymongo.database import Database
 
 from recruiter import DatabaseUnavailable, FrozenClock, JobSpec, Queue, Registry, SystemClock
 from recruiter.loop import IDLE, UNKNOWN, Backoff, Pause, StopRequest, Wakeups, run_forever
+from recruiter.processes.prefetch_rule import PrefetchRule
 from recruiter.processes.recruiter import (
     GAP,
     SCHEDULERS_REFRESH,
@@ -209,6 +211,96 @@ def test_a_watcher_of_a_server_without_change_streams_stops_and_leaves_polling()
     watcher._thread.join(PATIENCE)
     assert not watcher._thread.is_alive()
     assert (watcher.following, told) == (False, [])
+
+
+class CountedFeed(ChangeFeed[Any]):
+    """A real feed whose reads are counted."""
+
+    def __init__(self, feed: ChangeFeed[Any]) -> None:
+        self.feed, self.reads = feed, 0
+
+    def next_change(self) -> Any:
+        self.reads += 1
+        return self.feed.next_change()
+
+    def close(self) -> None:
+        self.feed.close()
+
+
+def test_a_quiet_feed_is_not_read_until_it_is_stirred_and_no_longer_quiet(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("recruiter.processes.watcher.QUIET_CHECK", 0.0)
+    quiet = True
+    told: list[str] = []
+    watcher = Watcher("test feed", lambda: feed, told.append, lambda: None, quiet=lambda: quiet)
+    feed = ScriptedFeed(["a"])
+    watcher.step(feed)
+    assert (feed.script, told) == (["a"], []), "quiet: not read"
+    quiet = False
+    watcher.stir()
+    watcher.step(feed)
+    assert told == ["a"]
+
+
+@pytest.mark.real_server
+def test_a_workers_quiet_feed_tells_the_assignment_that_landed_while_it_was_not_read(
+    shop: Queue, registry: Registry, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The slot's only job runs (the feed is quiet: nothing can be assigned to it); it
+    ends, the slot is released and assigned its next job, all before the feed is read
+    again: that read brings the assignment, and the slot runs it without a read."""
+    monkeypatch.setattr("recruiter.processes.watcher.QUIET_CHECK", 0.0)
+    store = shop.store
+    worker = WorkerProcess(store, registry, clock, WorkerConfig(), lambda: None)
+    (slot,) = worker.slots
+    recruiter = Recruiter(store, RecruiterConfig(prefetch=PrefetchRule(jobs=1)))
+    reads_while_running: list[int] = []
+
+    def first() -> None:
+        before = feed.reads
+        watcher.step(feed)  # the watcher's thread, while the job runs
+        reads_while_running.append(feed.reads - before)
+
+    registry.workable("tests.first")(first)
+    registry.workable("tests.second")(lambda: None)
+    slot.register()
+    with worker._open_feed() as opened:
+        feed = CountedFeed(opened)
+        watcher = Watcher("worker feed", lambda: feed, worker._deliver, lambda: None)
+        watcher.quiet = worker._quiet
+        worker.watcher = watcher  # the slot's release stirs it
+        shop.schedule(JobSpec("tests.first"))
+        assert recruiter.run_once(clock.now()).assigned == 1
+        _step_until(watcher, feed, lambda: slot._news is not None)
+        assert slot.run_once().ran is not None
+        assert reads_while_running == [0], "every slot busy: the feed is quiet"
+        assert slot.available, "released"
+        second = shop.schedule(JobSpec("tests.second"))
+        assert recruiter.run_once(clock.now()).assigned == 1  # before the feed is read
+        _step_until(watcher, feed, lambda: slot._news is not None)
+        reads: list[ObjectId] = []
+        find_worker = store.find_worker
+
+        def counted_find_worker(worker_id: ObjectId) -> WorkerRecord | None:
+            reads.append(worker_id)
+            return find_worker(worker_id)
+
+        monkeypatch.setattr(store, "find_worker", counted_find_worker)
+        result = slot.run_once()
+    assert result.ran is not None
+    assert result.ran.job_id == second
+    assert reads == [], "run from the news the quiet feed kept"
+
+
+def _step_until(watcher: Watcher[Any], feed: CountedFeed, told: Callable[[], bool]) -> None:
+    """Step the watcher until ``told()``, at most a few reads of the real feed (each
+    returns at once when a change is there, else within its wait)."""
+    for _ in range(5):
+        watcher.step(feed)
+        if told():
+            return
+    raise AssertionError(f"not told within 5 reads of the feed ({feed.reads} in all)")
 
 
 # --- the loop it wakes ---------------------------------------------------------------

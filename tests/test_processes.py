@@ -528,6 +528,9 @@ def test_a_leader_does_not_act_on_a_renewal_that_answered_late(
 class _Following:
     following = True
 
+    def stir(self) -> None:
+        """Told that a slot was made available."""
+
 
 def test_the_heartbeat_rings_an_idle_slot_whose_assignment_the_feed_did_not_bring(
     queue: Queue, registry: Registry, clock: FrozenClock

@@ -27,13 +27,14 @@ from typing import Any, TypeVar
 from bson import ObjectId
 
 from recruiter.attempts.calling import CodeResult
+from recruiter.attempts.completer import Completer, Ending
 from recruiter.attempts.verdict import CANCELLED, ENDING_OUTCOMES, Execution, Outcome, Verdict
 from recruiter.clock import Clock
 from recruiter.errors import DatabaseError, DatabaseUnavailable
 from recruiter.events import JOB_ENDED, JOB_FAILURE_LAST, JobEvent, call_safely
 from recruiter.job_record import Job
 from recruiter.loop import Backoff
-from recruiter.store import End, Store
+from recruiter.store import End, Starting, Store
 from recruiter.waiting.engine import Ended, follow_up_safely
 from recruiter.workable import Registry
 
@@ -157,13 +158,20 @@ class Start:
     """Whether the start took effect: ``None`` when that is not known (the command got
     no answer, or only part of it landed): the job's own start then finds out."""
 
+    def starting(self, *, cancelled_too: bool = True) -> Starting:
+        """The start as the store writes it."""
+        return Starting(self.job_id, self.token, self.started, cancelled_too)
+
 
 class DurableWrite:
     """A worker's writes of an attempt's start and end: until the database answers."""
 
-    def __init__(self, store: Store, clock: Clock) -> None:
+    def __init__(self, store: Store, clock: Clock, completer: Completer | None = None) -> None:
         self.store = store
         self.clock = clock
+        self.completer = completer or Completer(store)
+        """Where a worker's slots send their writes together (a process's own, or one of
+        this writer alone: each write a group of one)."""
 
     def end(
         self, job: Job, what: str, end: End, record: dict[str, Any], next_start: Start | None
@@ -171,32 +179,30 @@ class DurableWrite:
         """Record the attempt's end (``record``) as ``end`` says, if the job is still held;
         with ``next_start``, the next job's start in the same command.
 
-        The two are one ordered bulk write: when both land, as nearly always, that is
-        all. Otherwise (no answer, part refused, the job fenced or cancelled) it is not
-        known which landed: the end is written again on its own, its landing checked by
-        reading the job back, and the next job's start is left for that job to find out.
-        Both writes are conditional, so neither can land twice.
+        Sent by the completer, with the other slots' (alone, the two are one ordered bulk
+        write): when all land, as nearly always, that is all. Otherwise (no answer, part
+        refused, a job fenced or cancelled) it is not known which landed: the end is
+        written again on its own, its landing checked by reading the job back, and the
+        next job's start is left for that job to find out. Both writes are conditional,
+        so neither can land twice.
         """
-        write = lambda: self.store.record_end(end, record)  # noqa: E731
-        landed = lambda: self.recorded(job.id, record)  # noqa: E731
-        if next_start is None:
-            return self.until_answered(job.id, what, write, landed)
-        try:
-            both = self.store.record_end_then_start(
-                end, record, next_start.job_id, next_start.token, next_start.started
-            )
-            if both == 2:
+        riding = None if next_start is None else next_start.starting(cancelled_too=False)
+        answer = self.completer.end(Ending(end, record, riding))
+        if answer is True:
+            if next_start is not None:
                 next_start.landed = True
-                return True
-        except DatabaseError as error:
-            logger.warning(
-                "job %s: its %s and the next job's start got no clear answer (%s): checking each",
-                job.id,
-                what,
-                error,
-            )
-        next_start.landed = None
-        return self.until_answered(job.id, what, write, landed, retried=True)
+            return True
+        if answer is False:  # alone, with no start riding, on its first try: not held
+            return False
+        if next_start is not None:
+            next_start.landed = None
+        return self.until_answered(
+            job.id,
+            what,
+            lambda: self.store.record_end(end, record),
+            lambda: self.recorded(job.id, record),
+            retried=True,
+        )
 
     def until_answered(
         self,

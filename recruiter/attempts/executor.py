@@ -26,6 +26,7 @@ from typing import Any
 from bson import ObjectId
 
 from recruiter.attempts.calling import CodeResult, JobRunner, call_code, not_run
+from recruiter.attempts.completer import Completer
 from recruiter.attempts.ending import DurableWrite, Start, ended, write_verdict
 from recruiter.attempts.transaction import run_in_transaction
 from recruiter.attempts.verdict import (
@@ -79,6 +80,7 @@ class Executor:
         *,
         runner: JobRunner | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
+        completer: Completer | None = None,
     ) -> None:
         self.store = store
         self.runner = runner
@@ -92,7 +94,9 @@ class Executor:
         self.watch = watch
         """Where running jobs are watched for their timeout and cancellation (a worker's
         watchdog); without one, a job runs to its end."""
-        self.write = DurableWrite(store, clock)
+        self.write = DurableWrite(store, clock, completer)
+        """Its writes of starts and ends: through ``completer``, a worker's slots'
+        together (none: its own, each write alone)."""
         self.next_start: Callable[[], Start | None] | None = None
         """Gives the start of a slot's next job, to send with this job's end (see
         :mod:`recruiter.attempts.prefetch`); asked once, as the end is written."""
@@ -169,12 +173,18 @@ class Executor:
             # as start_if_owned returns it: as it was before, its attempt counted
             return dataclasses.replace(start.job, attempts=start.job.attempts + 1)
         job_id, token, started = start.job_id, start.token, start.started
+        retried = start.landed is None
+        if not retried:
+            answer = self.write.completer.start(start.starting())
+            if answer is None or isinstance(answer, Job):
+                return answer
+            retried = True  # unclear: found out as a lone start's lost reply is
         return self.write.until_answered(
             job_id,
             "start",
             lambda: self.store.start_if_owned(job_id, token, started),
             lambda: self.store.find_started(job_id, token, started["started_at"]),
-            retried=start.landed is None,
+            retried=retried,
         )
 
     def call(self, job: Job, statistics: RetryStatistics, policy_problem: str | None) -> CodeResult:

@@ -20,6 +20,7 @@ from typing import Any
 
 from bson import ObjectId
 
+from recruiter.attempts.completer import Completer, Release
 from recruiter.attempts.executor import Executor, Identity
 from recruiter.attempts.prefetch import run_handed_out
 from recruiter.attempts.verdict import Execution
@@ -58,14 +59,18 @@ class WorkerSlot:
         group: str,
         *,
         on_removed: Callable[[], None] | None = None,
+        on_available: Callable[[], None] | None = None,
         bell: threading.Event | None = None,
         watch: Watch | None = None,
         heartbeat_every: dt.timedelta = DEFAULT_HEARTBEAT,
         stopping: Callable[[], bool] = lambda: False,
         job_process: JobProcess | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
+        completer: Completer | None = None,
     ) -> None:
         self.store = store
+        self.completer = completer
+        """Where its process's slots send their writes together (none: each its own)."""
         self.job_process = job_process
         """The child process this slot's jobs run in (``processes`` pool), else none:
         they run in the slot's thread."""
@@ -83,6 +88,12 @@ class WorkerSlot:
         """Where the jobs this slot runs are watched for their timeout and cancellation."""
         self.on_removed = on_removed
         """Called when this slot finds it was declared dead, before it registers again."""
+        self.on_available = on_available
+        """Called when this slot becomes available: assignments may come for it again."""
+        self.available = False
+        """Whether it waits for work: registered, holding no assignment (as its roster
+        document says, or soon will: it is set before the release is written, so that
+        the release is never seen before the slot is, by its process)."""
         self.bell = bell or threading.Event()
         """Rung when there is news for this slot (and on a stop request)."""
         self.id: ObjectId | None = None
@@ -112,7 +123,14 @@ class WorkerSlot:
             workables=self.runnable_workables(),  # what it tells the recruiter it can run
         )
         logger.info("worker %s: registered, working on %s", self.id, self.group)
+        self._became_available()
         return self.id
+
+    def _became_available(self) -> None:
+        if not self.available:
+            self.available = True
+            if self.on_available is not None:
+                self.on_available()
 
     def runnable_workables(self) -> list[str]:
         """The workables this slot can run: all registered, but those that run in a
@@ -140,7 +158,9 @@ class WorkerSlot:
                 return SlotResult(registered_again=True)
             assignment = record.assignment
         if assignment is None:
+            self._became_available()  # as its document says (a release may have failed)
             return SlotResult()
+        self.available = False
         return self._run(assignment)
 
     def _run(self, assignment: Assignment) -> SlotResult:
@@ -161,6 +181,7 @@ class WorkerSlot:
             self.watch,
             runner=self.job_process,
             loop=self.loop,
+            completer=self.completer,
         )
         self._ran.append(assignment.token)
         token = assignment.token
@@ -173,7 +194,11 @@ class WorkerSlot:
         )
         lengths, executions, returned = handed.lengths, handed.executions, handed.returned
         ran = [RanReport(g, int(n), round(seconds, 6)) for g, (n, seconds) in lengths.items()]
-        self.store.release_worker(self.id, token, self.clock.latest(), ran)
+        self._became_available()
+        if self.completer is None:
+            self.store.release_worker(self.id, token, self.clock.latest(), ran)
+        else:
+            self.completer.release(Release(self.id, token, self.clock.latest(), ran))
         return SlotResult(executions[-1], executions=tuple(executions), returned=returned)
 
     def _set_running(self, job_id: Any) -> None:
@@ -184,5 +209,6 @@ class WorkerSlot:
         if self.id is None or self.store.unregister_if_idle(self.id):
             logger.info("worker %s: retired", self.id)
             self.id = None
+            self.available = False
             return True
         return False

@@ -6,6 +6,14 @@ answers a gap by reading what it would otherwise have been told, and by polling 
 long as :attr:`Watcher.following` is false. A lost feed (the database restarted, the
 connection dropped) is reopened after a pause; a server that cannot follow changes at
 all leaves the process polling, as it did before change feeds existed.
+
+A feed is *quiet* while nothing it could tell would be acted on (``quiet()``: a worker
+whose slots all hold work): the watcher stops reading it, and the feed stays open,
+where it is. When :meth:`Watcher.stir` says that may have changed, it reads on from
+there, so no change is missed; only told later, when it can be acted on. MongoDB keeps
+a feed's place in its oplog; a feed left unread past the server's cursor timeout is
+resumed by pymongo from its last resume token, and one whose place has left the oplog
+is lost and reopened, a gap like any other.
 """
 
 from __future__ import annotations
@@ -24,6 +32,9 @@ T = TypeVar("T")
 
 REOPEN_WAIT = 1.0
 """Seconds between attempts to reopen a lost feed."""
+QUIET_CHECK = 1.0
+"""Seconds a quiet feed's watcher waits to be stirred before it asks again whether the
+feed is still quiet (a safety net: :meth:`Watcher.stir` tells it at once)."""
 
 
 class Watcher(Generic[T]):
@@ -35,8 +46,11 @@ class Watcher(Generic[T]):
         open_feed: Callable[[], ChangeFeed[T]],
         on_change: Callable[[T], None],
         on_gap: Callable[[], None],
+        quiet: Callable[[], bool] = lambda: False,
     ) -> None:
         self.name = name
+        self.quiet = quiet
+        """Whether nothing the feed could tell would be acted on now: it is not read."""
         self.open_feed = open_feed
         self.on_change = on_change
         self.on_gap = on_gap
@@ -44,6 +58,7 @@ class Watcher(Generic[T]):
         """Whether the feed is open now: while it is, no change goes unreported."""
         self._closed = threading.Event()
         self._reopen = threading.Event()
+        self._stirred = threading.Event()
         self._thread: threading.Thread | None = None
         self._lost = False
 
@@ -55,10 +70,16 @@ class Watcher(Generic[T]):
     def reopen(self) -> None:
         """Open the feed again, within one feed read: what it follows has changed."""
         self._reopen.set()
+        self._stirred.set()
 
     def close(self) -> None:
         """Stop following, within one feed read."""
         self._closed.set()
+        self._stirred.set()
+
+    def stir(self) -> None:
+        """Whether the feed is quiet may have changed: ask again, and read it if not."""
+        self._stirred.set()
 
     def _follow(self) -> None:
         while not self._closed.is_set():
@@ -87,9 +108,18 @@ class Watcher(Generic[T]):
             self.on_gap()  # what changed before the feed opened is read, not told
             try:
                 while not self._closed.is_set() and not self._reopen.is_set():
-                    change = feed.next_change()
-                    if change is not None:
-                        self.on_change(change)
+                    self.step(feed)
             finally:
                 self.following = False
                 self.on_gap()
+
+    def step(self, feed: ChangeFeed[T]) -> None:
+        """Read the feed once, or wait to be stirred while it is quiet (the thread's step;
+        tests drive it by hand)."""
+        self._stirred.clear()  # before asking: a stir from here on ends the wait
+        if self.quiet():
+            self._stirred.wait(QUIET_CHECK)
+            return
+        change = feed.next_change()
+        if change is not None:
+            self.on_change(change)

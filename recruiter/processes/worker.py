@@ -3,7 +3,10 @@
 A worker process has one or more *slots* (``--concurrency``), each a roster document of
 its own that runs one job at a time in its own thread. The process follows a change
 feed of its slots' documents (:meth:`Store.watch_assignments`): an assignment arrives
-with its job and token, and the slot runs it at once, without reading anything. Where
+with its job and token, and the slot runs it at once, without reading anything. While
+every slot holds work the feed is *quiet*: nothing could be assigned to them, so it is
+not read (see :mod:`recruiter.processes.watcher`) until a slot is made available, and
+then read on from where it stopped. Where
 the feed is not available (or while it is down) a slot polls its own document instead,
 fast while work flows and backing off to a fraction of a second when idle. A heartbeat
 thread keeps every slot's ``last_seen_at`` fresh, also while jobs run, so a long job is
@@ -32,6 +35,7 @@ from dataclasses import dataclass
 
 from bson import ObjectId
 
+from recruiter.attempts.completer import Completer
 from recruiter.clock import Clock
 from recruiter.errors import DatabaseError, SchemaTooNew
 from recruiter.job import ANY_GROUP
@@ -139,6 +143,8 @@ class WorkerProcess:
         self.event_loop = EventLoop(config.concurrency) if config.pool == ASYNCIO else None
         """Where the slots' ``async def`` jobs run (``asyncio`` pool)."""
         loop = None if self.event_loop is None else self.event_loop.loop
+        self.completer = Completer(store)
+        """Where the slots send their starts, ends and releases together."""
         self.slots = [
             WorkerSlot(
                 store,
@@ -146,12 +152,14 @@ class WorkerProcess:
                 clock,
                 config.group,
                 on_removed=self._slot_removed,
+                on_available=self._slot_available,
                 bell=self.stop.bell(),
                 watch=self.watch,
                 heartbeat_every=config.heartbeat_every,
                 stopping=self._stopping,
                 job_process=self._job_process(),
                 loop=loop,
+                completer=self.completer,
             )
             for _ in range(config.concurrency)
         ]
@@ -249,7 +257,9 @@ class WorkerProcess:
             slot.register()
         self.watch.start()
         if self.config.watch:
-            self.watcher = Watcher("worker feed", self._open_feed, self._deliver, self._ring_all)
+            self.watcher = Watcher(
+                "worker feed", self._open_feed, self._deliver, self._ring_all, quiet=self._quiet
+            )
             self.watcher.start()
         done = threading.Event()
         heart = threading.Thread(
@@ -280,6 +290,15 @@ class WorkerProcess:
         feed = self.store.watch_assignments(sorted(ids))
         self._followed = ids
         return feed
+
+    def _quiet(self) -> bool:
+        """Whether no slot can be handed work: the feed need not be read (a slot
+        declared dead is found by the heartbeat)."""
+        return not any(slot.available for slot in self.slots if slot not in self._broken)
+
+    def _slot_available(self) -> None:
+        if self.watcher is not None:
+            self.watcher.stir()
 
     def _deliver(self, change: RosterChange) -> None:
         for slot in self.slots:

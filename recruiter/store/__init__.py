@@ -30,7 +30,7 @@ from recruiter.clock import DatabaseClock, SystemClock
 from recruiter.errors import ChangeStreamsUnavailable
 from recruiter.job import as_object_id
 from recruiter.store.analytics import AnalyticsVerbs, ReadyCount
-from recruiter.store.attempts import AttemptVerbs, End, LockRecord
+from recruiter.store.attempts import AttemptVerbs, End, LockRecord, Starting, Statement
 from recruiter.store.base import Document
 from recruiter.store.dedup import DedupVerbs
 from recruiter.store.failures import is_transient, translate_methods
@@ -63,6 +63,8 @@ __all__ = [
     "RosterChange",
     "SchedulerRecord",
     "Selection",
+    "Starting",
+    "Statement",
     "Store",
     "UnservedWorkable",
     "WorkChange",

@@ -160,6 +160,44 @@ def starting(job_id: Any, token: ObjectId, started: Document) -> Statement:
     return owned, update
 
 
+@dataclass(frozen=True)
+class Starting:
+    """The start of a held job's attempt, as :meth:`AttemptVerbs.start_if_owned` writes
+    it: counted once per lock, if ``token`` still holds the job (cancelled or not)."""
+
+    job_id: Any
+    token: ObjectId
+    started: Document
+    """The start record (``started_at``, who)."""
+    cancelled_too: bool = True
+    """Whether a job whose cancellation was asked for is started too (to be skipped);
+    not when the start rides with the end of the job before (see :func:`starting`)."""
+
+    def statement(self) -> Statement:
+        owned, start = starting(self.job_id, self.token, self.started)
+        if self.cancelled_too:
+            del owned["cancel_requested_at"]
+        return owned, start
+
+    def landed_in(self, document: Document) -> bool:
+        """Whether ``document`` (the job read after the write) shows this start."""
+        lock = document.get("lock")
+        if not isinstance(lock, Mapping) or lock.get("token") != self.token:
+            return False
+        started_at = lock.get("started_at")
+        return (
+            isinstance(started_at, dt.datetime) and aware(started_at) == self.started["started_at"]
+        )
+
+
+def _as_started(document: Document) -> Job:
+    """A job read after its start, as :meth:`AttemptVerbs.start_if_owned` returns it:
+    its last execution the one before this attempt."""
+    history = document.get("history")
+    previous = history[-1] if isinstance(history, list) and history else None
+    return Job.from_document({**document, "last_execution": previous})
+
+
 class AttemptVerbs:
     """Operations on a held job of ``scheduled``: locked, started, ended."""
 
@@ -259,11 +297,27 @@ class AttemptVerbs:
         document = self.scheduled.find_one(
             {"_id": job_id, "lock.token": token, "lock.started_at": started_at}
         )
-        if document is None:
-            return None
-        history = document.get("history")
-        previous = history[-1] if isinstance(history, list) and history else None
-        return Job.from_document({**document, "last_execution": previous})
+        return None if document is None else _as_started(document)
+
+    def start_all(self, starts: Sequence[Starting]) -> dict[Any, Job]:
+        """Several held jobs' starts in one command (a worker's slots', see
+        :mod:`recruiter.attempts.completer`), then the jobs read back in one: those
+        whose start landed, each as :meth:`start_if_owned` returns it."""
+        update_each(self.scheduled, [each.statement() for each in starts])
+        ids = [each.job_id for each in starts]
+        documents = {d["_id"]: d for d in self.scheduled.find({"_id": {"$in": ids}})}
+        return {
+            each.job_id: _as_started(documents[each.job_id])
+            for each in starts
+            if each.job_id in documents and each.landed_in(documents[each.job_id])
+        }
+
+    def write_attempts(self, statements: Sequence[Statement]) -> int:
+        """Several attempts' ends (of :meth:`End.statement`, and starts riding with them)
+        in one command, unordered: how many jobs were modified. Each statement is
+        conditional, so sending one again after a lost reply changes nothing that
+        landed (see :mod:`recruiter.attempts.completer`)."""
+        return update_each(self.scheduled, statements)
 
     def unlock_if_not_started(self, job_ids: Sequence[Any], token: ObjectId) -> int:
         """Put back in the queue, uncounted, jobs locked with ``token`` that never started.

@@ -311,17 +311,15 @@ class RosterVerbs:
     ) -> bool:
         """Make the worker available again after the job (or jobs) it was assigned with
         ``token``, recording what it ran (:class:`RanReport`)."""
-        fields: Document = {"available": True, "available_since": now, "last_seen_at": now}
-        # a new report each time, if empty: an old one is never counted twice
-        fields.update(ran=[report.to_document() for report in ran], ran_for=token)
-        result = self.roster.update_one(
-            {"_id": worker_id, "assignment.token": token},
-            {
-                "$set": fields,
-                "$unset": {"assigned_to": "", "assignment": "", "assigned_since": ""},
-            },
-        )
+        result = self.roster.update_one(*_release(worker_id, token, now, ran))
         return result.modified_count == 1
+
+    def release_workers(
+        self, releases: Sequence[tuple[ObjectId, ObjectId, dt.datetime, Sequence[RanReport]]]
+    ) -> int:
+        """:meth:`release_worker` for several (a worker process's slots), in one command:
+        how many were made available."""
+        return update_each(self.roster, [_release(*release) for release in releases])
 
     def unregister_if_idle(self, worker_id: ObjectId) -> bool:
         """Remove the worker only if nothing is assigned to it."""
@@ -351,3 +349,14 @@ class RosterVerbs:
             if isinstance(document.get("assignment"), Mapping)
             and isinstance(document["assignment"].get("token"), ObjectId)
         }
+
+
+def _release(
+    worker_id: ObjectId, token: ObjectId, now: dt.datetime, ran: Sequence[RanReport]
+) -> tuple[Document, Document]:
+    """The release of a worker assigned with ``token``: its filter and update."""
+    fields: Document = {"available": True, "available_since": now, "last_seen_at": now}
+    # a new report each time, if empty: an old one is never counted twice
+    fields.update(ran=[report.to_document() for report in ran], ran_for=token)
+    unset = {"assigned_to": "", "assignment": "", "assigned_since": ""}
+    return {"_id": worker_id, "assignment.token": token}, {"$set": fields, "$unset": unset}

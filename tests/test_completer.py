@@ -1,0 +1,202 @@
+"""The completer: a worker's slots' starts, ends and releases written together.
+
+The group commit itself (what waits is written with the next write, a bug never
+leaves a thread waiting), the store's verbs it sends (several starts read back in one
+command, several releases), and a worker process's two slots whose ends go in one
+command while one of them was fenced off meanwhile: the other is done, the fenced one
+changes nothing, found out by reading the job back.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from bson import ObjectId
+
+from recruiter import FrozenClock, JobSpec, Queue, Registry, retry_statistics
+from recruiter.attempts.completer import UNCLEAR, Completer, GroupCommit, Release, _Waiting
+from recruiter.attempts.verdict import Outcome
+from recruiter.errors import DatabaseUnavailable, WriteRejected
+from recruiter.processes.prefetch_rule import PrefetchRule
+from recruiter.processes.recruiter import Recruiter, RecruiterConfig
+from recruiter.processes.slot import SlotResult
+from recruiter.processes.worker import WorkerConfig, WorkerProcess
+from recruiter.store import Starting
+from tests.commands import wait_for
+from tests.driving import workers
+
+PATIENCE = 30.0
+ONE_AT_A_TIME = RecruiterConfig(prefetch=PrefetchRule(jobs=1))
+
+
+# --- the group commit ------------------------------------------------------------------
+
+
+def test_what_is_submitted_while_a_write_is_on_its_way_goes_in_the_next_one() -> None:
+    written: list[list[str]] = []
+    first_written = threading.Event()
+    go_on = threading.Event()
+
+    def write(items: list[str]) -> list[Any]:
+        written.append(items)
+        if items == ["first"]:
+            first_written.set()
+            assert go_on.wait(PATIENCE)
+        return [f"{item} landed" for item in items]
+
+    group = GroupCommit(write)
+    answers: dict[str, Any] = {}
+
+    def submit(item: str) -> None:
+        answers[item] = group.submit(item)
+
+    first = threading.Thread(target=submit, args=("first",))
+    first.start()
+    assert first_written.wait(PATIENCE)
+    others = [threading.Thread(target=submit, args=(name,)) for name in ("b", "c")]
+    for thread in others:
+        thread.start()
+    wait_for(lambda: len(group._submitted) == 2, "both to wait for the write", PATIENCE)
+    go_on.set()
+    for thread in (first, *others):
+        thread.join(PATIENCE)
+    assert written[0] == ["first"]
+    assert sorted(written[1]) == ["b", "c"], "one write for the two that waited"
+    assert answers == {"first": "first landed", "b": "b landed", "c": "c landed"}
+    assert group.commands == 2
+
+
+def test_a_write_the_database_does_not_answer_is_unclear_to_each_of_its_group() -> None:
+    def write(items: list[str]) -> list[Any]:
+        raise DatabaseUnavailable("no answer (simulated)")
+
+    assert GroupCommit(write).submit("a") is UNCLEAR
+
+
+def test_a_refused_write_is_raised_to_its_writer_alone_and_unclear_in_a_group() -> None:
+    """A lone write refused is refused again if sent again: its caller's, as ever. In a
+    group, which statement was refused is not known: each finds out alone."""
+
+    def write(items: list[str]) -> list[Any]:
+        raise WriteRejected("document failed validation (simulated)")
+
+    with pytest.raises(WriteRejected):
+        GroupCommit(write).submit("alone")
+    assert GroupCommit(write)._answers([_Waiting("a"), _Waiting("b")], _Waiting("a")) == [
+        UNCLEAR,
+        UNCLEAR,
+    ]
+
+
+def test_a_bug_in_a_write_is_raised_to_its_writer_and_leaves_nobody_waiting() -> None:
+    group: GroupCommit[str] = GroupCommit(lambda items: 1 / 0)  # type: ignore[arg-type,return-value]
+    with pytest.raises(ZeroDivisionError):
+        group.submit("a")
+    assert not group._writing, "the next submitter writes"
+
+
+# --- the store's verbs it sends --------------------------------------------------------
+
+
+def test_starts_sent_together_are_read_back_each_as_a_lone_start_returns_it(
+    queue: Queue, clock: FrozenClock
+) -> None:
+    store, now = queue.store, clock.now()
+    held, taken, lone = (queue.schedule(JobSpec("tests.noop")) for _ in range(3))
+    token = ObjectId()
+    assert store.lock_jobs([held, taken, lone], token, now) == [held, taken, lone]
+    store.unlock_if_not_started([taken], token)  # taken back before its start
+    started = {"started_at": now, "worker": None, "pid": 1, "hostname": "here"}
+    together = store.start_all([Starting(held, token, started), Starting(taken, token, started)])
+    alone = store.start_if_owned(lone, token, started)
+    assert list(together) == [held], "a job no longer held is not started"
+    assert alone is not None
+    assert (together[held].attempts, together[held].last_execution) == (1, None)
+    assert (alone.attempts, alone.last_execution) == (1, None), "the same as a lone start"
+    later = {**started, "started_at": clock.advance(1)}
+    again = store.start_all([Starting(held, token, later), Starting(lone, token, later)])
+    assert again == {}, "an attempt starts once per lock"
+    retried = store.start_all([Starting(held, token, started)])
+    assert list(retried) == [held], "a start retried after a lost reply finds it landed"
+
+
+def test_releases_sent_together_each_land_once(queue: Queue, clock: FrozenClock) -> None:
+    store, now = queue.store, clock.now()
+    one, two = workers(store, 2, now)
+    tokens = {one: ObjectId(), two: ObjectId()}
+    for worker_id, token in tokens.items():
+        store.roster.update_one(
+            {"_id": worker_id},
+            {"$set": {"available": False, "assignment": {"token": token, "jobs": []}}},
+        )
+    completer = Completer(store)
+    releases = [Release(w, t, now) for w, t in tokens.items()]
+    assert completer._release(releases) == [None, None]
+    assert all(record.available for record in store.workers())
+    assert store.release_workers([(r.worker_id, r.token, r.now, r.ran) for r in releases]) == 0
+
+
+# --- a worker's slots ------------------------------------------------------------------
+
+
+@pytest.mark.real_server
+def test_two_slots_ends_go_in_one_command_and_the_one_fenced_meanwhile_changes_nothing(
+    shop: Queue, registry: Registry, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both jobs run; while they do, one is fenced off (its lock handed to another
+    token, as a take-back and a new round would). Their ends are sent in one command:
+    the count falls short, so each slot finds out on its own which landed."""
+    store = shop.store
+    config = WorkerConfig(concurrency=2, watch=False)
+    worker = WorkerProcess(store, registry, clock, config, lambda: None)
+    ends = worker.completer.ends
+    sent: list[int] = []
+    write_attempts, write_ends = store.write_attempts, ends._write
+    hold = object()
+
+    def held_first(items: list[Any]) -> list[Any]:
+        if items == [hold]:  # the test's own write, first: both slots' ends wait behind it
+            wait_for(lambda: len(ends._submitted) == 2, "both slots' ends", PATIENCE)
+            return [True]
+        return write_ends(items)
+
+    def counted(statements: list[Any]) -> int:
+        sent.append(len(statements))
+        return write_attempts(statements)
+
+    monkeypatch.setattr(ends, "_write", held_first)
+    monkeypatch.setattr(store, "write_attempts", counted)
+    registry.workable("tests.plain")(lambda: None)
+
+    @registry.workable("tests.fenced")
+    def fenced() -> None:
+        job_id = ObjectId(retry_statistics().job_id)
+        store.scheduled.update_one({"_id": job_id}, {"$set": {"lock.token": ObjectId()}})
+
+    for slot in worker.slots:
+        slot.register()
+    plain = shop.schedule(JobSpec("tests.plain"))
+    fenced_id = shop.schedule(JobSpec("tests.fenced"))
+    assert Recruiter(store, ONE_AT_A_TIME).run_once(clock.now()).assigned == 2
+    holder = threading.Thread(target=ends.submit, args=(hold,))
+    holder.start()
+    wait_for(lambda: ends._writing, "the test's write to be on its way", PATIENCE)
+    results: list[SlotResult] = []
+    threads = [
+        threading.Thread(target=lambda s=slot: results.append(s.run_once()))
+        for slot in worker.slots
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in (holder, *threads):
+        thread.join(PATIENCE)
+    assert sent == [2], "the two ends in one command"
+    outcomes = {r.ran.job_id: r.ran.outcome for r in results if r.ran is not None}
+    assert outcomes == {plain: Outcome.DONE, fenced_id: Outcome.FENCED}
+    assert shop.job(plain).why == "done"
+    fenced_job = shop.job(fenced_id)
+    assert fenced_job.why is None
+    assert fenced_job.history == (), "the fenced attempt's end changed nothing"
+    assert all(record.available for record in store.workers()), "both released"
