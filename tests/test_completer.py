@@ -23,7 +23,7 @@ from recruiter.processes.prefetch_rule import PrefetchRule
 from recruiter.processes.recruiter import Recruiter, RecruiterConfig
 from recruiter.processes.slot import SlotResult
 from recruiter.processes.worker import WorkerConfig, WorkerProcess
-from recruiter.store import Starting
+from recruiter.store import End, Starting
 from tests.commands import wait_for
 from tests.driving import workers
 
@@ -91,10 +91,68 @@ def test_a_refused_write_is_raised_to_its_writer_alone_and_unclear_in_a_group() 
 
 
 def test_a_bug_in_a_write_is_raised_to_its_writer_and_leaves_nobody_waiting() -> None:
-    group: GroupCommit[str] = GroupCommit(lambda items: 1 / 0)  # type: ignore[arg-type,return-value]
-    with pytest.raises(ZeroDivisionError):
-        group.submit("a")
+    """The writer of a group meets a bug: it is raised to that thread; the other member
+    of the group, waiting, is answered unclear (it finds out alone) and waits no more."""
+    first_written, go_on = threading.Event(), threading.Event()
+
+    def write(items: list[str]) -> list[Any]:
+        if items == ["first"]:
+            first_written.set()
+            assert go_on.wait(PATIENCE)
+            return ["landed"]
+        raise ZeroDivisionError("a bug (simulated)")
+
+    group = GroupCommit(write)
+    answers: dict[str, Any] = {}
+    raised: list[BaseException] = []
+
+    def submit(item: str) -> None:
+        try:
+            answers[item] = group.submit(item)
+        except ZeroDivisionError as error:
+            raised.append(error)
+
+    threads = [threading.Thread(target=submit, args=("first",))]
+    threads[0].start()
+    assert first_written.wait(PATIENCE)
+    threads += [threading.Thread(target=submit, args=(name,)) for name in ("b", "c")]
+    for thread in threads[1:]:
+        thread.start()
+    wait_for(lambda: len(group._submitted) == 2, "both to wait for the write", PATIENCE)
+    go_on.set()
+    for thread in threads:
+        thread.join(PATIENCE)
+        assert not thread.is_alive(), "nobody waits for ever"
+    assert len(raised) == 1, "raised to the one thread that wrote"
+    assert sorted(answers.values(), key=str) == sorted(["landed", UNCLEAR], key=str)
     assert not group._writing, "the next submitter writes"
+
+
+@pytest.mark.real_server
+def test_a_start_never_lands_after_the_end_it_rides_with_was_refused(
+    shop: Queue, clock: FrozenClock
+) -> None:
+    """The ends of a group go in order: a refused end stops the start riding after it
+    (a take-back would otherwise record that job as crashed without having run). On
+    the real server: mongomock's refusal of this write is not the server's."""
+    queue = shop
+    store, now = queue.store, clock.now()
+    refused, riding, other = (queue.schedule(JobSpec("tests.noop")) for _ in range(3))
+    token = ObjectId()
+    store.lock_jobs([refused, riding, other], token, now)
+    started = {"started_at": now, "worker": None, "pid": 1, "hostname": "here"}
+    for job_id in (refused, other):
+        store.start_if_owned(job_id, token, started)
+    store.scheduled.update_one({"_id": refused}, {"$set": {"history": "damaged"}})
+    record = {"attempt": 1, **started, "ended_at": now, "outcome": "done"}
+    statements = [
+        End(refused, token, now, why="done").statement(record),
+        Starting(riding, token, started, cancelled_too=False).statement(),
+        End(other, token, now, why="done").statement(record),
+    ]
+    with pytest.raises(WriteRejected):
+        store.write_attempts(statements)
+    assert queue.job(riding).attempts == 0, "not started: its end before it was refused"
 
 
 # --- the store's verbs it sends --------------------------------------------------------

@@ -230,15 +230,26 @@ class CountedFeed(ChangeFeed[Any]):
 def test_a_quiet_feed_is_not_read_until_it_is_stirred_and_no_longer_quiet(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("recruiter.processes.watcher.QUIET_CHECK", 0.0)
-    quiet = True
+    """While quiet, a step waits (here: longer than the test's patience) and reads
+    nothing; a stir ends the wait at once, and the next step reads."""
+    monkeypatch.setattr("recruiter.processes.watcher.QUIET_CHECK", 10 * PATIENCE)
+    quiet, asked = True, threading.Event()
+
+    def is_quiet() -> bool:
+        asked.set()
+        return quiet
+
     told: list[str] = []
-    watcher = Watcher("test feed", lambda: feed, told.append, lambda: None, quiet=lambda: quiet)
+    watcher = Watcher("test feed", lambda: feed, told.append, lambda: None, quiet=is_quiet)
     feed = ScriptedFeed(["a"])
-    watcher.step(feed)
-    assert (feed.script, told) == (["a"], []), "quiet: not read"
+    waiting = threading.Thread(target=watcher.step, args=(feed,))
+    waiting.start()
+    assert asked.wait(PATIENCE), "the step asked whether the feed is quiet"
     quiet = False
     watcher.stir()
+    waiting.join(PATIENCE)
+    assert not waiting.is_alive(), "the stir ended the wait"
+    assert (feed.script, told) == (["a"], []), "quiet: not read"
     watcher.step(feed)
     assert told == ["a"]
 
@@ -276,8 +287,10 @@ def test_a_workers_quiet_feed_tells_the_assignment_that_landed_while_it_was_not_
         assert slot.run_once().ran is not None
         assert reads_while_running == [0], "every slot busy: the feed is quiet"
         assert slot.available, "released"
+        reads_before = feed.reads
         second = shop.schedule(JobSpec("tests.second"))
         assert recruiter.run_once(clock.now()).assigned == 1  # before the feed is read
+        assert feed.reads == reads_before, "nothing read between the release and now"
         _step_until(watcher, feed, lambda: slot._news is not None)
         reads: list[ObjectId] = []
         find_worker = store.find_worker

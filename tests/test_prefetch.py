@@ -32,6 +32,7 @@ from recruiter import (
 )
 from recruiter.attempts import takeback
 from recruiter.attempts.verdict import Outcome
+from recruiter.errors import DocumentTooLarge
 from recruiter.processes.cleaner import Cleaner
 from recruiter.processes.prefetch_rule import JobLengths, PrefetchRule, pack
 from recruiter.processes.recruiter import Recruiter, RecruiterConfig
@@ -277,6 +278,10 @@ def test_a_slot_reports_its_jobs_code_time_never_its_writes(
             clock.advance(seconds=2)
             return super().record_end(*arguments)
 
+        def write_attempts(self, *arguments: Any) -> int:
+            clock.advance(seconds=2)
+            return super().write_attempts(*arguments)
+
     worker = one_worker(queue, registry, clock)
     queue.store.__class__ = SlowServer
     for _ in range(3):
@@ -286,6 +291,27 @@ def test_a_slot_reports_its_jobs_code_time_never_its_writes(
     assert len(result.executions) == 3
     (record,) = queue.store.workers()
     assert record.ran == (RanReport("mail", 3, 0.75),)
+
+
+def test_an_end_refused_with_the_next_start_riding_is_written_alone_and_trimmed(
+    queue: Queue, registry: Registry, clock: FrozenClock, app: list[str]
+) -> None:
+    """The end and the next job's start, refused together (the end's record too large
+    for the job's document): the end is written alone, trimmed as a lone end is, and
+    the next job runs; neither is left for a take-back to record as crashed."""
+    worker = one_worker(queue, registry, clock)
+    first, second = jobs(queue, 2)
+    Recruiter(queue.store, RecruiterConfig(prefetch=RULE)).run_once(clock.now())
+
+    def refused(*arguments: Any) -> int:
+        raise DocumentTooLarge("the resulting document is too large (simulated)")
+
+    queue.store.record_end_then_start = refused  # type: ignore[method-assign,assignment]
+    result = worker.slots[0].run_once()
+    assert [e.outcome for e in result.executions] == [Outcome.DONE, Outcome.DONE]
+    assert app == ["noop", "noop"]
+    assert [queue.job(j).attempts for j in (first, second)] == [1, 1]
+    assert all(queue.job(j).why == "done" for j in (first, second))
 
 
 def test_a_job_cancelled_in_a_batch_is_skipped_and_the_rest_run(

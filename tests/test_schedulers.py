@@ -231,10 +231,10 @@ def test_a_pass_creates_a_bounded_number_and_says_the_rest_is_due_at_once(
     start = clock.now()
     now = clock.advance(PER_ROUND + 10)
     first = create_due_occurrences(queue.store, now)
-    assert first.created == PER_ROUND
+    assert first.created == 1 + PER_ROUND, "its next, and the bound's more"
     assert first.next_due is not None
     assert first.next_due <= now, "the rest is due now"
-    assert create_due_occurrences(queue.store, now).created == 10, "the rest at the next pass"
+    assert create_due_occurrences(queue.store, now).created == 9, "the rest at the next pass"
     expected = [start + dt.timedelta(seconds=n) for n in range(1, PER_ROUND + 11)]
     assert occurrences(queue.store) == expected, "each once, in order"
 
@@ -248,12 +248,28 @@ def test_a_catch_up_shares_a_pass_with_the_other_schedulers_due(
     queue.repeat("report", report, Every("1m"))
     now = clock.advance(60)
     result = create_due_occurrences(queue.store, now)
-    assert result.created == PER_ROUND
+    assert result.created == 2 + PER_ROUND
     assert len(occurrences(queue.store, "report")) == 1, "created in the same pass"
-    assert len(occurrences(queue.store, "behind")) == PER_ROUND - 1
+    assert len(occurrences(queue.store, "behind")) == 1 + PER_ROUND
     again = create_due_occurrences(queue.store, now)
-    assert again.created == PER_ROUND, "the catch-up goes on"
-    assert len(occurrences(queue.store, "behind")) == 2 * PER_ROUND - 1
+    assert again.created == 1 + PER_ROUND, "the catch-up goes on"
+    assert len(occurrences(queue.store, "behind")) == 2 * (1 + PER_ROUND)
+
+
+def test_more_catch_ups_than_a_pass_creates_never_hold_up_a_scheduler_due_now(
+    queue: Queue, clock: FrozenClock, report: JobSpec
+) -> None:
+    """Every scheduler due gets its next occurrence at each pass; only the catch-ups'
+    extra ones share the bound (an occurrence due now held up past the grace period
+    would be skipped by the default rule)."""
+    for n in range(PER_ROUND + 1):
+        queue.repeat(f"behind-{n}", report, Every("1s"), missed="all")
+    clock.advance(10 * 60)
+    queue.repeat("report", report, Every("1m"))
+    now = clock.advance(60)
+    result = create_due_occurrences(queue.store, now)
+    assert len(occurrences(queue.store, "report")) == 1, "created at the first pass"
+    assert result.created == (PER_ROUND + 2) + PER_ROUND, "each its next, and 16 more"
 
 
 def test_a_round_hands_out_jobs_while_a_catch_up_goes_on_and_comes_again_at_once(
@@ -267,7 +283,7 @@ def test_a_round_hands_out_jobs_while_a_catch_up_goes_on_and_comes_again_at_once
     result = recruiter.run_once(now)
     assert result.assigned == 1
     assert queue.job(ready).locked, "handed out in the round of the catch-up's first pass"
-    assert len(occurrences(queue.store)) == PER_ROUND
+    assert len(occurrences(queue.store)) == 1 + PER_ROUND
     assert result.pause(now).due_in <= 0.01, "the next pass comes at once"
 
 
@@ -439,9 +455,10 @@ def test_with_missed_all_an_outage_s_occurrences_are_all_created_pass_by_pass(
     queue.repeat("report", report, Every("1m"), missed="all")
     start = clock.now()
     now = clock.advance(6 * 3600)
-    passes = 360 // PER_ROUND + 1
+    per_pass = 1 + PER_ROUND
+    passes = 360 // per_pass + 1
     created = [create_due_occurrences(queue.store, now).created for _ in range(passes + 1)]
-    assert created == [PER_ROUND] * (passes - 1) + [360 % PER_ROUND, 0]
+    assert created == [per_pass] * (passes - 1) + [360 % per_pass, 0]
     assert occurrences(queue.store) == [start + n * MINUTE for n in range(1, 361)]
     assert stored(queue.store).skipped == 0
 

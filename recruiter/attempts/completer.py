@@ -180,9 +180,13 @@ class Completer:
         end, record, start = ending.end, ending.record, ending.next_start
         if start is None:
             return self.store.record_end(end, record)
-        both = self.store.record_end_then_start(
-            end, record, start.job_id, start.token, start.started
-        )
+        try:
+            both = self.store.record_end_then_start(
+                end, record, start.job_id, start.token, start.started
+            )
+        except DatabaseError:
+            # refused or unanswered: the end alone finds out, trimmed if too large
+            return UNCLEAR
         return True if both == 2 else UNCLEAR
 
     def _release(self, releases: list[Release]) -> list[Any]:

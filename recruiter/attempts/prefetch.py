@@ -91,11 +91,16 @@ def run_handed_out(
     return done
 
 
+NOT_RUN = frozenset({Outcome.FENCED, Outcome.SKIPPED})
+"""Outcomes of a job whose code did not run: its length says nothing of its group's."""
+
+
 def _count(done: HandedOut, execution: Execution) -> None:
     """Count the job's own time, never its writes': on a slower server, the writes
     take longer, and counted they would shrink the hand-outs, so that each job cost
-    more commands and the server slower still."""
-    if execution.group is not None and execution.outcome is not Outcome.FENCED:
+    more commands and the server slower still. A job skipped (cancelled, a duplicate)
+    is not counted: it would make its group look quicker than it is."""
+    if execution.group is not None and execution.outcome not in NOT_RUN:
         length = done.lengths.setdefault(execution.group, [0, 0.0])
         length[0] += 1
         length[1] += execution.code_seconds

@@ -12,10 +12,11 @@ loses nor doubles (see :mod:`recruiter.store.schedulers`).
   the others, counted; with ``"all"``, every one is created, in order. Occurrences due
   within the grace period are all created whatever the rule: a failover of the
   recruiter loses none.
-- **Bounded passes**: one pass (one round of the recruiter) creates at most
-  :data:`PER_ROUND` occurrences, shared among the schedulers due, so that a catch-up
-  of many never holds up a round: the jobs ready are handed out and a stop request is
-  seen between passes, and the next pass comes at once (the scheduler is still due).
+- **Bounded passes**: one pass (one round of the recruiter) creates the first
+  occurrence due of every scheduler due, and at most :data:`PER_ROUND` more, shared
+  among them: so a catch-up of many never holds up a round (the jobs ready are handed
+  out and a stop request is seen between passes, and the next pass comes at once: the
+  scheduler is still due), and never holds up another scheduler's next occurrence.
 - **Unique** schedulers create no occurrence while the job of the last one is still
   queued or running: the occurrences due meanwhile are skipped, and counted.
 """
@@ -35,8 +36,9 @@ from recruiter.store import Document, Occurrence, SchedulerRecord, Store
 logger = logging.getLogger(__name__)
 
 PER_ROUND = 16
-"""The most occurrences one pass creates, all schedulers together (each creates three
-conditional writes: under load, some tenths of a second)."""
+"""The most occurrences one pass creates beyond each due scheduler's first, all
+schedulers together (each takes three conditional writes: under load, some tenths of
+a second)."""
 MISSED_GRACE = dt.timedelta(minutes=1)
 """An occurrence due longer ago than this was missed (a failover takes seconds)."""
 SKIP_COUNT_LIMIT = 10_000
@@ -79,19 +81,15 @@ def occurrence_document(
 def create_due_occurrences(
     store: Store, now: dt.datetime, budget: int = PER_ROUND
 ) -> SchedulingResult:
-    """Create the occurrences due by ``now`` (finishing any a crash left pending), at
-    most ``budget`` of them: the longest due first, each leaving one for every other
-    scheduler due (so a catch-up moves on, and holds up no other scheduler's next
-    occurrence); those left are due at the next pass (``next_due`` says so)."""
+    """Create the occurrences due by ``now`` (finishing any a crash left pending): the
+    first due of every scheduler due, and at most ``budget`` more, the longest due
+    first; those left are due at the next pass (``next_due`` says so)."""
     created = skipped = 0
-    due = sorted(store.due_schedulers(now), key=_longest_due_first)
-    for position, scheduler in enumerate(due):
-        others = len(due) - position - 1
-        share = max(1, budget - created - others)
-        more_created, more_skipped = _pass(store, scheduler, now, share)
+    more = budget
+    for scheduler in sorted(store.due_schedulers(now), key=_longest_due_first):
+        more_created, more_skipped = _pass(store, scheduler, now, 1 + more)
+        more -= max(0, more_created - 1)
         created, skipped = created + more_created, skipped + more_skipped
-        if created >= budget:
-            break
     return SchedulingResult(created, skipped, store.next_scheduler_due())
 
 

@@ -313,11 +313,15 @@ class AttemptVerbs:
         }
 
     def write_attempts(self, statements: Sequence[Statement]) -> int:
-        """Several attempts' ends (of :meth:`End.statement`, and starts riding with them)
-        in one command, unordered: how many jobs were modified. Each statement is
+        """Several attempts' ends (of :meth:`End.statement`, each with the start riding
+        with it after it) in one command: how many jobs were modified. Each statement is
         conditional, so sending one again after a lost reply changes nothing that
-        landed (see :mod:`recruiter.attempts.completer`)."""
-        return update_each(self.scheduled, statements)
+        landed (see :mod:`recruiter.attempts.completer`).
+
+        In order, as :meth:`record_end_then_start`: a statement refused stops the ones
+        after it, so a start never lands when the end it rides with was refused (the
+        take-back's order, last job first, rests on it too)."""
+        return update_each(self.scheduled, statements, ordered=True)
 
     def unlock_if_not_started(self, job_ids: Sequence[Any], token: ObjectId) -> int:
         """Put back in the queue, uncounted, jobs locked with ``token`` that never started.
