@@ -43,7 +43,7 @@ from recruiter.store import (
     WorkerRecord,
 )
 from tests.commands import wait_for
-from tests.driving import finish_held
+from tests.driving import finish_held, process
 from tests.factories import job_in_state
 
 PATIENCE = 30.0
@@ -468,6 +468,71 @@ def test_a_slot_runs_the_assignment_it_is_told_without_reading_its_document(
     slot.deliver(RosterChange(slot.id, record.assignment))  # type: ignore[arg-type]
     assert slot.run_once().ran is None, "news of a job already run is checked, not rerun"
     assert (ran, len(reads)) == (["ran"], 1)
+
+
+def _assignments(store: Store) -> dict[ObjectId, Assignment]:
+    return {w.id: w.assignment for w in store.workers() if w.assignment is not None}
+
+
+def test_the_second_change_of_a_round_gathers_the_other_slots_assignments_in_one_read(
+    queue: Queue, registry: Registry, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A round assigns three slots of one process; the feed tells one change at a time.
+    The second gathers the third's assignment in one read, before its own change."""
+    registry.workable("tests.noop")(lambda: None)
+    worker = process(queue, registry, clock, lambda: None, concurrency=3)
+    for slot in worker.slots:
+        slot.register()
+    for _ in range(3):
+        queue.schedule(JobSpec("tests.noop"))
+    recruiter = Recruiter(queue.store, RecruiterConfig(prefetch=PrefetchRule(jobs=1)))
+    assert recruiter.run_once(clock.now()).assigned == 3
+    reads: list[list[ObjectId]] = []
+    among = queue.store.assignments_among
+
+    def counted(worker_ids: list[ObjectId]) -> dict[ObjectId, Assignment]:
+        reads.append(worker_ids)
+        return among(worker_ids)
+
+    monkeypatch.setattr(queue.store, "assignments_among", counted)
+    told = _assignments(queue.store)
+    first, second, third = worker.slots
+    assert first.id is not None
+    assert second.id is not None
+    assert third.id is not None
+    worker._deliver(RosterChange(first.id, told[first.id]))
+    assert reads == [], "the first change of a round: it may be the only one"
+    worker._deliver(RosterChange(second.id, told[second.id]))
+    assert reads == [[third.id]], "one read, for the slot not told yet"
+    assert third._news == told[third.id], "told before its own change came"
+    worker._deliver(RosterChange(third.id, told[third.id]))
+    assert len(reads) == 1, "told already: nothing more to read"
+    assert all(slot.run_once().ran is not None for slot in worker.slots)
+
+
+def test_a_slot_assigned_alone_in_its_round_costs_no_read(
+    queue: Queue, registry: Registry, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Jobs arriving one at a time: each round assigns one slot, told by its change."""
+    registry.workable("tests.noop")(lambda: None)
+    worker = process(queue, registry, clock, lambda: None, concurrency=2)
+    for slot in worker.slots:
+        slot.register()
+    reads: list[Any] = []
+
+    def counted(worker_ids: list[ObjectId]) -> dict[ObjectId, Assignment]:
+        reads.append(worker_ids)
+        return {}
+
+    monkeypatch.setattr(queue.store, "assignments_among", counted)
+    for _ in range(3):
+        queue.schedule(JobSpec("tests.noop"))
+        assert Recruiter(queue.store).run_once(clock.now()).assigned == 1
+        ((worker_id, assignment),) = _assignments(queue.store).items()
+        worker._deliver(RosterChange(worker_id, assignment))
+        (slot,) = [s for s in worker.slots if s.id == worker_id]
+        assert slot.run_once().ran is not None
+    assert reads == []
 
 
 # --- real processes' threads, woken by the real feeds ----------------------------------

@@ -111,6 +111,10 @@ class WorkerSlot:
             self._news = change.assignment
         self.bell.set()
 
+    def waits_for_news(self) -> bool:
+        """Whether it is available and was told of no assignment yet."""
+        return self.available and self._news is None
+
     def register(self) -> ObjectId:
         identity = Identity.of_this_process()
         self.id = self.store.register_worker(

@@ -165,6 +165,8 @@ class WorkerProcess:
         ]
         self.backoff = Backoff(config.poll_wait_min, config.poll_wait_max)
         self.watcher: Watcher[RosterChange] | None = None
+        self._last_round: ObjectId | None = None
+        """The token of the last assignment the feed told (a round's, shared by its slots)."""
         self._followed: frozenset[ObjectId] = frozenset()
         """The slots the change feed follows now (a slot registered again is not, yet)."""
         self._broken: list[WorkerSlot] = []
@@ -301,8 +303,35 @@ class WorkerProcess:
             self.watcher.stir()
 
     def _deliver(self, change: RosterChange) -> None:
-        for slot in self.slots:
-            slot.deliver(change)
+        """Hand the change to its slot; the second assignment of one round whose slot
+        was not told yet gathers the rest (:meth:`_gather_assignments`)."""
+        waited = any(s.id == change.worker_id and s.waits_for_news() for s in self.slots)
+        for each in self.slots:
+            each.deliver(change)
+        assignment = change.assignment
+        if assignment is None or not waited:
+            return
+        if assignment.token == self._last_round:
+            self._gather_assignments()
+        self._last_round = assignment.token
+
+    def _gather_assignments(self) -> None:
+        """Tell every available slot its assignment, read at once for all of them.
+
+        A round assigns many of a process's slots in one command, but their changes come
+        a few at a time, one read of the feed each (on the test server, some hundred a
+        second): the slots would start one after the other. The second change of a round
+        whose slot was not told yet shows that several were assigned: one read brings
+        all that landed by then (a slot assigned later is told by its own change, which
+        may gather again). A slot assigned alone in its round is told by its change
+        alone, at no cost. What is read is only news: the slot's start is conditional on
+        the assignment's token, as ever."""
+        waiting = [s.id for s in self.slots if s.id is not None and s.waits_for_news()]
+        if not waiting:
+            return
+        for worker_id, assignment in self.store.assignments_among(waiting).items():
+            for slot in self.slots:
+                slot.deliver(RosterChange(worker_id, assignment))
 
     def _ring_all(self) -> None:
         for slot in self.slots:

@@ -258,6 +258,12 @@ class RosterVerbs:
         query = {"_id": {"$in": worker_ids}, "available": False}
         return {d["_id"] for d in self.roster.find(query, {"_id": 1})}
 
+    def assignments_among(self, worker_ids: list[ObjectId]) -> dict[ObjectId, Assignment]:
+        """The assignments these workers hold, by worker (in one read)."""
+        query = {"_id": {"$in": worker_ids}, "available": False}
+        found = (WorkerRecord.from_document(d) for d in self.roster.find(query))
+        return {w.id: w.assignment for w in found if w.assignment is not None}
+
     def find_worker(self, worker_id: ObjectId) -> WorkerRecord | None:
         """A worker's own document: how a worker learns what it was assigned."""
         document = self.roster.find_one({"_id": worker_id})
