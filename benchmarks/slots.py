@@ -3,7 +3,9 @@
 ``python -m benchmarks.slots --slots 10 100 1000 5000``: for each count, that many idle
 workers are registered (roster documents, no processes) and as many jobs queued; one
 :meth:`Recruiter.run_once` hands each slot its job, while a change stream follows
-``roster``. Printed per count: the round's commands and time, the bytes of an assigned
+``roster``. Printed per count: the round's commands and time, the hand-outs per second
+that makes (one recruiter's ceiling at that many idle slots), the recruiter's own CPU
+per hand-out (its round's thread), the bytes of an assigned
 roster document and of its change event (means), and, for comparison, the bytes of the
 whole round's ``assigned_to`` map, which every assigned document held before a round
 wrote each worker only its own entry. Uses ``MONGODB_URI`` when set, else a SecantusDB
@@ -34,7 +36,9 @@ def slot_round(uri: str, slots: int) -> dict[str, Any]:
         events: list[dict[str, Any]] = []
         roster = measured.database.roster
         with roster.watch([{"$match": {"operationType": "update"}}]) as stream:
+            cpu = time.thread_time()
             assigned, seconds, by_name = measured.measured_round()
+            cpu = time.thread_time() - cpu
             deadline = time.monotonic() + EVENT_WAIT
             while len(events) < assigned and time.monotonic() < deadline:
                 event = stream.try_next()
@@ -48,6 +52,8 @@ def slot_round(uri: str, slots: int) -> dict[str, Any]:
             "round_commands": sum(by_name.values()),
             "by_name": by_name,
             "round_ms": round(1000 * seconds, 1),
+            "handouts_per_s": round(slots / seconds),
+            "cpu_ms_per_slot": round(1000 * cpu / slots, 3),
             "document_bytes": round(statistics.mean(len(bson.encode(d)) for d in documents)),
             "event_bytes": round(statistics.mean(len(bson.encode(e)) for e in events)),
             "events": len(events),
@@ -61,14 +67,16 @@ def main(argv: list[str] | None = None) -> int:
     options = parser.parse_args(argv)
     with database_uri("slots") as uri:
         print(
-            "| slots | commands per round | round ms | roster document bytes | "
+            "| slots | commands per round | round ms | hand-outs per second | "
+            "the recruiter's CPU ms per hand-out | roster document bytes | "
             "change event bytes | the whole map's bytes (before) |"
         )
-        print("|---:|---:|---:|---:|---:|---:|")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|")
         for slots in options.slots:
             row = slot_round(uri, slots)
             print(
                 f"| {row['slots']:,} | {row['round_commands']} | {row['round_ms']:,} | "
+                f"{row['handouts_per_s']:,} | {row['cpu_ms_per_slot']} | "
                 f"{row['document_bytes']} | {row['event_bytes']} ({row['events']} events) | "
                 f"{row['whole_map_bytes']:,} | {row['by_name']}",
                 flush=True,

@@ -71,3 +71,33 @@ def test_the_sleepers_benchmark_counts_async_jobs_that_ran_at_once(
     figures = sleepers(real_server_uri, 3, 0.0, tmp_path, rendezvous=True, patience=90)
     assert (figures["done"], figures["most_at_once"], figures["processes"]) == (3, 3, 1)
     assert figures["commands_per_job"] > 0
+
+
+def test_the_writes_benchmark_gives_each_writes_cost_per_document(real_server_uri: str) -> None:
+    from benchmarks.writes import per_document
+
+    figures = per_document(real_server_uri, 5)
+    assert set(figures) == {"lock", "start", "end", "lone update_one"}
+    assert all(milliseconds > 0 for milliseconds in figures.values())
+
+
+def test_a_slow_link_carries_every_command_to_the_server(real_server_uri: str) -> None:
+    from pymongo import MongoClient
+
+    from benchmarks.slow_link import SlowLink, host_and_port
+
+    link = SlowLink(*host_and_port(real_server_uri), delay=0.001).start()
+    try:
+        uri = link.uri(real_server_uri)
+        assert f"127.0.0.1:{link.port}" in uri
+        assert "directConnection=true" in uri
+        client: MongoClient[dict[str, object]] = MongoClient(uri, serverSelectionTimeoutMS=20_000)
+        try:
+            collection = client["bench_link"]["things"]
+            collection.insert_one({"_id": 1, "through": "the link"})
+            assert collection.find_one({"_id": 1}) == {"_id": 1, "through": "the link"}
+            client.drop_database("bench_link")
+        finally:
+            client.close()
+    finally:
+        link.close()

@@ -25,7 +25,7 @@ from recruiter.processes.slot import SlotResult
 from recruiter.processes.worker import WorkerConfig, WorkerProcess
 from recruiter.store import End, Starting
 from tests.commands import wait_for
-from tests.driving import workers
+from tests.driving import DEAD_AFTER, watching_cleaner, workers
 
 PATIENCE = 30.0
 ONE_AT_A_TIME = RecruiterConfig(prefetch=PrefetchRule(jobs=1))
@@ -258,3 +258,57 @@ def test_two_slots_ends_go_in_one_command_and_the_one_fenced_meanwhile_changes_n
     assert fenced_job.why is None
     assert fenced_job.history == (), "the fenced attempt's end changed nothing"
     assert all(record.available for record in store.workers()), "both released"
+
+
+@pytest.mark.real_server
+def test_a_take_back_landing_while_two_slots_ends_wait_in_one_group_fences_both(
+    shop: Queue, registry: Registry, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both slots' jobs ran; while their ends wait for the group's write, the cleaner
+    declares the worker dead and takes both jobs back (crashed attempts, for their
+    policy). The group's write lands nothing; each slot finds out alone that its end
+    did not land: neither job is done, each counted once, recorded once."""
+    store = shop.store
+    cleaner = watching_cleaner(store, clock.now())
+    config = WorkerConfig(concurrency=2, watch=False)
+    worker = WorkerProcess(store, registry, clock, config, lambda: None)
+    ends = worker.completer.ends
+    write_ends = ends._write
+    hold, queued, go_on = object(), threading.Event(), threading.Event()
+
+    def held_first(items: list[Any]) -> list[Any]:
+        if items == [hold]:
+            wait_for(lambda: len(ends._submitted) == 2, "both slots' ends", PATIENCE)
+            queued.set()
+            assert go_on.wait(PATIENCE)
+            return [True]
+        return write_ends(items)
+
+    monkeypatch.setattr(ends, "_write", held_first)
+    registry.workable("tests.plain")(lambda: None)
+    for slot in worker.slots:
+        slot.register()
+    job_ids = [shop.schedule(JobSpec("tests.plain")) for _ in range(2)]
+    assert Recruiter(store, ONE_AT_A_TIME).run_once(clock.now()).assigned == 2
+    holder = threading.Thread(target=ends.submit, args=(hold,))
+    holder.start()
+    wait_for(lambda: ends._writing, "the test's write to be on its way", PATIENCE)
+    results: list[SlotResult] = []
+    threads = [
+        threading.Thread(target=lambda s=slot: results.append(s.run_once()))
+        for slot in worker.slots
+    ]
+    for thread in threads:
+        thread.start()
+    assert queued.wait(PATIENCE)
+    clock.advance(DEAD_AFTER.total_seconds() + 1)  # the worker fell silent meanwhile
+    taken = cleaner.run_once(clock.now())
+    go_on.set()
+    for thread in (holder, *threads):
+        thread.join(PATIENCE)
+    assert dict(taken.released) == {"archived": 2}, "both crashed attempts, no retry"
+    assert [r.ran.outcome for r in results if r.ran is not None] == [Outcome.FENCED] * 2
+    for job_id in job_ids:
+        job = shop.job(job_id)
+        assert job.why != "done"
+        assert (job.attempts, [h["outcome"] for h in job.history]) == (1, ["archived"])
