@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from bson import ObjectId
 
-from recruiter import FrozenClock, JobSpec, Queue, Registry, retry_statistics
+from recruiter import FrozenClock, JobSpec, Queue, Registry, RetryManyTimes, retry_statistics
 from recruiter.attempts.completer import UNCLEAR, Completer, GroupCommit, Release, _Waiting
 from recruiter.attempts.verdict import Outcome
 from recruiter.errors import DatabaseUnavailable, WriteRejected
@@ -312,3 +312,61 @@ def test_a_take_back_landing_while_two_slots_ends_wait_in_one_group_fences_both(
         job = shop.job(job_id)
         assert job.why != "done"
         assert (job.attempts, [h["outcome"] for h in job.history]) == (1, ["archived"])
+
+
+@pytest.mark.real_server
+def test_a_retry_refused_for_a_cancellation_in_a_group_ends_cancelled_and_the_other_done(
+    shop: Queue, registry: Registry, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One job fails (its policy would retry it) after a cancellation was asked for
+    while it ran; its end goes in one group with another slot's success. The retry is
+    refused (a cancelled job is never retried), the group's count falls short, and each
+    slot finds out alone: the failed job ends cancelled, the other done, each once."""
+    store = shop.store
+    config = WorkerConfig(concurrency=2, watch=False)
+    worker = WorkerProcess(store, registry, clock, config, lambda: None)
+    ends = worker.completer.ends
+    write_ends = ends._write
+    hold = object()
+    sent: list[int] = []
+    write_attempts = store.write_attempts
+
+    def held_first(items: list[Any]) -> list[Any]:
+        if items == [hold]:
+            wait_for(lambda: len(ends._submitted) == 2, "both slots' ends", PATIENCE)
+            return [True]
+        return write_ends(items)
+
+    def counted(statements: list[Any]) -> int:
+        sent.append(len(statements))
+        return write_attempts(statements)
+
+    monkeypatch.setattr(ends, "_write", held_first)
+    monkeypatch.setattr(store, "write_attempts", counted)
+    registry.workable("tests.plain")(lambda: None)
+
+    @registry.workable("tests.cancelled_then_failing")
+    def cancelled_then_failing() -> None:
+        shop.cancel(ObjectId(retry_statistics().job_id))
+        raise RuntimeError("failed after its cancellation was asked for")
+
+    for slot in worker.slots:
+        slot.register()
+    plain = shop.schedule(JobSpec("tests.plain"))
+    failing = shop.schedule(
+        JobSpec("tests.cancelled_then_failing").retry_with(RetryManyTimes(3, 0))
+    )
+    assert Recruiter(store, ONE_AT_A_TIME).run_once(clock.now()).assigned == 2
+    holder = threading.Thread(target=ends.submit, args=(hold,))
+    holder.start()
+    wait_for(lambda: ends._writing, "the test's write to be on its way", PATIENCE)
+    threads = [threading.Thread(target=slot.run_once) for slot in worker.slots]
+    for thread in threads:
+        thread.start()
+    for thread in (holder, *threads):
+        thread.join(PATIENCE)
+    assert sent == [2], "the two ends in one command"
+    assert shop.job(plain).why == "done"
+    cancelled = shop.job(failing)
+    assert cancelled.why == "cancelled"
+    assert (cancelled.attempts, len(cancelled.history)) == (1, 1), "ended once"
