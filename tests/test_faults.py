@@ -333,6 +333,27 @@ def test_the_oracle_scales_its_time_bounds_by_the_machines_slowness() -> None:
     assert slow.resumed_overlaps == [2.0]
 
 
+def test_an_outage_that_begins_while_a_recovery_is_still_due_extends_its_allowance() -> None:
+    """A worker killed at 1 s; the cleaner killed at 2 s puts its job's recovery off (a
+    lease and a dead timeout more); the database goes down at 7 s, while the recovery
+    is still due, for 5 s: the job back at 20 s is within what the faults allow (the
+    soak of issue 29 met this storm, twice). Without the cleaner's kill the recovery was
+    due before the outage began, and 20 s is too late."""
+    crashed = attempt(1, W1, 10, 0.5, 21, crashed=True, outcome="retry")
+    crashed.update({"class": "recruiter.errors.WorkerDied", "message": "died"})
+    history = [crashed, attempt(2, W2, 11, 22, 23, scheduled_at=at(21))]
+    runs = [run(1, W1, 10, 0.5, None), run(2, W2, 11, 22, 23)]
+    outage = Fault(T0 + 7, "kill-database", 99, "SIGKILL, down for 5.0s")
+    killed = Fault(T0 + 1, "kill-worker-busy", 10)
+    storm = [killed, Fault(T0 + 2, "kill-cleaner", 98), outage]
+    calm = [killed, outage]
+    idle = [(T0 + t, 1.0) for t in range(30)]
+    held_up = judge(dataclasses.replace(record(history, runs, storm), seconds=30.0, slowness=idle))
+    assert held_up.ok, held_up.violations
+    late = judge(dataclasses.replace(record(history, runs, calm), seconds=30.0, slowness=idle))
+    assert any("came back after 20.0s" in v for v in late.violations)
+
+
 def test_the_oracle_knows_an_attempt_recorded_as_not_run_did_not_run() -> None:
     """An async job stopped before its task's first step: its attempt says its code did
     not run (unrun), and the ledger must have no run of it."""

@@ -685,18 +685,27 @@ def _recoveries(record: Record, timeline: Timeline, report: Report) -> None:
 
 
 def _disturbance(timeline: Timeline, t: float, limit: float, record: Record) -> float:
-    """Extra seconds a recovery may take because the cleaner or the database was down."""
+    """Extra seconds a recovery may take because the cleaner or the database was down:
+    each fault from a lease before the recovery's window to its end, the window growing
+    by each fault counted (a cleaner killed puts the recovery off, and an outage that
+    begins meanwhile, while it is still due, puts it off again)."""
     scenario = record.scenario
     extra = 0.0
-    for fault in timeline.faults:
-        if not t - scenario.lease - limit <= fault.t <= t + limit:
-            continue
-        if fault.kind == "kill-cleaner":
-            extra += scenario.lease + scenario.dead_after
-        elif fault.kind in DATABASE_FAULTS:
-            outage = float(fault.note.rsplit("down for ", 1)[1].rstrip("s"))
-            extra += outage + scenario.dead_after + 5.0
-    return extra
+    counted: set[int] = set()
+    while True:
+        added = 0.0
+        for index, fault in enumerate(timeline.faults):
+            if index in counted or not t - scenario.lease - limit <= fault.t <= t + limit + extra:
+                continue
+            if fault.kind == "kill-cleaner":
+                added += scenario.lease + scenario.dead_after
+            elif fault.kind in DATABASE_FAULTS:
+                outage = float(fault.note.rsplit("down for ", 1)[1].rstrip("s"))
+                added += outage + scenario.dead_after + 5.0
+            counted.add(index)
+        if not added:
+            return extra
+        extra += added
 
 
 def _exits(record: Record, report: Report) -> None:
