@@ -335,10 +335,10 @@ def test_the_oracle_scales_its_time_bounds_by_the_machines_slowness() -> None:
 
 def test_an_outage_that_begins_while_a_recovery_is_still_due_extends_its_allowance() -> None:
     """A worker killed at 1 s; the cleaner killed at 2 s puts its job's recovery off (a
-    lease and a dead timeout more); the database goes down at 7 s, while the recovery
-    is still due, for 5 s: the job back at 20 s is within what the faults allow (the
-    soak of issue 29 met this storm, twice). Without the cleaner's kill the recovery was
-    due before the outage began, and 20 s is too late."""
+    lease and a dead timeout more: due by 10 s); the database goes down at 7 s, while
+    the recovery is still due, for 5 s (due by 23 s): the job back at 21 s is within
+    what the faults allow (the soak of issue 29 met such storms, twice). Without the
+    cleaner's kill the recovery was due by 5 s, before the outage began: 21 s is late."""
     crashed = attempt(1, W1, 10, 0.5, 21, crashed=True, outcome="retry")
     crashed.update({"class": "recruiter.errors.WorkerDied", "message": "died"})
     history = [crashed, attempt(2, W2, 11, 22, 23, scheduled_at=at(21))]
@@ -352,6 +352,23 @@ def test_an_outage_that_begins_while_a_recovery_is_still_due_extends_its_allowan
     assert held_up.ok, held_up.violations
     late = judge(dataclasses.replace(record(history, runs, calm), seconds=30.0, slowness=idle))
     assert any("came back after 20.0s" in v for v in late.violations)
+
+
+def test_a_storm_allows_its_length_not_the_sum_of_its_faults_costs() -> None:
+    """A worker killed at 1 s; outages of 1 s every 6 s from 3 s to 57 s. Each makes
+    the recovery due again a limit after its own cost: the last, at 57 s, by 69 s. A job
+    back 80 s after the kill, long after the storm, is late."""
+    crashed = attempt(1, W1, 10, 0.5, 81, crashed=True, outcome="retry")
+    crashed.update({"class": "recruiter.errors.WorkerDied", "message": "died"})
+    history = [crashed, attempt(2, W2, 11, 82, 83, scheduled_at=at(81))]
+    runs = [run(1, W1, 10, 0.5, None), run(2, W2, 11, 82, 83)]
+    storm = [Fault(T0 + 1, "kill-worker-busy", 10)] + [
+        Fault(T0 + second, "kill-database", 99, "SIGKILL, down for 1.0s")
+        for second in range(3, 58, 6)
+    ]
+    idle = [(T0 + t, 1.0) for t in range(90)]
+    report = judge(dataclasses.replace(record(history, runs, storm), seconds=90.0, slowness=idle))
+    assert any("came back after 80.0s, over 68.0s" in v for v in report.violations)
 
 
 def test_the_oracle_knows_an_attempt_recorded_as_not_run_did_not_run() -> None:

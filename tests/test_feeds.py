@@ -510,6 +510,78 @@ def test_the_second_change_of_a_round_gathers_the_other_slots_assignments_in_one
     assert all(slot.run_once().ran is not None for slot in worker.slots)
 
 
+def test_a_slots_own_change_after_it_ran_what_a_gather_told_it_reads_nothing(
+    queue: Queue, registry: Registry, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Quick jobs: the slots told by a gather run their jobs and are available again
+    before their own changes come; those changes are late news, not a reason to read.
+    And a gather in the window where a slot is available but its release has not landed
+    does not hand it back the assignment it ran."""
+    registry.workable("tests.noop")(lambda: None)
+    worker = process(queue, registry, clock, lambda: None, concurrency=3)
+    for slot in worker.slots:
+        slot.register()
+    for _ in range(3):
+        queue.schedule(JobSpec("tests.noop"))
+    recruiter = Recruiter(queue.store, RecruiterConfig(prefetch=PrefetchRule(jobs=1)))
+    assert recruiter.run_once(clock.now()).assigned == 3
+    told = _assignments(queue.store)
+    first, second, third = worker.slots
+    assert first.id is not None
+    assert second.id is not None
+    assert third.id is not None
+    reads: list[list[ObjectId]] = []
+    among = queue.store.assignments_among
+
+    def counted(worker_ids: list[ObjectId]) -> dict[ObjectId, Assignment]:
+        reads.append(worker_ids)
+        return among(worker_ids)
+
+    monkeypatch.setattr(queue.store, "assignments_among", counted)
+    release_worker = queue.store.release_worker
+    second_id = second.id
+
+    def gather_before_release(*arguments: Any) -> bool:
+        # the second slot's own change comes now: the first is available, its release
+        # not landed yet, and it holds the assignment it ran
+        worker._deliver(RosterChange(second_id, told[second_id]))
+        return release_worker(*arguments)
+
+    worker._deliver(RosterChange(first.id, told[first.id]))
+    monkeypatch.setattr(queue.store, "release_worker", gather_before_release)
+    assert first.run_once().ran is not None
+    monkeypatch.setattr(queue.store, "release_worker", release_worker)
+    assert reads == [[first.id, third.id]], "the first slot is available, its release on its way"
+    assert first._news is None, "what it ran is not news"
+    assert third._news == told[third.id]
+    for slot in (second, third):
+        assert slot.run_once().ran is not None
+    worker._deliver(RosterChange(third.id, told[third.id]))
+    assert len(reads) == 1, "its own change came after it ran: late news, no read"
+
+
+def test_a_gather_that_fails_leaves_the_slots_to_their_own_changes(
+    queue: Queue, registry: Registry, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry.workable("tests.noop")(lambda: None)
+    worker = process(queue, registry, clock, lambda: None, concurrency=3)
+    for slot in worker.slots:
+        slot.register()
+    for _ in range(3):
+        queue.schedule(JobSpec("tests.noop"))
+    Recruiter(queue.store, RecruiterConfig(prefetch=PrefetchRule(jobs=1))).run_once(clock.now())
+    told = _assignments(queue.store)
+
+    def unavailable(worker_ids: list[ObjectId]) -> dict[ObjectId, Assignment]:
+        raise DatabaseUnavailable("no answer (simulated)")
+
+    monkeypatch.setattr(queue.store, "assignments_among", unavailable)
+    for slot in worker.slots:  # no error reaches the feed's watcher
+        assert slot.id is not None
+        worker._deliver(RosterChange(slot.id, told[slot.id]))
+    assert all(slot.run_once().ran is not None for slot in worker.slots)
+
+
 def test_a_slot_assigned_alone_in_its_round_costs_no_read(
     queue: Queue, registry: Registry, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:

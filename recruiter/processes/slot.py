@@ -115,6 +115,11 @@ class WorkerSlot:
         """Whether it is available and was told of no assignment yet."""
         return self.available and self._news is None
 
+    def ran_lately(self, token: ObjectId) -> bool:
+        """Whether it ran the assignment of ``token`` lately: news of it is late, not new
+        (safe from another thread: the tokens are copied before they are compared)."""
+        return token in tuple(self._ran)
+
     def register(self) -> ObjectId:
         identity = Identity.of_this_process()
         self.id = self.store.register_worker(

@@ -305,10 +305,13 @@ class WorkerProcess:
     def _deliver(self, change: RosterChange) -> None:
         """Hand the change to its slot; the second assignment of one round whose slot
         was not told yet gathers the rest (:meth:`_gather_assignments`)."""
-        waited = any(s.id == change.worker_id and s.waits_for_news() for s in self.slots)
+        assignment = change.assignment
+        waited = assignment is not None and any(
+            s.id == change.worker_id and s.waits_for_news() and not s.ran_lately(assignment.token)
+            for s in self.slots
+        )
         for each in self.slots:
             each.deliver(change)
-        assignment = change.assignment
         if assignment is None or not waited:
             return
         if assignment.token == self._last_round:
@@ -324,13 +327,23 @@ class WorkerProcess:
         whose slot was not told yet shows that several were assigned: one read brings
         all that landed by then (a slot assigned later is told by its own change, which
         may gather again). A slot assigned alone in its round is told by its change
-        alone, at no cost. What is read is only news: the slot's start is conditional on
-        the assignment's token, as ever."""
-        waiting = [s.id for s in self.slots if s.id is not None and s.waits_for_news()]
+        alone, at no cost; so is a slot whose own change comes after it ran what a gather
+        told it. What is read is only news: the slot's start is conditional on the
+        assignment's token, as ever; a read that fails leaves the slots to their own
+        changes."""
+        waiting = {s.id: s for s in self.slots if s.id is not None and s.waits_for_news()}
         if not waiting:
             return
-        for worker_id, assignment in self.store.assignments_among(waiting).items():
-            for slot in self.slots:
+        try:
+            found = self.store.assignments_among(list(waiting))
+        except DatabaseError as error:  # the slots are told by their own changes
+            logger.warning("worker: could not read its slots' assignments at once: %s", error)
+            return
+        for worker_id, assignment in found.items():
+            slot = waiting[worker_id]
+            # a slot just made available, whose release has not landed yet, still holds
+            # the assignment it ran: that is not news
+            if not slot.ran_lately(assignment.token):
                 slot.deliver(RosterChange(worker_id, assignment))
 
     def _ring_all(self) -> None:

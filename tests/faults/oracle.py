@@ -668,7 +668,7 @@ def _recoveries(record: Record, timeline: Timeline, report: Report) -> None:
             if entry.get("pid") != fault.pid or started is None or started.timestamp() > fault.t:
                 continue
             seconds = entry["ended_at"].timestamp() - fault.t
-            disturbance = _disturbance(timeline, fault.t, limit, record)
+            disturbance = _disturbance(timeline, fault.t, limit, record, fault.t + seconds)
             # the dead timeout is a wait on the database's clock; what follows it (the
             # cleaner's rounds, its writes, a restart) is work a busy machine slows
             slowness = timeline.slowness.around(fault.t, fault.t + seconds)
@@ -684,28 +684,28 @@ def _recoveries(record: Record, timeline: Timeline, report: Report) -> None:
                 )
 
 
-def _disturbance(timeline: Timeline, t: float, limit: float, record: Record) -> float:
-    """Extra seconds a recovery may take because the cleaner or the database was down:
-    each fault from a lease before the recovery's window to its end, the window growing
-    by each fault counted (a cleaner killed puts the recovery off, and an outage that
-    begins meanwhile, while it is still due, puts it off again)."""
+def _disturbance(timeline: Timeline, t: float, limit: float, record: Record, ended: float) -> float:
+    """Extra seconds a recovery may take because the cleaner or the database was down.
+
+    The faults are taken in time order, from a lease and a limit before the recovery's
+    window on, each only while the recovery is still due (and before it happened): each
+    makes it due again a ``limit`` after the fault's own cost (an outage, a dead timeout
+    and a server selection for the database; a lease and a dead timeout for the
+    cleaner), so a storm allows its length, not the sum of its faults' costs."""
     scenario = record.scenario
-    extra = 0.0
-    counted: set[int] = set()
-    while True:
-        added = 0.0
-        for index, fault in enumerate(timeline.faults):
-            if index in counted or not t - scenario.lease - limit <= fault.t <= t + limit + extra:
-                continue
-            if fault.kind == "kill-cleaner":
-                added += scenario.lease + scenario.dead_after
-            elif fault.kind in DATABASE_FAULTS:
-                outage = float(fault.note.rsplit("down for ", 1)[1].rstrip("s"))
-                added += outage + scenario.dead_after + 5.0
-            counted.add(index)
-        if not added:
-            return extra
-        extra += added
+    due = t + limit
+    for fault in sorted(timeline.faults, key=lambda f: f.t):
+        if not t - scenario.lease - limit <= fault.t <= min(due, ended):
+            continue
+        if fault.kind == "kill-cleaner":
+            cost = scenario.lease + scenario.dead_after
+        elif fault.kind in DATABASE_FAULTS:
+            outage = float(fault.note.rsplit("down for ", 1)[1].rstrip("s"))
+            cost = outage + scenario.dead_after + 5.0
+        else:
+            continue
+        due = max(due, fault.t + cost + limit)
+    return due - (t + limit)
 
 
 def _exits(record: Record, report: Report) -> None:
