@@ -24,6 +24,12 @@ async def noop_async() -> None:
     """The same, as an ``async def`` job (the asyncio pool runs it on its loop)."""
 
 
+@registry.workable("bench.sleep")
+def sleep(seconds: float) -> None:
+    """Waits ``seconds`` in its slot's thread, as a blocking I/O-bound job would."""
+    time.sleep(seconds)
+
+
 @registry.workable("bench.sleep_async")
 async def sleep_async(seconds: float) -> None:
     """Waits ``seconds`` on the event loop, as an I/O-bound job would."""

@@ -10,6 +10,11 @@ run sent per job (every process counted). With one slot per job and every job as
 at once, the wall time is SECONDS plus what the database takes to start, end and
 release JOBS jobs. Uses ``MONGODB_URI`` when set, else a SecantusDB server of its own.
 
+``--slots S --workers W --pool threads``: W worker processes of S / W slots each, and
+blocking jobs (``time.sleep``) in the threads pool: ``python -m benchmarks.sleepers
+--jobs 320 --seconds 1 --slots 32 --workers 4 --pool threads`` gives the jobs a second
+that 32 slots of one-second jobs reach (32 at best), printed as ``jobs_per_s``.
+
 ``--rendezvous``: each job waits, instead of sleeping, until all JOBS wait together in
 the worker's process (failing after ``--patience`` seconds): every job is done only if
 the worker ran them all at once on its loop. This was a test (500 jobs); it is here
@@ -30,7 +35,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from benchmarks.app import rendezvous_async, sleep_async
+from benchmarks.app import rendezvous_async, sleep, sleep_async
 from benchmarks.harness import ROOT, Cast, wait_until
 from benchmarks.server import database_uri
 from recruiter import Queue, RetryManyTimes, SystemClock
@@ -47,7 +52,16 @@ def sleepers(
     *,
     rendezvous: bool = False,
     patience: float = FINISH_LIMIT,
+    slots: int | None = None,
+    workers: int = 1,
+    pool: str = "asyncio",
 ) -> dict[str, Any]:
+    """Run ``jobs`` sleeping jobs on ``workers`` worker processes of ``slots`` slots in
+    all (one per job when not given), in the ``pool`` (``asyncio``: ``async def`` jobs;
+    ``threads``: blocking ones)."""
+    slots = slots or jobs
+    if slots % workers:
+        raise ValueError("--slots must be a multiple of --workers")
     queue = Queue(database_at(uri, "bench_sleepers"), SystemClock())
     queue.store.ensure_ready()
     cast = Cast(directory)
@@ -56,16 +70,20 @@ def sleepers(
     try:
         cast.start("recruiter", [*launcher, "run", *common])
         cast.start("cleaner", [*launcher, "clean", *common])
-        app = ["--app", "benchmarks.app:registry", "--pool", "asyncio"]
-        cast.start("worker", [*launcher, "worker", *app, "--concurrency", str(jobs), *common])
-        wait_until(lambda: len(queue.store.workers()) == jobs, 120, "slots registered")
+        app = ["--app", "benchmarks.app:registry", "--pool", pool]
+        each = ["--concurrency", str(slots // workers)]
+        for _ in range(workers):
+            cast.start("worker", [*launcher, "worker", *app, *each, *common])
+        wait_until(lambda: len(queue.store.workers()) == slots, 120, "slots registered")
         time.sleep(1.0)  # every process settles into its idle rhythm
         before = sum(cast.commands().values())
         began = time.monotonic()
         if rendezvous:
             job = rendezvous_async.job("all", jobs, patience).retry_with(RetryManyTimes(0))
-        else:
+        elif pool == "asyncio":
             job = sleep_async.job(seconds)
+        else:
+            job = sleep.job(seconds)
         ids = queue.schedule_many(job for _ in range(jobs))
         unfinished = {"why": {"$exists": False}}
         wait_until(
@@ -79,6 +97,10 @@ def sleepers(
         starts = sorted((a["started_at"] - scheduled).total_seconds() for a in first_attempts)
         return {
             "jobs": jobs,
+            "slots": slots,
+            "workers": workers,
+            "pool": pool,
+            "jobs_per_s": round(jobs / wall, 1),
             "seconds": None if rendezvous else seconds,
             "rendezvous": rendezvous,
             "done": sum(1 for job in finished if job.why == "done"),
@@ -119,6 +141,16 @@ def main(argv: list[str] | None = None) -> int:
         "--rendezvous", action="store_true", help="jobs wait for each other, not a while"
     )
     parser.add_argument("--patience", type=float, default=FINISH_LIMIT)
+    parser.add_argument(
+        "--slots", type=int, help="slots in all (default: one per job), shared by the workers"
+    )
+    parser.add_argument("--workers", type=int, default=1, help="worker processes")
+    parser.add_argument(
+        "--pool",
+        choices=("asyncio", "threads"),
+        default="asyncio",
+        help="asyncio: async def jobs on one loop; threads: blocking jobs, a thread a slot",
+    )
     options = parser.parse_args(argv)
     assert ROOT.exists()
     with database_uri("sleepers") as uri:
@@ -131,6 +163,9 @@ def main(argv: list[str] | None = None) -> int:
                 directory,
                 rendezvous=options.rendezvous,
                 patience=options.patience,
+                slots=options.slots,
+                workers=options.workers,
+                pool=options.pool,
             )
             print(json.dumps(figures), flush=True)
     return 0
