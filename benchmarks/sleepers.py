@@ -55,6 +55,7 @@ def sleepers(
     slots: int | None = None,
     workers: int = 1,
     pool: str = "asyncio",
+    recruiter_options: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Run ``jobs`` sleeping jobs on ``workers`` worker processes of ``slots`` slots in
     all (one per job when not given), in the ``pool`` (``asyncio``: ``async def`` jobs;
@@ -68,7 +69,7 @@ def sleepers(
     launcher = [sys.executable, "-m", "benchmarks.counted"]  # recruiter, counting commands
     common = ["--mongodb-uri", uri, "--database", "bench_sleepers", "--log-level", "warning"]
     try:
-        cast.start("recruiter", [*launcher, "run", *common])
+        cast.start("recruiter", [*launcher, "run", *recruiter_options, *common])
         cast.start("cleaner", [*launcher, "clean", *common])
         app = ["--app", "benchmarks.app:registry", "--pool", pool]
         each = ["--concurrency", str(slots // workers)]
@@ -151,6 +152,13 @@ def main(argv: list[str] | None = None) -> int:
         default="asyncio",
         help="asyncio: async def jobs on one loop; threads: blocking jobs, a thread a slot",
     )
+    parser.add_argument(
+        "--recruiter-option",
+        action="append",
+        default=[],
+        metavar="OPTION",
+        help="an option of `recruiter run`, e.g. --recruiter-option=--prefetch-seconds=2s",
+    )
     options = parser.parse_args(argv)
     assert ROOT.exists()
     with database_uri("sleepers") as uri:
@@ -166,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
                 slots=options.slots,
                 workers=options.workers,
                 pool=options.pool,
+                recruiter_options=tuple(options.recruiter_option),
             )
             print(json.dumps(figures), flush=True)
     return 0
