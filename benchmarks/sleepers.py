@@ -77,7 +77,8 @@ def sleepers(
             cast.start("worker", [*launcher, "worker", *app, *each, *common])
         wait_until(lambda: len(queue.store.workers()) == slots, 120, "slots registered")
         time.sleep(1.0)  # every process settles into its idle rhythm
-        before = sum(cast.commands().values())
+        before_by_name = dict(cast.commands())
+        before = sum(before_by_name.values())
         began = time.monotonic()
         if rendezvous:
             job = rendezvous_async.job("all", jobs, patience).retry_with(RetryManyTimes(0))
@@ -91,7 +92,13 @@ def sleepers(
             lambda: queue.store.count_jobs("scheduled", unfinished) == 0, FINISH_LIMIT, "sleepers"
         )
         wall = time.monotonic() - began
-        commands = sum(cast.commands().values()) - before
+        after_by_name = dict(cast.commands())
+        commands = sum(after_by_name.values()) - before
+        by_name = {
+            name: count - before_by_name.get(name, 0)
+            for name, count in sorted(after_by_name.items())
+            if count > before_by_name.get(name, 0)
+        }
         finished = [queue.job(job_id) for job_id in ids]
         first_attempts = [job.history[0] for job in finished]
         scheduled = min(a["scheduled_at"] for a in first_attempts)
@@ -114,6 +121,7 @@ def sleepers(
                 "last": round(starts[-1], 2),
             },
             "commands_per_job": round(commands / jobs, 2),
+            "commands": by_name,
         }
     finally:
         cast.stop()
