@@ -10,6 +10,7 @@ changes nothing, found out by reading the job back.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -23,7 +24,7 @@ from recruiter.processes.prefetch_rule import PrefetchRule
 from recruiter.processes.recruiter import Recruiter, RecruiterConfig
 from recruiter.processes.slot import SlotResult
 from recruiter.processes.worker import WorkerConfig, WorkerProcess
-from recruiter.store import End, Starting
+from recruiter.store import End, Starting, Store
 from tests.commands import wait_for
 from tests.driving import DEAD_AFTER, watching_cleaner, workers
 
@@ -199,6 +200,65 @@ def test_releases_sent_together_each_land_once(queue: Queue, clock: FrozenClock)
 # --- a worker's slots ------------------------------------------------------------------
 
 
+class TwoSlots:
+    """A worker process of two slots (registered: the application's workables first),
+    driven by hand, whose ends wait in one group: the
+    test's own write holds the group's writer until both slots' ends wait behind it
+    (then ``meanwhile`` runs: another process's step), and the two go in one command."""
+
+    HOLD = object()
+
+    def __init__(
+        self, store: Store, registry: Registry, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        config = WorkerConfig(concurrency=2, watch=False)
+        self.worker = WorkerProcess(store, registry, clock, config, lambda: None)
+        self.sent: list[int] = []
+        """The statements of each group of ends written."""
+        self._queued, self._go_on = threading.Event(), threading.Event()
+        ends = self.worker.completer.ends
+        write_ends, write_attempts = ends._write, store.write_attempts
+
+        def held_first(items: list[Any]) -> list[Any]:
+            if items == [self.HOLD]:
+                wait_for(lambda: len(ends._submitted) == 2, "both slots' ends", PATIENCE)
+                self._queued.set()
+                assert self._go_on.wait(PATIENCE)
+                return [True]
+            return write_ends(items)
+
+        def counted(statements: list[Any]) -> int:
+            self.sent.append(len(statements))
+            return write_attempts(statements)
+
+        monkeypatch.setattr(ends, "_write", held_first)
+        monkeypatch.setattr(store, "write_attempts", counted)
+        for slot in self.worker.slots:
+            slot.register()
+
+    def run_both(self, meanwhile: Callable[[], object] = lambda: None) -> list[SlotResult]:
+        """Each slot runs its assignment in a thread of its own; their ends wait in one
+        group while ``meanwhile`` runs; what each slot ran."""
+        ends = self.worker.completer.ends
+        holder = threading.Thread(target=ends.submit, args=(self.HOLD,))
+        holder.start()
+        wait_for(lambda: ends._writing, "the test's write to be on its way", PATIENCE)
+        results: list[SlotResult] = []
+        threads = [
+            threading.Thread(target=lambda s=slot: results.append(s.run_once()))
+            for slot in self.worker.slots
+        ]
+        for thread in threads:
+            thread.start()
+        assert self._queued.wait(PATIENCE)
+        meanwhile()
+        self._go_on.set()
+        for thread in (holder, *threads):
+            thread.join(PATIENCE)
+            assert not thread.is_alive()
+        return results
+
+
 @pytest.mark.real_server
 def test_two_slots_ends_go_in_one_command_and_the_one_fenced_meanwhile_changes_nothing(
     shop: Queue, registry: Registry, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
@@ -207,25 +267,6 @@ def test_two_slots_ends_go_in_one_command_and_the_one_fenced_meanwhile_changes_n
     token, as a take-back and a new round would). Their ends are sent in one command:
     the count falls short, so each slot finds out on its own which landed."""
     store = shop.store
-    config = WorkerConfig(concurrency=2, watch=False)
-    worker = WorkerProcess(store, registry, clock, config, lambda: None)
-    ends = worker.completer.ends
-    sent: list[int] = []
-    write_attempts, write_ends = store.write_attempts, ends._write
-    hold = object()
-
-    def held_first(items: list[Any]) -> list[Any]:
-        if items == [hold]:  # the test's own write, first: both slots' ends wait behind it
-            wait_for(lambda: len(ends._submitted) == 2, "both slots' ends", PATIENCE)
-            return [True]
-        return write_ends(items)
-
-    def counted(statements: list[Any]) -> int:
-        sent.append(len(statements))
-        return write_attempts(statements)
-
-    monkeypatch.setattr(ends, "_write", held_first)
-    monkeypatch.setattr(store, "write_attempts", counted)
     registry.workable("tests.plain")(lambda: None)
 
     @registry.workable("tests.fenced")
@@ -233,24 +274,13 @@ def test_two_slots_ends_go_in_one_command_and_the_one_fenced_meanwhile_changes_n
         job_id = ObjectId(retry_statistics().job_id)
         store.scheduled.update_one({"_id": job_id}, {"$set": {"lock.token": ObjectId()}})
 
-    for slot in worker.slots:
-        slot.register()
+    slots = TwoSlots(store, registry, clock, monkeypatch)
+
     plain = shop.schedule(JobSpec("tests.plain"))
     fenced_id = shop.schedule(JobSpec("tests.fenced"))
     assert Recruiter(store, ONE_AT_A_TIME).run_once(clock.now()).assigned == 2
-    holder = threading.Thread(target=ends.submit, args=(hold,))
-    holder.start()
-    wait_for(lambda: ends._writing, "the test's write to be on its way", PATIENCE)
-    results: list[SlotResult] = []
-    threads = [
-        threading.Thread(target=lambda s=slot: results.append(s.run_once()))
-        for slot in worker.slots
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in (holder, *threads):
-        thread.join(PATIENCE)
-    assert sent == [2], "the two ends in one command"
+    results = slots.run_both()
+    assert slots.sent == [2], "the two ends in one command"
     outcomes = {r.ran.job_id: r.ran.outcome for r in results if r.ran is not None}
     assert outcomes == {plain: Outcome.DONE, fenced_id: Outcome.FENCED}
     assert shop.job(plain).why == "done"
@@ -270,43 +300,19 @@ def test_a_take_back_landing_while_two_slots_ends_wait_in_one_group_fences_both(
     did not land: neither job is done, each counted once, recorded once."""
     store = shop.store
     cleaner = watching_cleaner(store, clock.now())
-    config = WorkerConfig(concurrency=2, watch=False)
-    worker = WorkerProcess(store, registry, clock, config, lambda: None)
-    ends = worker.completer.ends
-    write_ends = ends._write
-    hold, queued, go_on = object(), threading.Event(), threading.Event()
-
-    def held_first(items: list[Any]) -> list[Any]:
-        if items == [hold]:
-            wait_for(lambda: len(ends._submitted) == 2, "both slots' ends", PATIENCE)
-            queued.set()
-            assert go_on.wait(PATIENCE)
-            return [True]
-        return write_ends(items)
-
-    monkeypatch.setattr(ends, "_write", held_first)
     registry.workable("tests.plain")(lambda: None)
-    for slot in worker.slots:
-        slot.register()
+    slots = TwoSlots(store, registry, clock, monkeypatch)
     job_ids = [shop.schedule(JobSpec("tests.plain")) for _ in range(2)]
     assert Recruiter(store, ONE_AT_A_TIME).run_once(clock.now()).assigned == 2
-    holder = threading.Thread(target=ends.submit, args=(hold,))
-    holder.start()
-    wait_for(lambda: ends._writing, "the test's write to be on its way", PATIENCE)
-    results: list[SlotResult] = []
-    threads = [
-        threading.Thread(target=lambda s=slot: results.append(s.run_once()))
-        for slot in worker.slots
-    ]
-    for thread in threads:
-        thread.start()
-    assert queued.wait(PATIENCE)
-    clock.advance(DEAD_AFTER.total_seconds() + 1)  # the worker fell silent meanwhile
-    taken = cleaner.run_once(clock.now())
-    go_on.set()
-    for thread in (holder, *threads):
-        thread.join(PATIENCE)
-    assert dict(taken.released) == {"archived": 2}, "both crashed attempts, no retry"
+    taken = []
+
+    def declared_dead() -> None:
+        clock.advance(DEAD_AFTER.total_seconds() + 1)  # the worker fell silent meanwhile
+        taken.append(dict(cleaner.run_once(clock.now()).released))
+
+    results = slots.run_both(declared_dead)
+    assert taken == [{"archived": 2}], "both crashed attempts, no retry"
+    assert slots.sent == [2], "the two ends in one command, which landed nothing"
     assert [r.ran.outcome for r in results if r.ran is not None] == [Outcome.FENCED] * 2
     for job_id in job_ids:
         job = shop.job(job_id)
@@ -323,26 +329,6 @@ def test_a_retry_refused_for_a_cancellation_in_a_group_ends_cancelled_and_the_ot
     refused (a cancelled job is never retried), the group's count falls short, and each
     slot finds out alone: the failed job ends cancelled, the other done, each once."""
     store = shop.store
-    config = WorkerConfig(concurrency=2, watch=False)
-    worker = WorkerProcess(store, registry, clock, config, lambda: None)
-    ends = worker.completer.ends
-    write_ends = ends._write
-    hold = object()
-    sent: list[int] = []
-    write_attempts = store.write_attempts
-
-    def held_first(items: list[Any]) -> list[Any]:
-        if items == [hold]:
-            wait_for(lambda: len(ends._submitted) == 2, "both slots' ends", PATIENCE)
-            return [True]
-        return write_ends(items)
-
-    def counted(statements: list[Any]) -> int:
-        sent.append(len(statements))
-        return write_attempts(statements)
-
-    monkeypatch.setattr(ends, "_write", held_first)
-    monkeypatch.setattr(store, "write_attempts", counted)
     registry.workable("tests.plain")(lambda: None)
 
     @registry.workable("tests.cancelled_then_failing")
@@ -350,22 +336,15 @@ def test_a_retry_refused_for_a_cancellation_in_a_group_ends_cancelled_and_the_ot
         shop.cancel(ObjectId(retry_statistics().job_id))
         raise RuntimeError("failed after its cancellation was asked for")
 
-    for slot in worker.slots:
-        slot.register()
+    slots = TwoSlots(store, registry, clock, monkeypatch)
+
     plain = shop.schedule(JobSpec("tests.plain"))
     failing = shop.schedule(
         JobSpec("tests.cancelled_then_failing").retry_with(RetryManyTimes(3, 0))
     )
     assert Recruiter(store, ONE_AT_A_TIME).run_once(clock.now()).assigned == 2
-    holder = threading.Thread(target=ends.submit, args=(hold,))
-    holder.start()
-    wait_for(lambda: ends._writing, "the test's write to be on its way", PATIENCE)
-    threads = [threading.Thread(target=slot.run_once) for slot in worker.slots]
-    for thread in threads:
-        thread.start()
-    for thread in (holder, *threads):
-        thread.join(PATIENCE)
-    assert sent == [2], "the two ends in one command"
+    slots.run_both()
+    assert slots.sent == [2], "the two ends in one command"
     assert shop.job(plain).why == "done"
     cancelled = shop.job(failing)
     assert cancelled.why == "cancelled"

@@ -474,11 +474,11 @@ def _assignments(store: Store) -> dict[ObjectId, Assignment]:
     return {w.id: w.assignment for w in store.workers() if w.assignment is not None}
 
 
-def test_the_second_change_of_a_round_gathers_the_other_slots_assignments_in_one_read(
-    queue: Queue, registry: Registry, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A round assigns three slots of one process; the feed tells one change at a time.
-    The second gathers the third's assignment in one read, before its own change."""
+def three_slots_assigned(
+    queue: Queue, registry: Registry, clock: FrozenClock
+) -> tuple[WorkerProcess, dict[ObjectId, Assignment]]:
+    """A worker process of three slots, each assigned a job by one round; the
+    assignments, by slot, as the feed would tell them."""
     registry.workable("tests.noop")(lambda: None)
     worker = process(queue, registry, clock, lambda: None, concurrency=3)
     for slot in worker.slots:
@@ -487,15 +487,29 @@ def test_the_second_change_of_a_round_gathers_the_other_slots_assignments_in_one
         queue.schedule(JobSpec("tests.noop"))
     recruiter = Recruiter(queue.store, RecruiterConfig(prefetch=PrefetchRule(jobs=1)))
     assert recruiter.run_once(clock.now()).assigned == 3
+    return worker, _assignments(queue.store)
+
+
+def counted_gathers(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[list[ObjectId]]:
+    """The slots each read of assignments at once (a gather) asks for, as they come."""
     reads: list[list[ObjectId]] = []
-    among = queue.store.assignments_among
+    among = store.assignments_among
 
     def counted(worker_ids: list[ObjectId]) -> dict[ObjectId, Assignment]:
         reads.append(worker_ids)
         return among(worker_ids)
 
-    monkeypatch.setattr(queue.store, "assignments_among", counted)
-    told = _assignments(queue.store)
+    monkeypatch.setattr(store, "assignments_among", counted)
+    return reads
+
+
+def test_the_second_change_of_a_round_gathers_the_other_slots_assignments_in_one_read(
+    queue: Queue, registry: Registry, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A round assigns three slots of one process; the feed tells one change at a time.
+    The second gathers the third's assignment in one read, before its own change."""
+    worker, told = three_slots_assigned(queue, registry, clock)
+    reads = counted_gathers(queue.store, monkeypatch)
     first, second, third = worker.slots
     assert first.id is not None
     assert second.id is not None
@@ -517,27 +531,12 @@ def test_a_slots_own_change_after_it_ran_what_a_gather_told_it_reads_nothing(
     before their own changes come; those changes are late news, not a reason to read.
     And a gather in the window where a slot is available but its release has not landed
     does not hand it back the assignment it ran."""
-    registry.workable("tests.noop")(lambda: None)
-    worker = process(queue, registry, clock, lambda: None, concurrency=3)
-    for slot in worker.slots:
-        slot.register()
-    for _ in range(3):
-        queue.schedule(JobSpec("tests.noop"))
-    recruiter = Recruiter(queue.store, RecruiterConfig(prefetch=PrefetchRule(jobs=1)))
-    assert recruiter.run_once(clock.now()).assigned == 3
-    told = _assignments(queue.store)
+    worker, told = three_slots_assigned(queue, registry, clock)
     first, second, third = worker.slots
     assert first.id is not None
     assert second.id is not None
     assert third.id is not None
-    reads: list[list[ObjectId]] = []
-    among = queue.store.assignments_among
-
-    def counted(worker_ids: list[ObjectId]) -> dict[ObjectId, Assignment]:
-        reads.append(worker_ids)
-        return among(worker_ids)
-
-    monkeypatch.setattr(queue.store, "assignments_among", counted)
+    reads = counted_gathers(queue.store, monkeypatch)
     release_worker = queue.store.release_worker
     second_id = second.id
 
@@ -563,14 +562,7 @@ def test_a_slots_own_change_after_it_ran_what_a_gather_told_it_reads_nothing(
 def test_a_gather_that_fails_leaves_the_slots_to_their_own_changes(
     queue: Queue, registry: Registry, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    registry.workable("tests.noop")(lambda: None)
-    worker = process(queue, registry, clock, lambda: None, concurrency=3)
-    for slot in worker.slots:
-        slot.register()
-    for _ in range(3):
-        queue.schedule(JobSpec("tests.noop"))
-    Recruiter(queue.store, RecruiterConfig(prefetch=PrefetchRule(jobs=1))).run_once(clock.now())
-    told = _assignments(queue.store)
+    worker, told = three_slots_assigned(queue, registry, clock)
 
     def unavailable(worker_ids: list[ObjectId]) -> dict[ObjectId, Assignment]:
         raise DatabaseUnavailable("no answer (simulated)")
