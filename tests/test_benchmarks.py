@@ -101,3 +101,11 @@ def test_a_slow_link_carries_every_command_to_the_server(real_server_uri: str) -
             client.close()
     finally:
         link.close()
+
+
+def test_the_lock_shapes_benchmark_times_and_explains_both_shapes(real_server_uri: str) -> None:
+    from benchmarks.lock_shapes import compare
+
+    figures = compare(real_server_uri, 20, 2, 2)
+    assert set(figures) == {"one update", "by _id"}
+    assert all(row["ms"] > 0 and row["plan"] for row in figures.values())
