@@ -42,7 +42,6 @@ from recruiter.job_record import Job
 from recruiter.store import Document, End, RanReport, Starting, Statement, Store
 
 Item = TypeVar("Item")
-Answer = TypeVar("Answer")
 
 UNCLEAR = object()
 """A write whose landing the group could not tell: its slot finds out on its own."""
