@@ -12,15 +12,16 @@ when set, else a SecantusDB server of its own.
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import sys
-import time
 from typing import Any
 
 from bson import ObjectId
 from pymongo import UpdateOne
 
 from benchmarks.server import database_uri
+from benchmarks.writes import timed
 from recruiter import JobSpec, Queue, SystemClock
 from recruiter.connection import database_at
 
@@ -54,9 +55,7 @@ def compare(uri: str, queued: int, jobs: int, rounds: int) -> dict[str, Any]:
             times = []
             for n in range(rounds):
                 start = (position * rounds + n) * jobs
-                began = time.perf_counter()
-                write(ids[start : start + jobs])
-                times.append(time.perf_counter() - began)
+                times.append(timed(functools.partial(write, ids[start : start + jobs])))
             figures[name] = {"ms": round(1000 * statistics.median(times), 1)}
         chunk = ids[-jobs:]
         explained = {

@@ -42,9 +42,9 @@ def per_document(uri: str, jobs: int, without: str | None = None) -> dict[str, f
         started = {"started_at": now, "worker": None, "pid": 1, "hostname": "bench"}
         record = {"attempt": 1, **started, "ended_at": now, "outcome": "done"}
         figures = {
-            "lock": _timed(lambda: store.lock_jobs(ids, token, now)),
-            "start": _timed(lambda: store.start_all([Starting(i, token, started) for i in ids])),
-            "end": _timed(
+            "lock": timed(lambda: store.lock_jobs(ids, token, now)),
+            "start": timed(lambda: store.start_all([Starting(i, token, started) for i in ids])),
+            "end": timed(
                 lambda: store.write_attempts(
                     [End(i, token, now, why="done").statement(record) for i in ids]
                 )
@@ -53,7 +53,7 @@ def per_document(uri: str, jobs: int, without: str | None = None) -> dict[str, f
         figures = {name: 1000 * seconds / jobs for name, seconds in figures.items()}
         lone = queue.schedule_many(JobSpec("bench.noop") for _ in range(50))
         update = store.scheduled.update_one
-        times = [_timed(functools.partial(update, {"_id": j}, {"$set": {"x": 1}})) for j in lone]
+        times = [timed(functools.partial(update, {"_id": j}, {"$set": {"x": 1}})) for j in lone]
         figures["lone update_one"] = 1000 * statistics.median(times)
         return figures
     finally:
@@ -61,7 +61,8 @@ def per_document(uri: str, jobs: int, without: str | None = None) -> dict[str, f
         queue.close()
 
 
-def _timed(write: Callable[[], object]) -> float:
+def timed(write: Callable[[], object]) -> float:
+    """Seconds ``write()`` takes."""
     began = time.perf_counter()
     write()
     return time.perf_counter() - began

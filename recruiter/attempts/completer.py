@@ -157,8 +157,7 @@ class Completer:
         """Make a slot available again (:meth:`Store.release_worker`); a database error
         is the caller's, as a lone write's would be."""
         if self.releases.submit(release) is UNCLEAR:
-            r = release
-            self.store.release_worker(r.worker_id, r.token, r.now, r.ran)
+            self._release_alone(release)
 
     def _start(self, starts: list[Starting]) -> list[Any]:
         if len(starts) == 1:
@@ -193,6 +192,10 @@ class Completer:
             every = [(r.worker_id, r.token, r.now, r.ran) for r in releases]
             if self.store.release_workers(every) == len(releases):
                 return [None] * len(releases)
-        for r in releases:  # one by one: those that landed match nothing again
-            self.store.release_worker(r.worker_id, r.token, r.now, r.ran)
+        for release in releases:  # one by one: those that landed match nothing again
+            self._release_alone(release)
         return [None] * len(releases)
+
+    def _release_alone(self, release: Release) -> None:
+        r = release
+        self.store.release_worker(r.worker_id, r.token, r.now, r.ran)
