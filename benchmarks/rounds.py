@@ -27,7 +27,7 @@ from recruiter import Clock, FrozenClock, SystemClock
 from recruiter.job import DEFAULT_GROUP
 from recruiter.processes.recruiter import Recruiter
 from recruiter.store import Store
-from recruiter.store.jobs import READY_ORDER, ready_query
+from recruiter.store.ready import READY_ORDER, ready_query
 
 INSERT_BATCH = 5_000
 

@@ -124,7 +124,16 @@ def test_the_recruiter_is_told_of_new_jobs_and_available_workers_only(
         job_id = job_in_state(real_store, "ready", now=now).id
         worker = real_store.register_worker("*", 1, "here", now)
         registered = WorkChange("roster", None)  # new: it may run workables others cannot
-        assert changes(feed, 2) == [WorkChange("scheduled"), registered]
+        inserted, seen = changes(feed, 2)
+        assert seen == registered
+        assert (inserted.collection, inserted.worker_id) == ("scheduled", None)
+        told = inserted.job
+        assert told is not None, "an insert tells the job, with what says it is ready"
+        stored = real_store.find_job(job_id)
+        assert stored is not None
+        assert (told.id, told.group, told.workable) == (job_id, stored.group, stored.workable)
+        assert told.ready(now)
+        assert told.due == stored.scheduled_at
         token = ObjectId()
         real_store.lock_jobs([job_id], token, now)
         real_store.assign({worker: job_id}, token, now)

@@ -277,7 +277,7 @@ class LeaderFeed:
         def changed(change: Any) -> None:
             if news is not None:
                 if isinstance(change, WorkChange):
-                    news.tell(change.collection, change.worker_id)
+                    news.tell(change.collection, change.worker_id, change.job)
                 else:
                     news.tell(str(change))
             self.bell.set()

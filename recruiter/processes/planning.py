@@ -27,7 +27,7 @@ import logging
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from bson import ObjectId
 
@@ -48,6 +48,19 @@ SETTINGS_REFRESH = dt.timedelta(seconds=1)
 """How long groups' settings are trusted when no change feed tells of their changes."""
 SETTINGS_REFRESH_FOLLOWED = dt.timedelta(seconds=30)
 """The same, while a change feed tells of their changes: a safety net only."""
+
+
+class ReadyJobs(Protocol):
+    """Where a round reads the ready jobs: the store, or the jobs the change feed told
+    arrived when nothing else is ready (:class:`recruiter.store.Arrivals`)."""
+
+    def ready_groups(
+        self, now: dt.datetime, workables: frozenset[str] | None = None
+    ) -> list[str]: ...
+
+    def ready_job_ids_by_group(
+        self, now: dt.datetime, limits: dict[str, int], workables: frozenset[str] | None = None
+    ) -> dict[str, list[Any]]: ...
 
 
 @dataclass(frozen=True)
@@ -130,6 +143,7 @@ class _Round:
     token: ObjectId
     now: dt.datetime
     allowances: Allowances
+    ready: ReadyJobs
     locked: set[Any] = field(default_factory=set)
     jobs: dict[ObjectId, list[Any]] = field(default_factory=dict)
     missed: bool = False
@@ -162,15 +176,22 @@ class Planner:
         """Read groups' settings again at the next round (they changed, or may have)."""
         self._refresh_at = None
 
-    def plan(self, workers: Sequence[WorkerRecord], token: ObjectId, now: dt.datetime) -> Plan:
+    def plan(
+        self,
+        workers: Sequence[WorkerRecord],
+        token: ObjectId,
+        now: dt.datetime,
+        ready: ReadyJobs | None = None,
+    ) -> Plan:
         """Lock jobs for the available workers; return the jobs each gets, in order.
 
         Workers are planned for by the set of workables they can run, one set after
         the other (nearly always there is one): each set's reads name its workables, so
         a worker is handed only jobs it can run, and a job no worker can run waits.
+        The ready jobs are read from ``ready`` (the store if None).
         """
         self.lengths.learn(workers)
-        round_ = _Round(token, now, self._allowances(now))
+        round_ = _Round(token, now, self._allowances(now), self.store if ready is None else ready)
         sets: dict[str | None, list[WorkerRecord]] = defaultdict(list)
         for worker in workers:
             sets[worker.workables].append(worker)
@@ -223,7 +244,7 @@ class Planner:
         if named:
             allowances = round_.allowances
             wanted = {g: allowances.cap(g, self._room(g, by_group[g])) for g in named}
-            ready = self.store.ready_job_ids_by_group(now, wanted, names)
+            ready = round_.ready.ready_job_ids_by_group(now, wanted, names)
             self._lock(ready, round_)
             for group in named:
                 self._hand(by_group[group], [(group, job) for job in ready[group]], round_)
@@ -267,12 +288,12 @@ class Planner:
         workables ``names``, or any); return whether every ready job they could run was
         handed out (see :attr:`Plan.drained`)."""
         now, most = round_.now, capacity(idle, self.prefetch)
-        ready_groups = self.store.ready_groups(now)
+        ready_groups = round_.ready.ready_groups(now)
         share, filtered = self.share, names is None
         while True:
             wanted = {g: round_.allowances.cap(g, most) for g in ready_groups}
             open_groups = {g: n for g, n in wanted.items() if n}
-            chosen, handed_all, empty = self._choose(idle, open_groups, now, names)
+            chosen, handed_all, empty = self._choose(idle, open_groups, round_, names)
             if filtered or not empty:
                 break
             # a group had no job these workers can run: never charged, fair share would
@@ -280,7 +301,7 @@ class Planner:
             # leave the others' jobs unread; play again over the groups with jobs they
             # can run (a read of every ready job, made only while such a group exists)
             self.share, filtered = share, True
-            ready_groups = self.store.ready_groups(now, names)
+            ready_groups = round_.ready.ready_groups(now, names)
         round_.ready_groups.update(ready_groups)
         by_group: dict[str, list[Any]] = defaultdict(list)
         for group, job in chosen:
@@ -293,7 +314,7 @@ class Planner:
         self,
         idle: list[WorkerRecord],
         wanted: dict[str, int],
-        now: dt.datetime,
+        round_: _Round,
         names: frozenset[str] | None = None,
     ) -> tuple[list[tuple[str, Any]], bool, bool]:
         """The jobs, in turn, that fair share hands the ``idle`` workers of any group (in
@@ -310,7 +331,7 @@ class Planner:
         when it had fewer than needed, the play starts again with what is left, at most
         :data:`ANY_GROUP_READS` reads in all.
         """
-        most = capacity(idle, self.prefetch)
+        most, now = capacity(idle, self.prefetch), round_.now
         read: dict[str, list[Any]] = {}
         exhausted: set[str] = set()
         empty = False
@@ -336,7 +357,7 @@ class Planner:
                 handed_all = all(g in exhausted and taken[g] == len(read[g]) for g in wanted)
                 return chosen, handed_all and not last, empty
             probes = {group: needed + 1 for group, needed in short.items()}
-            for group, found in self.store.ready_job_ids_by_group(now, probes, names).items():
+            for group, found in round_.ready.ready_job_ids_by_group(now, probes, names).items():
                 read[group] = found
                 empty |= not found
                 if len(found) <= short[group]:

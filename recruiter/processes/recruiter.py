@@ -11,7 +11,8 @@ the queue at once.
 
 A round's result says when the next one is due without news (the next job or
 occurrence due); news comes from the change feed (:class:`FeedInbox`), which also lets a
-round that could hand nothing out be skipped.
+round that could hand nothing out be skipped, and a round after one that left nothing
+ready hand out the jobs the feed told arrived without reading the queue.
 
 Which jobs each worker gets, under groups' limits, fair share and priorities, is
 decided in one place: :mod:`recruiter.processes.planning`.
@@ -34,7 +35,7 @@ from recruiter.monitoring.tracing import process_span
 from recruiter.processes.planning import SETTINGS_REFRESH, SETTINGS_REFRESH_FOLLOWED, Planner
 from recruiter.processes.prefetch_rule import PrefetchRule
 from recruiter.repeating.occurrences import create_due_occurrences
-from recruiter.store import Store, WorkerRecord
+from recruiter.store import Arrivals, NewJob, Store, WorkerRecord
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +47,8 @@ NEVER = dt.datetime.max.replace(tzinfo=dt.UTC)
 WORKERS_REMEMBERED = 100_000
 """Workers whose sets of workables the recruiter remembers; forgotten all at once past
 it (a forgotten worker's release costs a round, nothing else)."""
+ARRIVALS_KEPT = 10_000
+"""Inserted jobs the news keeps between two rounds; past it, the round reads the queue."""
 SCHEDULERS_REFRESH = dt.timedelta(seconds=5)
 """How often schedulers are looked at when none is due sooner: a scheduler declared
 meanwhile is seen then (or at once, when the change feed tells)."""
@@ -118,11 +121,14 @@ class FeedChanges:
     workers: frozenset[ObjectId | None] = frozenset()
     """The workers made available, by id (``None``: one that is not known, a worker
     that registered: it may run workables no other one can)."""
+    arrivals: tuple[NewJob, ...] | None = ()
+    """The jobs inserted, when they are all that changed in ``scheduled`` (``None``: a
+    job changed otherwise, or more were inserted than :data:`ARRIVALS_KEPT`)."""
 
 
 class FeedInbox:
     """What the change feed told since the last round: the collections that changed,
-    and which workers were made available.
+    which workers were made available, and which jobs were inserted.
 
     Written by the feed's watcher thread, read by the round.
     """
@@ -130,15 +136,24 @@ class FeedInbox:
     def __init__(self) -> None:
         self._collections: set[str] = set()
         self._workers: set[ObjectId | None] = set()
+        self._arrivals: list[NewJob] | None = []
         self._lock = threading.Lock()
 
-    def tell(self, collection: str, worker_id: ObjectId | None = None) -> None:
+    def tell(
+        self, collection: str, worker_id: ObjectId | None = None, job: NewJob | None = None
+    ) -> None:
         """A change in ``collection``; in ``roster``, to the worker ``worker_id``
-        (``None``: a worker registered, or one not known)."""
+        (``None``: a worker registered, or one not known); in ``scheduled``, the insert
+        of ``job`` (``None``: any other change)."""
         with self._lock:
             self._collections.add(collection)
             if collection == "roster":
                 self._workers.add(worker_id)
+            elif collection == "scheduled" and self._arrivals is not None:
+                if job is None or len(self._arrivals) >= ARRIVALS_KEPT:
+                    self._arrivals = None
+                else:
+                    self._arrivals.append(job)
 
     def gap(self) -> None:
         """The feed was opened or lost: anything may have changed."""
@@ -146,9 +161,29 @@ class FeedInbox:
 
     def take(self) -> FeedChanges:
         with self._lock:
-            told = FeedChanges(frozenset(self._collections), frozenset(self._workers))
-            self._collections, self._workers = set(), set()
+            arrivals = None if self._arrivals is None else tuple(self._arrivals)
+            told = FeedChanges(frozenset(self._collections), frozenset(self._workers), arrivals)
+            self._collections, self._workers, self._arrivals = set(), set(), []
         return told
+
+
+@dataclass(frozen=True)
+class KnownReady:
+    """What a round knows of the ready jobs without reading them: only those the feed
+    told arrived can be ready for its workers, and no job falls due before
+    ``nothing_ready_before`` but those."""
+
+    arrivals: Arrivals
+    nothing_ready_before: dt.datetime
+    drained_for: frozenset[str | None]
+    """The sets of workables for which nothing else is ready."""
+
+    def next_due(self, now: dt.datetime) -> dt.datetime | None:
+        """When the first job not due by ``now`` will be due, as the store would say."""
+        later = self.nothing_ready_before
+        arrived = self.arrivals.next_due(now)
+        dues = [t for t in (arrived, None if later == NEVER else later) if t is not None]
+        return min(dues, default=None)
 
 
 class Recruiter:
@@ -160,6 +195,15 @@ class Recruiter:
     available could be handed anything until a job arrives or is put back, which the
     feed would tell, or the next one falls due. Under light load, where each job meets
     an idle worker, this saves the round its worker's release would otherwise cost.
+
+    For the same reason, when the feed told of nothing in ``scheduled`` but inserted
+    jobs since such a round, those jobs are the only ones that can be ready: the round
+    hands them out without reading the queue (the groups with ready jobs, the first of
+    each, the next job due), from what the feed told of each (:class:`KnownReady`).
+    They are locked by the same conditional update as any job. Any other news of
+    ``scheduled``, a worker whose set of workables that round did not drain, a job
+    falling due, a new leader, or a round with no news (polling, or a safety net) reads
+    the queue.
     """
 
     def __init__(
@@ -225,16 +269,19 @@ class Recruiter:
             or now >= self._next_scheduling
             or bool(changed & {"schedulers", GAP})
         )
-        if changed == {"roster"} and not (rollback_due or scheduling_due):
-            nothing_ready_before = self._nothing_ready_before
-            if (
-                nothing_ready_before is not None
-                and now < nothing_ready_before
-                and self._nothing_for(told.workers)
-            ):
-                # workers made available, and nothing ready for them since the last round
-                due = self._wake_at(nothing_ready_before)
-                return RoundResult(0, 0, next_due=due, skipped=True)
+        nothing_ready_before = self._nothing_ready_before
+        if nothing_ready_before is not None and now >= nothing_ready_before:
+            nothing_ready_before = None  # a job may have fallen due
+        if rollback_due or scheduling_due:
+            nothing_ready_before = None  # they may make jobs ready
+        if (
+            changed == {"roster"}
+            and nothing_ready_before is not None
+            and self._nothing_for(told.workers)
+        ):
+            # workers made available, and nothing ready for them since the last round
+            due = self._wake_at(nothing_ready_before)
+            return RoundResult(0, 0, next_due=due, skipped=True)
         self._nothing_ready_before = None
         if scheduling_due:
             self._schedule(now)
@@ -247,13 +294,34 @@ class Recruiter:
         workers = [w for w in self.store.available_workers() if not w.silent_at(now)]
         if not workers:
             return RoundResult(0, 0, rolled_back, next_due=self._wake_at(None))
-        return self._hand_out(workers, rolled_back, now)
+        known = None
+        if nothing_ready_before is not None and changed <= {"scheduled", "roster"}:
+            known = self._known_ready(told, workers, nothing_ready_before)
+        return self._hand_out(workers, rolled_back, now, known)
+
+    def _known_ready(
+        self, told: FeedChanges, workers: list[WorkerRecord], nothing_ready_before: dt.datetime
+    ) -> KnownReady | None:
+        """The ready jobs, known without reading them: those the feed told arrived, when
+        nothing else was ready for these workers (the last round handed out every job
+        ready for their sets of workables, and since then the feed told of nothing in
+        ``scheduled`` but inserts). ``None``: read the queue, as a round with no news
+        does (polling, or a safety net should the feed have missed a change)."""
+        if not told.arrivals:
+            return None
+        if not all(worker.workables in self._drained_for for worker in workers):
+            return None
+        return KnownReady(Arrivals(told.arrivals), nothing_ready_before, self._drained_for)
 
     def _hand_out(
-        self, workers: list[WorkerRecord], rolled_back: int, now: dt.datetime
+        self,
+        workers: list[WorkerRecord],
+        rolled_back: int,
+        now: dt.datetime,
+        known: KnownReady | None = None,
     ) -> RoundResult:
         token = ObjectId()
-        plan = self.plan(workers, token, now)
+        plan = self.plan(workers, token, now, known)
         assigned = self.store.assign(plan, token, now)
         left = [worker for worker in plan if worker not in assigned]
         if left:
@@ -270,7 +338,7 @@ class Recruiter:
             # left idle while other jobs may be ready: no news would tell, look again
             next_due: dt.datetime | None = now
         elif idle_left or self._drained:
-            next_due = self.store.next_due(now)
+            next_due = self.store.next_due(now) if known is None else known.next_due(now)
         else:
             next_due = None
         if self._held_until is not None:
@@ -309,13 +377,22 @@ class Recruiter:
         return min(times, default=None)
 
     def plan(
-        self, workers: list[WorkerRecord], token: ObjectId, now: dt.datetime
+        self,
+        workers: list[WorkerRecord],
+        token: ObjectId,
+        now: dt.datetime,
+        known: KnownReady | None = None,
     ) -> dict[ObjectId, list[Any]]:
         """Lock jobs for the available workers; return the jobs each worker gets, one or
-        several prefetched, in order (see :mod:`recruiter.processes.planning`)."""
-        plan = self.planner.plan(workers, token, now)
+        several prefetched, in order (see :mod:`recruiter.processes.planning`); the
+        ready jobs are the ``known`` ones, or read from the queue."""
+        plan = self.planner.plan(workers, token, now, None if known is None else known.arrivals)
         self._drained, self._held_until, self._missed = plan.drained, plan.wake_at, plan.missed
         self._drained_for = plan.drained_for
+        if known is not None:
+            # of a set drained before, only what arrived was ready: drained now if that was
+            # all handed out; of a set not in this round, what arrived may be left
+            self._drained_for &= known.drained_for
         if len(self._workables_of) > WORKERS_REMEMBERED:
             self._workables_of.clear()
         self._workables_of.update((worker.id, worker.workables) for worker in workers)

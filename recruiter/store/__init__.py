@@ -37,6 +37,7 @@ from recruiter.store.failures import is_transient, translate_methods
 from recruiter.store.groups import GroupRecord, GroupVerbs
 from recruiter.store.jobs import ARCHIVE_BATCH, PURGE_BATCH, JobVerbs
 from recruiter.store.leases import LeaseVerbs
+from recruiter.store.ready import Arrivals, NewJob
 from recruiter.store.roster import Assignment, RanReport, RosterVerbs, WorkerRecord
 from recruiter.store.schedulers import Occurrence, SchedulerRecord, SchedulerVerbs
 from recruiter.store.schema import check_schema, ensure_indexes, ensure_schema
@@ -49,6 +50,7 @@ from recruiter.store.workables import UnservedWorkable, WorkableVerbs, digest_of
 __all__ = [
     "ARCHIVE_BATCH",
     "PURGE_BATCH",
+    "Arrivals",
     "Assignment",
     "ChangeFeed",
     "ChangeStreamsUnavailable",
@@ -57,6 +59,7 @@ __all__ = [
     "End",
     "GroupRecord",
     "LockRecord",
+    "NewJob",
     "Occurrence",
     "RanReport",
     "ReadyCount",

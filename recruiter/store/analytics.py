@@ -15,7 +15,7 @@ from typing import Any
 from pymongo.collection import Collection
 
 from recruiter.store.base import Document
-from recruiter.store.jobs import ready_query
+from recruiter.store.ready import ready_query
 
 RECENT_SAMPLE = 10_000
 """The most archived jobs read to compute the last minute's figures."""

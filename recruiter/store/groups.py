@@ -20,7 +20,7 @@ from pymongo.collection import Collection
 from recruiter.groups import GroupSettings
 from recruiter.store.base import Document, aware, update_each
 from recruiter.store.failures import in_the_callers_transaction
-from recruiter.store.jobs import ready_query
+from recruiter.store.ready import ready_query
 
 
 @dataclass(frozen=True)

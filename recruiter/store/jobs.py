@@ -26,6 +26,7 @@ from recruiter.job import as_object_id
 from recruiter.job_record import Job
 from recruiter.store.base import ONE_REPLY, Document, aware
 from recruiter.store.failures import in_the_callers_transaction
+from recruiter.store.ready import DUE_ORDER, READY_ORDER, ready_query
 
 DUPLICATE_KEY = 11000
 ARCHIVE_BATCH = 500
@@ -36,27 +37,6 @@ GROUPS_PER_READ = 100
 ``$unionWith`` each, well within MongoDB's limit of 1,000 stages per pipeline."""
 UNRECOGNIZED_STAGE = 40324
 """The error of a server before MongoDB 4.4 asked for ``$unionWith``."""
-
-
-READY_ORDER = {"priority": -1, "scheduled_at": 1}
-"""The order ready jobs are handed out in: highest priority first, then oldest due."""
-DUE_ORDER = {"scheduled_at": 1}
-
-
-def ready_query(
-    now: dt.datetime, group: str | None = None, workables: Collection_[str] | None = None
-) -> Document:
-    """The filter of unlocked jobs due by ``now`` (of ``group``, or any group if None;
-    of these ``workables``, or any if None).
-
-    Finished jobs waiting to be archived have no ``scheduled_at``, so they never match.
-    """
-    query: Document = {"locked": False, "scheduled_at": {"$lte": now}}
-    if group is not None:
-        query["group"] = group
-    if workables is not None:
-        query["workable.class"] = {"$in": sorted(workables)}
-    return query
 
 
 class JobVerbs:

@@ -32,6 +32,7 @@ from pymongo.errors import OperationFailure
 from recruiter.errors import ChangeStreamsUnavailable
 from recruiter.store.base import Document
 from recruiter.store.failures import translate_methods
+from recruiter.store.ready import NEW_JOB_FIELDS, NewJob
 from recruiter.store.roster import Assignment
 
 T = TypeVar("T")
@@ -114,11 +115,20 @@ class WorkChange:
     collection: str
     worker_id: ObjectId | None = None
     """In ``roster``, the worker made available (``None``: a worker registered)."""
+    job: NewJob | None = None
+    """In ``scheduled``, the job inserted, with the fields that say whether it is ready
+    (``None``: a job changed otherwise, rescheduled or put back)."""
 
 
 def _work_change(event: Mapping[str, Any]) -> WorkChange:
     collection = str(event["ns"]["coll"])
-    if collection != "roster" or event.get("operationType") == "insert":
+    inserted = event.get("operationType") == "insert"
+    if collection == "scheduled" and inserted:
+        fields = event.get("fullDocument")
+        job_id = (event.get("documentKey") or {}).get("_id")
+        if isinstance(fields, Mapping) and job_id is not None:
+            return WorkChange(collection, job=NewJob.of(job_id, fields))
+    if collection != "roster" or inserted:
         return WorkChange(collection)
     worker_id = (event.get("documentKey") or {}).get("_id")
     return WorkChange(collection, worker_id if isinstance(worker_id, ObjectId) else None)
@@ -144,7 +154,7 @@ class WatchVerbs:
     def watch_for_work(self) -> ChangeFeed[WorkChange]:
         """Follow the changes that may give the recruiter something to hand out; each
         change is told as the collection it was in (and a worker made available, by
-        its id)."""
+        its id; a job inserted, with the fields that say whether it is ready)."""
         updated = "updateDescription.updatedFields"
         match = {
             "$or": [
@@ -159,6 +169,8 @@ class WatchVerbs:
                 {"ns.coll": "groups", f"{updated}.changed_at": {"$exists": True}},
             ]
         }
-        # only where the change was: not a new job's whole document
+        # where the change was, and of a new job only what tells whether it is ready
+        # (never its whole document: its parameters may be large)
         keep = {"ns": 1, "documentKey": 1, "operationType": 1}
+        keep.update({f"fullDocument.{name}": 1 for name in NEW_JOB_FIELDS})
         return _open(self.database, match, _work_change, keep)

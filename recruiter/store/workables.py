@@ -23,7 +23,7 @@ from pymongo.errors import DuplicateKeyError
 
 from recruiter.store.analytics import ReadyCount
 from recruiter.store.base import Document
-from recruiter.store.jobs import ready_query
+from recruiter.store.ready import ready_query
 
 PREFIX = "workables:"
 

@@ -1,0 +1,301 @@
+"""A round that knows its ready jobs: the jobs the change feed told arrived.
+
+When the last round handed out every ready job and the feed told of nothing in
+``scheduled`` since but inserts, the inserted jobs are the only ready ones: the round
+hands them out without reading the queue (:class:`recruiter.store.Arrivals`). First the
+rule of a ready job, in Python, is held to the query's answers; then the recruiter's
+rounds are driven by hand, with the feed's news told by hand, on a frozen clock.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from bson import ObjectId
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from recruiter import FrozenClock, JobSpec, Queue
+from recruiter.groups import GroupSettings
+from recruiter.processes.recruiter import ARRIVALS_KEPT, FeedInbox, Recruiter
+from recruiter.store import Arrivals, NewJob, Store
+from recruiter.store.ready import NEW_JOB_FIELDS
+from tests.driving import START, finish_held
+
+READS = ("ready_groups", "ready_job_ids_by_group", "next_due")
+"""The store's reads of the queue that a round knowing its jobs does without."""
+
+# --- the rule, held to the query ----------------------------------------------------
+
+job_fields = st.fixed_dictionaries(
+    {},
+    optional={
+        "locked": st.sampled_from([False, True]),
+        "scheduled_at": st.integers(-5, 5),  # seconds from now; drawn apart, see below
+        "group": st.sampled_from(["a", "b", "c"]),
+        "priority": st.integers(-2, 2),
+        "workable": st.fixed_dictionaries({"class": st.sampled_from(["x", "y", "z"])}),
+    },
+)
+
+
+@settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    jobs=st.lists(job_fields, max_size=12),
+    workables=st.none() | st.frozensets(st.sampled_from(["x", "y", "z"])),
+    limits=st.dictionaries(st.sampled_from(["a", "b", "c", "d"]), st.integers(0, 4)),
+)
+def test_arrivals_answer_as_the_query_does_of_the_same_jobs(
+    store: Store,
+    jobs: list[dict[str, Any]],
+    workables: frozenset[str] | None,
+    limits: dict[str, int],
+) -> None:
+    store.scheduled.delete_many({})
+    now = START
+    documents = []
+    for n, fields in enumerate(jobs):
+        document = {"_id": ObjectId(), **fields}
+        if "scheduled_at" in fields:
+            # apart by a millisecond each: the query breaks ties by its index's order
+            offset = dt.timedelta(seconds=fields["scheduled_at"], milliseconds=n)
+            document["scheduled_at"] = now + offset
+        documents.append(document)
+    if documents:
+        store.scheduled.insert_many(documents)
+    arrivals = Arrivals(told(document) for document in documents)
+    assert arrivals.ready_groups(now, workables) == store.ready_groups(now, workables)
+    expected = store.ready_job_ids_by_group(now, limits, workables)
+    assert arrivals.ready_job_ids_by_group(now, limits, workables) == expected
+    assert arrivals.next_due(now) == store.next_due(now)
+
+
+def told(document: dict[str, Any]) -> NewJob:
+    """The job as the feed tells its insert: the fields it keeps of the document."""
+    kept = {name: document[name] for name in NEW_JOB_FIELDS if name in document}
+    workable = document.get("workable")
+    if isinstance(workable, dict) and "class" in workable:
+        kept["workable"] = {"class": workable["class"]}
+    return NewJob.of(document["_id"], kept)
+
+
+def test_the_news_keeps_inserted_jobs_until_another_change_or_too_many() -> None:
+    news = FeedInbox()
+    jobs = [NewJob(ObjectId()) for _ in range(3)]
+    for job in jobs:
+        news.tell("scheduled", job=job)
+    assert news.take().arrivals == tuple(jobs)
+    assert news.take().arrivals == (), "taken: none left"
+    news.tell("scheduled", job=jobs[0])
+    news.tell("scheduled")  # a job rescheduled or put back
+    news.tell("scheduled", job=jobs[1])
+    assert news.take().arrivals is None, "another change: the round reads the queue"
+    for _ in range(ARRIVALS_KEPT + 1):
+        news.tell("scheduled", job=jobs[0])
+    assert news.take().arrivals is None, "too many to keep"
+    news.tell("roster", ObjectId())
+    assert news.take().arrivals == ()
+
+
+# --- the rounds ---------------------------------------------------------------------
+
+
+def count_reads(store: Store, monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """Count the store's reads of the queue a round makes."""
+    counts: Counter[str] = Counter()
+    for name in READS:
+        read = getattr(store, name)
+
+        def counted(*args: Any, _read: Callable[..., Any] = read, _name: str = name) -> Any:
+            counts[_name] += 1
+            return _read(*args)
+
+        monkeypatch.setattr(store, name, counted)
+    return counts
+
+
+def tell_arrival(news: FeedInbox, store: Store, job_id: Any) -> None:
+    """The feed tells the insert of ``job_id``, as the real feed does."""
+    document = store.scheduled.find_one({"_id": job_id})
+    assert document is not None
+    news.tell("scheduled", job=told(document))
+
+
+@pytest.fixture
+def news() -> FeedInbox:
+    return FeedInbox()
+
+
+@pytest.fixture
+def drained(queue: Queue, clock: FrozenClock, news: FeedInbox) -> Recruiter:
+    """A recruiter whose last round found nothing ready for its two idle workers."""
+    recruiter = Recruiter(queue.store, news=news)
+    for _ in range(2):
+        queue.store.register_worker("*", 1, "here", clock.now())
+    result = recruiter.run_once(clock.now())
+    assert (result.available_workers, result.assigned) == (2, 0)
+    return recruiter
+
+
+def test_a_job_that_arrives_after_a_drained_round_is_handed_out_without_reading_the_queue(
+    queue: Queue,
+    clock: FrozenClock,
+    news: FeedInbox,
+    drained: Recruiter,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    reads = count_reads(queue.store, monkeypatch)
+    for _ in range(3):  # each job meets an idle worker: steady light load
+        job_id = queue.schedule(JobSpec("tests.noop"))
+        tell_arrival(news, queue.store, job_id)
+        result = drained.run_once(clock.now())
+        assert result.assigned == 1
+        holder = holder_of(queue.store, job_id)
+        finish_held(queue.store, clock.now(), job=job_id)
+        news.tell("roster", holder)
+        assert drained.run_once(clock.now()).skipped, "nothing left ready for the release"
+    assert reads == Counter(), "the queue was not read"
+
+
+def holder_of(store: Store, job_id: Any) -> ObjectId:
+    """The worker ``job_id`` is assigned to."""
+    (holder,) = [
+        worker.id
+        for worker in store.workers()
+        if worker.assignment is not None and worker.assignment.job_id == job_id
+    ]
+    return holder
+
+
+def test_any_other_change_in_scheduled_makes_the_round_read_the_queue(
+    queue: Queue,
+    clock: FrozenClock,
+    news: FeedInbox,
+    drained: Recruiter,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    reads = count_reads(queue.store, monkeypatch)
+    put_back = queue.schedule(JobSpec("tests.noop"))  # stands for a job made ready again
+    arrived = queue.schedule(JobSpec("tests.noop"))
+    news.tell("scheduled")
+    tell_arrival(news, queue.store, arrived)
+    assert drained.run_once(clock.now()).assigned == 2
+    assert queue.job(put_back).locked
+    assert queue.job(arrived).locked
+    assert reads["ready_groups"] >= 1
+
+
+def test_a_job_inserted_before_its_news_waits_for_it_and_is_then_handed_out(
+    queue: Queue, clock: FrozenClock, news: FeedInbox, drained: Recruiter
+) -> None:
+    """The feed is behind the queue: a round that knows only the news leaves a job
+    whose news has not come yet; its news brings it."""
+    behind = queue.schedule(JobSpec("tests.noop"))
+    arrived = queue.schedule(JobSpec("tests.noop"))
+    tell_arrival(news, queue.store, arrived)
+    assert drained.run_once(clock.now()).assigned == 1
+    assert queue.job(arrived).locked
+    assert not queue.job(behind).locked
+    tell_arrival(news, queue.store, behind)
+    assert drained.run_once(clock.now()).assigned == 1
+    assert queue.job(behind).locked
+
+
+def test_an_arrival_cancelled_before_the_round_is_not_handed_out(
+    queue: Queue, clock: FrozenClock, news: FeedInbox, drained: Recruiter
+) -> None:
+    """Between the feed's news and the round's lock, the job is cancelled (a change the
+    feed does not tell the recruiter): the lock's condition refuses it."""
+    job_id = queue.schedule(JobSpec("tests.noop"))
+    tell_arrival(news, queue.store, job_id)
+    queue.cancel(job_id)
+    result = drained.run_once(clock.now())
+    assert result.assigned == 0
+    job = queue.job(job_id)
+    assert (job.why, job.locked) == ("cancelled", False)
+    assert all(worker.available for worker in queue.store.workers())
+
+
+def test_an_arrival_due_later_is_not_handed_out_and_the_round_wakes_for_it(
+    queue: Queue,
+    clock: FrozenClock,
+    news: FeedInbox,
+    drained: Recruiter,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    reads = count_reads(queue.store, monkeypatch)
+    job_id = queue.schedule(JobSpec("tests.noop").run_in("3s"))
+    tell_arrival(news, queue.store, job_id)
+    result = drained.run_once(clock.now())
+    assert (result.assigned, result.next_due) == (0, clock.now() + dt.timedelta(seconds=3))
+    assert reads == Counter()
+    clock.advance(3)
+    assert drained.run_once(clock.now()).assigned == 1, "due: the round reads the queue"
+    assert reads["ready_groups"] == 1
+
+
+def test_a_worker_of_a_set_of_workables_not_drained_makes_the_round_read_the_queue(
+    queue: Queue,
+    clock: FrozenClock,
+    news: FeedInbox,
+    drained: Recruiter,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A job only a new kind of worker can run waited unread: the round must read."""
+    waiting = queue.schedule(JobSpec("tests.reports"))
+    queue.store.register_worker("*", 1, "here", clock.now(), workables=["tests.reports"])
+    reads = count_reads(queue.store, monkeypatch)
+    arrived = queue.schedule(JobSpec("tests.noop"))
+    tell_arrival(news, queue.store, arrived)
+    assert drained.run_once(clock.now()).assigned == 2
+    assert queue.job(waiting).locked
+    assert queue.job(arrived).locked
+    assert reads["ready_job_ids_by_group"] >= 1
+
+
+def test_a_groups_limit_holds_in_a_round_that_knows_its_jobs(
+    queue: Queue, clock: FrozenClock, news: FeedInbox, drained: Recruiter
+) -> None:
+    queue.store.set_group_settings(GroupSettings("mail", concurrency=1), clock.now())
+    news.tell("groups")
+    drained.run_once(clock.now())  # the settings are read again
+    jobs = [queue.schedule(JobSpec("tests.noop").in_group("mail")) for _ in range(2)]
+    for job_id in jobs:
+        tell_arrival(news, queue.store, job_id)
+    assert drained.run_once(clock.now()).assigned == 1
+    assert sum(queue.job(job_id).locked for job_id in jobs) == 1
+
+
+def test_a_new_leader_reads_the_queue_at_its_first_round(
+    queue: Queue,
+    clock: FrozenClock,
+    news: FeedInbox,
+    drained: Recruiter,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    reads = count_reads(queue.store, monkeypatch)
+    job_id = queue.schedule(JobSpec("tests.noop"))
+    tell_arrival(news, queue.store, job_id)
+    drained.became_leader()  # lost the lead and took it again: anything may have changed
+    assert drained.run_once(clock.now()).assigned == 1
+    assert reads["ready_groups"] == 1
+
+
+@pytest.mark.parametrize("following", [False, True])
+def test_a_round_with_no_news_of_jobs_reads_the_queue(
+    queue: Queue, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch, following: bool
+) -> None:
+    """A recruiter that polls knows nothing of arrivals; one that follows the feed and
+    was told nothing runs the round as a safety net, should the feed have missed one."""
+    recruiter = Recruiter(queue.store, news=FeedInbox() if following else None)
+    queue.store.register_worker("*", 1, "here", clock.now())
+    assert recruiter.run_once(clock.now()).assigned == 0  # drained: nothing ready
+    reads = count_reads(queue.store, monkeypatch)
+    job_id = queue.schedule(JobSpec("tests.noop"))
+    assert recruiter.run_once(clock.now()).assigned == 1
+    assert queue.job(job_id).locked
+    assert reads["ready_groups"] == 1
