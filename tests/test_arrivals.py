@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 from recruiter import FrozenClock, JobSpec, Queue
 from recruiter.groups import GroupSettings
-from recruiter.processes.recruiter import ARRIVALS_KEPT, FeedInbox, Recruiter
+from recruiter.processes.news import ARRIVALS_KEPT, FeedInbox
+from recruiter.processes.recruiter import Recruiter
 from recruiter.store import Arrivals, NewJob, Store
 from recruiter.store.ready import NEW_JOB_FIELDS
 from tests.driving import START, finish_held
@@ -299,3 +300,86 @@ def test_a_round_with_no_news_of_jobs_reads_the_queue(
     assert recruiter.run_once(clock.now()).assigned == 1
     assert queue.job(job_id).locked
     assert reads["ready_groups"] == 1
+
+
+def test_jobs_that_arrive_while_every_worker_is_busy_are_handed_out_at_their_release(
+    queue: Queue,
+    clock: FrozenClock,
+    news: FeedInbox,
+    drained: Recruiter,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """More jobs arrive than there are workers: what the view holds is handed out as
+    workers are made available, round after round, without reading the queue."""
+    reads = count_reads(queue.store, monkeypatch)
+    jobs = [queue.schedule(JobSpec("tests.noop")) for _ in range(5)]
+    for job_id in jobs:
+        tell_arrival(news, queue.store, job_id)
+    assert drained.run_once(clock.now()).assigned == 2
+    tell_arrival(news, queue.store, jobs[-1])  # told twice (a feed read again): one job
+    assert drained.run_once(clock.now()).available_workers == 0, "every worker busy"
+    handed = 2
+    while handed < len(jobs):
+        for job_id in [j for j in jobs if queue.job(j).locked and queue.job(j).why is None]:
+            holder = holder_of(queue.store, job_id)
+            finish_held(queue.store, clock.now(), job=job_id)
+            news.tell("roster", holder)
+        result = drained.run_once(clock.now())
+        assert result.assigned == min(2, len(jobs) - handed)
+        handed += result.assigned
+    assert reads == Counter()
+    done = [queue.job(j).why == "done" for j in jobs]
+    assert done == [True, True, True, True, False], "oldest first; the last one runs"
+    assert queue.job(jobs[-1]).locked
+
+
+def test_a_release_is_not_skipped_when_a_job_known_fell_due_since_the_last_round(
+    queue: Queue, clock: FrozenClock, news: FeedInbox, drained: Recruiter
+) -> None:
+    now_job = queue.schedule(JobSpec("tests.noop"))
+    later_job = queue.schedule(JobSpec("tests.noop").run_in("2s"))
+    for job_id in (now_job, later_job):
+        tell_arrival(news, queue.store, job_id)
+    assert drained.run_once(clock.now()).assigned == 1
+    holder = holder_of(queue.store, now_job)
+    finish_held(queue.store, clock.now(), job=now_job)
+    news.tell("roster", holder)
+    clock.advance(2)
+    result = drained.run_once(clock.now())
+    assert (result.skipped, result.assigned) == (False, 1)
+    assert queue.job(later_job).locked
+
+
+def test_a_job_no_worker_can_run_does_not_cost_each_release_a_round(
+    queue: Queue, clock: FrozenClock, news: FeedInbox
+) -> None:
+    recruiter = Recruiter(queue.store, news=news)
+    worker = queue.store.register_worker("*", 1, "here", clock.now(), workables=["tests.noop"])
+    recruiter.run_once(clock.now())
+    orphan = queue.schedule(JobSpec("tests.reports"))  # no worker runs it
+    job_id = queue.schedule(JobSpec("tests.noop"))
+    for arrived in (orphan, job_id):
+        tell_arrival(news, queue.store, arrived)
+    assert recruiter.run_once(clock.now()).assigned == 1
+    finish_held(queue.store, clock.now(), job=job_id)
+    news.tell("roster", worker)
+    assert recruiter.run_once(clock.now()).skipped
+    assert not queue.job(orphan).locked
+
+
+def test_a_job_that_arrived_while_the_only_worker_was_busy_is_handed_out_at_its_release(
+    queue: Queue, clock: FrozenClock, news: FeedInbox
+) -> None:
+    recruiter = Recruiter(queue.store, news=news)
+    worker = queue.store.register_worker("*", 1, "here", clock.now())
+    recruiter.run_once(clock.now())
+    first, second = (queue.schedule(JobSpec("tests.noop")) for _ in range(2))
+    tell_arrival(news, queue.store, first)
+    assert recruiter.run_once(clock.now()).assigned == 1
+    tell_arrival(news, queue.store, second)
+    assert recruiter.run_once(clock.now()).available_workers == 0
+    finish_held(queue.store, clock.now(), job=first)
+    news.tell("roster", worker)
+    result = recruiter.run_once(clock.now())
+    assert (result.skipped, result.assigned) == (False, 1), "not skipped: a job is ready"
+    assert queue.job(second).locked

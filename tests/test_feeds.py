@@ -20,11 +20,10 @@ from pymongo.database import Database
 
 from recruiter import DatabaseUnavailable, FrozenClock, JobSpec, Queue, Registry, SystemClock
 from recruiter.loop import IDLE, UNKNOWN, Backoff, Pause, StopRequest, Wakeups, run_forever
+from recruiter.processes.news import GAP, FeedInbox
 from recruiter.processes.prefetch_rule import PrefetchRule
 from recruiter.processes.recruiter import (
-    GAP,
     SCHEDULERS_REFRESH,
-    FeedInbox,
     Recruiter,
     RecruiterConfig,
     RoundResult,

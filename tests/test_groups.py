@@ -23,8 +23,9 @@ from recruiter import (
     Rate,
 )
 from recruiter.groups import FairShare
+from recruiter.processes.news import FeedInbox
 from recruiter.processes.planning import SETTINGS_REFRESH
-from recruiter.processes.recruiter import MINIMUM_PAUSE, FeedInbox, Recruiter
+from recruiter.processes.recruiter import MINIMUM_PAUSE, Recruiter
 from recruiter.store import Store
 from recruiter.store.jobs import GROUPS_PER_READ
 from recruiter.store.schema import SCHEMA_VERSION

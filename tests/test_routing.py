@@ -15,7 +15,8 @@ from typing import Any
 from bson import ObjectId
 
 from recruiter import FrozenClock, JobSpec, Queue
-from recruiter.processes.recruiter import FeedInbox, Recruiter
+from recruiter.processes.news import FeedInbox
+from recruiter.processes.recruiter import Recruiter
 from recruiter.store import UnservedWorkable, digest_of
 from tests.driving import application, assigned, slot
 

@@ -139,8 +139,9 @@ def run(
 ) -> None:
     """The recruiter: hand ready jobs to available workers (one leads; others stand by)."""
     from recruiter.processes.leadership import Follow, Tell, lead
+    from recruiter.processes.news import FeedInbox
     from recruiter.processes.prefetch_rule import PrefetchRule
-    from recruiter.processes.recruiter import FeedInbox, Recruiter, RecruiterConfig
+    from recruiter.processes.recruiter import Recruiter, RecruiterConfig
     from recruiter.queue import Queue
 
     setup_logging("recruiter", log_level, json_logs)

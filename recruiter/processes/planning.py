@@ -81,6 +81,8 @@ class Plan:
     """The sets of workables (their digests; ``None``: any) of which the round handed
     out every ready job: until a job arrives, is put back or falls due, a worker that
     can run only such a set can be given nothing."""
+    tried: frozenset[Any] = frozenset()
+    """The jobs the round tried to lock: locked (and in :attr:`jobs`), or not ready."""
 
 
 class Allowances:
@@ -145,6 +147,7 @@ class _Round:
     allowances: Allowances
     ready: ReadyJobs
     locked: set[Any] = field(default_factory=set)
+    tried: set[Any] = field(default_factory=set)
     jobs: dict[ObjectId, list[Any]] = field(default_factory=dict)
     missed: bool = False
     """A job read could not be locked."""
@@ -213,7 +216,14 @@ class Planner:
             self.share.forget(round_.ready_groups)
         drained = any_group_sets > 0 and len(drained_for) == any_group_sets
         wake_at = round_.allowances.wake_at()
-        return Plan(round_.jobs, drained, wake_at, round_.missed, frozenset(drained_for))
+        return Plan(
+            round_.jobs,
+            drained,
+            wake_at,
+            round_.missed,
+            frozenset(drained_for),
+            frozenset(round_.tried),
+        )
 
     def _names_of(self, digests: list[str]) -> dict[str, frozenset[str]]:
         """The workables of each set (read once: a set never changes). A set whose
@@ -371,6 +381,7 @@ class Planner:
             round_.allowances.take(group, len(jobs))
         wanted = [job for jobs in ready.values() for job in jobs]
         locked = self.store.lock_jobs(wanted, round_.token, round_.now)
+        round_.tried.update(wanted)
         round_.locked.update(locked)
         round_.missed |= len(locked) < len(wanted)
 
