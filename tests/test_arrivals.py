@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from recruiter import FrozenClock, JobSpec, Queue
-from recruiter.groups import GroupSettings
+from recruiter.groups import GroupSettings, Rate
 from recruiter.processes.news import ARRIVALS_KEPT, FeedInbox
 from recruiter.processes.recruiter import Recruiter
 from recruiter.store import Arrivals, NewJob, Store
@@ -383,3 +383,77 @@ def test_a_job_that_arrived_while_the_only_worker_was_busy_is_handed_out_at_its_
     result = recruiter.run_once(clock.now())
     assert (result.skipped, result.assigned) == (False, 1), "not skipped: a job is ready"
     assert queue.job(second).locked
+
+
+def two_sets(store: Store, clock: FrozenClock) -> tuple[list[ObjectId], list[ObjectId]]:
+    """Three workers that run ``tests.noop``, two that run ``tests.reports``."""
+    a_workers = [
+        store.register_worker("*", 1, "a", clock.now(), workables=["tests.noop"]) for _ in range(3)
+    ]
+    clock.advance(0.01)
+    b_workers = [
+        store.register_worker("*", 1, "b", clock.now(), workables=["tests.reports"])
+        for _ in range(2)
+    ]
+    clock.advance(0.01)
+    return a_workers, b_workers
+
+
+def test_a_release_is_not_skipped_while_a_group_limit_holds_a_job_back_for_another_set(
+    queue: Queue, clock: FrozenClock, news: FeedInbox
+) -> None:
+    """Group mail runs one job at a time. M1 (run by set A) runs; M2 (run by set B) is
+    held back although a B worker is idle. M1's end frees mail: the release of its A
+    worker must give M2 to the idle B worker, though A's own plan had nothing left."""
+    store = queue.store
+    store.set_group_settings(GroupSettings("mail", concurrency=1), clock.now())
+    recruiter = Recruiter(store, news=news)
+    two_sets(store, clock)
+    assert recruiter.run_once(clock.now()).assigned == 0
+    m1 = queue.schedule(JobSpec("tests.noop").in_group("mail"))
+    x1 = queue.schedule(JobSpec("tests.noop"))
+    for job_id in (m1, x1):
+        tell_arrival(news, store, job_id)
+    assert recruiter.run_once(clock.now()).assigned == 2
+    m2 = queue.schedule(JobSpec("tests.reports").in_group("mail"))
+    r1 = queue.schedule(JobSpec("tests.reports"))
+    for job_id in (m2, r1):
+        tell_arrival(news, store, job_id)
+    assert recruiter.run_once(clock.now()).assigned == 1, "R1; M2 held back"
+    assert not queue.job(m2).locked
+    holder = holder_of(store, m1)
+    finish_held(store, clock.now(), job=m1)
+    news.tell("roster", holder)
+    result = recruiter.run_once(clock.now())
+    assert (result.skipped, result.assigned) == (False, 1)
+    assert queue.job(m2).locked
+
+
+def test_a_release_is_not_skipped_once_a_rate_limited_group_may_start_again(
+    queue: Queue, clock: FrozenClock, news: FeedInbox
+) -> None:
+    """Group mail starts one job every 2 s: M2 waits for t0 + 2 s. A release at t0 + 1 s
+    keeps that wake; one at t0 + 2.5 s hands M2 to the idle B worker."""
+    store = queue.store
+    store.set_group_settings(GroupSettings("mail", rate=Rate.parse("1/2s")), clock.now())
+    recruiter = Recruiter(store, news=news)
+    two_sets(store, clock)
+    assert recruiter.run_once(clock.now()).assigned == 0
+    t0 = clock.now()
+    m1, m2 = (queue.schedule(JobSpec("tests.reports").in_group("mail")) for _ in range(2))
+    x1, x2 = (queue.schedule(JobSpec("tests.noop")) for _ in range(2))
+    for job_id in (m1, m2, x1, x2):
+        tell_arrival(news, store, job_id)
+    held = recruiter.run_once(t0)
+    assert held.assigned == 3
+    assert held.next_due == t0 + dt.timedelta(seconds=2), "wakes when mail may start again"
+    for job_id, at in ((x1, 1.0), (x2, 1.5)):
+        clock.advance(at)
+        holder = holder_of(store, job_id)
+        finish_held(store, clock.now(), job=job_id)
+        news.tell("roster", holder)
+        result = recruiter.run_once(clock.now())
+        if clock.now() < t0 + dt.timedelta(seconds=2):
+            assert result.next_due == t0 + dt.timedelta(seconds=2), "the wake is kept"
+    assert (result.skipped, result.assigned) == (False, 1)
+    assert queue.job(m2).locked

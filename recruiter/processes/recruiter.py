@@ -201,7 +201,10 @@ class Recruiter:
             self._drained_for = frozenset()  # jobs arrived: they may be ready for any set
         if changed == {"roster"} and known is not None and self._nothing_for(told.workers, now):
             # workers made available, and nothing ready for them since the last round
-            return RoundResult(0, 0, next_due=self._wake_at(known.next_due(now)), skipped=True)
+            due = known.next_due(now)
+            if self._held_until is not None:  # still a group held back by its rate to wake for
+                due = min(due or self._held_until, self._held_until)
+            return RoundResult(0, 0, next_due=self._wake_at(due), skipped=True)
         if scheduling_due:
             self._schedule(now)
         rolled_back = 0
@@ -260,7 +263,8 @@ class Recruiter:
         elif known is not None:
             # the jobs it locked, or found not ready, are no longer ready; the rest may be
             self._known = known.without(plan.tried)
-            self._drained_for = plan.drained_for
+            # a job a group's limit held back may be allowed at a release of any set
+            self._drained_for = plan.drained_for if plan.drained else frozenset()
         elif self._drained:
             # nothing of these sets is left ready: until the next job falls due, only a
             # job the feed tells of can be ready for their workers
