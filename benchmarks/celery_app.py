@@ -54,8 +54,8 @@ def noop() -> None:
 
 
 def sleep(seconds: float, ledger: str) -> None:
-    """Appends a line to ``ledger`` when it starts and when it ends, sleeping ``seconds``
-    between (``benchmarks.kill_mid_job`` counts the lines)."""
+    """Appends ``start <pid>`` to ``ledger``, sleeps ``seconds``, appends ``end <pid>``
+    (``benchmarks.kill_mid_job`` counts the lines)."""
     with open(ledger, "a") as lines:
         lines.write(f"start {os.getpid()}\n")
     time.sleep(seconds)
