@@ -76,7 +76,9 @@ class CelerySystem:
         self.database = f"celery_{uuid.uuid4().hex[:8]}"
         self.broker = database_url(uri, self.database)
         self.client: MongoClient[dict[str, Any]] = MongoClient(uri)
-        app.conf.broker_url = self.broker
+        # a connection of its own: the app's default one is made once per process, for
+        # the broker of the first system measured
+        self.connection = app.connection_for_write(self.broker)
         self.published: dict[str, float] = {}
 
     def start(self) -> None:
@@ -95,7 +97,7 @@ class CelerySystem:
         return sum(len(SUCCEEDED.findall(log)) for log in self._logs())
 
     def publish(self, count: int) -> None:
-        with app.producer_or_acquire() as producer:
+        with self.connection.Producer() as producer:
             for _ in range(count):
                 result = noop_task.apply_async(queue="bench", producer=producer)
                 self.published[result.id] = time.time()
@@ -145,5 +147,6 @@ class CelerySystem:
 
     def stop(self) -> None:
         self.cast.stop()
+        self.connection.release()
         self.client.drop_database(self.database)
         self.client.close()

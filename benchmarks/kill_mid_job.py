@@ -176,8 +176,8 @@ class CelerySubject(Subject):
     def schedule(self, seconds: float, ledger: Path) -> None:
         from benchmarks.celery_app import app, sleep_task  # noqa: PLC0415
 
-        app.conf.broker_url = self.broker
-        sleep_task.apply_async((seconds, str(ledger)), queue="bench")
+        with app.connection_for_write(self.broker) as connection, connection.Producer() as producer:
+            sleep_task.apply_async((seconds, str(ledger)), queue="bench", producer=producer)
 
     def recorded(self) -> str:
         left = self.database.messages.count_documents({})
