@@ -38,6 +38,13 @@ def database_url(uri: str, database: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, f"/{database}", parts.query, ""))
 
 
+def close(connection: Any) -> None:
+    """Close a kombu connection to the MongoDB transport, and its pymongo client: the
+    transport's channel keeps only the database and never closes the client it made."""
+    connection.default_channel.client.client.close()
+    connection.release()
+
+
 def worker_command(broker: str, queue: str = "bench") -> list[str]:
     """One Celery worker: one process, running one task at a time in itself (the solo
     pool: comparable to recruiter's one-slot workers and RQ's ``SimpleWorker``), counted,
@@ -147,6 +154,6 @@ class CelerySystem:
 
     def stop(self) -> None:
         self.cast.stop()
-        self.connection.release()
+        close(self.connection)
         self.client.drop_database(self.database)
         self.client.close()

@@ -175,9 +175,14 @@ class CelerySubject(Subject):
 
     def schedule(self, seconds: float, ledger: Path) -> None:
         from benchmarks.celery_app import app, sleep_task  # noqa: PLC0415
+        from benchmarks.celery_system import close  # noqa: PLC0415
 
-        with app.connection_for_write(self.broker) as connection, connection.Producer() as producer:
-            sleep_task.apply_async((seconds, str(ledger)), queue="bench", producer=producer)
+        connection = app.connection_for_write(self.broker)
+        try:
+            with connection.Producer() as producer:
+                sleep_task.apply_async((seconds, str(ledger)), queue="bench", producer=producer)
+        finally:
+            close(connection)
 
     def recorded(self) -> str:
         left = self.database.messages.count_documents({})
