@@ -31,10 +31,13 @@ from recruiter.embedded import EmbeddedServer, start_server
 
 SYSTEMS = ("recruiter", "naive", "rq")
 """What a run measures unless told otherwise (``bin/bench``'s figures)."""
-MORE_SYSTEMS = ("recruiter-processes", "recruiter-asyncio", "rq-fork")
+MORE_SYSTEMS = ("recruiter-processes", "recruiter-asyncio", "rq-fork", "celery-mongodb", "agenda")
 """Measured when named: recruiter's workers with ``--pool processes``, or ``--pool
 asyncio`` (one slot each, running an ``async def`` no-op job), RQ's default ``Worker``
-(a fork per job)."""
+(a fork per job), and the peers on the same database: Celery with kombu's MongoDB
+transport as its broker (:mod:`benchmarks.celery_system`) and Agenda, Node.js's
+MongoDB-backed scheduler (:mod:`benchmarks.agenda_system`), polling, or told of jobs by a
+change stream too."""
 BURN_DOWN_TITLE = "Burn-down of a backlog of no-op jobs, then pickup with idle workers"
 STEADY_TITLE = "Steady load: jobs arriving one at a time, at half the burn-down rate"
 
@@ -151,6 +154,14 @@ def measure(
         system = RecruiterSystem(uri, place, workers, arguments.recruiter_option, pool=pool)
     elif system_name == "naive":
         system = NaiveSystem(uri, place, workers)
+    elif system_name == "celery-mongodb":
+        from benchmarks.celery_system import CelerySystem  # noqa: PLC0415 (the optional extra)
+
+        system = CelerySystem(uri, place, workers)
+    elif system_name.startswith("agenda"):
+        from benchmarks.agenda_system import AgendaSystem  # noqa: PLC0415
+
+        system = AgendaSystem(uri, place, workers, change_stream=system_name.endswith("stream"))
     else:
         from benchmarks.rq_system import RQSystem  # noqa: PLC0415 (the optional extra)
 

@@ -30,6 +30,17 @@ def sleep(seconds: float) -> None:
     time.sleep(seconds)
 
 
+@registry.workable("bench.ledger_sleep")
+def ledger_sleep(seconds: float, ledger: str) -> None:
+    """Appends ``start <pid>`` to ``ledger``, sleeps ``seconds``, appends ``end <pid>``:
+    ``benchmarks.kill_mid_job`` counts the lines (Celery's and Agenda's do the same)."""
+    with open(ledger, "a") as lines:
+        lines.write(f"start {os.getpid()}\n")
+    time.sleep(seconds)
+    with open(ledger, "a") as lines:
+        lines.write(f"end {os.getpid()}\n")
+
+
 @registry.workable("bench.sleep_async")
 async def sleep_async(seconds: float) -> None:
     """Waits ``seconds`` on the event loop, as an I/O-bound job would."""

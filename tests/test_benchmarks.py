@@ -7,11 +7,16 @@ to ``python -m benchmarks`` (docs/performance.md), not to tests.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from benchmarks.harness import NaiveSystem, RecruiterSystem
 from benchmarks.rounds import round_cost
+
+if TYPE_CHECKING:
+    from benchmarks.agenda_system import AgendaSystem
+    from benchmarks.celery_system import CelerySystem
 
 pytestmark = pytest.mark.real_server
 
@@ -109,3 +114,79 @@ def test_the_lock_shapes_benchmark_times_and_explains_both_shapes(real_server_ur
     figures = compare(real_server_uri, 20, 2, 2)
     assert set(figures) == {"one update", "by _id"}
     assert all(row["ms"] > 0 and row["plan"] for row in figures.values())
+
+
+# --- the peers on the same server: Celery (the bench extra) and Agenda (npm) -------------
+# Their command lines are checked wherever the tests run; a burn-down needs Celery (the
+# "bench" extra, installed by bin/bench) or Node.js with Agenda (npm ci in
+# benchmarks/agenda, run by bin/bench --systems agenda), and says so when it skips.
+
+
+def test_a_celery_worker_is_one_counted_solo_process_on_its_own_database() -> None:
+    pytest.importorskip("celery", reason="the bench extra (pip install -e '.[bench]')")
+    from benchmarks.celery_app import app
+    from benchmarks.celery_system import database_url, worker_command
+
+    broker = database_url("mongodb://127.0.0.1:5/?retryWrites=false", "celery_x")
+    assert broker == "mongodb://127.0.0.1:5/celery_x?retryWrites=false"
+    command = worker_command(broker)
+    assert command[1:3] == ["-m", "benchmarks.celery_counted"]
+    assert command[command.index("--broker") + 1] == broker
+    assert command[command.index("--pool") + 1] == "solo"
+    assert command[command.index("--concurrency") + 1] == "1"
+    assert app.conf.task_acks_late
+    assert app.conf.task_reject_on_worker_lost
+    assert app.conf.worker_prefetch_multiplier == 1
+    assert {"bench.noop", "bench.sleep"} <= set(app.tasks)
+
+
+def test_an_agenda_worker_holds_one_job_and_jobs_have_agendas_shape() -> None:
+    import datetime as dt
+    import json
+
+    from benchmarks.agenda_system import WORKER, job_document, worker_command
+
+    command = worker_command("mongodb://127.0.0.1:5/", "agenda_x", lockLifetime=10_000)
+    assert command[:4] == ["node", str(WORKER), "mongodb://127.0.0.1:5/", "agenda_x"]
+    settings = json.loads(command[4])
+    assert (settings["lockLimit"], settings["lockLifetime"]) == (1, 10_000)
+    now = dt.datetime(2026, 11, 26, tzinfo=dt.UTC)
+    document = job_document("bench.noop", {}, now)
+    assert (document["name"], document["nextRunAt"], document["type"]) == (
+        "bench.noop",
+        now,
+        "normal",
+    )
+    assert document["lockedAt"] is None
+    assert document["lastFinishedAt"] is None
+    lock = json.loads((WORKER.parent / "package-lock.json").read_text())
+    assert lock["packages"]["node_modules/agenda"]["version"] == "6.2.6"
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("system_name", ["celery-mongodb", "agenda"])
+def test_a_peer_burns_down_and_counts_its_workers_commands(
+    system_name: str, real_server_uri: str, tmp_path: Path
+) -> None:
+    system: CelerySystem | AgendaSystem
+    if system_name == "celery-mongodb":
+        pytest.importorskip("celery", reason="the bench extra (pip install -e '.[bench]')")
+        from benchmarks.celery_system import CelerySystem
+
+        system = CelerySystem(real_server_uri, tmp_path, 1)
+    else:
+        from benchmarks.agenda_system import AgendaSystem, installed
+
+        if not installed():
+            pytest.skip("Agenda is not installed: npm ci in benchmarks/agenda (bin/bench does)")
+        system = AgendaSystem(real_server_uri, tmp_path, 1)
+    system.start()
+    try:
+        figures = system.burn_down(5)
+        latencies = system.latency(2, lambda: 0.05)
+    finally:
+        system.stop()
+    assert figures.jobs == 5
+    assert figures.commands_per_job >= 1, "at least a claim per job"
+    assert len(latencies) == 2
+    assert all(latency >= 0 for latency in latencies)
