@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from recruiter import FrozenClock, JobSpec, Queue
 from recruiter.groups import GroupSettings, Rate
-from recruiter.processes.news import ARRIVALS_KEPT, FeedInbox
+from recruiter.processes.news import ARRIVALS_KEPT, BURST, FeedInbox
 from recruiter.processes.recruiter import Recruiter
 from recruiter.store import Arrivals, NewJob, Store
 from recruiter.store.ready import NEW_JOB_FIELDS
@@ -313,9 +313,11 @@ def test_jobs_that_arrive_while_every_worker_is_busy_are_handed_out_at_their_rel
     workers are made available, round after round, without reading the queue."""
     reads = count_reads(queue.store, monkeypatch)
     jobs = [queue.schedule(JobSpec("tests.noop")) for _ in range(5)]
-    for job_id in jobs:
-        tell_arrival(news, queue.store, job_id)
-    assert drained.run_once(clock.now()).assigned == 2
+    for told_now in (jobs[:2], jobs[2:4], jobs[4:]):
+        for job_id in told_now:
+            tell_arrival(news, queue.store, job_id)
+        result = drained.run_once(clock.now())
+        assert result.assigned == (2 if told_now == jobs[:2] else 0)
     tell_arrival(news, queue.store, jobs[-1])  # told twice (a feed read again): one job
     assert drained.run_once(clock.now()).available_workers == 0, "every worker busy"
     handed = 2
@@ -457,3 +459,22 @@ def test_a_release_is_not_skipped_once_a_rate_limited_group_may_start_again(
             assert result.next_due == t0 + dt.timedelta(seconds=2), "the wake is kept"
     assert (result.skipped, result.assigned) == (False, 1)
     assert queue.job(m2).locked
+
+
+def test_a_burst_of_arrivals_reads_the_queue_which_finds_those_not_told_yet(
+    queue: Queue,
+    clock: FrozenClock,
+    news: FeedInbox,
+    drained: Recruiter,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A bulk insert is told a few jobs at a time: more than a few told at once is a
+    burst whose other jobs' news may be on its way, and idle workers would wait for it."""
+    for _ in range(BURST + 2):
+        queue.store.register_worker("*", 1, "here", clock.now())
+    reads = count_reads(queue.store, monkeypatch)
+    jobs = [queue.schedule(JobSpec("tests.noop")) for _ in range(BURST + 3)]
+    for job_id in jobs[: BURST + 1]:
+        tell_arrival(news, queue.store, job_id)
+    assert drained.run_once(clock.now()).assigned == len(jobs), "those not told too"
+    assert reads["ready_groups"] == 1

@@ -7,8 +7,8 @@ queue and handed out every job ready for its workers, the recruiter keeps a
 workables are the ones the feed told were inserted since, and no other job falls due
 before the next one the round read. Later rounds plan over those jobs without reading
 the queue, until any other news of ``scheduled`` (a job rescheduled, put back, made
-ready by its dependencies), a gap in the feed, or the next due time says the queue
-must be read again.
+ready by its dependencies), a gap in the feed, a burst of inserts (:data:`BURST`), or
+the next due time says the queue must be read again.
 
 Knowing is only an optimization: every job handed out is locked by the same
 conditional update as any other, so a job the view wrongly holds ready (cancelled
@@ -33,6 +33,11 @@ GAP = "?"
 ARRIVALS_KEPT = 10_000
 """Inserted jobs the news keeps between two rounds, and a :class:`KnownReady` at most;
 past it, the round reads the queue."""
+BURST = 2
+"""More jobs than this told arrived since the last round: a burst, whose other jobs' news
+may still be on its way (a server may tell a bulk insert a few jobs at a time), so the
+round reads the queue, which finds them all; fewer is light load, where each job meets
+an idle worker, and what is known is all there is."""
 NEVER = dt.datetime.max.replace(tzinfo=dt.UTC)
 
 
@@ -116,6 +121,8 @@ class KnownReady:
         queue)."""
         arrivals = changes.arrivals
         if arrivals is None or now >= self.until or GAP in changes.collections:
+            return None
+        if len(arrivals) > BURST:
             return None
         if len(self.jobs) + len(arrivals) > ARRIVALS_KEPT:
             return None

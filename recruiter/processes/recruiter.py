@@ -114,10 +114,11 @@ class Recruiter:
     ready for workers of those sets of workables are the ones the feed tells were
     inserted. Then:
 
-    - a round is skipped when all the feed told is workers made available and none of
-      those jobs is ready: none of the workers could be handed anything. Under light
-      load, where each job meets an idle worker, this saves the round its worker's
-      release would otherwise cost;
+    - a round is skipped when all the feed told is workers made available, the last
+      plan handed out every job that was ready for their sets of workables, and no
+      job known fell due since: none of the workers could be handed anything. Under
+      light load, where each job meets an idle worker, this saves the round its
+      worker's release would otherwise cost;
     - a round hands out those jobs without reading the queue (the groups with ready
       jobs, the first of each, the next job due), planned over what the feed told of
       each. They are locked by the same conditional update as any job.
