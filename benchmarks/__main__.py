@@ -166,8 +166,8 @@ def measure(
         from benchmarks.rq_system import RQSystem  # noqa: PLC0415 (the optional extra)
 
         system = RQSystem(place, workers, fork=system_name == "rq-fork")
-    system.start()
     try:
+        system.start()  # inside: a start that fails part-way stops what it started
         figures = system.burn_down(arguments.jobs)
         gaps = random.Random(workers)
         samples = system.latency(arguments.latency_samples, lambda: gaps.uniform(0.05, 0.3))
