@@ -106,9 +106,6 @@ class Arrivals:
     def __init__(self, jobs: Iterable[NewJob]) -> None:
         self._jobs = sorted({job.id: job for job in jobs}.values(), key=NewJob.order)
 
-    def __len__(self) -> int:
-        return len(self._jobs)
-
     def ready_groups(self, now: dt.datetime, workables: Collection[str] | None = None) -> list[str]:
         """As :meth:`Store.ready_groups`."""
         groups = {job.group for job in self._jobs if job.ready(now, None, workables)}
