@@ -119,11 +119,24 @@ def count_reads(store: Store, monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     return counts
 
 
-def tell_arrival(news: FeedInbox, store: Store, job_id: Any) -> None:
-    """The feed tells the insert of ``job_id``, as the real feed does."""
-    document = store.scheduled.find_one({"_id": job_id})
-    assert document is not None
-    news.tell("scheduled", job=told(document))
+def tell_arrival(news: FeedInbox, store: Store, *job_ids: Any) -> None:
+    """The feed tells the insert of each job, in turn, as the real feed does."""
+    for job_id in job_ids:
+        document = store.scheduled.find_one({"_id": job_id})
+        assert document is not None
+        news.tell("scheduled", job=told(document))
+
+
+def end_and_release(news: FeedInbox, store: Store, now: dt.datetime, job_id: Any) -> None:
+    """The worker holding ``job_id`` ends it done and is made available, and the feed
+    tells of its release, by its id."""
+    (holder,) = [
+        worker.id
+        for worker in store.workers()
+        if worker.assignment is not None and worker.assignment.job_id == job_id
+    ]
+    finish_held(store, now, job=job_id)
+    news.tell("roster", holder)
 
 
 @pytest.fixture
@@ -155,21 +168,9 @@ def test_a_job_that_arrives_after_a_drained_round_is_handed_out_without_reading_
         tell_arrival(news, queue.store, job_id)
         result = drained.run_once(clock.now())
         assert result.assigned == 1
-        holder = holder_of(queue.store, job_id)
-        finish_held(queue.store, clock.now(), job=job_id)
-        news.tell("roster", holder)
+        end_and_release(news, queue.store, clock.now(), job_id)
         assert drained.run_once(clock.now()).skipped, "nothing left ready for the release"
     assert reads == Counter(), "the queue was not read"
-
-
-def holder_of(store: Store, job_id: Any) -> ObjectId:
-    """The worker ``job_id`` is assigned to."""
-    (holder,) = [
-        worker.id
-        for worker in store.workers()
-        if worker.assignment is not None and worker.assignment.job_id == job_id
-    ]
-    return holder
 
 
 def test_any_other_change_in_scheduled_makes_the_round_read_the_queue(
@@ -265,8 +266,7 @@ def test_a_groups_limit_holds_in_a_round_that_knows_its_jobs(
     news.tell("groups")
     drained.run_once(clock.now())  # the settings are read again
     jobs = [queue.schedule(JobSpec("tests.noop").in_group("mail")) for _ in range(2)]
-    for job_id in jobs:
-        tell_arrival(news, queue.store, job_id)
+    tell_arrival(news, queue.store, *jobs)
     assert drained.run_once(clock.now()).assigned == 1
     assert sum(queue.job(job_id).locked for job_id in jobs) == 1
 
@@ -314,8 +314,7 @@ def test_jobs_that_arrive_while_every_worker_is_busy_are_handed_out_at_their_rel
     reads = count_reads(queue.store, monkeypatch)
     jobs = [queue.schedule(JobSpec("tests.noop")) for _ in range(5)]
     for told_now in (jobs[:2], jobs[2:4], jobs[4:]):
-        for job_id in told_now:
-            tell_arrival(news, queue.store, job_id)
+        tell_arrival(news, queue.store, *told_now)
         result = drained.run_once(clock.now())
         assert result.assigned == (2 if told_now == jobs[:2] else 0)
     tell_arrival(news, queue.store, jobs[-1])  # told twice (a feed read again): one job
@@ -323,9 +322,7 @@ def test_jobs_that_arrive_while_every_worker_is_busy_are_handed_out_at_their_rel
     handed = 2
     while handed < len(jobs):
         for job_id in [j for j in jobs if queue.job(j).locked and queue.job(j).why is None]:
-            holder = holder_of(queue.store, job_id)
-            finish_held(queue.store, clock.now(), job=job_id)
-            news.tell("roster", holder)
+            end_and_release(news, queue.store, clock.now(), job_id)
         result = drained.run_once(clock.now())
         assert result.assigned == min(2, len(jobs) - handed)
         handed += result.assigned
@@ -340,12 +337,9 @@ def test_a_release_is_not_skipped_when_a_job_known_fell_due_since_the_last_round
 ) -> None:
     now_job = queue.schedule(JobSpec("tests.noop"))
     later_job = queue.schedule(JobSpec("tests.noop").run_in("2s"))
-    for job_id in (now_job, later_job):
-        tell_arrival(news, queue.store, job_id)
+    tell_arrival(news, queue.store, now_job, later_job)
     assert drained.run_once(clock.now()).assigned == 1
-    holder = holder_of(queue.store, now_job)
-    finish_held(queue.store, clock.now(), job=now_job)
-    news.tell("roster", holder)
+    end_and_release(news, queue.store, clock.now(), now_job)
     clock.advance(2)
     result = drained.run_once(clock.now())
     assert (result.skipped, result.assigned) == (False, 1)
@@ -356,15 +350,13 @@ def test_a_job_no_worker_can_run_does_not_cost_each_release_a_round(
     queue: Queue, clock: FrozenClock, news: FeedInbox
 ) -> None:
     recruiter = Recruiter(queue.store, news=news)
-    worker = queue.store.register_worker("*", 1, "here", clock.now(), workables=["tests.noop"])
+    queue.store.register_worker("*", 1, "here", clock.now(), workables=["tests.noop"])
     recruiter.run_once(clock.now())
     orphan = queue.schedule(JobSpec("tests.reports"))  # no worker runs it
     job_id = queue.schedule(JobSpec("tests.noop"))
-    for arrived in (orphan, job_id):
-        tell_arrival(news, queue.store, arrived)
+    tell_arrival(news, queue.store, orphan, job_id)
     assert recruiter.run_once(clock.now()).assigned == 1
-    finish_held(queue.store, clock.now(), job=job_id)
-    news.tell("roster", worker)
+    end_and_release(news, queue.store, clock.now(), job_id)
     assert recruiter.run_once(clock.now()).skipped
     assert not queue.job(orphan).locked
 
@@ -373,15 +365,14 @@ def test_a_job_that_arrived_while_the_only_worker_was_busy_is_handed_out_at_its_
     queue: Queue, clock: FrozenClock, news: FeedInbox
 ) -> None:
     recruiter = Recruiter(queue.store, news=news)
-    worker = queue.store.register_worker("*", 1, "here", clock.now())
+    queue.store.register_worker("*", 1, "here", clock.now())
     recruiter.run_once(clock.now())
     first, second = (queue.schedule(JobSpec("tests.noop")) for _ in range(2))
     tell_arrival(news, queue.store, first)
     assert recruiter.run_once(clock.now()).assigned == 1
     tell_arrival(news, queue.store, second)
     assert recruiter.run_once(clock.now()).available_workers == 0
-    finish_held(queue.store, clock.now(), job=first)
-    news.tell("roster", worker)
+    end_and_release(news, queue.store, clock.now(), first)
     result = recruiter.run_once(clock.now())
     assert (result.skipped, result.assigned) == (False, 1), "not skipped: a job is ready"
     assert queue.job(second).locked
@@ -414,18 +405,14 @@ def test_a_release_is_not_skipped_while_a_group_limit_holds_a_job_back_for_anoth
     assert recruiter.run_once(clock.now()).assigned == 0
     m1 = queue.schedule(JobSpec("tests.noop").in_group("mail"))
     x1 = queue.schedule(JobSpec("tests.noop"))
-    for job_id in (m1, x1):
-        tell_arrival(news, store, job_id)
+    tell_arrival(news, store, m1, x1)
     assert recruiter.run_once(clock.now()).assigned == 2
     m2 = queue.schedule(JobSpec("tests.reports").in_group("mail"))
     r1 = queue.schedule(JobSpec("tests.reports"))
-    for job_id in (m2, r1):
-        tell_arrival(news, store, job_id)
+    tell_arrival(news, store, m2, r1)
     assert recruiter.run_once(clock.now()).assigned == 1, "R1; M2 held back"
     assert not queue.job(m2).locked
-    holder = holder_of(store, m1)
-    finish_held(store, clock.now(), job=m1)
-    news.tell("roster", holder)
+    end_and_release(news, store, clock.now(), m1)
     result = recruiter.run_once(clock.now())
     assert (result.skipped, result.assigned) == (False, 1)
     assert queue.job(m2).locked
@@ -444,16 +431,13 @@ def test_a_release_is_not_skipped_once_a_rate_limited_group_may_start_again(
     t0 = clock.now()
     m1, m2 = (queue.schedule(JobSpec("tests.reports").in_group("mail")) for _ in range(2))
     x1, x2 = (queue.schedule(JobSpec("tests.noop")) for _ in range(2))
-    for job_id in (m1, m2, x1, x2):
-        tell_arrival(news, store, job_id)
+    tell_arrival(news, store, m1, m2, x1, x2)
     held = recruiter.run_once(t0)
     assert held.assigned == 3
     assert held.next_due == t0 + dt.timedelta(seconds=2), "wakes when mail may start again"
     for job_id, at in ((x1, 1.0), (x2, 1.5)):
         clock.advance(at)
-        holder = holder_of(store, job_id)
-        finish_held(store, clock.now(), job=job_id)
-        news.tell("roster", holder)
+        end_and_release(news, store, clock.now(), job_id)
         result = recruiter.run_once(clock.now())
         if clock.now() < t0 + dt.timedelta(seconds=2):
             assert result.next_due == t0 + dt.timedelta(seconds=2), "the wake is kept"
@@ -474,7 +458,6 @@ def test_a_burst_of_arrivals_reads_the_queue_which_finds_those_not_told_yet(
         queue.store.register_worker("*", 1, "here", clock.now())
     reads = count_reads(queue.store, monkeypatch)
     jobs = [queue.schedule(JobSpec("tests.noop")) for _ in range(BURST + 3)]
-    for job_id in jobs[: BURST + 1]:
-        tell_arrival(news, queue.store, job_id)
+    tell_arrival(news, queue.store, *jobs[: BURST + 1])
     assert drained.run_once(clock.now()).assigned == len(jobs), "those not told too"
     assert reads["ready_groups"] == 1
