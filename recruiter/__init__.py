@@ -69,6 +69,7 @@ if TYPE_CHECKING:
         Why,
         register_retry_policy,
     )
+    from recruiter.snooze import SNOOZE_LIMIT, Snooze, SnoozeLimitReached
     from recruiter.waiting.workflows import Batch, BatchStatus, Workflow
     from recruiter.workable import FunctionWorkable, Registry, Workable
 
@@ -121,6 +122,9 @@ _EXPORTS = {
     "RetryManyTimes": "recruiter.policies",
     "RetryPolicy": "recruiter.retry",
     "RetryStatistics": "recruiter.job_context",
+    "SNOOZE_LIMIT": "recruiter.snooze",
+    "Snooze": "recruiter.snooze",
+    "SnoozeLimitReached": "recruiter.snooze",
     "Root": "recruiter.job",
     "SchedulerNotFound": "recruiter.errors",
     "SchemaTooNew": "recruiter.errors",
@@ -167,6 +171,7 @@ if not TYPE_CHECKING:  # (type checkers read the imports above: a name not expor
 
 
 __all__ = [
+    "SNOOZE_LIMIT",
     "After",
     "Batch",
     "BatchNotFound",
@@ -219,6 +224,8 @@ __all__ = [
     "SchedulerNotFound",
     "SchemaTooNew",
     "SelectByException",
+    "Snooze",
+    "SnoozeLimitReached",
     "SystemClock",
     "TimeTable",
     "UnknownRetryPolicy",

@@ -17,6 +17,7 @@ from recruiter import (
     Queue,
     Registry,
     RetryManyTimes,
+    Snooze,
     retry_statistics,
 )
 from recruiter.events import BECAME_LEADER, JOB_FAILURE_LAST, STEPPED_DOWN, JobEvent
@@ -46,6 +47,14 @@ def flaky(fail_times: int) -> None:
     attempt = retry_statistics().retry_number
     if attempt <= fail_times:
         raise ConnectionError(f"the service is down (attempt {attempt})")
+
+
+@registry.workable("demo.snooze")
+def snooze(times: int, seconds: float = 1) -> None:
+    """Snoozes its first ``times`` runs for ``seconds`` (as a job waiting for a file or a
+    rate-limited service would), then succeeds."""
+    if retry_statistics().snoozes < times:
+        raise Snooze(seconds)
 
 
 @registry.workable("demo.broken")

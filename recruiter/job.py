@@ -26,6 +26,7 @@ from recruiter.errors import InvalidJob, InvalidParameters, InvalidRetryPolicy
 from recruiter.moved import moved_name
 from recruiter.policies import DoNotDoItAgain, RetriableExceptionFilter
 from recruiter.retry import RetryPolicy
+from recruiter.snooze import check_snooze_limit
 
 DEFAULT_GROUP = "generic"
 DEFAULT_METHOD = "execute"
@@ -225,6 +226,9 @@ class JobSpec:
     """Set on a leaf job: the root job it was fanned out from."""
     timeout: dt.timedelta | None = None
     """How long an attempt may run before it is stopped and fails with ``JobTimedOut``."""
+    snooze_limit: int | None = None
+    """How many times it may snooze (:class:`~recruiter.snooze.Snooze`); ``None``:
+    :data:`~recruiter.snooze.SNOOZE_LIMIT`."""
     waits: After | None = None
     """What the job waits for before it is ready (:meth:`after`)."""
 
@@ -267,7 +271,15 @@ class JobSpec:
                 else repr(self.timeout)
             )
             raise InvalidJob(f"a timeout must be at least 1ms, got {shown}")
+        self._check_snooze_limit()
         self._check_waits()
+
+    def _check_snooze_limit(self) -> None:
+        if self.snooze_limit is not None:
+            try:
+                check_snooze_limit(self.snooze_limit)
+            except ValueError as error:
+                raise InvalidJob(str(error)) from error
 
     def _check_waits(self) -> None:
         if self.waits is None:
@@ -378,6 +390,12 @@ class JobSpec:
             raise InvalidJob(str(error)) from error
         return dataclasses.replace(self, timeout=delta)
 
+    def with_snooze_limit(self, limit: int) -> JobSpec:
+        """Let the job snooze (raise :class:`~recruiter.snooze.Snooze`) up to ``limit``
+        times instead of :data:`~recruiter.snooze.SNOOZE_LIMIT`; a snooze past it fails
+        the attempt, and the retry policy decides."""
+        return dataclasses.replace(self, snooze_limit=limit)
+
     def with_priority(self, priority: int) -> JobSpec:
         """Hand this job out before the ready jobs of its group with a lower priority
         (-1000 to 1000, higher first; 0 by default). Jobs of equal priority go oldest
@@ -416,6 +434,8 @@ class JobSpec:
             document["queued_key"] = key  # unique while queued; removed when first locked
         if self.timeout is not None:
             document["timeout_ms"] = self.timeout // dt.timedelta(milliseconds=1)
+        if self.snooze_limit is not None:
+            document["snooze_limit"] = self.snooze_limit
         if self.root_signature is not None:
             document["root"] = {"signature": self.root_signature, "at": to_millis(now)}
         elif self.leaf_of is not None:

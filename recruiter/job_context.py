@@ -35,6 +35,8 @@ class RetryStatistics:
     root: Root | None = None
     """The root job this one is, or is a leaf of: what to give the leaves it schedules
     (``spec.as_leaf_of(retry_statistics().root)``)."""
+    snoozes: int = 0
+    """How many times the job snoozed before this run (:class:`~recruiter.snooze.Snooze`)."""
 
 
 _current: contextvars.ContextVar[RetryStatistics | None] = contextvars.ContextVar(

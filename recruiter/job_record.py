@@ -17,6 +17,7 @@ from bson import ObjectId
 
 from recruiter.errors import InvalidJob, ResultNotKept
 from recruiter.job import DEFAULT_GROUP, DEFAULT_METHOD, Root
+from recruiter.snooze import SNOOZE_LIMIT, check_snooze_limit
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,19 @@ class Job:
     """Whether a job waits for this one: its end is followed up at once."""
     cancelled_because: str | None = None
     """Why it was cancelled without running, when a job it waited for did not end done."""
+    snoozes: int = 0
+    """How many times its code snoozed (:class:`~recruiter.snooze.Snooze`): runs that
+    ``attempts`` does not count."""
+    snooze_limit: int = SNOOZE_LIMIT
+    """How many times it may snooze before a snooze fails its attempt."""
+
+    @property
+    def snoozed_until(self) -> dt.datetime | None:
+        """When it runs again, if its last run snoozed and it waits for that; else ``None``."""
+        last = self.last_execution or {}
+        if self.why is not None or self.locked or last.get("outcome") != "snoozed":
+            return None
+        return self.scheduled_at
 
     @property
     def blocked(self) -> bool:
@@ -152,6 +166,8 @@ class Job:
             dependencies=tuple(d for d in reader.array("dependencies") if isinstance(d, Mapping)),
             followed=document.get("followed") is True,
             cancelled_because=_text_or_none(document.get("cancelled_because")),
+            snoozes=_count(document.get("snoozes")),
+            snooze_limit=_snooze_limit(document.get("snooze_limit")),
         )
 
 
@@ -167,6 +183,19 @@ def state_of(job: Job, now: dt.datetime) -> str:
     if job.scheduled_at is not None and job.scheduled_at > now:
         return "postponed"
     return "ready"
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _snooze_limit(value: Any) -> int:
+    """The stored limit; the default for none or a damaged one (a job is never left
+    snoozing without a bound)."""
+    try:
+        return check_snooze_limit(value)
+    except ValueError:
+        return SNOOZE_LIMIT
 
 
 def _text_or_none(value: Any) -> str | None:

@@ -17,7 +17,7 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
-from recruiter import Registry, Workable, record_output, retry_statistics
+from recruiter import Registry, Snooze, Workable, record_output, retry_statistics
 
 registry = Registry()
 MOMENT = dt.datetime(2026, 11, 24, 9, 0, tzinfo=dt.UTC)
@@ -272,3 +272,17 @@ def answer(kind: str) -> object:
     if kind == "object":
         return object()
     return None
+
+
+@registry.workable("pool.snooze")
+def snooze(seconds: float) -> None:
+    """Snoozes for ``seconds`` (in a job process, the delay crosses the pipe)."""
+    record_output(pid=os.getpid())
+    raise Snooze(seconds)
+
+
+@registry.workable("aio.snooze")
+async def snooze_async(seconds: float) -> None:
+    """Snoozes for ``seconds`` after a step of the event loop."""
+    await asyncio.sleep(0)
+    raise Snooze(seconds)

@@ -642,3 +642,30 @@ def test_a_rolling_deploy_loses_no_job_of_a_workable_the_old_workers_do_not_know
     assert operator(processes, "status", "--json")["waiting_for_a_workable"] == []
     processes.stop_all()
     assert [p.returncode for p in processes.started] == [0] * 3, processes.dump_logs()
+
+
+def test_jobs_snooze_on_real_workers_without_using_attempts_and_their_batch_waits(
+    processes: Processes, system_queue: Queue
+) -> None:
+    processes.start("run")
+    processes.start("clean", "--considered-dead-after", DEAD_AFTER)
+    processes.worker("--concurrency", "2")
+    processes.worker("--pool", "processes", "--concurrency", "2")
+    snoozing = JobSpec("demo.snooze", {"times": 2, "seconds": 0.2})
+    batch = system_queue.batch(
+        [snoozing, snoozing.with_snooze_limit(1).retry_with(RetryManyTimes(1, 0))],
+        on_complete=JobSpec("demo.greet", {"name": "batch"}),
+    )
+    callback_id = batch.on_complete
+    assert callback_id is not None
+    wait_for(lambda: system_queue.job(callback_id).why == "done", processes)
+    within, past = (system_queue.job(job_id) for job_id in batch.jobs)
+    assert (within.why, within.attempts, within.snoozes) == ("done", 1, 2)
+    assert [h["outcome"] for h in within.history] == ["snoozed", "snoozed", "done"]
+    # its limit is 1: each snooze after the first fails an attempt, as its policy says
+    assert (past.why, past.attempts, past.snoozes) == ("tried-too-many-times", 2, 1)
+    assert [h["outcome"] for h in past.history] == ["snoozed", "retry", "archived"]
+    assert {h.get("class") for h in past.history[1:]} == {"recruiter.snooze.SnoozeLimitReached"}
+    callback = system_queue.job(callback_id)
+    ended_at = max(h["ended_at"] for job in (within, past) for h in job.history)
+    assert callback.history[-1]["started_at"] >= ended_at, "the batch waited for its snoozes"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime as dt
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -24,6 +25,7 @@ from recruiter.job_context import RetryStatistics, running_as
 from recruiter.job_record import Job
 from recruiter.pools.stopping import Running, Stopped
 from recruiter.retry import Failure
+from recruiter.snooze import Snooze, SnoozeLimitReached
 from recruiter.workable import Registry, WorkableHooks
 
 RESULT_BYTES = 1_000_000
@@ -68,6 +70,9 @@ class CodeResult:
     seconds: float = 0.0
     """How long its code ran (its process's round trip, for the ``processes`` pool):
     the job's own time, without the database's (what prefetch is sized on)."""
+    snooze: dt.timedelta | None = None
+    """How long its code asked to wait before it runs again (it raised
+    :class:`~recruiter.snooze.Snooze`): not a failure."""
 
 
 def call_code(
@@ -102,6 +107,8 @@ def call_code(
         # GeneratorExit): let out, it would leave the job locked and started for good
         if returned_before_stop(error, running.returned):
             return CodeResult(output=storable(output), hooks=hooks)
+        if isinstance(error, Snooze):
+            return snoozed(error, storable(output), hooks, running.stopped)
         trace = "".join(traceback.format_exception(error))[-TRACE_LIMIT:]
         ran = CodeResult(Failure.from_exception(error), trace, storable(output), error, hooks)
         return dataclasses.replace(ran, stopped=running.stopped, unrun=running.unrun)
@@ -194,6 +201,27 @@ def returned_before_stop(error: BaseException, returned: bool) -> bool:
     its return and ``returned``) fails the attempt: a job is never recorded as done
     without having run."""
     return returned and isinstance(error, Stopped)
+
+
+def snoozed(
+    snooze: Snooze,
+    output: dict[str, Any],
+    hooks: WorkableHooks,
+    stopped: type[Stopped] | None = None,
+) -> CodeResult:
+    """What code that raised ``snooze`` gave: no failure, the delay it asked for."""
+    return CodeResult(output=output, hooks=hooks, stopped=stopped, snooze=snooze.delay)
+
+
+def past_snooze_limit(job: Job, ran: CodeResult) -> CodeResult:
+    """``ran``; or, when its code snoozed past the job's snooze limit, that snooze as the
+    attempt's failure (:class:`~recruiter.snooze.SnoozeLimitReached`), for the retry
+    policy to decide on: a job never snoozes forever."""
+    if ran.snooze is None or job.snoozes < job.snooze_limit:
+        return ran
+    error = SnoozeLimitReached(job.snoozes, job.snooze_limit)
+    failure = Failure.from_exception(error)
+    return dataclasses.replace(ran, failure=failure, error=error, snooze=None, trace=str(error))
 
 
 def failed_by(error: BaseException) -> CodeResult:

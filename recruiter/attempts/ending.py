@@ -63,16 +63,20 @@ def write_verdict(
     ``record`` (its ``outcome`` set to the verdict's): the verdict written, or ``None``
     when the job is no longer held (fenced off: nothing was written).
 
-    A retry is refused when a cancellation was asked for meanwhile (a cancelled job is
-    never retried): if the job is still held (``still_held``), it is ended as cancelled
-    instead."""
-    if verdict.outcome is Outcome.RETRY:
-        record["outcome"] = Outcome.RETRY.value
+    A retry (or a snooze) is refused when a cancellation was asked for meanwhile (a
+    cancelled job is never retried): if the job is still held (``still_held``), it is
+    ended as cancelled instead."""
+    if verdict.outcome in (Outcome.RETRY, Outcome.SNOOZED):
+        record["outcome"] = verdict.outcome.value
         assert verdict.retry_at is not None
-        if write(End(job.id, token, now, retry_at=verdict.retry_at), record):
+        snoozed = verdict.outcome is Outcome.SNOOZED
+        if snoozed:
+            record["snoozed_until"] = verdict.retry_at
+        if write(End(job.id, token, now, retry_at=verdict.retry_at, snoozed=snoozed), record):
             return verdict
         if not still_held():
             return None
+        record.pop("snoozed_until", None)
         verdict = CANCELLED
     record["outcome"] = verdict.outcome.value
     assert verdict.why is not None

@@ -25,7 +25,13 @@ from typing import Any
 
 from bson import ObjectId
 
-from recruiter.attempts.calling import CodeResult, JobRunner, call_code, not_run
+from recruiter.attempts.calling import (
+    CodeResult,
+    JobRunner,
+    call_code,
+    not_run,
+    past_snooze_limit,
+)
 from recruiter.attempts.completer import Completer
 from recruiter.attempts.ending import DurableWrite, Start, ended, write_verdict
 from recruiter.attempts.transaction import run_in_transaction
@@ -132,6 +138,7 @@ class Executor:
             last_execution=job.last_execution,
             worker_id=None if self.identity.worker_id is None else str(self.identity.worker_id),
             root=job.root,
+            snoozes=job.snoozes,
         )
         self.registry.listeners.emit(JOB_STARTED, JobEvent(JOB_STARTED, job))
         skip = self._skip_reason(job)
@@ -223,6 +230,7 @@ class Executor:
         """The attempt's end, through the funnel: its verdict, its record, written."""
         ended_at = self.clock.now()
         started_at = start.started["started_at"]
+        ran = past_snooze_limit(job, ran)
         verdict = verdict_of(
             job,
             ran.failure,
@@ -230,6 +238,7 @@ class Executor:
             started_at=started_at,
             ended_at=ended_at,
             cancelled=ran.stopped is JobCancelled,  # a cancelled job is never retried
+            snooze=ran.snooze,
         )
         record = self.record(job, started_at, ended_at, verdict.outcome, ran)
         written = self._write(job, token, verdict, record, ended_at)
@@ -242,7 +251,12 @@ class Executor:
             logger.info("job %s done (attempt %d)", job.id, job.attempts)
             self.remember_success(job, start.began_by, ended_at)
             return Execution(job.id, Outcome.DONE, job.attempts, result=ran.result.get("result"))
-        assert failure is not None
+        if written.outcome is Outcome.SNOOZED:
+            logger.info("job %s snoozed until %s", job.id, written.retry_at)
+            return Execution(job.id, Outcome.SNOOZED, job.attempts, retry_at=written.retry_at)
+        if failure is None:  # its snooze refused: a cancellation was asked for meanwhile
+            logger.info("job %s snoozed, but was cancelled meanwhile: archived", job.id)
+            return Execution(job.id, written.outcome, job.attempts, why=written.why)
         said = f"attempt {job.attempts}, {failure.exception_class}: {failure.message}"
         if written.outcome is Outcome.RETRY:
             logger.info("job %s failed (%s), retrying at %s", job.id, said, written.retry_at)

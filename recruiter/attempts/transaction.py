@@ -121,8 +121,8 @@ class _TransactionalRun:
         ran = self.ran
         if ran.error is not None and is_transient(ran.error):
             raise ran.error  # (the transaction's to retry, the job's code with it)
-        if ran.failure is not None:
-            raise _RolledBack
+        if ran.failure is not None or ran.snooze is not None:
+            raise _RolledBack  # (a snooze is concluded outside, its writes undone too)
         ended_at = executor.clock.now()
         started_at = self.start.started["started_at"]
         record = executor.record(job, started_at, ended_at, Outcome.DONE, ran)

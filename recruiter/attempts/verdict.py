@@ -41,6 +41,8 @@ class Outcome(StrEnum):
     """It was no longer held with this lock token: nothing this attempt wrote took effect."""
     SKIPPED = "skipped"
     """It was not run, as a duplicate or a superseded leaf: archived with the reason."""
+    SNOOZED = "snoozed"
+    """Its code snoozed: put back to run again later, the run not counted as an attempt."""
 
 
 ENDING_OUTCOMES = (Outcome.DONE, Outcome.ARCHIVED, Outcome.SKIPPED)
@@ -69,8 +71,8 @@ class Execution:
 
 @dataclass(frozen=True)
 class Verdict:
-    """How an attempt ends its job: done, run again at ``retry_at``, or given up (or
-    skipped) with ``why``."""
+    """How an attempt ends its job: done, run again at ``retry_at`` (retried or
+    snoozed), or given up (or skipped) with ``why``."""
 
     outcome: Outcome
     why: Why | None = None
@@ -91,11 +93,14 @@ def verdict_of(
     started_at: dt.datetime | None,
     ended_at: dt.datetime,
     cancelled: bool = False,
+    snooze: dt.timedelta | None = None,
 ) -> Verdict:
     """How attempt ``job.attempts`` of ``job`` ends it: done if its code returned (and
-    ``failure`` is ``None``); else given up as cancelled if a cancellation was asked
-    for (or landed as the stop of its code); else as ``policy`` decides (a policy that
-    raises gives up, saying so).
+    ``failure`` is ``None``); snoozed until ``ended_at + snooze`` if its code snoozed
+    (within its limit: :func:`recruiter.attempts.calling.past_snooze_limit` makes a
+    snooze past it a failure first); else given up as cancelled if a cancellation was
+    asked for (or landed as the stop of its code); else as ``policy`` decides (a policy
+    that raises gives up, saying so).
 
     >>> from recruiter.job import JobSpec
     >>> from recruiter.policies import RetryManyTimes
@@ -110,7 +115,12 @@ def verdict_of(
     >>> verdict_of(job, failed, RetryManyTimes(3, 10), started_at=now, ended_at=now,
     ...            cancelled=True).why
     <Why.CANCELLED: 'cancelled'>
+    >>> verdict_of(job, None, RetryManyTimes(3, 10), started_at=now, ended_at=now,
+    ...            snooze=dt.timedelta(minutes=1)).retry_at
+    datetime.datetime(2026, 11, 25, 0, 1, tzinfo=datetime.timezone.utc)
     """
+    if failure is None and snooze is not None:
+        return CANCELLED if cancelled else Verdict(Outcome.SNOOZED, retry_at=ended_at + snooze)
     if failure is None:
         return DONE
     if cancelled:

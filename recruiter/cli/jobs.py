@@ -134,6 +134,9 @@ def show_job(
         fields.add_row(name, str(value))
     if job.why == "done":
         fields.add_row("result", result_text(job))
+    snoozed = listing.snoozes_in_words(job)
+    if snoozed is not None:
+        fields.add_row("snoozed", snoozed)
     if job.batch is not None:
         fields.add_row("batch", f"{job.batch} (recruiter jobs batch {job.batch})")
     for line in listing.waits_in_words(job):
@@ -163,6 +166,8 @@ def _print_attempt(attempt: Mapping[str, Any]) -> None:
         f"({attempt.get('hostname')}:{attempt.get('pid')})",
         sep="",
     )
+    if attempt.get("snoozed_until"):
+        console.print(f"  snoozed until {moment_text(attempt['snoozed_until'])}")
     if attempt.get("class"):
         console.print(f"  {attempt['class']}: {attempt.get('message')}")
     if attempt.get("trace"):

@@ -18,6 +18,7 @@ from bson import ObjectId
 from recruiter.errors import InvalidFilter, InvalidJob
 from recruiter.job_record import Job, state_of
 from recruiter.monitoring import analytics
+from recruiter.monitoring.words import counted, moment_text
 from recruiter.queue import Queue
 from recruiter.retry import FAILED as FAILED_WHYS
 from recruiter.states import STATES, UNFINISHED
@@ -65,6 +66,26 @@ def waits_in_words(job: Job) -> list[str]:
     if job.cancelled_because:
         lines.append(f"cancelled: {job.cancelled_because}")
     return lines
+
+
+def snoozes_in_words(job: Job) -> str | None:
+    """How a job snoozed: ``"until 2026-11-26 10:00:00 UTC (1 of 100 snoozes)"`` while it
+    waits after a snooze; ``"2 of 100 snoozes"`` when it snoozed before; ``None`` when it
+    never did.
+
+    >>> from recruiter import JobSpec
+    >>> from bson import ObjectId
+    >>> now = dt.datetime(2026, 11, 26, 10, tzinfo=dt.UTC)
+    >>> document = JobSpec("api.poll").to_document(ObjectId(), now)
+    >>> document.update(snoozes=1, last_execution={"outcome": "snoozed"})
+    >>> snoozes_in_words(Job.from_document(document))
+    'until 2026-11-26 10:00:00 UTC (1 of 100 snoozes)'
+    """
+    if job.snoozes == 0:
+        return None
+    count = f"{job.snoozes} of {counted(job.snooze_limit, 'snooze')}"
+    until = job.snoozed_until
+    return count if until is None else f"until {moment_text(until)} ({count})"
 
 
 def summary(job: Job, now: dt.datetime) -> dict[str, Any]:

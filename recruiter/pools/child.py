@@ -6,6 +6,7 @@ for the worker's side and the protocol), living and pausing with its worker.
 from __future__ import annotations
 
 import ctypes
+import datetime as dt
 import importlib
 import logging
 import os
@@ -27,6 +28,7 @@ from recruiter.pools.memory import resident_memory
 from recruiter.pools.pipe import CODEC, HOOKS, TICK, JobProcessFailed
 from recruiter.pools.stopping import STOPS, Entrance, Running, Stopped
 from recruiter.retry import Failure
+from recruiter.snooze import Snooze
 from recruiter.workable import Registry, Workable, WorkableHooks
 
 logger = logging.getLogger(__name__)
@@ -188,7 +190,9 @@ class _Child:
             reply["stopped"] = running.stopped.__name__
         if running.unrun:
             reply["unrun"] = True
-        if failed is not None:
+        if isinstance(failed, Snooze):  # not a failure: the delay, in milliseconds
+            reply["snooze_ms"] = failed.delay // dt.timedelta(milliseconds=1)
+        elif failed is not None:
             self.error = failed
             reply.update(_failure_fields(failed))
         else:
@@ -266,4 +270,5 @@ def _statistics(document: Mapping[str, Any]) -> RetryStatistics:
         last_execution=document.get("last_execution"),
         worker_id=document.get("worker_id"),
         root=None if root is None else Root(root["signature"], root["at"]),
+        snoozes=document.get("snoozes", 0),
     )

@@ -34,6 +34,7 @@ worker tells it how the attempt ended.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import logging
 import multiprocessing
 import os
@@ -163,6 +164,12 @@ class JobProcess:
         stop = STOPS.get(ran.get("stopped") or "") or stopped
         process = self._after_job(ran.get("memory"))
         output = ran.get("output") or {}
+        snooze_ms = ran.get("snooze_ms")
+        if isinstance(snooze_ms, int) and failure is None:
+            snooze = dt.timedelta(milliseconds=snooze_ms)
+            return CodeResult(
+                output=output, hooks=hooks, stopped=stop, process=process, snooze=snooze
+            )
         if failure is None:
             kept = {key: ran[key] for key in ("result", "result_dropped") if key in ran}
             return CodeResult(
@@ -376,6 +383,7 @@ def _statistics_document(statistics: RetryStatistics) -> dict[str, Any]:
         "retry_number": statistics.retry_number,
         "is_last_retry": statistics.is_last_retry,
         "last_execution": statistics.last_execution,
+        "snoozes": statistics.snoozes,
         "worker_id": statistics.worker_id,
         "root": None if root is None else {"signature": root.signature, "at": root.at},
     }

@@ -106,7 +106,10 @@ class End:
     """How an attempt ends its job, as the store writes it (:meth:`AttemptVerbs.record_end`),
     if the job is still held with ``token``: finished with reason ``why`` at ``at``, or
     put back to run again at ``retry_at`` (only if no cancellation was asked for
-    meanwhile: a cancelled job is never retried, it is finished as cancelled instead)."""
+    meanwhile: a cancelled job is never retried, it is finished as cancelled instead).
+
+    A ``snoozed`` end puts the job back as a retry does, but its run is not counted as
+    an attempt: ``attempts`` goes back down by one and ``snoozes`` up by one."""
 
     job_id: Any
     token: ObjectId
@@ -116,24 +119,41 @@ class End:
     """The reason it finishes the job with; ``None`` when it runs again."""
     retry_at: dt.datetime | None = None
     """When it runs again; ``None`` when it finishes."""
+    snoozed: bool = False
+    """Whether it runs again at ``retry_at`` because its code snoozed."""
 
     def __post_init__(self) -> None:
         if (self.why is None) == (self.retry_at is None):
             raise ValueError("an end either finishes its job (why) or retries it (retry_at)")
+        if self.snoozed and self.retry_at is None:
+            raise ValueError("a snoozed end runs its job again (retry_at)")
 
-    def parts(self) -> tuple[Document, Document, Document]:
-        """The filter, the fields to set and the fields to unset."""
+    def owned(self) -> Document:
+        """The write's precondition: still held with the token (and, to run it again,
+        no cancellation asked for)."""
         owned: Document = {"_id": self.job_id, "lock.token": self.token}
         if self.why is None:
             owned["cancel_requested_at"] = {"$exists": False}
-            return owned, {"locked": False, "scheduled_at": self.retry_at}, {"lock": ""}
-        fields = {"locked": False, "done": self.why == "done", "why": self.why}
-        return owned, {**fields, "archived_at": self.at}, {"lock": "", "scheduled_at": ""}
+        return owned
+
+    def update(self, execution: Document, *, reset: bool = False) -> Document:
+        """The update that ends the attempt recording ``execution`` (see
+        :func:`_recording` for ``reset``)."""
+        if self.why is None:
+            fields: Document = {"locked": False, "scheduled_at": self.retry_at}
+            unset: Document = {"lock": ""}
+        else:
+            fields = {"locked": False, "done": self.why == "done", "why": self.why}
+            fields["archived_at"] = self.at
+            unset = {"lock": "", "scheduled_at": ""}
+        update = _attempt_update(fields, unset, execution, reset)
+        if self.snoozed:
+            update["$inc"] = {"attempts": -1, "snoozes": 1}
+        return update
 
     def statement(self, execution: Document) -> Statement:
-        """The update that ends the attempt recording ``execution``."""
-        owned, fields, unset = self.parts()
-        return owned, _attempt_update(fields, unset, execution)
+        """The update that ends the attempt recording ``execution``, with its filter."""
+        return self.owned(), self.update(execution)
 
 
 def _attempt_update(
@@ -371,21 +391,21 @@ class AttemptVerbs:
         ``archived`` with others in one batch: a worker spends one command to finish a
         job, not three.
         """
-        return self._record_attempt(*end.parts(), execution)
+        return self._record_attempt(end, execution)
 
     @in_the_callers_transaction
     def record_end_in(self, end: End, execution: Document, session: Any) -> bool:
         """:meth:`record_end`, in the transaction ``session`` (of
         :meth:`run_in_transaction`): the driver's errors are left as they are, for its
         retries; a record too large is trimmed as outside one."""
-        owned, fields, unset = end.parts()
-        update = _attempt_update(fields, unset, execution)
+        owned = end.owned()
         try:
+            update = end.update(execution)
             return self.scheduled.update_one(owned, update, session=session).modified_count == 1
         except (OperationFailure, InvalidDocument) as error:
             if not isinstance(translate(error), DocumentTooLarge):
                 raise
-        update = _attempt_update(fields, unset, _trimmed(execution))
+        update = end.update(_trimmed(execution))
         return self.scheduled.update_one(owned, update, session=session).modified_count == 1
 
     def run_in_transaction(self, attempt: Callable[[Any], None]) -> None:
@@ -427,11 +447,9 @@ class AttemptVerbs:
         query["lock.started_at"] = {"$exists": False}
         return {d["_id"]: Job.from_document(d) for d in self.scheduled.find(query)}
 
-    def _record_attempt(
-        self, owned: Document, fields: Document, unset: Document, execution: Document
-    ) -> bool:
-        """Set ``fields``, unset ``unset`` and record ``execution`` (as the last execution
-        and at the end of the bounded history), if the job is still ``owned``.
+    def _record_attempt(self, end: End, execution: Document) -> bool:
+        """Write ``end``, recording ``execution`` (as the last execution and at the end of
+        the bounded history), if the job is still held as it says.
 
         Refused as too large, the write is tried again with what this attempt added
         trimmed (its output dropped, its message and trace cut); refused because a hand
@@ -439,8 +457,9 @@ class AttemptVerbs:
         refusal, and any failure to answer, is the caller's (translated at the seam):
         the history recorded so far is never dropped.
         """
+        owned = end.owned()
         for _ in range(2):
-            update = _attempt_update(fields, unset, execution)
+            update = end.update(execution)
             try:
                 result = self.scheduled.update_one(owned, update)
                 return result.modified_count == 1
@@ -450,7 +469,7 @@ class AttemptVerbs:
                     execution = _trimmed(execution)
                     continue
                 if isinstance(kind, WriteRejected) and self._history_damaged(owned):
-                    reset = _attempt_update(fields, unset, execution, reset=True)
+                    reset = end.update(execution, reset=True)
                     return self.scheduled.update_one(owned, reset).modified_count == 1
                 raise
         raise DocumentTooLarge("the job's document is too large to record even a trimmed attempt")

@@ -1,0 +1,60 @@
+"""Snooze: a running job says "run me again in a while", without failing.
+
+A job whose world is not ready yet (a rate-limited API, a file not there yet) raises
+:class:`Snooze` from its code. Its attempt ends as ``snoozed``: the job is put back, due
+after the delay, and the snoozed run does not count as one of its retry policy's attempts
+(``attempts`` is not increased by it; ``snoozes`` is). Nothing waiting for the job is
+told (it has not ended): a snoozed job of a batch or a workflow keeps them waiting.
+
+A job snoozes at most :data:`SNOOZE_LIMIT` times (or its own limit,
+:meth:`recruiter.job.JobSpec.with_snooze_limit`): a snooze past its limit fails the
+attempt with :class:`SnoozeLimitReached`, and the job's retry policy decides as for any
+failure. See docs/jobs.md, "Snooze".
+
+>>> Snooze("30s").delay
+datetime.timedelta(seconds=30)
+"""
+
+from __future__ import annotations
+
+from recruiter.duration import Duration, format_duration, to_timedelta
+
+SNOOZE_LIMIT = 100
+"""How many times a job may snooze, unless its spec says otherwise."""
+
+
+class Snooze(Exception):
+    """Raised by a job's code: end this attempt as snoozed, and run the job again after
+    ``delay`` (seconds, a timedelta or a text such as ``"30s"``).
+
+    >>> @registry.workable("reports.fetch")  # doctest: +SKIP
+    ... def fetch(report: str) -> None:
+    ...     if not storage.exists(report):
+    ...         raise Snooze("1m")
+    """
+
+    def __init__(self, delay: Duration) -> None:
+        try:
+            self.delay = to_timedelta(delay, name="snooze delay")
+        except ValueError as error:  # (the job's failure, saying what was wrong)
+            raise ValueError(f"Snooze({delay!r}): {error}") from error
+        super().__init__(f"snooze for {format_duration(self.delay)}")
+
+
+class SnoozeLimitReached(Exception):
+    """The failure recorded for a snooze past the job's limit: its retry policy decides
+    whether the job runs again."""
+
+    def __init__(self, snoozes: int, limit: int) -> None:
+        self.snoozes, self.limit = snoozes, limit
+        super().__init__(
+            f"the job snoozed {snoozes} times, its limit is {limit}: this snooze fails the "
+            "attempt (raise the limit with JobSpec.with_snooze_limit)"
+        )
+
+
+def check_snooze_limit(limit: object) -> int:
+    """``limit`` if it is a snooze limit (an integer, 0 or more); else ``ValueError``."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise ValueError(f"a snooze limit is an integer, 0 or more, got {limit!r}")
+    return limit
