@@ -389,7 +389,7 @@ def extras(ran: CodeResult) -> dict[str, Any]:
 def _said(end: End) -> str:
     """What an end is, in the words of a log line about its write."""
     if end.retry_at is not None:
-        return "retry"
+        return "snooze" if end.snoozed else "retry"
     return "success" if end.why == "done" else "end"
 
 
