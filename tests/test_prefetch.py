@@ -28,6 +28,7 @@ from recruiter import (
     Queue,
     Registry,
     RetryManyTimes,
+    Snooze,
     retry_statistics,
 )
 from recruiter.attempts import takeback
@@ -691,3 +692,46 @@ def test_the_old_option_names_still_work_with_a_warning(
     assert "--max-batch is now --prefetch" in output
     assert "--batch-seconds is now --prefetch-seconds" in output
     assert "--prefetch must be from 1 to 1000" in output
+
+
+@pytest.mark.parametrize("landed", [True, False], ids=["reply-lost", "write-lost"])
+def test_a_snooze_riding_with_the_next_start_and_its_reply_lost_counts_once(
+    queue: Queue,
+    registry: Registry,
+    clock: FrozenClock,
+    monkeypatch: pytest.MonkeyPatch,
+    landed: bool,
+) -> None:
+    """Job 1 snoozes; its end (attempts -1, snoozes +1) rides with job 2's start and the
+    reply is lost. Written again, the snooze matches no lock (it landed: its record is
+    found) or lands now: either way it is counted once, and job 2 runs once."""
+    ran: list[str] = []
+
+    @registry.workable("tests.noop")
+    def noop() -> None:
+        ran.append("noop")
+        if len(ran) == 1:
+            raise Snooze("1m")
+
+    worker = one_worker(queue, registry, clock)
+    first, second = jobs(queue, 2)
+    Recruiter(queue.store, RecruiterConfig(prefetch=RULE)).run_once(clock.now())
+    real = queue.store.record_end_then_start
+    lost: list[int] = []
+
+    def lands_then_no_reply(*statements: Any) -> int:
+        if not lost:
+            lost.append(real(*statements) if landed else 0)
+            raise DatabaseUnavailable("connection closed (simulated)")
+        return real(*statements)
+
+    monkeypatch.setattr(queue.store, "record_end_then_start", lands_then_no_reply)
+    result = worker.slots[0].run_once()
+    assert lost == [2 if landed else 0]
+    assert [e.outcome for e in result.executions] == [Outcome.SNOOZED, Outcome.DONE]
+    assert ran == ["noop", "noop"]
+    snoozed = queue.job(first)
+    assert (snoozed.attempts, snoozed.snoozes, snoozed.locked) == (0, 1, False)
+    assert [h["outcome"] for h in snoozed.history] == ["snoozed"]
+    done = queue.job(second)
+    assert (done.why, done.attempts, len(done.history)) == ("done", 1, 1)
