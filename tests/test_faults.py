@@ -226,6 +226,48 @@ def test_the_oracle_knows_a_worker_frozen_before_its_job_code_began() -> None:
     assert report.unacknowledged_runs == {"worker frozen past the dead timeout": 1}
 
 
+def snoozing(history: list[dict[str, Any]], runs: list[Run], snoozes: int) -> Record:
+    """A ``faults.snooze`` job that snoozes its first run, then is done."""
+    made = record(history, runs)
+    job = made.archived[0]
+    job["attempts"] = len(history) - snoozes
+    job["snoozes"] = snoozes
+    job["workable"] = {"class": "faults.snooze", "parameters": {"snooze_times": 1}}
+    made.planned[str(JOB)] = "snooze"
+    return made
+
+
+SNOOZED = attempt(1, W1, 10, 1, 2, outcome="snoozed", snoozed_until=at(3))
+
+
+def test_the_oracle_accepts_a_snooze_then_the_same_attempt_done() -> None:
+    history = [SNOOZED, attempt(1, W2, 11, 3, 4, scheduled_at=at(3))]
+    runs = [run(1, W1, 10, 1, 2), run(1, W2, 11, 3, 4)]
+    runs[0].effect, runs[1].snoozes = False, 1
+    report = judge(snoozing(history, runs, snoozes=1))
+    assert report.ok, report.violations
+
+
+def test_the_oracle_catches_a_snoozed_run_run_twice_and_a_snooze_not_counted() -> None:
+    history = [SNOOZED, attempt(1, W2, 11, 3, 4, scheduled_at=at(3))]
+    runs = [run(1, W1, 10, 1, 2), run(1, W2, 11, 3, 4), run(1, W2, 11, 5, 6)]
+    runs[0].effect, runs[1].snoozes, runs[2].snoozes = False, 1, 1
+    report = judge(snoozing(history, runs, snoozes=1))
+    assert any("(after 1 snoozes) ran 2 times" in v for v in report.violations), report.violations
+    uncounted = snoozing(history, runs[:2], snoozes=1)
+    uncounted.archived[0]["snoozes"] = 0
+    report = judge(uncounted)
+    assert any("1 snoozes recorded, the job counts 0" in v for v in report.violations)
+
+
+def test_the_oracle_catches_a_snoozed_run_due_again_at_another_time() -> None:
+    history = [SNOOZED, attempt(1, W2, 11, 30, 31, scheduled_at=at(30))]
+    runs = [run(1, W1, 10, 1, 2), run(1, W2, 11, 30, 31)]
+    runs[0].effect, runs[1].snoozes = False, 1
+    report = judge(snoozing(history, runs, snoozes=1))
+    assert any("snoozed, ran again at another time" in v for v in report.violations)
+
+
 def test_the_oracle_catches_two_leaders_at_once() -> None:
     history = [
         {"holder": "a", "acquired_at": at(0), "expires_at": at(15)},

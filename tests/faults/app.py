@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from recruiter import Registry, retry_statistics
+from recruiter import Registry, Snooze, retry_statistics
 from recruiter.job_context import job_session
 from recruiter.pools.stopping import Stopped
 from tests.faults import ledger
@@ -41,6 +41,7 @@ def _started(kind: str) -> dict[str, object]:
     run = {
         "job": statistics.job_id,
         "attempt": statistics.retry_number,
+        "snoozes": statistics.snoozes,
         "worker": statistics.worker_id,
         "kind": kind,
     }
@@ -93,6 +94,17 @@ def flaky(milliseconds: int, fail_times: int) -> None:
 def broken(milliseconds: int) -> None:
     """Always fails."""
     _run("broken", milliseconds, fail=True)
+
+
+@registry.workable("faults.snooze")
+def snooze(milliseconds: int, snooze_times: int, snooze_ms: int) -> None:
+    """Snoozes its first ``snooze_times`` runs for ``snooze_ms`` (no attempt used), then
+    does its effect after ``milliseconds``."""
+    run = _started("snooze")
+    if retry_statistics().snoozes < snooze_times:
+        ledger.write("end", effect=False, snoozed=True, **run)
+        raise Snooze(snooze_ms / 1000)
+    _work_and_end(run, milliseconds, fail=False)
 
 
 @registry.workable("faults.confirm", transaction=True)

@@ -48,6 +48,8 @@ class Run:
     ended: float | None = None
     effect: bool = False
     """Whether it reached its side effect (``end`` with ``effect: true``)."""
+    snoozes: int = 0
+    """How many times the job snoozed before this run (its runs of one attempt)."""
 
     @property
     def finished(self) -> bool:
@@ -56,16 +58,24 @@ class Run:
 
 def read(directory: Path) -> list[Run]:
     """Every execution in the ledger, in the order they started."""
-    runs: dict[tuple[str, int, str], Run] = {}
+    runs: dict[tuple[str, int, int, str], Run] = {}
     for line in _lines(directory):
-        key = (line["job"], line["attempt"], line["worker"])
+        snoozes = line.get("snoozes", 0)
+        key = (line["job"], line["attempt"], snoozes, line["worker"])
         if line["event"] == "start":
             if key in runs and _tried_again(runs[key], line):
                 runs[key].ended, runs[key].effect = None, False
                 continue
             if key in runs:
                 raise AssertionError(f"the ledger has two starts of {key}")
-            runs[key] = Run(line["job"], line["attempt"], line["worker"], line["pid"], line["t"])
+            runs[key] = Run(
+                line["job"],
+                line["attempt"],
+                line["worker"],
+                line["pid"],
+                line["t"],
+                snoozes=snoozes,
+            )
         else:
             run = runs[key]
             run.ended, run.effect = line["t"], line["effect"]

@@ -445,7 +445,7 @@ class JobJudge:
         self.timeline = timeline
         self.record = record
         self.report = report
-        self.history: list[dict[str, Any]] = list(document.get("history") or [])
+        self.history: list[dict[str, Any]] = _numbered(document.get("history") or [])
 
     def fail(self, message: str) -> None:
         self.report.violations.append(f"job {self.id} ({self.kind}): {message}")
@@ -463,13 +463,20 @@ class JobJudge:
         self._overlaps()
 
     def _history_is_whole(self) -> bool:
+        """Every attempt recorded, in order; a snoozed run's attempt is run again (its
+        number comes again), and the job's ``snoozes`` counts them."""
         attempts = self.document.get("attempts")
         numbers = [r.get("attempt") for r in self.history]
-        if attempts is None or attempts > HISTORY_LIMIT:
+        if attempts is None or attempts + self.document.get("snoozes", 0) > HISTORY_LIMIT:
             self.fail(f"attempts {attempts!r} cannot be checked")
             return False
-        if numbers != list(range(1, attempts + 1)):
+        snoozed = sum(1 for r in self.history if r.get("outcome") == "snoozed")
+        expected = list(range(1, attempts + 1 + snoozed))
+        if [r["attempt"] + r["snoozes_before"] for r in self.history] != expected:
             self.fail(f"attempts {attempts} but history records attempts {numbers}")
+            return False
+        if snoozed != self.document.get("snoozes", 0):
+            self.fail(f"{snoozed} snoozes recorded, the job counts {self.document.get('snoozes')}")
             return False
         return True
 
@@ -483,6 +490,9 @@ class JobJudge:
             if last and why == "cancelled":
                 continue  # cancelled: the policy has no say in how the job ended
             outcome = entry.get("outcome")
+            if outcome == "snoozed":  # not the policy's: due again as the snooze said
+                self._snoozed(index, why)
+                continue
             if outcome == "done":
                 if not last or why != "done" or entry.get("crashed"):
                     self.fail(f"attempt {entry['attempt']} done, yet the job went on ({why})")
@@ -500,10 +510,32 @@ class JobJudge:
                     f"attempt {entry['attempt']} {outcome}, job {why}: policy says {decision}"
                 )
 
+    def _snoozed(self, index: int, why: Any) -> None:
+        """The snoozed run at ``index`` was followed by a run due when it said."""
+        entry = self.history[index]
+        if index == len(self.history) - 1:
+            self.fail(f"attempt {entry['attempt']} snoozed, yet the job ended ({why})")
+        elif abs(self.history[index + 1]["scheduled_at"] - entry["snoozed_until"]) > (
+            CLOCK_TOLERANCE
+        ):
+            self.fail(f"attempt {entry['attempt']} snoozed, ran again at another time")
+
     def _kind(self) -> None:
         fail_times = self.document.get("workable", {}).get("parameters", {}).get("fail_times", 0)
+        snooze_times = (
+            self.document.get("workable", {}).get("parameters", {}).get("snooze_times", 0)
+        )
         for entry in self.history:
             if entry.get("crashed") or entry.get("outcome") == "skipped":
+                continue
+            if entry.get("outcome") == "archived" and "class" not in entry:
+                continue  # its snooze refused: cancelled while it ran
+            if (entry.get("outcome") == "snoozed") != (
+                self.kind == "snooze" and entry["snoozes_before"] < snooze_times
+            ):
+                self.fail(f"attempt {entry['attempt']} {entry.get('outcome')}, not as planned")
+                continue
+            if entry.get("outcome") == "snoozed":
                 continue
             if entry.get("class") == "recruiter.stopping.JobCancelled":
                 continue
@@ -523,20 +555,24 @@ class JobJudge:
     def _ledger(self) -> None:
         """Every counted attempt ran, and every run that did not count has a cause."""
         counted = {
-            (r["attempt"], str(r.get("worker"))): r for r in self.history if not r.get("crashed")
+            (r["attempt"], r["snoozes_before"], str(r.get("worker"))): r
+            for r in self.history
+            if not r.get("crashed")
         }
-        attempts = Counter(run.attempt for run in self.runs)
-        for attempt, times in attempts.items():
+        attempts = Counter((run.attempt, run.snoozes) for run in self.runs)
+        for (attempt, snoozes), times in attempts.items():
             if times > 1:
-                self.fail(f"attempt {attempt} ran {times} times")
+                self.fail(f"attempt {attempt} (after {snoozes} snoozes) ran {times} times")
         self._counted_attempts_ran(counted)
         self._uncounted_runs_have_a_cause(counted)
         if self.document.get("why") == "done" and not any(run.effect for run in self.runs):
             self.fail("done, but its side effect never happened")
 
-    def _counted_attempts_ran(self, counted: Mapping[tuple[int, str], Mapping[str, Any]]) -> None:
+    def _counted_attempts_ran(
+        self, counted: Mapping[tuple[int, int, str], Mapping[str, Any]]
+    ) -> None:
         for key, entry in counted.items():
-            run = next((r for r in self.runs if (r.attempt, r.worker) == key), None)
+            run = next((r for r in self.runs if (r.attempt, r.snoozes, r.worker) == key), None)
             if entry.get("outcome") == "skipped":  # cancelled before it started
                 if run is not None:
                     self.fail(f"attempt {key[0]} skipped, yet it ran")
@@ -555,7 +591,7 @@ class JobJudge:
                 self.fail(f"attempt {key[0]} recorded as {entry.get('outcome')}, ran otherwise")
 
     def _uncounted_runs_have_a_cause(
-        self, counted: Mapping[tuple[int, str], Mapping[str, Any]]
+        self, counted: Mapping[tuple[int, int, str], Mapping[str, Any]]
     ) -> None:
         for entry in self.history:
             if entry.get("crashed") and self.timeline.cause(entry.get("pid") or 0) is None:
@@ -563,11 +599,18 @@ class JobJudge:
                     f"attempt {entry['attempt']} taken from a live worker (pid {entry.get('pid')})"
                 )
         for run in self.runs:
-            if (run.attempt, run.worker) in counted:
+            if (run.attempt, run.snoozes, run.worker) in counted:
                 continue
             # the attempt began when its start was recorded, which may be before the
             # ledger's start line: a worker frozen between the two writes it on thawing
-            recorded = next((r for r in self.history if r["attempt"] == run.attempt), {})
+            recorded = next(
+                (
+                    r
+                    for r in self.history
+                    if (r["attempt"], r["snoozes_before"]) == (run.attempt, run.snoozes)
+                ),
+                {},
+            )
             since = min(run.started, _timestamp(recorded.get("started_at"), run.started))
             cause = self.timeline.cause(run.pid, run, since)
             if cause is None:
@@ -608,6 +651,16 @@ class JobJudge:
                 if piece[1] > piece[0]
             ]
         return segments
+
+
+def _numbered(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The history, each record told how many times the job had snoozed before its run
+    (``snoozes_before``): with its attempt number, what names a run in the ledger."""
+    numbered, snoozed = [], 0
+    for record in history:
+        numbered.append({**record, "snoozes_before": snoozed})
+        snoozed += record.get("outcome") == "snoozed"
+    return numbered
 
 
 def _failed_attempt(

@@ -43,6 +43,7 @@ from tests.faults.app import (
     confirm,
     flaky,
     flaky_async,
+    snooze,
     succeed,
     succeed_async,
 )
@@ -144,7 +145,7 @@ class Record:
 
     scenario: Scenario
     planned: dict[str, str]
-    """Job id → its kind (``succeed``, ``slow``, ``flaky``, ``broken``)."""
+    """Job id → its kind (``succeed``, ``snooze``, ``slow``, ``flaky``, ``broken``)."""
     archived: list[dict[str, Any]]
     scheduled: list[dict[str, Any]]
     roster: list[dict[str, Any]]
@@ -220,10 +221,14 @@ def plan_jobs(
 
     for _ in range(count):
         roll = chooser.random()
-        if roll < 0.45:
+        if roll < 0.38:
             policy = chooser.choice([RetryManyTimes(4, 0.05), ExponentialBackoff(4, 0.05)])
             job = twin(succeed, succeed_async).job(chooser.randint(0, 30))
             jobs.append(("succeed", job.retry_with(policy)))
+        elif roll < 0.45:
+            times, delay = chooser.randint(1, 2), chooser.randint(0, 300)
+            job = snooze.job(chooser.randint(0, 30), times, delay)
+            jobs.append(("snooze", job.retry_with(RetryManyTimes(2, 0.05))))
         elif roll < 0.5:
             job = confirm.job(chooser.randint(0, 30), database)
             jobs.append(("succeed", job.retry_with(RetryManyTimes(4, 0.05))))
