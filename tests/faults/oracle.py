@@ -101,6 +101,8 @@ class Report:
     :data:`~recruiter.repeating.occurrences.MISSED_GRACE`, whose missed ones its rule skipped."""
     worst_slowness: float = 1.0
     """The machine's slowness over the run's slowest stretch (1: a CPU to each process)."""
+    snoozes: int = 0
+    """Runs that snoozed (``faults.snooze``), each checked against the ledger."""
 
     @property
     def ok(self) -> bool:
@@ -131,6 +133,7 @@ class Report:
             "faults_put_off": self.put_off,
             "repeat_skipped_in_gaps": sum(gap["skipped"] for gap in self.repeat_gaps),
             "worst_slowness": round(self.worst_slowness, 2),
+            "snoozes": self.snoozes,
         }
 
 
@@ -452,6 +455,7 @@ class JobJudge:
 
     def judge(self) -> None:
         self.report.crashed_attempts += sum(1 for r in self.history if r.get("crashed"))
+        self.report.snoozes += sum(1 for r in self.history if r.get("outcome") == "snoozed")
         self.report.timed_out_attempts += sum(
             1 for r in self.history if r.get("class") == TIMED_OUT
         )
