@@ -17,6 +17,7 @@ from recruiter.errors import (
     NotInAJob,
 )
 from recruiter.job import Root
+from recruiter.snooze import SNOOZE_LIMIT
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,8 @@ class RetryStatistics:
     (``spec.as_leaf_of(retry_statistics().root)``)."""
     snoozes: int = 0
     """How many times the job snoozed before this run (:class:`~recruiter.snooze.Snooze`)."""
+    snooze_limit: int = SNOOZE_LIMIT
+    """How many times it may snooze: a snooze past it fails the attempt."""
 
 
 _current: contextvars.ContextVar[RetryStatistics | None] = contextvars.ContextVar(

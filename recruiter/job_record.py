@@ -131,6 +131,7 @@ class Job:
         workable = reader.mapping("workable")
         lock = reader.mapping("lock", required=False)
         token, since, started = lock.get("token"), lock.get("since"), lock.get("started_at")
+        snoozes = max(0, reader.integer("snoozes", required=False))  # (before its problems)
         return cls(
             id=document.get("_id"),
             group=reader.text("group", DEFAULT_GROUP),
@@ -166,7 +167,7 @@ class Job:
             dependencies=tuple(d for d in reader.array("dependencies") if isinstance(d, Mapping)),
             followed=document.get("followed") is True,
             cancelled_because=_text_or_none(document.get("cancelled_because")),
-            snoozes=_count(document.get("snoozes")),
+            snoozes=snoozes,
             snooze_limit=_snooze_limit(document.get("snooze_limit")),
         )
 
@@ -183,10 +184,6 @@ def state_of(job: Job, now: dt.datetime) -> str:
     if job.scheduled_at is not None and job.scheduled_at > now:
         return "postponed"
     return "ready"
-
-
-def _count(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _snooze_limit(value: Any) -> int:

@@ -53,6 +53,24 @@ class SnoozeLimitReached(Exception):
         )
 
 
+def past_limit(snooze: Snooze, snoozes: int, limit: int) -> SnoozeLimitReached | None:
+    """The failure ``snooze`` is, raised by a job that snoozed ``snoozes`` times already
+    with a limit of ``limit``; ``None`` within the limit. Decided where the snooze is
+    raised (a slot's thread, the event loop, a job process), so that the attempt fails
+    there as any failure does: its trace, its hooks, its events.
+
+    >>> past_limit(Snooze(1), 2, 3) is None
+    True
+    >>> str(past_limit(Snooze(1), 3, 3))[:34]
+    'the job snoozed 3 times, its limit'
+    """
+    if snoozes < limit:
+        return None
+    error = SnoozeLimitReached(snoozes, limit)
+    error.__cause__ = snooze  # (its trace shows where the job snoozed)
+    return error
+
+
 def check_snooze_limit(limit: object) -> int:
     """``limit`` if it is a snooze limit (an integer, 0 or more); else ``ValueError``."""
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:

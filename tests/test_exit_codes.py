@@ -257,3 +257,15 @@ def test_an_app_in_the_current_directory_is_found_without_pythonpath(
     )
     assert ran.returncode == ExitCode.OK, ran.stderr
     assert queue.job(job_id).result == "hello ada"
+
+
+@pytest.mark.real_server
+def test_0_a_job_run_here_that_snoozes_did_not_fail(
+    shop_and_options: tuple[Queue, list[str]],
+) -> None:
+    queue, options = shop_and_options
+    job_id = queue.schedule(JobSpec("demo.snooze", {"times": 1, "seconds": 600}))
+    result = recruiter("jobs", "run", str(job_id), "--here", "--app", "recruiter.demo", *options)
+    assert result.code == ExitCode.OK, result.said
+    assert "snoozed until" in result.said
+    assert queue.job(job_id).snoozes == 1

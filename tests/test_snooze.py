@@ -145,7 +145,23 @@ def test_a_damaged_stored_snooze_limit_reads_as_the_default() -> None:
     document = {**JobSpec("w").to_document(ObjectId(), now), "snooze_limit": "many"}
     document["snoozes"] = -3
     job = Job.from_document(document)
-    assert (job.snooze_limit, job.snoozes) == (SNOOZE_LIMIT, 0)
+    assert (job.snooze_limit, job.snoozes, job.problems) == (SNOOZE_LIMIT, 0, ())
+
+
+def test_a_job_whose_stored_snoozes_is_damaged_fails_as_damaged_never_snoozing(
+    queue: Queue, registry: Registry
+) -> None:
+    """A hand-edited ``snoozes`` that ``$inc`` cannot add to would refuse the snooze's
+    write, leaving the job held: it is a problem of the document, failed at once."""
+    _snoozes(registry)
+    job_id = queue.schedule(JobSpec("tests.snoozes"))
+    queue.store.scheduled.update_one({"_id": job_id}, {"$set": {"snoozes": "three"}})
+    assert queue.job(job_id).problems == ("snoozes should be an integer, found 'three'",)
+    execution = _run_one(queue, registry, job_id)
+    assert execution.outcome is Outcome.ARCHIVED
+    assert execution.failure is not None
+    assert execution.failure.exception_class == "recruiter.execution.DamagedJob"
+    assert queue.job(job_id).locked is False
 
 
 @pytest.mark.parametrize("delay", ["soon", -5, "-1s", True])
@@ -354,3 +370,76 @@ def test_jobs_show_and_the_job_page_say_snoozed_until(
     assert re.search(rf"│ snoozed +│ until {until} \(1 of 100 snoozes\)", shown.output)
     assert "attempt 1: snoozed" in shown.output
     assert f"  snoozed until {until}" in shown.output
+
+
+def test_a_snooze_past_the_limit_runs_the_failure_hooks_and_tells_the_last_failure(
+    queue: Queue, registry: Registry, clock: FrozenClock
+) -> None:
+    from recruiter.events import JOB_FAILURE_LAST
+
+    heard: list[str] = []
+
+    @registry.workable("tests.always_snoozes")
+    def always_snoozes() -> None:
+        raise Snooze(1)
+
+    always_snoozes.after_failure(lambda error: heard.append(f"after_failure {error}"[:34]))
+    always_snoozes.after_last_failure(lambda error: heard.append("after_last_failure"))
+    always_snoozes.finalize(lambda error: heard.append(f"finalize {type(error).__name__}"))
+    registry.listeners.add(JOB_FAILURE_LAST, lambda event: heard.append("job.failure.last"))
+    spec = JobSpec("tests.always_snoozes").with_snooze_limit(0).retry_with(DoNotDoItAgain())
+    job_id = queue.schedule(spec)
+    execution = _run_one(queue, registry, job_id)
+    assert execution.outcome is Outcome.ARCHIVED
+    assert heard == [
+        "after_failure the job snoozed 0 ti",
+        "job.failure.last",
+        "after_last_failure",
+        "finalize SnoozeLimitReached",
+    ]
+    last = queue.job(job_id).history[-1]
+    assert last["class"] == "recruiter.snooze.SnoozeLimitReached"
+    assert "raise Snooze(1)" in last["trace"], "the trace shows where it snoozed"
+
+
+def test_a_job_process_s_snooze_past_the_limit_fails_there_with_its_hooks(
+    queue: Queue, clock: FrozenClock, watch: Watch
+) -> None:
+    child = JobProcess("tests.pool_app:registry")
+    try:
+        spec = JobSpec("pool.snooze", {"seconds": 1}).with_snooze_limit(0)
+        job_id = queue.schedule(spec.retry_with(DoNotDoItAgain()))
+        execution = execute(queue, pool_app, job_id, watch=watch, runner=child)
+    finally:
+        child.close()
+    assert execution.outcome is Outcome.ARCHIVED
+    assert execution.failure is not None
+    assert execution.failure.exception_class == "recruiter.snooze.SnoozeLimitReached"
+    last = queue.job(job_id).history[-1]
+    assert "raise Snooze(seconds)" in last["trace"]
+
+
+def test_a_snooze_refused_for_a_cancel_still_finalizes_the_job(
+    queue: Queue, registry: Registry
+) -> None:
+    heard: list[Any] = []
+    job_ids: list[Any] = []
+
+    @registry.workable("tests.cancelled_snooze")
+    def cancelled_snooze() -> None:
+        queue.cancel(job_ids[0])
+        raise Snooze("1m")
+
+    cancelled_snooze.finalize(lambda error: heard.append(("finalize", error)))
+    cancelled_snooze.after_failure(lambda error: heard.append(("after_failure", error)))
+    job_ids.append(queue.schedule(JobSpec("tests.cancelled_snooze")))
+    assert _run_one(queue, registry, job_ids[0]).why == "cancelled"
+    assert heard == [("finalize", None)]
+
+
+def test_recovering_a_job_keeps_its_snooze_limit(queue: Queue, registry: Registry) -> None:
+    _snoozes(registry, 0, times=5)
+    job_id = queue.schedule(JobSpec("tests.snoozes").with_snooze_limit(0))
+    drain(queue, registry)
+    copy = queue.recover(job_id)
+    assert queue.job(copy).snooze_limit == 0

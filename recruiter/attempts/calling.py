@@ -25,7 +25,7 @@ from recruiter.job_context import RetryStatistics, running_as
 from recruiter.job_record import Job
 from recruiter.pools.stopping import Running, Stopped
 from recruiter.retry import Failure
-from recruiter.snooze import Snooze, SnoozeLimitReached
+from recruiter.snooze import Snooze, past_limit
 from recruiter.workable import Registry, WorkableHooks
 
 RESULT_BYTES = 1_000_000
@@ -108,7 +108,10 @@ def call_code(
         if returned_before_stop(error, running.returned):
             return CodeResult(output=storable(output), hooks=hooks)
         if isinstance(error, Snooze):
-            return snoozed(error, storable(output), hooks, running.stopped)
+            past = past_limit(error, statistics.snoozes, statistics.snooze_limit)
+            if past is None:
+                return snoozed(error, storable(output), hooks, running.stopped)
+            error = past  # a failure, as any the code raises
         trace = "".join(traceback.format_exception(error))[-TRACE_LIMIT:]
         ran = CodeResult(Failure.from_exception(error), trace, storable(output), error, hooks)
         return dataclasses.replace(ran, stopped=running.stopped, unrun=running.unrun)
@@ -211,17 +214,6 @@ def snoozed(
 ) -> CodeResult:
     """What code that raised ``snooze`` gave: no failure, the delay it asked for."""
     return CodeResult(output=output, hooks=hooks, stopped=stopped, snooze=snooze.delay)
-
-
-def past_snooze_limit(job: Job, ran: CodeResult) -> CodeResult:
-    """``ran``; or, when its code snoozed past the job's snooze limit, that snooze as the
-    attempt's failure (:class:`~recruiter.snooze.SnoozeLimitReached`), for the retry
-    policy to decide on: a job never snoozes forever."""
-    if ran.snooze is None or job.snoozes < job.snooze_limit:
-        return ran
-    error = SnoozeLimitReached(job.snoozes, job.snooze_limit)
-    failure = Failure.from_exception(error)
-    return dataclasses.replace(ran, failure=failure, error=error, snooze=None, trace=str(error))
 
 
 def failed_by(error: BaseException) -> CodeResult:

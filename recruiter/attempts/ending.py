@@ -142,6 +142,8 @@ def ended(
             listeners.emit(JOB_FAILURE_LAST, JobEvent(JOB_FAILURE_LAST, job, execution))
             call_safely(f"job {job.id}: after_last_failure", hooks.after_last_failure, error)
             call_safely(f"job {job.id}: finalize", hooks.finalize, error)
+    elif execution.outcome is Outcome.ARCHIVED:  # it snoozed, but was cancelled meanwhile
+        call_safely(f"job {job.id}: finalize", hooks.finalize, None)
 
 
 @dataclass

@@ -30,7 +30,6 @@ from recruiter.attempts.calling import (
     JobRunner,
     call_code,
     not_run,
-    past_snooze_limit,
 )
 from recruiter.attempts.completer import Completer
 from recruiter.attempts.ending import DurableWrite, Start, ended, write_verdict
@@ -139,6 +138,7 @@ class Executor:
             worker_id=None if self.identity.worker_id is None else str(self.identity.worker_id),
             root=job.root,
             snoozes=job.snoozes,
+            snooze_limit=job.snooze_limit,
         )
         self.registry.listeners.emit(JOB_STARTED, JobEvent(JOB_STARTED, job))
         skip = self._skip_reason(job)
@@ -230,7 +230,6 @@ class Executor:
         """The attempt's end, through the funnel: its verdict, its record, written."""
         ended_at = self.clock.now()
         started_at = start.started["started_at"]
-        ran = past_snooze_limit(job, ran)
         verdict = verdict_of(
             job,
             ran.failure,

@@ -112,6 +112,7 @@ RECOVERED_FIELDS = (
     "tags",
     "urn",
     "timeout_ms",
+    "snooze_limit",
     "dedup_key",
     "root",
 )

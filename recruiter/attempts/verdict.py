@@ -97,8 +97,8 @@ def verdict_of(
 ) -> Verdict:
     """How attempt ``job.attempts`` of ``job`` ends it: done if its code returned (and
     ``failure`` is ``None``); snoozed until ``ended_at + snooze`` if its code snoozed
-    (within its limit: :func:`recruiter.attempts.calling.past_snooze_limit` makes a
-    snooze past it a failure first); else given up as cancelled if a cancellation was
+    (within its limit: a snooze past it is a failure where it is raised, see
+    :func:`recruiter.snooze.past_limit`); else given up as cancelled if a cancellation was
     asked for (or landed as the stop of its code); else as ``policy`` decides (a policy
     that raises gives up, saying so).
 

@@ -23,7 +23,7 @@ from recruiter.cli.options import (
 from recruiter.cli.tables import id_column
 from recruiter.cli.terminal import console, errors
 from recruiter.errors import JobNotFound, NotFailed, ResultNotKept
-from recruiter.monitoring.words import counted
+from recruiter.monitoring.words import counted, moment_text
 
 if TYPE_CHECKING:  # imported where used: `recruiter --help` does not load the driver
     from recruiter.job_record import Job
@@ -84,7 +84,8 @@ def run_jobs(
     finally:
         queue.close()
     console.print(_results(finished))
-    if any(job.why != "done" for job in finished):
+    # a job that snoozed did not fail: it runs again when its snooze ends
+    if any(job.why != "done" and job.snoozed_until is None for job in finished):
         sys.exit(ExitCode.JOB_FAILED)
 
 
@@ -282,5 +283,7 @@ def _results(finished: list[Job]) -> Table:
         said = last.get("message") or last.get("outcome") or ""
         if job.why == "done":
             said = result_text(job)
+        elif job.snoozed_until is not None:
+            said = f"snoozed until {moment_text(job.snoozed_until)}"
         table.add_row(str(job.id), job.why or "-", str(job.attempts), str(said)[:80])
     return table

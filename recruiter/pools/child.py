@@ -28,7 +28,7 @@ from recruiter.pools.memory import resident_memory
 from recruiter.pools.pipe import CODEC, HOOKS, TICK, JobProcessFailed
 from recruiter.pools.stopping import STOPS, Entrance, Running, Stopped
 from recruiter.retry import Failure
-from recruiter.snooze import Snooze
+from recruiter.snooze import SNOOZE_LIMIT, Snooze, past_limit
 from recruiter.workable import Registry, Workable, WorkableHooks
 
 logger = logging.getLogger(__name__)
@@ -180,6 +180,8 @@ class _Child:
         except BaseException as error:
             if not returned_before_stop(error, running.returned):
                 failed = error
+            if isinstance(error, Snooze):  # past its limit: a failure, raised here
+                failed = past_limit(error, statistics.snoozes, statistics.snooze_limit) or error
         finally:
             with self.lock:
                 self.running, self.current, self.finished = None, None, number
@@ -271,4 +273,5 @@ def _statistics(document: Mapping[str, Any]) -> RetryStatistics:
         worker_id=document.get("worker_id"),
         root=None if root is None else Root(root["signature"], root["at"]),
         snoozes=document.get("snoozes", 0),
+        snooze_limit=document.get("snooze_limit", SNOOZE_LIMIT),
     )

@@ -384,6 +384,7 @@ def _statistics_document(statistics: RetryStatistics) -> dict[str, Any]:
         "is_last_retry": statistics.is_last_retry,
         "last_execution": statistics.last_execution,
         "snoozes": statistics.snoozes,
+        "snooze_limit": statistics.snooze_limit,
         "worker_id": statistics.worker_id,
         "root": None if root is None else {"signature": root.signature, "at": root.at},
     }

@@ -44,7 +44,7 @@ MISSED_GRACE = dt.timedelta(minutes=1)
 SKIP_COUNT_LIMIT = 10_000
 """Skipped occurrences beyond this many at once are not counted one by one (a cron
 schedule's are counted by stepping through them; an interval's are computed)."""
-TEMPLATE_FIELDS = ("group", "priority", "workable", "retry_policy", "tags", "urn")
+TEMPLATE_FIELDS = ("group", "priority", "workable", "retry_policy", "tags", "urn", "snooze_limit")
 """What a scheduler keeps of a job's document, to create each occurrence from."""
 
 
