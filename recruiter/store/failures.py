@@ -132,6 +132,14 @@ def in_the_callers_transaction(method: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def untranslated(method: F) -> F:
+    """Mark a public method that :func:`translate_methods` leaves as it is: one that runs
+    steps calling the store's own verbs (each translated, or left in the caller's
+    transaction, as it says)."""
+    method.__dict__[_UNTRANSLATED] = True
+    return method
+
+
 def translate_methods(cls: type[Any]) -> type[Any]:
     """Wrap every public method of ``cls`` (inherited ones too) with :func:`translated`,
     but those run in the caller's transaction (:func:`in_the_callers_transaction`)."""
