@@ -83,8 +83,9 @@ __all__ = [
 ]
 
 
-def fate_write_concern(database: Database[Any]) -> WriteConcern:
-    """The write concern of every write: ``majority`` unless the URI says otherwise.
+def fate_write_concern(database: Any) -> WriteConcern:
+    """The write concern of every write (to ``database``, of the synchronous or the
+    asyncio client): ``majority`` unless the URI says otherwise.
 
     Every write the store makes decides a job's fate (its lock, its attempt, its end,
     its holder's liveness). Acknowledged by the primary alone (``w=1``, the default of

@@ -83,7 +83,7 @@ class JobVerbs(Sends):
     @in_the_callers_transaction
     def insert_in_order_in(self, documents: Sequence[Document], session: Any) -> None:
         """:meth:`insert_in_order`, in the application's transaction ``session``."""
-        self._send(send(SCHEDULED, "insert_many", list(documents), ordered=True, session=session))
+        self._send(insert_in_order_in(documents, session))
 
     def _queued_by_key(self, keys: set[str], session: Any = None) -> dict[str, Any]:
         return self._send(queued_by_key(keys, session))
@@ -345,6 +345,11 @@ def insert_in_order(documents: Sequence[Document], session: Any = None) -> Steps
             if not stored or not (yield from _stored(documents[index]["_id"])):
                 raise
             position = index + 1
+
+
+def insert_in_order_in(documents: Sequence[Document], session: Any) -> Steps[None]:
+    """:meth:`JobVerbs.insert_in_order_in`."""
+    yield from send(SCHEDULED, "insert_many", list(documents), ordered=True, session=session)
 
 
 def _insert_unless_queued(documents: list[Document]) -> Steps[list[int]]:
