@@ -36,7 +36,7 @@ from recruiter.attempts.manual import (
     wait_steps,
 )
 from recruiter.clock import Clock, DatabaseClock, FrozenClock, SystemClock
-from recruiter.connection import URI_VARIABLE, resolve_uri
+from recruiter.connection import URI_VARIABLE, open_async_database, resolve_uri
 from recruiter.duration import Duration, to_timedelta
 from recruiter.errors import BatchNotFound, JobNotFound
 from recruiter.job import JobSpec, as_object_id
@@ -56,7 +56,7 @@ from recruiter.producer import (
 from recruiter.repeating.timing import DEFAULT_MISSED, Missed, Schedule
 from recruiter.scheduling import new_jobs
 from recruiter.schema_check import Recheck
-from recruiter.store.async_store import AsyncStore, open_async_database
+from recruiter.store.async_store import AsyncStore
 from recruiter.waiting.workflows import Batch, BatchStatus, Workflow
 
 

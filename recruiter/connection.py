@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import logging
 import re
@@ -20,6 +21,7 @@ from recruiter.embedded import ensure_local_server
 from recruiter.errors import DatabaseUnavailable, DatabaseUnreachable, InvalidUri
 from recruiter.loop import Backoff
 from recruiter.store import Store
+from recruiter.store.async_store import async_client
 
 logger = logging.getLogger(__name__)
 
@@ -120,6 +122,43 @@ def _said_if_slow(uri: str, wait: dt.timedelta) -> Iterator[None]:
         yield
     finally:
         timer.cancel()
+
+
+async def open_async_database(
+    uri: str,
+    database: str | None = None,
+    *,
+    wait: dt.timedelta = dt.timedelta(0),
+    clock: Clock | None = None,
+) -> Any:
+    """:func:`open_database` on pymongo's asyncio client (an ``AsyncDatabase``), for
+    :meth:`recruiter.AsyncQueue.connect`: checked to answer, awaiting between tries."""
+    clock = clock or SystemClock()
+    options = client_options(uri)
+    try:
+        client = async_client(uri, options)
+    except (ConfigurationError, ValueError) as error:
+        raise InvalidUri(redact(uri), str(error)) from error
+    deadline = clock.monotonic() + wait.total_seconds()
+    pause = 0.0
+    while True:
+        try:
+            await client.admin.command("ping")
+            break
+        except PyMongoError as error:
+            remaining = deadline - clock.monotonic()
+            if remaining <= 0:
+                await client.close()
+                raise DatabaseUnreachable(redact(uri), reason(error)) from error
+            logger.warning(
+                "no database answers at %s yet (%s); trying again for %.0fs more",
+                redact(uri),
+                reason(error),
+                remaining,
+            )
+            pause = WAIT_PAUSES.after(pause)
+            await asyncio.sleep(min(pause, remaining))
+    return client[database or client.get_default_database(DEFAULT_DATABASE).name]
 
 
 def open_store(

@@ -17,8 +17,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import inspect
-import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from bson import ObjectId
@@ -26,11 +25,8 @@ from bson.codec_options import CodecOptions
 from pymongo import AsyncMongoClient, ReadPreference
 from pymongo.asynchronous.cursor import AsyncCursor
 from pymongo.asynchronous.database import AsyncDatabase
-from pymongo.errors import ConfigurationError, PyMongoError
 
-from recruiter.clock import Clock, DatabaseClock
-from recruiter.connection import DEFAULT_DATABASE, WAIT_PAUSES, client_options, reason, redact
-from recruiter.errors import DatabaseUnreachable, InvalidUri
+from recruiter.clock import DatabaseClock
 from recruiter.job_record import Job
 from recruiter.repeating.timing import Missed
 from recruiter.store import fate_write_concern
@@ -55,7 +51,6 @@ from recruiter.store.steps import (
 )
 
 T = TypeVar("T")
-logger = logging.getLogger(__name__)
 
 Sleeper = Callable[[float], Awaitable[None]]
 
@@ -339,33 +334,7 @@ class AsyncStore:
         return await self._send(steps)
 
 
-async def open_async_database(
-    uri: str, database: str | None, *, wait: dt.timedelta, clock: Clock
-) -> AsyncDatabase[Any]:
-    """:func:`recruiter.connection.open_database`, on the asyncio client: the database
-    named by ``database``, or in the URI, or ``recruiter``, checked to answer, waited
-    for up to ``wait`` (:class:`DatabaseUnreachable` after)."""
-    try:
-        client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(uri, **client_options(uri))
-    except (ConfigurationError, ValueError) as error:
-        raise InvalidUri(redact(uri), str(error)) from error
-    deadline = clock.monotonic() + wait.total_seconds()
-    pause = 0.0
-    while True:
-        try:
-            await client.admin.command("ping")
-            break
-        except PyMongoError as error:
-            remaining = deadline - clock.monotonic()
-            if remaining <= 0:
-                await client.close()
-                raise DatabaseUnreachable(redact(uri), reason(error)) from error
-            logger.warning(
-                "no database answers at %s yet (%s); trying again for %.0fs more",
-                redact(uri),
-                reason(error),
-                remaining,
-            )
-            pause = WAIT_PAUSES.after(pause)
-            await asyncio.sleep(min(pause, remaining))
-    return client[database or client.get_default_database(DEFAULT_DATABASE).name]
+def async_client(uri: str, options: Mapping[str, Any]) -> AsyncMongoClient[dict[str, Any]]:
+    """An asyncio client of ``uri`` (:func:`recruiter.connection.open_async_database`
+    checks the URI, chooses the options and waits for an answer)."""
+    return AsyncMongoClient(uri, **options)
