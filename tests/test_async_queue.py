@@ -22,6 +22,7 @@ from recruiter import (
     AsyncQueue,
     BatchNotFound,
     Cancellation,
+    DatabaseUnavailable,
     Every,
     FrozenClock,
     InvalidJob,
@@ -307,6 +308,29 @@ def test_cancel_a_waiting_job_and_what_waits_for_it(
         assert await queue.cancel_if_waiting(other) is False
 
     on_async(body)
+
+
+def test_scheduling_through_a_lost_reply_stores_each_job_once(
+    database: Database[Any], clock: FrozenClock, on_async: OnAsync, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def body(queue: AsyncQueue) -> list[ObjectId]:
+        real, tries = queue.store.insert_jobs, []
+
+        async def reply_lost_once(documents: list[dict[str, Any]]) -> list[Any]:
+            tries.append(clock.monotonic())
+            stored = await real(documents)
+            if len(tries) == 1:
+                raise DatabaseUnavailable("the reply was lost (simulated)")
+            return stored
+
+        monkeypatch.setattr(queue.store, "insert_jobs", reply_lost_once)
+        ids = await queue.schedule_many([add(1, 1), add(2, 2)])
+        assert len(tries) == 2
+        assert tries[1] > tries[0], "it paused before trying again (on the frozen clock)"
+        return ids
+
+    ids = on_async(body)
+    assert sorted(d["_id"] for d in database.scheduled.find()) == sorted(ids)
 
 
 # --- a cancel racing a worker's start (the conditional writes, both orders) ------------
