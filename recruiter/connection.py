@@ -21,7 +21,6 @@ from recruiter.embedded import ensure_local_server
 from recruiter.errors import DatabaseUnavailable, DatabaseUnreachable, InvalidUri
 from recruiter.loop import Backoff
 from recruiter.store import Store
-from recruiter.store.async_store import async_client
 
 logger = logging.getLogger(__name__)
 
@@ -133,6 +132,10 @@ async def open_async_database(
 ) -> Any:
     """:func:`open_database` on pymongo's asyncio client (an ``AsyncDatabase``), for
     :meth:`recruiter.AsyncQueue.connect`: checked to answer, awaiting between tries."""
+    # here, not at the top: a synchronous application on a pymongo without the asyncio
+    # client (before 4.13) never imports it
+    from recruiter.store.async_store import async_client  # noqa: PLC0415
+
     clock = clock or SystemClock()
     options = client_options(uri)
     try:
