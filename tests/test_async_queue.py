@@ -8,6 +8,7 @@ refused at the edge. Each test runs its coroutine with ``asyncio.run``.
 from __future__ import annotations
 
 import asyncio
+import urllib.parse
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -459,10 +460,14 @@ def test_jobs_scheduled_in_a_transaction_exist_if_and_only_if_it_commits(
 
 @pytest.mark.real_server
 def test_connect_opens_a_ready_queue_and_refuses_a_bad_uri(
-    real_server_uri: str, real_database: Database[Any]
+    real_server_uri: str, real_database: Database[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    parts = urllib.parse.urlsplit(real_server_uri)
+    named = urllib.parse.urlunsplit(parts._replace(path=f"/{real_database.name}"))
+    monkeypatch.setenv("MONGODB_URI", named)  # read when no URI is given
+
     async def main() -> None:
-        queue = await AsyncQueue.connect(real_server_uri, real_database.name)
+        queue = await AsyncQueue.connect()
         try:
             assert queue.database_name == real_database.name
             job_id = await queue.schedule(add(1, 1))  # on the server's clock
@@ -474,3 +479,4 @@ def test_connect_opens_a_ready_queue_and_refuses_a_bad_uri(
 
     asyncio.run(main())
     assert "ready_by_priority" in real_database.scheduled.index_information()
+    assert real_database.scheduled.count_documents({}) == 1
