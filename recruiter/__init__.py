@@ -13,6 +13,7 @@ moved.install()  # the old module paths of the release before, for a release
 
 if TYPE_CHECKING:
     __version__: str
+    from recruiter.async_queue import AsyncQueue
     from recruiter.attempts.manual import Cancellation
     from recruiter.clock import Clock, FrozenClock, SystemClock
     from recruiter.errors import (
@@ -74,6 +75,7 @@ if TYPE_CHECKING:
     from recruiter.workable import FunctionWorkable, Registry, Workable
 
 _EXPORTS = {
+    "AsyncQueue": "recruiter.async_queue",
     "After": "recruiter.job",
     "Batch": "recruiter.waiting.workflows",
     "BatchNotFound": "recruiter.errors",
@@ -173,6 +175,7 @@ if not TYPE_CHECKING:  # (type checkers read the imports above: a name not expor
 __all__ = [
     "SNOOZE_LIMIT",
     "After",
+    "AsyncQueue",
     "Batch",
     "BatchNotFound",
     "BatchStatus",

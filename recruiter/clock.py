@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -199,7 +199,7 @@ class DatabaseClock:
     def _at(self, share: float) -> dt.datetime:
         """The server's time now, ``share`` of the way from the earliest to the latest."""
         with self._lock:
-            if self._reading is None or self.local.monotonic() >= self._next_read:
+            if self.due():
                 self._read()
             reading = self._reading
             assert reading is not None
@@ -209,13 +209,39 @@ class DatabaseClock:
             elapsed += share * (reading.received - reading.sent)
             return to_millis(reading.server + dt.timedelta(seconds=elapsed))
 
+    def due(self) -> bool:
+        """Whether the server's clock is to be read before the next time is told."""
+        return self._reading is None or self.local.monotonic() >= self._next_read
+
     def _read(self) -> None:
+        readings = self.readings()
+        next(readings)
+        while True:
+            try:
+                server = self.read_server_time()
+            except DatabaseError as error:
+                try:
+                    readings.throw(error)
+                except StopIteration:
+                    return
+                continue
+            try:
+                readings.send(server)
+            except StopIteration:
+                return
+
+    def readings(self) -> Generator[None, dt.datetime | None, None]:
+        """A reading of the server's clock, sans I/O: it yields where the server's time
+        is to be read, and is sent it (``None`` where the server cannot tell it), or has
+        the :class:`~recruiter.errors.DatabaseError` of the read thrown in. The clock
+        reads synchronously with ``read_server_time``; a store of asyncio
+        (:meth:`recruiter.store.async_store.AsyncStore.read_clock`) sends what it awaited."""
         best: _Reading | None = None
         failed = False
         for _ in range(READINGS):
             sent = self.local.monotonic()
             try:
-                server = self.read_server_time()
+                server = yield
             except DatabaseError:
                 if self._reading is None and best is None:
                     raise  # nothing read yet: no time to decide on (the round fails)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import logging
 import re
@@ -87,11 +88,11 @@ def open_database(
             remaining = deadline - clock.monotonic()
             if remaining <= 0:
                 client.close()
-                raise DatabaseUnreachable(redact(uri), _reason(error)) from error
+                raise DatabaseUnreachable(redact(uri), reason(error)) from error
             logger.warning(
                 "no database answers at %s yet (%s); trying again for %.0fs more",
                 redact(uri),
-                _reason(error),
+                reason(error),
                 remaining,
             )
             pause = WAIT_PAUSES.after(pause)
@@ -120,6 +121,47 @@ def _said_if_slow(uri: str, wait: dt.timedelta) -> Iterator[None]:
         yield
     finally:
         timer.cancel()
+
+
+async def open_async_database(
+    uri: str,
+    database: str | None = None,
+    *,
+    wait: dt.timedelta = dt.timedelta(0),
+    clock: Clock | None = None,
+) -> Any:
+    """:func:`open_database` on pymongo's asyncio client (an ``AsyncDatabase``), for
+    :meth:`recruiter.AsyncQueue.connect`: checked to answer, awaiting between tries."""
+    # here, not at the top: a synchronous application on a pymongo without the asyncio
+    # client (before 4.13) never imports it
+    from recruiter.store.async_store import async_client  # noqa: PLC0415
+
+    clock = clock or SystemClock()
+    options = client_options(uri)
+    try:
+        client = async_client(uri, options)
+    except (ConfigurationError, ValueError) as error:
+        raise InvalidUri(redact(uri), str(error)) from error
+    deadline = clock.monotonic() + wait.total_seconds()
+    pause = 0.0
+    while True:
+        try:
+            await client.admin.command("ping")
+            break
+        except PyMongoError as error:
+            remaining = deadline - clock.monotonic()
+            if remaining <= 0:
+                await client.close()
+                raise DatabaseUnreachable(redact(uri), reason(error)) from error
+            logger.warning(
+                "no database answers at %s yet (%s); trying again for %.0fs more",
+                redact(uri),
+                reason(error),
+                remaining,
+            )
+            pause = WAIT_PAUSES.after(pause)
+            await asyncio.sleep(min(pause, remaining))
+    return client[database or client.get_default_database(DEFAULT_DATABASE).name]
 
 
 def open_store(
@@ -161,19 +203,26 @@ def database_at(uri: str, database: str | None = None) -> Database[Any]:
     return client[database or client.get_default_database(DEFAULT_DATABASE).name]
 
 
-def _client(uri: str) -> MongoClient[dict[str, Any]]:
+def client_options(uri: str) -> dict[str, Any]:
+    """The options of a client of ``uri``, synchronous or asyncio (:class:`InvalidUri`
+    for an address that is not a MongoDB URI)."""
     if not uri.startswith(URI_SCHEMES):
         # pymongo would take it for a host name and fail only once it found no server
         raise InvalidUri(redact(uri), "it does not start with mongodb:// or mongodb+srv://")
     options: dict[str, Any] = {"tz_aware": True}
     if "serverselectiontimeoutms" not in uri.lower():
         options["serverSelectionTimeoutMS"] = SERVER_SELECTION_TIMEOUT_MS
+    return options
+
+
+def _client(uri: str) -> MongoClient[dict[str, Any]]:
+    options = client_options(uri)
     try:
         return MongoClient(uri, **options)
     except (ConfigurationError, ValueError) as error:
         raise InvalidUri(redact(uri), str(error)) from error
 
 
-def _reason(error: PyMongoError) -> str:
+def reason(error: PyMongoError) -> str:
     """The useful head of a pymongo error (its tail is a long topology description)."""
     return str(error).split(" (configured timeouts", 1)[0].split(", Timeout:", 1)[0][:300]

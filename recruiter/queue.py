@@ -13,11 +13,9 @@
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
-import functools
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any, TypeVar
 
 from bson import ObjectId
@@ -45,24 +43,31 @@ from recruiter.errors import (
     SchedulerNotFound,
 )
 from recruiter.groups import GroupSettings, Rate
-from recruiter.job import After, JobSpec, as_object_id
-from recruiter.job_record import Job, state_of
+from recruiter.job import JobSpec, as_object_id
+from recruiter.job_record import Job
 from recruiter.monitoring.analytics import Analytics, analytics
-from recruiter.repeating.occurrences import job_template
+from recruiter.producer import (
+    batch_documents,
+    batch_members,
+    batch_status,
+    check_session,
+    checked_specs,
+    job_documents,
+    scheduler_declaration,
+    wait_limit,
+    workflow_documents,
+    workflow_steps,
+)
 from recruiter.repeating.timing import (
     DEFAULT_MISSED,
-    Cron,
-    Every,
     Missed,
     Schedule,
-    missed_rule,
     schedule_from,
 )
 from recruiter.scheduling import store_new_jobs
 from recruiter.schema_check import SchemaCheck
-from recruiter.states import SUCCEEDED
 from recruiter.store import Database, SchedulerRecord, Store
-from recruiter.waiting.workflows import Batch, BatchStatus, Workflow, check_batch
+from recruiter.waiting.workflows import Batch, BatchStatus, Workflow
 from recruiter.workable import Registry
 
 T = TypeVar("T")
@@ -108,16 +113,7 @@ class Queue:
     def _check_session(self, session: Any) -> None:
         """Refuse a session outside a transaction (its writes would not wait for a
         commit) or of another client (a transaction cannot span two)."""
-        if not getattr(session, "in_transaction", False):
-            raise InvalidJob(
-                "session= writes in the application's transaction: start one first "
-                "(with session.start_transaction(): ..., or session.with_transaction(...))"
-            )
-        if getattr(session, "client", None) is not self.store.database.client:
-            raise InvalidJob(
-                "session= must be a session of this queue's own client (the MongoClient "
-                "the queue was made with): a transaction cannot span two clients"
-            )
+        check_session(session, self.store.database.client)
 
     @property
     def database_name(self) -> str:
@@ -154,15 +150,11 @@ class Queue:
         specs = self._checked(jobs, session)
         # the latest the time may be: a run of a duplicate that began before is never
         # taken for one that began after (recruiter.attempts.executor, the executed-after rule)
-        now = self.clock.latest()
-        documents = [spec.to_document(ObjectId(), now) for spec in specs]
+        documents = job_documents(specs, self.clock.latest())
         return store_new_jobs(self.store, self.clock, documents, session)
 
     def _checked(self, jobs: Iterable[Any], session: Any) -> list[JobSpec]:
-        specs = list(jobs)
-        for spec in specs:
-            if not isinstance(spec, JobSpec):
-                raise InvalidJob(f"expected a JobSpec (from workable.job(...)), got {spec!r}")
+        specs = checked_specs(jobs)
         if session is not None:
             self._check_session(session)
         self.check_schema()
@@ -172,21 +164,9 @@ class Queue:
         """Store the steps of ``workflow``, each waiting for those it names; return each
         step's job id by name. All or (on a validation error, a cycle) none; with
         ``session``, in the application's transaction (see :meth:`schedule_many`)."""
-        if not isinstance(workflow, Workflow):
-            raise InvalidJob(f"expected a Workflow, got {workflow!r}")
-        names, specs = workflow.specs()
-        for name in workflow.waited_for_within():
-            if specs[list(names).index(name)].dedup is not None:
-                raise InvalidJob(
-                    f"step {name!r} is waited for and deduplicated: a duplicate would "
-                    "join a queued job that nothing waits for"
-                )
+        names, specs, ids = workflow_steps(workflow)
         self._checked(specs, session)
-        now = self.clock.latest()
-        documents = [
-            spec.to_document(job_id, now)
-            for job_id, spec in zip(names.values(), specs, strict=True)
-        ]
+        documents = workflow_documents(specs, ids, self.clock.latest())
         stored = store_new_jobs(self.store, self.clock, documents, session)
         return dict(zip(names, stored, strict=True))
 
@@ -203,22 +183,11 @@ class Queue:
         fails for good or is cancelled), ``on_complete`` when every job has ended,
         however. The callbacks are stored after the jobs; with ``session``, all in the
         application's transaction. See docs/workflows.md."""
-        members = check_batch(list(jobs), [on_success, on_complete])
+        members = batch_members(jobs, [on_success, on_complete])
         self._checked(members, session)
-        batch_id = ObjectId()
-        now = self.clock.latest()
-        callbacks: dict[str, ObjectId | None] = {"done": None, "ended": None}
-        waiting: list[dict[str, Any]] = []
-        for rule, spec in (("done", on_success), ("ended", on_complete)):
-            if spec is not None:
-                callback = dataclasses.replace(spec, waits=After(rule=rule, batch=batch_id))
-                waiting.append(callback.to_document(ObjectId(), now))
-                callbacks[rule] = waiting[-1]["_id"]
-        named = {"batch": batch_id, "batch_callbacks": [d["_id"] for d in waiting]}
-        documents = [{**spec.to_document(ObjectId(), now), **named} for spec in members]
-        store_new_jobs(self.store, self.clock, [*documents, *waiting], session)
-        member_ids = [d["_id"] for d in documents]
-        return Batch(batch_id, member_ids, callbacks["done"], callbacks["ended"])
+        batch, documents = batch_documents(members, on_success, on_complete, self.clock.latest())
+        store_new_jobs(self.store, self.clock, documents, session)
+        return batch
 
     def batch_status(self, batch_id: ObjectId | str) -> BatchStatus:
         """Where the batch stands: its members by how they ended, its callbacks' states.
@@ -227,25 +196,8 @@ class Queue:
         members = self.store.batch_members(batch)
         if not members:
             raise BatchNotFound(batch_id)
-        whys = list(members.values())
-        callbacks = {
-            job.waits.get("rule"): job
-            for job in self.store.batch_callbacks(batch)
-            if job.waits is not None
-        }
-        now = self.clock.now()
-        success, complete = callbacks.get("done"), callbacks.get("ended")
-        return BatchStatus(
-            batch,
-            members=len(whys),
-            unfinished=sum(1 for why in whys if why is None),
-            done=sum(1 for why in whys if why in SUCCEEDED),
-            ended_otherwise=sum(1 for why in whys if why is not None and why not in SUCCEEDED),
-            on_success=success.id if success else None,
-            on_success_state=state_of(success, now) if success else None,
-            on_complete=complete.id if complete else None,
-            on_complete_state=state_of(complete, now) if complete else None,
-        )
+        callbacks = self.store.batch_callbacks(batch)
+        return batch_status(batch, members, callbacks, self.clock.now())
 
     def repeat(
         self,
@@ -271,40 +223,13 @@ class Queue:
         ``session``, in the application's transaction: declared if and only if it
         commits (see :meth:`schedule_many`).
         """
-        if not isinstance(urn, str) or not urn.strip():
-            raise InvalidJob(f"a scheduler needs a non-empty urn, got {urn!r}")
-        if not isinstance(job, JobSpec):
-            raise InvalidJob(f"expected a JobSpec (from workable.job(...)), got {job!r}")
-        if job.dedup is not None or job.root_signature is not None or job.leaf_of is not None:
-            raise InvalidJob(
-                "a repeatable job cannot be deduplicated, a root or a leaf: use "
-                "unique=True to skip an occurrence while the last one is queued or running"
-            )
-        if job.scheduled_at is not None or job.delay:
-            raise InvalidJob(
-                "a repeatable job runs at its schedule's occurrences: drop run_at / run_in"
-            )
-        if isinstance(schedule, str):
-            schedule = Cron(schedule)
-        if not isinstance(schedule, Cron | Every):
-            raise InvalidSchedule(f"expected a cron expression, Cron or Every, got {schedule!r}")
-        rule = missed_rule(missed)
-        now = self.clock.now()
-        template = job_template(job.to_document(ObjectId(), now))
-        first = to_millis(schedule.next_after(now))
-        upsert: Callable[..., bool] = self.store.upsert_scheduler
+        declared = scheduler_declaration(
+            urn, job, schedule, unique=unique, missed=missed, now=self.clock.now()
+        )
         if session is not None:
             self._check_session(session)
-            upsert = functools.partial(self.store.upsert_scheduler_in, session=session)
-        return upsert(
-            urn,
-            template,
-            schedule.to_document(),
-            unique=unique is True,
-            missed=rule,
-            first_at=first,
-            now=now,
-        )
+            return self.store.upsert_scheduler_in(**declared, session=session)
+        return self.store.upsert_scheduler(**declared)
 
     def pause_repeating(self, urn: str) -> bool:
         """Create no occurrence of the scheduler ``urn`` until :meth:`resume_repeating`;
@@ -403,11 +328,7 @@ class Queue:
 
         Raises :class:`recruiter.attempts.manual.WaitTimeout` if some are not, within ``timeout``.
         """
-        try:
-            limit = to_timedelta(timeout, name="timeout")
-        except ValueError as error:
-            raise InvalidJob(str(error)) from error
-        return wait_for(self.store, list(job_ids), limit, self.clock)
+        return wait_for(self.store, list(job_ids), wait_limit(timeout), self.clock)
 
     def run_here(self, registry: Registry, *job_ids: ObjectId | str) -> list[ManualRun]:
         """Run these waiting jobs in this process, now, one after the other, with the

@@ -7,8 +7,7 @@ noted at once.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from bson import ObjectId
 
@@ -17,9 +16,9 @@ from recruiter.errors import DatabaseUnavailable, InvalidJob
 from recruiter.loop import Backoff
 from recruiter.monitoring.tracing import current_context
 from recruiter.store import Store
+from recruiter.store.steps import Steps, call, sleep
 from recruiter.waiting.engine import settle_stored
 
-T = TypeVar("T")
 SCHEDULE_PATIENCE = 10.0
 """Seconds :meth:`recruiter.Queue.schedule` keeps trying while the database does not answer."""
 SCHEDULE_RETRIES = Backoff(0.1, 2.0)
@@ -32,6 +31,13 @@ def store_new_jobs(
     wait for others after the rest, each after what it waits for; then note at once
     what they wait for that has ended already. Return their ids (a deduplicated
     job's: the queued duplicate's)."""
+    return store.run(new_jobs(clock, documents, session), clock.sleep)
+
+
+def new_jobs(clock: Clock, documents: list[dict[str, Any]], session: Any) -> Steps[list[ObjectId]]:
+    """:func:`store_new_jobs`, as steps (:mod:`recruiter.store.steps`) for either store:
+    the synchronous :class:`recruiter.Queue`'s and the asyncio
+    :class:`recruiter.AsyncQueue`'s."""
     scheduled_in = current_context()
     if scheduled_in is not None:
         for document in documents:
@@ -41,7 +47,7 @@ def store_new_jobs(
     own = {d["_id"] for d in documents}
     waited = list(dict.fromkeys(w for d in waiting for w in d["after"].get("jobs", [])))
     outside = [w for w in waited if w not in own]
-    missing = set(outside) - store.existing_jobs(outside, session)
+    missing = set(outside) - (yield from call("existing_jobs", outside, session))
     if missing:
         raise InvalidJob(
             f"no job {', '.join(sorted(map(str, missing)))} to wait for: wait for jobs "
@@ -50,7 +56,7 @@ def store_new_jobs(
     for document in documents:
         if document["_id"] in waited:  # (a step another step of the call waits for)
             document["followed"] = True
-    ids = _insert(store, clock, waited=outside, plain=plain, waiting=waiting, session=session)
+    ids = yield from _insert(clock, waited=outside, plain=plain, waiting=waiting, session=session)
     stored = dict(zip([d["_id"] for d in plain], ids, strict=True))
     # a batch's members are stored before its callbacks, in another command: one
     # that ended in between told no callback (in a transaction, none is seen before
@@ -59,44 +65,43 @@ def store_new_jobs(
     batches = [b for b in dict.fromkeys(batches) if b is not None]
     if outside or batches:
         # an end that landed before the insert was followed up without these jobs
-        settle_stored(store, waiting, [*outside, *batches], clock.now(), session)
+        yield from settle_stored(waiting, [*outside, *batches], clock.now(), session)
     return [stored.get(d["_id"], d["_id"]) for d in documents]
 
 
 def _insert(
-    store: Store,
     clock: Clock,
     *,
     waited: list[Any],
     plain: list[dict[str, Any]],
     waiting: list[dict[str, Any]],
     session: Any,
-) -> list[Any]:
+) -> Steps[list[Any]]:
     """Mark the jobs ``waited`` for as followed, then insert ``plain`` (return their
     ids: a deduplicated job's is the queued duplicate's), then ``waiting`` in order."""
     if session is not None:
-        store.mark_followed(waited, session)
-        ids = store.insert_jobs_in(plain, session) if plain else []
+        yield from call("mark_followed", waited, session)
+        ids = (yield from call("insert_jobs_in", plain, session)) if plain else []
         if waiting:
-            store.insert_in_order_in(waiting, session)
-        return ids
+            yield from call("insert_in_order_in", waiting, session)
+        return list(ids)
     if waited:
-        _retry_while_unavailable(clock, lambda: store.mark_followed(waited))
-    ids = _retry_while_unavailable(clock, lambda: store.insert_jobs(plain)) if plain else []
+        yield from _retry_while_unavailable(clock, "mark_followed", waited)
+    ids = (yield from _retry_while_unavailable(clock, "insert_jobs", plain)) if plain else []
     if waiting:
-        _retry_while_unavailable(clock, lambda: store.insert_in_order(waiting))
-    return ids
+        yield from _retry_while_unavailable(clock, "insert_in_order", waiting)
+    return list(ids)
 
 
-def _retry_while_unavailable(clock: Clock, write: Callable[[], T]) -> T:
-    """``write()``, tried again while the database does not answer, for up to
-    :data:`SCHEDULE_PATIENCE` seconds: each try writes the same ids, so a try whose
-    reply was lost after it landed stores nothing twice."""
+def _retry_while_unavailable(clock: Clock, verb: str, documents: list[Any]) -> Steps[Any]:
+    """The store's ``verb`` of ``documents``, tried again while the database does not
+    answer, for up to :data:`SCHEDULE_PATIENCE` seconds: each try writes the same ids,
+    so a try whose reply was lost after it landed stores nothing twice."""
     deadline = clock.monotonic() + SCHEDULE_PATIENCE
     wait = 0.0
     while True:
         try:
-            return write()
+            return (yield from call(verb, documents))
         except DatabaseUnavailable as error:
             if clock.monotonic() >= deadline:
                 raise DatabaseUnavailable(
@@ -104,4 +109,4 @@ def _retry_while_unavailable(clock: Clock, write: Callable[[], T]) -> T:
                     "may not be stored: look them up, or schedule deduplicated jobs"
                 ) from error
             wait = SCHEDULE_RETRIES.after(wait)
-            clock.sleep(wait)
+            yield from sleep(wait)

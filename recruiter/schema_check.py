@@ -17,18 +17,33 @@ SCHEMA_RECHECK = 60.0
 """Seconds between two looks at the schema version."""
 
 
-class SchemaCheck:
-    """Looks at the schema version when due (on ``clock``'s monotonic time)."""
+class Recheck:
+    """When to look at the schema version again (on ``clock``'s monotonic time): the
+    timer alone, for a store of either kind (the asyncio one awaits its look)."""
 
-    def __init__(self, store: Store, clock: Clock, every: float = SCHEMA_RECHECK) -> None:
-        self.store = store
+    def __init__(self, clock: Clock, every: float = SCHEMA_RECHECK) -> None:
         self.clock = clock
         self.every = every
         self._due = clock.monotonic() + every
 
+    def due(self) -> bool:
+        """Whether it is time to look (the next look is then ``every`` seconds later,
+        whatever this one finds)."""
+        now = self.clock.monotonic()
+        if now < self._due:
+            return False
+        self._due = now + self.every
+        return True
+
+
+class SchemaCheck(Recheck):
+    """Looks at the schema version when due (on ``clock``'s monotonic time)."""
+
+    def __init__(self, store: Store, clock: Clock, every: float = SCHEMA_RECHECK) -> None:
+        super().__init__(clock, every)
+        self.store = store
+
     def __call__(self) -> None:
         """Raise ``SchemaTooNew`` if it is time to look and the database is newer."""
-        now = self.clock.monotonic()
-        if now >= self._due:
-            self._due = now + self.every  # found newer or not, the next look is later
+        if self.due():
             self.store.check_schema()

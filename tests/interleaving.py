@@ -8,7 +8,8 @@ the same way every time.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import inspect
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -55,6 +56,15 @@ def _around(
             began.append(True)
             happened.append(step())
         result = real(*arguments, **options)
+        if inspect.isawaitable(result):  # a verb of the asyncio store: after it is awaited
+            return _then(result)
+        if not before and not began and when(result):
+            began.append(True)
+            happened.append(step())
+        return result
+
+    async def _then(awaited: Awaitable[Any]) -> Any:
+        result = await awaited
         if not before and not began and when(result):
             began.append(True)
             happened.append(step())

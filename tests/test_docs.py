@@ -96,6 +96,30 @@ def test_the_readme_runs_as_written(
             namespace["queue"].close()
 
 
+@pytest.mark.real_server
+def test_the_asyncio_page_runs_its_fastapi_application_on_the_real_server(
+    real_server_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its ``AsyncQueue.connect()`` (and the worker side's ``Queue.connect()``) read
+    MONGODB_URI, set here to a database of the test's server."""
+    name = f"asyncio_{uuid.uuid4().hex[:8]}"
+    parts = urllib.parse.urlsplit(real_server_uri)
+    monkeypatch.setenv("MONGODB_URI", urllib.parse.urlunsplit(parts._replace(path=f"/{name}")))
+    page = DOCS / "asyncio.md"
+    blocks = BLOCK.findall(page.read_text())
+    assert len(blocks) >= 3, "the application, its test, the mongomock test"
+    namespace: dict[str, Any] = {"__name__": "docs_asyncio"}
+    client: MongoClient[dict[str, Any]] = MongoClient(real_server_uri)
+    try:
+        for block in blocks:
+            exec(compile(block, f"{page}", "exec"), namespace)
+        stored = client[name].scheduled.count_documents({})
+        assert stored + client[name].archived.count_documents({}) == 1, "in the test's database"
+    finally:
+        client.drop_database(name)
+        client.close()
+
+
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 
 

@@ -10,6 +10,7 @@ from pymongo.database import Database
 from recruiter import Queue, RecruiterError, SchemaTooNew
 from recruiter.store import Store
 from recruiter.store.schema import SCHEMA_VERSION, ensure_schema
+from recruiter.store.steps import Steps, send
 
 
 def schema_version(database: Database[Any]) -> Any:
@@ -40,14 +41,15 @@ def test_an_older_schema_is_upgraded_one_version_at_a_time(database: Database[An
     database.scheduled.insert_one({"_id": 1, "group": "old"})
     applied: list[int] = []
 
-    def rename_group(db: Database[Any]) -> None:
+    def applies(version: int) -> Steps[None]:
+        applied.append(version)
+        yield from ()
+
+    def rename_group() -> Steps[None]:
         applied.append(2)
-        db.scheduled.update_many({"group": "old"}, {"$set": {"group": "new"}})
+        yield from send("scheduled", "update_many", {"group": "old"}, {"$set": {"group": "new"}})
 
-    def noop(db: Database[Any]) -> None:
-        applied.append(3)
-
-    migrations = {1: lambda db: applied.append(1), 2: rename_group, 3: noop}
+    migrations = {1: lambda: applies(1), 2: rename_group, 3: lambda: applies(3)}
     assert ensure_schema(database, migrations, target=3) == 1
     assert applied == [2, 3]
     assert (database.scheduled.find_one({"_id": 1}) or {})["group"] == "new"

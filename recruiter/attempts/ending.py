@@ -35,7 +35,8 @@ from recruiter.events import JOB_ENDED, JOB_FAILURE_LAST, JobEvent, call_safely
 from recruiter.job_record import Job
 from recruiter.loop import Backoff
 from recruiter.store import End, Starting, Store
-from recruiter.waiting.engine import Ended, follow_up_safely
+from recruiter.store.steps import Steps, call
+from recruiter.waiting.engine import Ended, follow_up_safely, follow_up_safely_steps
 from recruiter.workable import Registry
 
 logger = logging.getLogger(__name__)
@@ -97,21 +98,26 @@ def cancel_waiting(store: Store, job_id: Any, now: dt.datetime) -> bool:
     """Cancel ``job_id`` if it waits for a worker (not handed out, not finished), and
     tell what waits for it at once; whether it was cancelled. Every cancellation of a
     job that never ran ends this way: one asked for, or one found by a take-back."""
-    if not store.cancel_if_waiting(job_id, now):
+    return store.run(cancel_waiting_steps(job_id, now))
+
+
+def cancel_waiting_steps(job_id: Any, now: dt.datetime) -> Steps[bool]:
+    """:func:`cancel_waiting`, as steps (:mod:`recruiter.store.steps`) for either store."""
+    if not (yield from call("cancel_if_waiting", job_id, now)):
         return False
-    _tell_cancelled(store, job_id, now)
+    yield from _tell_cancelled(job_id, now)
     return True
 
 
-def _tell_cancelled(store: Store, job_id: Any, now: dt.datetime) -> None:
+def _tell_cancelled(job_id: Any, now: dt.datetime) -> Steps[None]:
     """Tell what waits for ``job_id``, a job cancelled before it ran (there was no
     attempt to end: its batch is read, if it has one); a database error is logged, and
     the cleaner's sweep tells them instead."""
     try:
-        batch = store.batch_of(job_id)
+        batch = yield from call("batch_of", job_id)
     except DatabaseError:
         batch = None  # the cleaner's sweep tells them
-    follow_up_safely(store, Ended(job_id, batch, "cancelled"), now)
+    yield from follow_up_safely_steps(Ended(job_id, batch, "cancelled"), now)
 
 
 def ended(

@@ -24,7 +24,7 @@ from typing import Any
 
 from bson import ObjectId
 
-from recruiter.attempts.ending import cancel_waiting
+from recruiter.attempts.ending import cancel_waiting_steps
 from recruiter.attempts.executor import Executor, Identity
 from recruiter.attempts.verdict import Execution
 from recruiter.clock import Clock
@@ -42,7 +42,8 @@ from recruiter.job_record import Job
 from recruiter.loop import Backoff
 from recruiter.pools.stopping import HolderDeclaredDead, Watch
 from recruiter.store import Store, as_object_id
-from recruiter.waiting.engine import Ended, follow_up
+from recruiter.store.steps import Steps, call, sleep
+from recruiter.waiting.engine import Ended, follow_up_steps
 from recruiter.workable import Registry
 
 logger = logging.getLogger(__name__)
@@ -67,15 +68,20 @@ class Cancellation(StrEnum):
 
 def cancel(store: Store, job_id: Any, now: dt.datetime) -> Cancellation:
     """Cancel one job, waiting or running (``JobNotFound`` if there is no such job)."""
-    (job_id,) = _waiting_ids(store, [job_id])
+    return store.run(cancel_steps(job_id, now))
+
+
+def cancel_steps(job_id: Any, now: dt.datetime) -> Steps[Cancellation]:
+    """:func:`cancel`, as steps (:mod:`recruiter.store.steps`) for either store."""
+    (job_id,) = yield from _waiting_ids([job_id])
     for _ in range(CANCEL_TRIES):  # a job may move between waiting and locked meanwhile
-        if cancel_waiting(store, job_id, now):
+        if (yield from cancel_waiting_steps(job_id, now)):
             logger.info("job %s cancelled", job_id)
             return Cancellation.CANCELLED
-        if store.request_cancel_if_locked(job_id, now):
+        if (yield from call("request_cancel_if_locked", job_id, now)):
             logger.info("job %s: cancellation asked of its worker", job_id)
             return Cancellation.STOPPING
-        job = store.find_job(job_id)
+        job = yield from call("find_job", job_id)
         if job is None or job.finished:
             return Cancellation.FINISHED
     raise RecruiterError(f"job {job_id} kept changing state while being cancelled: try again")
@@ -84,8 +90,13 @@ def cancel(store: Store, job_id: Any, now: dt.datetime) -> Cancellation:
 def cancel_if_waiting(store: Store, job_id: Any, now: dt.datetime) -> bool:
     """Cancel one job only if it still waits for a worker (not handed out, not finished),
     and what waits for it; whether it did (``JobNotFound`` if there is no such job)."""
-    (job_id,) = _waiting_ids(store, [job_id])
-    if not cancel_waiting(store, job_id, now):
+    return store.run(cancel_if_waiting_steps(job_id, now))
+
+
+def cancel_if_waiting_steps(job_id: Any, now: dt.datetime) -> Steps[bool]:
+    """:func:`cancel_if_waiting`, as steps for either store."""
+    (job_id,) = yield from _waiting_ids([job_id])
+    if not (yield from cancel_waiting_steps(job_id, now)):
         return False
     logger.info("job %s cancelled", job_id)
     return True
@@ -94,12 +105,18 @@ def cancel_if_waiting(store: Store, job_id: Any, now: dt.datetime) -> bool:
 def cancel_in(store: Store, job_id: Any, now: dt.datetime, session: Any) -> Cancellation:
     """:func:`cancel`, in the application's transaction ``session``: the jobs that wait
     for a cancelled one are cancelled in it too."""
+    return store.run(cancel_in_steps(job_id, now, session))
+
+
+def cancel_in_steps(job_id: Any, now: dt.datetime, session: Any) -> Steps[Cancellation]:
+    """:func:`cancel_in`, as steps for either store."""
     job_id = as_object_id(job_id)
-    said = store.cancel_in(job_id, now, session)
+    said = yield from call("cancel_in", job_id, now, session)
     if said == "missing":
         raise JobNotFound(job_id)
     if said == "cancelled":
-        follow_up(store, [Ended(job_id, store.batch_of(job_id, session))], now, session)
+        batch = yield from call("batch_of", job_id, session)
+        yield from follow_up_steps([Ended(job_id, batch)], now, session)
         return Cancellation.CANCELLED
     return Cancellation.STOPPING if said == "stopping" else Cancellation.FINISHED
 
@@ -132,7 +149,7 @@ def recover(
     Raises ``JobNotFound``, or :class:`NotFinished` for a job that has not finished (it
     will run anyway).
     """
-    (job_id,) = _waiting_ids(store, [job_id])
+    (job_id,) = store.run(_waiting_ids([job_id]))
     finished = store.finished_document(job_id)
     if finished is None:
         job = store.find_job(job_id)
@@ -176,25 +193,29 @@ class ManualRun:
 
 def _known_jobs(store: Store, job_ids: Sequence[Any]) -> list[Job]:
     """The jobs of ``job_ids``, as they are now (``JobNotFound`` for an unknown id)."""
+    return store.run(_known_jobs_steps(job_ids))
+
+
+def _known_jobs_steps(job_ids: Sequence[Any]) -> Steps[list[Job]]:
     jobs = []
     for job_id in (as_object_id(job_id) for job_id in job_ids):
-        job = store.find_job(job_id)
+        job = yield from call("find_job", job_id)
         if job is None:
             raise JobNotFound(job_id)
         jobs.append(job)
     return jobs
 
 
-def _waiting_ids(store: Store, job_ids: Sequence[Any]) -> list[Any]:
+def _waiting_ids(job_ids: Sequence[Any]) -> Steps[list[Any]]:
     """The ids, each checked to be a known job (``JobNotFound`` otherwise)."""
-    return [job.id for job in _known_jobs(store, job_ids)]
+    return [job.id for job in (yield from _known_jobs_steps(job_ids))]
 
 
 def run_now(store: Store, job_ids: Sequence[Any], now: dt.datetime) -> list[Any]:
     """Make the waiting jobs among ``job_ids`` due now; return those that were not
     waiting (handed out or finished already: they are left as they are)."""
     not_waiting = []
-    for job_id in _waiting_ids(store, job_ids):
+    for job_id in store.run(_waiting_ids(job_ids)):
         if not store.make_due_now(job_id, now):
             not_waiting.append(job_id)
     return not_waiting
@@ -207,16 +228,23 @@ def wait_for(
 
     Raises :class:`WaitTimeout` when some are not finished within ``timeout``.
     """
-    ids = _waiting_ids(store, job_ids)
+    return store.run(wait_steps(job_ids, timeout, clock), clock.sleep)
+
+
+def wait_steps(job_ids: Sequence[Any], timeout: dt.timedelta, clock: Clock) -> Steps[list[Job]]:
+    """:func:`wait_for`, as steps (:mod:`recruiter.store.steps`) for either store: it
+    looks at the jobs, pausing longer each time (:data:`WAIT_POLLS`), on ``clock``'s
+    monotonic time."""
+    ids = yield from _waiting_ids(job_ids)
     deadline, pause = clock.monotonic() + timeout.total_seconds(), 0.0
     while True:
-        finished = {job.id: job for job in store.finished_jobs(ids)}
+        finished = {job.id: job for job in (yield from call("finished_jobs", ids))}
         if len(finished) == len(set(ids)):
             return [finished[job_id] for job_id in ids]
         if clock.monotonic() >= deadline:
             raise WaitTimeout([j for j in ids if j not in finished], timeout)
         pause = WAIT_POLLS.after(pause)
-        clock.sleep(min(pause, max(0.0, deadline - clock.monotonic())))
+        yield from sleep(min(pause, max(0.0, deadline - clock.monotonic())))
 
 
 def run_here(

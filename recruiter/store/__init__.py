@@ -19,7 +19,8 @@ acknowledged by a majority unless the URI names a write concern (:func:`fate_wri
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from bson.codec_options import CodecOptions
 from pymongo import ReadPreference, WriteConcern
@@ -33,19 +34,22 @@ from recruiter.store.analytics import AnalyticsVerbs, ReadyCount
 from recruiter.store.attempts import AttemptVerbs, End, LockRecord, Starting, Statement
 from recruiter.store.base import Document
 from recruiter.store.dedup import DedupVerbs
-from recruiter.store.failures import is_transient, translate_methods
+from recruiter.store.failures import is_transient, translate_methods, untranslated
 from recruiter.store.groups import GroupRecord, GroupVerbs
 from recruiter.store.jobs import ARCHIVE_BATCH, PURGE_BATCH, JobVerbs
 from recruiter.store.leases import LeaseVerbs
 from recruiter.store.ready import Arrivals, NewJob
 from recruiter.store.roster import Assignment, RanReport, RosterVerbs, WorkerRecord
 from recruiter.store.schedulers import Occurrence, SchedulerRecord, SchedulerVerbs
-from recruiter.store.schema import check_schema, ensure_indexes, ensure_schema
+from recruiter.store.schema import check_schema_steps, ensure_ready
 from recruiter.store.selection import Selection, SelectionVerbs
 from recruiter.store.server import ServerVerbs, answers
+from recruiter.store.steps import Steps, drive
 from recruiter.store.waiting import WaitingVerbs
 from recruiter.store.watch import ChangeFeed, RosterChange, WatchVerbs, WorkChange
 from recruiter.store.workables import UnservedWorkable, WorkableVerbs, digest_of
+
+T = TypeVar("T")
 
 __all__ = [
     "ARCHIVE_BATCH",
@@ -79,8 +83,9 @@ __all__ = [
 ]
 
 
-def fate_write_concern(database: Database[Any]) -> WriteConcern:
-    """The write concern of every write: ``majority`` unless the URI says otherwise.
+def fate_write_concern(database: Any) -> WriteConcern:
+    """The write concern of every write (to ``database``, of the synchronous or the
+    asyncio client): ``majority`` unless the URI says otherwise.
 
     Every write the store makes decides a job's fate (its lock, its attempt, its end,
     its holder's liveness). Acknowledged by the primary alone (``w=1``, the default of
@@ -137,11 +142,21 @@ class Store(
 
     def ensure_ready(self) -> None:
         """Check and upgrade the schema version, create missing indexes (idempotent)."""
-        ensure_schema(self.database)
-        ensure_indexes(self.database)
+        self._send(ensure_ready())
 
     def check_schema(self) -> None:
         """Raise :class:`recruiter.errors.SchemaTooNew` if a newer recruiter upgraded the
         database since :meth:`ensure_ready`: long-lived processes and producers call it
         now and then (:class:`recruiter.schema_check.SchemaCheck`), and stop."""
-        check_schema(self.database)
+        self._send(check_schema_steps())
+
+    def _send(self, steps: Steps[T]) -> T:
+        """Run a verb's steps (:mod:`recruiter.store.steps`) on this store's database."""
+        return drive(steps, self.database, self)
+
+    @untranslated
+    def run(self, steps: Steps[T], sleep: Callable[[float], None] | None = None) -> T:
+        """Run steps that call this store's verbs (:mod:`recruiter.store.steps`: what a
+        producer does, written once for this store and the asyncio one), waiting with
+        ``sleep`` where they wait."""
+        return drive(steps, self.database, self, sleep)

@@ -119,25 +119,67 @@ def in_the_callers_transaction(method: F) -> F:
     its ``with_transaction`` retries a transient one; only a server that cannot hold a
     transaction at all is said in the project's words (:class:`TransactionsUnavailable`)."""
 
+    if inspect.iscoroutinefunction(method):
+
+        @functools.wraps(method)
+        async def awaited(*arguments: Any, **options: Any) -> Any:
+            try:
+                return await method(*arguments, **options)
+            except OperationFailure as error:
+                raise _in_transaction(error) from error
+
+        awaited.__dict__[_UNTRANSLATED] = True
+        return awaited  # type: ignore[return-value]
+
     @functools.wraps(method)
     def wrapper(*arguments: Any, **options: Any) -> Any:
         try:
             return method(*arguments, **options)
         except OperationFailure as error:
-            if error.code == NO_TRANSACTIONS_HERE:
-                raise TransactionsUnavailable(str(error)) from error
-            raise
+            raise _in_transaction(error) from error
 
     wrapper.__dict__[_UNTRANSLATED] = True
     return wrapper  # type: ignore[return-value]
 
 
+def _in_transaction(error: OperationFailure) -> Exception:
+    """The error to raise in the caller's transaction: the driver's own, but a server
+    that holds no transactions at all."""
+    if error.code == NO_TRANSACTIONS_HERE:
+        return TransactionsUnavailable(str(error))
+    return error
+
+
+def untranslated(method: F) -> F:
+    """Mark a public method that :func:`translate_methods` leaves as it is: one that runs
+    steps calling the store's own verbs (each translated, or left in the caller's
+    transaction, as it says)."""
+    method.__dict__[_UNTRANSLATED] = True
+    return method
+
+
+def translated_awaited(method: F) -> F:
+    """The coroutine function ``method``, raising the project's kinds instead of the
+    driver's errors (the asyncio store's :func:`translated`)."""
+
+    @functools.wraps(method)
+    async def wrapper(*arguments: Any, **options: Any) -> Any:
+        try:
+            return await method(*arguments, **options)
+        except (PyMongoError, BSONError) as error:
+            raise translate(error) from error
+
+    return wrapper  # type: ignore[return-value]
+
+
 def translate_methods(cls: type[Any]) -> type[Any]:
-    """Wrap every public method of ``cls`` (inherited ones too) with :func:`translated`,
-    but those run in the caller's transaction (:func:`in_the_callers_transaction`)."""
+    """Wrap every public method of ``cls`` (inherited ones too) with :func:`translated`
+    (:func:`translated_awaited` for a coroutine function), but those run in the
+    caller's transaction (:func:`in_the_callers_transaction`)."""
     for name, member in inspect.getmembers(cls, inspect.isfunction):
         if not name.startswith("_") and not getattr(member, _UNTRANSLATED, False):
-            setattr(cls, name, translated(member))
+            wrap = translated_awaited if inspect.iscoroutinefunction(member) else translated
+            setattr(cls, name, wrap(member))
     return cls
 
 

@@ -27,6 +27,7 @@ from recruiter.job_record import Job
 from recruiter.store.base import ONE_REPLY, Document, aware
 from recruiter.store.failures import in_the_callers_transaction
 from recruiter.store.ready import DUE_ORDER, READY_ORDER, ready_query
+from recruiter.store.steps import Sends, Steps, call, find, send
 
 DUPLICATE_KEY = 11000
 ARCHIVE_BATCH = 500
@@ -39,7 +40,7 @@ UNRECOGNIZED_STAGE = 40324
 """The error of a server before MongoDB 4.4 asked for ``$unionWith``."""
 
 
-class JobVerbs:
+class JobVerbs(Sends):
     """Operations on ``scheduled`` and ``archived``."""
 
     database: Database[Document]
@@ -48,7 +49,7 @@ class JobVerbs:
     _no_union = False
     """The server refused ``$unionWith``: read ready jobs group by group."""
 
-    # --- scheduling -----------------------------------------------------------------
+    # --- scheduling (the verbs of a producer: steps, driven by either store) -------
 
     def insert_jobs(self, documents: Sequence[Document]) -> list[Any]:
         """Insert new jobs in one round trip; return their ids, in order.
@@ -57,30 +58,7 @@ class JobVerbs:
         held by a queued job is not inserted: its place in the result holds the id of
         the queued job, which will do its work.
         """
-        if not documents:
-            return []
-        ids = [document["_id"] for document in documents]
-        pending = list(range(len(documents)))  # positions in ``documents`` still to store
-        for _ in range(DEDUP_INSERT_TRIES):
-            batch = [documents[position] for position in pending]
-            refused = [pending[i] for i in self._insert_unless_queued(batch)]
-            if not refused:
-                return ids
-            queued = self._queued_by_key({documents[p]["queued_key"] for p in refused})
-            pending = []
-            for position in refused:
-                held_by = queued.get(documents[position]["queued_key"])
-                if held_by is None:  # the queued one was locked meanwhile: its key is free
-                    pending.append(position)
-                else:
-                    ids[position] = held_by
-            if not pending:
-                return ids
-        raise RecruiterError(
-            f"{len(pending)} deduplicated jobs met a queued duplicate that was handed out "
-            f"at each of {DEDUP_INSERT_TRIES} tries; the other jobs were stored: schedule "
-            "those again"
-        )
+        return self._send(insert_jobs(documents))
 
     @in_the_callers_transaction
     def insert_jobs_in(self, documents: Sequence[Document], session: Any) -> list[Any]:
@@ -93,94 +71,26 @@ class JobVerbs:
         insert of the same key is a write conflict, which the application's
         ``with_transaction`` retries (the driver's errors are left as they are here).
         """
-        ids = [document["_id"] for document in documents]
-        keys = {document["queued_key"] for document in documents if "queued_key" in document}
-        queued = self._queued_by_key(keys, session) if keys else {}
-        new: list[Document] = []
-        for position, document in enumerate(documents):
-            key = document.get("queued_key")
-            if key is not None and key in queued:
-                ids[position] = queued[key]
-                continue
-            if key is not None:
-                queued[key] = document["_id"]  # a duplicate later in this batch joins it
-            new.append(document)
-        if new:
-            self.scheduled.insert_many(new, session=session)
-        return ids
+        return self._send(insert_jobs_in(documents, session))
 
     def insert_in_order(self, documents: Sequence[Document], session: Any = None) -> None:
         """Insert new jobs in their order, each only once the ones before it are stored:
         a job after those it waits for, a batch's callbacks after its members. A try
         after a lost reply inserts the same ids: those stored already are skipped.
         (None is deduplicated: :class:`~recruiter.job.JobSpec` refuses it for them.)"""
-        position = 0
-        while position < len(documents):
-            try:
-                self.scheduled.insert_many(documents[position:], ordered=True, session=session)
-                return
-            except BulkWriteError as error:
-                failures = error.details.get("writeErrors") or []
-                if session is not None or not failures or error.details.get("writeConcernErrors"):
-                    raise
-                index = position + failures[0]["index"]
-                stored = failures[0]["code"] == DUPLICATE_KEY
-                if not stored or not self._stored(documents[index]["_id"]):
-                    raise
-                position = index + 1
+        self._send(insert_in_order(documents, session))
 
     @in_the_callers_transaction
     def insert_in_order_in(self, documents: Sequence[Document], session: Any) -> None:
         """:meth:`insert_in_order`, in the application's transaction ``session``."""
-        self.scheduled.insert_many(list(documents), ordered=True, session=session)
-
-    def _insert_unless_queued(self, documents: list[Document]) -> list[int]:
-        """Insert ``documents``; return the indexes of those refused as duplicates.
-
-        A document whose own ``_id`` is taken was stored by an earlier try of this very
-        insert, whose reply was lost: it counts as stored (ids are new ObjectIds, never
-        another job's), so an insert tried again after a lost reply stores each job once.
-        """
-        try:
-            self.scheduled.insert_many(documents, ordered=False)
-        except BulkWriteError as error:
-            duplicates = []
-            for failure in error.details["writeErrors"]:
-                pattern = failure.get("keyPattern")
-                document = documents[failure["index"]]
-                if failure["code"] != DUPLICATE_KEY:
-                    raise
-                if (pattern is None or "_id" in pattern) and self._stored(document["_id"]):
-                    continue
-                if "queued_key" in document and (pattern is None or "queued_key" in pattern):
-                    duplicates.append(failure["index"])
-                else:
-                    raise
-            if error.details.get("writeConcernErrors"):
-                raise  # stored, not yet known to be durable: unavailable, try again
-            return duplicates
-        return []
-
-    def _stored(self, job_id: Any) -> bool:
-        return any(
-            collection.find_one({"_id": job_id}, {"_id": 1}) is not None
-            for collection in (self.scheduled, self.archived)
-        )
+        self._send(insert_in_order_in(documents, session))
 
     def _queued_by_key(self, keys: set[str], session: Any = None) -> dict[str, Any]:
-        cursor = self.scheduled.find(
-            {"queued_key": {"$in": list(keys)}}, {"queued_key": 1}, session=session
-        )
-        return {document["queued_key"]: document["_id"] for document in cursor}
+        return self._send(queued_by_key(keys, session))
 
     def find_job(self, job_id: ObjectId | str) -> Job | None:
         """The job with this id, from ``scheduled`` or else ``archived``."""
-        job_id = as_object_id(job_id)
-        for collection in (self.scheduled, self.archived):
-            document = collection.find_one({"_id": job_id})
-            if document is not None:
-                return Job.from_document(document)
-        return None
+        return self._send(find_job(job_id))
 
     # --- the recruiter's side -------------------------------------------------------
 
@@ -265,37 +175,18 @@ class JobVerbs:
     def cancel_if_waiting(self, job_id: Any, now: dt.datetime, session: Any = None) -> bool:
         """Finish a waiting job (due, or waiting for others) as ``cancelled``: the commit,
         as for any finished job."""
-        waiting = [{"scheduled_at": {"$exists": True}}, {"waiting_for": {"$exists": True}}]
-        result = self.scheduled.update_one(
-            {"_id": job_id, "locked": False, "why": {"$exists": False}, "$or": waiting},
-            {
-                "$set": {"done": False, "why": "cancelled", "archived_at": now},
-                "$unset": {"scheduled_at": "", "queued_key": "", "waiting_for": ""},
-            },
-            session=session,
-        )
-        return result.modified_count == 1
+        return self._send(cancel_if_waiting(job_id, now, session))
 
     def request_cancel_if_locked(self, job_id: Any, now: dt.datetime, session: Any = None) -> bool:
         """Ask the holder of a handed-out or running job to stop it."""
-        result = self.scheduled.update_one(
-            {"_id": job_id, "locked": True}, {"$set": {"cancel_requested_at": now}}, session=session
-        )
-        return result.matched_count == 1
+        return self._send(request_cancel_if_locked(job_id, now, session))
 
     @in_the_callers_transaction
     def cancel_in(self, job_id: Any, now: dt.datetime, session: Any) -> str:
         """Cancel a job in the application's transaction ``session``: ``cancelled`` (it
         was waiting), ``stopping`` (its holder is asked to stop it), ``finished`` (it
         had ended), or ``missing``."""
-        if self.cancel_if_waiting(job_id, now, session):
-            return "cancelled"
-        if self.request_cancel_if_locked(job_id, now, session):
-            return "stopping"
-        for collection in (self.scheduled, self.archived):
-            if collection.find_one({"_id": job_id}, {"_id": 1}, session=session) is not None:
-                return "finished"
-        return "missing"
+        return self._send(cancel_in(job_id, now, session))
 
     def cancel_requested(self, job_ids: Sequence[Any]) -> set[Any]:
         """Those of ``job_ids`` whose cancellation was asked for while they were locked."""
@@ -338,11 +229,7 @@ class JobVerbs:
 
     def finished_jobs(self, job_ids: Sequence[Any]) -> list[Job]:
         """Those of ``job_ids`` that are finished, archived or not yet."""
-        query = {"_id": {"$in": list(job_ids)}, "why": {"$exists": True}}
-        found = {d["_id"]: d for d in self.scheduled.find(query)}
-        for document in self.archived.find(query):
-            found.setdefault(document["_id"], document)
-        return [Job.from_document(d) for d in found.values()]
+        return self._send(finished_jobs(job_ids))
 
     # --- the archive ------------------------------------------------------------------
 
@@ -385,3 +272,185 @@ class JobVerbs:
         if collection not in ("scheduled", "archived"):
             raise ValueError(f"no job collection named {collection!r}")
         return self.database[collection].count_documents(dict(query or {}))
+
+
+# --- the producer's verbs, as steps (recruiter.store.steps): either store drives them ---
+
+SCHEDULED, ARCHIVED = "scheduled", "archived"
+
+
+def insert_jobs(documents: Sequence[Document]) -> Steps[list[Any]]:
+    """:meth:`JobVerbs.insert_jobs`."""
+    if not documents:
+        return []
+    ids = [document["_id"] for document in documents]
+    pending = list(range(len(documents)))  # positions in ``documents`` still to store
+    for _ in range(DEDUP_INSERT_TRIES):
+        batch = [documents[position] for position in pending]
+        refused = [pending[i] for i in (yield from _insert_unless_queued(batch))]
+        if not refused:
+            return ids
+        keys = {documents[p]["queued_key"] for p in refused}
+        queued: dict[str, Any] = yield from call("_queued_by_key", keys)
+        pending = []
+        for position in refused:
+            held_by = queued.get(documents[position]["queued_key"])
+            if held_by is None:  # the queued one was locked meanwhile: its key is free
+                pending.append(position)
+            else:
+                ids[position] = held_by
+        if not pending:
+            return ids
+    raise RecruiterError(
+        f"{len(pending)} deduplicated jobs met a queued duplicate that was handed out "
+        f"at each of {DEDUP_INSERT_TRIES} tries; the other jobs were stored: schedule "
+        "those again"
+    )
+
+
+def insert_jobs_in(documents: Sequence[Document], session: Any) -> Steps[list[Any]]:
+    """:meth:`JobVerbs.insert_jobs_in`."""
+    ids = [document["_id"] for document in documents]
+    keys = {document["queued_key"] for document in documents if "queued_key" in document}
+    queued: dict[str, Any] = (yield from call("_queued_by_key", keys, session)) if keys else {}
+    new: list[Document] = []
+    for position, document in enumerate(documents):
+        key = document.get("queued_key")
+        if key is not None and key in queued:
+            ids[position] = queued[key]
+            continue
+        if key is not None:
+            queued[key] = document["_id"]  # a duplicate later in this batch joins it
+        new.append(document)
+    if new:
+        yield from send(SCHEDULED, "insert_many", new, session=session)
+    return ids
+
+
+def insert_in_order(documents: Sequence[Document], session: Any = None) -> Steps[None]:
+    """:meth:`JobVerbs.insert_in_order`."""
+    position = 0
+    while position < len(documents):
+        try:
+            yield from send(
+                SCHEDULED, "insert_many", list(documents[position:]), ordered=True, session=session
+            )
+            return
+        except BulkWriteError as error:
+            failures = error.details.get("writeErrors") or []
+            if session is not None or not failures or error.details.get("writeConcernErrors"):
+                raise
+            index = position + failures[0]["index"]
+            stored = failures[0]["code"] == DUPLICATE_KEY
+            if not stored or not (yield from _stored(documents[index]["_id"])):
+                raise
+            position = index + 1
+
+
+def insert_in_order_in(documents: Sequence[Document], session: Any) -> Steps[None]:
+    """:meth:`JobVerbs.insert_in_order_in`."""
+    yield from send(SCHEDULED, "insert_many", list(documents), ordered=True, session=session)
+
+
+def _insert_unless_queued(documents: list[Document]) -> Steps[list[int]]:
+    """Insert ``documents``; return the indexes of those refused as duplicates.
+
+    A document whose own ``_id`` is taken was stored by an earlier try of this very
+    insert, whose reply was lost: it counts as stored (ids are new ObjectIds, never
+    another job's), so an insert tried again after a lost reply stores each job once.
+    """
+    try:
+        yield from send(SCHEDULED, "insert_many", documents, ordered=False)
+    except BulkWriteError as error:
+        duplicates = []
+        for failure in error.details["writeErrors"]:
+            pattern = failure.get("keyPattern")
+            document = documents[failure["index"]]
+            if failure["code"] != DUPLICATE_KEY:
+                raise
+            if (pattern is None or "_id" in pattern) and (yield from _stored(document["_id"])):
+                continue
+            if "queued_key" in document and (pattern is None or "queued_key" in pattern):
+                duplicates.append(failure["index"])
+            else:
+                raise
+        if error.details.get("writeConcernErrors"):
+            raise  # stored, not yet known to be durable: unavailable, try again
+        return duplicates
+    return []
+
+
+def _stored(job_id: Any) -> Steps[bool]:
+    for collection in (SCHEDULED, ARCHIVED):
+        if (yield from send(collection, "find_one", {"_id": job_id}, {"_id": 1})) is not None:
+            return True
+    return False
+
+
+def queued_by_key(keys: set[str], session: Any = None) -> Steps[dict[str, Any]]:
+    """The queued job holding each of these deduplication keys."""
+    query = {"queued_key": {"$in": list(keys)}}
+    found = yield from find(SCHEDULED, query, {"queued_key": 1}, session=session)
+    return {document["queued_key"]: document["_id"] for document in found}
+
+
+def find_job(job_id: ObjectId | str) -> Steps[Job | None]:
+    """:meth:`JobVerbs.find_job`."""
+    job_id = as_object_id(job_id)
+    for collection in (SCHEDULED, ARCHIVED):
+        document = yield from send(collection, "find_one", {"_id": job_id})
+        if document is not None:
+            return Job.from_document(document)
+    return None
+
+
+def cancel_if_waiting(job_id: Any, now: dt.datetime, session: Any = None) -> Steps[bool]:
+    """:meth:`JobVerbs.cancel_if_waiting`."""
+    waiting = [{"scheduled_at": {"$exists": True}}, {"waiting_for": {"$exists": True}}]
+    result = yield from send(
+        SCHEDULED,
+        "update_one",
+        {"_id": job_id, "locked": False, "why": {"$exists": False}, "$or": waiting},
+        {
+            "$set": {"done": False, "why": "cancelled", "archived_at": now},
+            "$unset": {"scheduled_at": "", "queued_key": "", "waiting_for": ""},
+        },
+        session=session,
+    )
+    return bool(result.modified_count == 1)
+
+
+def request_cancel_if_locked(job_id: Any, now: dt.datetime, session: Any = None) -> Steps[bool]:
+    """:meth:`JobVerbs.request_cancel_if_locked`."""
+    result = yield from send(
+        SCHEDULED,
+        "update_one",
+        {"_id": job_id, "locked": True},
+        {"$set": {"cancel_requested_at": now}},
+        session=session,
+    )
+    return bool(result.matched_count == 1)
+
+
+def cancel_in(job_id: Any, now: dt.datetime, session: Any) -> Steps[str]:
+    """:meth:`JobVerbs.cancel_in`."""
+    if (yield from cancel_if_waiting(job_id, now, session)):
+        return "cancelled"
+    if (yield from request_cancel_if_locked(job_id, now, session)):
+        return "stopping"
+    for collection in (SCHEDULED, ARCHIVED):
+        found = yield from send(
+            collection, "find_one", {"_id": job_id}, {"_id": 1}, session=session
+        )
+        if found is not None:
+            return "finished"
+    return "missing"
+
+
+def finished_jobs(job_ids: Sequence[Any]) -> Steps[list[Job]]:
+    """:meth:`JobVerbs.finished_jobs`."""
+    query = {"_id": {"$in": list(job_ids)}, "why": {"$exists": True}}
+    found = {d["_id"]: d for d in (yield from find(SCHEDULED, query))}
+    for document in (yield from find(ARCHIVED, query)):
+        found.setdefault(document["_id"], document)
+    return [Job.from_document(d) for d in found.values()]

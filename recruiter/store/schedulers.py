@@ -33,6 +33,7 @@ from pymongo.errors import DuplicateKeyError
 from recruiter.repeating.timing import DEFAULT_MISSED, MISSED_RULES, Missed
 from recruiter.store.base import Document, aware
 from recruiter.store.failures import in_the_callers_transaction
+from recruiter.store.steps import Sends, Steps, send
 
 UPSERT_TRIES = 5
 """Tries of a declaration that meets a pause or resume at each one."""
@@ -100,7 +101,7 @@ def _count(value: Any) -> int:
     return int(min(max(value, 0), 2**63))
 
 
-class SchedulerVerbs:
+class SchedulerVerbs(Sends):
     """Operations on ``schedulers``, and the occurrences they create in ``scheduled``."""
 
     schedulers: Collection[Document]
@@ -123,13 +124,11 @@ class SchedulerVerbs:
         Its counts and last occurrence are kept. A changed schedule starts again at
         ``first_at``; an unchanged one keeps its ``next_at``.
         """
-        fields = {"job": job, "unique": unique, "missed": missed, "updated_at": now}
-        for _ in range(UPSERT_TRIES):
-            try:
-                return self._upsert_scheduler(urn, fields, schedule, first_at, now)
-            except DuplicateKeyError:
-                continue  # paused between its two updates: the first one's case now
-        raise AssertionError("a scheduler paused and resumed again and again meanwhile")
+        return self._send(
+            upsert_scheduler(
+                urn, job, schedule, unique=unique, missed=missed, first_at=first_at, now=now
+            )
+        )
 
     @in_the_callers_transaction
     def upsert_scheduler_in(
@@ -146,45 +145,18 @@ class SchedulerVerbs:
     ) -> bool:
         """:meth:`upsert_scheduler` in the application's transaction ``session`` (a
         pause meanwhile is a write conflict, for its ``with_transaction`` to retry)."""
-        fields = {"job": job, "unique": unique, "missed": missed, "updated_at": now}
-        return self._upsert_scheduler(urn, fields, schedule, first_at, now, session=session)
-
-    def _upsert_scheduler(
-        self,
-        urn: str,
-        fields: Document,
-        schedule: Document,
-        first_at: dt.datetime,
-        now: dt.datetime,
-        *,
-        session: Any = None,
-    ) -> bool:
-        same = self.schedulers.update_one(
-            {"_id": urn, "schedule": schedule, "broken": {"$exists": False}},
-            {"$set": fields},
-            session=session,
+        return self._send(
+            upsert_scheduler(
+                urn,
+                job,
+                schedule,
+                unique=unique,
+                missed=missed,
+                first_at=first_at,
+                now=now,
+                session=session,
+            )
         )
-        if same.matched_count:
-            return False
-        # paused, it stays paused with its new schedule: resuming starts it again
-        paused = self.schedulers.update_one(
-            {"_id": urn, "paused_at": {"$exists": True}},
-            {"$set": {**fields, "schedule": schedule}, "$unset": {"broken": ""}},
-            session=session,
-        )
-        if paused.matched_count:
-            return False
-        result = self.schedulers.update_one(
-            {"_id": urn, "paused_at": {"$exists": False}},
-            {
-                "$set": {**fields, "schedule": schedule, "next_at": first_at},
-                "$unset": {"broken": ""},
-                "$setOnInsert": {"created_at": now, "created": 0, "skipped": 0},
-            },
-            upsert=True,
-            session=session,
-        )
-        return result.upserted_id is not None
 
     def find_scheduler(self, urn: str) -> SchedulerRecord | None:
         document = self.schedulers.find_one({"_id": urn})
@@ -298,3 +270,76 @@ class SchedulerVerbs:
             },
         )
         return result.modified_count == 1
+
+
+# --- the declaration's steps (recruiter.store.steps): either store drives them -------
+
+
+def upsert_scheduler(
+    urn: str,
+    job: Document,
+    schedule: Document,
+    *,
+    unique: bool,
+    missed: Missed,
+    first_at: dt.datetime,
+    now: dt.datetime,
+    session: Any = None,
+) -> Steps[bool]:
+    """:meth:`SchedulerVerbs.upsert_scheduler`; in the transaction ``session`` if given
+    (then tried once: a pause meanwhile is a write conflict, for its
+    ``with_transaction`` to retry)."""
+    fields = {"job": job, "unique": unique, "missed": missed, "updated_at": now}
+    for _ in range(1 if session is not None else UPSERT_TRIES):
+        try:
+            return (
+                yield from _upsert_scheduler(urn, fields, schedule, first_at, now, session=session)
+            )
+        except DuplicateKeyError:
+            if session is not None:
+                raise
+            continue  # paused between its two updates: the first one's case now
+    raise AssertionError("a scheduler paused and resumed again and again meanwhile")
+
+
+def _upsert_scheduler(
+    urn: str,
+    fields: Document,
+    schedule: Document,
+    first_at: dt.datetime,
+    now: dt.datetime,
+    *,
+    session: Any,
+) -> Steps[bool]:
+    same = yield from send(
+        "schedulers",
+        "update_one",
+        {"_id": urn, "schedule": schedule, "broken": {"$exists": False}},
+        {"$set": fields},
+        session=session,
+    )
+    if same.matched_count:
+        return False
+    # paused, it stays paused with its new schedule: resuming starts it again
+    paused = yield from send(
+        "schedulers",
+        "update_one",
+        {"_id": urn, "paused_at": {"$exists": True}},
+        {"$set": {**fields, "schedule": schedule}, "$unset": {"broken": ""}},
+        session=session,
+    )
+    if paused.matched_count:
+        return False
+    result = yield from send(
+        "schedulers",
+        "update_one",
+        {"_id": urn, "paused_at": {"$exists": False}},
+        {
+            "$set": {**fields, "schedule": schedule, "next_at": first_at},
+            "$unset": {"broken": ""},
+            "$setOnInsert": {"created_at": now, "created": 0, "skipped": 0},
+        },
+        upsert=True,
+        session=session,
+    )
+    return result.upserted_id is not None

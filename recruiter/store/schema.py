@@ -16,11 +16,13 @@ from pymongo.database import Database
 
 from recruiter.errors import RecruiterError, SchemaTooNew
 from recruiter.store.dedup import DEDUP_MEMORY
+from recruiter.store.steps import Steps, drive, send
 
 SCHEMA_VERSION = 2
 SCHEMA_DOCUMENT_ID = "schema"
 
-Migration = Callable[[Database[Any]], None]
+Migration = Callable[[], Steps[None]]
+"""A migration's steps (:mod:`recruiter.store.steps`): either store can run them."""
 
 INDEXES: Mapping[str, tuple[IndexModel, ...]] = {
     "scheduled": (
@@ -94,45 +96,52 @@ INDEXES: Mapping[str, tuple[IndexModel, ...]] = {
 }
 
 
-def _initial(database: Database[Any]) -> None:
+def _initial() -> Steps[None]:
     """Version 1: the first layout; there is nothing to convert."""
+    yield from ()
 
 
-def _priorities(database: Database[Any]) -> None:
+def _priorities() -> Steps[None]:
     """Version 2: jobs have a priority (0 unless given), and the ready index orders by it.
 
     A job without one would sort below every priority, so each gets 0; the old ready
     index, replaced by ``ready_by_priority``, is dropped.
     """
-    database.scheduled.update_many({"priority": {"$exists": False}}, {"$set": {"priority": 0}})
-    if "ready_in_group" in database.scheduled.index_information():
-        database.scheduled.drop_index("ready_in_group")
+    yield from send(
+        "scheduled", "update_many", {"priority": {"$exists": False}}, {"$set": {"priority": 0}}
+    )
+    if "ready_in_group" in (yield from send("scheduled", "index_information")):
+        yield from send("scheduled", "drop_index", "ready_in_group")
 
 
 MIGRATIONS: Mapping[int, Migration] = {1: _initial, 2: _priorities}
 
 
-def ensure_indexes(database: Database[Any]) -> None:
+def ensure_ready(
+    migrations: Mapping[int, Migration] = MIGRATIONS, target: int = SCHEMA_VERSION
+) -> Steps[int]:
+    """Check and upgrade the schema version, then create missing indexes (idempotent);
+    return the old version."""
+    found = yield from ensure_schema_steps(migrations, target)
     for collection, indexes in INDEXES.items():
-        database[collection].create_indexes(list(indexes))
+        yield from send(collection, "create_indexes", list(indexes))
+    return found
 
 
-def check_schema(database: Database[Any], target: int = SCHEMA_VERSION) -> None:
+def check_schema_steps(target: int = SCHEMA_VERSION) -> Steps[None]:
     """Raise :class:`SchemaTooNew` if the database was upgraded past ``target`` since
     this process started: it would go on writing documents of the old layout."""
-    document = database.metadata.find_one({"_id": SCHEMA_DOCUMENT_ID}, {"version": 1})
+    document = yield from send("metadata", "find_one", {"_id": SCHEMA_DOCUMENT_ID}, {"version": 1})
     found = None if document is None else document.get("version")
     if isinstance(found, int) and not isinstance(found, bool) and found > target:
         raise SchemaTooNew(found, target)
 
 
-def ensure_schema(
-    database: Database[Any],
-    migrations: Mapping[int, Migration] = MIGRATIONS,
-    target: int = SCHEMA_VERSION,
-) -> int:
+def ensure_schema_steps(
+    migrations: Mapping[int, Migration] = MIGRATIONS, target: int = SCHEMA_VERSION
+) -> Steps[int]:
     """Check the stored schema version, upgrade it to ``target``; return the old version."""
-    document = database.metadata.find_one({"_id": SCHEMA_DOCUMENT_ID})
+    document = yield from send("metadata", "find_one", {"_id": SCHEMA_DOCUMENT_ID})
     found = 0 if document is None else document.get("version")
     if isinstance(found, bool) or not isinstance(found, int):
         raise RecruiterError(
@@ -142,8 +151,21 @@ def ensure_schema(
     if found > target:
         raise SchemaTooNew(found, target)
     for version in range(found + 1, target + 1):
-        migrations[version](database)
-        database.metadata.update_one(
-            {"_id": SCHEMA_DOCUMENT_ID}, {"$max": {"version": version}}, upsert=True
+        yield from migrations[version]()
+        yield from send(
+            "metadata",
+            "update_one",
+            {"_id": SCHEMA_DOCUMENT_ID},
+            {"$max": {"version": version}},
+            upsert=True,
         )
     return found
+
+
+def ensure_schema(
+    database: Database[Any],
+    migrations: Mapping[int, Migration] = MIGRATIONS,
+    target: int = SCHEMA_VERSION,
+) -> int:
+    """:func:`ensure_schema_steps` on ``database``, synchronously."""
+    return drive(ensure_schema_steps(migrations, target), database)

@@ -5,15 +5,14 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from bson.codec_options import CodecOptions
 from pymongo import MongoClient
 from pymongo.database import Database
 from pymongo.errors import PyMongoError
 
-from recruiter.store.base import aware
+from recruiter.store.steps import Hello, Sends, Steps
 
 
-class ServerVerbs:
+class ServerVerbs(Sends):
     """What the store asks of the server itself."""
 
     database: Database[Any]
@@ -22,14 +21,13 @@ class ServerVerbs:
         """The server's clock now (``hello``'s ``localTime``); ``None`` where the server
         cannot tell it (mongomock): the time every process decides on
         (:class:`recruiter.clock.DatabaseClock`)."""
-        try:
-            reply: dict[str, Any] = self.database.client.admin.command(
-                "hello", codec_options=CodecOptions(tz_aware=True)
-            )
-        except NotImplementedError:  # mongomock has no hello
-            return None
-        local = reply.get("localTime")
-        return aware(local) if isinstance(local, dt.datetime) else None
+        return self._send(server_time())
+
+
+def server_time() -> Steps[dt.datetime | None]:
+    """:meth:`ServerVerbs.server_time`, as steps."""
+    local: dt.datetime | None = yield Hello()
+    return local
 
 
 def answers(uri: str, timeout: float) -> bool:

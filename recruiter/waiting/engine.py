@@ -44,6 +44,7 @@ from typing import Any
 from recruiter.errors import DatabaseError, DocumentTooLarge
 from recruiter.states import SUCCEEDED
 from recruiter.store import Document, Store
+from recruiter.store.steps import Steps, call
 
 logger = logging.getLogger(__name__)
 
@@ -92,17 +93,24 @@ def follow_up(
     """Note these ends in every job that waits for them; make ready, or cancel, those
     that waited for nothing else. A cancelled job's own waiting jobs are followed up in
     turn (a chain fails down at once)."""
+    return store.run(follow_up_steps(ended, now, session))
+
+
+def follow_up_steps(
+    ended: Iterable[Ended], now: dt.datetime, session: Any = None
+) -> Steps[Settled]:
+    """:func:`follow_up`, as steps (:mod:`recruiter.store.steps`) for either store."""
     settled = Settled()
     pending = deque(ended)
     while pending:
         chunk = [pending.popleft() for _ in range(min(FOLLOW_UP_CHUNK, len(pending)))]
         waited_for = [e.id for e in chunk] + list({e.batch for e in chunk if e.batch is not None})
-        notices = _Notices(store, now, session)
+        notices = _Notices(now, session)
         for member in chunk:
             if member.batch is not None and member.why is not None:
                 notices.told(member)
-        for document in store.waiting_on(waited_for, session):
-            cancelled = settled.count(document, notices.settle(document))
+        for document in (yield from call("waiting_on", waited_for, session)):
+            cancelled = settled.count(document, (yield from notices.settle(document)))
             if cancelled is not None:
                 pending.append(cancelled)
     return settled
@@ -111,8 +119,13 @@ def follow_up(
 def follow_up_safely(store: Store, ended: Ended, now: dt.datetime) -> None:
     """:func:`follow_up` one job, logging a database error instead of raising it: the
     job's end is recorded already, and the cleaner's sweep notes what this missed."""
+    store.run(follow_up_safely_steps(ended, now))
+
+
+def follow_up_safely_steps(ended: Ended, now: dt.datetime) -> Steps[None]:
+    """:func:`follow_up_safely`, as steps for either store."""
     try:
-        follow_up(store, [ended], now)
+        yield from follow_up_steps([ended], now)
     except DatabaseError as error:
         logger.warning(
             "job %s: the jobs waiting for it were not told of its end (%s): the cleaner's "
@@ -123,28 +136,28 @@ def follow_up_safely(store: Store, ended: Ended, now: dt.datetime) -> None:
 
 
 def settle_stored(
-    store: Store,
     documents: Sequence[Document],
     outside: Sequence[Any],
     now: dt.datetime,
     session: Any = None,
-) -> Settled:
+) -> Steps[Settled]:
     """Settle the waiting jobs just stored (``documents``) that wait for jobs (or
     batches) of ``outside``, stored before them: an end that landed before their insert
     was followed up without them. One cancelled so is an end in turn: what waits for it
-    (a later step, its batch's callbacks) is told at once, as after any cancellation."""
+    (a later step, its batch's callbacks) is told at once, as after any cancellation.
+    Steps (:mod:`recruiter.store.steps`), for either store."""
     settled = Settled()
-    notices = _Notices(store, now, session)  # (a batch's two callbacks: one read)
+    notices = _Notices(now, session)  # (a batch's two callbacks: one read)
     for document in documents:
         if any(w in outside for w in document["waiting_for"]):
-            outcome = notices.settle(document)
+            outcome = yield from notices.settle(document)
             if outcome == "ready":
                 settled.ready.append(document["_id"])
             elif outcome == "cancelled":
                 settled.cancelled.append(document["_id"])
     ended = [Ended(d["_id"], d.get("batch")) for d in documents if d["_id"] in settled.cancelled]
     if ended:
-        cascade = follow_up(store, ended, now, session)
+        cascade = yield from follow_up_steps(ended, now, session)
         settled.ready += cascade.ready
         settled.cancelled += cascade.cancelled
     return settled
@@ -154,7 +167,7 @@ def settle(store: Store, document: Document, now: dt.datetime, session: Any = No
     """Note every end the waiting job ``document`` waits for that has come: ``"ready"``
     if that made it ready, ``"cancelled"`` if its rule cancelled it, else
     ``"waiting"`` (or ``"gone"``: another process settled it meanwhile)."""
-    return _Notices(store, now, session).settle(document)
+    return store.run(_Notices(now, session).settle(document))
 
 
 class _Notices:
@@ -164,8 +177,7 @@ class _Notices:
     once; told how a member ended (:meth:`told`), it reads whether one failed only once
     none is left unfinished: a member's end costs its batch's callbacks one read."""
 
-    def __init__(self, store: Store, now: dt.datetime, session: Any = None) -> None:
-        self.store = store
+    def __init__(self, now: dt.datetime, session: Any = None) -> None:
         self.now = now
         self.session = session
         self._failures: dict[Any, Document | None] = {}
@@ -178,74 +190,82 @@ class _Notices:
         if member.why not in SUCCEEDED:
             self._failures[member.batch] = {"_id": member.id, "why": member.why}
 
-    def settle(self, document: Document) -> str:
+    def settle(self, document: Document) -> Steps[str]:
         after = document.get("after")
         after = after if isinstance(after, Mapping) else {}
         rule = "ended" if after.get("rule") == "ended" else "done"
         if "batch" in after:
             if not _hashable(after["batch"]):
                 return "waiting"  # damaged by hand: the sweep says so, each round
-            return self._settle_batch(document, after["batch"], rule)
+            return (yield from self._settle_batch(document, after["batch"], rule))
         waiting = _waited(document)
-        states = self.store.dependency_documents(waiting, self.session)
+        states = yield from call("dependency_documents", waiting, self.session)
         ended = [w for w in waiting if w not in states or "why" in states[w]]
         current: Document | None = document
         for dependency in ended:
             entry = _entry(dependency, states.get(dependency), after)
             if rule == "done" and entry["why"] not in SUCCEEDED:
                 because = f"job {dependency} it waited for ended {entry['why']}"
-                return self._cancel(document["_id"], dependency, entry, because)
-            current = self._note(current, dependency, entry)
+                return (yield from self._cancel(document["_id"], dependency, entry, because))
+            current = yield from self._note(current, dependency, entry)
             if current is None:
                 return "gone"
             if "waiting_for" not in current:
                 return "ready"
         return "waiting"
 
-    def _settle_batch(self, document: Document, batch: Any, rule: str) -> str:
+    def _settle_batch(self, document: Document, batch: Any, rule: str) -> Steps[str]:
         failure = self._failures.get(batch)  # (told: this member failed)
         if rule == "done" and failure is None and batch not in self._told:
-            failure = self._failure(batch)  # (a sweep: nobody told how a member ended)
+            failure = yield from self._failure(batch)  # (a sweep: nobody told how a member ended)
         if rule == "done" and failure is not None:
-            return self._cancel_callback(document, batch, failure)
+            return (yield from self._cancel_callback(document, batch, failure))
         if batch not in self._unfinished:
-            self._unfinished[batch] = self.store.batch_unfinished(batch, self.session)
+            self._unfinished[batch] = yield from call("batch_unfinished", batch, self.session)
         if self._unfinished[batch]:
             return "waiting"
         # none unfinished: every end has landed, and a read of the failures now sees
         # each (one read before the unfinished one could miss a member failing between
         # the two, and release on_success although it failed)
-        failure = self._failure(batch)
+        failure = yield from self._failure(batch)
         if rule == "done" and failure is not None:
-            return self._cancel_callback(document, batch, failure)
+            return (yield from self._cancel_callback(document, batch, failure))
         entry = {"batch": batch, "why": "done" if failure is None else "ended"}
-        current = self._note(document, batch, entry)
+        current = yield from self._note(document, batch, entry)
         if current is None:
             return "gone"
         return "ready" if "waiting_for" not in current else "waiting"
 
-    def _cancel_callback(self, document: Document, batch: Any, failure: Document) -> str:
+    def _cancel_callback(self, document: Document, batch: Any, failure: Document) -> Steps[str]:
         entry = {"batch": batch, "why": "failed"}
         because = f"job {failure['_id']} of batch {batch} ended {failure.get('why')}"
-        return self._cancel(document["_id"], batch, entry, because)
+        return (yield from self._cancel(document["_id"], batch, entry, because))
 
-    def _failure(self, batch: Any) -> Document | None:
+    def _failure(self, batch: Any) -> Steps[Document | None]:
         """A member of ``batch`` that ended without being done: one known already (an
         end is final), else as read now."""
         if self._failures.get(batch) is None:
-            self._failures[batch] = self.store.batch_failure(batch, self.session)
+            self._failures[batch] = yield from call("batch_failure", batch, self.session)
         return self._failures[batch]
 
-    def _cancel(self, job_id: Any, waited_for: Any, entry: Document, because: str) -> str:
-        cancelled = self.store.cancel_waiting(
-            job_id, waited_for, entry, because=because, now=self.now, session=self.session
+    def _cancel(self, job_id: Any, waited_for: Any, entry: Document, because: str) -> Steps[str]:
+        cancelled = yield from call(
+            "cancel_waiting",
+            job_id,
+            waited_for,
+            entry,
+            because=because,
+            now=self.now,
+            session=self.session,
         )
         if cancelled:
             logger.info("job %s cancelled: %s", job_id, because)
             return "cancelled"
         return "gone"
 
-    def _note(self, document: Document | None, waited_for: Any, entry: Document) -> Document | None:
+    def _note(
+        self, document: Document | None, waited_for: Any, entry: Document
+    ) -> Steps[Document | None]:
         """Note ``entry`` (``waited_for`` ended) in the waiting job: pulled from what it
         waits for while others remain, or the job made ready when it was the last.
         Return the job as it is now (without ``waiting_for`` once ready), or ``None``
@@ -259,33 +279,44 @@ class _Notices:
             noted = [*(document.get("dependencies") or []), entry]
             if waiting == [waited_for]:
                 fields = _ready_fields(document, noted, self.now)
-                if self._release(document["_id"], waited_for, entry, fields):
+                if (yield from self._release(document["_id"], waited_for, entry, fields)):
                     return {k: v for k, v in document.items() if k != "waiting_for"}
-            elif (pulled := self._pull(document["_id"], waited_for, entry)) is not None:
+            elif (
+                pulled := (yield from self._pull(document["_id"], waited_for, entry))
+            ) is not None:
                 rest = [w for w in waiting if w != waited_for]
                 noted = [*(document.get("dependencies") or []), pulled]
                 return {**document, "waiting_for": rest, "dependencies": noted}
-            document = self.store.blocked_document(document["_id"], self.session)
+            document = yield from call("blocked_document", document["_id"], self.session)
         logger.warning("a job waiting for %s kept changing: the next sweep goes on", waited_for)
         return document
 
-    def _pull(self, job_id: Any, waited_for: Any, entry: Document) -> Document | None:
+    def _pull(self, job_id: Any, waited_for: Any, entry: Document) -> Steps[Document | None]:
         """Note ``entry`` while others remain; return the entry noted, or ``None`` when
         the job no longer waits for ``waited_for`` and others. The results noted before
         the last end wait in the job for its release: one that no longer fits in it is
         dropped (the job gets ``None`` for it), as at the release."""
-        pull = self.store.pull_dependency
+
+        def pull(entry: Document) -> Steps[Any]:
+            return call("pull_dependency", job_id, waited_for, entry, self.session)
+
         try:
-            return entry if pull(job_id, waited_for, entry, self.session) else None
+            return entry if (yield from pull(entry)) else None
         except DocumentTooLarge:
             logger.error("job %s: the result of job %s is too large to pass", job_id, waited_for)
             entry = {k: v for k, v in entry.items() if k != "result"}
-            return entry if pull(job_id, waited_for, entry, self.session) else None
+            return entry if (yield from pull(entry)) else None
 
-    def _release(self, job_id: Any, waited_for: Any, entry: Document, fields: Document) -> bool:
-        release = self.store.release_waiting
+    def _release(
+        self, job_id: Any, waited_for: Any, entry: Document, fields: Document
+    ) -> Steps[bool]:
+        def release(entry: Document, fields: Document) -> Steps[Any]:
+            return call(
+                "release_waiting", job_id, waited_for, entry, fields=fields, session=self.session
+            )
+
         try:
-            return release(job_id, waited_for, entry, fields=fields, session=self.session)
+            return bool((yield from release(entry, fields)))
         except DocumentTooLarge:
             # its dependencies' results do not fit in it: it runs with none
             logger.error("job %s: its dependencies' results are too large to pass", job_id)
@@ -293,7 +324,7 @@ class _Notices:
                 k: (None if k.startswith("workable.parameters.") else v) for k, v in fields.items()
             }
             entry = {k: v for k, v in entry.items() if k != "result"}
-            return release(job_id, waited_for, entry, fields=trimmed, session=self.session)
+            return bool((yield from release(entry, trimmed)))
 
 
 def _entry(dependency: Any, state: Document | None, after: Mapping[str, Any]) -> Document:
@@ -334,7 +365,7 @@ def sweep(store: Store, now: dt.datetime) -> Settled:
     unfinished dependencies in one query a page: a round over waiting jobs whose
     dependencies still run writes nothing."""
     settled, ended = Settled(), []
-    notices = _Notices(store, now)  # (each open batch read once: its callbacks share it)
+    notices = _Notices(now)  # (each open batch read once: its callbacks share it)
     blocked = iter(store.blocked_jobs())
     while read := list(islice(blocked, SWEEP_PAGE)):
         page = [d for d in read if _sweepable(d)]
@@ -346,7 +377,7 @@ def sweep(store: Store, now: dt.datetime) -> Settled:
                 w in unfinished for w in document.get("waiting_for") or []
             ):
                 continue
-            cancelled = settled.count(document, notices.settle(document))
+            cancelled = settled.count(document, store.run(notices.settle(document)))
             if cancelled is not None:
                 ended.append(cancelled)
     if ended:  # (what waits for a job cancelled here, its batch's callbacks too)

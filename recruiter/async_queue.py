@@ -1,0 +1,276 @@
+"""The producer's side for asyncio applications (FastAPI, aiohttp, ...): schedule jobs
+and read them back without blocking the event loop.
+
+:class:`AsyncQueue` mirrors :class:`recruiter.Queue`'s producer methods over pymongo's
+:class:`~pymongo.AsyncMongoClient`, and writes exactly the documents it writes: both
+decide them with the same functions (:mod:`recruiter.producer`) and send them through
+the same steps (:mod:`recruiter.store.steps`), the one awaiting what the other calls.
+No thread pool is involved.
+
+>>> import asyncio, mongomock
+>>> from recruiter import AsyncQueue, JobSpec
+>>> async def main() -> str:
+...     queue = AsyncQueue(mongomock.MongoClient().shop)  # (an AsyncMongoClient's database)
+...     job_id = await queue.schedule(JobSpec("emails.send").in_group("mail"))
+...     return (await queue.job(job_id)).group
+>>> asyncio.run(main())
+'mail'
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import inspect
+import os
+from collections.abc import Iterable
+from typing import Any, Literal
+
+from bson import ObjectId
+
+from recruiter.attempts.manual import (
+    Cancellation,
+    cancel_if_waiting_steps,
+    cancel_in_steps,
+    cancel_steps,
+    wait_steps,
+)
+from recruiter.clock import Clock, DatabaseClock, FrozenClock, SystemClock
+from recruiter.connection import URI_VARIABLE, open_async_database, resolve_uri
+from recruiter.duration import Duration, to_timedelta
+from recruiter.errors import BatchNotFound, JobNotFound
+from recruiter.job import JobSpec, as_object_id
+from recruiter.job_record import Job
+from recruiter.producer import (
+    batch_documents,
+    batch_members,
+    batch_status,
+    check_session,
+    checked_specs,
+    job_documents,
+    scheduler_declaration,
+    wait_limit,
+    workflow_documents,
+    workflow_steps,
+)
+from recruiter.repeating.timing import DEFAULT_MISSED, Missed, Schedule
+from recruiter.scheduling import new_jobs
+from recruiter.schema_check import Recheck
+from recruiter.store.async_store import AsyncStore
+from recruiter.waiting.workflows import Batch, BatchStatus, Workflow
+
+
+class AsyncQueue:
+    """Schedules jobs into a recruiter database from an event loop, and reads them back.
+
+    Made from a database of pymongo's :class:`~pymongo.AsyncMongoClient` (or a
+    mongomock one, in an application's tests). The database's schema version is
+    checked (a newer one refused) and missing indexes created **lazily, at the first
+    call** (or at once by :meth:`connect`, or by awaiting :meth:`ensure_ready`): a
+    constructor cannot await.
+
+    Every method is a coroutine and takes the same arguments, checks them the same way
+    and raises the same errors as :class:`recruiter.Queue`'s method of that name.
+    """
+
+    def __init__(self, database: Any, clock: Clock | None = None) -> None:
+        self.store = AsyncStore(database)
+        # the server's time, read by awaiting (AsyncStore.read_clock) before it is told
+        self._server_clock = (
+            None if clock is not None else DatabaseClock(_read_by_awaiting, SystemClock())
+        )
+        self.clock: Clock = clock or self._server_clock or SystemClock()
+        self._recheck = Recheck(self.clock)
+        self._ready = False
+
+    @classmethod
+    async def connect(
+        cls,
+        uri: str | None = None,
+        database: str | None = None,
+        clock: Clock | None = None,
+        *,
+        wait: Duration = 0,
+    ) -> AsyncQueue:
+        """A queue on the database named in ``uri`` (or ``database``, or ``recruiter``),
+        ready (its schema checked and indexes made): :meth:`recruiter.Queue.connect`'s
+        rules. With no ``uri``: the one in ``MONGODB_URI``, else the user's embedded
+        database, started if it does not run (that start is synchronous: once, before
+        the application serves).
+
+        Raises :class:`~recruiter.errors.InvalidUri` at once for an address that is not a
+        MongoDB URI, and :class:`~recruiter.errors.DatabaseUnreachable` when no database
+        answers within a few seconds, or ``wait`` (``"1m"``, say) when given.
+        """
+        resolved, _ = resolve_uri(uri or os.environ.get(URI_VARIABLE))
+        limit = to_timedelta(wait, name="wait")
+        found = await open_async_database(resolved, database, wait=limit, clock=SystemClock())
+        queue = cls(found, clock)
+        try:
+            await queue.ensure_ready()
+        except BaseException:
+            await queue.close()
+            raise
+        return queue
+
+    async def ensure_ready(self) -> None:
+        """Check the schema version (refusing a newer one, upgrading an older one) and
+        create missing indexes, if not done yet: every method awaits it first."""
+        if not self._ready:
+            await self.store.ensure_ready()
+            self._ready = True
+
+    @property
+    def database_name(self) -> str:
+        """The name of the database this queue's jobs are in."""
+        return self.store.database.name
+
+    async def close(self) -> None:
+        """Close the connection (of a queue made by :meth:`connect`)."""
+        closed = self.store.database.client.close()
+        if inspect.isawaitable(closed):
+            await closed
+
+    async def schedule(self, job: JobSpec, *, session: Any = None) -> ObjectId:
+        """Store ``job`` to run when due; return its id (:meth:`recruiter.Queue.schedule`).
+        With ``session`` (an ``AsyncClientSession`` of this queue's client, in a
+        transaction), in the application's transaction."""
+        return (await self.schedule_many([job], session=session))[0]
+
+    async def schedule_many(
+        self, jobs: Iterable[JobSpec], *, session: Any = None
+    ) -> list[ObjectId]:
+        """Store every job in one round trip, all or (on a validation error) none; tried
+        again while the database does not answer (:meth:`recruiter.Queue.schedule_many`)."""
+        specs = await self._checked(jobs, session)
+        documents = job_documents(specs, await self._time("latest"))
+        return await self.store.run(new_jobs(self.clock, documents, session), self._sleep)
+
+    async def schedule_workflow(
+        self, workflow: Workflow, *, session: Any = None
+    ) -> dict[str, ObjectId]:
+        """Store the steps of ``workflow``; return each step's job id by name
+        (:meth:`recruiter.Queue.schedule_workflow`)."""
+        names, specs, ids = workflow_steps(workflow)
+        await self._checked(specs, session)
+        documents = workflow_documents(specs, ids, await self._time("latest"))
+        stored = await self.store.run(new_jobs(self.clock, documents, session), self._sleep)
+        return dict(zip(names, stored, strict=True))
+
+    async def batch(
+        self,
+        jobs: Iterable[JobSpec],
+        *,
+        on_success: JobSpec | None = None,
+        on_complete: JobSpec | None = None,
+        session: Any = None,
+    ) -> Batch:
+        """Store ``jobs`` as one batch, with its callbacks (:meth:`recruiter.Queue.batch`)."""
+        members = batch_members(jobs, [on_success, on_complete])
+        await self._checked(members, session)
+        now = await self._time("latest")
+        batch, documents = batch_documents(members, on_success, on_complete, now)
+        await self.store.run(new_jobs(self.clock, documents, session), self._sleep)
+        return batch
+
+    async def batch_status(self, batch_id: ObjectId | str) -> BatchStatus:
+        """Where the batch stands (:meth:`recruiter.Queue.batch_status`); raises
+        :class:`~recruiter.errors.BatchNotFound` for a batch with no job stored."""
+        await self.ensure_ready()
+        batch = as_object_id(batch_id)
+        members = await self.store.batch_members(batch)
+        if not members:
+            raise BatchNotFound(batch_id)
+        callbacks = await self.store.batch_callbacks(batch)
+        return batch_status(batch, members, callbacks, await self._time("now"))
+
+    async def repeat(
+        self,
+        urn: str,
+        job: JobSpec,
+        schedule: Schedule | str,
+        *,
+        unique: bool = False,
+        missed: Missed = DEFAULT_MISSED,
+        session: Any = None,
+    ) -> bool:
+        """Create ``job`` at each occurrence of ``schedule``; return whether the scheduler
+        ``urn`` is new (:meth:`recruiter.Queue.repeat`)."""
+        await self.ensure_ready()
+        now = await self._time("now")
+        declared = scheduler_declaration(urn, job, schedule, unique=unique, missed=missed, now=now)
+        if session is not None:
+            check_session(session, self.store.database.client)
+            return await self.store.upsert_scheduler_in(**declared, session=session)
+        return await self.store.upsert_scheduler(**declared)
+
+    async def cancel(self, job_id: ObjectId | str, *, session: Any = None) -> Cancellation:
+        """Cancel a job, waiting or running (:meth:`recruiter.Queue.cancel`); with
+        ``session``, in the application's transaction."""
+        await self.ensure_ready()
+        if session is not None:
+            check_session(session, self.store.database.client)
+            return await self.store.run(cancel_in_steps(job_id, await self._time("now"), session))
+        return await self.store.run(cancel_steps(job_id, await self._time("now")))
+
+    async def cancel_if_waiting(self, job_id: ObjectId | str) -> bool:
+        """Cancel a job only if it still waits for a worker; whether it did
+        (:meth:`recruiter.Queue.cancel_if_waiting`)."""
+        await self.ensure_ready()
+        return await self.store.run(cancel_if_waiting_steps(job_id, await self._time("now")))
+
+    async def job(self, job_id: ObjectId | str) -> Job:
+        """The job with this id, queued, running or archived (its result:
+        :attr:`Job.result`); :class:`~recruiter.errors.JobNotFound` if there is none."""
+        await self.ensure_ready()
+        job = await self.store.find_job(job_id)
+        if job is None:
+            raise JobNotFound(job_id)
+        return job
+
+    async def finished(self, job_ids: Iterable[ObjectId | str]) -> list[Job]:
+        """Those of ``job_ids`` that are finished, as they are now (without waiting)."""
+        await self.ensure_ready()
+        return await self.store.finished_jobs([as_object_id(job_id) for job_id in job_ids])
+
+    async def wait(self, job_ids: Iterable[ObjectId | str], timeout: Duration = "1m") -> list[Job]:
+        """Wait until these jobs are finished, without blocking the event loop; return
+        them, in order. Looks at them as :meth:`recruiter.Queue.wait` does (50 ms, then
+        longer pauses up to 1 s); raises :class:`~recruiter.errors.WaitTimeout` if some
+        are not finished within ``timeout``."""
+        limit = wait_limit(timeout)
+        await self.ensure_ready()
+        return await self.store.run(wait_steps(list(job_ids), limit, self.clock), self._sleep)
+
+    async def _checked(self, jobs: Iterable[Any], session: Any) -> list[JobSpec]:
+        specs = checked_specs(jobs)
+        if session is not None:
+            check_session(session, self.store.database.client)
+        if self._ready:
+            if self._recheck.due():
+                await self.store.check_schema()
+        else:
+            await self.ensure_ready()
+        return specs
+
+    async def _time(self, which: Literal["now", "latest"]) -> dt.datetime:
+        """The clock's ``now`` or ``latest`` (:meth:`recruiter.Queue.schedule_many` says
+        why), the server's clock read first (awaited) when due."""
+        if self._server_clock is not None:
+            await self.store.read_clock(self._server_clock)
+        return self.clock.latest() if which == "latest" else self.clock.now()
+
+    async def _sleep(self, seconds: float) -> None:
+        """Wait without blocking the loop; a test's :class:`FrozenClock` is moved on
+        instead (its waits are instant, as the synchronous queue's are)."""
+        if isinstance(self.clock, FrozenClock):
+            self.clock.sleep(seconds)
+            await asyncio.sleep(0)
+        else:
+            await asyncio.sleep(seconds)
+
+
+def _read_by_awaiting() -> None:
+    """The synchronous read of the asyncio queue's server clock: none (``None`` keeps
+    the last reading). :meth:`AsyncQueue._time` reads it by awaiting, when due, before
+    the clock tells the time."""

@@ -1,0 +1,176 @@
+"""What a producer writes, decided once: the checks of what it is given, and the
+documents of its jobs, workflows, batches and schedulers.
+
+:class:`recruiter.Queue` (synchronous) and :class:`recruiter.AsyncQueue` (asyncio) both
+call these pure functions, then send what they decide through their own store: one
+implementation of the documents, two ways to send them. What the store then does with
+them (deduplication, ordered inserts, what already ended noted at once) is written once
+too, as steps (:mod:`recruiter.store.steps`, :func:`recruiter.scheduling.new_jobs`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from bson import ObjectId
+
+from recruiter.clock import to_millis
+from recruiter.duration import Duration, to_timedelta
+from recruiter.errors import InvalidJob, InvalidSchedule
+from recruiter.job import After, JobSpec
+from recruiter.job_record import Job, state_of
+from recruiter.repeating.occurrences import job_template
+from recruiter.repeating.timing import DEFAULT_MISSED, Cron, Every, Missed, Schedule, missed_rule
+from recruiter.states import SUCCEEDED
+from recruiter.waiting.workflows import Batch, BatchStatus, Workflow, check_batch
+
+Document = dict[str, Any]
+
+
+def checked_specs(jobs: Iterable[Any]) -> list[JobSpec]:
+    """``jobs``, each checked to be a :class:`~recruiter.job.JobSpec`."""
+    specs = list(jobs)
+    for spec in specs:
+        if not isinstance(spec, JobSpec):
+            raise InvalidJob(f"expected a JobSpec (from workable.job(...)), got {spec!r}")
+    return specs
+
+
+def check_session(session: Any, client: Any) -> None:
+    """Refuse a session outside a transaction (its writes would not wait for a commit)
+    or of another client than ``client`` (a transaction cannot span two)."""
+    if not getattr(session, "in_transaction", False):
+        raise InvalidJob(
+            "session= writes in the application's transaction: start one first "
+            "(with session.start_transaction(): ..., or session.with_transaction(...))"
+        )
+    if getattr(session, "client", None) is not client:
+        raise InvalidJob(
+            "session= must be a session of this queue's own client (the MongoClient "
+            "the queue was made with): a transaction cannot span two clients"
+        )
+
+
+def job_documents(specs: Iterable[JobSpec], now: dt.datetime) -> list[Document]:
+    """The documents of new jobs, each with a new id, created at ``now``."""
+    return [spec.to_document(ObjectId(), now) for spec in specs]
+
+
+def workflow_steps(workflow: Any) -> tuple[list[str], list[JobSpec], list[ObjectId]]:
+    """The steps of ``workflow``, checked: their names, specs and ids, in order."""
+    if not isinstance(workflow, Workflow):
+        raise InvalidJob(f"expected a Workflow, got {workflow!r}")
+    names, specs = workflow.specs()
+    for name in workflow.waited_for_within():
+        if specs[list(names).index(name)].dedup is not None:
+            raise InvalidJob(
+                f"step {name!r} is waited for and deduplicated: a duplicate would "
+                "join a queued job that nothing waits for"
+            )
+    return list(names), specs, list(names.values())
+
+
+def workflow_documents(
+    specs: list[JobSpec], ids: list[ObjectId], now: dt.datetime
+) -> list[Document]:
+    """The documents of a workflow's steps, each with its id."""
+    return [spec.to_document(job_id, now) for job_id, spec in zip(ids, specs, strict=True)]
+
+
+def batch_documents(
+    members: list[JobSpec],
+    on_success: JobSpec | None,
+    on_complete: JobSpec | None,
+    now: dt.datetime,
+) -> tuple[Batch, list[Document]]:
+    """A new batch and the documents to store, members first, then the callbacks that
+    wait for the batch (``done``: on_success, ``ended``: on_complete)."""
+    batch_id = ObjectId()
+    callbacks: dict[str, ObjectId | None] = {"done": None, "ended": None}
+    waiting: list[Document] = []
+    for rule, spec in (("done", on_success), ("ended", on_complete)):
+        if spec is not None:
+            callback = dataclasses.replace(spec, waits=After(rule=rule, batch=batch_id))
+            waiting.append(callback.to_document(ObjectId(), now))
+            callbacks[rule] = waiting[-1]["_id"]
+    named = {"batch": batch_id, "batch_callbacks": [d["_id"] for d in waiting]}
+    documents = [{**spec.to_document(ObjectId(), now), **named} for spec in members]
+    member_ids = [d["_id"] for d in documents]
+    batch = Batch(batch_id, member_ids, callbacks["done"], callbacks["ended"])
+    return batch, [*documents, *waiting]
+
+
+def batch_members(jobs: Iterable[Any], callbacks: list[Any]) -> list[JobSpec]:
+    """A batch's members, checked (:func:`~recruiter.waiting.workflows.check_batch`)."""
+    return check_batch(list(jobs), callbacks)
+
+
+def batch_status(
+    batch: Any, members: Mapping[Any, str | None], callbacks: list[Job], now: dt.datetime
+) -> BatchStatus:
+    """Where a batch stands, from its members' ends and its callbacks as read."""
+    whys = list(members.values())
+    by_rule = {job.waits.get("rule"): job for job in callbacks if job.waits is not None}
+    success, complete = by_rule.get("done"), by_rule.get("ended")
+    return BatchStatus(
+        batch,
+        members=len(whys),
+        unfinished=sum(1 for why in whys if why is None),
+        done=sum(1 for why in whys if why in SUCCEEDED),
+        ended_otherwise=sum(1 for why in whys if why is not None and why not in SUCCEEDED),
+        on_success=success.id if success else None,
+        on_success_state=state_of(success, now) if success else None,
+        on_complete=complete.id if complete else None,
+        on_complete_state=state_of(complete, now) if complete else None,
+    )
+
+
+def scheduler_declaration(
+    urn: str,
+    job: Any,
+    schedule: Schedule | str,
+    *,
+    unique: bool,
+    missed: Missed = DEFAULT_MISSED,
+    now: dt.datetime,
+) -> dict[str, Any]:
+    """The arguments of the store's ``upsert_scheduler`` for a repeatable job, checked
+    (see :meth:`recruiter.Queue.repeat`)."""
+    if not isinstance(urn, str) or not urn.strip():
+        raise InvalidJob(f"a scheduler needs a non-empty urn, got {urn!r}")
+    if not isinstance(job, JobSpec):
+        raise InvalidJob(f"expected a JobSpec (from workable.job(...)), got {job!r}")
+    if job.dedup is not None or job.root_signature is not None or job.leaf_of is not None:
+        raise InvalidJob(
+            "a repeatable job cannot be deduplicated, a root or a leaf: use "
+            "unique=True to skip an occurrence while the last one is queued or running"
+        )
+    if job.scheduled_at is not None or job.delay:
+        raise InvalidJob(
+            "a repeatable job runs at its schedule's occurrences: drop run_at / run_in"
+        )
+    if isinstance(schedule, str):
+        schedule = Cron(schedule)
+    if not isinstance(schedule, Cron | Every):
+        raise InvalidSchedule(f"expected a cron expression, Cron or Every, got {schedule!r}")
+    rule = missed_rule(missed)
+    return {
+        "urn": urn,
+        "job": job_template(job.to_document(ObjectId(), now)),
+        "schedule": schedule.to_document(),
+        "unique": unique is True,
+        "missed": rule,
+        "first_at": to_millis(schedule.next_after(now)),
+        "now": now,
+    }
+
+
+def wait_limit(timeout: Duration) -> dt.timedelta:
+    """A wait's ``timeout`` as a timedelta (:class:`InvalidJob` if it is not one)."""
+    try:
+        return to_timedelta(timeout, name="timeout")
+    except ValueError as error:
+        raise InvalidJob(str(error)) from error

@@ -1,0 +1,202 @@
+"""The store's work as steps, sans I/O: one implementation, two ways to send it.
+
+A verb whose work both the synchronous :class:`~recruiter.store.Store` and the asyncio
+:class:`~recruiter.store.async_store.AsyncStore` do is written once, as a generator that
+*yields* what to send (a :class:`Send` to a collection, a :class:`Find`, a ``hello``) and
+is sent back what the database answered (or has the driver's error thrown into it, to
+catch or let through). It decides every filter, update and document; it performs no
+I/O. Each store *drives* it: the synchronous one by calling pymongo
+(:func:`drive`), the asyncio one by awaiting pymongo's asyncio client. So the documents
+written are the same by construction.
+
+The producer's logic above the store (:func:`recruiter.scheduling.store_new_jobs`, the
+follow-up of ends in :mod:`recruiter.waiting.engine`, cancelling, waiting) is written
+the same way, one level up: it yields a :class:`Call` of a store verb by name (run by
+the store at hand, so a test that wraps a verb of the synchronous store still steps in)
+and a :class:`Sleep` where it waits.
+
+>>> def answer() -> Steps[int]:
+...     found = yield Find("scheduled", {"_id": 1})
+...     return len(found)
+>>> import mongomock
+>>> drive(answer(), mongomock.MongoClient().shop)
+0
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Generator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from bson.codec_options import CodecOptions
+
+from recruiter.store.base import Document, aware
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Send:
+    """Call ``method`` of ``collection`` with these arguments; answered with what the
+    driver returns (an ``UpdateResult``, a document, ``None``...)."""
+
+    collection: str
+    method: str
+    args: tuple[Any, ...] = ()
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Find:
+    """Read the documents of ``collection`` matching ``filter``; answered with a list."""
+
+    collection: str
+    filter: Mapping[str, Any]
+    projection: Mapping[str, Any] | None = None
+    sort: list[tuple[str, int]] | None = None
+    limit: int = 0
+    session: Any = None
+
+
+@dataclass(frozen=True)
+class Hello:
+    """Ask the server's ``hello``; answered with its ``localTime`` (``None`` where the
+    server cannot tell it: mongomock)."""
+
+
+@dataclass(frozen=True)
+class Call:
+    """Call the store's verb ``verb``; answered with what it returns."""
+
+    verb: str
+    args: tuple[Any, ...] = ()
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Sleep:
+    """Wait ``seconds`` (the synchronous side on its clock, the asyncio side yielding
+    to the event loop)."""
+
+    seconds: float
+
+
+Step = Send | Find | Hello | Call | Sleep
+Steps = Generator[Step, Any, T]
+"""A generator of steps answered with the database's replies, returning a ``T``."""
+
+
+class Sends:
+    """A store's verb classes: each verb's steps, driven by the store (:meth:`_send`)."""
+
+    def _send(self, steps: Steps[T]) -> T:
+        raise NotImplementedError  # (the store's own)
+
+
+def send(
+    collection: str, method: str, *args: Any, session: Any = None, **options: Any
+) -> Steps[Any]:
+    """The answer to :class:`Send` (a ``session`` only passed when given: mongomock's
+    methods know none)."""
+    if session is not None:
+        options["session"] = session
+    return (yield Send(collection, method, args, options))
+
+
+def find(
+    collection: str,
+    filter: Mapping[str, Any],
+    projection: Mapping[str, Any] | None = None,
+    *,
+    sort: list[tuple[str, int]] | None = None,
+    limit: int = 0,
+    session: Any = None,
+) -> Steps[list[Document]]:
+    """The answer to :class:`Find`: the documents, as a list."""
+    found: list[Document] = yield Find(collection, filter, projection, sort, limit, session)
+    return found
+
+
+def call(verb: str, *args: Any, **options: Any) -> Steps[Any]:
+    """The answer to :class:`Call`: what the store's ``verb`` returns."""
+    return (yield Call(verb, args, options))
+
+
+def sleep(seconds: float) -> Steps[None]:
+    """Wait ``seconds``."""
+    yield Sleep(seconds)
+
+
+def find_arguments(step: Find) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The arguments of ``collection.find`` for ``step``, on either client."""
+    options: dict[str, Any] = {}
+    if step.sort is not None:
+        options["sort"] = step.sort
+    if step.limit:
+        options["limit"] = step.limit
+    if step.session is not None:
+        options["session"] = step.session
+    return (dict(step.filter), None if step.projection is None else dict(step.projection)), options
+
+
+HELLO_OPTIONS: CodecOptions[dict[str, Any]] = CodecOptions(tz_aware=True)
+
+
+def local_time(reply: Mapping[str, Any]) -> dt.datetime | None:
+    """The server's clock in a ``hello`` reply."""
+    local = reply.get("localTime")
+    return aware(local) if isinstance(local, dt.datetime) else None
+
+
+def collection_of(database: Any, verbs: object, name: str) -> Any:
+    """The collection ``name``: the store's own attribute of that name when it has one
+    (the one its other verbs use, and a test may stand in for), else the database's."""
+    collection = getattr(verbs, name, None) if verbs is not None else None
+    return database[name] if collection is None else collection
+
+
+def drive(
+    steps: Steps[T],
+    database: Any,
+    verbs: object = None,
+    sleep: Callable[[float], None] | None = None,
+) -> T:
+    """Run ``steps`` synchronously on ``database`` (pymongo's or mongomock's): each step
+    sent, its answer (or the driver's error) sent back. A :class:`Call` goes to
+    ``verbs`` (the store), a :class:`Sleep` to ``sleep`` (a clock's)."""
+    answer: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            step = steps.throw(error) if error is not None else steps.send(answer)
+        except StopIteration as done:
+            result: T = done.value
+            return result
+        answer, error = None, None
+        try:
+            answer = _answer(step, database, verbs, sleep)
+        except Exception as failure:  # (thrown into the steps: theirs to catch or not)
+            error = failure
+
+
+def _answer(step: Step, database: Any, verbs: object, sleep: Callable[[float], None] | None) -> Any:
+    if isinstance(step, Send):
+        collection = collection_of(database, verbs, step.collection)
+        return getattr(collection, step.method)(*step.args, **step.options)
+    if isinstance(step, Find):
+        args, options = find_arguments(step)
+        return list(collection_of(database, verbs, step.collection).find(*args, **options))
+    if isinstance(step, Call):
+        return getattr(verbs, step.verb)(*step.args, **step.options)
+    if isinstance(step, Sleep):
+        if sleep is None:
+            raise TypeError("these steps wait: drive them with a sleep")
+        sleep(step.seconds)
+        return None
+    try:
+        reply: dict[str, Any] = database.client.admin.command("hello", codec_options=HELLO_OPTIONS)
+    except NotImplementedError:  # mongomock has no hello
+        return None
+    return local_time(reply)
