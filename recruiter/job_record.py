@@ -17,6 +17,7 @@ from bson import ObjectId
 
 from recruiter.errors import InvalidJob, ResultNotKept
 from recruiter.job import DEFAULT_GROUP, DEFAULT_METHOD, Root
+from recruiter.progress import JobProgress
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,11 @@ class Job:
     """Whether a job waits for this one: its end is followed up at once."""
     cancelled_because: str | None = None
     """Why it was cancelled without running, when a job it waited for did not end done."""
+    progress: JobProgress | None = None
+    """How far its code said it is (:func:`recruiter.report_progress`): while it runs,
+    the latest report its worker wrote (every few seconds), with when it was written;
+    once the attempt ended, the last one it made, kept in its record (``at``: its end).
+    ``None`` when it reported none."""
 
     @property
     def blocked(self) -> bool:
@@ -152,6 +158,7 @@ class Job:
             dependencies=tuple(d for d in reader.array("dependencies") if isinstance(d, Mapping)),
             followed=document.get("followed") is True,
             cancelled_because=_text_or_none(document.get("cancelled_because")),
+            progress=_progress(lock, reader.mapping("last_execution", required=False)),
         )
 
 
@@ -167,6 +174,15 @@ def state_of(job: Job, now: dt.datetime) -> str:
     if job.scheduled_at is not None and job.scheduled_at > now:
         return "postponed"
     return "ready"
+
+
+def _progress(lock: Mapping[str, Any], last: Mapping[str, Any]) -> JobProgress | None:
+    """The running attempt's written progress, else the last attempt's kept one."""
+    if "progress" in lock:
+        return JobProgress.from_document(lock.get("progress"), lock.get("progress_at"))
+    if lock:
+        return None  # a new attempt runs: the last one's progress is not its
+    return JobProgress.from_document(last.get("progress"), last.get("ended_at"))
 
 
 def _text_or_none(value: Any) -> str | None:

@@ -48,6 +48,7 @@ from recruiter.groups import GroupSettings, Rate
 from recruiter.job import After, JobSpec, as_object_id
 from recruiter.job_record import Job, state_of
 from recruiter.monitoring.analytics import Analytics, analytics
+from recruiter.progress import JobProgress
 from recruiter.repeating.occurrences import job_template
 from recruiter.repeating.timing import (
     DEFAULT_MISSED,
@@ -398,8 +399,17 @@ class Queue:
         other jobs, as their rule says); they are left as they are."""
         return run_now(self.store, job_ids, self.clock.now())
 
-    def wait(self, job_ids: Iterable[ObjectId | str], timeout: Duration = "1m") -> list[Job]:
-        """Wait until these jobs are finished; return them, in order.
+    def wait(
+        self,
+        job_ids: Iterable[ObjectId | str],
+        timeout: Duration = "1m",
+        *,
+        on_progress: Callable[[Any, JobProgress], object] | None = None,
+    ) -> list[Job]:
+        """Wait until these jobs are finished; return them, in order. ``on_progress`` is
+        called with a job's id and its :class:`~recruiter.JobProgress` each time a
+        running job's progress is seen to change (as its worker writes it, every few
+        seconds: see :func:`recruiter.report_progress`).
 
         Raises :class:`recruiter.attempts.manual.WaitTimeout` if some are not, within ``timeout``.
         """
@@ -407,7 +417,7 @@ class Queue:
             limit = to_timedelta(timeout, name="timeout")
         except ValueError as error:
             raise InvalidJob(str(error)) from error
-        return wait_for(self.store, list(job_ids), limit, self.clock)
+        return wait_for(self.store, list(job_ids), limit, self.clock, on_progress)
 
     def run_here(self, registry: Registry, *job_ids: ObjectId | str) -> list[ManualRun]:
         """Run these waiting jobs in this process, now, one after the other, with the

@@ -196,7 +196,7 @@ class Executor:
     def _call(
         self, job: Job, statistics: RetryStatistics, policy_problem: str | None
     ) -> CodeResult:
-        running = Running(job.id, job.timeout)
+        running = Running(job.id, job.timeout, job.lock_token)
         if self.watch is None:
             return call_code(
                 self.registry, job, statistics, policy_problem, running, loop=self.loop
@@ -369,6 +369,8 @@ def extras(ran: CodeResult) -> dict[str, Any]:
         kept["process"] = ran.process
     if ran.unrun:
         kept["unrun"] = True  # stopped before its code began: it did not run
+    if ran.progress is not None:
+        kept["progress"] = ran.progress  # its last report: free, the end is written anyway
     return kept
 
 

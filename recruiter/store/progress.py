@@ -1,0 +1,48 @@
+"""The progress verbs of the store: a running job's latest progress, written by its
+worker now and then (:mod:`recruiter.processes.progress`) under the job's lock, and
+read back by what waits for jobs.
+
+The progress lives in the lock (``lock.progress``, ``lock.progress_at``): every end of
+the attempt, and every take-back, unsets the lock, so a job's live progress never
+outlives the attempt that reported it (the attempt's record keeps its last report).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import Any
+
+from bson import ObjectId
+from pymongo.collection import Collection
+
+from recruiter.progress import JobProgress
+from recruiter.store.base import Document
+
+
+class ProgressVerbs:
+    """Writing and reading the progress of running jobs."""
+
+    scheduled: Collection[Document]
+
+    def set_progress_if_held(
+        self, job_id: Any, token: ObjectId, progress: Document, at: dt.datetime
+    ) -> bool:
+        """Record ``progress`` (reported by the job's code, checked) as the job's, at
+        ``at``, if the job is still held with ``token`` and started; whether it was.
+        A job taken back, finished or handed out again is left as it is."""
+        held = {"_id": job_id, "lock.token": token, "lock.started_at": {"$exists": True}}
+        update = {"$set": {"lock.progress": progress, "lock.progress_at": at}}
+        return self.scheduled.update_one(held, update).matched_count == 1
+
+    def progress_of(self, job_ids: Sequence[Any]) -> dict[Any, JobProgress]:
+        """The progress of those of ``job_ids`` running now that reported some."""
+        query = {"_id": {"$in": list(job_ids)}, "lock.progress": {"$exists": True}}
+        found = self.scheduled.find(query, {"lock.progress": 1, "lock.progress_at": 1})
+        read = {}
+        for document in found:
+            lock = document.get("lock") or {}
+            progress = JobProgress.from_document(lock.get("progress"), lock.get("progress_at"))
+            if progress is not None:
+                read[document["_id"]] = progress
+        return read
