@@ -20,6 +20,7 @@ progress written only with its end.
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import datetime as dt
 import math
 import threading
@@ -245,6 +246,16 @@ def _count(value: Any) -> float | None:
 
 
 def progress_changed(before: JobProgress | None, after: JobProgress | None) -> bool:
-    """Whether a job's progress read ``after`` differs from ``before``: what a wait
-    tells its caller of (:meth:`recruiter.Queue.wait`'s ``on_progress``)."""
-    return after is not None and after != before
+    """Whether a job's progress read ``after`` says something ``before`` did not: what
+    a wait tells its caller of (:meth:`recruiter.Queue.wait`'s ``on_progress``). The
+    same report written again later is no change.
+
+    >>> progress_changed(None, JobProgress(done=1))
+    True
+    >>> at = dt.datetime(2026, 11, 25, tzinfo=dt.UTC)
+    >>> progress_changed(JobProgress(done=1), JobProgress(done=1, at=at))
+    False
+    """
+    if after is None:
+        return False
+    return before is None or dataclasses.replace(after, at=before.at) != before

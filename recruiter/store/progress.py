@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from bson import ObjectId
@@ -18,6 +19,16 @@ from pymongo.collection import Collection
 
 from recruiter.progress import JobProgress
 from recruiter.store.base import Document
+
+
+@dataclass(frozen=True)
+class ReportingJob:
+    """A running job that reported its progress, as ``recruiter top`` lists it."""
+
+    job_id: Any
+    workable: str
+    group: str
+    progress: JobProgress
 
 
 class ProgressVerbs:
@@ -46,3 +57,29 @@ class ProgressVerbs:
             if progress is not None:
                 read[document["_id"]] = progress
         return read
+
+    def reporting_jobs(self, limit: int) -> list[ReportingJob]:
+        """Up to ``limit`` running jobs that reported progress, latest written first."""
+        found = (
+            self.scheduled.find(
+                {"lock.progress": {"$exists": True}},
+                {"group": 1, "workable.class": 1, "lock.progress": 1, "lock.progress_at": 1},
+            )
+            .sort("lock.progress_at", -1)
+            .limit(limit)
+        )
+        reporting = []
+        for document in found:
+            lock, workable = document.get("lock") or {}, document.get("workable") or {}
+            progress = JobProgress.from_document(lock.get("progress"), lock.get("progress_at"))
+            if progress is not None:
+                name, group = workable.get("class"), document.get("group")
+                reporting.append(
+                    ReportingJob(
+                        document["_id"],
+                        name if isinstance(name, str) else "?",
+                        group if isinstance(group, str) else "?",
+                        progress,
+                    )
+                )
+        return reporting
