@@ -255,17 +255,19 @@ class JobProcess:
     ) -> dict[str, Any] | None:
         """The child's next message other than a progress report, if one comes within
         ``timeout``; the reports of run ``number`` that come first are kept as its
-        progress (the child sends one every :data:`PIPE_EVERY` at most). Each message
-        is read whole, no stop landing in the middle of it."""
+        progress (the child sends one every :data:`PIPE_EVERY` at most). No stop lands
+        while a message is read, nor after the answer is (it is left to the caller,
+        who finds it in ``running.stopped``): a message is never lost to a stop."""
         deadline = time.monotonic() + timeout
         while connection.poll(max(0.0, deadline - time.monotonic())):
-            with running.shielded():
-                message = bson.decode(connection.recv_bytes(), codec_options=CODEC)
+            running.shield()
+            message = bson.decode(connection.recv_bytes(), codec_options=CODEC)
             if "progress" not in message:
-                return message
+                return message  # (shielded until the code's bounds end)
             if message.get("n") == number:
                 with contextlib.suppress(InvalidProgress):  # (checked by the child already)
                     running.progress.report(checked_progress(fields=message["progress"]))
+            running.unshield()
         return None
 
     def _lost(self, stopped: type[Stopped] | None, *, killed: bool, pid: int | None) -> CodeResult:

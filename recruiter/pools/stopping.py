@@ -127,6 +127,8 @@ class Running:
         the thread (which only waits for the task)."""
         self._cancel: Callable[[], object] | None = None
         """Cancels the task, once it has begun."""
+        self._shielded_thread: int | None = None
+        """The code's thread while it is shielded from stops (:meth:`shield`)."""
         self._lock = threading.Lock()
 
     def call(
@@ -248,20 +250,22 @@ class Running:
                 self._left = True
                 self._as_task, self._cancel = False, None
 
-    @contextmanager
-    def shielded(self) -> Iterator[None]:
-        """A stretch of the code's bounds where no stop lands (a message read whole off
-        a job process's pipe): one asked for meanwhile, or raised just before and not
-        yet landed, is only recorded (:attr:`stopped`): the caller looks at it after."""
+    def shield(self) -> None:
+        """From now on, within the code's bounds, no stop lands (a message is read whole
+        off a job process's pipe): one asked for meanwhile, or raised just before and
+        not yet landed, is only recorded (:attr:`stopped`), for the caller to look at.
+        Until :meth:`unshield`, or the end of the bounds: a caller that got what it
+        waited for never lets a stop land between its read and its return."""
         with self._lock:
             _raise_in(threading.get_ident(), None)  # (a stop raised just before: taken back)
-            thread_id, self._thread_id = self._thread_id, None
-        try:
-            yield
-        finally:
-            with self._lock:
-                if not self._left:
-                    self._thread_id = thread_id
+            self._shielded_thread, self._thread_id = self._thread_id, None
+
+    def unshield(self) -> None:
+        """Let stops land again (a stop recorded while shielded is not raised: the
+        caller raises :attr:`stopped`)."""
+        with self._lock:
+            if not self._left:
+                self._thread_id = self._shielded_thread
 
     def stop(self, why: type[Stopped]) -> bool:
         """Raise ``why`` in the job's code, or cancel its task, if it runs and was not
