@@ -211,6 +211,11 @@ class JobProgress:
             return None
         return min(100.0, 100.0 * self.done / self.total)
 
+    def report(self) -> dict[str, Any]:
+        """As the job reported it (and its attempt's record keeps it)."""
+        counts = {"done": self.done, "total": self.total, "note": self.note}
+        return {**{k: v for k, v in counts.items() if v is not None}, **self.fields}
+
     def document(self) -> dict[str, Any]:
         """As the JSON API gives it."""
         return {

@@ -290,6 +290,19 @@ def test_a_progress_write_after_the_cleaner_took_the_job_back_does_not_land(
     assert job.lock_token != token
     assert job.progress is None, "the old attempt's progress is not the new one's"
     assert queue.store.progress_of([job_id]) == {}
+    assert "progress" not in job.history[-1], "never written: the crashed attempt has none"
+
+
+def test_a_crashed_attempt_keeps_the_last_progress_its_worker_wrote(
+    queue: Queue, noop_app: Registry, clock: FrozenClock, cleaner: Cleaner
+) -> None:
+    job_id, _, running = _started_job(queue, clock)
+    assert flush_progress(queue.store, [running], clock.now(), clock.monotonic()) == 1
+    clock.advance(DEAD_AFTER.total_seconds() + 1)
+    assert sum(cleaner.run_once(clock.now()).released.values()) == 1
+    crashed = queue.job(job_id).history[-1]
+    assert crashed["crashed"] is True
+    assert crashed["progress"] == {"done": 1, "note": "late"}
 
 
 def test_a_progress_write_after_the_job_ended_does_not_land(
