@@ -59,10 +59,12 @@ class ProgressVerbs:
         return read
 
     def reporting_jobs(self, limit: int) -> list[ReportingJob]:
-        """Up to ``limit`` running jobs that reported progress, latest written first."""
+        """Up to ``limit`` running jobs that reported progress, latest written first
+        (read among the locked jobs only, on the ``locks`` index: as many as there are
+        busy worker slots, whatever the backlog)."""
         found = (
             self.scheduled.find(
-                {"lock.progress": {"$exists": True}},
+                {"locked": True, "lock.progress": {"$exists": True}},
                 {"group": 1, "workable.class": 1, "lock.progress": 1, "lock.progress_at": 1},
             )
             .sort("lock.progress_at", -1)
