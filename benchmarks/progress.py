@@ -3,24 +3,31 @@
 A worker (one slot, ``--pool threads`` then ``processes``) runs ``--jobs`` jobs that
 each take about ``--seconds`` in ``--reports`` steps, first without reporting, then
 calling :func:`recruiter.report_progress` at every step: the commands every process
-sent per job (``update`` carries the progress writes) and their CPU per job, each way,
-and the difference. A job of 10,000 reports over 3 s should cost one or two writes,
-whatever the number of reports (the worker writes a job's latest report at most every
-``PROGRESS_EVERY``, on its heartbeat), and a job that ends sooner none.
+sent per job (the progress writes counted apart: ``update (progress)``) and their CPU
+per job, each way; and what one call costs the job. A job of 10,000 reports over 3 s
+should cost one write or none, whatever the number of reports (the worker writes a
+job's latest report at most every ``PROGRESS_EVERY``, on its heartbeat, and no sooner
+than that after it first saw one), and a job that ends sooner none.
 Uses ``MONGODB_URI`` when set, else a SecantusDB server of its own.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 from benchmarks.app import progress
+from benchmarks.counted import PROGRESS_WRITE
 from benchmarks.harness import Figures, RecruiterSystem
 from benchmarks.server import database_uri
+from recruiter import RetryStatistics, report_progress
+from recruiter.job_context import running_as
+from recruiter.pools.stopping import Running
 
 
 def measure(
@@ -46,10 +53,24 @@ def row(pool: str, name: str, figures: Figures) -> dict[str, Any]:
         "pool": pool,
         "jobs": name,
         "commands_per_job": round(figures.commands_per_job, 2),
-        "updates_per_job": per_job.get("update", 0.0),
+        "progress_writes_per_job": per_job.get(PROGRESS_WRITE, 0.0),
         "cpu_ms_per_job": round(figures.cpu_ms_per_job, 1),
         "by_command": per_job,
     }
+
+
+def per_call_us(reports: int) -> float:
+    """Microseconds one :func:`report_progress` call takes in a job (the median of five
+    runs of ``reports`` calls): what a job pays for each report, written or not."""
+    running = Running("job", None)
+    runs = []
+    with running_as(RetryStatistics("job", 1, False, None), running.progress):
+        for _ in range(5):
+            began = time.perf_counter()
+            for n in range(reports):
+                report_progress(done=n, total=reports, note="step")
+            runs.append((time.perf_counter() - began) / reports)
+    return 1e6 * statistics.median(runs)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,12 +93,13 @@ def main(argv: list[str] | None = None) -> int:
                 seconds=options.seconds,
             )
             rows += [row(pool, name, each) for name, each in figures.items()]
-    print("| pool | jobs | commands per job | of which update | client CPU ms per job |")
+    print(f"one report_progress() call: {per_call_us(options.reports):.2f} µs")
+    print("| pool | jobs | commands per job | of which progress writes | client CPU ms per job |")
     print("|---|---|---:|---:|---:|")
     for each in rows:
         print(
             f"| {each['pool']} | {each['jobs']} | {each['commands_per_job']} | "
-            f"{each['updates_per_job']} | {each['cpu_ms_per_job']} |"
+            f"{each['progress_writes_per_job']} | {each['cpu_ms_per_job']} |"
         )
     for each in rows:
         print(each["pool"], each["jobs"], each["by_command"])

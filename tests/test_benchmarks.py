@@ -95,6 +95,7 @@ def test_the_progress_benchmark_runs_reporting_jobs_and_quiet_ones(
     assert set(figures) == {"quiet", "reporting"}
     assert all(each.jobs == 2 for each in figures.values())
     assert all(each.commands_per_job > 0 for each in figures.values())
+    assert "update (progress)" not in figures["quiet"].commands
 
 
 def test_a_slow_link_carries_every_command_to_the_server(real_server_uri: str) -> None:
