@@ -68,15 +68,25 @@ def checked_progress(
         raise InvalidProgress(
             "report_progress() was given nothing: pass done, total, note or a field"
         )
-    return _copied(report)
+    # counts and a note alone are BSON and small already (checked above): the common
+    # report skips the encoding, a job's hot loop may call this 10,000 times
+    return _copied(report) if fields else report
+
+
+INT64 = 2**63
+"""BSON's integers are 64-bit: a larger count cannot be stored."""
 
 
 def _checked_count(name: str, count: Any) -> float:
     if isinstance(count, bool) or not isinstance(count, (int, float)):
         raise InvalidProgress(f"progress {name} must be a number, not {type(count).__name__}")
+    if isinstance(count, int) and count >= INT64:
+        raise InvalidProgress(f"progress {name} must be an integer in [0, 2**63), got {count}")
+    if isinstance(count, int) and count >= 0:
+        return int(count)  # (a subclass's value: the report is a copy)
     if not math.isfinite(count) or count < 0:
         raise InvalidProgress(f"progress {name} must be a finite number >= 0, got {count!r}")
-    return count
+    return float(count)
 
 
 def _checked_note(note: Any) -> str:
@@ -87,7 +97,11 @@ def _checked_note(note: Any) -> str:
             f"a progress note may hold {NOTE_CHARS} characters, this one {len(note)}: "
             "shorten it (record_output() keeps longer text with the attempt)"
         )
-    return note
+    try:
+        note.encode("utf-8")
+    except UnicodeEncodeError as error:  # a lone surrogate (from a file name, say)
+        raise InvalidProgress(f"a progress note must be valid text: {error}") from None
+    return str(note)
 
 
 def _copied(report: dict[str, Any]) -> dict[str, Any]:
