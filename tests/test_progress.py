@@ -35,7 +35,7 @@ from recruiter.processes.recruiter import Recruiter
 from recruiter.progress import NOTE_CHARS, PROGRESS_BYTES, PROGRESS_EVERY, checked_progress
 from recruiter.store import End, Store
 from tests.commands import Processes, wait_for
-from tests.driving import DEAD_AFTER, execute, last_attempt, workers
+from tests.driving import DEAD_AFTER, execute, last_attempt, process, workers
 from tests.factories import job_in_state
 from tests.interleaving import before
 
@@ -245,6 +245,30 @@ def test_a_job_that_ends_within_the_interval_has_its_progress_only_in_its_end(
     ran = execute(queue, registry, queue.schedule(JobSpec("tests.short")), watch=watch)
     assert writes == []
     assert last_attempt(queue, ran.job_id)["progress"] == {"done": 1, "total": 1}
+
+
+def test_the_workers_heartbeat_writes_its_running_jobs_progress(
+    queue: Queue, registry: Registry, clock: FrozenClock
+) -> None:
+    seen: list[JobProgress | None] = []
+
+    @registry.workable("tests.long")
+    def long() -> None:
+        report_progress(done=1, total=3)
+        worker.beat()  # first seen: not written yet
+        seen.append(queue.job(job_id).progress)
+        clock.advance(PROGRESS_EVERY)
+        worker.beat()
+        seen.append(queue.job(job_id).progress)
+        report_progress(done=2, total=3)
+
+    worker = process(queue, registry, clock, lambda: None)
+    worker.slots[0].register()
+    job_id = queue.schedule(JobSpec("tests.long"))
+    assert Recruiter(queue.store).run_once(clock.now()).assigned == 1
+    assert worker.slots[0].run_once().ran is not None
+    assert seen == [None, JobProgress(1, 3, at=clock.now())]
+    assert queue.job(job_id).progress == JobProgress(2, 3, at=clock.now()), "its end's"
 
 
 # --- the fenced write: another process between the writer's read and its write ----------
