@@ -9,7 +9,7 @@ import os
 import threading
 import time
 
-from recruiter import Registry, record_output
+from recruiter import Registry, record_output, report_progress
 
 registry = Registry()
 
@@ -63,3 +63,16 @@ async def rendezvous_async(name: str, expected: int, patience: float) -> None:
             raise TimeoutError(f"only {ARRIVED[name]} of {expected} jobs ever ran at once")
         await asyncio.sleep(0.01)
     record_output(pid=os.getpid(), thread=threading.current_thread().name)
+
+
+@registry.workable("bench.progress")
+def progress(reports: int, seconds: float, report: bool) -> None:
+    """Runs about ``seconds`` in ``reports`` steps, reporting its progress at each step
+    when ``report`` (``python -m benchmarks.progress``: the same job not reporting is
+    what it is measured against)."""
+    pause, batch = seconds / 100, max(1, reports // 100)
+    for n in range(1, reports + 1):
+        if report:
+            report_progress(done=n, total=reports, note="step")
+        if pause and n % batch == 0:
+            time.sleep(pause)

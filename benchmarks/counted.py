@@ -16,6 +16,7 @@ import threading
 from collections import Counter
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from pymongo import monitoring
 
@@ -25,6 +26,16 @@ COUNTS_VARIABLE = "RECRUITER_BENCH_COUNTS"
 EMPTY_FEED_READ = "getMore (empty)"
 """A read of a change feed that returned no change, counted apart: how many there are
 depends on the server (see :class:`CommandCounter`)."""
+
+
+PROGRESS_WRITE = "update (progress)"
+"""An ``update`` that writes a running job's progress (``lock.progress``), counted
+apart from the other updates: what ``python -m benchmarks.progress`` measures."""
+
+
+def _writes_progress(command: Any) -> bool:
+    updates = command.get("updates") or []
+    return any("lock.progress" in (u.get("u") or {}).get("$set", {}) for u in updates)
 
 
 class CommandCounter(monitoring.CommandListener):
@@ -41,8 +52,11 @@ class CommandCounter(monitoring.CommandListener):
 
     def started(self, event: monitoring.CommandStartedEvent) -> None:
         if event.command_name != "getMore":
+            name = event.command_name
+            if name == "update" and _writes_progress(event.command):
+                name = PROGRESS_WRITE
             with self.lock:
-                self.counts[event.command_name] += 1
+                self.counts[name] += 1
 
     def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
         if event.command_name == "getMore":

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         InvalidGroupSettings,
         InvalidJob,
         InvalidParameters,
+        InvalidProgress,
         InvalidRetryPolicy,
         InvalidSchedule,
         InvalidUri,
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
         TimeTable,
     )
     from recruiter.pools.stopping import JobCancelled, JobTimedOut
+    from recruiter.progress import JobProgress, report_progress
     from recruiter.queue import Queue
     from recruiter.repeating.timing import Cron, Every
     from recruiter.retry import (
@@ -101,12 +103,14 @@ _EXPORTS = {
     "InvalidGroupSettings": "recruiter.errors",
     "InvalidJob": "recruiter.errors",
     "InvalidParameters": "recruiter.errors",
+    "InvalidProgress": "recruiter.errors",
     "InvalidRetryPolicy": "recruiter.errors",
     "InvalidSchedule": "recruiter.errors",
     "InvalidUri": "recruiter.errors",
     "Job": "recruiter.job_record",
     "JobCancelled": "recruiter.pools.stopping",
     "JobNotFound": "recruiter.errors",
+    "JobProgress": "recruiter.progress",
     "JobSpec": "recruiter.job",
     "JobTimedOut": "recruiter.pools.stopping",
     "NotFailed": "recruiter.errors",
@@ -144,6 +148,7 @@ _EXPORTS = {
     "job_session": "recruiter.job_context",
     "record_output": "recruiter.job_context",
     "register_retry_policy": "recruiter.retry",
+    "report_progress": "recruiter.progress",
     "retry_statistics": "recruiter.job_context",
 }
 """Where each public name lives: imported on first use (PEP 562), so that ``import
@@ -200,12 +205,14 @@ __all__ = [
     "InvalidGroupSettings",
     "InvalidJob",
     "InvalidParameters",
+    "InvalidProgress",
     "InvalidRetryPolicy",
     "InvalidSchedule",
     "InvalidUri",
     "Job",
     "JobCancelled",
     "JobNotFound",
+    "JobProgress",
     "JobSpec",
     "JobTimedOut",
     "NotFailed",
@@ -242,5 +249,6 @@ __all__ = [
     "job_session",
     "record_output",
     "register_retry_policy",
+    "report_progress",
     "retry_statistics",
 ]

@@ -23,7 +23,7 @@ import asyncio
 import datetime as dt
 import inspect
 import os
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, Literal
 
 from bson import ObjectId
@@ -53,6 +53,7 @@ from recruiter.producer import (
     workflow_documents,
     workflow_steps,
 )
+from recruiter.progress import JobProgress
 from recruiter.repeating.timing import DEFAULT_MISSED, Missed, Schedule
 from recruiter.scheduling import new_jobs
 from recruiter.schema_check import Recheck
@@ -233,14 +234,52 @@ class AsyncQueue:
         await self.ensure_ready()
         return await self.store.finished_jobs([as_object_id(job_id) for job_id in job_ids])
 
-    async def wait(self, job_ids: Iterable[ObjectId | str], timeout: Duration = "1m") -> list[Job]:
+    async def wait(
+        self,
+        job_ids: Iterable[ObjectId | str],
+        timeout: Duration = "1m",
+        *,
+        on_progress: Callable[[Any, JobProgress], object] | None = None,
+    ) -> list[Job]:
         """Wait until these jobs are finished, without blocking the event loop; return
         them, in order. Looks at them as :meth:`recruiter.Queue.wait` does (50 ms, then
-        longer pauses up to 1 s); raises :class:`~recruiter.errors.WaitTimeout` if some
-        are not finished within ``timeout``."""
+        longer pauses up to 1 s), calling ``on_progress`` with a job's id and its
+        :class:`~recruiter.JobProgress` when a running job's progress changed; raises
+        :class:`~recruiter.errors.WaitTimeout` if some are not finished within
+        ``timeout``."""
         limit = wait_limit(timeout)
         await self.ensure_ready()
-        return await self.store.run(wait_steps(list(job_ids), limit, self.clock), self._sleep)
+        steps = wait_steps(list(job_ids), limit, self.clock, on_progress)
+        return await self.store.run(steps, self._sleep)
+
+    async def progress(
+        self, job_id: ObjectId | str, timeout: Duration = "1m"
+    ) -> AsyncIterator[JobProgress]:
+        """Each new progress of the job as its worker writes it (every few seconds, see
+        :func:`recruiter.report_progress`), until the job is finished; raises
+        :class:`~recruiter.errors.WaitTimeout` if it is not within ``timeout``.
+
+        >>> async for progress in queue.progress(job_id, "10m"):  # doctest: +SKIP
+        ...     print(f"{progress.percent}% done")
+        """
+        updates: asyncio.Queue[JobProgress] = asyncio.Queue()
+        waiting = asyncio.ensure_future(
+            self.wait([job_id], timeout, on_progress=lambda _, seen: updates.put_nowait(seen))
+        )
+        try:
+            while not waiting.done() or not updates.empty():
+                if not updates.empty():
+                    yield updates.get_nowait()
+                    continue
+                next_one = asyncio.ensure_future(updates.get())
+                await asyncio.wait({next_one, waiting}, return_when=asyncio.FIRST_COMPLETED)
+                if next_one.done():
+                    yield next_one.result()
+                else:
+                    next_one.cancel()
+            waiting.result()  # (its WaitTimeout, if it timed out)
+        finally:
+            waiting.cancel()
 
     async def _checked(self, jobs: Iterable[Any], session: Any) -> list[JobSpec]:
         specs = checked_specs(jobs)

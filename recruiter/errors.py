@@ -187,6 +187,12 @@ class NotInAJob(RecruiterError):
     """A job-only function was called outside a running job."""
 
 
+class InvalidProgress(RecruiterError, ValueError):
+    """A running job reported progress that cannot be kept (not BSON data, too large,
+    a negative count, a long note): nothing was recorded. Raised at the job's call to
+    :func:`recruiter.report_progress`, which may catch it; the attempt goes on."""
+
+
 class WorkerDied(Exception):
     """The worker running the attempt died before finishing it (recorded, never raised)."""
 

@@ -1,6 +1,7 @@
 """What a running job's code may ask of recruiter, from anywhere in its call stack: its
 retry statistics (:func:`retry_statistics`), output it records into its attempt
-(:func:`record_output`), and the session of its transaction (:func:`job_session`, for a
+(:func:`record_output`), how far it is (:func:`recruiter.progress.report_progress`),
+and the session of its transaction (:func:`job_session`, for a
 ``transaction=True`` workable). The worker sets them around each run (:func:`running_as`).
 """
 
@@ -17,6 +18,7 @@ from recruiter.errors import (
     NotInAJob,
 )
 from recruiter.job import Root
+from recruiter.progress import Progress, reporting_to, stop_reporting
 from recruiter.snooze import SNOOZE_LIMIT
 
 
@@ -128,16 +130,22 @@ def in_session(session: Any) -> Iterator[None]:
 
 
 @contextmanager
-def running_as(statistics: RetryStatistics) -> Iterator[dict[str, Any]]:
-    """Make ``statistics`` what :func:`retry_statistics` returns while the job runs;
-    yield the attempt's output, as :func:`record_output` fills it (until the end of
-    the ``with``: no later call changes it)."""
-    output = _Output()
+def running_as(
+    statistics: RetryStatistics, progress: Progress | None = None
+) -> Iterator[dict[str, Any]]:
+    """Make ``statistics`` what :func:`retry_statistics` returns while the job runs,
+    and ``progress`` where it reports its progress; yield the attempt's output, as
+    :func:`record_output` fills it (until the end of the ``with``: no later call
+    changes it, nor its progress)."""
+    output, progress = _Output(), progress if progress is not None else Progress()
     token, output_token = _current.set(statistics), _output.set(output)
+    progress_token = reporting_to(progress)
     try:
         yield output.fields
     finally:
         with output.lock:
             output.open = False
+        progress.close()
         _current.reset(token)
         _output.reset(output_token)
+        stop_reporting(progress_token)

@@ -17,6 +17,7 @@ from bson import ObjectId
 
 from recruiter.errors import InvalidJob, ResultNotKept
 from recruiter.job import DEFAULT_GROUP, DEFAULT_METHOD, Root
+from recruiter.progress import JobProgress
 from recruiter.snooze import SNOOZE_LIMIT, check_snooze_limit
 
 
@@ -85,6 +86,12 @@ class Job:
         if self.why is not None or self.locked or last.get("outcome") != "snoozed":
             return None
         return self.scheduled_at
+
+    progress: JobProgress | None = None
+    """How far its code said it is (:func:`recruiter.report_progress`): while it runs,
+    the latest report its worker wrote (every few seconds), with when it was written;
+    once the attempt ended, the last one it made, kept in its record (``at``: its end).
+    ``None`` when it reported none."""
 
     @property
     def blocked(self) -> bool:
@@ -169,6 +176,7 @@ class Job:
             cancelled_because=_text_or_none(document.get("cancelled_because")),
             snoozes=snoozes,
             snooze_limit=_snooze_limit(document.get("snooze_limit")),
+            progress=_progress(lock, reader.mapping("last_execution", required=False)),
         )
 
 
@@ -193,6 +201,15 @@ def _snooze_limit(value: Any) -> int:
         return check_snooze_limit(value)
     except ValueError:
         return SNOOZE_LIMIT
+
+
+def _progress(lock: Mapping[str, Any], last: Mapping[str, Any]) -> JobProgress | None:
+    """The running attempt's written progress, else the last attempt's kept one."""
+    if "progress" in lock:
+        return JobProgress.from_document(lock.get("progress"), lock.get("progress_at"))
+    if lock:
+        return None  # a new attempt runs: the last one's progress is not its
+    return JobProgress.from_document(last.get("progress"), last.get("ended_at"))
 
 
 def _text_or_none(value: Any) -> str | None:

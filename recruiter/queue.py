@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from bson import ObjectId
@@ -58,6 +58,7 @@ from recruiter.producer import (
     workflow_documents,
     workflow_steps,
 )
+from recruiter.progress import JobProgress
 from recruiter.repeating.timing import (
     DEFAULT_MISSED,
     Missed,
@@ -323,12 +324,22 @@ class Queue:
         other jobs, as their rule says); they are left as they are."""
         return run_now(self.store, job_ids, self.clock.now())
 
-    def wait(self, job_ids: Iterable[ObjectId | str], timeout: Duration = "1m") -> list[Job]:
-        """Wait until these jobs are finished; return them, in order.
+    def wait(
+        self,
+        job_ids: Iterable[ObjectId | str],
+        timeout: Duration = "1m",
+        *,
+        on_progress: Callable[[Any, JobProgress], object] | None = None,
+    ) -> list[Job]:
+        """Wait until these jobs are finished; return them, in order. ``on_progress`` is
+        called with a job's id and its :class:`~recruiter.JobProgress` each time a
+        running job's progress is seen to change (as its worker writes it, every few
+        seconds: see :func:`recruiter.report_progress`).
 
         Raises :class:`recruiter.attempts.manual.WaitTimeout` if some are not, within ``timeout``.
         """
-        return wait_for(self.store, list(job_ids), wait_limit(timeout), self.clock)
+        limit = wait_limit(timeout)
+        return wait_for(self.store, list(job_ids), limit, self.clock, on_progress)
 
     def run_here(self, registry: Registry, *job_ids: ObjectId | str) -> list[ManualRun]:
         """Run these waiting jobs in this process, now, one after the other, with the

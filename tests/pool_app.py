@@ -17,7 +17,15 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
-from recruiter import Registry, Snooze, Workable, record_output, retry_statistics
+from recruiter import (
+    InvalidProgress,
+    Registry,
+    Snooze,
+    Workable,
+    record_output,
+    report_progress,
+    retry_statistics,
+)
 
 registry = Registry()
 MOMENT = dt.datetime(2026, 11, 24, 9, 0, tzinfo=dt.UTC)
@@ -286,3 +294,28 @@ async def snooze_async(seconds: float) -> None:
     """Snoozes for ``seconds`` after a step of the event loop."""
     await asyncio.sleep(0)
     raise Snooze(seconds)
+
+
+@registry.workable("pool.progress")
+def progress(count: int, gate: str) -> None:
+    """Reports its progress ``count`` times (a bad report too, caught), then runs until
+    ``gate`` exists (a file the test makes), looking every 10 ms."""
+    for n in range(1, count + 1):
+        report_progress(done=n, total=count, note="counting")
+    try:
+        report_progress(done=-1)
+    except InvalidProgress:
+        record_output(refused=True)
+    while not Path(gate).exists():
+        time.sleep(0.01)
+
+
+@registry.workable("aio.progress")
+async def progress_async(count: int, gate: str) -> None:
+    """The same, ``async def``: reports, then awaits until ``gate`` exists."""
+    for n in range(1, count + 1):
+        report_progress(done=n, total=count, note="counting", stage="async")
+        if n % 1000 == 0:
+            await asyncio.sleep(0)
+    while not Path(gate).exists():
+        await asyncio.sleep(0.01)

@@ -37,9 +37,11 @@ from recruiter import (
     WaitTimeout,
     Workflow,
 )
+from recruiter.store import End
 from recruiter.store.schema import SCHEMA_VERSION
 from recruiter.testing import drain
 from tests import interleaving
+from tests.factories import job_in_state
 
 T = TypeVar("T")
 Body = Callable[[AsyncQueue], Awaitable[T]]
@@ -480,3 +482,57 @@ def test_connect_opens_a_ready_queue_and_refuses_a_bad_uri(
     asyncio.run(main())
     assert "ready_by_priority" in real_database.scheduled.index_information()
     assert real_database.scheduled.count_documents({}) == 1
+
+
+# --- progress, as an async iterator and to wait ------------------------------------------
+
+
+def test_progress_yields_each_change_until_the_job_ends_and_wait_tells_it_too(
+    database: Database[Any], clock: FrozenClock, on_async: OnAsync
+) -> None:
+    """The worker writes between two looks (the queue's sleep, stepped in): the same
+    report twice is told once; the job's end ends the iteration."""
+    sync = Queue(database, clock)
+    token = ObjectId()
+    job_id = job_in_state(sync, "running", token=token).id
+
+    async def body(queue: AsyncQueue) -> None:
+        reports = iter([{"done": 1}, {"done": 1}, {"done": 2, "total": 4, "note": "two"}])
+        looked = queue._sleep
+
+        async def sleep(seconds: float) -> None:
+            report = next(reports, None)
+            if report is None:
+                end = End(job_id, token, clock.now(), why="done")
+                assert sync.store.record_end(end, {"ended_at": clock.now(), "outcome": "done"})
+            else:
+                assert sync.store.set_progress_if_held(job_id, token, report, clock.now())
+            await looked(seconds)
+
+        queue._sleep = sleep  # type: ignore[method-assign]
+        seen = [(p.done, p.total, p.note) async for p in queue.progress(job_id, "1m")]
+        assert seen == [(1, None, None), (2, 4, "two")]
+
+    on_async(body)
+
+
+def test_progress_of_a_job_that_does_not_end_raises_wait_timeout_after_its_reports(
+    database: Database[Any], clock: FrozenClock, on_async: OnAsync
+) -> None:
+    sync = Queue(database, clock)
+    token = ObjectId()
+    job_id = job_in_state(sync, "running", token=token).id
+    assert sync.store.set_progress_if_held(job_id, token, {"done": 7}, clock.now())
+
+    async def body(queue: AsyncQueue) -> None:
+        told: list[Any] = []
+        with pytest.raises(WaitTimeout):
+            await queue.wait([job_id], "2s", on_progress=lambda *said: told.append(said))
+        assert [(i, p.done) for i, p in told] == [(job_id, 7)]
+        seen: list[Any] = []
+        with pytest.raises(WaitTimeout):
+            async for progress in queue.progress(job_id, "2s"):
+                seen.append(progress.done)
+        assert seen == [7]
+
+    on_async(body)

@@ -86,6 +86,18 @@ def test_the_writes_benchmark_gives_each_writes_cost_per_document(real_server_ur
     assert all(milliseconds > 0 for milliseconds in figures.values())
 
 
+def test_the_progress_benchmark_runs_reporting_jobs_and_quiet_ones(
+    real_server_uri: str, tmp_path: Path
+) -> None:
+    from benchmarks.progress import measure
+
+    figures = measure(real_server_uri, tmp_path, "threads", jobs=2, reports=100, seconds=0.0)
+    assert set(figures) == {"quiet", "reporting"}
+    assert all(each.jobs == 2 for each in figures.values())
+    assert all(each.commands_per_job > 0 for each in figures.values())
+    assert "update (progress)" not in figures["quiet"].commands
+
+
 def test_a_slow_link_carries_every_command_to_the_server(real_server_uri: str) -> None:
     from pymongo import MongoClient
 

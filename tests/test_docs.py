@@ -32,6 +32,7 @@ BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
         "stopping.md",
         "workflows.md",
         "snooze.md",
+        "progress.md",
     ],
 )
 def test_the_examples_of_a_page_run(page: str, capsys: pytest.CaptureFixture[str]) -> None:

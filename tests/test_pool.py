@@ -642,3 +642,74 @@ def test_a_child_that_cannot_be_started_fails_the_attempt_not_the_slot(
     job_id = queue.schedule(JobSpec("pool.whoami").retry_with(RetryManyTimes(2)))
     execution = execute(queue, app, job_id, watch=watch, runner=child)  # OSError escapes here
     assert execution.outcome is Outcome.RETRY
+
+
+# --- progress: reports over the pipe, coalesced, never lost to a stop ----------------------
+
+
+def test_a_child_sends_few_of_its_jobs_many_reports_and_the_last_goes_with_the_answer(
+    queue: Queue,
+    clock: FrozenClock,
+    watch: Watch,
+    child: JobProcess,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from recruiter.progress import checked_progress
+
+    received: list[Any] = []
+
+    def counted(**report: Any) -> Any:
+        received.append(report)
+        return checked_progress(**report)
+
+    monkeypatch.setattr("recruiter.pools.process_pool.checked_progress", counted)
+    gate = tmp_path / "gate"
+    gate.touch()  # it reports 10,000 times, then ends at once
+    ran = run(queue, watch, child, JobSpec("pool.progress", {"count": 10_000, "gate": str(gate)}))
+    assert ran.outcome is Outcome.DONE
+    assert len(received) <= 3, "one message a second at most, not one a report"
+    attempt = last_attempt(queue, ran.job_id)
+    assert attempt["progress"] == {"done": 10_000, "total": 10_000, "note": "counting"}
+    assert attempt["output"] == {"refused": True}, "a bad report, caught in the job"
+
+
+class _Pipe:
+    """A job process's side of the pipe, as the worker reads it: ``messages`` in order;
+    the watchdog asks for a stop while each one is read."""
+
+    def __init__(self, running: Running, messages: list[dict[str, Any]]) -> None:
+        self.running, self.messages = running, messages
+
+    def poll(self, timeout: float = 0.0) -> bool:
+        return bool(self.messages)
+
+    def recv_bytes(self) -> bytes:
+        self.running.stop(JobCancelled)  # (its async raise would land in the read)
+        return bson.encode(self.messages.pop(0))
+
+    def send_bytes(self, data: bytes) -> None: ...
+
+
+def test_a_stop_asked_while_a_report_is_read_lands_after_it_and_the_answer_is_kept(
+    child: JobProcess,
+) -> None:
+    running = Running(ObjectId(), None)
+    answer: dict[str, Any] = {"ran": {"output": {}}}
+    pipe = _Pipe(running, [{"progress": {"done": 1}, "n": 7}, answer])
+    reply, stopped, killed = child._wait(pipe, running, 7)  # type: ignore[arg-type]
+    assert (reply, stopped, killed) == (answer, JobCancelled, False), "the answer, not lost"
+    assert running.progress.latest() == (1, {"done": 1})
+
+
+def test_a_stop_asked_while_the_answer_is_read_never_lands_after_it(child: JobProcess) -> None:
+    running = Running(ObjectId(), None)
+    answer: dict[str, Any] = {"ran": {"output": {}}}
+    pipe = _Pipe(running, [{"progress": {"done": 1}, "n": 6}, answer])  # (an old run's)
+    with running.code():
+        reply = child._next(pipe, running, 7, 0)  # type: ignore[arg-type]
+        for _ in range(10_000):  # Python work still within the bounds: a stop would land
+            int("1")
+    assert reply == answer
+    assert running.stopped is JobCancelled, "recorded, for the caller"
+    assert running.progress.latest() == (0, None), "another run's report is dropped"

@@ -25,7 +25,7 @@ from recruiter import Every, FrozenClock, JobSpec, Queue, Registry, record_outpu
 from recruiter.cli import app
 from recruiter.monitoring.printable import printable
 from recruiter.testing import drain
-from tests.factories import Unclosed
+from tests.factories import Unclosed, job_in_state
 
 PAYLOADS = {
     "closing tag": "could not open [/var/data/in.csv] [/x]",
@@ -168,6 +168,20 @@ def test_top_analytics_workers_schedulers_and_batch_show_hostile_names_literally
     assert shown("schedulers", "list").count(text) == 2  # its urn and its job's group
     assert carries(shown("schedulers", "list", "--json"), hostile_world.payload)
     assert "on_complete" in shown("jobs", "batch", str(hostile_world.batch))
+
+
+def test_a_running_jobs_hostile_progress_is_shown_literally_by_jobs_show_and_top(
+    hostile_world: HostileWorld,
+) -> None:
+    queue, payload, token = hostile_world.queue, hostile_world.payload, ObjectId()
+    job_id = job_in_state(queue, "running", token=token).id
+    report = {"done": 1, "total": 2, "note": payload, "file": payload}
+    assert queue.store.set_progress_if_held(job_id, token, report, queue.clock.now())
+    text = printable(payload)
+    said = f"1/2 (50%), {text}, file: {text}, reported 0s ago"
+    assert said in shown("jobs", "show", str(job_id))
+    assert said in shown("top", "--once")
+    assert carries(shown("jobs", "show", str(job_id), "--json"), payload)
 
 
 def test_a_wait_shows_hostile_results_and_errors_literally(hostile_world: HostileWorld) -> None:

@@ -14,12 +14,15 @@ import mongomock
 import pytest
 from bson import ObjectId
 
-from recruiter import FrozenClock, JobSpec, Queue, Registry, RetryManyTimes
+from recruiter import FrozenClock, JobSpec, Queue, Registry, RetryManyTimes, report_progress
 from recruiter.attempts.executor import Executor
 from recruiter.attempts.verdict import Outcome
 from recruiter.job_context import job_session
+from recruiter.pools.stopping import Watch
 from recruiter.processes.cleaner import Cleaner, CleanerConfig
+from recruiter.processes.progress import flush_progress
 from recruiter.processes.slot import WorkerSlot
+from recruiter.progress import PROGRESS_EVERY
 from recruiter.testing import drain
 from tests import interleaving
 from tests.driving import execute
@@ -183,3 +186,25 @@ def test_an_async_job_cannot_be_registered_in_a_transaction(registry: Registry) 
 
     with pytest.raises(InvalidJob, match="async def"):
         registry.workable("shop.async", confirm, transaction=True)
+
+
+def test_a_transactional_jobs_progress_is_kept_in_its_record_only(
+    shop: Queue, registry: Registry, clock: FrozenClock
+) -> None:
+    """Written to the job while its transaction runs, it would conflict with the
+    transaction's end, and the job's code would run again."""
+    watch, runs = Watch(), list[int]()
+
+    @registry.workable("shop.progress", transaction=True)
+    def reports() -> None:
+        runs.append(1)
+        report_progress(done=1, total=2)
+        (running,) = watch.running()
+        assert running.progress.token is None, "never written while it runs"
+        clock.advance(2 * PROGRESS_EVERY)  # (the writer would write a threads job's now)
+        flush_progress(shop.store, [running], clock.now(), clock.monotonic())
+
+    job_id = shop.schedule(JobSpec("shop.progress"))
+    assert execute(shop, registry, job_id, watch=watch).outcome is Outcome.DONE
+    assert runs == [1]
+    assert shop.job(job_id).history[-1]["progress"] == {"done": 1, "total": 2}

@@ -66,6 +66,26 @@ def test_what_a_job_carries_is_shown_escaped(queue: Queue, jobs: dict[str, Any])
         assert "&lt;script&gt;" in page, path
 
 
+def test_a_running_jobs_hostile_progress_is_shown_escaped_and_given_whole_by_the_api(
+    queue: Queue,
+) -> None:
+    token = ObjectId()
+    job_id = job_in_state(queue, "running", token=token).id
+    report = {"done": 3, "total": 4, "note": SCRIPT, "file": SCRIPT}
+    assert queue.store.set_progress_if_held(job_id, token, report, queue.clock.now())
+    browser = client(queue)
+    page = browser.get(f"/jobs/{job_id}").text
+    assert SCRIPT not in page
+    assert '<progress max="100" value="75.0"></progress> 3/4 (75%), &lt;script&gt;' in page
+    assert "file: &lt;script&gt;" in page
+    progress = browser.get(f"/api/jobs/{job_id}").json()["progress"]
+    assert (progress["note"], progress["fields"], progress["percent"]) == (
+        SCRIPT,
+        {"file": SCRIPT},
+        75,
+    )
+
+
 def test_jobs_are_filtered_and_paged_newest_first(queue: Queue, jobs: dict[str, Any]) -> None:
     browser = client(queue)
 

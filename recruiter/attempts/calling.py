@@ -73,6 +73,8 @@ class CodeResult:
     snooze: dt.timedelta | None = None
     """How long its code asked to wait before it runs again (it raised
     :class:`~recruiter.snooze.Snooze`): not a failure."""
+    progress: dict[str, Any] | None = None
+    """The last progress its code reported, if it did: kept in the attempt's record."""
 
 
 def call_code(
@@ -90,6 +92,20 @@ def call_code(
     recorded, and the workable's hooks (none when it could not even be rebuilt)."""
     if runner is not None and not job.problems and not policy_problem:
         return runner.run(job, statistics, running)
+    ran = _call_here(registry, job, statistics, policy_problem, running, loop=loop)
+    reported = running.progress.latest()[1]
+    return ran if reported is None else dataclasses.replace(ran, progress=reported)
+
+
+def _call_here(
+    registry: Registry,
+    job: Job,
+    statistics: RetryStatistics,
+    policy_problem: str | None,
+    running: Running,
+    *,
+    loop: asyncio.AbstractEventLoop | None,
+) -> CodeResult:
     output: dict[str, Any] = {}
     hooks = WorkableHooks()
     try:
@@ -99,7 +115,7 @@ def call_code(
             raise DamagedJob(policy_problem)
         target = registry.rebuild(job.workable, job.parameters, job.method)
         hooks = registry.hooks_of(job.workable, target)
-        with running_as(statistics) as output:
+        with running_as(statistics, running.progress) as output:
             returned = running.call(target, loop, registry.entrance(job.workable))
     except BaseException as error:
         # any exception the job's code lets out fails the attempt, BaseExceptions too

@@ -203,7 +203,11 @@ class Executor:
     def _call(
         self, job: Job, statistics: RetryStatistics, policy_problem: str | None
     ) -> CodeResult:
-        running = Running(job.id, job.timeout)
+        # a transaction=True job's progress goes in its attempt's record only: a write to
+        # its job while its transaction runs would conflict with the transaction's end,
+        # which would run its code again
+        live = not self.registry.runs_in_transaction(job.workable)
+        running = Running(job.id, job.timeout, job.lock_token if live else None)
         if self.watch is None:
             return call_code(
                 self.registry, job, statistics, policy_problem, running, loop=self.loop
@@ -382,6 +386,8 @@ def extras(ran: CodeResult) -> dict[str, Any]:
         kept["process"] = ran.process
     if ran.unrun:
         kept["unrun"] = True  # stopped before its code began: it did not run
+    if ran.progress is not None:
+        kept["progress"] = ran.progress  # its last report: free, the end is written anyway
     return kept
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
@@ -41,6 +41,7 @@ from recruiter.errors import (
 from recruiter.job_record import Job
 from recruiter.loop import Backoff
 from recruiter.pools.stopping import HolderDeclaredDead, Watch
+from recruiter.progress import JobProgress, progress_changed
 from recruiter.store import Store, as_object_id
 from recruiter.store.steps import Steps, call, sleep
 from recruiter.waiting.engine import Ended, follow_up_steps
@@ -222,25 +223,43 @@ def run_now(store: Store, job_ids: Sequence[Any], now: dt.datetime) -> list[Any]
 
 
 def wait_for(
-    store: Store, job_ids: Sequence[Any], timeout: dt.timedelta, clock: Clock
+    store: Store,
+    job_ids: Sequence[Any],
+    timeout: dt.timedelta,
+    clock: Clock,
+    on_progress: Callable[[Any, JobProgress], object] | None = None,
 ) -> list[Job]:
-    """Wait until every job of ``job_ids`` is finished; return them, in order.
+    """Wait until every job of ``job_ids`` is finished; return them, in order. With
+    ``on_progress``, call it with a job's id and progress whenever a running job's
+    written progress changed (read once per look, with the finished jobs).
 
     Raises :class:`WaitTimeout` when some are not finished within ``timeout``.
     """
-    return store.run(wait_steps(job_ids, timeout, clock), clock.sleep)
+    return store.run(wait_steps(job_ids, timeout, clock, on_progress), clock.sleep)
 
 
-def wait_steps(job_ids: Sequence[Any], timeout: dt.timedelta, clock: Clock) -> Steps[list[Job]]:
+def wait_steps(
+    job_ids: Sequence[Any],
+    timeout: dt.timedelta,
+    clock: Clock,
+    on_progress: Callable[[Any, JobProgress], object] | None = None,
+) -> Steps[list[Job]]:
     """:func:`wait_for`, as steps (:mod:`recruiter.store.steps`) for either store: it
     looks at the jobs, pausing longer each time (:data:`WAIT_POLLS`), on ``clock``'s
     monotonic time."""
     ids = yield from _waiting_ids(job_ids)
     deadline, pause = clock.monotonic() + timeout.total_seconds(), 0.0
+    told: dict[Any, JobProgress] = {}
     while True:
         finished = {job.id: job for job in (yield from call("finished_jobs", ids))}
         if len(finished) == len(set(ids)):
             return [finished[job_id] for job_id in ids]
+        if on_progress is not None:
+            running = [job_id for job_id in ids if job_id not in finished]
+            for job_id, progress in (yield from call("progress_of", running)).items():
+                if progress_changed(told.get(job_id), progress):
+                    told[job_id] = progress
+                    on_progress(job_id, progress)
         if clock.monotonic() >= deadline:
             raise WaitTimeout([j for j in ids if j not in finished], timeout)
         pause = WAIT_POLLS.after(pause)

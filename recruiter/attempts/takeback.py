@@ -213,6 +213,8 @@ def _crashed(store: Store, job: Job, token: ObjectId, now: dt.datetime, reason: 
         failure=failure,
     )
     record["crashed"] = True
+    if job.progress is not None and job.locked:  # the last its worker wrote before it died
+        record["progress"] = job.progress.report()
     written = write_verdict(
         job,
         token,

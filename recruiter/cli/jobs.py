@@ -29,7 +29,7 @@ from recruiter.cli.options import (
 )
 from recruiter.cli.tables import id_column
 from recruiter.cli.terminal import console, json_text, styled
-from recruiter.monitoring.words import moment_text
+from recruiter.monitoring.words import moment_text, progress_text
 from recruiter.states import STATES
 
 jobs = typer.Typer(
@@ -132,6 +132,8 @@ def show_job(
         ("retry policy", json.dumps(dict(job.retry_policy), default=str)),
     ]:
         fields.add_row(name, str(value))
+    if job.progress is not None:
+        fields.add_row("progress", progress_text(job.progress, now))
     if job.why == "done":
         fields.add_row("result", result_text(job))
     snoozed = listing.snoozes_in_words(job)
@@ -149,8 +151,11 @@ def show_job(
 
 
 def _print_attempt(attempt: Mapping[str, Any]) -> None:
-    """An attempt as lines: how it ended, when, where; its error, traceback and output."""
+    """An attempt as lines: how it ended, when, where; its progress, error, traceback
+    and output."""
     from bson import json_util
+
+    from recruiter.progress import JobProgress
 
     started, ended = attempt.get("started_at"), attempt.get("ended_at")
     took = ""
@@ -168,6 +173,9 @@ def _print_attempt(attempt: Mapping[str, Any]) -> None:
     )
     if attempt.get("snoozed_until"):
         console.print(f"  snoozed until {moment_text(attempt['snoozed_until'])}")
+    progress = JobProgress.from_document(attempt.get("progress"), None)
+    if progress is not None:
+        console.print(f"  progress: {progress_text(progress)}")
     if attempt.get("class"):
         console.print(f"  {attempt['class']}: {attempt.get('message')}")
     if attempt.get("trace"):

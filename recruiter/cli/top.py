@@ -111,7 +111,25 @@ def frame(queue: Queue) -> Group:
     summary = (
         f"workers: {len(workers)} ({busy} busy, {len(workers) - busy} idle)   leader: {leader}"
     )
-    return Group(table if groups else "the queue is empty", summary)
+    reporting = _reporting(queue, now)
+    return Group(table if groups else "the queue is empty", *reporting, summary)
+
+
+REPORTING_SHOWN = 10
+"""Running jobs whose progress ``top`` shows, latest reported first."""
+
+
+def _reporting(queue: Queue, now: dt.datetime) -> list[Table]:
+    """The running jobs that reported progress, as a table (none if none did)."""
+    from recruiter.monitoring.words import progress_text
+
+    reporting = queue.store.reporting_jobs(REPORTING_SHOWN)
+    if not reporting:
+        return []
+    table = Table("job", "workable", "group", "progress", title="running jobs' progress")
+    for job in reporting:
+        table.add_row(str(job.job_id), job.workable, job.group, progress_text(job.progress, now))
+    return [table]
 
 
 def _average(documents: list[Mapping[str, Any]], start: str, end: str) -> str:

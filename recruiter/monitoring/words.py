@@ -14,6 +14,10 @@ each, so that the same job reads the same everywhere.
 from __future__ import annotations
 
 import datetime as dt
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from recruiter.progress import JobProgress
 
 
 def moment_text(value: object) -> str:
@@ -33,3 +37,37 @@ def moment_text(value: object) -> str:
 def counted(number: int, noun: str, plural: str | None = None) -> str:
     """``number`` with ``noun`` in the right number."""
     return f"{number} {noun if number == 1 else plural or noun + 's'}"
+
+
+def progress_text(progress: JobProgress, now: dt.datetime | None = None) -> str:
+    """A job's progress as every view says it: counts, percent, note, its own fields,
+    and how long ago it was reported. Untrusted text (the note, the fields): a view
+    prints it literally, or escapes it.
+
+    >>> from recruiter.progress import JobProgress
+    >>> at = dt.datetime(2026, 11, 25, 10, tzinfo=dt.UTC)
+    >>> report = JobProgress(420, 1000, "copying rows", {"table": "users"}, at)
+    >>> progress_text(report, at + dt.timedelta(seconds=3))
+    '420/1,000 (42%), copying rows, table: users, reported 3s ago'
+    >>> progress_text(JobProgress(done=7))
+    '7'
+    """
+    parts = []
+    if progress.done is not None or progress.total is not None:
+        counts = "/".join(_number(n) for n in (progress.done, progress.total) if n is not None)
+        if progress.done is None:
+            counts = f"?/{counts}"
+        percent = progress.percent
+        parts.append(counts if percent is None else f"{counts} ({percent:.0f}%)")
+    if progress.note:
+        parts.append(progress.note)
+    for name, value in progress.fields.items():
+        parts.append(f"{name}: {value}")
+    if progress.at is not None and now is not None:
+        seconds = max(0, round((now - progress.at).total_seconds()))
+        parts.append(f"reported {seconds}s ago")
+    return ", ".join(parts) or "-"
+
+
+def _number(value: float) -> str:
+    return f"{value:,}" if isinstance(value, int) or not value % 1 else f"{value:,.2f}"

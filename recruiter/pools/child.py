@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
@@ -25,8 +26,9 @@ from recruiter.job import TRACE_LIMIT, Root
 from recruiter.job_context import RetryStatistics, running_as
 from recruiter.monitoring.logs import Level, setup_logging
 from recruiter.pools.memory import resident_memory
-from recruiter.pools.pipe import CODEC, HOOKS, TICK, JobProcessFailed
+from recruiter.pools.pipe import CODEC, HOOKS, PIPE_EVERY, TICK, JobProcessFailed
 from recruiter.pools.stopping import STOPS, Entrance, Running, Stopped
+from recruiter.progress import Progress
 from recruiter.retry import Failure
 from recruiter.snooze import SNOOZE_LIMIT, Snooze, past_limit
 from recruiter.workable import Registry, Workable, WorkableHooks
@@ -106,6 +108,15 @@ class _Child:
         self.inbox: list[dict[str, Any]] = []
         self.arrived = threading.Condition()
         self.closed = False
+        self.sending = threading.Lock()
+        """Held while a message is sent: the job's progress reports (its sender's
+        thread) and the answers (the main thread) never interleave on the pipe."""
+        self.reporting: tuple[int, Progress] | None = None
+        """The run under way and its progress, while its job's code may report."""
+        self.reported = threading.Event()
+        """Set by each progress report: wakes the sender (:meth:`_send_progress`)."""
+        self.sender: threading.Thread | None = None
+        """Started at the first report this process's jobs make: none, no thread."""
 
     def serve(self) -> None:
         threading.Thread(target=self._read, name="job-process-reader", daemon=True).start()
@@ -153,27 +164,67 @@ class _Child:
         except Exception as error:
             unsendable = JobProcessFailed(f"the attempt's result could not be sent: {error!r}")
             data = bson.encode({"ran": {"output": {}, **_failure_fields(unsendable)}})
-        self.connection.send_bytes(data)
+        with self.sending:
+            self.connection.send_bytes(data)
 
     def _send(self, message: Mapping[str, Any]) -> None:
-        self.connection.send_bytes(bson.encode(message))
+        with self.sending:
+            self.connection.send_bytes(bson.encode(message))
+
+    def _progress_reported(self) -> None:
+        self.reported.set()
+        if self.sender is None:
+            with self.lock:
+                if self.sender is None:
+                    self.sender = threading.Thread(
+                        target=self._send_progress, name="job-process-progress", daemon=True
+                    )
+                    self.sender.start()
+
+    def _send_progress(self) -> None:
+        """Send the running job's latest progress report, at most one every
+        :data:`PIPE_EVERY` (10,000 reports a second are one message a second); never
+        after its run's answer, which is sent once :attr:`reporting` is cleared."""
+        sent: tuple[int, int] = (0, 0)
+        sent_at = -PIPE_EVERY
+        pause = threading.Event()  # (never set: a wait that is a sleep)
+        while True:
+            self.reported.wait()
+            pause.wait(max(0.0, sent_at + PIPE_EVERY - time.monotonic()))
+            self.reported.clear()  # (reports from here on are sent next time)
+            with self.sending:
+                reporting = self.reporting
+                if reporting is None:
+                    continue
+                number, progress = reporting
+                version, report = progress.latest()
+                if report is None or (number, version) == sent:
+                    continue
+                try:
+                    self.connection.send_bytes(bson.encode({"progress": report, "n": number}))
+                except OSError:
+                    return  # the worker is gone: so is this process, soon
+                sent, sent_at = (number, version), time.monotonic()
 
     def _run(self, number: int, request: Mapping[str, Any]) -> dict[str, Any]:
         statistics = _statistics(request["statistics"])
         self.hooks, self.error = WorkableHooks(), None
         running = Running(request["job_id"], None)
+        running.progress.on_report = self._progress_reported
         output: dict[str, Any] = {}
         failed: BaseException | None = None
         returned: Any = None
         with self.lock:
             self.running, self.current = running, number
+        with self.sending:
+            self.reporting = (number, running.progress)
         try:
             target = self.registry.rebuild(
                 request["workable"], request["parameters"], request["method"]
             )
             self.hooks = self.registry.hooks_of(request["workable"], target)
             entrance = self.registry.entrance(request["workable"])
-            with running_as(statistics) as output:
+            with running_as(statistics, running.progress) as output:
                 returned = running.call(
                     lambda: self._begin(number, running, target, entrance), entrance=entrance
                 )
@@ -183,10 +234,14 @@ class _Child:
             if isinstance(error, Snooze):  # past its limit: a failure, raised here
                 failed = past_limit(error, statistics.snoozes, statistics.snooze_limit) or error
         finally:
+            with self.sending:
+                self.reporting = None  # no report of this run is sent after its answer
             with self.lock:
                 self.running, self.current, self.finished = None, None, number
                 self.pending = {n: why for n, why in self.pending.items() if n > number}
         reply: dict[str, Any] = {"output": storable(output), "hooks": _defined(self.hooks)}
+        if (reported := running.progress.latest()[1]) is not None:
+            reply["progress"] = reported  # (checked at each report: BSON, small)
         reply["memory"] = resident_memory()
         if running.stopped is not None:
             reply["stopped"] = running.stopped.__name__

@@ -26,19 +26,22 @@ database writes and the watchdog. So:
 
 The worker and the child speak BSON over a pipe: the job's workable, parameters and
 method as stored go one way; the attempt's failure (its class names and message, not
-the exception object), trace and recorded output come back. No job data is pickled. The
-workable's hooks run in the child, where the job's object and exception are, when the
-worker tells it how the attempt ended.
+the exception object), trace and recorded output come back, and, while the job runs,
+its latest progress report, at most one every :data:`~recruiter.pools.pipe.PIPE_EVERY`.
+No job data is pickled. The workable's hooks run in the child, where the job's object
+and exception are, when the worker tells it how the attempt ended.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import logging
 import multiprocessing
 import os
 import signal
+import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
@@ -46,12 +49,14 @@ from typing import Any
 import bson
 
 from recruiter.attempts.calling import CodeResult
+from recruiter.errors import InvalidProgress
 from recruiter.job_context import RetryStatistics
 from recruiter.job_record import Job
 from recruiter.monitoring.logs import logging_setup
 from recruiter.pools.child import child_main
 from recruiter.pools.pipe import CODEC, HOOKS, TICK, JobProcessFailed
 from recruiter.pools.stopping import STOPS, Running, Stopped
+from recruiter.progress import checked_progress
 from recruiter.retry import Failure
 from recruiter.workable import WorkableHooks
 
@@ -120,7 +125,7 @@ class JobProcess:
         """Run ``job``'s code in the child; what it gave. Whatever goes wrong with the
         child is the attempt's failure, never an error of the slot's."""
         try:
-            return self._run(job, statistics, running)
+            ran = self._run(job, statistics, running)
         except Exception as error:  # a bug, or the system refusing: fail the attempt
             logger.exception("job %s: its process failed", job.id)
             pid = self.pid
@@ -130,6 +135,9 @@ class JobProcess:
             return CodeResult(
                 Failure.from_exception(failed), None, {}, failed, WorkableHooks(), None, process
             )
+        if ran.progress is None and (reported := running.progress.latest()[1]) is not None:
+            ran = dataclasses.replace(ran, progress=reported)  # what came before it died
+        return ran
 
     def _run(self, job: Job, statistics: RetryStatistics, running: Running) -> CodeResult:
         try:
@@ -164,22 +172,41 @@ class JobProcess:
         stop = STOPS.get(ran.get("stopped") or "") or stopped
         process = self._after_job(ran.get("memory"))
         output = ran.get("output") or {}
+        reported = ran.get("progress") if isinstance(ran.get("progress"), dict) else None
         snooze_ms = ran.get("snooze_ms")
         if isinstance(snooze_ms, int) and failure is None:
             snooze = dt.timedelta(milliseconds=snooze_ms)
             return CodeResult(
-                output=output, hooks=hooks, stopped=stop, process=process, snooze=snooze
+                output=output,
+                hooks=hooks,
+                stopped=stop,
+                process=process,
+                snooze=snooze,
+                progress=reported,
             )
         if failure is None:
             kept = {key: ran[key] for key in ("result", "result_dropped") if key in ran}
             return CodeResult(
-                output=output, hooks=hooks, stopped=stop, process=process, result=kept
+                output=output,
+                hooks=hooks,
+                stopped=stop,
+                process=process,
+                result=kept,
+                progress=reported,
             )
         recorded = Failure(failure["class"], tuple(failure["types"]), failure["message"])
         stand_in = _Reported(recorded.message)
         unrun = ran.get("unrun") is True
         return CodeResult(
-            recorded, ran.get("trace"), output, stand_in, hooks, stop, process, unrun=unrun
+            recorded,
+            ran.get("trace"),
+            output,
+            stand_in,
+            hooks,
+            stop,
+            process,
+            unrun=unrun,
+            progress=reported,
         )
 
     def _after_job(self, memory: Any) -> dict[str, Any]:
@@ -206,28 +233,54 @@ class JobProcess:
         stopped: type[Stopped] | None = None
         try:
             with running.code():  # where the watchdog raises a stop, between two looks
-                while not connection.poll(TICK):
+                while (reply := self._next(connection, running, number, TICK)) is None:
+                    if running.stopped is not None:  # (asked for while a report was read)
+                        raise running.stopped()
                     self._resume()
+                return reply, running.stopped, False
         except Stopped as stop:
             stopped = type(stop)
-            if not connection.poll(0):  # (unless the answer came as the stop landed)
-                logger.warning("job %s: asking its process to stop", running.job_id)
-                stop_request = {"stop": stopped.__name__, "n": number}
-                with contextlib.suppress(OSError):  # (it died: the read below tells)
-                    connection.send_bytes(bson.encode(stop_request))
-                if not connection.poll(STOP_GRACE):
-                    logger.warning(
-                        "job %s did not stop within %s s: killing its process",
-                        running.job_id,
-                        STOP_GRACE,
-                    )
-                    self.close(at_once=True)
-                    return None, stopped, True
+        except (EOFError, OSError):
+            return None, running.stopped, False
+        assert stopped is not None  # (the code's bounds return, or raise a stop)
         try:
-            reply = bson.decode(connection.recv_bytes(), codec_options=CODEC)
+            # unless the answer came as the stop landed
+            if (reply := self._next(connection, running, number, 0)) is not None:
+                return reply, stopped, False
+            logger.warning("job %s: asking its process to stop", running.job_id)
+            stop_request = {"stop": stopped.__name__, "n": number}
+            with contextlib.suppress(OSError):  # (it died: the read below tells)
+                connection.send_bytes(bson.encode(stop_request))
+            if (reply := self._next(connection, running, number, STOP_GRACE)) is not None:
+                return reply, stopped, False
         except (EOFError, OSError):
             return None, stopped, False
-        return reply, stopped, False
+        logger.warning(
+            "job %s did not stop within %s s: killing its process", running.job_id, STOP_GRACE
+        )
+        self.close(at_once=True)
+        return None, stopped, True
+
+    @staticmethod
+    def _next(
+        connection: Connection, running: Running, number: int, timeout: float
+    ) -> dict[str, Any] | None:
+        """The child's next message other than a progress report, if one comes within
+        ``timeout``; the reports of run ``number`` that come first are kept as its
+        progress (the child sends one every :data:`PIPE_EVERY` at most). No stop lands
+        while a message is read, nor after the answer is (it is left to the caller,
+        who finds it in ``running.stopped``): a message is never lost to a stop."""
+        deadline = time.monotonic() + timeout
+        while connection.poll(max(0.0, deadline - time.monotonic())):
+            running.shield()
+            message = bson.decode(connection.recv_bytes(), codec_options=CODEC)
+            if "progress" not in message:
+                return message  # (shielded until the code's bounds end)
+            if message.get("n") == number:
+                with contextlib.suppress(InvalidProgress):  # (checked by the child already)
+                    running.progress.report(checked_progress(fields=message["progress"]))
+            running.unshield()
+        return None
 
     def _lost(self, stopped: type[Stopped] | None, *, killed: bool, pid: int | None) -> CodeResult:
         """The attempt whose child gave no answer: stopped and killed, or dead."""

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from recruiter.pools.event_loop import run_on_a_new_loop, tasks_of_the_job
+from recruiter.progress import Progress
 
 logger = logging.getLogger(__name__)
 
@@ -104,9 +105,11 @@ class Running:
     may stop. A stop asked for before the code is entered is kept, and raised as it is
     entered: the code does not begin."""
 
-    def __init__(self, job_id: Any, timeout: dt.timedelta | None) -> None:
+    def __init__(self, job_id: Any, timeout: dt.timedelta | None, token: Any = None) -> None:
         self.job_id = job_id
         self.timeout = timeout
+        self.progress = Progress(token)
+        """What the job's code reports of its progress (its worker writes it now and then)."""
         self.deadline: float | None = None
         self.stopped: type[Stopped] | None = None
         self.returned = False
@@ -124,6 +127,8 @@ class Running:
         the thread (which only waits for the task)."""
         self._cancel: Callable[[], object] | None = None
         """Cancels the task, once it has begun."""
+        self._shielded_thread: int | None = None
+        """The code's thread while it is shielded from stops (:meth:`shield`)."""
         self._lock = threading.Lock()
 
     def call(
@@ -244,6 +249,23 @@ class Running:
                 self._thread_id = None
                 self._left = True
                 self._as_task, self._cancel = False, None
+
+    def shield(self) -> None:
+        """From now on, within the code's bounds, no stop lands (a message is read whole
+        off a job process's pipe): one asked for meanwhile, or raised just before and
+        not yet landed, is only recorded (:attr:`stopped`), for the caller to look at.
+        Until :meth:`unshield`, or the end of the bounds: a caller that got what it
+        waited for never lets a stop land between its read and its return."""
+        with self._lock:
+            _raise_in(threading.get_ident(), None)  # (a stop raised just before: taken back)
+            self._shielded_thread, self._thread_id = self._thread_id, None
+
+    def unshield(self) -> None:
+        """Let stops land again (a stop recorded while shielded is not raised: the
+        caller raises :attr:`stopped`)."""
+        with self._lock:
+            if not self._left:
+                self._thread_id = self._shielded_thread
 
     def stop(self, why: type[Stopped]) -> bool:
         """Raise ``why`` in the job's code, or cancel its task, if it runs and was not

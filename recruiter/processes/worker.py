@@ -44,6 +44,7 @@ from recruiter.pools.event_loop import EventLoop
 from recruiter.pools.memory import resident_memory
 from recruiter.pools.process_pool import ASYNCIO, POOLS, PROCESSES, THREADS, JobProcess
 from recruiter.pools.stopping import Watch
+from recruiter.processes.progress import flush_progress
 from recruiter.processes.slot import DEFAULT_HEARTBEAT, WorkerSlot
 from recruiter.processes.watcher import Watcher
 from recruiter.schema_check import SchemaCheck
@@ -200,9 +201,11 @@ class WorkerProcess:
         removed = [slot for worker_id, slot in registered.items() if worker_id not in alive]
         if any(slot.running is not None for slot in removed):
             self._slot_removed()
-        running = [r.job_id for r in self.watch.running()]
+        running = self.watch.running()
         if running:  # one read, only while jobs run: which were cancelled meanwhile
-            self.watch.cancel(self.store.cancel_requested(running))
+            self.watch.cancel(self.store.cancel_requested([r.job_id for r in running]))
+            # and the progress they reported, written now and then (none reported: none)
+            flush_progress(self.store, running, self.clock.now(), self.clock.monotonic())
         self._wake_slots_with_unseen_assignments(
             [s for s in registered.values() if s not in removed]
         )

@@ -38,6 +38,7 @@ from recruiter.store.failures import is_transient, translate_methods, untranslat
 from recruiter.store.groups import GroupRecord, GroupVerbs
 from recruiter.store.jobs import ARCHIVE_BATCH, PURGE_BATCH, JobVerbs
 from recruiter.store.leases import LeaseVerbs
+from recruiter.store.progress import ProgressVerbs
 from recruiter.store.ready import Arrivals, NewJob
 from recruiter.store.roster import Assignment, RanReport, RosterVerbs, WorkerRecord
 from recruiter.store.schedulers import Occurrence, SchedulerRecord, SchedulerVerbs
@@ -113,6 +114,7 @@ class Store(
     ServerVerbs,
     WorkableVerbs,
     WaitingVerbs,
+    ProgressVerbs,
 ):
     """Every collection recruiter uses, and every operation on them."""
 

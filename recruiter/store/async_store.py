@@ -28,9 +28,11 @@ from pymongo.asynchronous.database import AsyncDatabase
 
 from recruiter.clock import DatabaseClock
 from recruiter.job_record import Job
+from recruiter.progress import JobProgress
 from recruiter.repeating.timing import Missed
 from recruiter.store import fate_write_concern
 from recruiter.store import jobs as job_steps
+from recruiter.store import progress as progress_steps
 from recruiter.store import schedulers as scheduler_steps
 from recruiter.store import waiting as waiting_steps
 from recruiter.store.base import Document
@@ -191,6 +193,10 @@ class AsyncStore:
     async def finished_jobs(self, job_ids: Sequence[Any]) -> list[Job]:
         """:meth:`recruiter.store.Store.finished_jobs`."""
         return await self._send(job_steps.finished_jobs(job_ids))
+
+    async def progress_of(self, job_ids: Sequence[Any]) -> dict[Any, JobProgress]:
+        """:meth:`recruiter.store.Store.progress_of`."""
+        return await self._send(progress_steps.progress_of(job_ids))
 
     async def cancel_if_waiting(self, job_id: Any, now: dt.datetime, session: Any = None) -> bool:
         """:meth:`recruiter.store.Store.cancel_if_waiting`."""

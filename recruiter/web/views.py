@@ -12,7 +12,7 @@ from recruiter.job_record import Job, state_of
 from recruiter.monitoring import listing
 from recruiter.monitoring.analytics import average, spans
 from recruiter.monitoring.listing import FAILED
-from recruiter.monitoring.words import moment_text
+from recruiter.monitoring.words import moment_text, progress_text
 from recruiter.queue import Queue
 from recruiter.repeating.timing import schedule_from
 from recruiter.store import SchedulerRecord
@@ -232,6 +232,8 @@ def job_detail(queue: Queue, job_id: str) -> dict[str, Any]:
         "snoozed_until": job.snoozed_until,
         "snoozed": listing.snoozes_in_words(job),
         "waits": listing.waits_in_words(job),
+        "progress": None if job.progress is None else job.progress.document(),
+        "progress_text": None if job.progress is None else progress_text(job.progress, now),
         **result_of(job),
         "actions": actions_for(state, retried=job.recovered_as is not None),
     }
