@@ -497,7 +497,12 @@ def test_progress_yields_each_change_until_the_job_ends_and_wait_tells_it_too(
     job_id = job_in_state(sync, "running", token=token).id
 
     async def body(queue: AsyncQueue) -> None:
-        reports = iter([{"done": 1}, {"done": 1}, {"done": 2, "total": 4, "note": "two"}])
+        said: list[dict[str, Any]] = [
+            {"done": 1},
+            {"done": 1},
+            {"done": 2, "total": 4, "note": "two"},
+        ]
+        reports = iter(said)
         looked = queue._sleep
 
         async def sleep(seconds: float) -> None:
@@ -530,9 +535,13 @@ def test_progress_of_a_job_that_does_not_end_raises_wait_timeout_after_its_repor
             await queue.wait([job_id], "2s", on_progress=lambda *said: told.append(said))
         assert [(i, p.done) for i, p in told] == [(job_id, 7)]
         seen: list[Any] = []
-        with pytest.raises(WaitTimeout):
+
+        async def follow() -> None:
             async for progress in queue.progress(job_id, "2s"):
                 seen.append(progress.done)
+
+        with pytest.raises(WaitTimeout):
+            await follow()
         assert seen == [7]
 
     on_async(body)
