@@ -68,6 +68,9 @@ class CodeResult:
     seconds: float = 0.0
     """How long its code ran (its process's round trip, for the ``processes`` pool):
     the job's own time, without the database's (what prefetch is sized on)."""
+    runs: int = 1
+    """How many times its code ran in this attempt: more than once only for a
+    transactional job whose transaction met transient errors (recorded as ``code_runs``)."""
 
 
 def call_code(

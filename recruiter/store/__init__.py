@@ -33,7 +33,7 @@ from recruiter.store.analytics import AnalyticsVerbs, ReadyCount
 from recruiter.store.attempts import AttemptVerbs, End, LockRecord, Starting, Statement
 from recruiter.store.base import Document
 from recruiter.store.dedup import DedupVerbs
-from recruiter.store.failures import is_transient, translate_methods
+from recruiter.store.failures import in_project_words, is_transient, translate_methods
 from recruiter.store.groups import GroupRecord, GroupVerbs
 from recruiter.store.jobs import ARCHIVE_BATCH, PURGE_BATCH, JobVerbs
 from recruiter.store.leases import LeaseVerbs
@@ -43,6 +43,7 @@ from recruiter.store.schedulers import Occurrence, SchedulerRecord, SchedulerVer
 from recruiter.store.schema import check_schema, ensure_indexes, ensure_schema
 from recruiter.store.selection import Selection, SelectionVerbs
 from recruiter.store.server import ServerVerbs, answers
+from recruiter.store.sessions import Commit, SessionVerbs
 from recruiter.store.waiting import WaitingVerbs
 from recruiter.store.watch import ChangeFeed, RosterChange, WatchVerbs, WorkChange
 from recruiter.store.workables import UnservedWorkable, WorkableVerbs, digest_of
@@ -54,6 +55,7 @@ __all__ = [
     "Assignment",
     "ChangeFeed",
     "ChangeStreamsUnavailable",
+    "Commit",
     "Database",
     "Document",
     "End",
@@ -75,6 +77,7 @@ __all__ = [
     "answers",
     "as_object_id",
     "digest_of",
+    "in_project_words",
     "is_transient",
 ]
 
@@ -108,6 +111,7 @@ class Store(
     ServerVerbs,
     WorkableVerbs,
     WaitingVerbs,
+    SessionVerbs,
 ):
     """Every collection recruiter uses, and every operation on them."""
 
