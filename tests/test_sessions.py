@@ -130,7 +130,8 @@ def test_a_slot_of_transactional_jobs_registers_its_session(
     def confirm() -> None: ...
 
     worker = slot(shop, registry, clock)
-    assert worker.id is not None and worker.session is not None
+    assert worker.id is not None
+    assert worker.session is not None
     record = shop.store.find_worker(worker.id)
     assert record is not None
     assert record.sessions == (shop.store.session_id_of(worker.session),)
@@ -141,6 +142,8 @@ def test_a_slot_without_transactional_jobs_has_no_session(
     shop: Queue, noop_app: Registry, clock: FrozenClock
 ) -> None:
     worker = slot(shop, noop_app, clock)
-    assert worker.id is not None and worker.session is None
+    assert worker.id is not None
+    assert worker.session is None
     record = shop.store.find_worker(worker.id)
-    assert record is not None and record.sessions == ()
+    assert record is not None
+    assert record.sessions == ()
