@@ -87,9 +87,9 @@ def measure(uri: str, directory: Path) -> dict[str, Any]:
     started: list[subprocess.Popen[bytes]] = []
 
     def start(*arguments: str) -> subprocess.Popen[bytes]:
-        log = (directory / f"{len(started)}-{arguments[0]}.log").open("wb")
         command = [sys.executable, "-m", "recruiter", *arguments, *options]
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        with (directory / f"{len(started)}-{arguments[0]}.log").open("wb") as log:
+            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         started.append(process)
         return process
 

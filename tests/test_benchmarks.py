@@ -86,6 +86,21 @@ def test_the_writes_benchmark_gives_each_writes_cost_per_document(real_server_ur
     assert all(milliseconds > 0 for milliseconds in figures.values())
 
 
+def test_the_dead_transaction_benchmark_counts_the_second_jobs_code_runs(
+    real_server_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    from benchmarks.dead_transaction import measure
+
+    root = str(Path(__file__).resolve().parent.parent)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    figures = measure(real_server_uri, tmp_path)
+    assert figures["why"] == "done"
+    assert figures["code runs"] == figures["code_runs in its history"] >= 1
+    assert figures["conflicts"] == figures["code runs"] - 1
+
+
 def test_a_slow_link_carries_every_command_to_the_server(real_server_uri: str) -> None:
     from pymongo import MongoClient
 
