@@ -15,7 +15,7 @@ from pymongo.database import Database
 from pymongo.errors import AutoReconnect, OperationFailure
 
 from recruiter import DatabaseUnavailable, FrozenClock, Queue, Registry, WriteRejected
-from recruiter.store import Store
+from recruiter.store import Commit, Store
 from recruiter.store.sessions import session_id, session_ids
 from tests.driving import slot
 
@@ -147,3 +147,19 @@ def test_a_slot_without_transactional_jobs_has_no_session(
     record = shop.store.find_worker(worker.id)
     assert record is not None
     assert record.sessions == ()
+
+
+@pytest.mark.real_server
+def test_a_transaction_left_open_in_a_slots_session_does_not_block_the_next(
+    real_database: Database[Any],
+) -> None:
+    """An attempt cut short (an exception no code should let out) may leave the slot's
+    long-lived session in a transaction: the next begins afresh, the old one aborted."""
+    store = Store(real_database)
+    session = store.open_session()
+    store.begin_transaction(session)
+    real_database.documents.insert_one({"_id": "left"}, session=session)
+    store.begin_transaction(session)
+    real_database.documents.insert_one({"_id": "next"}, session=session)
+    assert store.commit_transaction(session)[0] is Commit.DONE
+    assert [d["_id"] for d in real_database.documents.find()] == ["next"]

@@ -60,8 +60,8 @@ def transaction_wait(runs: int, draw: float) -> float:
     :data:`LONGEST_WAIT`, of which the first half is waited and the second drawn
     (``draw`` in [0, 1)), so that two conflicting workers spread apart.
 
-    >>> transaction_wait(1, 0.0), transaction_wait(3, 0.5), transaction_wait(30, 0.999)
-    (0.025, 0.15000000000000002, 4.9975)
+    >>> transaction_wait(1, 0.0), transaction_wait(4, 0.0), transaction_wait(30, 0.5)
+    (0.025, 0.2, 3.75)
     """
     if runs < 1 or not 0.0 <= draw < 1.0:
         raise ValueError(f"runs must be at least 1 and draw in [0, 1), got {runs}, {draw}")

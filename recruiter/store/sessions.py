@@ -114,6 +114,10 @@ class SessionVerbs:
     def begin_transaction(self, session: Any) -> None:
         """Start a transaction in ``session``, its writes acknowledged as all the
         store's are. Nothing is sent until the first operation in it."""
+        if (
+            session.in_transaction
+        ):  # left open by an attempt cut short: a slot's session outlives it
+            session.abort_transaction()
         session.start_transaction(write_concern=self.database.write_concern)
 
     def commit_transaction(self, session: Any) -> tuple[Commit, str]:
