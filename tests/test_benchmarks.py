@@ -98,6 +98,21 @@ def test_the_progress_benchmark_runs_reporting_jobs_and_quiet_ones(
     assert "update (progress)" not in figures["quiet"].commands
 
 
+def test_the_dead_transaction_benchmark_counts_the_second_jobs_code_runs(
+    real_server_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    from benchmarks.dead_transaction import measure
+
+    root = str(Path(__file__).resolve().parent.parent)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    figures = measure(real_server_uri, tmp_path)
+    assert figures["why"] == "done"
+    assert figures["code runs"] == figures["code_runs in its history"] >= 1
+    assert figures["conflicts"] == figures["code runs"] - 1
+
+
 def test_a_slow_link_carries_every_command_to_the_server(real_server_uri: str) -> None:
     from pymongo import MongoClient
 

@@ -669,3 +669,48 @@ def test_jobs_snooze_on_real_workers_without_using_attempts_and_their_batch_wait
     callback = system_queue.job(callback_id)
     ended_at = max(h["ended_at"] for job in (within, past) for h in job.history)
     assert callback.history[-1]["started_at"] >= ended_at, "the batch waited for its snoozes"
+
+
+def test_a_transactional_job_killed_with_its_worker_does_not_stall_the_next_on_its_documents(
+    processes: Processes, system_queue: Queue, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A worker is SIGKILLed while its transactional job holds a document in an open
+    transaction; a second transactional job writing that document meets a write
+    conflict. The cleaner, started only then, declares the worker dead, kills its
+    server session (aborting the transaction) and takes its job back; the second job's
+    next run, once the take-back is done, commits: two runs of its code, not the
+    hundreds that waiting out the server's transaction lifetime (60 s) took."""
+    root = str(Path(__file__).resolve().parent.parent)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    app = ("--app", "benchmarks.dead_transaction:registry", "--heartbeat-every", "0.5s")
+    name = system_queue.store.database.name
+    processes.start("run")
+    doomed = processes.start("worker", *app, "--group", "hold")
+    processes.start("worker", *app, "--group", "bump")
+    marker, ledger = tmp_path / "held", tmp_path / "ledger"
+    held = system_queue.schedule(
+        JobSpec("bench.hold", {"database": name, "marker": str(marker)}).in_group("hold")
+    )
+    wait_for(marker.exists, processes)
+    os.kill(doomed.pid, signal.SIGKILL)
+    doomed.wait()
+    bumped = system_queue.schedule(
+        JobSpec(
+            "bench.bump", {"database": name, "ledger": str(ledger), "after_take_back_of": str(held)}
+        ).in_group("bump")
+    )
+    wait_for(lambda: ledger.exists() and "conflict" in ledger.read_text(), processes)
+    processes.start("clean", "--considered-dead-after", DEAD_AFTER)
+    wait_for(lambda: system_queue.job(bumped).why is not None, processes)
+    job = system_queue.job(bumped)
+    assert job.why == "done", processes.dump_logs()
+    runs = ledger.read_text().count("run\n")
+    assert 2 <= runs <= 3, f"its code ran {runs} times\n{processes.dump_logs()}"
+    assert job.history[-1]["code_runs"] == runs, "the history says how many times it ran"
+    taken_back = system_queue.job(held)
+    assert taken_back.history[-1]["crashed"] is True
+    counter = system_queue.store.database.counters.find_one({"_id": "c"})
+    assert counter is not None
+    assert counter["by"] == ["bump"], "the dead worker's write was aborted with its transaction"
+    clean_log = next(processes.logs.glob("*-clean.log")).read_text()
+    assert "killed the server sessions of worker" in clean_log

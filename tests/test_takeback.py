@@ -8,13 +8,14 @@ landing late, a worker starting the job it was just assigned.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from bson import ObjectId
+from bson import Binary, ObjectId
 
-from recruiter import FrozenClock, JobSpec, Queue, Registry, RetryManyTimes
+from recruiter import FrozenClock, JobSpec, Queue, Registry, RetryManyTimes, WriteRejected
 from recruiter.attempts.takeback import take_back_from_dead
 from recruiter.attempts.verdict import Execution, Outcome
 from recruiter.processes.cleaner import Cleaner
@@ -200,3 +201,47 @@ def test_a_dead_workers_job_ended_by_its_take_back_tells_what_waits_for_it_at_on
         True,
     )
     assert queue.job(then).why == "cancelled", "told at once, by the take-back"
+
+
+def test_a_take_back_goes_on_when_the_dead_workers_sessions_cannot_be_killed(
+    queue: Queue,
+    clock: FrozenClock,
+    cleaner: Cleaner,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A server without ``killSessions`` (Atlas's shared tiers), a user without the
+    privilege: logged, and the dead worker's job is released all the same (a
+    transaction it left open then ends at the server's own limit)."""
+    lsid = {"id": Binary(uuid.uuid4().bytes, 4)}
+    queue.store.register_worker("*", 1, "host", clock.now(), sessions=[lsid])
+    job_id = queue.schedule(JobSpec("tests.noop").retry_with(RetryManyTimes(3, 0)))
+    token = _assign(queue, clock)
+    assert queue.store.start_if_owned(job_id, token, {"started_at": clock.now()}) is not None
+    asked: list[Any] = []
+
+    def refuse(lsids: Any) -> bool:
+        asked.append(lsids)
+        raise WriteRejected("not authorized on admin to execute command { killSessions: ... }")
+
+    monkeypatch.setattr(queue.store, "kill_sessions", refuse)
+    clock.advance(DEAD_AFTER.total_seconds() + 1)
+    result = cleaner.run_once(clock.now())
+    assert (result.dead_workers, dict(result.released)) == (1, {"retry": 1})
+    assert asked == [(lsid,)], "the removed document's sessions, killed before the release"
+    assert "could not kill the server sessions" in caplog.text
+    assert queue.job(job_id).history[-1]["crashed"] is True
+
+
+def test_an_idle_dead_workers_sessions_are_left_alone(
+    queue: Queue, clock: FrozenClock, cleaner: Cleaner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Holding no job, it holds no transaction: no command is spent on it."""
+    queue.store.register_worker(
+        "*", 1, "host", clock.now(), sessions=[{"id": Binary(uuid.uuid4().bytes, 4)}]
+    )
+    asked: list[Any] = []
+    monkeypatch.setattr(queue.store, "kill_sessions", asked.append)
+    clock.advance(DEAD_AFTER.total_seconds() + 1)
+    assert cleaner.run_once(clock.now()).dead_workers == 1
+    assert asked == []

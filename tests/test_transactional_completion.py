@@ -8,14 +8,34 @@ without a transaction the effect stays and the job runs again; here neither stay
 
 from __future__ import annotations
 
+import threading
+from collections import Counter
 from typing import Any
 
 import mongomock
 import pytest
 from bson import ObjectId
+from hypothesis import given
+from hypothesis import strategies as st
+from pymongo.errors import OperationFailure
 
-from recruiter import FrozenClock, JobSpec, Queue, Registry, RetryManyTimes, report_progress
+from recruiter import (
+    DatabaseUnavailable,
+    FrozenClock,
+    JobSpec,
+    Queue,
+    Registry,
+    RetryManyTimes,
+    report_progress,
+)
 from recruiter.attempts.executor import Executor
+from recruiter.attempts.transaction import (
+    FIRST_WAIT,
+    LONGEST_WAIT,
+    TRANSACTION_TIME_LIMIT,
+    run_transaction,
+    transaction_wait,
+)
 from recruiter.attempts.verdict import Outcome
 from recruiter.job_context import job_session
 from recruiter.pools.stopping import Watch
@@ -23,9 +43,11 @@ from recruiter.processes.cleaner import Cleaner, CleanerConfig
 from recruiter.processes.progress import flush_progress
 from recruiter.processes.slot import WorkerSlot
 from recruiter.progress import PROGRESS_EVERY
+from recruiter.store import Commit
 from recruiter.testing import drain
 from tests import interleaving
-from tests.driving import execute
+from tests.commands import PATIENCE
+from tests.driving import DEAD_AFTER, assigned_slot, execute, last_attempt, slot, watching_cleaner
 
 RETRIED = RetryManyTimes(3, 0)
 RUNS: list[int] = []
@@ -57,6 +79,14 @@ def confirmations(shop: Queue) -> int:
 
 
 pytestmark = pytest.mark.real_server
+
+
+def test_a_job_run_once_has_no_code_runs_in_its_history(
+    shop: Queue, confirming_app: Registry
+) -> None:
+    job_id = shop.schedule(JobSpec("shop.confirm", {"order": 11}))
+    assert execute(shop, confirming_app, job_id).outcome is Outcome.DONE
+    assert "code_runs" not in last_attempt(shop, job_id)
 
 
 def test_the_jobs_writes_and_its_end_commit_together(shop: Queue, confirming_app: Registry) -> None:
@@ -153,6 +183,7 @@ def test_a_write_conflict_runs_the_transaction_again(
     assert conflicts
     assert RUNS == [6, 6], "its code ran again in a new transaction"
     assert confirmations(shop) == 1
+    assert last_attempt(shop, job_id)["code_runs"] == 2, "the history says it ran twice"
 
 
 def test_where_there_are_no_transactions_the_attempt_fails_saying_so(
@@ -208,3 +239,274 @@ def test_a_transactional_jobs_progress_is_kept_in_its_record_only(
     assert execute(shop, registry, job_id, watch=watch).outcome is Outcome.DONE
     assert runs == [1]
     assert shop.job(job_id).history[-1]["progress"] == {"done": 1, "total": 2}
+
+
+def test_two_conflicting_jobs_both_commit_and_the_history_counts_each_ones_code_runs(
+    system_queue: Queue, registry: Registry
+) -> None:
+    """Two transactional jobs, each in a thread of its own, write the same document: the
+    first holds its transaction open until the second's write has conflicted with it;
+    the second runs again (after a wait) until it commits. Each history's ``code_runs``
+    is what its code counted; both writes land, once each."""
+    name = system_queue.store.database.name
+    first_wrote, second_conflicted = threading.Event(), threading.Event()
+    runs: Counter[str] = Counter()
+
+    @registry.workable("shop.count", transaction=True)
+    def count(who: str) -> None:
+        runs[who] += 1
+        session = job_session()
+        counters = session.client[name].counters
+        if who == "second":
+            assert first_wrote.wait(PATIENCE)
+        try:
+            counters.update_one({"_id": "c"}, {"$push": {"by": who}}, session=session)
+        except Exception:
+            second_conflicted.set()
+            raise
+        if who == "first":
+            first_wrote.set()
+            assert second_conflicted.wait(PATIENCE)  # (a bound to tell a hang, never met)
+
+    system_queue.store.database.counters.insert_one({"_id": "c", "by": []})
+    first = system_queue.schedule(JobSpec("shop.count", {"who": "first"}))
+    second = system_queue.schedule(JobSpec("shop.count", {"who": "second"}))
+    executions: dict[str, Any] = {}
+
+    def run(who: str, job_id: Any) -> None:
+        executions[who] = execute(system_queue, registry, job_id)
+
+    threads = [
+        threading.Thread(target=run, args=pair) for pair in [("first", first), ("second", second)]
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(PATIENCE * 2)
+    assert {who: e.outcome for who, e in executions.items()} == {
+        "first": Outcome.DONE,
+        "second": Outcome.DONE,
+    }
+    assert runs["first"] == 1
+    assert runs["second"] >= 2
+    assert "code_runs" not in last_attempt(system_queue, first)
+    assert last_attempt(system_queue, second)["code_runs"] == runs["second"]
+    document = system_queue.store.database.counters.find_one({"_id": "c"})
+    assert document is not None
+    assert document["by"] == ["first", "second"]
+
+
+def test_a_worker_fenced_out_in_its_transaction_has_it_killed_and_its_rerun_fenced_off(
+    shop: Queue, registry: Registry, clock: FrozenClock
+) -> None:
+    """The slot's job writes in its transaction, then the slot is frozen past the dead
+    timeout: the cleaner removes it, kills its session (its transaction aborted, its
+    document free: another transaction writes it at once) and takes the job back. The
+    slot's code, resumed, finds its transaction gone, runs again in a new one, and its
+    end is fenced off: nothing it wrote stays."""
+    name = shop.store.database.name
+    cleaner = watching_cleaner(shop.store, clock.now())
+    other: list[str] = []
+    runs: list[int] = []
+
+    @registry.workable("shop.hold", transaction=True)
+    def hold() -> None:
+        runs.append(1)
+        session = job_session()
+        session.client[name].counters.update_one(
+            {"_id": "c"}, {"$push": {"by": "held"}}, session=session
+        )
+        if len(runs) == 1:  # frozen here, then thawed after the cleaner's round
+            clock.advance(DEAD_AFTER.total_seconds() + 1)
+            result = cleaner.run_once(clock.now())
+            assert result.dead_workers == 1
+            other.append(_write_in_a_transaction(shop, "other"))
+
+    shop.store.database.counters.insert_one({"_id": "c", "by": []})
+    job_id = shop.schedule(JobSpec("shop.hold").retry_with(RETRIED))
+    worker = assigned_slot(shop, registry, clock)
+    killed = _spy(shop.store, "kill_sessions")
+    ran = worker.run_once().ran
+    assert ran is not None
+    assert ran.outcome is Outcome.FENCED
+    assert other == ["committed"], "the kill freed the document at once"
+    assert len(killed) == 1
+    assert killed[0] is True
+    assert len(runs) == 2, "its code ran again in a new transaction, fenced off there"
+    document = shop.store.database.counters.find_one({"_id": "c"})
+    assert document is not None
+    assert document["by"] == ["other"]
+    job = shop.job(job_id)
+    assert (job.history[-1]["crashed"], job.attempts) == (True, 1)
+
+
+def test_a_slot_declared_dead_registers_again_with_a_new_session(
+    shop: Queue, registry: Registry, clock: FrozenClock
+) -> None:
+    """The cleaner may kill the old session after the slot registered again: the slot's
+    new session has another id (the old one is dropped, not given back to the driver's
+    pool, whose next session would reuse its id)."""
+
+    @registry.workable("shop.hold", transaction=True)
+    def hold() -> None: ...
+
+    cleaner = watching_cleaner(shop.store, clock.now())
+    worker = slot(shop, registry, clock)
+    old = shop.store.session_id_of(worker.session)
+    clock.advance(DEAD_AFTER.total_seconds() + 1)
+    assert cleaner.run_once(clock.now()).dead_workers == 1
+    assert worker.run_once().registered_again
+    assert worker.id is not None
+    assert worker.session is not None
+    new = shop.store.session_id_of(worker.session)
+    assert new != old
+    record = shop.store.find_worker(worker.id)
+    assert record is not None
+    assert record.sessions == (new,)
+
+
+def _write_in_a_transaction(shop: Queue, who: str) -> str:
+    """Another process's transactional write of the counter: ``committed``, or the
+    transient error it met."""
+    client = shop.store.database.client
+    counters = shop.store.database.counters
+    try:
+        with client.start_session() as session, session.start_transaction():
+            counters.update_one({"_id": "c"}, {"$push": {"by": who}}, session=session)
+    except OperationFailure as error:
+        return f"conflict: {error.code}"
+    return "committed"
+
+
+def _spy(target: object, verb: str) -> list[Any]:
+    """What each call of ``target.<verb>`` returned (patched on the instance, by hand:
+    the test's own monkeypatch would undo it at the end anyway)."""
+    real = getattr(target, verb)
+    returned: list[Any] = []
+
+    def spied(*arguments: Any, **options: Any) -> Any:
+        returned.append(real(*arguments, **options))
+        return returned[-1]
+
+    setattr(target, verb, spied)
+    return returned
+
+
+class _Transient(Exception):
+    """A driver's error that says "run the transaction again"."""
+
+    def has_error_label(self, label: str) -> bool:
+        return label == "TransientTransactionError"
+
+
+class _ScriptedStore:
+    """The store's transaction verbs, answering commits as scripted."""
+
+    def __init__(self, commits: list[Commit]) -> None:
+        self.commits = commits
+        self.calls: list[str] = []
+
+    def begin_transaction(self, session: Any) -> None:
+        self.calls.append("begin")
+
+    def abort_transaction(self, session: Any) -> None:
+        self.calls.append("abort")
+
+    def commit_transaction(self, session: Any) -> tuple[Commit, str]:
+        self.calls.append("commit")
+        return self.commits.pop(0), "scripted"
+
+
+def _run(store: _ScriptedStore, attempt: Any, clock: FrozenClock) -> None:
+    run_transaction(store, object(), attempt, clock, name="job x", draw=lambda: 0.5)  # type: ignore[arg-type]
+
+
+def test_a_commit_of_unknown_result_is_committed_again_without_running_the_code(
+    clock: FrozenClock,
+) -> None:
+    store = _ScriptedStore([Commit.AGAIN, Commit.AGAIN, Commit.DONE])
+    ran: list[int] = []
+    _run(store, lambda session: ran.append(1), clock)
+    assert ran == [1]
+    assert store.calls == ["begin", "commit", "commit", "commit"]
+
+
+def test_a_transient_error_runs_the_code_again_after_a_growing_wait(clock: FrozenClock) -> None:
+    store = _ScriptedStore([Commit.RUN_AGAIN, Commit.DONE])
+    began = clock.monotonic()
+    waits: list[float] = []
+
+    def attempt(session: Any) -> None:
+        waits.append(clock.monotonic() - began)
+        if len(waits) == 1:
+            raise _Transient("write conflict")
+
+    _run(store, attempt, clock)
+    assert store.calls == ["begin", "abort", "begin", "commit", "begin", "commit"]
+    first, second = transaction_wait(1, 0.5), transaction_wait(2, 0.5)
+    assert waits == pytest.approx([0.0, first, first + second], abs=0.002)
+
+
+def test_transient_errors_without_end_give_up_at_the_time_limit_after_few_runs(
+    clock: FrozenClock,
+) -> None:
+    """As a transaction left open by a dead worker whose session is never killed would
+    make it: the code runs a few dozen times in two minutes, not hundreds."""
+    store = _ScriptedStore([])
+    ran: list[int] = []
+
+    def attempt(session: Any) -> None:
+        ran.append(1)
+        raise _Transient("write conflict")
+
+    with pytest.raises(DatabaseUnavailable, match="transient errors for 120 s"):
+        _run(store, attempt, clock)
+    assert clock.monotonic() < TRANSACTION_TIME_LIMIT
+    assert 10 < len(ran) < 60
+
+
+def test_a_non_transient_error_aborts_and_is_raised_as_it_is(clock: FrozenClock) -> None:
+    store = _ScriptedStore([])
+
+    def attempt(session: Any) -> None:
+        raise KeyError("a bug")
+
+    with pytest.raises(KeyError):
+        _run(store, attempt, clock)
+    assert store.calls == ["begin", "abort"]
+
+
+@given(
+    runs=st.integers(min_value=1, max_value=10_000),
+    draw=st.floats(min_value=0.0, max_value=1.0, exclude_max=True),
+)
+def test_each_wait_is_between_half_its_ceiling_and_its_ceiling(runs: int, draw: float) -> None:
+    wait = transaction_wait(runs, draw)
+    ceiling = min(LONGEST_WAIT, FIRST_WAIT * 2 ** min(runs - 1, 64))
+    assert ceiling / 2 <= wait <= ceiling
+    assert FIRST_WAIT / 2 <= wait <= LONGEST_WAIT
+    assert transaction_wait(runs + 1, draw) >= wait, "never shorter for a later run"
+
+
+@given(
+    st.lists(st.floats(min_value=0.0, max_value=1.0, exclude_max=True), min_size=200, max_size=200)
+)
+def test_whatever_the_draws_the_code_runs_at_most_so_often_within_the_limit(
+    draws: list[float],
+) -> None:
+    """The bound of code runs in one attempt: with the shortest waits (every draw 0),
+    58 in 120 s; pymongo's own waits (at most 0.5 s) allow hundreds."""
+    elapsed, runs = 0.0, 1
+    for draw in draws:
+        elapsed += transaction_wait(runs, draw)
+        if elapsed >= TRANSACTION_TIME_LIMIT:
+            break
+        runs += 1
+    assert runs <= 58
+
+
+def test_bad_arguments_to_the_wait_are_refused() -> None:
+    with pytest.raises(ValueError, match="runs must be at least 1"):
+        transaction_wait(0, 0.5)
+    with pytest.raises(ValueError, match="draw in"):
+        transaction_wait(1, 1.0)

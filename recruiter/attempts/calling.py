@@ -75,6 +75,9 @@ class CodeResult:
     :class:`~recruiter.snooze.Snooze`): not a failure."""
     progress: dict[str, Any] | None = None
     """The last progress its code reported, if it did: kept in the attempt's record."""
+    runs: int = 1
+    """How many times its code ran in this attempt: more than once only for a
+    transactional job whose transaction met transient errors (recorded as ``code_runs``)."""
 
 
 def call_code(

@@ -86,8 +86,13 @@ class Executor:
         runner: JobRunner | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
         completer: Completer | None = None,
+        session: Any = None,
     ) -> None:
         self.store = store
+        self.session = session
+        """The server session its transactional jobs run in: a slot's, whose id its
+        roster document holds for the cleaner (:mod:`recruiter.store.sessions`); without
+        one, each transactional attempt opens its own."""
         self.runner = runner
         """Where the jobs' code runs, when not in this thread (a slot's job process)."""
         self.loop = loop
@@ -388,6 +393,8 @@ def extras(ran: CodeResult) -> dict[str, Any]:
         kept["unrun"] = True  # stopped before its code began: it did not run
     if ran.progress is not None:
         kept["progress"] = ran.progress  # its last report: free, the end is written anyway
+    if ran.runs > 1:
+        kept["code_runs"] = ran.runs  # its transaction ran it again (write conflicts)
     return kept
 
 

@@ -310,6 +310,9 @@ def _run_one(
     job = store.find_job(job_id)
     assert job is not None
     identity = Identity.of_this_process()
+    # a transactional job's session, its id with the holder: killed by the cleaner if
+    # this process dies in the transaction (recruiter.store.sessions)
+    session = store.open_session() if registry.runs_in_transaction(job.workable) else None
     # the holder first, the lock after: whoever sees the job locked sees its holder
     holder = store.register_holder(
         job_id,
@@ -319,6 +322,7 @@ def _run_one(
         pid=identity.pid,
         hostname=identity.hostname,
         heartbeat_every=heartbeat,
+        sessions=[] if session is None else [store.session_id_of(session)],
     )
     try:
         if not store.lock_job_now(job_id, token, now):
@@ -333,13 +337,16 @@ def _run_one(
                 store, holder, heartbeat, clock, declared_dead=declared_dead, watch=watch
             ):
                 identity = Identity.of_this_process(holder)
-                execution = Executor(store, registry, clock, identity, watch).execute(job_id, token)
+                executor = Executor(store, registry, clock, identity, watch, session=session)
+                execution = executor.execute(job_id, token)
         finally:
             watch.close()
         if declared_dead.is_set():
             raise DeclaredDead(job_id)
     finally:
         store.unregister_holder(holder, token)
+        if session is not None:
+            store.close_session(session)
     after = store.find_job(job_id)
     assert after is not None
     logger.info("manual run of job %s: %s", job_id, execution.outcome)

@@ -36,7 +36,7 @@ from bson import ObjectId
 
 from recruiter.attempts.ending import cancel_waiting, tell_waiting, write_verdict
 from recruiter.attempts.verdict import Outcome, attempt_record, verdict_of
-from recruiter.errors import WriteRejected
+from recruiter.errors import DatabaseError, WriteRejected
 from recruiter.job_record import Job
 from recruiter.policies import policy_or_default
 from recruiter.retry import Failure
@@ -74,6 +74,7 @@ def take_back_from_dead(
     released: Counter[Released] = Counter()
     if removed.assignment is None:
         return released
+    end_transactions_of(store, removed)
     reason = f"worker {removed.id} (pid {removed.pid} on {removed.hostname}) died"
     assignment = removed.assignment
     # last to first: the jobs not started yet are put back before the one that runs is
@@ -86,6 +87,33 @@ def take_back_from_dead(
         except WriteRejected as error:  # the orphan pass tries it again (its holder is gone)
             released[_refused(job_id, error)] += 1
     return released
+
+
+def end_transactions_of(store: Store, removed: WorkerRecord) -> bool:
+    """Kill the server sessions of a worker fenced out (removed from the roster): a
+    transaction it left open is aborted and its locks released now, not when MongoDB
+    gives up on it (``transactionLifetimeLimitSeconds``, 60 s by default), while every
+    other transaction writing the same documents fails with a write conflict. Done
+    before its jobs are released, whose writes would wait for those locks too.
+
+    Best effort: a server without the command, or a user without the privilege, is
+    logged and the take-back goes on (the transaction then ends at MongoDB's limit).
+    Returns whether the sessions were killed."""
+    if not removed.sessions:
+        return False
+    try:
+        killed = store.kill_sessions(removed.sessions)
+    except DatabaseError as error:
+        logger.warning(
+            "cleaner: could not kill the server sessions of worker %s (%s): a transaction "
+            "it left open holds its documents until the server aborts it",
+            removed.id,
+            error,
+        )
+        return False
+    if killed:
+        logger.info("cleaner: killed the server sessions of worker %s", removed.id)
+    return killed
 
 
 def release_fenced(

@@ -3,14 +3,24 @@ transaction, committed together or not at all (docs/transactions.md).
 
 A failure aborts the transaction (the job's writes with it) and is concluded outside it
 through the one funnel, as any failure; a job no longer held is fenced off with its
-writes; a transient error (a write conflict, an election) runs the code again.
+writes; a transient error (a write conflict, an election, its session killed) runs the
+code again after a wait that grows, with jitter (:func:`transaction_wait`), for up to
+:data:`TRANSACTION_TIME_LIMIT` in all; a commit whose result is unknown is committed
+again. How many times the code ran is recorded in the attempt (``code_runs``).
+
+The transaction runs in the slot's own server session when it has one (its id is on
+the slot's roster document, for the cleaner to kill if the slot dies:
+:mod:`recruiter.store.sessions`), else in a session opened for the attempt.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import logging
+import random
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from bson import ObjectId
@@ -19,13 +29,44 @@ from recruiter.attempts.calling import CodeResult, JobRunner, failed_by
 from recruiter.attempts.ending import DurableWrite, Start
 from recruiter.attempts.verdict import Execution, Outcome
 from recruiter.clock import Clock
-from recruiter.errors import DatabaseError, RecruiterError
+from recruiter.errors import (
+    DatabaseError,
+    DatabaseUnavailable,
+    RecruiterError,
+    TransactionsUnavailable,
+)
 from recruiter.job_context import RetryStatistics, in_session
 from recruiter.job_record import Job
 from recruiter.retry import RetryPolicy, Why
-from recruiter.store import End, Store, is_transient
+from recruiter.store import Commit, End, Store, in_project_words, is_transient
 
 logger = logging.getLogger(__name__)
+
+TRANSACTION_TIME_LIMIT = 120.0
+"""Seconds a transaction is run again (or committed again) after transient errors,
+from its first run; as pymongo's ``with_transaction``."""
+FIRST_WAIT = 0.05
+"""Seconds of the longest wait after a transaction's first run met a transient error."""
+LONGEST_WAIT = 5.0
+"""Seconds: the waits double from :data:`FIRST_WAIT` up to this. A conflict between two
+live jobs resolves in the first few; a transaction left open by a dead worker holds its
+documents until the cleaner kills its session, or for MongoDB's
+``transactionLifetimeLimitSeconds`` (60 s), and is waited for in some twenty runs, not hundreds."""
+
+
+def transaction_wait(runs: int, draw: float) -> float:
+    """Seconds to wait before running a transaction again after its ``runs``-th run
+    (from 1) met a transient error: a ceiling doubling from :data:`FIRST_WAIT` up to
+    :data:`LONGEST_WAIT`, of which the first half is waited and the second drawn
+    (``draw`` in [0, 1)), so that two conflicting workers spread apart.
+
+    >>> transaction_wait(1, 0.0), transaction_wait(4, 0.0), transaction_wait(30, 0.5)
+    (0.025, 0.2, 3.75)
+    """
+    if runs < 1 or not 0.0 <= draw < 1.0:
+        raise ValueError(f"runs must be at least 1 and draw in [0, 1), got {runs}, {draw}")
+    ceiling = min(LONGEST_WAIT, FIRST_WAIT * 2.0 ** min(runs - 1, 64))
+    return ceiling / 2 * (1.0 + draw)
 
 
 class Concluding(Protocol):
@@ -37,6 +78,8 @@ class Concluding(Protocol):
     runner: JobRunner | None
     loop: asyncio.AbstractEventLoop | None
     next_start: Any
+    session: Any
+    """The server session its transactions run in (a worker slot's), or ``None``."""
 
     def call(
         self, job: Job, statistics: RetryStatistics, policy_problem: str | None
@@ -72,7 +115,7 @@ def run_in_transaction(
     executor.next_start = None  # (the next prefetched job starts on its own)
     run = _TransactionalRun(executor, job, token, statistics, policy_problem, start=start)
     try:
-        executor.store.run_in_transaction(run)
+        _in_a_session(executor, run)
     except _RolledBack:
         pass
     except _FencedOff:
@@ -81,12 +124,89 @@ def run_in_transaction(
     except DatabaseError as error:
         if not (run.done and executor.write.recorded(job.id, run.done)):  # (else: reply lost)
             run.ran, run.done = failed_by(error), {}  # not committed: its writes neither
-    ran = run.ran
+    ran = run.ran = dataclasses.replace(run.ran, runs=max(run.runs, 1))
+    if run.runs > 1:
+        logger.info("job %s: its code ran %d times in its transaction", job.id, run.runs)
     if not run.done:
         return executor.conclude(job, token, ran, policy, start), ran
     logger.info("job %s done, with its writes (attempt %d)", job.id, job.attempts)
     executor.remember_success(job, start.began_by, run.done["ended_at"])
     return Execution(job.id, Outcome.DONE, job.attempts, result=ran.result.get("result")), ran
+
+
+def _in_a_session(executor: Concluding, run: _TransactionalRun) -> None:
+    """Run ``run`` in the slot's session, or in one of its own."""
+    store = executor.store
+    session = executor.session
+    if session is not None:
+        run_transaction(store, session, run, executor.clock, name=f"job {run.job.id}")
+        return
+    session = store.open_session()
+    if session is None:
+        raise TransactionsUnavailable("this database has no transactions (no sessions here)")
+    try:
+        run_transaction(store, session, run, executor.clock, name=f"job {run.job.id}")
+    finally:
+        store.close_session(session)
+
+
+def run_transaction(
+    store: Store,
+    session: Any,
+    attempt: Callable[[Any], None],
+    clock: Clock,
+    *,
+    name: str,
+    draw: Callable[[], float] = random.random,
+) -> None:
+    """Run ``attempt(session)`` in a transaction in ``session``, committed when it
+    returns and aborted when it raises; run again, after :func:`transaction_wait`, on
+    a transient error (the ``TransientTransactionError`` label), and committed again
+    when a commit's result is unknown, for up to :data:`TRANSACTION_TIME_LIMIT` (then
+    :class:`~recruiter.errors.DatabaseUnavailable`). pymongo's ``with_transaction``
+    rules, with waits long enough to outlast a dead worker's transaction.
+
+    What ``attempt`` raises otherwise is raised as it is (a driver's error in the
+    project's words)."""
+    began = clock.monotonic()
+    runs, last = 0, ""
+    while True:
+        if runs:
+            wait = transaction_wait(runs, draw())
+            if clock.monotonic() + wait - began >= TRANSACTION_TIME_LIMIT:
+                raise DatabaseUnavailable(
+                    f"{name}: its transaction met transient errors for "
+                    f"{TRANSACTION_TIME_LIMIT:.0f} s ({runs} runs), the last: {last}"
+                )
+            logger.debug("%s: transient error (%s), run %d again in %.3f s", name, last, runs, wait)
+            clock.sleep(wait)
+        runs += 1
+        store.begin_transaction(session)
+        try:
+            attempt(session)
+        except BaseException as error:
+            store.abort_transaction(session)
+            if is_transient(error):
+                last = str(in_project_words(error))
+                continue
+            said = in_project_words(error)
+            if said is error:
+                raise
+            raise said from error
+        outcome, last = _commit(store, session, clock, began)
+        if outcome is Commit.DONE:
+            return
+
+
+def _commit(store: Store, session: Any, clock: Clock, began: float) -> tuple[Commit, str]:
+    """Commit, again while its result is unknown (within the time limit): done, or to
+    be run again."""
+    while True:
+        outcome, message = store.commit_transaction(session)
+        if outcome is not Commit.AGAIN:
+            return outcome, message
+        if clock.monotonic() - began >= TRANSACTION_TIME_LIMIT:
+            raise DatabaseUnavailable(f"a transaction's commit stayed unknown: {message}")
 
 
 class _TransactionalRun:
@@ -109,10 +229,13 @@ class _TransactionalRun:
         self.ran = CodeResult()
         self.done: dict[str, Any] = {}
         """The end recorded in the transaction, once it is."""
+        self.runs = 0
+        """How many times the transaction ran the job's code."""
 
     def __call__(self, session: Any) -> None:
         executor, job = self.executor, self.job
         self.done = {}
+        self.runs += 1
         if executor.runner is not None or executor.loop is not None:
             self.ran = _refused(job.workable)
         else:
@@ -125,6 +248,7 @@ class _TransactionalRun:
             raise _RolledBack  # (a snooze is concluded outside, its writes undone too)
         ended_at = executor.clock.now()
         started_at = self.start.started["started_at"]
+        ran = dataclasses.replace(ran, runs=self.runs)
         record = executor.record(job, started_at, ended_at, Outcome.DONE, ran)
         end = End(job.id, self.token, ended_at, why=str(Why.DONE))
         if not executor.store.record_end_in(end, record, session):

@@ -167,46 +167,33 @@ class JobProcess:
         if reply is None:
             return self._lost(stopped, killed=killed, pid=pid)
         ran = reply["ran"]
-        failure = ran.get("failure")
-        hooks = self._hooks(ran.get("hooks") or [])
         stop = STOPS.get(ran.get("stopped") or "") or stopped
-        process = self._after_job(ran.get("memory"))
-        output = ran.get("output") or {}
+        return self._answered(ran, stop, self._after_job(ran.get("memory")))
+
+    def _answered(
+        self, ran: dict[str, Any], stop: type[Stopped] | None, process: dict[str, Any]
+    ) -> CodeResult:
+        """What the child's answer ``ran`` says its run gave: a failure, a snooze, or
+        its code's end and result; its output, hooks and last progress in each case."""
+        failure = ran.get("failure")
         reported = ran.get("progress") if isinstance(ran.get("progress"), dict) else None
+        common: dict[str, Any] = {
+            "output": ran.get("output") or {},
+            "hooks": self._hooks(ran.get("hooks") or []),
+            "stopped": stop,
+            "process": process,
+            "progress": reported,
+        }
         snooze_ms = ran.get("snooze_ms")
         if isinstance(snooze_ms, int) and failure is None:
-            snooze = dt.timedelta(milliseconds=snooze_ms)
-            return CodeResult(
-                output=output,
-                hooks=hooks,
-                stopped=stop,
-                process=process,
-                snooze=snooze,
-                progress=reported,
-            )
+            return CodeResult(snooze=dt.timedelta(milliseconds=snooze_ms), **common)
         if failure is None:
-            kept = {key: ran[key] for key in ("result", "result_dropped") if key in ran}
-            return CodeResult(
-                output=output,
-                hooks=hooks,
-                stopped=stop,
-                process=process,
-                result=kept,
-                progress=reported,
-            )
+            kept: dict[str, Any] = {k: ran[k] for k in ("result", "result_dropped") if k in ran}
+            return CodeResult(result=kept, **common)
         recorded = Failure(failure["class"], tuple(failure["types"]), failure["message"])
-        stand_in = _Reported(recorded.message)
         unrun = ran.get("unrun") is True
         return CodeResult(
-            recorded,
-            ran.get("trace"),
-            output,
-            stand_in,
-            hooks,
-            stop,
-            process,
-            unrun=unrun,
-            progress=reported,
+            recorded, ran.get("trace"), error=_Reported(recorded.message), unrun=unrun, **common
         )
 
     def _after_job(self, memory: Any) -> dict[str, Any]:

@@ -97,6 +97,10 @@ class WorkerSlot:
         self.bell = bell or threading.Event()
         """Rung when there is news for this slot (and on a stop request)."""
         self.id: ObjectId | None = None
+        self.session: Any = None
+        """The server session its transactional jobs run in, opened as it registers
+        (its id written in its roster document: the cleaner kills it if the slot dies,
+        releasing what a transaction left open at once); none if it runs none."""
         self.running: object | None = None
         """The id of the job this slot runs now, if any."""
         self._news: Assignment | None = None
@@ -122,6 +126,7 @@ class WorkerSlot:
 
     def register(self) -> ObjectId:
         identity = Identity.of_this_process()
+        workables = self.runnable_workables()  # what it tells the recruiter it can run
         self.id = self.store.register_worker(
             self.group,
             identity.pid,
@@ -129,11 +134,32 @@ class WorkerSlot:
             self.clock.latest(),
             self.heartbeat_every,
             prefetch=True,
-            workables=self.runnable_workables(),  # what it tells the recruiter it can run
+            workables=workables,
+            sessions=self._open_session(workables),
         )
         logger.info("worker %s: registered, working on %s", self.id, self.group)
         self._became_available()
         return self.id
+
+    def _open_session(self, workables: list[str]) -> list[dict[str, Any]]:
+        """A new server session for its transactional jobs, if it runs any; the ids to
+        record with its registration.
+
+        A slot registering again was declared dead, and the cleaner kills its old
+        session, perhaps only now: that one is dropped, not ended, since an ended
+        session goes back to the driver's pool, whose next session (this one) would
+        have the same id and be killed too."""
+        self.session = None
+        if not any(map(self.registry.runs_in_transaction, workables)):
+            return []
+        self.session = self.store.open_session()
+        return [] if self.session is None else [self.store.session_id_of(self.session)]
+
+    def close_session(self) -> None:
+        """End its server session, if it has one (it stopped, or registers again)."""
+        session, self.session = self.session, None
+        if session is not None:
+            self.store.close_session(session)
 
     def _became_available(self) -> None:
         if not self.available:
@@ -191,6 +217,7 @@ class WorkerSlot:
             runner=self.job_process,
             loop=self.loop,
             completer=self.completer,
+            session=self.session,
         )
         self._ran.append(assignment.token)
         token = assignment.token
@@ -219,5 +246,6 @@ class WorkerSlot:
             logger.info("worker %s: retired", self.id)
             self.id = None
             self.available = False
+            self.close_session()
             return True
         return False

@@ -34,7 +34,12 @@ from recruiter.store.analytics import AnalyticsVerbs, ReadyCount
 from recruiter.store.attempts import AttemptVerbs, End, LockRecord, Starting, Statement
 from recruiter.store.base import Document
 from recruiter.store.dedup import DedupVerbs
-from recruiter.store.failures import is_transient, translate_methods, untranslated
+from recruiter.store.failures import (
+    in_project_words,
+    is_transient,
+    translate_methods,
+    untranslated,
+)
 from recruiter.store.groups import GroupRecord, GroupVerbs
 from recruiter.store.jobs import ARCHIVE_BATCH, PURGE_BATCH, JobVerbs
 from recruiter.store.leases import LeaseVerbs
@@ -45,6 +50,7 @@ from recruiter.store.schedulers import Occurrence, SchedulerRecord, SchedulerVer
 from recruiter.store.schema import check_schema_steps, ensure_ready
 from recruiter.store.selection import Selection, SelectionVerbs
 from recruiter.store.server import ServerVerbs, answers
+from recruiter.store.sessions import Commit, SessionVerbs
 from recruiter.store.steps import Steps, drive
 from recruiter.store.waiting import WaitingVerbs
 from recruiter.store.watch import ChangeFeed, RosterChange, WatchVerbs, WorkChange
@@ -59,6 +65,7 @@ __all__ = [
     "Assignment",
     "ChangeFeed",
     "ChangeStreamsUnavailable",
+    "Commit",
     "Database",
     "Document",
     "End",
@@ -80,6 +87,7 @@ __all__ = [
     "answers",
     "as_object_id",
     "digest_of",
+    "in_project_words",
     "is_transient",
 ]
 
@@ -115,6 +123,7 @@ class Store(
     WorkableVerbs,
     WaitingVerbs,
     ProgressVerbs,
+    SessionVerbs,
 ):
     """Every collection recruiter uses, and every operation on them."""
 

@@ -11,7 +11,7 @@ worker's job taken back, a cancellation, a manual run.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,13 +24,12 @@ from pymongo.errors import OperationFailure
 
 from recruiter.errors import (
     DocumentTooLarge,
-    TransactionsUnavailable,
     WriteRejected,
 )
 from recruiter.job import HISTORY_LIMIT
 from recruiter.job_record import Job
 from recruiter.store.base import Document, aware, on_mongomock, update_each
-from recruiter.store.failures import NO_TRANSACTIONS_HERE, in_the_callers_transaction, translate
+from recruiter.store.failures import in_the_callers_transaction, translate
 
 LOCK_PAGE = 10_000
 
@@ -396,7 +395,7 @@ class AttemptVerbs:
     @in_the_callers_transaction
     def record_end_in(self, end: End, execution: Document, session: Any) -> bool:
         """:meth:`record_end`, in the transaction ``session`` (of
-        :meth:`run_in_transaction`): the driver's errors are left as they are, for its
+        :mod:`recruiter.attempts.transaction`): the driver's errors are left as they are, for its
         retries; a record too large is trimmed as outside one."""
         owned = end.owned()
         try:
@@ -407,25 +406,6 @@ class AttemptVerbs:
                 raise
         update = end.update(_trimmed(execution))
         return self.scheduled.update_one(owned, update, session=session).modified_count == 1
-
-    def run_in_transaction(self, attempt: Callable[[Any], None]) -> None:
-        """Run ``attempt(session)`` in a transaction of its own, committed when it
-        returns and aborted when it raises; a transient error (a write conflict, an
-        election) runs it again, as pymongo's ``with_transaction`` does.
-
-        Raises :class:`~recruiter.errors.TransactionsUnavailable` where there are none
-        (a standalone server, mongomock), and what ``attempt`` raises as it is.
-        """
-        client = self.database.client
-        try:
-            with client.start_session() as session:
-                session.with_transaction(attempt, write_concern=self.database.write_concern)
-        except NotImplementedError as error:  # mongomock
-            raise TransactionsUnavailable(f"this database has no transactions: {error}") from error
-        except OperationFailure as error:
-            if error.code == NO_TRANSACTIONS_HERE:
-                raise TransactionsUnavailable(str(error)) from error
-            raise
 
     def record_end_then_start(
         self, end: End, execution: Document, job_id: Any, token: ObjectId, started: Document

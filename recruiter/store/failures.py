@@ -100,6 +100,14 @@ def _bulk(error: BulkWriteError, message: str) -> DatabaseError:
     return WriteRejected(message)
 
 
+def in_project_words(error: BaseException) -> BaseException:
+    """``error`` translated if it is the driver's (:func:`translate`), else as it is:
+    for what a transaction's code let out, where the driver's errors pass untranslated."""
+    if isinstance(error, PyMongoError | BSONError):
+        return translate(error)
+    return error
+
+
 def translated(method: F) -> F:
     """``method``, raising the project's kinds instead of the driver's errors."""
 

@@ -21,6 +21,7 @@ from bson import ObjectId
 from pymongo.collection import Collection
 
 from recruiter.store.base import ONE_REPLY, Document, update_each
+from recruiter.store.sessions import session_ids
 
 MISSED_BEATS = 3
 """Heartbeats an available worker may miss before it is no longer handed jobs."""
@@ -111,6 +112,10 @@ class WorkerRecord:
     workables: str | None = None
     """The digest of the set of workables it can run (:mod:`recruiter.store.workables`);
     ``None``: a worker from before routing, handed any job."""
+    sessions: tuple[Document, ...] = ()
+    """The ids of the server sessions its transactional attempts run in (well-formed
+    ones only): what the cleaner kills when it fences it out, so that a transaction it
+    left open releases its locks at once (:mod:`recruiter.store.sessions`)."""
 
     def silent_at(self, now: dt.datetime) -> bool:
         """Whether it missed :data:`MISSED_BEATS` of its heartbeats by ``now``: perhaps
@@ -148,6 +153,7 @@ class WorkerRecord:
             ran_for=ran_for if isinstance(ran_for := document.get("ran_for"), ObjectId) else None,
             available_since=since if isinstance(since, dt.datetime) else None,
             workables=can if isinstance(can := document.get("workables"), str) else None,
+            sessions=session_ids(document.get("sessions")),
         )
 
 
@@ -180,10 +186,12 @@ class RosterVerbs:
         *,
         prefetch: bool = False,
         workables: Collection_[str] | None = None,
+        sessions: Sequence[Document] = (),
     ) -> ObjectId:
         """Add an available worker that heartbeats every ``heartbeat_every`` (and takes
         several jobs at once, if ``prefetch``; only the workables named ``workables``, if given, see
-        :mod:`recruiter.store.workables`); return its id."""
+        :mod:`recruiter.store.workables`; its transactions run in the server sessions
+        ``sessions``, see :class:`WorkerRecord`); return its id."""
         digest = None if workables is None else self.advertise(workables)
         worker_id = ObjectId()
         beats = {} if heartbeat_every is None else {"heartbeat_ms": _millis(heartbeat_every)}
@@ -194,6 +202,7 @@ class RosterVerbs:
                 # batches: what a recruiter of the release before reads (drop it after)
                 **({"prefetch": True, "batches": True} if prefetch else {}),
                 **({"workables": digest} if digest is not None else {}),
+                **({"sessions": list(sessions)} if sessions else {}),
                 "work_on": work_on,
                 "available": True,
                 "available_since": now,
@@ -215,16 +224,18 @@ class RosterVerbs:
         pid: int,
         hostname: str,
         heartbeat_every: dt.timedelta | None = None,
+        sessions: Sequence[Document] = (),
     ) -> ObjectId:
         """Add a worker that already holds ``job_id`` (locked with ``token``) and never
         takes assignments: a manual run in another process, which heartbeats like a
-        worker, so the cleaner takes its job back if it dies."""
+        worker, so the cleaner takes its job back if it dies (and kills its ``sessions``)."""
         worker_id = ObjectId()
         beats = {} if heartbeat_every is None else {"heartbeat_ms": _millis(heartbeat_every)}
         self.roster.insert_one(
             {
                 "_id": worker_id,
                 **beats,
+                **({"sessions": list(sessions)} if sessions else {}),
                 "work_on": group,
                 "available": False,
                 "manual": True,
