@@ -67,6 +67,7 @@ def test_no_job_is_lost_or_run_twice_under_every_kind_of_fault(seed: int, tmp_pa
     assert report.batches >= 4, "the jobs come in batches of 15, each with its callbacks"
     assert report.transactional >= 1, "some jobs write their effect in their transaction"
     assert report.snoozes >= 1, "some jobs snooze"
+    assert report.progress_kept >= 1, "some jobs report their progress"
 
 
 @pytest.mark.real_server

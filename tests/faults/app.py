@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from recruiter import Registry, Snooze, retry_statistics
+from recruiter import Registry, Snooze, report_progress, retry_statistics
 from recruiter.job_context import job_session
 from recruiter.pools.stopping import Stopped
 from tests.faults import ledger
@@ -23,16 +23,22 @@ class Planned(Exception):
 
 def work(milliseconds: int) -> None:
     """Work that needs ``milliseconds`` of running time, in 10 ms steps: like real work,
-    and unlike one long sleep, it makes no progress while its process is stopped."""
-    for _ in range(milliseconds // 10):
+    and unlike one long sleep, it makes no progress while its process is stopped. It
+    reports its progress at each step (written by its worker every few seconds, under
+    the faults: the oracle checks what each attempt's record kept)."""
+    steps = milliseconds // 10
+    for step in range(steps):
         time.sleep(0.01)
+        report_progress(done=step + 1, total=steps, note="working")
     time.sleep(milliseconds % 10 / 1000)
 
 
 async def work_async(milliseconds: int) -> None:
     """:func:`work`, awaiting: on an event loop, with every other job on it."""
-    for _ in range(milliseconds // 10):
+    steps = milliseconds // 10
+    for step in range(steps):
         await asyncio.sleep(0.01)
+        report_progress(done=step + 1, total=steps, note="working")
     await asyncio.sleep(milliseconds % 10 / 1000)
 
 

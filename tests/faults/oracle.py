@@ -103,6 +103,8 @@ class Report:
     """The machine's slowness over the run's slowest stretch (1: a CPU to each process)."""
     snoozes: int = 0
     """Runs that snoozed (``faults.snooze``), each checked against the ledger."""
+    progress_kept: int = 0
+    """Attempts whose record kept the progress their code reported, each checked."""
 
     @property
     def ok(self) -> bool:
@@ -134,6 +136,7 @@ class Report:
             "repeat_skipped_in_gaps": sum(gap["skipped"] for gap in self.repeat_gaps),
             "worst_slowness": round(self.worst_slowness, 2),
             "snoozes": self.snoozes,
+            "progress_kept": self.progress_kept,
         }
 
 
@@ -463,6 +466,7 @@ class JobJudge:
             return
         self._policy()
         self._kind()
+        self._progress()
         self._ledger()
         self._overlaps()
 
@@ -513,6 +517,22 @@ class JobJudge:
                 self.fail(
                     f"attempt {entry['attempt']} {outcome}, job {why}: policy says {decision}"
                 )
+
+    def _progress(self) -> None:
+        """Each attempt's record keeps its code's last report: the whole count when its
+        code ran to its end, a part of it when it was stopped or died. A record's report
+        is never another attempt's (a job's live progress goes with its lock)."""
+        steps = self.document.get("workable", {}).get("parameters", {}).get("milliseconds", 0)
+        for entry in self.history:
+            progress = entry.get("progress")
+            if progress is None:
+                continue
+            self.report.progress_kept += 1
+            done, total = progress.get("done"), progress.get("total")
+            if total != steps // 10 or not 1 <= done <= total:
+                self.fail(f"attempt {entry['attempt']} kept progress {progress}, of {steps} ms")
+            elif entry.get("outcome") == "done" and done != total:
+                self.fail(f"attempt {entry['attempt']} done, its progress kept at {done}/{total}")
 
     def _snoozed(self, index: int, why: Any) -> None:
         """The snoozed run at ``index`` was followed by a run due when it said."""
