@@ -217,3 +217,9 @@ def test_a_peer_burns_down_and_counts_its_workers_commands(
     assert figures.commands_per_job >= 1, "at least a claim per job"
     assert len(latencies) == 2
     assert all(latency >= 0 for latency in latencies)
+
+
+def test_the_producer_cpu_benchmark_times_schedules() -> None:
+    from benchmarks.producer_cpu import microseconds_per_schedule
+
+    assert microseconds_per_schedule(calls=20, runs=1) > 0
