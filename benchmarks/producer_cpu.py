@@ -27,4 +27,4 @@ def microseconds_per_schedule(calls: int = CALLS, runs: int = 3) -> float:
 
 if __name__ == "__main__":
     per_call = microseconds_per_schedule()
-    print(f"{per_call:.0f} µs per Queue.schedule on mongomock (best of 3 × {CALLS})")
+    print(f"{per_call:.0f} µs per Queue.schedule on mongomock (best of 3 runs of {CALLS})")
