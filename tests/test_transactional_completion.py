@@ -8,6 +8,7 @@ without a transaction the effect stays and the job runs again; here neither stay
 
 from __future__ import annotations
 
+import importlib
 import threading
 from collections import Counter
 from typing import Any
@@ -18,6 +19,7 @@ from bson import ObjectId
 from hypothesis import given
 from hypothesis import strategies as st
 from pymongo.errors import OperationFailure
+from typer.testing import CliRunner
 
 from recruiter import (
     DatabaseUnavailable,
@@ -37,6 +39,7 @@ from recruiter.attempts.transaction import (
     transaction_wait,
 )
 from recruiter.attempts.verdict import Outcome
+from recruiter.cli import app as cli_app
 from recruiter.job_context import job_session
 from recruiter.pools.stopping import Watch
 from recruiter.processes.cleaner import Cleaner, CleanerConfig
@@ -48,6 +51,8 @@ from recruiter.testing import drain
 from tests import interleaving
 from tests.commands import PATIENCE
 from tests.driving import DEAD_AFTER, assigned_slot, execute, last_attempt, slot, watching_cleaner
+from tests.factories import Unclosed
+from tests.web_client import client
 
 RETRIED = RetryManyTimes(3, 0)
 RUNS: list[int] = []
@@ -184,6 +189,10 @@ def test_a_write_conflict_runs_the_transaction_again(
     assert RUNS == [6, 6], "its code ran again in a new transaction"
     assert confirmations(shop) == 1
     assert last_attempt(shop, job_id)["code_runs"] == 2, "the history says it ran twice"
+    page = client(shop).get(f"/jobs/{job_id}").text
+    assert "its code ran 2 times in its transaction" in page, "the dashboard says it"
+    shown = show_job(shop, job_id, monkeypatch)
+    assert "  its code ran 2 times in its transaction" in shown, "and jobs show"
 
 
 def test_where_there_are_no_transactions_the_attempt_fails_saying_so(
@@ -510,3 +519,12 @@ def test_bad_arguments_to_the_wait_are_refused() -> None:
         transaction_wait(0, 0.5)
     with pytest.raises(ValueError, match="draw in"):
         transaction_wait(1, 1.0)
+
+
+def show_job(queue: Queue, job_id: Any, monkeypatch: pytest.MonkeyPatch) -> str:
+    """What ``recruiter jobs show`` prints of the job (on the test's database)."""
+    module = importlib.import_module("recruiter.cli.jobs")  # (the package's `jobs` is typer's)
+    shown = Unclosed(queue.store.database, queue.clock)
+    monkeypatch.setattr(module, "open_queue", lambda uri, database: shown)
+    result = CliRunner().invoke(cli_app, ["jobs", "show", str(job_id)], env={"COLUMNS": "200"})
+    return result.output

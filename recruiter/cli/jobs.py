@@ -173,6 +173,8 @@ def _print_attempt(attempt: Mapping[str, Any]) -> None:
     )
     if attempt.get("snoozed_until"):
         console.print(f"  snoozed until {moment_text(attempt['snoozed_until'])}")
+    if isinstance(attempt.get("code_runs"), int):  # its transaction ran it again
+        console.print(f"  its code ran {attempt['code_runs']} times in its transaction")
     progress = JobProgress.from_document(attempt.get("progress"), None)
     if progress is not None:
         console.print(f"  progress: {progress_text(progress)}")
