@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import json
 import os
@@ -714,3 +715,32 @@ def test_a_transactional_job_killed_with_its_worker_does_not_stall_the_next_on_i
     assert counter["by"] == ["bump"], "the dead worker's write was aborted with its transaction"
     clean_log = next(processes.logs.glob("*-clean.log")).read_text()
     assert "killed the server sessions of worker" in clean_log
+
+
+def test_jobs_scheduled_from_an_event_loop_are_run_by_real_processes_and_awaited(
+    processes: Processes, real_database: Database[Any], real_server_uri: str
+) -> None:
+    """An asyncio application (AsyncQueue over pymongo's asyncio client) schedules a
+    batch and a workflow; real workers run them; it awaits their ends."""
+    from recruiter import AsyncQueue, Workflow
+
+    processes.start("run")
+    processes.worker("--concurrency", "2")
+
+    async def application() -> None:
+        queue = await AsyncQueue.connect(real_server_uri, real_database.name)
+        try:
+            greet = JobSpec("demo.greet", {"name": "loop"})
+            batch = await queue.batch([greet, greet], on_complete=greet)
+            steps = await queue.schedule_workflow(
+                Workflow().add("first", greet).add("then", greet, after=["first"])
+            )
+            assert batch.on_complete is not None
+            ids = [*batch.jobs, batch.on_complete, *steps.values()]
+            done = await queue.wait(ids, timeout="2m")
+            assert [job.result for job in done] == ["hello loop"] * 5
+            assert (await queue.batch_status(batch.id)).done == 2
+        finally:
+            await queue.close()
+
+    asyncio.run(application())
