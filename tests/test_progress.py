@@ -5,8 +5,10 @@ and ``Queue.wait``; from a thread, an ``async def`` job and a job process."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -190,6 +192,10 @@ class Counted:
     def set_progress_if_held(self, job_id: Any, token: Any, report: Any, at: Any) -> bool:
         self.writes.append((job_id, token, report))
         return True
+
+    @contextlib.contextmanager
+    def progress_writes_within(self, seconds: float) -> Iterator[None]:
+        yield
 
 
 def flush(store: Any, running: Running, clock: FrozenClock) -> int:
@@ -438,3 +444,33 @@ def test_a_real_workers_running_job_shows_its_progress_live_then_in_its_attempt(
     assert attempt["outcome"] == "done", processes.dump_logs()
     assert attempt["progress"]["done"] == 10_000
     assert system_queue.job(job_id).progress is not None
+
+
+@pytest.mark.real_server
+def test_a_progress_write_gives_up_rather_than_wait_for_an_application_s_open_transaction(
+    shop: Queue, clock: FrozenClock
+) -> None:
+    """An application's ``cancel(job, session=s)``, not committed yet, holds the running
+    job's document: a write to it outside that transaction would wait until it ends.
+    The heartbeat's progress writes give up within WRITES_WITHIN instead (the beat is
+    never late for them), and the report is written at the job's next interval."""
+    token = ObjectId()
+    job_id = job_in_state(shop, "running", token=token).id
+    running = Running(job_id, None, token)
+    running.progress.report({"done": 1})
+    running.progress.seen_at = -100.0  # its interval is up
+    session = shop.store.database.client.start_session()
+    try:
+        session.start_transaction()
+        assert shop.cancel(job_id, session=session).name == "STOPPING"  # held, not committed
+        assert flush_progress(shop.store, [running], clock.now(), 0.0) == 1
+        assert session.in_transaction, "it gave up while the transaction still held the job"
+        session.abort_transaction()
+    finally:
+        session.end_session()
+    assert shop.job(job_id).progress is None, "not written"
+    assert flush_progress(shop.store, [running], clock.now(), 1.0) == 0, "not this interval"
+    assert flush_progress(shop.store, [running], clock.now(), 1.0 + PROGRESS_EVERY) == 1
+    written = shop.job(job_id).progress
+    assert written is not None
+    assert written.done == 1

@@ -23,6 +23,10 @@ from recruiter.store import Store
 
 logger = logging.getLogger(__name__)
 
+WRITES_WITHIN = 1.0
+"""Seconds a heartbeat's progress writes may take in all: a write that would wait longer
+(a job's document held by an application's open transaction) is given up, so that the
+next heartbeat is never late for it; the report is written at a later beat."""
 TIMER_SLACK = 0.1
 """Seconds a write may come before its interval is up: the heartbeat that brings it is
 timed by a ``wait`` that returns a little early or late, and waiting one more beat for
@@ -33,23 +37,37 @@ def flush_progress(
     store: Store, running: Iterable[Running], now: dt.datetime, monotonic: float
 ) -> int:
     """Write the progress of those ``running`` jobs whose latest report is unwritten
-    and whose interval is up; how many writes were sent. A write that fails is not
-    tried again for that report (the next report is written in its turn)."""
+    and whose interval is up; how many writes were sent, all within
+    :data:`WRITES_WITHIN`. A write that fails (or is given up for want of time) is tried
+    again at the job's next interval (its latest report then)."""
+    due = [each for each in running if _due(each, monotonic)]
+    if not due:
+        return 0
     writes = 0
-    for each in running:
-        progress = each.progress
-        version, report = progress.latest()
-        if report is None or version == progress.written or progress.token is None:
-            continue
-        if progress.seen_at is None:
-            progress.seen_at = monotonic  # its first report: the job may end soon
-        since = progress.written_at if progress.written_at is not None else progress.seen_at
-        if monotonic - since < PROGRESS_EVERY - TIMER_SLACK:
-            continue
-        progress.written, progress.written_at = version, monotonic
-        writes += 1
-        try:
-            store.set_progress_if_held(each.job_id, progress.token, report, now)
-        except DatabaseError as error:
-            logger.warning("job %s: its progress could not be written: %s", each.job_id, error)
+    with store.progress_writes_within(WRITES_WITHIN):
+        for each in due:
+            progress = each.progress
+            version, report = progress.latest()
+            assert report is not None  # (_due)
+            writes += 1
+            progress.written_at = monotonic  # (written or not, not again this interval)
+            try:
+                store.set_progress_if_held(each.job_id, progress.token, report, now)
+            except DatabaseError as error:  # (its report is tried again next interval)
+                logger.warning("job %s: its progress was not written: %s", each.job_id, error)
+                continue
+            progress.written = version
     return writes
+
+
+def _due(each: Running, monotonic: float) -> bool:
+    """Whether the job's latest report is unwritten and its interval is up (its first
+    report starts its first interval: the job may end soon)."""
+    progress = each.progress
+    version, report = progress.latest()
+    if report is None or version == progress.written or progress.token is None:
+        return False
+    if progress.seen_at is None:
+        progress.seen_at = monotonic
+    since = progress.written_at if progress.written_at is not None else progress.seen_at
+    return monotonic - since >= PROGRESS_EVERY - TIMER_SLACK

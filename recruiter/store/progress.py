@@ -10,10 +10,12 @@ outlives the attempt that reported it (the attempt's record keeps its last repor
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import pymongo
 from bson import ObjectId
 from pymongo.collection import Collection
 
@@ -34,6 +36,16 @@ class ReportingJob:
 
 class ProgressVerbs(Sends):
     """Writing and reading the progress of running jobs."""
+
+    @contextmanager
+    def progress_writes_within(self, seconds: float) -> Iterator[None]:
+        """Every command sent in the block ends within ``seconds`` in all (pymongo's
+        timeout); one that would take longer fails as unavailable. A write outside a
+        transaction to a job an open transaction holds (an application's
+        ``cancel(job, session=s)`` not committed yet) waits until that transaction ends:
+        the worker's heartbeat must not wait with it."""
+        with pymongo.timeout(seconds):
+            yield
 
     scheduled: Collection[Document]
 
