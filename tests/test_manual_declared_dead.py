@@ -58,3 +58,43 @@ def test_a_manual_run_declared_dead_before_its_code_runs_does_not_run_it(
     job = queue.job(job_id)
     assert (job.locked, job.attempts, job.history[-1]["crashed"]) == (False, 1, True)
     assert ran == [], "its code must not run here: the job is back in the queue"
+
+
+@pytest.mark.real_server
+def test_a_manual_run_declared_dead_drops_its_session_and_one_that_ends_well_ends_it(
+    shop: Queue, registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review finding: the cleaner that removed a manual run's holder may kill its
+    server session late; ended, the session's id would go back to the driver's pool and
+    be the next session of the application, killed by mistake. Dropped, it never is."""
+
+    @registry.workable("tests.in_transaction", transaction=True)
+    def in_transaction() -> None: ...
+
+    ended: list[object] = []
+    real_close = shop.store.close_session
+    monkeypatch.setattr(
+        shop.store, "close_session", lambda session: ended.append(real_close(session))
+    )
+    fine = shop.schedule(JobSpec("tests.in_transaction"))
+    (run,) = run_here(shop.store, registry, FrozenClock(START), [fine])
+    assert run.job.why == "done"
+    assert len(ended) == 1, "a holder that removed itself ends its session"
+
+    doomed = shop.schedule(JobSpec("tests.in_transaction").retry_with(RetryManyTimes(3, 0)))
+    cleaner_clock = FrozenClock(START)
+    cleaner = watching_cleaner(shop.store, cleaner_clock.now())
+
+    def declared_dead() -> object:
+        cleaner_clock.advance(DEAD_AFTER.total_seconds() + 1)
+        result = cleaner.run_once(cleaner_clock.now())
+        for beat in [t for t in threading.enumerate() if t.name == "manual-heartbeat"]:
+            beat.join(timeout=10)  # it finds its holder removed, and ends
+        return result
+
+    taken = after(monkeypatch, shop.store, "start_if_owned", declared_dead)
+    with pytest.raises(DeclaredDead):
+        heartbeat = dt.timedelta(milliseconds=1)
+        run_here(shop.store, registry, FrozenClock(START), [doomed], heartbeat=heartbeat)
+    assert taken[0].dead_workers == 1
+    assert len(ended) == 1, "the removed holder's session is dropped, not ended"

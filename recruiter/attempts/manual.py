@@ -344,8 +344,11 @@ def _run_one(
         if declared_dead.is_set():
             raise DeclaredDead(job_id)
     finally:
-        store.unregister_holder(holder, token)
-        if session is not None:
+        removed = store.unregister_holder(holder, token)
+        # a holder the cleaner removed (declared dead) may have its session killed late:
+        # dropped, never ended, since an ended session's id goes back to the driver's
+        # pool, and the next session of this process (the application's) would get it
+        if session is not None and removed:
             store.close_session(session)
     after = store.find_job(job_id)
     assert after is not None
