@@ -23,7 +23,7 @@ import asyncio
 import datetime as dt
 import inspect
 import os
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncGenerator, Callable, Iterable
 from typing import Any, Literal
 
 from bson import ObjectId
@@ -254,7 +254,7 @@ class AsyncQueue:
 
     async def progress(
         self, job_id: ObjectId | str, timeout: Duration = "1m"
-    ) -> AsyncIterator[JobProgress]:
+    ) -> AsyncGenerator[JobProgress, None]:
         """Each new progress of the job as its worker writes it (every few seconds, see
         :func:`recruiter.report_progress`), until the job is finished; raises
         :class:`~recruiter.errors.WaitTimeout` if it is not within ``timeout``.
@@ -266,6 +266,7 @@ class AsyncQueue:
         waiting = asyncio.ensure_future(
             self.wait([job_id], timeout, on_progress=lambda _, seen: updates.put_nowait(seen))
         )
+        next_one: asyncio.Future[JobProgress] | None = None
         try:
             while not waiting.done() or not updates.empty():
                 if not updates.empty():
@@ -277,9 +278,15 @@ class AsyncQueue:
                     yield next_one.result()
                 else:
                     next_one.cancel()
+                next_one = None
             waiting.result()  # (its WaitTimeout, if it timed out)
         finally:
-            waiting.cancel()
+            # left early (a break, a cancelled consumer): nothing left pending, and
+            # the wait's own error (a timeout) retrieved, not logged by asyncio
+            pending = [task for task in (waiting, next_one) if task is not None]
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
 
     async def _checked(self, jobs: Iterable[Any], session: Any) -> list[JobSpec]:
         specs = checked_specs(jobs)

@@ -545,3 +545,27 @@ def test_progress_of_a_job_that_does_not_end_raises_wait_timeout_after_its_repor
         assert seen == [7]
 
     on_async(body)
+
+
+def test_progress_left_early_leaves_no_task_pending(
+    database: Database[Any], clock: FrozenClock, on_async: OnAsync
+) -> None:
+    """A consumer that stops following (a client gone, a cancelled request) leaves
+    neither the wait nor the read of the next report running."""
+    sync = Queue(database, clock)
+    token = ObjectId()
+    job_id = job_in_state(sync, "running", token=token).id
+    assert sync.store.set_progress_if_held(job_id, token, {"done": 1}, clock.now())
+
+    def ours() -> list[str]:
+        names = [task.get_coro().__qualname__ for task in asyncio.all_tasks()]  # type: ignore[union-attr]
+        return [name for name in names if name in ("AsyncQueue.wait", "Queue.get")]
+
+    async def body(queue: AsyncQueue) -> None:
+        following = queue.progress(job_id, "1h")
+        assert (await anext(following)).done == 1
+        assert ours(), "it follows the job"
+        await following.aclose()
+        assert ours() == [], "nothing left running"
+
+    on_async(body)

@@ -93,8 +93,8 @@ def test_a_manual_run_declared_dead_drops_its_session_and_one_that_ends_well_end
         return result
 
     taken = after(monkeypatch, shop.store, "start_if_owned", declared_dead)
+    heartbeat = dt.timedelta(milliseconds=1)
     with pytest.raises(DeclaredDead):
-        heartbeat = dt.timedelta(milliseconds=1)
         run_here(shop.store, registry, FrozenClock(START), [doomed], heartbeat=heartbeat)
     assert taken[0].dead_workers == 1
     assert len(ended) == 1, "the removed holder's session is dropped, not ended"
