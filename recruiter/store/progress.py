@@ -10,8 +10,8 @@ outlives the attempt that reported it (the attempt's record keeps its last repor
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,15 +37,14 @@ class ReportingJob:
 class ProgressVerbs(Sends):
     """Writing and reading the progress of running jobs."""
 
-    @contextmanager
-    def progress_writes_within(self, seconds: float) -> Iterator[None]:
+    def progress_writes_within(self, seconds: float) -> AbstractContextManager[None]:
         """Every command sent in the block ends within ``seconds`` in all (pymongo's
         timeout); one that would take longer fails as unavailable. A write outside a
         transaction to a job an open transaction holds (an application's
         ``cancel(job, session=s)`` not committed yet) waits until that transaction ends:
-        the worker's heartbeat must not wait with it."""
-        with pymongo.timeout(seconds):
-            yield
+        the worker's heartbeat must not wait with it. (Not a generator: a verb's reads
+        never run after it returned, tests/test_seam.py.)"""
+        return pymongo.timeout(seconds)
 
     scheduled: Collection[Document]
 
