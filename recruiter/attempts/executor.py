@@ -25,12 +25,7 @@ from typing import Any
 
 from bson import ObjectId
 
-from recruiter.attempts.calling import (
-    CodeResult,
-    JobRunner,
-    call_code,
-    not_run,
-)
+from recruiter.attempts.calling import CodeResult, JobRunner, call_code, not_run
 from recruiter.attempts.completer import Completer
 from recruiter.attempts.ending import DurableWrite, Start, ended, write_verdict
 from recruiter.attempts.transaction import run_in_transaction
