@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from bson import ObjectId
-from pymongo.errors import OperationFailure
+from pymongo.errors import OperationFailure, PyMongoError
 
 from recruiter import FrozenClock, InvalidJob, JobNotFound, JobSpec, Queue, Registry
 from recruiter.errors import TransactionsUnavailable
@@ -214,3 +214,26 @@ def test_a_batch_and_its_callbacks_exist_if_and_only_if_the_transaction_commits(
     assert shop.batch_status(scheduled.id).on_complete_state == "blocked"
     assert len(drain(shop, orders_app).executions) == 4
     assert shop.job(scheduled.on_complete).why == "done"
+
+
+def test_a_write_conflict_in_the_applications_transaction_keeps_its_label(shop: Queue) -> None:
+    """Two application transactions schedule a job after the same job: both mark it
+    followed, so the second meets a write conflict. It reaches the application as the
+    driver's error with its TransientTransactionError label (the waiting verbs were
+    translating it into DatabaseUnavailable, which with_transaction does not retry),
+    and with_transaction's retry then stores the job."""
+    waited = shop.schedule(JobSpec("tests.noop"))
+    client = shop.store.database.client
+    with client.start_session() as first, client.start_session() as second:
+        first.start_transaction()
+        shop.schedule(JobSpec("tests.noop").after(waited), session=first)
+        second.start_transaction()
+        with pytest.raises(PyMongoError) as raised:
+            shop.schedule(JobSpec("tests.noop").after(waited), session=second)
+        assert raised.value.has_error_label("TransientTransactionError")
+        second.abort_transaction()
+        first.commit_transaction()
+        stored = second.with_transaction(
+            lambda session: shop.schedule(JobSpec("tests.noop").after(waited), session=session)
+        )
+    assert shop.job(stored).blocked

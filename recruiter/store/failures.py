@@ -183,12 +183,49 @@ def translated_awaited(method: F) -> F:
 def translate_methods(cls: type[Any]) -> type[Any]:
     """Wrap every public method of ``cls`` (inherited ones too) with :func:`translated`
     (:func:`translated_awaited` for a coroutine function), but those run in the
-    caller's transaction (:func:`in_the_callers_transaction`)."""
+    caller's transaction (:func:`in_the_callers_transaction`), and those that may be
+    (an optional ``session``: :func:`translated_unless_in_a_transaction`)."""
     for name, member in inspect.getmembers(cls, inspect.isfunction):
         if not name.startswith("_") and not getattr(member, _UNTRANSLATED, False):
-            wrap = translated_awaited if inspect.iscoroutinefunction(member) else translated
-            setattr(cls, name, wrap(member))
+            setattr(cls, name, _wrapped(member))
     return cls
+
+
+def _wrapped(method: F) -> F:
+    session = inspect.signature(method).parameters.get("session")
+    if session is not None and session.default is None:
+        return translated_unless_in_a_transaction(method)
+    return translated_awaited(method) if inspect.iscoroutinefunction(method) else translated(method)
+
+
+def translated_unless_in_a_transaction(method: F) -> F:
+    """A verb that runs in the application's transaction when given its ``session``:
+    then as :func:`in_the_callers_transaction` (the driver's errors reach the
+    application with their labels, so that its ``with_transaction`` retries a write
+    conflict), else :func:`translated` as any verb."""
+    signature = inspect.signature(method)
+    inside = in_the_callers_transaction(method)
+    outside = (
+        translated_awaited(method) if inspect.iscoroutinefunction(method) else translated(method)
+    )
+
+    def chosen(arguments: tuple[Any, ...], options: dict[str, Any]) -> Any:
+        given = signature.bind_partial(*arguments, **options).arguments.get("session")
+        return outside if given is None else inside
+
+    if inspect.iscoroutinefunction(method):
+
+        @functools.wraps(method)
+        async def awaited(*arguments: Any, **options: Any) -> Any:
+            return await chosen(arguments, options)(*arguments, **options)
+
+        return awaited  # type: ignore[return-value]
+
+    @functools.wraps(method)
+    def wrapper(*arguments: Any, **options: Any) -> Any:
+        return chosen(arguments, options)(*arguments, **options)
+
+    return wrapper  # type: ignore[return-value]
 
 
 def is_transient(error: BaseException) -> bool:
