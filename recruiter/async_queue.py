@@ -33,12 +33,14 @@ from recruiter.attempts.manual import (
     cancel_if_waiting_steps,
     cancel_in_steps,
     cancel_steps,
+    run_now_steps,
     wait_steps,
 )
 from recruiter.clock import Clock, DatabaseClock, FrozenClock, SystemClock
 from recruiter.connection import URI_VARIABLE, open_async_database, resolve_uri
 from recruiter.duration import Duration, to_timedelta
-from recruiter.errors import BatchNotFound, JobNotFound
+from recruiter.errors import BatchNotFound, JobNotFound, SchedulerNotFound
+from recruiter.groups import GroupSettings, Rate
 from recruiter.job import JobSpec, as_object_id
 from recruiter.job_record import Job
 from recruiter.producer import (
@@ -46,8 +48,11 @@ from recruiter.producer import (
     batch_members,
     batch_status,
     check_session,
+    checked_group,
     checked_specs,
+    group_settings_of,
     job_documents,
+    resume_steps,
     scheduler_declaration,
     wait_limit,
     workflow_documents,
@@ -57,6 +62,7 @@ from recruiter.progress import JobProgress
 from recruiter.repeating.timing import DEFAULT_MISSED, Missed, Schedule
 from recruiter.scheduling import new_jobs
 from recruiter.schema_check import Recheck
+from recruiter.store import SchedulerRecord
 from recruiter.store.async_store import AsyncStore
 from recruiter.waiting.workflows import Batch, BatchStatus, Workflow
 
@@ -204,6 +210,80 @@ class AsyncQueue:
             check_session(session, self.store.database.client)
             return await self.store.upsert_scheduler_in(**declared, session=session)
         return await self.store.upsert_scheduler(**declared)
+
+    async def pause_repeating(self, urn: str) -> bool:
+        """Create no occurrence of the scheduler ``urn`` until :meth:`resume_repeating`;
+        ``False`` if unknown or paused already (:meth:`recruiter.Queue.pause_repeating`)."""
+        await self.ensure_ready()
+        return await self.store.pause_scheduler(urn, await self._time("now"))
+
+    async def resume_repeating(self, urn: str) -> bool:
+        """Create the paused scheduler's occurrences again, from the next one due after
+        now; ``False`` if unknown or not paused (:meth:`recruiter.Queue.resume_repeating`)."""
+        await self.ensure_ready()
+        return await self.store.run(resume_steps(urn, await self._time("now")))
+
+    async def stop_repeating(self, urn: str) -> bool:
+        """Remove the scheduler ``urn``; the jobs it created stay. ``False`` if unknown."""
+        await self.ensure_ready()
+        return await self.store.remove_scheduler(urn)
+
+    async def schedulers(self) -> list[SchedulerRecord]:
+        """Every scheduler, by urn."""
+        await self.ensure_ready()
+        return await self.store.scheduler_records()
+
+    async def scheduler(self, urn: str) -> SchedulerRecord:
+        """The scheduler ``urn``, as it is now; :class:`~recruiter.errors.SchedulerNotFound`
+        if unknown."""
+        await self.ensure_ready()
+        record = await self.store.find_scheduler(urn)
+        if record is None:
+            raise SchedulerNotFound(urn)
+        return record
+
+    async def limit_group(
+        self,
+        group: str,
+        *,
+        concurrency: int | None = None,
+        rate: Rate | str | None = None,
+        weight: int = 1,
+        session: Any = None,
+    ) -> GroupSettings:
+        """Set ``group``'s settings, replacing any it had; return them
+        (:meth:`recruiter.Queue.limit_group`). With ``session``, in the application's
+        transaction."""
+        settings = group_settings_of(group, concurrency, rate, weight)
+        await self.ensure_ready()
+        now = await self._time("now")
+        if session is not None:
+            check_session(session, self.store.database.client)
+            await self.store.set_group_settings_in(settings, now, session)
+        else:
+            await self.store.set_group_settings(settings, now)
+        return settings
+
+    async def unlimit_group(self, group: str, *, session: Any = None) -> bool:
+        """Remove ``group``'s settings: no limits, weight 1. ``False`` if it had none.
+        With ``session``, in the application's transaction."""
+        checked_group(group)
+        await self.ensure_ready()
+        if session is not None:
+            check_session(session, self.store.database.client)
+            return await self.store.remove_group_settings_in(group, session)
+        return await self.store.remove_group_settings(group)
+
+    async def group_settings(self) -> list[GroupSettings]:
+        """The settings of every group that has some, by group."""
+        await self.ensure_ready()
+        return [record.settings for record in await self.store.group_records()]
+
+    async def run_now(self, *job_ids: ObjectId | str) -> list[ObjectId | str]:
+        """Make these waiting jobs due now; return those that were not (handed out,
+        finished, or blocked), left as they are (:meth:`recruiter.Queue.run_now`)."""
+        await self.ensure_ready()
+        return await self.store.run(run_now_steps(job_ids, await self._time("now")))
 
     async def cancel(self, job_id: ObjectId | str, *, session: Any = None) -> Cancellation:
         """Cancel a job, waiting or running (:meth:`recruiter.Queue.cancel`); with

@@ -19,12 +19,22 @@ from bson import ObjectId
 
 from recruiter.clock import to_millis
 from recruiter.duration import Duration, to_timedelta
-from recruiter.errors import InvalidJob, InvalidSchedule
+from recruiter.errors import InvalidGroupSettings, InvalidJob, InvalidSchedule
+from recruiter.groups import GroupSettings, Rate
 from recruiter.job import After, JobSpec
 from recruiter.job_record import Job, state_of
 from recruiter.repeating.occurrences import job_template
-from recruiter.repeating.timing import DEFAULT_MISSED, Cron, Every, Missed, Schedule, missed_rule
+from recruiter.repeating.timing import (
+    DEFAULT_MISSED,
+    Cron,
+    Every,
+    Missed,
+    Schedule,
+    missed_rule,
+    schedule_from,
+)
 from recruiter.states import SUCCEEDED
+from recruiter.store.steps import Steps, call
 from recruiter.waiting.workflows import Batch, BatchStatus, Workflow, check_batch
 
 Document = dict[str, Any]
@@ -174,3 +184,41 @@ def wait_limit(timeout: Duration) -> dt.timedelta:
         return to_timedelta(timeout, name="timeout")
     except ValueError as error:
         raise InvalidJob(str(error)) from error
+
+
+RESUME_TRIES = 3
+"""Tries of a resume whose scheduler is declared again with a new schedule meanwhile."""
+
+
+def resume_steps(urn: str, now: dt.datetime) -> Steps[bool]:
+    """Resume the paused scheduler ``urn`` from its next occurrence after ``now``
+    (:meth:`recruiter.Queue.resume_repeating`), as steps for either store: whether it
+    was paused and is resumed."""
+    for _ in range(RESUME_TRIES):
+        record = yield from call("find_scheduler", urn)
+        if record is None or record.paused_at is None:
+            return False
+        try:
+            schedule = schedule_from(record.schedule)
+        except InvalidSchedule:
+            schedule = None  # the recruiter parks it again, saying why
+        following = to_millis(schedule.next_after(now)) if schedule is not None else now
+        if (yield from call("resume_scheduler", urn, dict(record.schedule), following)):
+            return True
+    return False  # its schedule changed at every try: let the caller try again
+
+
+def group_settings_of(
+    group: str, concurrency: int | None, rate: Rate | str | None, weight: int
+) -> GroupSettings:
+    """The settings :meth:`recruiter.Queue.limit_group` stores, checked."""
+    if isinstance(rate, str):
+        rate = Rate.parse(rate)
+    return GroupSettings(group, concurrency, rate, weight)
+
+
+def checked_group(group: object) -> str:
+    """``group``, if it names one; else :class:`~recruiter.errors.InvalidGroupSettings`."""
+    if not isinstance(group, str):
+        raise InvalidGroupSettings(f"a group is a string, got {group!r}")
+    return group

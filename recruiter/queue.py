@@ -36,9 +36,7 @@ from recruiter.connection import URI_VARIABLE, open_database, resolve_uri
 from recruiter.duration import Duration, to_timedelta
 from recruiter.errors import (
     BatchNotFound,
-    InvalidGroupSettings,
     InvalidJob,
-    InvalidSchedule,
     JobNotFound,
     SchedulerNotFound,
 )
@@ -51,8 +49,11 @@ from recruiter.producer import (
     batch_members,
     batch_status,
     check_session,
+    checked_group,
     checked_specs,
+    group_settings_of,
     job_documents,
+    resume_steps,
     scheduler_declaration,
     wait_limit,
     workflow_documents,
@@ -63,7 +64,6 @@ from recruiter.repeating.timing import (
     DEFAULT_MISSED,
     Missed,
     Schedule,
-    schedule_from,
 )
 from recruiter.scheduling import store_new_jobs
 from recruiter.schema_check import SchemaCheck
@@ -72,8 +72,6 @@ from recruiter.waiting.workflows import Batch, BatchStatus, Workflow
 from recruiter.workable import Registry
 
 T = TypeVar("T")
-RESUME_TRIES = 3
-"""Tries of a resume whose scheduler is declared again with a new schedule meanwhile."""
 
 
 class Queue:
@@ -242,19 +240,7 @@ class Queue:
         """Create the paused scheduler ``urn``'s occurrences again, from the next one due
         after now (those due while it was paused are not created); ``False`` if unknown
         or not paused."""
-        for _ in range(RESUME_TRIES):
-            record = self.store.find_scheduler(urn)
-            if record is None or record.paused_at is None:
-                return False
-            try:
-                schedule = schedule_from(record.schedule)
-            except InvalidSchedule:
-                schedule = None  # the recruiter parks it again, saying why
-            now = self.clock.now()
-            following = to_millis(schedule.next_after(now)) if schedule is not None else now
-            if self.store.resume_scheduler(urn, dict(record.schedule), following):
-                return True
-        return False  # its schedule changed at every try: let the caller try again
+        return self.store.run(resume_steps(urn, self.clock.now()))
 
     def stop_repeating(self, urn: str) -> bool:
         """Remove the scheduler ``urn``; the jobs it created stay. ``False`` if unknown."""
@@ -294,9 +280,7 @@ class Queue:
         >>> queue.limit_group("mail", concurrency=2, rate="100/1m").describe()
         'concurrency 2, rate 100/60s, weight 1'
         """
-        if isinstance(rate, str):
-            rate = Rate.parse(rate)
-        settings = GroupSettings(group, concurrency, rate, weight)
+        settings = group_settings_of(group, concurrency, rate, weight)
         if session is not None:
             self._check_session(session)
             self.store.set_group_settings_in(settings, self.clock.now(), session)
@@ -307,8 +291,7 @@ class Queue:
     def unlimit_group(self, group: str, *, session: Any = None) -> bool:
         """Remove ``group``'s settings: no limits, weight 1. ``False`` if it had none.
         With ``session``, in the application's transaction."""
-        if not isinstance(group, str):
-            raise InvalidGroupSettings(f"a group is a string, got {group!r}")
+        checked_group(group)
         if session is not None:
             self._check_session(session)
             return self.store.remove_group_settings_in(group, session)

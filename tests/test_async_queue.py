@@ -26,6 +26,7 @@ from recruiter import (
     DatabaseUnavailable,
     Every,
     FrozenClock,
+    InvalidGroupSettings,
     InvalidJob,
     InvalidSchedule,
     InvalidUri,
@@ -33,6 +34,7 @@ from recruiter import (
     JobSpec,
     Queue,
     Registry,
+    SchedulerNotFound,
     SchemaTooNew,
     WaitTimeout,
     Workflow,
@@ -139,6 +141,20 @@ async def cancelled(call: Call) -> None:
     await call("cancel", first)
 
 
+async def managed(call: Call) -> None:
+    later = await call("schedule", add(1, 1).run_in("1h"))
+    await call("run_now", later)
+    await call("limit_group", "mail", concurrency=2, rate="10/1m", weight=3)
+    await call("limit_group", "video", concurrency=1)
+    await call("unlimit_group", "video")
+    await call("repeat", "report", add(1, 1), "*/5 * * * *")
+    await call("repeat", "tick", add(2, 2), Every("1m"))
+    await call("pause_repeating", "report")
+    await call("pause_repeating", "tick")
+    await call("resume_repeating", "tick")
+    await call("stop_repeating", "report")
+
+
 def normalized(database: Database[Any]) -> dict[str, list[bytes]]:
     """Every document of every collection, its ObjectIds numbered in the order met, in
     values and in text (a job's id in a message): ids are new at each run; all else
@@ -183,7 +199,7 @@ def _items(value: Any) -> list[Any]:
 
 @pytest.mark.parametrize(
     "scenario",
-    [scheduled, scheduled_many, batched, workflow, repeated, cancelled],
+    [scheduled, scheduled_many, batched, workflow, repeated, cancelled, managed],
     ids=lambda scenario: scenario.__name__,
 )
 def test_the_async_queue_writes_the_documents_the_sync_queue_writes(
@@ -567,5 +583,34 @@ def test_progress_left_early_leaves_no_task_pending(
         assert ours(), "it follows the job"
         await following.aclose()
         assert ours() == [], "nothing left running"
+
+    on_async(body)
+
+
+def test_groups_schedulers_and_run_now_from_the_event_loop(
+    clock: FrozenClock, on_async: OnAsync
+) -> None:
+    async def body(queue: AsyncQueue) -> None:
+        later = await queue.schedule(add(1, 1).run_in("1h"))
+        ended = await queue.schedule(add(2, 2))
+        await queue.cancel(ended)
+        assert await queue.run_now(later, ended) == [ended], "one not waiting is said"
+        assert (await queue.job(later)).scheduled_at == clock.now()
+        settings = await queue.limit_group("mail", concurrency=2, rate="10/1m")
+        assert settings.describe() == "concurrency 2, rate 10/60s, weight 1"
+        assert [s.group for s in await queue.group_settings()] == ["mail"]
+        assert await queue.unlimit_group("mail")
+        assert not await queue.unlimit_group("mail"), "it had none left"
+        with pytest.raises(InvalidGroupSettings):
+            await queue.unlimit_group(3)  # type: ignore[arg-type]
+        assert await queue.repeat("tick", add(2, 2), Every("1m"))
+        assert await queue.pause_repeating("tick")
+        assert not await queue.pause_repeating("tick"), "paused already"
+        assert (await queue.scheduler("tick")).paused_at is not None
+        assert await queue.resume_repeating("tick")
+        assert [record.urn for record in await queue.schedulers()] == ["tick"]
+        assert await queue.stop_repeating("tick")
+        with pytest.raises(SchedulerNotFound):
+            await queue.scheduler("tick")
 
     on_async(body)

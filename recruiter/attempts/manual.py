@@ -215,9 +215,14 @@ def _waiting_ids(job_ids: Sequence[Any]) -> Steps[list[Any]]:
 def run_now(store: Store, job_ids: Sequence[Any], now: dt.datetime) -> list[Any]:
     """Make the waiting jobs among ``job_ids`` due now; return those that were not
     waiting (handed out or finished already: they are left as they are)."""
+    return store.run(run_now_steps(job_ids, now))
+
+
+def run_now_steps(job_ids: Sequence[Any], now: dt.datetime) -> Steps[list[Any]]:
+    """:func:`run_now`, as steps (:mod:`recruiter.store.steps`) for either store."""
     not_waiting = []
-    for job_id in store.run(_waiting_ids(job_ids)):
-        if not store.make_due_now(job_id, now):
+    for job_id in (yield from _waiting_ids(job_ids)):
+        if not (yield from call("make_due_now", job_id, now)):
             not_waiting.append(job_id)
     return not_waiting
 

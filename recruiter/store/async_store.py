@@ -27,16 +27,21 @@ from pymongo.asynchronous.cursor import AsyncCursor
 from pymongo.asynchronous.database import AsyncDatabase
 
 from recruiter.clock import DatabaseClock
+from recruiter.groups import GroupSettings
 from recruiter.job_record import Job
 from recruiter.progress import JobProgress
 from recruiter.repeating.timing import Missed
+from recruiter.store import attempts as attempt_steps
 from recruiter.store import fate_write_concern
+from recruiter.store import groups as group_steps
 from recruiter.store import jobs as job_steps
 from recruiter.store import progress as progress_steps
 from recruiter.store import schedulers as scheduler_steps
 from recruiter.store import waiting as waiting_steps
 from recruiter.store.base import Document
 from recruiter.store.failures import in_the_callers_transaction, translate_methods, untranslated
+from recruiter.store.groups import GroupRecord
+from recruiter.store.schedulers import SchedulerRecord
 from recruiter.store.schema import check_schema_steps, ensure_ready
 from recruiter.store.server import server_time
 from recruiter.store.steps import (
@@ -338,6 +343,56 @@ class AsyncStore:
             session=session,
         )
         return await self._send(steps)
+
+    async def find_scheduler(self, urn: str) -> SchedulerRecord | None:
+        """:meth:`recruiter.store.Store.find_scheduler`."""
+        return await self._send(scheduler_steps.find_scheduler(urn))
+
+    async def scheduler_records(self) -> list[SchedulerRecord]:
+        """:meth:`recruiter.store.Store.scheduler_records`."""
+        return await self._send(scheduler_steps.scheduler_records())
+
+    async def pause_scheduler(self, urn: str, now: dt.datetime) -> bool:
+        """:meth:`recruiter.store.Store.pause_scheduler`."""
+        return await self._send(scheduler_steps.pause_scheduler(urn, now))
+
+    async def resume_scheduler(self, urn: str, schedule: Document, next_at: dt.datetime) -> bool:
+        """:meth:`recruiter.store.Store.resume_scheduler`."""
+        return await self._send(scheduler_steps.resume_scheduler(urn, schedule, next_at))
+
+    async def remove_scheduler(self, urn: str) -> bool:
+        """:meth:`recruiter.store.Store.remove_scheduler`."""
+        return await self._send(scheduler_steps.remove_scheduler(urn))
+
+    # --- groups and a job made due now ------------------------------------------------
+
+    async def set_group_settings(self, settings: GroupSettings, now: dt.datetime) -> bool:
+        """:meth:`recruiter.store.Store.set_group_settings`."""
+        return await self._send(group_steps.set_group_settings(settings, now))
+
+    @in_the_callers_transaction
+    async def set_group_settings_in(
+        self, settings: GroupSettings, now: dt.datetime, session: Any
+    ) -> bool:
+        """:meth:`recruiter.store.Store.set_group_settings_in`."""
+        return await self._send(group_steps.set_group_settings(settings, now, session))
+
+    async def remove_group_settings(self, group: str) -> bool:
+        """:meth:`recruiter.store.Store.remove_group_settings`."""
+        return await self._send(group_steps.remove_group_settings(group))
+
+    @in_the_callers_transaction
+    async def remove_group_settings_in(self, group: str, session: Any) -> bool:
+        """:meth:`recruiter.store.Store.remove_group_settings_in`."""
+        return await self._send(group_steps.remove_group_settings(group, session))
+
+    async def group_records(self) -> list[GroupRecord]:
+        """:meth:`recruiter.store.Store.group_records`."""
+        return await self._send(group_steps.group_records())
+
+    async def make_due_now(self, job_id: Any, now: dt.datetime) -> bool:
+        """:meth:`recruiter.store.Store.make_due_now`."""
+        return await self._send(attempt_steps.make_due_now(job_id, now))
 
 
 def async_client(uri: str, options: Mapping[str, Any]) -> AsyncMongoClient[dict[str, Any]]:

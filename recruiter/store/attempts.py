@@ -30,6 +30,7 @@ from recruiter.job import HISTORY_LIMIT
 from recruiter.job_record import Job
 from recruiter.store.base import Document, aware, on_mongomock, update_each
 from recruiter.store.failures import in_the_callers_transaction, translate
+from recruiter.store.steps import Sends, Steps, send
 
 LOCK_PAGE = 10_000
 
@@ -217,7 +218,7 @@ def _as_started(document: Document) -> Job:
     return Job.from_document({**document, "last_execution": previous})
 
 
-class AttemptVerbs:
+class AttemptVerbs(Sends):
     """Operations on a held job of ``scheduled``: locked, started, ended."""
 
     database: Database[Document]
@@ -255,11 +256,7 @@ class AttemptVerbs:
     def make_due_now(self, job_id: Any, now: dt.datetime) -> bool:
         """Make a waiting job due at ``now`` (if it was due later), if it is still
         waiting: not handed out, not finished."""
-        result = self.scheduled.update_one(
-            {"_id": job_id, "locked": False, "scheduled_at": {"$exists": True}},
-            {"$min": {"scheduled_at": now}},
-        )
-        return result.matched_count == 1
+        return self._send(make_due_now(job_id, now))
 
     def lock_job_now(self, job_id: Any, token: ObjectId, now: dt.datetime) -> bool:
         """Lock a waiting job under ``token`` whenever it is due: a manual run."""
@@ -457,3 +454,15 @@ class AttemptVerbs:
     def _history_damaged(self, owned: Document) -> bool:
         document = self.scheduled.find_one(owned, {"history": 1})
         return document is not None and not isinstance(document.get("history", []), list)
+
+
+def make_due_now(job_id: Any, now: dt.datetime) -> Steps[bool]:
+    """:meth:`AttemptVerbs.make_due_now`, as steps (:mod:`recruiter.store.steps`): the
+    asyncio store's too."""
+    result = yield from send(
+        "scheduled",
+        "update_one",
+        {"_id": job_id, "locked": False, "scheduled_at": {"$exists": True}},
+        {"$min": {"scheduled_at": now}},
+    )
+    return bool(result.matched_count == 1)

@@ -21,6 +21,7 @@ from recruiter.groups import GroupSettings
 from recruiter.store.base import Document, aware, update_each
 from recruiter.store.failures import in_the_callers_transaction
 from recruiter.store.ready import ready_query
+from recruiter.store.steps import Sends, Steps, find, send
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class GroupRecord:
         )
 
 
-class GroupVerbs:
+class GroupVerbs(Sends):
     """Operations on ``groups``, and the counts of ``scheduled`` that limits need."""
 
     groups: Collection[Document]
@@ -64,26 +65,20 @@ class GroupVerbs:
         return self._set_group_settings(settings, now, session)
 
     def _set_group_settings(self, settings: GroupSettings, now: dt.datetime, session: Any) -> bool:
-        result = self.groups.update_one(
-            {"_id": settings.group},
-            {"$set": {**settings.to_document(), "changed_at": now}},
-            upsert=True,
-            session=session,
-        )
-        return result.upserted_id is not None
+        return self._send(set_group_settings(settings, now, session))
 
     def remove_group_settings(self, group: str) -> bool:
         """Forget the group's settings: no limits, weight 1. ``False`` if it had none."""
-        return self.groups.delete_one({"_id": group}).deleted_count == 1
+        return self._send(remove_group_settings(group))
 
     @in_the_callers_transaction
     def remove_group_settings_in(self, group: str, session: Any) -> bool:
         """:meth:`remove_group_settings` in the application's transaction ``session``."""
-        return self.groups.delete_one({"_id": group}, session=session).deleted_count == 1
+        return self._send(remove_group_settings(group, session))
 
     def group_records(self) -> list[GroupRecord]:
         """Every group with settings, by name."""
-        return [GroupRecord.from_document(d) for d in self.groups.find().sort("_id", 1)]
+        return self._send(group_records())
 
     def record_starts(self, starts: Mapping[str, tuple[Sequence[dt.datetime], int]]) -> None:
         """Append hand-outs to groups' starts: ``{group: (times, keep)}`` appends
@@ -112,3 +107,33 @@ class GroupVerbs:
         if None)."""
         groups: list[Any] = self.scheduled.distinct("group", ready_query(now, None, workables))
         return sorted(g for g in groups if isinstance(g, str))
+
+
+# --- the producer's group verbs, as steps (recruiter.store.steps): either store's ---------
+
+
+def set_group_settings(
+    settings: GroupSettings, now: dt.datetime, session: Any = None
+) -> Steps[bool]:
+    """Replace the group's settings (its starts stay); whether it is new."""
+    result = yield from send(
+        "groups",
+        "update_one",
+        {"_id": settings.group},
+        {"$set": {**settings.to_document(), "changed_at": now}},
+        upsert=True,
+        session=session,
+    )
+    return result.upserted_id is not None
+
+
+def remove_group_settings(group: str, session: Any = None) -> Steps[bool]:
+    """Forget the group's settings; whether it had some."""
+    result = yield from send("groups", "delete_one", {"_id": group}, session=session)
+    return bool(result.deleted_count == 1)
+
+
+def group_records() -> Steps[list[GroupRecord]]:
+    """Every group with settings, by name."""
+    found = yield from find("groups", {}, sort=[("_id", 1)])
+    return [GroupRecord.from_document(document) for document in found]

@@ -33,7 +33,7 @@ from pymongo.errors import DuplicateKeyError
 from recruiter.repeating.timing import DEFAULT_MISSED, MISSED_RULES, Missed
 from recruiter.store.base import Document, aware
 from recruiter.store.failures import in_the_callers_transaction
-from recruiter.store.steps import Sends, Steps, send
+from recruiter.store.steps import Sends, Steps, find, send
 
 UPSERT_TRIES = 5
 """Tries of a declaration that meets a pause or resume at each one."""
@@ -159,11 +159,12 @@ class SchedulerVerbs(Sends):
         )
 
     def find_scheduler(self, urn: str) -> SchedulerRecord | None:
-        document = self.schedulers.find_one({"_id": urn})
-        return None if document is None else SchedulerRecord.from_document(document)
+        """The scheduler ``urn``, or ``None``."""
+        return self._send(find_scheduler(urn))
 
     def scheduler_records(self) -> list[SchedulerRecord]:
-        return [SchedulerRecord.from_document(d) for d in self.schedulers.find().sort("_id", 1)]
+        """Every scheduler, by urn."""
+        return self._send(scheduler_records())
 
     def pause_scheduler(self, urn: str, now: dt.datetime) -> bool:
         """Stop ``urn`` from being due (its occurrences are not created) if it runs.
@@ -171,24 +172,16 @@ class SchedulerVerbs(Sends):
         Its ``next_at`` goes: an occurrence read as due but not yet claimed is not
         created, since a claim names the ``next_at`` it read. One left pending by a
         crash is still completed (it was claimed before the pause)."""
-        result = self.schedulers.update_one(
-            {"_id": urn, "paused_at": {"$exists": False}},
-            {"$set": {"paused_at": now}, "$unset": {"next_at": ""}},
-        )
-        return result.modified_count == 1
+        return self._send(pause_scheduler(urn, now))
 
     def resume_scheduler(self, urn: str, schedule: Document, next_at: dt.datetime) -> bool:
         """Make the paused ``urn`` due again at ``next_at``, computed from ``schedule``
         (if it was changed meanwhile, nothing is written: compute again)."""
-        result = self.schedulers.update_one(
-            {"_id": urn, "paused_at": {"$exists": True}, "schedule": schedule},
-            {"$unset": {"paused_at": ""}, "$set": {"next_at": next_at}},
-        )
-        return result.modified_count == 1
+        return self._send(resume_scheduler(urn, schedule, next_at))
 
     def remove_scheduler(self, urn: str) -> bool:
         """Stop creating occurrences; the jobs already created stay."""
-        return self.schedulers.delete_one({"_id": urn}).deleted_count == 1
+        return self._send(remove_scheduler(urn))
 
     def due_schedulers(self, now: dt.datetime) -> list[SchedulerRecord]:
         """Schedulers with an occurrence due by ``now``, or one left pending by a crash.
@@ -343,3 +336,46 @@ def _upsert_scheduler(
         session=session,
     )
     return result.upserted_id is not None
+
+
+# --- an application's controls of its schedulers, as steps: either store's ---------------
+
+
+def find_scheduler(urn: str) -> Steps[SchedulerRecord | None]:
+    """:meth:`SchedulerVerbs.find_scheduler`."""
+    found = yield from find("schedulers", {"_id": urn})
+    return SchedulerRecord.from_document(found[0]) if found else None
+
+
+def scheduler_records() -> Steps[list[SchedulerRecord]]:
+    """:meth:`SchedulerVerbs.scheduler_records`."""
+    found = yield from find("schedulers", {}, sort=[("_id", 1)])
+    return [SchedulerRecord.from_document(document) for document in found]
+
+
+def pause_scheduler(urn: str, now: dt.datetime) -> Steps[bool]:
+    """:meth:`SchedulerVerbs.pause_scheduler`."""
+    result = yield from send(
+        "schedulers",
+        "update_one",
+        {"_id": urn, "paused_at": {"$exists": False}},
+        {"$set": {"paused_at": now}, "$unset": {"next_at": ""}},
+    )
+    return bool(result.modified_count == 1)
+
+
+def resume_scheduler(urn: str, schedule: Document, next_at: dt.datetime) -> Steps[bool]:
+    """:meth:`SchedulerVerbs.resume_scheduler`."""
+    result = yield from send(
+        "schedulers",
+        "update_one",
+        {"_id": urn, "paused_at": {"$exists": True}, "schedule": schedule},
+        {"$unset": {"paused_at": ""}, "$set": {"next_at": next_at}},
+    )
+    return bool(result.modified_count == 1)
+
+
+def remove_scheduler(urn: str) -> Steps[bool]:
+    """:meth:`SchedulerVerbs.remove_scheduler`."""
+    result = yield from send("schedulers", "delete_one", {"_id": urn})
+    return bool(result.deleted_count == 1)
