@@ -467,6 +467,22 @@ def test_a_job_cancelled_just_before_its_start_rides_along_is_skipped_not_run(
     assert [queue.job(j).attempts for j in batch] == [1, 1, 1], "each attempt counted once"
 
 
+def first_reply_lost(store: Store, monkeypatch: pytest.MonkeyPatch, *, landed: bool) -> list[int]:
+    """The first command sending a job's end with the next job's start gets no answer,
+    having landed (``landed``) or not; the list gets how many jobs it modified."""
+    real = store.record_end_then_start
+    lost: list[int] = []
+
+    def lands_then_no_reply(*statements: Any) -> int:
+        if not lost:
+            lost.append(real(*statements) if landed else 0)
+            raise DatabaseUnavailable("connection closed (simulated)")
+        return real(*statements)
+
+    monkeypatch.setattr(store, "record_end_then_start", lands_then_no_reply)
+    return lost
+
+
 @pytest.mark.parametrize("landed", [True, False], ids=["reply-lost", "write-lost"])
 def test_a_lost_reply_to_one_jobs_end_and_the_next_start_counts_each_once(
     queue: Queue,
@@ -483,16 +499,7 @@ def test_a_lost_reply_to_one_jobs_end_and_the_next_start_counts_each_once(
     worker = one_worker(queue, registry, clock)
     batch = jobs(queue, 3)
     Recruiter(queue.store, RecruiterConfig(prefetch=RULE)).run_once(clock.now())
-    real = queue.store.record_end_then_start
-    lost: list[int] = []
-
-    def lands_then_no_reply(*statements: Any) -> int:
-        if not lost:
-            lost.append(real(*statements) if landed else 0)
-            raise DatabaseUnavailable("connection closed (simulated)")
-        return real(*statements)
-
-    monkeypatch.setattr(queue.store, "record_end_then_start", lands_then_no_reply)
+    lost = first_reply_lost(queue.store, monkeypatch, landed=landed)
     result = worker.slots[0].run_once()
     assert lost == [2 if landed else 0]
     assert [e.outcome for e in result.executions] == [Outcome.DONE] * 3
@@ -716,16 +723,7 @@ def test_a_snooze_riding_with_the_next_start_and_its_reply_lost_counts_once(
     worker = one_worker(queue, registry, clock)
     first, second = jobs(queue, 2)
     Recruiter(queue.store, RecruiterConfig(prefetch=RULE)).run_once(clock.now())
-    real = queue.store.record_end_then_start
-    lost: list[int] = []
-
-    def lands_then_no_reply(*statements: Any) -> int:
-        if not lost:
-            lost.append(real(*statements) if landed else 0)
-            raise DatabaseUnavailable("connection closed (simulated)")
-        return real(*statements)
-
-    monkeypatch.setattr(queue.store, "record_end_then_start", lands_then_no_reply)
+    lost = first_reply_lost(queue.store, monkeypatch, landed=landed)
     result = worker.slots[0].run_once()
     assert lost == [2 if landed else 0]
     assert [e.outcome for e in result.executions] == [Outcome.SNOOZED, Outcome.DONE]
