@@ -85,19 +85,32 @@ def open_database(
                 client.admin.command("ping")
             break
         except PyMongoError as error:
-            remaining = deadline - clock.monotonic()
-            if remaining <= 0:
+            waits = _waits_again(uri, error, deadline, pause, clock)
+            if waits is None:
                 client.close()
                 raise DatabaseUnreachable(redact(uri), reason(error)) from error
-            logger.warning(
-                "no database answers at %s yet (%s); trying again for %.0fs more",
-                redact(uri),
-                reason(error),
-                remaining,
-            )
-            pause = WAIT_PAUSES.after(pause)
-            clock.sleep(min(pause, remaining))
+            pause, sleep = waits
+            clock.sleep(sleep)
     return client[database or client.get_default_database(DEFAULT_DATABASE).name]
+
+
+def _waits_again(
+    uri: str, error: PyMongoError, deadline: float, pause: float, clock: Clock
+) -> tuple[float, float] | None:
+    """After a try that got no answer: ``None`` once ``deadline`` (on ``clock``'s
+    monotonic time) is past; else, said in the log, the next pause and how long to
+    sleep now (the pause, cut to the deadline). Both ways of opening a database use it."""
+    remaining = deadline - clock.monotonic()
+    if remaining <= 0:
+        return None
+    logger.warning(
+        "no database answers at %s yet (%s); trying again for %.0fs more",
+        redact(uri),
+        reason(error),
+        remaining,
+    )
+    pause = WAIT_PAUSES.after(pause)
+    return pause, min(pause, remaining)
 
 
 @contextmanager
@@ -149,18 +162,12 @@ async def open_async_database(
             await client.admin.command("ping")
             break
         except PyMongoError as error:
-            remaining = deadline - clock.monotonic()
-            if remaining <= 0:
+            waits = _waits_again(uri, error, deadline, pause, clock)
+            if waits is None:
                 await client.close()
                 raise DatabaseUnreachable(redact(uri), reason(error)) from error
-            logger.warning(
-                "no database answers at %s yet (%s); trying again for %.0fs more",
-                redact(uri),
-                reason(error),
-                remaining,
-            )
-            pause = WAIT_PAUSES.after(pause)
-            await asyncio.sleep(min(pause, remaining))
+            pause, sleep = waits
+            await asyncio.sleep(sleep)
     return client[database or client.get_default_database(DEFAULT_DATABASE).name]
 
 
