@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Annotated, Any, Protocol, TypeVar
 
 import typer
 
-from recruiter.cli.terminal import errors
 from recruiter.duration import parse_duration
 from recruiter.monitoring.logs import Level
 
@@ -181,19 +180,3 @@ def validated(config: C) -> C:
     except ValueError as error:
         raise typer.BadParameter(str(error)) from error
     return config
-
-
-T = TypeVar("T")
-
-
-def renamed_option(new: str, value: T, old: str, old_value: T | None) -> T:
-    """The value of option ``new``, or of ``old``, its name before, when that was given
-    (with a warning: an old name works for a release after its rename).
-
-    >>> renamed_option("--prefetch", 50, "--max-batch", None)
-    50
-    """
-    if old_value is None:
-        return value
-    errors.print(f"warning: {old} is now {new}; the old name goes in a later release")
-    return old_value

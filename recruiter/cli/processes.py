@@ -30,7 +30,6 @@ from recruiter.cli.options import (
     connect_store,
     duration_option,
     load_registry,
-    renamed_option,
     size_option,
     validated,
 )
@@ -115,12 +114,6 @@ PrefetchSeconds = Annotated[
         "job length, as workers report it).",
     ),
 ]
-MaxBatch = Annotated[int | None, typer.Option("--max-batch", hidden=True)]
-"""``--prefetch``'s name before issue 28, for a release."""
-BatchSeconds = Annotated[
-    dt.timedelta | None, typer.Option("--batch-seconds", parser=duration_option, hidden=True)
-]
-"""``--prefetch-seconds``'s name before issue 28, for a release."""
 
 
 def run(
@@ -129,8 +122,6 @@ def run(
     watch: Watch = True,
     prefetch: Prefetch = DEFAULT_PREFETCH,
     prefetch_seconds: PrefetchSeconds = "1s",  # type: ignore[assignment]
-    max_batch: MaxBatch = None,
-    batch_seconds: BatchSeconds = None,
     mongodb_uri: MongoUri = None,
     database: DatabaseName = None,
     wait_for_database: WaitForDatabase = "0s",  # type: ignore[assignment]
@@ -146,10 +137,7 @@ def run(
 
     setup_logging("recruiter", log_level, json_logs)
     stop = signalled_stop("recruiter")
-    rule = PrefetchRule(
-        renamed_option("--prefetch", prefetch, "--max-batch", max_batch),
-        renamed_option("--prefetch-seconds", prefetch_seconds, "--batch-seconds", batch_seconds),
-    )
+    rule = PrefetchRule(prefetch, prefetch_seconds)
     config = validated(RecruiterConfig(lease=lease, watch=watch, prefetch=rule))
     registry = None if app is None else load_registry(app)
     store = connect_store(mongodb_uri, database, wait_for_database)
