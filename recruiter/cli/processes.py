@@ -27,7 +27,6 @@ from recruiter.cli.options import (
     MongoUri,
     WaitForDatabase,
     Watch,
-    connect_store,
     duration_option,
     load_registry,
     size_option,
@@ -129,6 +128,7 @@ def run(
     json_logs: JsonLogs = False,
 ) -> None:
     """The recruiter: hand ready jobs to available workers (one leads; others stand by)."""
+    from recruiter.connection import open_store, resolve_uri
     from recruiter.processes.leadership import Follow, Tell, lead
     from recruiter.processes.news import FeedInbox
     from recruiter.processes.prefetch_rule import PrefetchRule
@@ -140,7 +140,7 @@ def run(
     rule = PrefetchRule(prefetch, prefetch_seconds)
     config = validated(RecruiterConfig(lease=lease, watch=watch, prefetch=rule))
     registry = None if app is None else load_registry(app)
-    store = connect_store(mongodb_uri, database, wait_for_database)
+    store = open_store(resolve_uri(mongodb_uri)[0], database, wait=wait_for_database)
     news = FeedInbox() if config.watch else None
     follow = Follow(store.watch_for_work, config.followed_wait, news) if news else None
     recruiter = Recruiter(store, config, news)
@@ -213,6 +213,7 @@ def worker(
     json_logs: JsonLogs = False,
 ) -> None:
     """A worker: register in the roster, run what is assigned, heartbeat throughout."""
+    from recruiter.connection import open_store, resolve_uri
     from recruiter.processes.worker import WorkerConfig, WorkerProcess
 
     setup_logging("worker", log_level, json_logs)
@@ -231,7 +232,7 @@ def worker(
             job_memory_limit=job_memory_limit,
         )
     )
-    store = connect_store(mongodb_uri, database, wait_for_database)
+    store = open_store(resolve_uri(mongodb_uri)[0], database, wait=wait_for_database)
     process = WorkerProcess(store, registry, store.clock(), config, stop=stop)
     process.run()
     stopped_cleanly()
@@ -265,6 +266,7 @@ def clean(
     json_logs: JsonLogs = False,
 ) -> None:
     """The cleaner: release the jobs of dead workers, purge old archived jobs."""
+    from recruiter.connection import open_store, resolve_uri
     from recruiter.processes.cleaner import Cleaner, CleanerConfig
     from recruiter.processes.leadership import Tell, lead
     from recruiter.queue import Queue
@@ -273,7 +275,7 @@ def clean(
     stop = signalled_stop("cleaner")
     config = validated(CleanerConfig(considered_dead_after, clean_after, lease))
     registry = None if app is None else load_registry(app)
-    store = connect_store(mongodb_uri, database, wait_for_database)
+    store = open_store(resolve_uri(mongodb_uri)[0], database, wait=wait_for_database)
     tell = None if registry is None else Tell(registry.listeners, Queue(store.database))
     cleaner = Cleaner(store, config)
     lead(
