@@ -23,7 +23,7 @@ Who notices an end (:func:`follow_up`):
    crash, or that its worker did not know to follow up, is noticed within a round.
 
 Each notice is a conditional update of the waiting job alone (see
-:mod:`recruiter.store.waiting`): any of the three may notice the same end, at once, and
+:mod:`recruiter.store.blocked`): any of the three may notice the same end, at once, and
 it is noted once; a callback is made ready, or cancelled, exactly once.
 
 A batch has no counters of its own to keep in step: its progress is read from its
