@@ -122,7 +122,7 @@ def test_a_crash_between_the_effect_and_the_ack_re_runs_nothing_that_stayed(
     def crash(*arguments: Any, **options: Any) -> bool:
         raise SystemExit("the worker dies")
 
-    monkeypatch.setattr(shop.store, "record_end_in", crash)
+    monkeypatch.setattr(shop.store, "record_end", crash)
     with pytest.raises(SystemExit):
         execute(shop, confirming_app, job_id)
     monkeypatch.undo()
@@ -159,7 +159,7 @@ def test_a_job_taken_back_while_it_runs_is_fenced_off_with_its_writes(
     taken = interleaving.before(
         monkeypatch,
         shop.store,
-        "record_end_in",
+        "record_end",
         lambda: shop.store.database.scheduled.update_one(
             {"_id": job_id}, {"$set": {"lock.token": ObjectId()}}
         ),
@@ -179,7 +179,7 @@ def test_a_write_conflict_runs_the_transaction_again(
     conflicts = interleaving.before(
         monkeypatch,
         shop.store,
-        "record_end_in",
+        "record_end",
         lambda: shop.store.database.scheduled.update_one(
             {"_id": job_id}, {"$set": {"touched": True}}
         ),
