@@ -55,7 +55,6 @@ from recruiter.store import Store, WorkerRecord
 logger = logging.getLogger(__name__)
 
 DEFAULT_LEASE = dt.timedelta(seconds=15)
-DEFAULT_ROLLBACK_EVERY = DEFAULT_EVERY
 DEFAULT_FOLLOWED_WAIT = 1.0
 MINIMUM_PAUSE = 0.001
 
@@ -64,8 +63,9 @@ MINIMUM_PAUSE = 0.001
 class RecruiterConfig:
     lease: dt.timedelta = DEFAULT_LEASE
     """How long the leader's lease lasts; a standby takes over within this after a crash."""
-    rollback_every: dt.timedelta = DEFAULT_ROLLBACK_EVERY
-    """How often to look for jobs locked but never assigned (also on becoming leader)."""
+    rollback_every: dt.timedelta = DEFAULT_EVERY
+    """How often to look for jobs locked but held by no worker (also on becoming leader,
+    and after a round that failed)."""
     idle_wait_min: float = 0.005
     idle_wait_max: float = 0.25
     watch: bool = True
