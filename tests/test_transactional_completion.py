@@ -42,8 +42,8 @@ from recruiter.attempts.verdict import Outcome
 from recruiter.cli import app as cli_app
 from recruiter.job_context import job_session
 from recruiter.pools.stopping import Watch
-from recruiter.processes.cleaner import Cleaner, CleanerConfig
 from recruiter.processes.progress import flush_progress
+from recruiter.processes.recruiter import Recruiter
 from recruiter.processes.slot import WorkerSlot
 from recruiter.progress import PROGRESS_EVERY
 from recruiter.store import Commit
@@ -131,7 +131,7 @@ def test_a_crash_between_the_effect_and_the_ack_re_runs_nothing_that_stayed(
     assert job.locked
     assert job.lock_started_at is not None, "crashed mid-attempt, held by nobody"
     clock.advance(31)
-    Cleaner(shop.store, CleanerConfig()).run_once(clock.now())  # an orphan, released
+    Recruiter(shop.store).run_once(clock.now())  # held by no worker: released
     assert drain(shop, confirming_app).results == {job_id: "confirmed"}
     assert confirmations(shop) == 1
     assert shop.job(job_id).attempts == 2

@@ -138,8 +138,8 @@ def run(
     json_logs: JsonLogs = False,
 ) -> None:
     """The recruiter: hand ready jobs to available workers (one leads; others stand by)."""
+    from recruiter.processes.feed_cache import FeedInbox
     from recruiter.processes.leadership import Follow, Tell, lead
-    from recruiter.processes.news import FeedInbox
     from recruiter.processes.prefetch_rule import PrefetchRule
     from recruiter.processes.recruiter import Recruiter, RecruiterConfig
     from recruiter.queue import Queue
