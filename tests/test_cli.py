@@ -175,15 +175,15 @@ def test_a_store_opened_while_the_database_restarts_waits_for_it(
     from recruiter import DatabaseUnavailable, DatabaseUnreachable, FrozenClock
     from recruiter.connection import open_store
     from recruiter.store import Store
+    from recruiter.store.schema import ensure_ready
 
-    real = Store.ensure_ready
     calls: list[int] = []
 
     def restarting(store: Store) -> None:
         calls.append(1)
         if len(calls) == 1:
             raise DatabaseUnavailable("connection closed (simulated)")
-        real(store)
+        store.call(ensure_ready)
 
     monkeypatch.setattr(Store, "ensure_ready", restarting)
     name = f"t_{uuid.uuid4().hex[:12]}"

@@ -15,7 +15,7 @@ from typing import Any
 from bson import ObjectId
 
 from recruiter import FrozenClock, JobSpec, Queue
-from recruiter.processes.news import FeedInbox
+from recruiter.processes.feed_cache import FeedInbox
 from recruiter.processes.recruiter import Recruiter
 from recruiter.store import UnservedWorkable, digest_of
 from tests.driving import application, assigned, slot

@@ -129,8 +129,8 @@ def run(
 ) -> None:
     """The recruiter: hand ready jobs to available workers (one leads; others stand by)."""
     from recruiter.connection import open_store, resolve_uri
+    from recruiter.processes.feed_cache import FeedInbox
     from recruiter.processes.leadership import Follow, Tell, lead
-    from recruiter.processes.news import FeedInbox
     from recruiter.processes.prefetch_rule import PrefetchRule
     from recruiter.processes.recruiter import Recruiter, RecruiterConfig
     from recruiter.queue import Queue
