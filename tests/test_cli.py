@@ -201,7 +201,7 @@ def test_a_store_opened_while_the_database_restarts_waits_for_it(
 
 def test_help_loads_neither_the_driver_nor_the_processes() -> None:
     """Start-up: each command imports what it needs when it runs, so ``recruiter --help``
-    (and every command's help) stays fast; its time is in docs/development.md."""
+    (and every command's help) stays fast; its time is in docs/internals/development.md."""
     script = (
         "import sys\n"
         "from typer.testing import CliRunner\n"

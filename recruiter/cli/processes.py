@@ -102,7 +102,7 @@ Prefetch = Annotated[
     int,
     typer.Option(
         help="Jobs one worker slot may be handed at once, when more are ready than "
-        "slots are idle (1: no prefetch; see docs/prefetch.md)."
+        "slots are idle (1: no prefetch; see docs/guides/prefetch.md)."
     ),
 ]
 PrefetchSeconds = Annotated[

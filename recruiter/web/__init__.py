@@ -6,7 +6,7 @@ a group's limits) through the same :class:`recruiter.Queue` methods the command 
 uses; a JSON API under ``/api`` described by ``/api/openapi.json``.
 
 An optional extra: ``pip install 'recruiter[web]'`` (FastAPI, uvicorn, Jinja2). See
-docs/web.md for why these, and for the security model (:mod:`recruiter.web.security`).
+docs/guides/web.md for why these, and for the security model (:mod:`recruiter.web.security`).
 """
 
 from recruiter.web.app import WebConfig, create_app
