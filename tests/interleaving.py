@@ -22,6 +22,7 @@ import pytest
 from recruiter.store import Store
 from recruiter.store.async_store import AsyncStore
 from recruiter.store.steps import Steps
+from recruiter.store.verbs import Verb as StepVerb
 
 Verb = str | Callable[..., Steps[Any]]
 """A method's name, or a verb's steps."""
@@ -60,6 +61,9 @@ def _around(
     when: Callable[[Any], bool],
 ) -> list[Any]:
     name = verb if isinstance(verb, str) else "call"
+    if isinstance(getattr(type(target), name, None), StepVerb):
+        # other steps call it through the store's ``call``, never by this name
+        raise TypeError(f"name the verb {name} by its steps, e.g. jobs.{name}")
     real: Callable[..., Any] = getattr(target, name)
     happened: list[Any] = []
     began: list[bool] = []  # (the step's own calls of the verb do not start it again)

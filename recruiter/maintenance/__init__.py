@@ -6,7 +6,7 @@
 - :mod:`.dead_workers`: take back the jobs of dead workers (the cleaner);
 - :mod:`.archiver`: move finished jobs to ``archived`` (the cleaner);
 - :mod:`.purger`: delete archived jobs past their keep time (the cleaner);
-- :mod:`.waiting_sweep`: settle waiting jobs whose dependencies ended unnoticed (the cleaner).
+- :mod:`.blocked_sweep`: settle blocked jobs whose dependencies ended unnoticed (the cleaner).
 
 The hand-out round itself is the recruiter's (:mod:`recruiter.processes.recruiter`).
 """

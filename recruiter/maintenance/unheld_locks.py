@@ -24,7 +24,7 @@ from recruiter.store import Store
 logger = logging.getLogger(__name__)
 
 DEFAULT_EVERY = dt.timedelta(seconds=30)
-REASON = "locked but not assigned"
+REASON = "held by no worker"
 """Why a job was released, for its history."""
 
 

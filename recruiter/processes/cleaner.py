@@ -6,7 +6,7 @@ Each round runs, in order, the services the cleaner owns (:mod:`recruiter.mainte
 2. archiving finished jobs (:mod:`~recruiter.maintenance.archiver`);
 3. purging old archived jobs (:mod:`~recruiter.maintenance.purger`);
 4. the sweep of waiting jobs whose dependencies ended unnoticed
-   (:mod:`~recruiter.maintenance.waiting_sweep`).
+   (:mod:`~recruiter.maintenance.blocked_sweep`).
 
 A round that took back jobs, or moved or purged a full batch, is followed by another at
 once. Jobs locked but held by no worker are the leading recruiter's to release
@@ -23,9 +23,9 @@ from recruiter.attempts.takeback import Released
 from recruiter.errors import DatabaseError
 from recruiter.loop import Backoff, Pause
 from recruiter.maintenance.archiver import Archiver
+from recruiter.maintenance.blocked_sweep import BlockedSweep
 from recruiter.maintenance.dead_workers import DEFAULT_CONSIDERED_DEAD_AFTER, DeadWorkerTakeBack
 from recruiter.maintenance.purger import DEFAULT_CLEAN_AFTER, Purger
-from recruiter.maintenance.waiting_sweep import WaitingSweep
 from recruiter.monitoring.tracing import process_span
 from recruiter.store import ARCHIVE_BATCH, PURGE_BATCH, Store
 
@@ -95,7 +95,7 @@ class Cleaner:
         self.take_back = DeadWorkerTakeBack(store, self.config.considered_dead_after)
         self.archiver = Archiver(store)
         self.purger = Purger(store, self.config.clean_after)
-        self.sweep = WaitingSweep(store)
+        self.sweep = BlockedSweep(store)
 
     def became_leader(self) -> None:
         """Watch for a full timeout before declaring any worker dead."""

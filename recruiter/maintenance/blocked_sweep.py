@@ -1,4 +1,4 @@
-"""The sweep of waiting jobs: one whose dependencies (or batch) ended, and that nobody
+"""The sweep of blocked jobs: one whose dependencies (or batch) ended, and that nobody
 told (its worker crashed before it could, say), is made ready or cancelled as its rule
 says (:func:`recruiter.waiting.engine.sweep`).
 
@@ -27,7 +27,7 @@ class SweepResult:
         return self.ready + self.cancelled
 
 
-class WaitingSweep:
+class BlockedSweep:
     def __init__(self, store: Store) -> None:
         self.store = store
 
