@@ -55,7 +55,7 @@ from recruiter.store.selection import Selection, SelectionVerbs
 from recruiter.store.server import answers
 from recruiter.store.sessions import Commit, SessionVerbs
 from recruiter.store.steps import Steps, drive
-from recruiter.store.verbs import StepVerbs
+from recruiter.store.verbs import SyncVerbs
 from recruiter.store.watch import ChangeFeed, RosterChange, WatchVerbs, WorkChange
 from recruiter.store.workables import UnservedWorkable, WorkableVerbs, digest_of
 
@@ -113,7 +113,7 @@ def fate_write_concern(database: Any) -> WriteConcern:
 
 @translate_methods
 class Store(
-    StepVerbs,
+    SyncVerbs,
     JobVerbs,
     AttemptVerbs,
     SelectionVerbs,

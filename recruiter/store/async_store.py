@@ -42,7 +42,7 @@ from recruiter.store.steps import (
     find_arguments,
     local_time,
 )
-from recruiter.store.verbs import StepVerbs
+from recruiter.store.verbs import AwaitedVerbs
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -97,7 +97,7 @@ async def _awaited(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
 
 
-class AsyncStore(StepVerbs):
+class AsyncStore(AwaitedVerbs):
     """The verbs written as steps (:mod:`recruiter.store.verbs`: scheduling, cancelling,
     reading jobs back, the schedulers and groups, the schema's readiness) over pymongo's
     :class:`~pymongo.AsyncMongoClient`, each returning an awaitable.

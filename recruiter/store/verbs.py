@@ -15,14 +15,10 @@ from __future__ import annotations
 import functools
 from collections.abc import Awaitable, Callable
 from types import MethodType
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
+from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from recruiter.store import attempts, blocked, groups, jobs, progress, schedulers, schema, server
 from recruiter.store.steps import Steps
-
-if TYPE_CHECKING:
-    from recruiter.store import Store
-    from recruiter.store.async_store import AsyncStore
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -46,11 +42,11 @@ class Verb(Generic[P, T]):
     def __get__(self, store: None, owner: type[Any] | None = None) -> Verb[P, T]: ...
 
     @overload
-    def __get__(self, store: Store, owner: type[Any] | None = None) -> Callable[P, T]: ...
+    def __get__(self, store: SyncVerbs, owner: type[Any] | None = None) -> Callable[P, T]: ...
 
     @overload
     def __get__(
-        self, store: AsyncStore, owner: type[Any] | None = None
+        self, store: AwaitedVerbs, owner: type[Any] | None = None
     ) -> Callable[P, Awaitable[T]]: ...
 
     def __get__(self, store: Any, owner: Any = None) -> Any:
@@ -98,3 +94,13 @@ class StepVerbs:
     set_group_settings = Verb(groups.set_group_settings)
     remove_group_settings = Verb(groups.remove_group_settings)
     group_records = Verb(groups.group_records)
+
+
+class SyncVerbs(StepVerbs):
+    """The verbs as the synchronous :class:`~recruiter.store.Store` has them: each
+    returns its result."""
+
+
+class AwaitedVerbs(StepVerbs):
+    """The verbs as the asyncio :class:`~recruiter.store.async_store.AsyncStore` has
+    them: each returns an awaitable of its result."""
