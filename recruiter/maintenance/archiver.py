@@ -10,17 +10,12 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from recruiter.store import ARCHIVE_BATCH, Store
+from recruiter.store import Store
 
 
 @dataclass(frozen=True)
 class ArchiveResult:
     moved: int = 0
-
-    @property
-    def full(self) -> bool:
-        """A full batch was moved: more may be waiting."""
-        return self.moved >= ARCHIVE_BATCH
 
 
 class Archiver:

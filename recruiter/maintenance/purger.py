@@ -10,7 +10,7 @@ import datetime as dt
 import logging
 from dataclasses import dataclass
 
-from recruiter.store import PURGE_BATCH, Store
+from recruiter.store import Store
 
 logger = logging.getLogger(__name__)
 
@@ -20,11 +20,6 @@ DEFAULT_CLEAN_AFTER = dt.timedelta(days=5)
 @dataclass(frozen=True)
 class PurgeResult:
     purged: int = 0
-
-    @property
-    def full(self) -> bool:
-        """A full batch was purged: more may be waiting."""
-        return self.purged >= PURGE_BATCH
 
 
 class Purger:

@@ -210,6 +210,15 @@ class Starting:
         )
 
 
+def _locking(token: ObjectId, now: dt.datetime) -> Document:
+    """The update that locks a job under ``token``: from its first lock on, a
+    deduplicated job no longer absorbs duplicates."""
+    return {
+        "$set": {"locked": True, "lock": {"token": token, "since": now}},
+        "$unset": {"queued_key": ""},
+    }
+
+
 def _as_started(document: Document) -> Job:
     """A job read after its start, as :meth:`AttemptVerbs.start_if_owned` returns it:
     its last execution the one before this attempt."""
@@ -233,11 +242,7 @@ class AttemptVerbs:
         if not job_ids:
             return []
         waiting = {"locked": False, "scheduled_at": {"$lte": now}}
-        lock = {
-            "$set": {"locked": True, "lock": {"token": token, "since": now}},
-            # from its first lock on, a deduplicated job no longer absorbs duplicates
-            "$unset": {"queued_key": ""},
-        }
+        lock = _locking(token, now)
         if on_mongomock(self.scheduled):  # its update_many stores one dict in them all
             modified = update_each(self.scheduled, [({"_id": j, **waiting}, lock) for j in job_ids])
         else:
@@ -255,14 +260,8 @@ class AttemptVerbs:
 
     def lock_job_now(self, job_id: Any, token: ObjectId, now: dt.datetime) -> bool:
         """Lock a waiting job under ``token`` whenever it is due: a manual run."""
-        result = self.scheduled.update_one(
-            {"_id": job_id, "locked": False, "scheduled_at": {"$exists": True}},
-            {
-                "$set": {"locked": True, "lock": {"token": token, "since": now}},
-                "$unset": {"queued_key": ""},
-            },
-        )
-        return result.modified_count == 1
+        waiting = {"_id": job_id, "locked": False, "scheduled_at": {"$exists": True}}
+        return self.scheduled.update_one(waiting, _locking(token, now)).modified_count == 1
 
     def start_if_owned(self, job_id: Any, token: ObjectId, started: Document) -> Job | None:
         """Count a new attempt and record its start, if ``token`` still holds the job.

@@ -325,9 +325,12 @@ def _insert_unless_queued(documents: list[Document]) -> Steps[list[int]]:
     return []
 
 
-def _stored(job_id: Any) -> Steps[bool]:
+def _stored(job_id: Any, *, session: Any = None) -> Steps[bool]:
     for collection in (SCHEDULED, ARCHIVED):
-        if (yield from send(collection, "find_one", {"_id": job_id}, {"_id": 1})) is not None:
+        found = yield from send(
+            collection, "find_one", {"_id": job_id}, {"_id": 1}, session=session
+        )
+        if found is not None:
             return True
     return False
 
@@ -386,13 +389,7 @@ def cancel(job_id: Any, now: dt.datetime, *, session: Any = None) -> Steps[str]:
         return "cancelled"
     if (yield from request_cancel_if_locked(job_id, now, session=session)):
         return "stopping"
-    for collection in (SCHEDULED, ARCHIVED):
-        found = yield from send(
-            collection, "find_one", {"_id": job_id}, {"_id": 1}, session=session
-        )
-        if found is not None:
-            return "finished"
-    return "missing"
+    return "finished" if (yield from _stored(job_id, session=session)) else "missing"
 
 
 def finished_jobs(job_ids: Sequence[Any]) -> Steps[list[Job]]:

@@ -86,6 +86,11 @@ class Settled:
             return Ended(document["_id"], document.get("batch"))
         return None
 
+    def add(self, other: Settled) -> None:
+        """Count what another follow-up did (a cascade of cancellations)."""
+        self.ready += other.ready
+        self.cancelled += other.cancelled
+
 
 def follow_up(ended: Iterable[Ended], now: dt.datetime, *, session: Any = None) -> Steps[Settled]:
     """Note these ends in every job blocked on them; make ready, or cancel, those that
@@ -132,20 +137,15 @@ def settle_stored(
     was followed up without them. One cancelled so is an end in turn: what waits for it
     (a later step, its batch's callbacks) is told at once, as after any cancellation.
     Steps (:mod:`recruiter.store.steps`), for either store."""
-    settled = Settled()
+    settled, ended = Settled(), []
     notices = _Notices(now, session)  # (a batch's two callbacks: one read)
     for document in documents:
         if any(w in outside for w in document["waiting_for"]):
-            outcome = yield from notices.settle(document)
-            if outcome == "ready":
-                settled.ready.append(document["_id"])
-            elif outcome == "cancelled":
-                settled.cancelled.append(document["_id"])
-    ended = [Ended(d["_id"], d.get("batch")) for d in documents if d["_id"] in settled.cancelled]
+            cancelled = settled.count(document, (yield from notices.settle(document)))
+            if cancelled is not None:
+                ended.append(cancelled)
     if ended:
-        cascade = yield from follow_up(ended, now, session=session)
-        settled.ready += cascade.ready
-        settled.cancelled += cascade.cancelled
+        settled.add((yield from follow_up(ended, now, session=session)))
     return settled
 
 
@@ -378,9 +378,7 @@ def sweep(store: Store, now: dt.datetime) -> Settled:
             if cancelled is not None:
                 ended.append(cancelled)
     if ended:  # (what waits for a job cancelled here, its batch's callbacks too)
-        cascade = store.run(follow_up(ended, now))
-        settled.ready += cascade.ready
-        settled.cancelled += cascade.cancelled
+        settled.add(store.run(follow_up(ended, now)))
     return settled
 
 
