@@ -30,9 +30,9 @@ from pymongo import MongoClient
 
 from benchmarks.counted import CommandCounter
 from recruiter import JobSpec, Queue, Registry, Workflow
+from recruiter.dependencies.engine import sweep
 from recruiter.embedded import start_server
 from recruiter.testing import drain
-from recruiter.waiting.engine import sweep
 
 WORKABLE = "bench.noop"
 TRANSACTIONAL = "bench.noop_in_a_transaction"

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from recruiter.async_queue import AsyncQueue
     from recruiter.attempts.manual import Cancellation
     from recruiter.clock import Clock, FrozenClock, SystemClock
+    from recruiter.dependencies.workflows import Batch, BatchStatus, Workflow
     from recruiter.errors import (
         BatchNotFound,
         DatabaseError,
@@ -73,15 +74,14 @@ if TYPE_CHECKING:
         register_retry_policy,
     )
     from recruiter.snooze import SNOOZE_LIMIT, Snooze, SnoozeLimitReached
-    from recruiter.waiting.workflows import Batch, BatchStatus, Workflow
     from recruiter.workable import FunctionWorkable, Registry, Workable
 
 _EXPORTS = {
     "AsyncQueue": "recruiter.async_queue",
     "After": "recruiter.job",
-    "Batch": "recruiter.waiting.workflows",
+    "Batch": "recruiter.dependencies.workflows",
     "BatchNotFound": "recruiter.errors",
-    "BatchStatus": "recruiter.waiting.workflows",
+    "BatchStatus": "recruiter.dependencies.workflows",
     "Cancellation": "recruiter.attempts.manual",
     "Clock": "recruiter.clock",
     "Cron": "recruiter.repeating.timing",
@@ -143,7 +143,7 @@ _EXPORTS = {
     "Why": "recruiter.retry",
     "Workable": "recruiter.workable",
     "WorkerDied": "recruiter.errors",
-    "Workflow": "recruiter.waiting.workflows",
+    "Workflow": "recruiter.dependencies.workflows",
     "WriteRejected": "recruiter.errors",
     "job_session": "recruiter.job_context",
     "record_output": "recruiter.job_context",

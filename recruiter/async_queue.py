@@ -37,6 +37,7 @@ from recruiter.attempts.manual import (
 )
 from recruiter.clock import Clock, DatabaseClock, FrozenClock, SystemClock
 from recruiter.connection import URI_VARIABLE, open_async_database, resolve_uri
+from recruiter.dependencies.workflows import Batch, BatchStatus, Workflow
 from recruiter.duration import Duration, to_timedelta
 from recruiter.errors import BatchNotFound, JobNotFound, SchedulerNotFound
 from recruiter.groups import GroupSettings, Rate
@@ -63,7 +64,6 @@ from recruiter.scheduling import new_jobs
 from recruiter.schema_check import Recheck
 from recruiter.store import SchedulerRecord
 from recruiter.store.async_store import AsyncStore
-from recruiter.waiting.workflows import Batch, BatchStatus, Workflow
 
 
 class AsyncQueue:

@@ -338,7 +338,7 @@ class JobSpec:
         job runs when both its time has come and its dependencies allow.
 
         Jobs scheduled together that wait for each other: see
-        :class:`recruiter.waiting.workflows.Workflow`. Hundreds of jobs: make them a batch
+        :class:`recruiter.dependencies.workflows.Workflow`. Hundreds of jobs: make them a batch
         (:meth:`recruiter.Queue.batch`). See ``docs/workflows.md``.
         """
         name = "results" if results is True else (results or None)

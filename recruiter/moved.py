@@ -48,7 +48,7 @@ MOVED_MODULES: dict[str, tuple[str, ...]] = {
     ),
     "recruiter.recovery": ("recruiter.attempts.takeback",),
     "recruiter.manual": ("recruiter.attempts.manual", "recruiter.errors"),
-    "recruiter.dependencies": ("recruiter.waiting.engine", "recruiter.waiting.workflows"),
+    "recruiter.dependencies": ("recruiter.dependencies.engine", "recruiter.dependencies.workflows"),
     "recruiter.schedule": ("recruiter.repeating.timing", "recruiter.errors"),
     "recruiter.schedulers": ("recruiter.repeating.occurrences",),
     "recruiter.listing": ("recruiter.monitoring.listing", "recruiter.errors"),

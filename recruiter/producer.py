@@ -18,6 +18,7 @@ from typing import Any
 from bson import ObjectId
 
 from recruiter.clock import to_millis
+from recruiter.dependencies.workflows import Batch, BatchStatus, Workflow, check_batch
 from recruiter.duration import Duration, to_timedelta
 from recruiter.errors import InvalidGroupSettings, InvalidJob, InvalidSchedule
 from recruiter.groups import GroupSettings, Rate
@@ -36,7 +37,6 @@ from recruiter.repeating.timing import (
 from recruiter.states import SUCCEEDED
 from recruiter.store import schedulers
 from recruiter.store.steps import Steps, call
-from recruiter.waiting.workflows import Batch, BatchStatus, Workflow, check_batch
 
 Document = dict[str, Any]
 
@@ -115,7 +115,7 @@ def batch_documents(
 
 
 def batch_members(jobs: Iterable[Any], callbacks: list[Any]) -> list[JobSpec]:
-    """A batch's members, checked (:func:`~recruiter.waiting.workflows.check_batch`)."""
+    """A batch's members, checked (:func:`~recruiter.dependencies.workflows.check_batch`)."""
     return check_batch(list(jobs), callbacks)
 
 

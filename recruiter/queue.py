@@ -32,6 +32,7 @@ from recruiter.attempts.manual import (
 )
 from recruiter.clock import Clock, to_millis
 from recruiter.connection import URI_VARIABLE, open_database, resolve_uri
+from recruiter.dependencies.workflows import Batch, BatchStatus, Workflow
 from recruiter.duration import Duration, to_timedelta
 from recruiter.errors import (
     BatchNotFound,
@@ -67,7 +68,6 @@ from recruiter.repeating.timing import (
 from recruiter.scheduling import new_jobs
 from recruiter.schema_check import SchemaCheck
 from recruiter.store import Database, SchedulerRecord, Store
-from recruiter.waiting.workflows import Batch, BatchStatus, Workflow
 from recruiter.workable import Registry
 
 T = TypeVar("T")

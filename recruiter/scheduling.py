@@ -13,12 +13,12 @@ from typing import Any, TypeVar
 from bson import ObjectId
 
 from recruiter.clock import Clock
+from recruiter.dependencies.engine import settle_stored
 from recruiter.errors import DatabaseUnavailable, InvalidJob
 from recruiter.loop import Backoff
 from recruiter.monitoring.tracing import current_context
 from recruiter.store import blocked, jobs
 from recruiter.store.steps import Steps, call, sleep
-from recruiter.waiting.engine import settle_stored
 
 SCHEDULE_PATIENCE = 10.0
 """Seconds :meth:`recruiter.Queue.schedule` keeps trying while the database does not answer."""

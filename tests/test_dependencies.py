@@ -27,11 +27,11 @@ from recruiter import (
     Workflow,
 )
 from recruiter.attempts.verdict import Execution
+from recruiter.dependencies.engine import Ended, follow_up, settle, sweep
 from recruiter.job_record import state_of
 from recruiter.processes.cleaner import Cleaner
 from recruiter.store import blocked, jobs
 from recruiter.testing import drain
-from recruiter.waiting.engine import Ended, follow_up, settle, sweep
 from tests import interleaving
 from tests.driving import execute
 
@@ -535,7 +535,7 @@ def test_a_waiting_job_damaged_by_hand_does_not_stop_the_sweep_of_the_others(
     queue.store.scheduled.update_one({"_id": damaged}, damage)
     then = queue.schedule(add(5, 6).after(first))
     monkeypatch.setattr("recruiter.attempts.ending.tell_dependents", lambda *a: None)  # a crash
-    monkeypatch.setattr("recruiter.waiting.engine.SWEEP_PAGE", 1)  # (a page of damaged jobs)
+    monkeypatch.setattr("recruiter.dependencies.engine.SWEEP_PAGE", 1)  # (a page of damaged jobs)
     execute(queue, deps_app, first)
     result = Cleaner(queue.store).run_once(queue.clock.now())
     assert state(queue, then) == "ready"

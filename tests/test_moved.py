@@ -35,7 +35,7 @@ SHOWN_BEFORE = [
     ("recruiter.worker", "WorkerSlot", "recruiter.processes.slot"),
     ("recruiter.execution", "Executor", "recruiter.attempts.executor"),
     ("recruiter.execution", "Identity", "recruiter.attempts.executor"),
-    ("recruiter.dependencies", "Workflow", "recruiter.waiting.workflows"),
+    ("recruiter.dependencies", "Workflow", "recruiter.dependencies.workflows"),
     ("recruiter.manual", "NotWaiting", "recruiter.errors"),
     ("recruiter.schedule", "Cron", "recruiter.repeating.timing"),
     ("recruiter.stopping", "JobTimedOut", "recruiter.pools.stopping"),

@@ -28,6 +28,7 @@ from recruiter.attempts.ending import cancel_waiting
 from recruiter.attempts.executor import Executor, Identity
 from recruiter.attempts.verdict import Execution
 from recruiter.clock import Clock
+from recruiter.dependencies.engine import Ended, follow_up
 from recruiter.errors import (
     DatabaseError,
     DeclaredDead,
@@ -46,7 +47,6 @@ from recruiter.store import Store, as_object_id, blocked, jobs
 from recruiter.store.attempts import make_due_now
 from recruiter.store.progress import progress_of
 from recruiter.store.steps import Steps, call, sleep
-from recruiter.waiting.engine import Ended, follow_up
 from recruiter.workable import Registry
 
 logger = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """The sweep of blocked jobs: one whose dependencies (or batch) ended, and that nobody
 told (its worker crashed before it could, say), is made ready or cancelled as its rule
-says (:func:`recruiter.waiting.engine.sweep`).
+says (:func:`recruiter.dependencies.engine.sweep`).
 
 Run by the leading cleaner only.
 """
@@ -11,8 +11,8 @@ import datetime as dt
 import logging
 from dataclasses import dataclass
 
+from recruiter.dependencies.engine import sweep
 from recruiter.store import Store
-from recruiter.waiting.engine import sweep
 
 logger = logging.getLogger(__name__)
 

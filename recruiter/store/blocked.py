@@ -8,7 +8,7 @@ under the rule ``done``, cancelled) in the same write. Whoever notes it (the wor
 ended the dependency, the cleaner's sweep, both at once), the filter lets one write
 land: no counter in a second document can be counted twice or lost.
 
-The decisions (which dependency, what to do) are :mod:`recruiter.waiting.engine`'s.
+The decisions (which dependency, what to do) are :mod:`recruiter.dependencies.engine`'s.
 """
 
 from __future__ import annotations

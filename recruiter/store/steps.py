@@ -10,7 +10,7 @@ I/O. Each store *drives* it: the synchronous one by calling pymongo
 written are the same by construction.
 
 The logic above the store (:func:`recruiter.scheduling.new_jobs`, the follow-up of
-ends in :mod:`recruiter.waiting.engine`, cancelling, waiting) is written the same way,
+ends in :mod:`recruiter.dependencies.engine`, cancelling, waiting) is written the same way,
 one level up: it yields a :class:`Call` of a verb's steps (run by the store at hand,
 its errors translated there: :meth:`recruiter.store.Store.call`) and a :class:`Sleep`
 where it waits.

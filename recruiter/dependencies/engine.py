@@ -2,7 +2,7 @@
 when what a job waits for ends, the job is released or cancelled, exactly once.
 
 A job scheduled with :meth:`~recruiter.job.JobSpec.after` (or as a step of a
-:class:`~recruiter.waiting.workflows.Workflow`, or as a batch's callback) is stored
+:class:`~recruiter.dependencies.workflows.Workflow`, or as a batch's callback) is stored
 *waiting*: no ``scheduled_at``, and a ``waiting_for`` array of the ids it still waits
 for (a batch's callbacks wait for the batch's id). It becomes ready when the last one
 ends, as its rule says:

@@ -1,6 +1,6 @@
 """What an application builds jobs that wait with: a :class:`Workflow` (named steps of a
 small graph), a :class:`Batch` and its callbacks, and a batch's :class:`BatchStatus`;
-checked before anything is stored. :mod:`recruiter.waiting.engine` releases or cancels
+checked before anything is stored. :mod:`recruiter.dependencies.engine` releases or cancels
 them as what they wait for ends.
 """
 
