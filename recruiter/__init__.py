@@ -7,10 +7,6 @@ and whose whole history can be read back.
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from recruiter import moved
-
-moved.install()  # the old module paths of the release before, for a release
-
 if TYPE_CHECKING:
     __version__: str
     from recruiter.async_queue import AsyncQueue
