@@ -30,11 +30,10 @@ from bson import ObjectId
 
 from recruiter.attempts.manual import (
     Cancellation,
-    cancel_if_waiting_steps,
-    cancel_in_steps,
-    cancel_steps,
-    run_now_steps,
-    wait_steps,
+    cancel,
+    cancel_if_waiting,
+    run_now,
+    wait_for,
 )
 from recruiter.clock import Clock, DatabaseClock, FrozenClock, SystemClock
 from recruiter.connection import URI_VARIABLE, open_async_database, resolve_uri
@@ -52,7 +51,7 @@ from recruiter.producer import (
     checked_specs,
     group_settings_of,
     job_documents,
-    resume_steps,
+    resume_repeating,
     scheduler_declaration,
     wait_limit,
     workflow_documents,
@@ -208,8 +207,7 @@ class AsyncQueue:
         declared = scheduler_declaration(urn, job, schedule, unique=unique, missed=missed, now=now)
         if session is not None:
             check_session(session, self.store.database.client)
-            return await self.store.upsert_scheduler_in(**declared, session=session)
-        return await self.store.upsert_scheduler(**declared)
+        return await self.store.upsert_scheduler(**declared, session=session)
 
     async def pause_repeating(self, urn: str) -> bool:
         """Create no occurrence of the scheduler ``urn`` until :meth:`resume_repeating`;
@@ -221,7 +219,7 @@ class AsyncQueue:
         """Create the paused scheduler's occurrences again, from the next one due after
         now; ``False`` if unknown or not paused (:meth:`recruiter.Queue.resume_repeating`)."""
         await self.ensure_ready()
-        return await self.store.run(resume_steps(urn, await self._time("now")))
+        return await self.store.run(resume_repeating(urn, await self._time("now")))
 
     async def stop_repeating(self, urn: str) -> bool:
         """Remove the scheduler ``urn``; the jobs it created stay. ``False`` if unknown."""
@@ -259,9 +257,7 @@ class AsyncQueue:
         now = await self._time("now")
         if session is not None:
             check_session(session, self.store.database.client)
-            await self.store.set_group_settings_in(settings, now, session)
-        else:
-            await self.store.set_group_settings(settings, now)
+        await self.store.set_group_settings(settings, now, session=session)
         return settings
 
     async def unlimit_group(self, group: str, *, session: Any = None) -> bool:
@@ -271,8 +267,7 @@ class AsyncQueue:
         await self.ensure_ready()
         if session is not None:
             check_session(session, self.store.database.client)
-            return await self.store.remove_group_settings_in(group, session)
-        return await self.store.remove_group_settings(group)
+        return await self.store.remove_group_settings(group, session=session)
 
     async def group_settings(self) -> list[GroupSettings]:
         """The settings of every group that has some, by group."""
@@ -283,7 +278,7 @@ class AsyncQueue:
         """Make these waiting jobs due now; return those that were not (handed out,
         finished, or blocked), left as they are (:meth:`recruiter.Queue.run_now`)."""
         await self.ensure_ready()
-        return await self.store.run(run_now_steps(job_ids, await self._time("now")))
+        return await self.store.run(run_now(job_ids, await self._time("now")))
 
     async def cancel(self, job_id: ObjectId | str, *, session: Any = None) -> Cancellation:
         """Cancel a job, waiting or running (:meth:`recruiter.Queue.cancel`); with
@@ -291,14 +286,13 @@ class AsyncQueue:
         await self.ensure_ready()
         if session is not None:
             check_session(session, self.store.database.client)
-            return await self.store.run(cancel_in_steps(job_id, await self._time("now"), session))
-        return await self.store.run(cancel_steps(job_id, await self._time("now")))
+        return await self.store.run(cancel(job_id, await self._time("now"), session=session))
 
     async def cancel_if_waiting(self, job_id: ObjectId | str) -> bool:
         """Cancel a job only if it still waits for a worker; whether it did
         (:meth:`recruiter.Queue.cancel_if_waiting`)."""
         await self.ensure_ready()
-        return await self.store.run(cancel_if_waiting_steps(job_id, await self._time("now")))
+        return await self.store.run(cancel_if_waiting(job_id, await self._time("now")))
 
     async def job(self, job_id: ObjectId | str) -> Job:
         """The job with this id, queued, running or archived (its result:
@@ -329,7 +323,7 @@ class AsyncQueue:
         ``timeout``."""
         limit = wait_limit(timeout)
         await self.ensure_ready()
-        steps = wait_steps(list(job_ids), limit, self.clock, on_progress)
+        steps = wait_for(list(job_ids), limit, self.clock, on_progress)
         return await self.store.run(steps, self._sleep)
 
     async def progress(

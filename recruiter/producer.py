@@ -34,6 +34,7 @@ from recruiter.repeating.timing import (
     schedule_from,
 )
 from recruiter.states import SUCCEEDED
+from recruiter.store import schedulers
 from recruiter.store.steps import Steps, call
 from recruiter.waiting.workflows import Batch, BatchStatus, Workflow, check_batch
 
@@ -190,12 +191,12 @@ RESUME_TRIES = 3
 """Tries of a resume whose scheduler is declared again with a new schedule meanwhile."""
 
 
-def resume_steps(urn: str, now: dt.datetime) -> Steps[bool]:
+def resume_repeating(urn: str, now: dt.datetime) -> Steps[bool]:
     """Resume the paused scheduler ``urn`` from its next occurrence after ``now``
     (:meth:`recruiter.Queue.resume_repeating`), as steps for either store: whether it
     was paused and is resumed."""
     for _ in range(RESUME_TRIES):
-        record = yield from call("find_scheduler", urn)
+        record = yield from call(schedulers.find_scheduler, urn)
         if record is None or record.paused_at is None:
             return False
         try:
@@ -203,7 +204,7 @@ def resume_steps(urn: str, now: dt.datetime) -> Steps[bool]:
         except InvalidSchedule:
             schedule = None  # the recruiter parks it again, saying why
         following = to_millis(schedule.next_after(now)) if schedule is not None else now
-        if (yield from call("resume_scheduler", urn, dict(record.schedule), following)):
+        if (yield from call(schedulers.resume_scheduler, urn, dict(record.schedule), following)):
             return True
     return False  # its schedule changed at every try: let the caller try again
 

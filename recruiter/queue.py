@@ -25,7 +25,6 @@ from recruiter.attempts.manual import (
     ManualRun,
     cancel,
     cancel_if_waiting,
-    cancel_in,
     recover,
     run_here,
     run_now,
@@ -53,7 +52,7 @@ from recruiter.producer import (
     checked_specs,
     group_settings_of,
     job_documents,
-    resume_steps,
+    resume_repeating,
     scheduler_declaration,
     wait_limit,
     workflow_documents,
@@ -65,7 +64,7 @@ from recruiter.repeating.timing import (
     Missed,
     Schedule,
 )
-from recruiter.scheduling import store_new_jobs
+from recruiter.scheduling import new_jobs
 from recruiter.schema_check import SchemaCheck
 from recruiter.store import Database, SchedulerRecord, Store
 from recruiter.waiting.workflows import Batch, BatchStatus, Workflow
@@ -150,7 +149,7 @@ class Queue:
         # the latest the time may be: a run of a duplicate that began before is never
         # taken for one that began after (recruiter.attempts.executor, the executed-after rule)
         documents = job_documents(specs, self.clock.latest())
-        return store_new_jobs(self.store, self.clock, documents, session)
+        return self.store.run(new_jobs(self.clock, documents, session), self.clock.sleep)
 
     def _checked(self, jobs: Iterable[Any], session: Any) -> list[JobSpec]:
         specs = checked_specs(jobs)
@@ -166,7 +165,7 @@ class Queue:
         names, specs, ids = workflow_steps(workflow)
         self._checked(specs, session)
         documents = workflow_documents(specs, ids, self.clock.latest())
-        stored = store_new_jobs(self.store, self.clock, documents, session)
+        stored = self.store.run(new_jobs(self.clock, documents, session), self.clock.sleep)
         return dict(zip(names, stored, strict=True))
 
     def batch(
@@ -185,7 +184,7 @@ class Queue:
         members = batch_members(jobs, [on_success, on_complete])
         self._checked(members, session)
         batch, documents = batch_documents(members, on_success, on_complete, self.clock.latest())
-        store_new_jobs(self.store, self.clock, documents, session)
+        self.store.run(new_jobs(self.clock, documents, session), self.clock.sleep)
         return batch
 
     def batch_status(self, batch_id: ObjectId | str) -> BatchStatus:
@@ -227,8 +226,7 @@ class Queue:
         )
         if session is not None:
             self._check_session(session)
-            return self.store.upsert_scheduler_in(**declared, session=session)
-        return self.store.upsert_scheduler(**declared)
+        return self.store.upsert_scheduler(**declared, session=session)
 
     def pause_repeating(self, urn: str) -> bool:
         """Create no occurrence of the scheduler ``urn`` until :meth:`resume_repeating`;
@@ -240,7 +238,7 @@ class Queue:
         """Create the paused scheduler ``urn``'s occurrences again, from the next one due
         after now (those due while it was paused are not created); ``False`` if unknown
         or not paused."""
-        return self.store.run(resume_steps(urn, self.clock.now()))
+        return self.store.run(resume_repeating(urn, self.clock.now()))
 
     def stop_repeating(self, urn: str) -> bool:
         """Remove the scheduler ``urn``; the jobs it created stay. ``False`` if unknown."""
@@ -283,9 +281,7 @@ class Queue:
         settings = group_settings_of(group, concurrency, rate, weight)
         if session is not None:
             self._check_session(session)
-            self.store.set_group_settings_in(settings, self.clock.now(), session)
-        else:
-            self.store.set_group_settings(settings, self.clock.now())
+        self.store.set_group_settings(settings, self.clock.now(), session=session)
         return settings
 
     def unlimit_group(self, group: str, *, session: Any = None) -> bool:
@@ -294,8 +290,7 @@ class Queue:
         checked_group(group)
         if session is not None:
             self._check_session(session)
-            return self.store.remove_group_settings_in(group, session)
-        return self.store.remove_group_settings(group)
+        return self.store.remove_group_settings(group, session=session)
 
     def group_settings(self) -> list[GroupSettings]:
         """The settings of every group that has some, by group."""
@@ -305,7 +300,7 @@ class Queue:
         """Make these waiting jobs due now: the workers take them at the next round.
         Return those that were not (handed out, finished, or blocked: waiting for
         other jobs, as their rule says); they are left as they are."""
-        return run_now(self.store, job_ids, self.clock.now())
+        return self.store.run(run_now(job_ids, self.clock.now()))
 
     def wait(
         self,
@@ -322,7 +317,8 @@ class Queue:
         Raises :class:`recruiter.attempts.manual.WaitTimeout` if some are not, within ``timeout``.
         """
         limit = wait_limit(timeout)
-        return wait_for(self.store, list(job_ids), limit, self.clock, on_progress)
+        steps = wait_for(list(job_ids), limit, self.clock, on_progress)
+        return self.store.run(steps, self.clock.sleep)
 
     def run_here(self, registry: Registry, *job_ids: ObjectId | str) -> list[ManualRun]:
         """Run these waiting jobs in this process, now, one after the other, with the
@@ -336,15 +332,14 @@ class Queue:
         application's transaction: cancelled if and only if it commits."""
         if session is not None:
             self._check_session(session)
-            return cancel_in(self.store, job_id, self.clock.now(), session)
-        return cancel(self.store, job_id, self.clock.now())
+        return self.store.run(cancel(job_id, self.clock.now(), session=session))
 
     def cancel_if_waiting(self, job_id: ObjectId | str) -> bool:
         """Cancel a job only if it still waits for a worker (ready, postponed or blocked,
         not handed out nor finished), and the jobs that wait for it; whether it did.
         For a bulk cancel of the jobs waiting as chosen: one that started meanwhile is
         left to run."""
-        return cancel_if_waiting(self.store, job_id, self.clock.now())
+        return self.store.run(cancel_if_waiting(job_id, self.clock.now()))
 
     def recover(
         self, job_id: ObjectId | str, at: dt.datetime | None = None, *, once: bool = False

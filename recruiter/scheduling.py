@@ -7,7 +7,8 @@ noted at once.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from bson import ObjectId
 
@@ -15,39 +16,31 @@ from recruiter.clock import Clock
 from recruiter.errors import DatabaseUnavailable, InvalidJob
 from recruiter.loop import Backoff
 from recruiter.monitoring.tracing import current_context
-from recruiter.store import Store
+from recruiter.store import blocked, jobs
 from recruiter.store.steps import Steps, call, sleep
 from recruiter.waiting.engine import settle_stored
 
 SCHEDULE_PATIENCE = 10.0
 """Seconds :meth:`recruiter.Queue.schedule` keeps trying while the database does not answer."""
 SCHEDULE_RETRIES = Backoff(0.1, 2.0)
-
-
-def store_new_jobs(
-    store: Store, clock: Clock, documents: list[dict[str, Any]], session: Any
-) -> list[ObjectId]:
-    """Store new jobs' documents (in the transaction ``session``, if given): those that
-    wait for others after the rest, each after what it waits for; then note at once
-    what they wait for that has ended already. Return their ids (a deduplicated
-    job's: the queued duplicate's)."""
-    return store.run(new_jobs(clock, documents, session), clock.sleep)
+T = TypeVar("T")
 
 
 def new_jobs(clock: Clock, documents: list[dict[str, Any]], session: Any) -> Steps[list[ObjectId]]:
-    """:func:`store_new_jobs`, as steps (:mod:`recruiter.store.steps`) for either store:
-    the synchronous :class:`recruiter.Queue`'s and the asyncio
-    :class:`recruiter.AsyncQueue`'s."""
+    """Store new jobs' documents (in the transaction ``session``, if given): the blocked
+    ones after the rest, each after what it waits for; then note at once what they wait
+    for that has ended already. Return their ids (a deduplicated job's: the queued
+    duplicate's). Steps (:mod:`recruiter.store.steps`), for either store."""
     scheduled_in = current_context()
     if scheduled_in is not None:
         for document in documents:
             document["trace"] = scheduled_in
-    waiting = [d for d in documents if "waiting_for" in d]
+    blocked_ones = [d for d in documents if "waiting_for" in d]
     plain = [d for d in documents if "waiting_for" not in d]
     own = {d["_id"] for d in documents}
-    waited = list(dict.fromkeys(w for d in waiting for w in d["after"].get("jobs", [])))
+    waited = list(dict.fromkeys(w for d in blocked_ones for w in d["after"].get("jobs", [])))
     outside = [w for w in waited if w not in own]
-    missing = set(outside) - (yield from call("existing_jobs", outside, session))
+    missing = set(outside) - (yield from call(blocked.existing_jobs, outside, session=session))
     if missing:
         raise InvalidJob(
             f"no job {', '.join(sorted(map(str, missing)))} to wait for: wait for jobs "
@@ -56,16 +49,18 @@ def new_jobs(clock: Clock, documents: list[dict[str, Any]], session: Any) -> Ste
     for document in documents:
         if document["_id"] in waited:  # (a step another step of the call waits for)
             document["followed"] = True
-    ids = yield from _insert(clock, waited=outside, plain=plain, waiting=waiting, session=session)
+    ids = yield from _insert(
+        clock, waited=outside, plain=plain, blocked_ones=blocked_ones, session=session
+    )
     stored = dict(zip([d["_id"] for d in plain], ids, strict=True))
     # a batch's members are stored before its callbacks, in another command: one
     # that ended in between told no callback (in a transaction, none is seen before
     # the commit)
-    batches = [] if session is not None else [d["after"].get("batch") for d in waiting]
+    batches = [] if session is not None else [d["after"].get("batch") for d in blocked_ones]
     batches = [b for b in dict.fromkeys(batches) if b is not None]
     if outside or batches:
         # an end that landed before the insert was followed up without these jobs
-        yield from settle_stored(waiting, [*outside, *batches], clock.now(), session)
+        yield from settle_stored(blocked_ones, [*outside, *batches], clock.now(), session)
     return [stored.get(d["_id"], d["_id"]) for d in documents]
 
 
@@ -74,26 +69,28 @@ def _insert(
     *,
     waited: list[Any],
     plain: list[dict[str, Any]],
-    waiting: list[dict[str, Any]],
+    blocked_ones: list[dict[str, Any]],
     session: Any,
 ) -> Steps[list[Any]]:
     """Mark the jobs ``waited`` for as followed, then insert ``plain`` (return their
-    ids: a deduplicated job's is the queued duplicate's), then ``waiting`` in order."""
+    ids: a deduplicated job's is the queued duplicate's), then ``blocked_ones`` in order."""
     if session is not None:
-        yield from call("mark_followed", waited, session)
-        ids = (yield from call("insert_jobs_in", plain, session)) if plain else []
-        if waiting:
-            yield from call("insert_in_order_in", waiting, session)
+        yield from call(blocked.mark_followed, waited, session=session)
+        ids = (yield from call(jobs.insert_jobs, plain, session=session)) if plain else []
+        if blocked_ones:
+            yield from call(jobs.insert_in_order, blocked_ones, session=session)
         return list(ids)
     if waited:
-        yield from _retry_while_unavailable(clock, "mark_followed", waited)
-    ids = (yield from _retry_while_unavailable(clock, "insert_jobs", plain)) if plain else []
-    if waiting:
-        yield from _retry_while_unavailable(clock, "insert_in_order", waiting)
+        yield from _retry_while_unavailable(clock, blocked.mark_followed, waited)
+    ids = (yield from _retry_while_unavailable(clock, jobs.insert_jobs, plain)) if plain else []
+    if blocked_ones:
+        yield from _retry_while_unavailable(clock, jobs.insert_in_order, blocked_ones)
     return list(ids)
 
 
-def _retry_while_unavailable(clock: Clock, verb: str, documents: list[Any]) -> Steps[Any]:
+def _retry_while_unavailable(
+    clock: Clock, verb: Callable[[list[Any]], Steps[T]], documents: list[Any]
+) -> Steps[T]:
     """The store's ``verb`` of ``documents``, tried again while the database does not
     answer, for up to :data:`SCHEDULE_PATIENCE` seconds: each try writes the same ids,
     so a try whose reply was lost after it landed stores nothing twice."""

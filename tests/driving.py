@@ -49,9 +49,9 @@ class WatchingCleaner(Cleaner):
     the cleaner's longest gap) are run first, and their results dropped."""
 
     def run_once(self, now: dt.datetime) -> CleanResult:
-        last = self._last_round
-        while last is not None and now - last > self.config.longest_gap:
-            last += self.config.longest_gap
+        last, gap = self.take_back.last_run, self.take_back.longest_gap
+        while last is not None and now - last > gap:
+            last += gap
             super().run_once(last)
         return super().run_once(now)
 

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from recruiter import FrozenClock, JobSpec, Queue
 from recruiter.groups import GroupSettings, Rate
-from recruiter.processes.news import ARRIVALS_KEPT, BURST, FeedInbox
+from recruiter.processes.feed_cache import ARRIVALS_KEPT, BURST, FeedInbox
 from recruiter.processes.recruiter import Recruiter
 from recruiter.store import Arrivals, NewJob, Store
 from recruiter.store.ready import NEW_JOB_FIELDS

@@ -39,7 +39,7 @@ from recruiter import (
     WaitTimeout,
     Workflow,
 )
-from recruiter.store import End
+from recruiter.store import End, jobs
 from recruiter.store.schema import SCHEMA_VERSION
 from recruiter.testing import drain
 from tests import interleaving
@@ -333,16 +333,16 @@ def test_scheduling_through_a_lost_reply_stores_each_job_once(
     database: Database[Any], clock: FrozenClock, on_async: OnAsync, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async def body(queue: AsyncQueue) -> list[ObjectId]:
-        real, tries = queue.store.insert_jobs, []
+        real, tries = queue.store.call, []
 
         async def reply_lost_once(documents: list[dict[str, Any]]) -> list[Any]:
             tries.append(clock.monotonic())
-            stored = await real(documents)
+            stored = await real(jobs.insert_jobs, documents)
             if len(tries) == 1:
                 raise DatabaseUnavailable("the reply was lost (simulated)")
             return stored
 
-        monkeypatch.setattr(queue.store, "insert_jobs", reply_lost_once)
+        interleaving.instead(monkeypatch, queue.store, jobs.insert_jobs, reply_lost_once)
         ids = await queue.schedule_many([add(1, 1), add(2, 2)])
         assert len(tries) == 2
         assert tries[1] > tries[0], "it paused before trying again (on the frozen clock)"
@@ -366,7 +366,7 @@ def test_a_cancel_after_a_worker_locked_the_job_asks_its_worker_to_stop(
         def worker_locks() -> list[Any]:
             return worker.store.lock_jobs([job_id], ObjectId(), clock.now())
 
-        locked = interleaving.before(monkeypatch, queue.store, "cancel_if_waiting", worker_locks)
+        locked = interleaving.before(monkeypatch, queue.store, jobs.cancel_if_waiting, worker_locks)
         assert await queue.cancel(job_id) is Cancellation.STOPPING
         assert locked == [[job_id]], "the worker locked it between the read and the write"
         assert worker.store.cancel_requested([job_id]) == {job_id}
@@ -386,7 +386,7 @@ def test_a_worker_cannot_lock_a_job_cancelled_first(
         def worker_locks() -> list[Any]:
             return worker.store.lock_jobs([job_id], ObjectId(), clock.now())
 
-        locked = interleaving.after(monkeypatch, queue.store, "cancel_if_waiting", worker_locks)
+        locked = interleaving.after(monkeypatch, queue.store, jobs.cancel_if_waiting, worker_locks)
         assert await queue.cancel(job_id) is Cancellation.CANCELLED
         assert locked == [[]], "the worker's lock found it cancelled"
         assert (await queue.job(job_id)).why == "cancelled"

@@ -103,6 +103,23 @@ def test_every_option_of_every_command_has_help_text() -> None:
             assert len(words) >= 3, f"{command}: an option without help: {line.strip()}"
 
 
+def test_no_command_nor_option_is_hidden() -> None:
+    """What ``--help`` lists is the whole command line: no hidden alias of a command or
+    an option."""
+    import typer.main
+
+    def hidden(command: Any, path: str) -> list[str]:
+        found = [f"{path} {p.name}" for p in command.params if getattr(p, "hidden", False)]
+        for name, sub in getattr(command, "commands", {}).items():
+            found += [f"{path} {name}"] if sub.hidden else hidden(sub, f"{path} {name}")
+        return found
+
+    assert hidden(typer.main.get_command(app), "recruiter") == []
+    result = CliRunner().invoke(app, ["run", "--max-batch", "5"])
+    assert result.exit_code == ExitCode.USAGE
+    assert "No such option" in said(result)
+
+
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
@@ -158,15 +175,15 @@ def test_a_store_opened_while_the_database_restarts_waits_for_it(
     from recruiter import DatabaseUnavailable, DatabaseUnreachable, FrozenClock
     from recruiter.connection import open_store
     from recruiter.store import Store
+    from recruiter.store.schema import ensure_ready
 
-    real = Store.ensure_ready
     calls: list[int] = []
 
     def restarting(store: Store) -> None:
         calls.append(1)
         if len(calls) == 1:
             raise DatabaseUnavailable("connection closed (simulated)")
-        real(store)
+        store.call(ensure_ready)
 
     monkeypatch.setattr(Store, "ensure_ready", restarting)
     name = f"t_{uuid.uuid4().hex[:12]}"
@@ -184,7 +201,7 @@ def test_a_store_opened_while_the_database_restarts_waits_for_it(
 
 def test_help_loads_neither_the_driver_nor_the_processes() -> None:
     """Start-up: each command imports what it needs when it runs, so ``recruiter --help``
-    (and every command's help) stays fast; its time is in docs/development.md."""
+    (and every command's help) stays fast; its time is in docs/internals/development.md."""
     script = (
         "import sys\n"
         "from typer.testing import CliRunner\n"

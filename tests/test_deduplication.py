@@ -21,7 +21,9 @@ from recruiter import (
 )
 from recruiter.attempts.executor import Executor, Identity
 from recruiter.attempts.verdict import Outcome
+from recruiter.store import jobs
 from recruiter.testing import drain
+from tests import interleaving
 from tests.driving import execute
 
 pytestmark = pytest.mark.clock_at_real_time
@@ -204,13 +206,13 @@ def test_a_duplicate_whose_queued_job_was_handed_out_meanwhile_keeps_its_place(
     # the queued job holding the key was handed out between the refused insert and the
     # lookup: the duplicate is tried again, and its id lands at its own position
     holder = queue.schedule(refresh(2).deduplicated())
-    real, lookups = queue.store._queued_by_key, []
+    real, lookups = queue.store.call, []
 
     def handed_out_at_first(keys: set[str]) -> dict[str, Any]:
         lookups.append(keys)
-        return {} if len(lookups) == 1 else real(keys)
+        return {} if len(lookups) == 1 else real(jobs.queued_by_key, keys)
 
-    monkeypatch.setattr(queue.store, "_queued_by_key", handed_out_at_first)
+    interleaving.instead(monkeypatch, queue.store, jobs.queued_by_key, handed_out_at_first)
     plain, duplicate = queue.schedule_many([refresh(1), refresh(2).deduplicated()])
     assert len(lookups) == 2, "refused twice"
     assert duplicate == holder

@@ -29,6 +29,7 @@ from recruiter import (
 from recruiter.attempts.verdict import Execution
 from recruiter.job_record import state_of
 from recruiter.processes.cleaner import Cleaner
+from recruiter.store import blocked, jobs
 from recruiter.testing import drain
 from recruiter.waiting.engine import Ended, follow_up, settle, sweep
 from tests import interleaving
@@ -296,7 +297,7 @@ def test_a_dependency_ending_while_its_dependent_is_stored_is_noticed(
     dependent is stored: its own settle after the insert notices the end."""
     first = shop.schedule(add(1, 2))
     ended = interleaving.before(
-        monkeypatch, shop.store, "insert_in_order", lambda: execute(shop, deps_app, first)
+        monkeypatch, shop.store, jobs.insert_in_order, lambda: execute(shop, deps_app, first)
     )
     then = shop.schedule(add(3, 4).after(first))
     assert ended
@@ -312,7 +313,7 @@ def test_a_worker_that_dies_before_telling_leaves_it_to_the_cleaners_sweep(
     first = shop.schedule(add(1, 2))
     then = shop.schedule(add(3, 4).after(first))
     batch = shop.batch([add(1, 1)], on_complete=add(0, 0))
-    monkeypatch.setattr("recruiter.attempts.ending.follow_up_safely", lambda *a: None)  # the crash
+    monkeypatch.setattr("recruiter.attempts.ending.tell_dependents", lambda *a: None)  # the crash
     execute(shop, deps_app, first)
     execute(shop, deps_app, batch.jobs[0])
     assert state(shop, then) == state(shop, batch.on_complete) == "blocked"
@@ -330,7 +331,7 @@ def test_the_sweep_and_the_worker_noticing_the_same_end_note_it_once(
     swept = interleaving.after(
         monkeypatch,
         shop.store,
-        "dependency_documents",
+        blocked.dependency_documents,
         lambda: sweep(shop.store, shop.clock.now()),
     )
     execute(shop, deps_app, first)  # its follow-up reads the end, then the sweep settles it all
@@ -354,9 +355,9 @@ def test_two_dependencies_ending_at_once_make_their_dependent_ready_once(
         {"_id": both}, {"$set": {"waiting_for": [one, two], "dependencies": []}}
     )
     second = interleaving.after(
-        monkeypatch, shop.store, "dependency_documents", lambda: execute(shop, deps_app, two)
+        monkeypatch, shop.store, blocked.dependency_documents, lambda: execute(shop, deps_app, two)
     )
-    follow_up(shop.store, [Ended(one)], shop.clock.now())
+    shop.store.run(follow_up([Ended(one)], shop.clock.now()))
     assert second
     job = shop.job(both)
     assert state(shop, both) == "ready"
@@ -371,7 +372,7 @@ def test_an_operators_cancel_between_the_read_and_the_release_stands(
     first = shop.schedule(add(1, 2))
     then = shop.schedule(add(3, 4).after(first))
     cancelled = interleaving.after(
-        monkeypatch, shop.store, "dependency_documents", lambda: shop.cancel(then)
+        monkeypatch, shop.store, blocked.dependency_documents, lambda: shop.cancel(then)
     )
     execute(shop, deps_app, first)
     assert cancelled
@@ -389,7 +390,7 @@ def test_the_last_two_members_ending_at_once_call_back_once(
     """Each member's end lands before its follow-up reads the batch, so the one that
     reads last sees no member left; if both do, the release lets one through."""
     batch = shop.batch([add(1, 1), add(2, 2)], on_success=add(0, 1), on_complete=add(0, 2))
-    verb = "batch_unfinished" if second_first else "record_end"
+    verb: interleaving.Verb = blocked.batch_unfinished if second_first else "record_end"
     interleaving.after(
         monkeypatch, shop.store, verb, lambda: execute(shop, deps_app, batch.jobs[1])
     )
@@ -414,7 +415,7 @@ def test_a_database_hiccup_in_the_follow_up_delays_the_callback_never_loses_it(
     def hiccup(*arguments: Any, **options: Any) -> Any:
         raise DatabaseUnavailable("connection reset")
 
-    monkeypatch.setattr(shop.store, "waiting_on", hiccup)
+    interleaving.instead(monkeypatch, shop.store, blocked.blocked_on, hiccup)
     assert execute(shop, deps_app, batch.jobs[0]).outcome.value == "done"
     monkeypatch.undo()
     assert state(shop, batch.on_complete) == "blocked"
@@ -533,7 +534,7 @@ def test_a_waiting_job_damaged_by_hand_does_not_stop_the_sweep_of_the_others(
         damaged = queue.schedule(add(3, 4).after(first))
     queue.store.scheduled.update_one({"_id": damaged}, damage)
     then = queue.schedule(add(5, 6).after(first))
-    monkeypatch.setattr("recruiter.attempts.ending.follow_up_safely", lambda *a: None)  # a crash
+    monkeypatch.setattr("recruiter.attempts.ending.tell_dependents", lambda *a: None)  # a crash
     monkeypatch.setattr("recruiter.waiting.engine.SWEEP_PAGE", 1)  # (a page of damaged jobs)
     execute(queue, deps_app, first)
     result = Cleaner(queue.store).run_once(queue.clock.now())
@@ -541,7 +542,7 @@ def test_a_waiting_job_damaged_by_hand_does_not_stop_the_sweep_of_the_others(
     assert result.settled >= 1
     execute(queue, deps_app, batch.jobs[0])  # a follow-up that meets the damaged job raises nothing
     monkeypatch.undo()
-    follow_up(queue.store, [Ended(first), Ended(batch.jobs[0], batch.id)], queue.clock.now())
+    queue.store.run(follow_up([Ended(first), Ended(batch.jobs[0], batch.id)], queue.clock.now()))
 
 
 # --- found by the review: two processes at once (the real server) ------------------------
@@ -557,7 +558,7 @@ def test_a_member_failing_between_the_failure_read_and_the_release_cancels_on_su
     run although a member failed: it reads the failures again once none is unfinished."""
     batch = shop.batch([add(1, 1), fail()], on_success=add(0, 1))
     ok, bad = batch.jobs
-    real_follow_up = "recruiter.attempts.ending.follow_up_safely"
+    real_follow_up = "recruiter.attempts.ending.tell_dependents"
     with monkeypatch.context() as quiet:
         quiet.setattr(real_follow_up, lambda *a: None)  # told later, below
         execute(shop, deps_app, ok)
@@ -569,11 +570,11 @@ def test_a_member_failing_between_the_failure_read_and_the_release_cancels_on_su
 
     callback = shop.store.blocked_document(batch.on_success)
     assert callback is not None
-    ended = interleaving.after(monkeypatch, shop.store, "batch_failure", the_failure_ends)
-    settle(shop.store, callback, shop.clock.now())
+    ended = interleaving.after(monkeypatch, shop.store, blocked.batch_failure, the_failure_ends)
+    shop.store.run(settle(callback, shop.clock.now()))
     assert ended
     assert ended[0].outcome.value == "archived"
-    follow_up(shop.store, [Ended(bad, batch.id)], shop.clock.now())  # the late follow-up
+    shop.store.run(follow_up([Ended(bad, batch.id)], shop.clock.now()))  # the late follow-up
     Cleaner(shop.store).run_once(shop.clock.now())
     assert job_of(shop, batch.on_success).why == "cancelled"
 
@@ -633,7 +634,7 @@ def test_a_member_ending_before_its_callbacks_are_stored_is_noticed_by_their_sch
     ended = interleaving.after(
         monkeypatch,
         shop.store,
-        "insert_jobs",
+        jobs.insert_jobs,
         lambda: execute(shop, deps_app, job_ids[0]),
         when=stored,
     )

@@ -20,19 +20,19 @@ BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
 @pytest.mark.parametrize(
     "page",
     [
-        "api.md",
-        "retry-policies.md",
-        "schedulers.md",
-        "groups.md",
-        "prefetch.md",
-        "deduplication.md",
-        "commands.md",
-        "manual.md",
-        "events.md",
-        "stopping.md",
-        "workflows.md",
-        "snooze.md",
-        "progress.md",
+        "reference/api.md",
+        "guides/retry-policies.md",
+        "guides/schedulers.md",
+        "guides/groups.md",
+        "guides/prefetch.md",
+        "guides/deduplication.md",
+        "guides/commands.md",
+        "guides/manual.md",
+        "guides/events.md",
+        "guides/stopping.md",
+        "guides/workflows.md",
+        "guides/snooze.md",
+        "guides/progress.md",
     ],
 )
 def test_the_examples_of_a_page_run(page: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -45,7 +45,7 @@ def test_the_examples_of_a_page_run(page: str, capsys: pytest.CaptureFixture[str
 
 def test_the_traces_page_runs_in_a_process_of_its_own() -> None:
     """Its examples set the process's tracer provider, which is set once per process."""
-    blocks = BLOCK.findall((DOCS / "traces.md").read_text())
+    blocks = BLOCK.findall((DOCS / "guides" / "traces.md").read_text())
     assert len(blocks) >= 2, "traces.md has its setup and its example"
     done = subprocess.run(
         [sys.executable, "-c", "\n".join(blocks)],
@@ -64,8 +64,8 @@ def test_the_transactions_page_runs_on_the_real_server(real_server_uri: str) -> 
     client.drop_database("shop")
     namespace: dict[str, object] = {"__name__": "docs_transactions", "client": client}
     try:
-        for block in BLOCK.findall((DOCS / "transactions.md").read_text()):
-            exec(compile(block, f"{DOCS / 'transactions.md'}", "exec"), namespace)
+        for block in BLOCK.findall((DOCS / "guides" / "transactions.md").read_text()):
+            exec(compile(block, f"{DOCS / 'guides' / 'transactions.md'}", "exec"), namespace)
     finally:
         client.drop_database("shop")
         client.close()
@@ -106,7 +106,7 @@ def test_the_asyncio_page_runs_its_fastapi_application_on_the_real_server(
     name = f"asyncio_{uuid.uuid4().hex[:8]}"
     parts = urllib.parse.urlsplit(real_server_uri)
     monkeypatch.setenv("MONGODB_URI", urllib.parse.urlunsplit(parts._replace(path=f"/{name}")))
-    page = DOCS / "asyncio.md"
+    page = DOCS / "guides" / "asyncio.md"
     blocks = BLOCK.findall(page.read_text())
     assert len(blocks) >= 3, "the application, its test, the mongomock test"
     namespace: dict[str, Any] = {"__name__": "docs_asyncio"}
@@ -121,13 +121,41 @@ def test_the_asyncio_page_runs_its_fastapi_application_on_the_real_server(
         client.close()
 
 
-LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+HEADING = re.compile(r"^#{1,6} (.*)$", re.MULTILINE)
+FENCE = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
+
+
+def anchors_of(page: Path) -> set[str]:
+    """The anchors GitHub gives the page's headings: lower case, punctuation dropped,
+    spaces as hyphens (code blocks' comment lines are no headings)."""
+    text = FENCE.sub("", page.read_text())
+    slugs = set()
+    for heading in HEADING.findall(text):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        slugs.add(slug)
+    return slugs
 
 
 @pytest.mark.parametrize(
-    "page", [DOCS.parent / "README.md", *sorted(DOCS.glob("*.md"))], ids=lambda p: p.name
+    "page",
+    [
+        DOCS.parent / "README.md",
+        DOCS.parent / "benchmarks" / "results" / "README.md",
+        *sorted(DOCS.rglob("*.md")),
+    ],
+    ids=lambda p: str(p.relative_to(DOCS.parent)),
 )
-def test_every_relative_link_of_a_page_leads_to_a_file(page: Path) -> None:
-    targets = [t for t in LINK.findall(page.read_text()) if "://" not in t]
-    missing = [t for t in targets if not (page.parent / t).exists()]
-    assert not missing, f"{page.name} links to missing files: {missing}"
+def test_every_relative_link_of_a_page_leads_to_a_file_and_heading(page: Path) -> None:
+    text = FENCE.sub("", page.read_text())
+    broken = []
+    for target in LINK.findall(text):
+        if "://" in target or target.startswith("mailto:"):
+            continue
+        path, _, anchor = target.partition("#")
+        linked = (page.parent / path) if path else page
+        if not linked.exists() or (
+            anchor and linked.suffix == ".md" and anchor not in anchors_of(linked)
+        ):
+            broken.append(target)
+    assert not broken, f"{page.name} links to missing files or headings: {broken}"

@@ -103,7 +103,7 @@ def test_a_system_exit_from_a_task_a_job_started_does_not_stop_the_workers_loop(
 def test_a_stop_after_an_async_jobs_own_loop_closed_does_not_kill_the_watchdog(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Threads pool, a job process, ``recruiter job run --here``: an async job runs on a
+    """Threads pool, a job process, ``recruiter jobs run --here``: an async job runs on a
     loop of its own (``asyncio.run``), closed as the job returns, while the job's code is
     still "running" for a few lines. A timeout falling due there must not raise in the
     watchdog's thread (it would end it: no job of the worker would ever time out again)."""

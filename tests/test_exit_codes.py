@@ -1,5 +1,5 @@
 """Every exit code of the ``recruiter`` command, made to happen, one test per row of the
-table in docs/processes.md (``recruiter/cli/exit_codes.py``).
+table in docs/reference/processes.md (``recruiter/cli/exit_codes.py``).
 
 Commands run through the real entry point (``recruiter.cli.main``, where domain errors
 become exit codes), in this process where they can, as real processes where only a
@@ -27,7 +27,7 @@ from recruiter.testing import drain
 from tests import commands
 from tests.commands import closed_port_uri
 
-DOCS = Path(__file__).parent.parent / "docs" / "processes.md"
+DOCS = Path(__file__).parent.parent / "docs" / "reference" / "processes.md"
 
 
 @dataclass(frozen=True)

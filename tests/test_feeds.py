@@ -20,14 +20,10 @@ from pymongo.database import Database
 
 from recruiter import DatabaseUnavailable, FrozenClock, JobSpec, Queue, Registry, SystemClock
 from recruiter.loop import IDLE, UNKNOWN, Backoff, Pause, StopRequest, Wakeups, run_forever
-from recruiter.processes.news import GAP, FeedInbox
+from recruiter.maintenance.repeatable_jobs import REFRESH as SCHEDULERS_REFRESH
+from recruiter.processes.feed_cache import GAP, FeedInbox
 from recruiter.processes.prefetch_rule import PrefetchRule
-from recruiter.processes.recruiter import (
-    SCHEDULERS_REFRESH,
-    Recruiter,
-    RecruiterConfig,
-    RoundResult,
-)
+from recruiter.processes.recruiter import Recruiter, RecruiterConfig, RoundResult
 from recruiter.processes.slot import WorkerSlot
 from recruiter.processes.watcher import Watcher
 from recruiter.processes.worker import WorkerConfig, WorkerProcess

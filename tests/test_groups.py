@@ -23,7 +23,7 @@ from recruiter import (
     Rate,
 )
 from recruiter.groups import FairShare
-from recruiter.processes.news import FeedInbox
+from recruiter.processes.feed_cache import FeedInbox
 from recruiter.processes.planning import SETTINGS_REFRESH
 from recruiter.processes.recruiter import MINIMUM_PAUSE, Recruiter
 from recruiter.store import Store

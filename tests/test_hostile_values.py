@@ -114,7 +114,7 @@ def test_a_result_is_dropped_rather_than_the_end_when_the_document_would_be_too_
 ) -> None:
     """Real MongoDB refuses an update whose resulting document exceeds 16 MB (17419).
     A job's result takes up to 1 MB, twice (``last_execution`` and ``history``); the
-    trimmed retry of ``_record_attempt`` keeps it, so a job whose trimmed end would fit
+    trimmed retry of ``record_end`` keeps it, so a job whose trimmed end would fit
     without it is never ended: it stays locked and started, and is run again."""
     queue = Queue(mongomock_database, clock)
     job_id = queue.schedule(JobSpec("review.big"))

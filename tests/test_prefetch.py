@@ -683,24 +683,6 @@ def test_a_job_cancelled_in_a_batch_put_back_on_sigterm_is_finished_as_cancelled
     assert queue.job(batch[2]).why == "cancelled", "not handed out again to be skipped"
 
 
-def test_the_old_option_names_still_work_with_a_warning(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """``--max-batch`` and ``--batch-seconds`` were renamed ``--prefetch`` and
-    ``--prefetch-seconds``: a script written for the old names keeps working for a
-    release, told of the new ones (here, refused for the value, as the new one is)."""
-    from recruiter.cli import main
-
-    monkeypatch.setattr("sys.argv", ["recruiter", "run", "--max-batch=0", "--batch-seconds", "2s"])
-    with pytest.raises(SystemExit) as stopped:
-        main()
-    assert stopped.value.code == 2
-    output = capsys.readouterr().err
-    assert "--max-batch is now --prefetch" in output
-    assert "--batch-seconds is now --prefetch-seconds" in output
-    assert "--prefetch must be from 1 to 1000" in output
-
-
 @pytest.mark.parametrize("landed", [True, False], ids=["reply-lost", "write-lost"])
 def test_a_snooze_riding_with_the_next_start_and_its_reply_lost_counts_once(
     queue: Queue,

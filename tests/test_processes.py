@@ -23,7 +23,7 @@ from recruiter import (
 from recruiter.attempts.verdict import Outcome
 from recruiter.processes.cleaner import Cleaner, CleanerConfig, CleanResult
 from recruiter.processes.leadership import Leadership
-from recruiter.processes.recruiter import Recruiter
+from recruiter.processes.recruiter import Recruiter, RecruiterConfig
 from recruiter.processes.worker import WorkerConfig, WorkerProcess
 from recruiter.store import Store
 from recruiter.store.jobs import ARCHIVE_BATCH, PURGE_BATCH
@@ -302,13 +302,16 @@ def test_a_thawed_worker_stops_before_an_idle_slot_takes_new_work(
     assert stops == ["declared dead, 0 on the roster"], "it stops before registering again"
 
 
-def test_the_cleaner_releases_orphans_held_by_no_worker(
-    queue: Queue, noop_app: Registry, clock: FrozenClock, cleaner: Cleaner
+def test_the_recruiter_releases_jobs_held_by_no_worker_at_each_look(
+    queue: Queue, noop_app: Registry, clock: FrozenClock, recruiter: Recruiter
 ) -> None:
-    job_in_state(queue, "handed out")  # by a leader that died before it assigned it
-    assert sum(cleaner.run_once(clock.now()).released.values()) == 0, "recent locks are left"
-    clock.advance(DEAD_AFTER.total_seconds() + 1)
-    assert dict(cleaner.run_once(clock.now()).released) == {"requeued": 1}
+    recruiter.run_once(clock.now())  # the first round looks at once
+    job_id = job_in_state(queue, "handed out").id  # by a leader that died before assigning it
+    assert recruiter.run_once(clock.advance(1)).rolled_back == 0, "left until the next look"
+    clock.advance(RecruiterConfig().rollback_every.total_seconds())
+    assert dict(recruiter.unheld.run_once(clock.now()).released) == {"requeued": 1}
+    job = queue.job(job_id)
+    assert (job.locked, job.attempts) == (False, 0)
 
 
 def test_the_cleaner_moves_finished_jobs_in_batches_and_hurries_while_they_are_full(

@@ -23,7 +23,7 @@ from pymongo.errors import OperationFailure
 
 from recruiter import DatabaseError, FrozenClock, JobSpec, Queue, Registry, RetryManyTimes
 from recruiter.processes.cleaner import Cleaner
-from recruiter.processes.recruiter import Recruiter
+from recruiter.processes.recruiter import Recruiter, RecruiterConfig
 from recruiter.processes.slot import WorkerSlot
 from tests.driving import DEAD_AFTER
 
@@ -107,14 +107,14 @@ def test_one_job_whose_crash_record_is_refused_does_not_blind_the_cleaner(
     assert queue.store.find_worker(worker) is None, "silent for 2 min: declared dead"
 
 
-def test_a_job_whose_crash_record_is_refused_does_not_keep_the_cleaner_busy(
-    queue: Queue, clock: FrozenClock, cleaner: Cleaner
+def test_a_job_whose_crash_record_is_refused_is_left_for_the_next_look(
+    queue: Queue, clock: FrozenClock
 ) -> None:
-    # refused at every pass: left for a later round, not retried in a tight loop
+    # refused at every look: left for a later one, not retried in a tight loop
     _poison(queue, clock)
-    clock.advance(DEAD_AFTER.total_seconds() / 2)
-    cleaner.run_once(clock.now())
-    clock.advance(DEAD_AFTER.total_seconds() / 2 + 1)
-    result = cleaner.run_once(clock.now())
-    assert result.released == {"refused": 1}
-    assert not result.busy
+    recruiter = Recruiter(queue.store)
+    assert recruiter.unheld.run_once(clock.now()).released == {"refused": 1}
+    result = recruiter.run_once(clock.advance(1))
+    assert (result.rolled_back, result.busy) == (0, False)
+    clock.advance(RecruiterConfig().rollback_every.total_seconds())
+    assert recruiter.run_once(clock.now()).rolled_back == 1, "tried again at the next look"

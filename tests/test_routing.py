@@ -15,7 +15,7 @@ from typing import Any
 from bson import ObjectId
 
 from recruiter import FrozenClock, JobSpec, Queue
-from recruiter.processes.news import FeedInbox
+from recruiter.processes.feed_cache import FeedInbox
 from recruiter.processes.recruiter import Recruiter
 from recruiter.store import UnservedWorkable, digest_of
 from tests.driving import application, assigned, slot
@@ -225,7 +225,7 @@ def test_groups_holding_only_jobs_no_worker_knows_do_not_starve_the_others(
 def test_a_manual_run_in_progress_does_not_hide_the_jobs_waiting_for_a_workable(
     queue: Queue, clock: FrozenClock
 ) -> None:
-    """``recruiter job run --here`` enters the roster as its job's holder, with no set of
+    """``recruiter jobs run --here`` enters the roster as its job's holder, with no set of
     workables (it never takes assignments); the waiting count took it for a worker from
     before routing, which may run anything, and reported nothing waiting for as long as
     the manual run lasted."""

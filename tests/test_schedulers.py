@@ -32,7 +32,7 @@ from recruiter.repeating.occurrences import (
     create_due_occurrences,
 )
 from recruiter.repeating.timing import Schedule, schedule_from
-from recruiter.store import SchedulerRecord, Store
+from recruiter.store import SchedulerRecord, Store, schedulers
 from recruiter.testing import drain
 from tests.driving import application
 from tests.interleaving import after
@@ -697,7 +697,7 @@ def test_a_resume_that_meets_a_new_schedule_resumes_on_the_new_one(
     declared = after(
         monkeypatch,
         queue.store,
-        "find_scheduler",
+        schedulers.find_scheduler,
         lambda: queue.repeat("report", report, Every("5m")),
     )
     assert queue.resume_repeating("report")

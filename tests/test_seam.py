@@ -268,7 +268,7 @@ def test_a_dead_workers_job_is_released_even_if_its_removal_lost_its_reply(
     queue: Queue, registry: Registry, clock: FrozenClock
 ) -> None:
     # the worker is removed (fenced out), the reply is lost: the cleaner never learns
-    # what it held; the job, locked and held by nobody, is an orphan the next rounds find
+    # what it held; the job, locked and held by nobody, is released by the recruiter
     from recruiter.processes.cleaner import Cleaner, CleanerConfig
 
     @registry.workable("tests.noop")
@@ -291,6 +291,7 @@ def test_a_dead_workers_job_is_released_even_if_its_removal_lost_its_reply(
         except DatabaseUnavailable:
             released.append(-1)
         clock.advance(15)
+    released.append(Recruiter(queue.store).run_once(clock.now()).rolled_back)
     assert lost.failed == 1
     assert queue.store.workers() == [], "removed by the try whose reply was lost"
     assert sum(r for r in released if r > 0) == 1, "released once"

@@ -19,7 +19,7 @@ from recruiter import FrozenClock, JobSpec, Queue, Registry, RetryManyTimes, Wri
 from recruiter.attempts.takeback import take_back_from_dead
 from recruiter.attempts.verdict import Execution, Outcome
 from recruiter.processes.cleaner import Cleaner
-from recruiter.processes.recruiter import Recruiter
+from recruiter.processes.recruiter import Recruiter, RecruiterConfig
 from recruiter.processes.worker import WorkerConfig, WorkerProcess
 from recruiter.store import End, Store
 from tests.driving import DEAD_AFTER
@@ -82,24 +82,21 @@ def test_a_new_leader_leaves_a_job_its_old_leader_assigned_and_a_worker_started_
     assert queue.store.record_end(End(job_id, token, clock.now(), why="done"), record)
 
 
-def test_the_cleaners_orphan_pass_leaves_a_job_assigned_and_started_meanwhile(
+def test_the_recruiters_periodic_look_leaves_a_job_assigned_and_started_meanwhile(
     queue: Queue,
     registry: Registry,
     clock: FrozenClock,
-    cleaner: Cleaner,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # the same window, for a lock older than the dead timeout: the orphan pass
-    job_id, old_leader, worker_id = _half_round(queue, registry, clock)
+    # the same window, for the look every ``rollback_every`` of a leader all along
+    leader = Recruiter(queue.store)
+    leader.run_once(clock.now())
+    job_id, old_leader, _ = _half_round(queue, registry, clock)
     token = old_leader.token
-    for _ in range(2):  # the cleaner watches all along: its rounds come 15 s apart
-        clock.advance(DEAD_AFTER.total_seconds() / 2)
-        queue.store.heartbeat([worker_id], clock.now())
-        assert sum(cleaner.run_once(clock.now()).released.values()) == 0
-    clock.advance(1)  # the lock is older than the dead timeout now
+    clock.advance(RecruiterConfig().rollback_every.total_seconds())
     started = {"started_at": clock.now()}
     worker_alive = after(monkeypatch, queue.store, "held_tokens", old_leader.lands(job_id, started))
-    assert sum(cleaner.run_once(clock.now()).released.values()) == 0
+    assert leader.unheld.run_once(clock.now()).count == 0
     assert len(worker_alive) == 1
     job = queue.job(job_id)
     assert (job.locked, job.lock_token, job.attempts) == (True, token, 1), "left to its worker"
@@ -111,7 +108,7 @@ def test_a_job_rolled_back_before_its_old_leaders_late_assignment_is_not_run_by_
     # the other side of the window: B takes J back before A's assignment lands; the
     # worker is then assigned a job it no longer holds, and must not run it
     job_id, old_leader, _ = _half_round(queue, registry, clock)
-    assert Recruiter(queue.store).rollback(clock.now()) == 1
+    assert Recruiter(queue.store).unheld.run_once(clock.now()).count == 1
     old_leader.finish_round()
     ran = old_leader.slot_run()
     assert ran is not None

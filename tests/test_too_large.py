@@ -1,6 +1,6 @@
 """Review finding: a record too large for the driver to send is never trimmed.
 
-``_record_attempt`` trims an attempt's record only when the *server* refuses the update
+``record_end`` trims an attempt's record only when the *server* refuses the update
 (``OperationFailure`` 10334/17419). An update whose command is itself over the size
 limit is refused by pymongo before it is sent, as ``pymongo.errors.DocumentTooLarge``,
 a ``bson`` ``InvalidDocument``, not an ``OperationFailure``: it escapes the trimming

@@ -42,8 +42,8 @@ from recruiter.attempts.verdict import Outcome
 from recruiter.cli import app as cli_app
 from recruiter.job_context import job_session
 from recruiter.pools.stopping import Watch
-from recruiter.processes.cleaner import Cleaner, CleanerConfig
 from recruiter.processes.progress import flush_progress
+from recruiter.processes.recruiter import Recruiter
 from recruiter.processes.slot import WorkerSlot
 from recruiter.progress import PROGRESS_EVERY
 from recruiter.store import Commit
@@ -122,7 +122,7 @@ def test_a_crash_between_the_effect_and_the_ack_re_runs_nothing_that_stayed(
     def crash(*arguments: Any, **options: Any) -> bool:
         raise SystemExit("the worker dies")
 
-    monkeypatch.setattr(shop.store, "record_end_in", crash)
+    monkeypatch.setattr(shop.store, "record_end", crash)
     with pytest.raises(SystemExit):
         execute(shop, confirming_app, job_id)
     monkeypatch.undo()
@@ -131,7 +131,7 @@ def test_a_crash_between_the_effect_and_the_ack_re_runs_nothing_that_stayed(
     assert job.locked
     assert job.lock_started_at is not None, "crashed mid-attempt, held by nobody"
     clock.advance(31)
-    Cleaner(shop.store, CleanerConfig()).run_once(clock.now())  # an orphan, released
+    Recruiter(shop.store).run_once(clock.now())  # held by no worker: released
     assert drain(shop, confirming_app).results == {job_id: "confirmed"}
     assert confirmations(shop) == 1
     assert shop.job(job_id).attempts == 2
@@ -159,7 +159,7 @@ def test_a_job_taken_back_while_it_runs_is_fenced_off_with_its_writes(
     taken = interleaving.before(
         monkeypatch,
         shop.store,
-        "record_end_in",
+        "record_end",
         lambda: shop.store.database.scheduled.update_one(
             {"_id": job_id}, {"$set": {"lock.token": ObjectId()}}
         ),
@@ -179,7 +179,7 @@ def test_a_write_conflict_runs_the_transaction_again(
     conflicts = interleaving.before(
         monkeypatch,
         shop.store,
-        "record_end_in",
+        "record_end",
         lambda: shop.store.database.scheduled.update_one(
             {"_id": job_id}, {"$set": {"touched": True}}
         ),

@@ -5,7 +5,7 @@
 2. :func:`write_verdict`: the store's one verb, ``record_end``, with the end the
    verdict says, fenced by the lock token; a retry refused for a cancellation asked
    meanwhile ends the job as cancelled instead;
-3. :func:`ended`: what waits for the job is told (:func:`tell_waiting`), then the
+3. :func:`ended`: the job's dependents are told (:func:`tell_dependents`), then the
    application's listeners and the workable's hooks.
 
 A worker writes through :class:`DurableWrite`, which writes until the database answers
@@ -34,9 +34,9 @@ from recruiter.errors import DatabaseError, DatabaseUnavailable
 from recruiter.events import JOB_ENDED, JOB_FAILURE_LAST, JobEvent, call_safely
 from recruiter.job_record import Job
 from recruiter.loop import Backoff
-from recruiter.store import End, Starting, Store
+from recruiter.store import End, Starting, Store, blocked, jobs
 from recruiter.store.steps import Steps, call
-from recruiter.waiting.engine import Ended, follow_up_safely, follow_up_safely_steps
+from recruiter.waiting.engine import Ended, follow_up_safely
 from recruiter.workable import Registry
 
 logger = logging.getLogger(__name__)
@@ -86,38 +86,34 @@ def write_verdict(
     return None
 
 
-def tell_waiting(store: Store, job: Job, why: str | None, now: dt.datetime) -> None:
-    """Tell the jobs that wait for ``job`` (or its batch's callbacks) that it ended, with
-    ``why``, if any may (a job is marked ``followed`` when another waits for it); a
+def tell_dependents(store: Store, job: Job, why: str | None, now: dt.datetime) -> None:
+    """Tell the jobs blocked on ``job`` (or its batch's callbacks) that it ended, with
+    ``why``, if any may be (a job is marked ``followed`` when another waits for it); a
     database error is logged, and the cleaner's sweep tells them instead."""
     if job.followed or job.batch is not None:
-        follow_up_safely(store, Ended(job.id, job.batch, why), now)
+        store.run(follow_up_safely(Ended(job.id, job.batch, why), now))
 
 
-def cancel_waiting(store: Store, job_id: Any, now: dt.datetime) -> bool:
+def cancel_waiting(job_id: Any, now: dt.datetime) -> Steps[bool]:
     """Cancel ``job_id`` if it waits for a worker (not handed out, not finished), and
-    tell what waits for it at once; whether it was cancelled. Every cancellation of a
-    job that never ran ends this way: one asked for, or one found by a take-back."""
-    return store.run(cancel_waiting_steps(job_id, now))
-
-
-def cancel_waiting_steps(job_id: Any, now: dt.datetime) -> Steps[bool]:
-    """:func:`cancel_waiting`, as steps (:mod:`recruiter.store.steps`) for either store."""
-    if not (yield from call("cancel_if_waiting", job_id, now)):
+    tell its dependents at once; whether it was cancelled. Every cancellation of a job
+    that never ran ends this way: one asked for, or one found by a take-back. Steps
+    (:mod:`recruiter.store.steps`), for either store."""
+    if not (yield from call(jobs.cancel_if_waiting, job_id, now)):
         return False
     yield from _tell_cancelled(job_id, now)
     return True
 
 
 def _tell_cancelled(job_id: Any, now: dt.datetime) -> Steps[None]:
-    """Tell what waits for ``job_id``, a job cancelled before it ran (there was no
+    """Tell the dependents of ``job_id``, a job cancelled before it ran (there was no
     attempt to end: its batch is read, if it has one); a database error is logged, and
     the cleaner's sweep tells them instead."""
     try:
-        batch = yield from call("batch_of", job_id)
+        batch = yield from call(blocked.batch_of, job_id)
     except DatabaseError:
         batch = None  # the cleaner's sweep tells them
-    yield from follow_up_safely_steps(Ended(job_id, batch, "cancelled"), now)
+    yield from follow_up_safely(Ended(job_id, batch, "cancelled"), now)
 
 
 def ended(
@@ -136,7 +132,7 @@ def ended(
         return
     if execution.outcome in ENDING_OUTCOMES:
         why = "done" if execution.outcome is Outcome.DONE else execution.why
-        tell_waiting(store, job, None if why is None else str(why), now)
+        tell_dependents(store, job, None if why is None else str(why), now)
     listeners, hooks, error = registry.listeners, ran.hooks, ran.error
     listeners.emit(JOB_ENDED, JobEvent(JOB_ENDED, job, execution))
     if execution.outcome is Outcome.DONE:

@@ -24,7 +24,7 @@ from typing import Any
 
 from bson import ObjectId
 
-from recruiter.attempts.ending import cancel_waiting_steps
+from recruiter.attempts.ending import cancel_waiting
 from recruiter.attempts.executor import Executor, Identity
 from recruiter.attempts.verdict import Execution
 from recruiter.clock import Clock
@@ -42,9 +42,11 @@ from recruiter.job_record import Job
 from recruiter.loop import Backoff
 from recruiter.pools.stopping import HolderDeclaredDead, Watch
 from recruiter.progress import JobProgress, progress_changed
-from recruiter.store import Store, as_object_id
+from recruiter.store import Store, as_object_id, blocked, jobs
+from recruiter.store.attempts import make_due_now
+from recruiter.store.progress import progress_of
 from recruiter.store.steps import Steps, call, sleep
-from recruiter.waiting.engine import Ended, follow_up_steps
+from recruiter.waiting.engine import Ended, follow_up
 from recruiter.workable import Registry
 
 logger = logging.getLogger(__name__)
@@ -67,59 +69,45 @@ class Cancellation(StrEnum):
     """It had finished already: nothing was changed."""
 
 
-def cancel(store: Store, job_id: Any, now: dt.datetime) -> Cancellation:
-    """Cancel one job, waiting or running (``JobNotFound`` if there is no such job)."""
-    return store.run(cancel_steps(job_id, now))
-
-
-def cancel_steps(job_id: Any, now: dt.datetime) -> Steps[Cancellation]:
-    """:func:`cancel`, as steps (:mod:`recruiter.store.steps`) for either store."""
-    (job_id,) = yield from _waiting_ids([job_id])
+def cancel(job_id: Any, now: dt.datetime, *, session: Any = None) -> Steps[Cancellation]:
+    """Cancel one job, waiting or running (``JobNotFound`` if there is no such job). In
+    the application's transaction ``session``, the jobs blocked on a cancelled one are
+    cancelled in it too. Steps (:mod:`recruiter.store.steps`), for either store."""
+    if session is not None:
+        return (yield from _cancel_in_transaction(as_object_id(job_id), now, session))
+    (job_id,) = yield from _known_ids([job_id])
     for _ in range(CANCEL_TRIES):  # a job may move between waiting and locked meanwhile
-        if (yield from cancel_waiting_steps(job_id, now)):
+        if (yield from cancel_waiting(job_id, now)):
             logger.info("job %s cancelled", job_id)
             return Cancellation.CANCELLED
-        if (yield from call("request_cancel_if_locked", job_id, now)):
+        if (yield from call(jobs.request_cancel_if_locked, job_id, now)):
             logger.info("job %s: cancellation asked of its worker", job_id)
             return Cancellation.STOPPING
-        job = yield from call("find_job", job_id)
+        job = yield from call(jobs.find_job, job_id)
         if job is None or job.finished:
             return Cancellation.FINISHED
     raise RecruiterError(f"job {job_id} kept changing state while being cancelled: try again")
 
 
-def cancel_if_waiting(store: Store, job_id: Any, now: dt.datetime) -> bool:
-    """Cancel one job only if it still waits for a worker (not handed out, not finished),
-    and what waits for it; whether it did (``JobNotFound`` if there is no such job)."""
-    return store.run(cancel_if_waiting_steps(job_id, now))
-
-
-def cancel_if_waiting_steps(job_id: Any, now: dt.datetime) -> Steps[bool]:
-    """:func:`cancel_if_waiting`, as steps for either store."""
-    (job_id,) = yield from _waiting_ids([job_id])
-    if not (yield from cancel_waiting_steps(job_id, now)):
-        return False
-    logger.info("job %s cancelled", job_id)
-    return True
-
-
-def cancel_in(store: Store, job_id: Any, now: dt.datetime, session: Any) -> Cancellation:
-    """:func:`cancel`, in the application's transaction ``session``: the jobs that wait
-    for a cancelled one are cancelled in it too."""
-    return store.run(cancel_in_steps(job_id, now, session))
-
-
-def cancel_in_steps(job_id: Any, now: dt.datetime, session: Any) -> Steps[Cancellation]:
-    """:func:`cancel_in`, as steps for either store."""
-    job_id = as_object_id(job_id)
-    said = yield from call("cancel_in", job_id, now, session)
+def _cancel_in_transaction(job_id: Any, now: dt.datetime, session: Any) -> Steps[Cancellation]:
+    said = yield from call(jobs.cancel, job_id, now, session=session)
     if said == "missing":
         raise JobNotFound(job_id)
     if said == "cancelled":
-        batch = yield from call("batch_of", job_id, session)
-        yield from follow_up_steps([Ended(job_id, batch)], now, session)
+        batch = yield from call(blocked.batch_of, job_id, session=session)
+        yield from follow_up([Ended(job_id, batch)], now, session=session)
         return Cancellation.CANCELLED
     return Cancellation.STOPPING if said == "stopping" else Cancellation.FINISHED
+
+
+def cancel_if_waiting(job_id: Any, now: dt.datetime) -> Steps[bool]:
+    """Cancel one job only if it still waits for a worker (not handed out, not finished),
+    and its dependents; whether it did (``JobNotFound`` if there is no such job)."""
+    (job_id,) = yield from _known_ids([job_id])
+    if not (yield from cancel_waiting(job_id, now)):
+        return False
+    logger.info("job %s cancelled", job_id)
+    return True
 
 
 RECOVERED_FIELDS = (
@@ -150,7 +138,7 @@ def recover(
     Raises ``JobNotFound``, or :class:`NotFinished` for a job that has not finished (it
     will run anyway).
     """
-    (job_id,) = store.run(_waiting_ids([job_id]))
+    (job_id,) = store.run(_known_ids([job_id]))
     finished = store.finished_document(job_id)
     if finished is None:
         job = store.find_job(job_id)
@@ -192,76 +180,56 @@ class ManualRun:
     job: Job
 
 
-def _known_jobs(store: Store, job_ids: Sequence[Any]) -> list[Job]:
+def _known_jobs(job_ids: Sequence[Any]) -> Steps[list[Job]]:
     """The jobs of ``job_ids``, as they are now (``JobNotFound`` for an unknown id)."""
-    return store.run(_known_jobs_steps(job_ids))
-
-
-def _known_jobs_steps(job_ids: Sequence[Any]) -> Steps[list[Job]]:
-    jobs = []
+    known = []
     for job_id in (as_object_id(job_id) for job_id in job_ids):
-        job = yield from call("find_job", job_id)
+        job = yield from call(jobs.find_job, job_id)
         if job is None:
             raise JobNotFound(job_id)
-        jobs.append(job)
-    return jobs
+        known.append(job)
+    return known
 
 
-def _waiting_ids(job_ids: Sequence[Any]) -> Steps[list[Any]]:
+def _known_ids(job_ids: Sequence[Any]) -> Steps[list[Any]]:
     """The ids, each checked to be a known job (``JobNotFound`` otherwise)."""
-    return [job.id for job in (yield from _known_jobs_steps(job_ids))]
+    return [job.id for job in (yield from _known_jobs(job_ids))]
 
 
-def run_now(store: Store, job_ids: Sequence[Any], now: dt.datetime) -> list[Any]:
+def run_now(job_ids: Sequence[Any], now: dt.datetime) -> Steps[list[Any]]:
     """Make the waiting jobs among ``job_ids`` due now; return those that were not
-    waiting (handed out or finished already: they are left as they are)."""
-    return store.run(run_now_steps(job_ids, now))
-
-
-def run_now_steps(job_ids: Sequence[Any], now: dt.datetime) -> Steps[list[Any]]:
-    """:func:`run_now`, as steps (:mod:`recruiter.store.steps`) for either store."""
+    waiting (handed out or finished already: they are left as they are). Steps
+    (:mod:`recruiter.store.steps`), for either store."""
     not_waiting = []
-    for job_id in (yield from _waiting_ids(job_ids)):
-        if not (yield from call("make_due_now", job_id, now)):
+    for job_id in (yield from _known_ids(job_ids)):
+        if not (yield from call(make_due_now, job_id, now)):
             not_waiting.append(job_id)
     return not_waiting
 
 
 def wait_for(
-    store: Store,
-    job_ids: Sequence[Any],
-    timeout: dt.timedelta,
-    clock: Clock,
-    on_progress: Callable[[Any, JobProgress], object] | None = None,
-) -> list[Job]:
-    """Wait until every job of ``job_ids`` is finished; return them, in order. With
-    ``on_progress``, call it with a job's id and progress whenever a running job's
-    written progress changed (read once per look, with the finished jobs).
-
-    Raises :class:`WaitTimeout` when some are not finished within ``timeout``.
-    """
-    return store.run(wait_steps(job_ids, timeout, clock, on_progress), clock.sleep)
-
-
-def wait_steps(
     job_ids: Sequence[Any],
     timeout: dt.timedelta,
     clock: Clock,
     on_progress: Callable[[Any, JobProgress], object] | None = None,
 ) -> Steps[list[Job]]:
-    """:func:`wait_for`, as steps (:mod:`recruiter.store.steps`) for either store: it
-    looks at the jobs, pausing longer each time (:data:`WAIT_POLLS`), on ``clock``'s
-    monotonic time."""
-    ids = yield from _waiting_ids(job_ids)
+    """Wait until every job of ``job_ids`` is finished; return them, in order. With
+    ``on_progress``, call it with a job's id and progress whenever a running job's
+    written progress changed (read once per look, with the finished jobs).
+
+    Raises :class:`WaitTimeout` when some are not finished within ``timeout``. Steps
+    (:mod:`recruiter.store.steps`), for either store: it looks at the jobs, pausing
+    longer each time (:data:`WAIT_POLLS`), on ``clock``'s monotonic time."""
+    ids = yield from _known_ids(job_ids)
     deadline, pause = clock.monotonic() + timeout.total_seconds(), 0.0
     told: dict[Any, JobProgress] = {}
     while True:
-        finished = {job.id: job for job in (yield from call("finished_jobs", ids))}
+        finished = {job.id: job for job in (yield from call(jobs.finished_jobs, ids))}
         if len(finished) == len(set(ids)):
             return [finished[job_id] for job_id in ids]
         if on_progress is not None:
             running = [job_id for job_id in ids if job_id not in finished]
-            for job_id, progress in (yield from call("progress_of", running)).items():
+            for job_id, progress in (yield from call(progress_of, running)).items():
                 if progress_changed(told.get(job_id), progress):
                     told[job_id] = progress
                     on_progress(job_id, progress)
@@ -290,14 +258,14 @@ def run_here(
     (as at a timeout) and :class:`DeclaredDead` is raised, to the caller alone: a library
     does not end the process it runs in (a worker process, whose own it is, exits).
     """
-    jobs = _known_jobs(store, job_ids)
-    for job in jobs:  # refused before any job is taken
+    known = store.run(_known_jobs(job_ids))
+    for job in known:  # refused before any job is taken
         if job.finished or job.locked or job.blocked:
             raise NotWaiting(job)
         if job.workable not in registry:
             raise NotRunnableHere(job.id, job.workable)
     runs = []
-    for job in jobs:
+    for job in known:
         run = _run_one(store, registry, clock, job.id, heartbeat=heartbeat)
         runs.append(run)
     return runs

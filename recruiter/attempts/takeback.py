@@ -34,7 +34,7 @@ from typing import Any
 
 from bson import ObjectId
 
-from recruiter.attempts.ending import cancel_waiting, tell_waiting, write_verdict
+from recruiter.attempts.ending import cancel_waiting, tell_dependents, write_verdict
 from recruiter.attempts.verdict import Outcome, attempt_record, verdict_of
 from recruiter.errors import DatabaseError, WriteRejected
 from recruiter.job_record import Job
@@ -199,7 +199,7 @@ def put_back(store: Store, job_ids: Sequence[Any], token: ObjectId, now: dt.date
     returned = store.unlock_if_not_started(job_ids, token)
     if returned:
         for job_id in store.cancel_requested(job_ids):
-            if cancel_waiting(store, job_id, now):
+            if store.run(cancel_waiting(job_id, now)):
                 logger.info("job %s cancelled, never started", job_id)
     return returned
 
@@ -210,7 +210,7 @@ def _requeue(
     """Put a job that was not started back, uncounted; ``None`` if it started meanwhile."""
     if not store.unlock_if_not_started([job_id], token):
         return None
-    if cancelled and cancel_waiting(store, job_id, now):
+    if cancelled and store.run(cancel_waiting(job_id, now)):
         logger.info("job %s cancelled, never started (%s)", job_id, reason)
         return Released.ARCHIVED
     logger.info("job %s requeued, never started (%s)", job_id, reason)
@@ -270,5 +270,5 @@ def _crashed(store: Store, job: Job, token: ObjectId, now: dt.datetime, reason: 
         reason,
         written.why,
     )
-    tell_waiting(store, job, None if written.why is None else str(written.why), now)
+    tell_dependents(store, job, None if written.why is None else str(written.why), now)
     return Released.ARCHIVED

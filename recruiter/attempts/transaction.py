@@ -251,7 +251,7 @@ class _TransactionalRun:
         ran = dataclasses.replace(ran, runs=self.runs)
         record = executor.record(job, started_at, ended_at, Outcome.DONE, ran)
         end = End(job.id, self.token, ended_at, why=str(Why.DONE))
-        if not executor.store.record_end_in(end, record, session):
+        if not executor.store.record_end(end, record, session=session):
             raise _FencedOff
         self.done = record
 

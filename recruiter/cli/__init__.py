@@ -51,7 +51,6 @@ def _logging(context: typer.Context) -> None:
 
 app.add_typer(groups, name="group")
 app.add_typer(jobs, name="jobs")
-app.add_typer(jobs, name="job", hidden=True)  # the singular, as issue 6 named it
 
 
 app.command()(run)

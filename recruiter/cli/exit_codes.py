@@ -1,5 +1,5 @@
 """The exit codes of every ``recruiter`` command, and the one place domain errors become
-them (:func:`exit_code_of`). docs/processes.md shows this table; a test holds the two
+them (:func:`exit_code_of`). docs/reference/processes.md shows this table; a test holds the two
 together, and another makes each code happen."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from recruiter.errors import (
 
 
 class ExitCode(IntEnum):
-    """What a command's exit status means (docs/processes.md, "Exit codes")."""
+    """What a command's exit status means (docs/reference/processes.md, "Exit codes")."""
 
     OK = 0
     """Done, or stopped as asked."""

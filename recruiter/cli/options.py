@@ -16,13 +16,11 @@ from typing import TYPE_CHECKING, Annotated, Any, Protocol, TypeVar
 
 import typer
 
-from recruiter.cli.terminal import errors
 from recruiter.duration import parse_duration
 from recruiter.monitoring.logs import Level
 
 if TYPE_CHECKING:  # imported where used: `recruiter --help` does not load the driver
     from recruiter.queue import Queue
-    from recruiter.store import Store
     from recruiter.workable import Registry
 
 
@@ -150,21 +148,19 @@ def load_registry(spec: str) -> Registry:
     return registry
 
 
-def connect_store(
-    mongodb_uri: str | None, database: str | None, wait: dt.timedelta = dt.timedelta(0)
-) -> Store:
-    """The store of the named database (the embedded one without a URI), ready to use."""
-    from recruiter.connection import open_store, resolve_uri
-
-    uri, _ = resolve_uri(mongodb_uri)
-    return open_store(uri, database, wait=wait)
-
-
 def open_queue(mongodb_uri: str | None, database: str | None) -> Queue:
-    """A queue on the named database, for the commands that read or steer it."""
+    """A queue on the named database (the embedded one without a URI), for the commands
+    that read or steer it."""
+    from recruiter.connection import open_database, resolve_uri
     from recruiter.queue import Queue
 
-    return Queue(connect_store(mongodb_uri, database).database)
+    uri, _ = resolve_uri(mongodb_uri)
+    opened = open_database(uri, database)
+    try:
+        return Queue(opened)
+    except BaseException:  # a newer schema, say: the command gets no queue to close
+        opened.client.close()
+        raise
 
 
 class Validating(Protocol):
@@ -181,19 +177,3 @@ def validated(config: C) -> C:
     except ValueError as error:
         raise typer.BadParameter(str(error)) from error
     return config
-
-
-T = TypeVar("T")
-
-
-def renamed_option(new: str, value: T, old: str, old_value: T | None) -> T:
-    """The value of option ``new``, or of ``old``, its name before, when that was given
-    (with a warning: an old name works for a release after its rename).
-
-    >>> renamed_option("--prefetch", 50, "--max-batch", None)
-    50
-    """
-    if old_value is None:
-        return value
-    errors.print(f"warning: {old} is now {new}; the old name goes in a later release")
-    return old_value

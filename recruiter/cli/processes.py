@@ -27,10 +27,8 @@ from recruiter.cli.options import (
     MongoUri,
     WaitForDatabase,
     Watch,
-    connect_store,
     duration_option,
     load_registry,
-    renamed_option,
     size_option,
     validated,
 )
@@ -104,7 +102,7 @@ Prefetch = Annotated[
     int,
     typer.Option(
         help="Jobs one worker slot may be handed at once, when more are ready than "
-        "slots are idle (1: no prefetch; see docs/prefetch.md)."
+        "slots are idle (1: no prefetch; see docs/guides/prefetch.md)."
     ),
 ]
 PrefetchSeconds = Annotated[
@@ -115,12 +113,6 @@ PrefetchSeconds = Annotated[
         "job length, as workers report it).",
     ),
 ]
-MaxBatch = Annotated[int | None, typer.Option("--max-batch", hidden=True)]
-"""``--prefetch``'s name before issue 28, for a release."""
-BatchSeconds = Annotated[
-    dt.timedelta | None, typer.Option("--batch-seconds", parser=duration_option, hidden=True)
-]
-"""``--prefetch-seconds``'s name before issue 28, for a release."""
 
 
 def run(
@@ -129,8 +121,6 @@ def run(
     watch: Watch = True,
     prefetch: Prefetch = DEFAULT_PREFETCH,
     prefetch_seconds: PrefetchSeconds = "1s",  # type: ignore[assignment]
-    max_batch: MaxBatch = None,
-    batch_seconds: BatchSeconds = None,
     mongodb_uri: MongoUri = None,
     database: DatabaseName = None,
     wait_for_database: WaitForDatabase = "0s",  # type: ignore[assignment]
@@ -138,21 +128,19 @@ def run(
     json_logs: JsonLogs = False,
 ) -> None:
     """The recruiter: hand ready jobs to available workers (one leads; others stand by)."""
+    from recruiter.connection import open_store, resolve_uri
+    from recruiter.processes.feed_cache import FeedInbox
     from recruiter.processes.leadership import Follow, Tell, lead
-    from recruiter.processes.news import FeedInbox
     from recruiter.processes.prefetch_rule import PrefetchRule
     from recruiter.processes.recruiter import Recruiter, RecruiterConfig
     from recruiter.queue import Queue
 
     setup_logging("recruiter", log_level, json_logs)
     stop = signalled_stop("recruiter")
-    rule = PrefetchRule(
-        renamed_option("--prefetch", prefetch, "--max-batch", max_batch),
-        renamed_option("--prefetch-seconds", prefetch_seconds, "--batch-seconds", batch_seconds),
-    )
+    rule = PrefetchRule(prefetch, prefetch_seconds)
     config = validated(RecruiterConfig(lease=lease, watch=watch, prefetch=rule))
     registry = None if app is None else load_registry(app)
-    store = connect_store(mongodb_uri, database, wait_for_database)
+    store = open_store(resolve_uri(mongodb_uri)[0], database, wait=wait_for_database)
     news = FeedInbox() if config.watch else None
     follow = Follow(store.watch_for_work, config.followed_wait, news) if news else None
     recruiter = Recruiter(store, config, news)
@@ -225,6 +213,7 @@ def worker(
     json_logs: JsonLogs = False,
 ) -> None:
     """A worker: register in the roster, run what is assigned, heartbeat throughout."""
+    from recruiter.connection import open_store, resolve_uri
     from recruiter.processes.worker import WorkerConfig, WorkerProcess
 
     setup_logging("worker", log_level, json_logs)
@@ -243,7 +232,7 @@ def worker(
             job_memory_limit=job_memory_limit,
         )
     )
-    store = connect_store(mongodb_uri, database, wait_for_database)
+    store = open_store(resolve_uri(mongodb_uri)[0], database, wait=wait_for_database)
     process = WorkerProcess(store, registry, store.clock(), config, stop=stop)
     process.run()
     stopped_cleanly()
@@ -277,6 +266,7 @@ def clean(
     json_logs: JsonLogs = False,
 ) -> None:
     """The cleaner: release the jobs of dead workers, purge old archived jobs."""
+    from recruiter.connection import open_store, resolve_uri
     from recruiter.processes.cleaner import Cleaner, CleanerConfig
     from recruiter.processes.leadership import Tell, lead
     from recruiter.queue import Queue
@@ -285,7 +275,7 @@ def clean(
     stop = signalled_stop("cleaner")
     config = validated(CleanerConfig(considered_dead_after, clean_after, lease))
     registry = None if app is None else load_registry(app)
-    store = connect_store(mongodb_uri, database, wait_for_database)
+    store = open_store(resolve_uri(mongodb_uri)[0], database, wait=wait_for_database)
     tell = None if registry is None else Tell(registry.listeners, Queue(store.database))
     cleaner = Cleaner(store, config)
     lead(

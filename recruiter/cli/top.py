@@ -121,9 +121,10 @@ REPORTING_SHOWN = 10
 
 def _reporting(queue: Queue, now: dt.datetime) -> list[Table]:
     """The running jobs that reported progress, as a table (none if none did)."""
+    from recruiter.monitoring.listing import reporting_jobs
     from recruiter.monitoring.words import progress_text
 
-    reporting = queue.store.reporting_jobs(REPORTING_SHOWN)
+    reporting = reporting_jobs(queue, REPORTING_SHOWN)
     if not reporting:
         return []
     table = Table("job", "workable", "group", "progress", title="running jobs' progress")

@@ -1,8 +1,10 @@
-"""What the operator's views read: a job's state in words, a job's summary, and pages of
-jobs filtered by state, group, workable, tag and time, newest first.
+"""What the operator's views read: a job's state in words, a job's summary, pages of
+jobs filtered by state, group, workable, tag and time, newest first, and the counts,
+workers, leaders and progress the overviews show.
 
-The command line (``recruiter jobs list``) and the dashboard (``recruiter web``) read
-jobs through this module only, so both say the same of every job.
+The command line and the dashboard read the queue through this module and
+:class:`recruiter.Queue` only, never the store: both say the same of every job, and the
+records they show (:class:`SchedulerRecord`, :class:`ReportingJob`) are named here.
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ from recruiter.queue import Queue
 from recruiter.retry import FAILED as FAILED_WHYS
 from recruiter.states import STATES, UNFINISHED
 from recruiter.store import ReadyCount, Selection
+
+# the records the views show, re-exported (``as``) for the command line and the dashboard
+from recruiter.store import SchedulerRecord as SchedulerRecord  # noqa: PLC0414
+from recruiter.store.progress import ReportingJob as ReportingJob  # noqa: PLC0414
 
 FAILED = [str(why) for why in FAILED_WHYS]
 """The reasons a job failed for good."""
@@ -283,6 +289,11 @@ def recently_finished(
     if most is None:
         return queue.store.recently_finished(since)
     return queue.store.recently_finished(since, limit=most)
+
+
+def reporting_jobs(queue: Queue, most: int) -> list[ReportingJob]:
+    """Up to ``most`` running jobs that reported progress, latest reported first."""
+    return queue.store.reporting_jobs(most)
 
 
 def last_minute(queue: Queue) -> dict[str, Any]:

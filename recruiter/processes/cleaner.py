@@ -1,49 +1,35 @@
 """The cleaner: recovers what dead workers held, and keeps ``archived`` from growing forever.
 
-Each round it:
+Each round runs, in order, the services the cleaner owns (:mod:`recruiter.maintenance`):
 
-1. finds workers not seen for ``considered_dead_after`` (or five of their own heartbeat
-   intervals, if longer); removes each, only if it is still not seen (the fence: one
-   that heartbeats meanwhile keeps its job), and only then releases the job the removed
-   document held, through the job's retry policy (a started job is a crashed attempt,
-   ``WorkerDied``; one never started goes back uncounted). Only a cleaner that has
-   watched for the whole timeout, without a database error and without a gap between
-   rounds, declares a worker dead (:mod:`recruiter.attempts.takeback` has the take-back rule);
-2. releases *orphans*, jobs locked for longer than ``considered_dead_after`` whose
-   token no worker on the roster holds;
-3. moves finished jobs from ``scheduled`` to ``archived``, up to 500 in three commands
-   (workers only mark a job finished; a crash in the middle of a move is completed too);
-4. purges archived jobs that finished more than ``clean_after`` ago, up to 5,000 a round
-   in two commands (a round that purged a full batch is followed by another at once),
-   crashed ones included;
-5. sweeps the jobs waiting for others (:func:`recruiter.waiting.engine.sweep`): one whose
-   dependencies (or batch) ended, and that nobody told (its worker crashed before it
-   could, say), is made ready or cancelled as its rule says.
+1. the take-back of dead workers' jobs (:mod:`~recruiter.maintenance.dead_workers`);
+2. archiving finished jobs (:mod:`~recruiter.maintenance.archiver`);
+3. purging old archived jobs (:mod:`~recruiter.maintenance.purger`);
+4. the sweep of waiting jobs whose dependencies ended unnoticed
+   (:mod:`~recruiter.maintenance.blocked_sweep`).
+
+A round that took back jobs, or moved or purged a full batch, is followed by another at
+once. Jobs locked but held by no worker are the leading recruiter's to release
+(:mod:`recruiter.maintenance.unheld_locks`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import logging
 from collections import Counter
 from dataclasses import dataclass, field
 
-from recruiter.attempts.takeback import Released, release_unheld, take_back_from_dead
+from recruiter.attempts.takeback import Released
 from recruiter.errors import DatabaseError
 from recruiter.loop import Backoff, Pause
+from recruiter.maintenance.archiver import Archiver
+from recruiter.maintenance.blocked_sweep import BlockedSweep
+from recruiter.maintenance.dead_workers import DEFAULT_CONSIDERED_DEAD_AFTER, DeadWorkerTakeBack
+from recruiter.maintenance.purger import DEFAULT_CLEAN_AFTER, Purger
 from recruiter.monitoring.tracing import process_span
-from recruiter.store import ARCHIVE_BATCH, PURGE_BATCH, Store, WorkerRecord
-from recruiter.waiting.engine import sweep
+from recruiter.store import ARCHIVE_BATCH, PURGE_BATCH, Store
 
-logger = logging.getLogger(__name__)
-
-DEFAULT_CONSIDERED_DEAD_AFTER = dt.timedelta(seconds=30)
-DEFAULT_CLEAN_AFTER = dt.timedelta(days=5)
 DEFAULT_LEASE = dt.timedelta(seconds=15)
-SILENT_BEATS = 5
-"""A worker is declared dead only after missing at least this many of its own
-heartbeats, whatever the cleaner's timeout: a worker started with a long heartbeat
-interval (recorded in its roster document) is given the time it asked for."""
 
 
 @dataclass(frozen=True)
@@ -56,18 +42,7 @@ class CleanerConfig:
     idle_wait_min: float = 0.5
     idle_wait_max: float = 5.0
     """At most this long between idle rounds, and at most a quarter of the dead timeout,
-    so that rounds further apart than :attr:`longest_gap` mean the cleaner was blind."""
-
-    def timeout_of(self, heartbeat_every: dt.timedelta | None) -> dt.timedelta:
-        """How long a worker beating every ``heartbeat_every`` may stay silent."""
-        if heartbeat_every is None:
-            return self.considered_dead_after
-        return max(self.considered_dead_after, heartbeat_every * SILENT_BEATS)
-
-    @property
-    def longest_gap(self) -> dt.timedelta:
-        """Rounds further apart than this were not watching: the watch starts over."""
-        return self.considered_dead_after / 2
+    so that rounds further apart than half of it mean the cleaner was blind."""
 
     @property
     def idle_waits(self) -> Backoff:
@@ -117,75 +92,31 @@ class Cleaner:
     def __init__(self, store: Store, config: CleanerConfig | None = None) -> None:
         self.store = store
         self.config = (config or CleanerConfig()).validate()
-        self._watching_since: dt.datetime | None = None
-        """Since when rounds have run without a database error or a gap; ``None``: not yet."""
-        self._last_round: dt.datetime | None = None
+        self.take_back = DeadWorkerTakeBack(store, self.config.considered_dead_after)
+        self.archiver = Archiver(store)
+        self.purger = Purger(store, self.config.clean_after)
+        self.sweep = BlockedSweep(store)
 
     def became_leader(self) -> None:
         """Watch for a full timeout before declaring any worker dead."""
-        self._watching_since = None
+        self.take_back.lost_sight()
 
     def run_once(self, now: dt.datetime) -> CleanResult:
-        """One round: dead workers, orphans, interrupted moves, the purge."""
-        if self._last_round is not None and now - self._last_round > self.config.longest_gap:
-            # blind meanwhile (a round blocked on an unreachable database, the process
-            # frozen): heartbeats may have been kept from landing by the same cause
-            self._watching_since = None
-        self._last_round = now
-        if self._watching_since is None:
-            self._watching_since = now
+        """One round: dead workers, interrupted moves, the purge, the sweep."""
         try:
             with process_span("recruiter.clean") as note:
-                result = self._round(now)
+                taken = self.take_back.run_once(now)
+                moved = self.archiver.run_once(now)
+                purged = self.purger.run_once(now)
+                swept = self.sweep.run_once(now)
+                result = CleanResult(
+                    taken.dead_workers, taken.released, moved.moved, purged.purged, swept.settled
+                )
                 note("dead_workers", result.dead_workers)
                 note("released", sum(result.released.values()))
                 note("purged", result.purged)
             return result
         except DatabaseError:
-            self._watching_since = None
+            # heartbeats may have been kept from landing by the same cause
+            self.take_back.lost_sight()
             raise
-
-    def _round(self, now: dt.datetime) -> CleanResult:
-        seen_before = now - self.config.considered_dead_after
-        released: Counter[str] = Counter()
-        removed = 0
-        for worker, silent_since in self._dead_workers(now, seen_before):
-            outcomes = take_back_from_dead(self.store, worker, silent_since, now)
-            if outcomes is not None:  # removed: it was still silent
-                removed += 1
-                released.update(outcomes)
-        released.update(release_unheld(self.store, now, "held by no worker", seen_before))
-        released.pop(Released.GONE, None)
-        moved = self.store.archive_finished()
-        purged = self.store.purge_archived(now - self.config.clean_after)
-        if purged:
-            logger.info("cleaner: purged %d archived jobs", purged)
-        swept = sweep(self.store, now)
-        settled = len(swept.ready) + len(swept.cancelled)
-        if settled:
-            logger.info(
-                "cleaner: %d waiting jobs made ready and %d cancelled, their dependencies "
-                "having ended unnoticed",
-                len(swept.ready),
-                len(swept.cancelled),
-            )
-        return CleanResult(removed, released, moved, purged, settled)
-
-    def _dead_workers(
-        self, now: dt.datetime, seen_before: dt.datetime
-    ) -> list[tuple[WorkerRecord, dt.datetime]]:
-        """The workers to declare dead, each with the time it must still not have been
-        seen since when it is removed: its timeout is the cleaner's, or a safe multiple
-        of its own heartbeat interval if that is longer."""
-        assert self._watching_since is not None
-        watched = now - self._watching_since
-        if watched < self.config.considered_dead_after:
-            return []  # not watched long enough to tell a dead worker from an outage
-        dead = []
-        for worker in self.store.dead_workers(seen_before):
-            timeout = self.config.timeout_of(worker.heartbeat_every)
-            cutoff = now - timeout
-            seen = worker.last_seen_at
-            if watched >= timeout and seen is not None and seen < cutoff:
-                dead.append((worker, cutoff))
-        return dead

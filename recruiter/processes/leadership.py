@@ -26,7 +26,7 @@ from recruiter.clock import Clock
 from recruiter.errors import DatabaseError
 from recruiter.events import BECAME_LEADER, STEPPED_DOWN, Listeners
 from recruiter.loop import IDLE, Backoff, Pause, StopRequest, Wakeups, run_forever
-from recruiter.processes.news import FeedInbox
+from recruiter.processes.feed_cache import FeedInbox
 from recruiter.processes.watcher import Watcher
 from recruiter.schema_check import SchemaCheck
 from recruiter.store import ChangeFeed, Store, WorkChange

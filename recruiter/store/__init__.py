@@ -20,12 +20,14 @@ acknowledged by a majority unless the URI names a write concern (:func:`fate_wri
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from bson.codec_options import CodecOptions
+from bson.errors import BSONError
 from pymongo import ReadPreference, WriteConcern
 from pymongo.collection import Collection
 from pymongo.database import Database
+from pymongo.errors import PyMongoError
 
 from recruiter.clock import DatabaseClock, SystemClock
 from recruiter.errors import ChangeStreamsUnavailable
@@ -33,10 +35,12 @@ from recruiter.job import as_object_id
 from recruiter.store.analytics import AnalyticsVerbs, ReadyCount
 from recruiter.store.attempts import AttemptVerbs, End, LockRecord, Starting, Statement
 from recruiter.store.base import Document
+from recruiter.store.blocked import BlockedVerbs
 from recruiter.store.dedup import DedupVerbs
 from recruiter.store.failures import (
     in_project_words,
     is_transient,
+    raise_from_verb,
     translate_methods,
     untranslated,
 )
@@ -47,16 +51,16 @@ from recruiter.store.progress import ProgressVerbs
 from recruiter.store.ready import Arrivals, NewJob
 from recruiter.store.roster import Assignment, RanReport, RosterVerbs, WorkerRecord
 from recruiter.store.schedulers import Occurrence, SchedulerRecord, SchedulerVerbs
-from recruiter.store.schema import check_schema_steps, ensure_ready
 from recruiter.store.selection import Selection, SelectionVerbs
-from recruiter.store.server import ServerVerbs, answers
+from recruiter.store.server import answers
 from recruiter.store.sessions import Commit, SessionVerbs
 from recruiter.store.steps import Steps, drive
-from recruiter.store.waiting import WaitingVerbs
+from recruiter.store.verbs import SyncVerbs
 from recruiter.store.watch import ChangeFeed, RosterChange, WatchVerbs, WorkChange
 from recruiter.store.workables import UnservedWorkable, WorkableVerbs, digest_of
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 __all__ = [
     "ARCHIVE_BATCH",
@@ -109,6 +113,7 @@ def fate_write_concern(database: Any) -> WriteConcern:
 
 @translate_methods
 class Store(
+    SyncVerbs,
     JobVerbs,
     AttemptVerbs,
     SelectionVerbs,
@@ -119,9 +124,8 @@ class Store(
     DedupVerbs,
     AnalyticsVerbs,
     WatchVerbs,
-    ServerVerbs,
     WorkableVerbs,
-    WaitingVerbs,
+    BlockedVerbs,
     ProgressVerbs,
     SessionVerbs,
 ):
@@ -151,19 +155,16 @@ class Store(
             self._clock = DatabaseClock(self.server_time, SystemClock())
         return self._clock
 
-    def ensure_ready(self) -> None:
-        """Check and upgrade the schema version, create missing indexes (idempotent)."""
-        self._send(ensure_ready())
-
-    def check_schema(self) -> None:
-        """Raise :class:`recruiter.errors.SchemaTooNew` if a newer recruiter upgraded the
-        database since :meth:`ensure_ready`: long-lived processes and producers call it
-        now and then (:class:`recruiter.schema_check.SchemaCheck`), and stop."""
-        self._send(check_schema_steps())
-
-    def _send(self, steps: Steps[T]) -> T:
-        """Run a verb's steps (:mod:`recruiter.store.steps`) on this store's database."""
-        return drive(steps, self.database, self)
+    @untranslated
+    def call(self, verb: Callable[P, Steps[T]], /, *args: P.args, **options: P.kwargs) -> T:
+        """Run the verb ``verb`` (its steps, :mod:`recruiter.store.verbs`) on this store:
+        the driver's errors in the project's words, but in the application's transaction
+        (a ``session`` given), where they are left for its ``with_transaction``. Every
+        verb written as steps runs through here (``store.find_job(...)`` too)."""
+        try:
+            return drive(verb(*args, **options), self.database, self)
+        except (PyMongoError, BSONError) as error:
+            raise_from_verb(error, in_transaction=options.get("session") is not None)
 
     @untranslated
     def run(self, steps: Steps[T], sleep: Callable[[float], None] | None = None) -> T:

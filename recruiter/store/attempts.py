@@ -29,8 +29,8 @@ from recruiter.errors import (
 from recruiter.job import HISTORY_LIMIT
 from recruiter.job_record import Job
 from recruiter.store.base import Document, aware, on_mongomock, update_each
-from recruiter.store.failures import in_the_callers_transaction, translate
-from recruiter.store.steps import Sends, Steps, send
+from recruiter.store.failures import translate
+from recruiter.store.steps import Steps, send
 
 LOCK_PAGE = 10_000
 
@@ -210,6 +210,15 @@ class Starting:
         )
 
 
+def _locking(token: ObjectId, now: dt.datetime) -> Document:
+    """The update that locks a job under ``token``: from its first lock on, a
+    deduplicated job no longer absorbs duplicates."""
+    return {
+        "$set": {"locked": True, "lock": {"token": token, "since": now}},
+        "$unset": {"queued_key": ""},
+    }
+
+
 def _as_started(document: Document) -> Job:
     """A job read after its start, as :meth:`AttemptVerbs.start_if_owned` returns it:
     its last execution the one before this attempt."""
@@ -218,7 +227,7 @@ def _as_started(document: Document) -> Job:
     return Job.from_document({**document, "last_execution": previous})
 
 
-class AttemptVerbs(Sends):
+class AttemptVerbs:
     """Operations on a held job of ``scheduled``: locked, started, ended."""
 
     database: Database[Document]
@@ -233,11 +242,7 @@ class AttemptVerbs(Sends):
         if not job_ids:
             return []
         waiting = {"locked": False, "scheduled_at": {"$lte": now}}
-        lock = {
-            "$set": {"locked": True, "lock": {"token": token, "since": now}},
-            # from its first lock on, a deduplicated job no longer absorbs duplicates
-            "$unset": {"queued_key": ""},
-        }
+        lock = _locking(token, now)
         if on_mongomock(self.scheduled):  # its update_many stores one dict in them all
             modified = update_each(self.scheduled, [({"_id": j, **waiting}, lock) for j in job_ids])
         else:
@@ -253,21 +258,10 @@ class AttemptVerbs(Sends):
         }
         return [job_id for job_id in job_ids if job_id in locked]
 
-    def make_due_now(self, job_id: Any, now: dt.datetime) -> bool:
-        """Make a waiting job due at ``now`` (if it was due later), if it is still
-        waiting: not handed out, not finished."""
-        return self._send(make_due_now(job_id, now))
-
     def lock_job_now(self, job_id: Any, token: ObjectId, now: dt.datetime) -> bool:
         """Lock a waiting job under ``token`` whenever it is due: a manual run."""
-        result = self.scheduled.update_one(
-            {"_id": job_id, "locked": False, "scheduled_at": {"$exists": True}},
-            {
-                "$set": {"locked": True, "lock": {"token": token, "since": now}},
-                "$unset": {"queued_key": ""},
-            },
-        )
-        return result.modified_count == 1
+        waiting = {"_id": job_id, "locked": False, "scheduled_at": {"$exists": True}}
+        return self.scheduled.update_one(waiting, _locking(token, now)).modified_count == 1
 
     def start_if_owned(self, job_id: Any, token: ObjectId, started: Document) -> Job | None:
         """Count a new attempt and record its start, if ``token`` still holds the job.
@@ -377,7 +371,7 @@ class AttemptVerbs(Sends):
         document = self.scheduled.find_one({"_id": job_id, "lock.token": token})
         return None if document is None else Job.from_document(document)
 
-    def record_end(self, end: End, execution: Document) -> bool:
+    def record_end(self, end: End, execution: Document, session: Any = None) -> bool:
         """End an attempt as ``end`` says, recording ``execution`` (as the job's last
         execution and at the end of its bounded history), if the job is still held: the
         one verb every end of an attempt is written with.
@@ -386,23 +380,31 @@ class AttemptVerbs(Sends):
         so it is never picked up again) until :meth:`archive_finished` moves it to
         ``archived`` with others in one batch: a worker spends one command to finish a
         job, not three.
-        """
-        return self._record_attempt(end, execution)
 
-    @in_the_callers_transaction
-    def record_end_in(self, end: End, execution: Document, session: Any) -> bool:
-        """:meth:`record_end`, in the transaction ``session`` (of
-        :mod:`recruiter.attempts.transaction`): the driver's errors are left as they are, for its
-        retries; a record too large is trimmed as outside one."""
+        Refused as too large, the write is tried again with what this attempt added
+        trimmed (its output dropped, its message and trace cut); refused because a hand
+        damaged ``history`` is not an array, with the history started afresh. Any other
+        refusal, and any failure to answer, is the caller's: the history recorded so far
+        is never dropped. In the transaction ``session`` (of
+        :mod:`recruiter.attempts.transaction`), the driver's errors are left as they
+        are, for its retries.
+        """
         owned = end.owned()
-        try:
-            update = end.update(execution)
-            return self.scheduled.update_one(owned, update, session=session).modified_count == 1
-        except (OperationFailure, InvalidDocument) as error:
-            if not isinstance(translate(error), DocumentTooLarge):
+        options = {} if session is None else {"session": session}
+        while True:
+            try:
+                result = self.scheduled.update_one(owned, end.update(execution), **options)
+                return result.modified_count == 1
+            except (OperationFailure, InvalidDocument) as error:
+                kind, trimmed = translate(error), _trimmed(execution)
+                if isinstance(kind, DocumentTooLarge) and execution != trimmed:
+                    execution = trimmed
+                    continue
+                damaged = isinstance(kind, WriteRejected) and session is None
+                if damaged and self._history_damaged(owned):
+                    reset = end.update(execution, reset=True)
+                    return self.scheduled.update_one(owned, reset).modified_count == 1
                 raise
-        update = end.update(_trimmed(execution))
-        return self.scheduled.update_one(owned, update, session=session).modified_count == 1
 
     def record_end_then_start(
         self, end: End, execution: Document, job_id: Any, token: ObjectId, started: Document
@@ -424,41 +426,14 @@ class AttemptVerbs(Sends):
         query["lock.started_at"] = {"$exists": False}
         return {d["_id"]: Job.from_document(d) for d in self.scheduled.find(query)}
 
-    def _record_attempt(self, end: End, execution: Document) -> bool:
-        """Write ``end``, recording ``execution`` (as the last execution and at the end of
-        the bounded history), if the job is still held as it says.
-
-        Refused as too large, the write is tried again with what this attempt added
-        trimmed (its output dropped, its message and trace cut); refused because a hand
-        damaged ``history`` is not an array, with the history started afresh. Any other
-        refusal, and any failure to answer, is the caller's (translated at the seam):
-        the history recorded so far is never dropped.
-        """
-        owned = end.owned()
-        for _ in range(2):
-            update = end.update(execution)
-            try:
-                result = self.scheduled.update_one(owned, update)
-                return result.modified_count == 1
-            except (OperationFailure, InvalidDocument) as error:
-                kind = translate(error)
-                if isinstance(kind, DocumentTooLarge) and execution != _trimmed(execution):
-                    execution = _trimmed(execution)
-                    continue
-                if isinstance(kind, WriteRejected) and self._history_damaged(owned):
-                    reset = end.update(execution, reset=True)
-                    return self.scheduled.update_one(owned, reset).modified_count == 1
-                raise
-        raise DocumentTooLarge("the job's document is too large to record even a trimmed attempt")
-
     def _history_damaged(self, owned: Document) -> bool:
         document = self.scheduled.find_one(owned, {"history": 1})
         return document is not None and not isinstance(document.get("history", []), list)
 
 
 def make_due_now(job_id: Any, now: dt.datetime) -> Steps[bool]:
-    """:meth:`AttemptVerbs.make_due_now`, as steps (:mod:`recruiter.store.steps`): the
-    asyncio store's too."""
+    """Make a waiting job due at ``now`` (if it was due later), if it is still
+    waiting: not handed out, not finished."""
     result = yield from send(
         "scheduled",
         "update_one",

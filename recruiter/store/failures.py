@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from bson.errors import BSONError
 from pymongo.errors import (
@@ -127,18 +127,6 @@ def in_the_callers_transaction(method: F) -> F:
     its ``with_transaction`` retries a transient one; only a server that cannot hold a
     transaction at all is said in the project's words (:class:`TransactionsUnavailable`)."""
 
-    if inspect.iscoroutinefunction(method):
-
-        @functools.wraps(method)
-        async def awaited(*arguments: Any, **options: Any) -> Any:
-            try:
-                return await method(*arguments, **options)
-            except OperationFailure as error:
-                raise _in_transaction(error) from error
-
-        awaited.__dict__[_UNTRANSLATED] = True
-        return awaited  # type: ignore[return-value]
-
     @functools.wraps(method)
     def wrapper(*arguments: Any, **options: Any) -> Any:
         try:
@@ -158,6 +146,17 @@ def _in_transaction(error: OperationFailure) -> Exception:
     return error
 
 
+def raise_from_verb(error: PyMongoError | BSONError, *, in_transaction: bool) -> NoReturn:
+    """Raise what a verb raises for the driver's ``error``: the project's kind, or, in
+    the application's transaction, the driver's own (as
+    :func:`in_the_callers_transaction` says)."""
+    if not in_transaction:
+        raise translate(error) from error
+    if isinstance(error, OperationFailure) and error.code == NO_TRANSACTIONS_HERE:
+        raise TransactionsUnavailable(str(error)) from error
+    raise error
+
+
 def untranslated(method: F) -> F:
     """Mark a public method that :func:`translate_methods` leaves as it is: one that runs
     steps calling the store's own verbs (each translated, or left in the caller's
@@ -166,25 +165,10 @@ def untranslated(method: F) -> F:
     return method
 
 
-def translated_awaited(method: F) -> F:
-    """The coroutine function ``method``, raising the project's kinds instead of the
-    driver's errors (the asyncio store's :func:`translated`)."""
-
-    @functools.wraps(method)
-    async def wrapper(*arguments: Any, **options: Any) -> Any:
-        try:
-            return await method(*arguments, **options)
-        except (PyMongoError, BSONError) as error:
-            raise translate(error) from error
-
-    return wrapper  # type: ignore[return-value]
-
-
 def translate_methods(cls: type[Any]) -> type[Any]:
-    """Wrap every public method of ``cls`` (inherited ones too) with :func:`translated`
-    (:func:`translated_awaited` for a coroutine function), but those run in the
-    caller's transaction (:func:`in_the_callers_transaction`), and those that may be
-    (an optional ``session``: :func:`translated_unless_in_a_transaction`)."""
+    """Wrap every public method of ``cls`` (inherited ones too) with :func:`translated`,
+    but those run in the caller's transaction when given its ``session``
+    (:func:`translated_unless_in_a_transaction`) and those marked :func:`untranslated`."""
     for name, member in inspect.getmembers(cls, inspect.isfunction):
         if not name.startswith("_") and not getattr(member, _UNTRANSLATED, False):
             setattr(cls, name, _wrapped(member))
@@ -195,35 +179,19 @@ def _wrapped(method: F) -> F:
     session = inspect.signature(method).parameters.get("session")
     if session is not None and session.default is None:
         return translated_unless_in_a_transaction(method)
-    return translated_awaited(method) if inspect.iscoroutinefunction(method) else translated(method)
+    return translated(method)
 
 
 def translated_unless_in_a_transaction(method: F) -> F:
-    """A verb that runs in the application's transaction when given its ``session``:
-    then as :func:`in_the_callers_transaction` (the driver's errors reach the
-    application with their labels, so that its ``with_transaction`` retries a write
-    conflict), else :func:`translated` as any verb."""
+    """A method that runs in the application's transaction when given its ``session``:
+    then as :func:`in_the_callers_transaction`, else :func:`translated`."""
     signature = inspect.signature(method)
-    inside = in_the_callers_transaction(method)
-    outside = (
-        translated_awaited(method) if inspect.iscoroutinefunction(method) else translated(method)
-    )
-
-    def chosen(arguments: tuple[Any, ...], options: dict[str, Any]) -> Any:
-        given = signature.bind_partial(*arguments, **options).arguments.get("session")
-        return outside if given is None else inside
-
-    if inspect.iscoroutinefunction(method):
-
-        @functools.wraps(method)
-        async def awaited(*arguments: Any, **options: Any) -> Any:
-            return await chosen(arguments, options)(*arguments, **options)
-
-        return awaited  # type: ignore[return-value]
+    inside, outside = in_the_callers_transaction(method), translated(method)
 
     @functools.wraps(method)
     def wrapper(*arguments: Any, **options: Any) -> Any:
-        return chosen(arguments, options)(*arguments, **options)
+        given = signature.bind_partial(*arguments, **options).arguments.get("session")
+        return (outside if given is None else inside)(*arguments, **options)
 
     return wrapper  # type: ignore[return-value]
 

@@ -19,9 +19,8 @@ from pymongo.collection import Collection
 
 from recruiter.groups import GroupSettings
 from recruiter.store.base import Document, aware, update_each
-from recruiter.store.failures import in_the_callers_transaction
 from recruiter.store.ready import ready_query
-from recruiter.store.steps import Sends, Steps, find, send
+from recruiter.store.steps import Steps, find, send
 
 
 @dataclass(frozen=True)
@@ -47,38 +46,11 @@ class GroupRecord:
         )
 
 
-class GroupVerbs(Sends):
+class GroupVerbs:
     """Operations on ``groups``, and the counts of ``scheduled`` that limits need."""
 
     groups: Collection[Document]
     scheduled: Collection[Document]
-
-    def set_group_settings(self, settings: GroupSettings, now: dt.datetime) -> bool:
-        """Replace the group's settings (its starts stay); return whether it is new."""
-        return self._set_group_settings(settings, now, None)
-
-    @in_the_callers_transaction
-    def set_group_settings_in(
-        self, settings: GroupSettings, now: dt.datetime, session: Any
-    ) -> bool:
-        """:meth:`set_group_settings` in the application's transaction ``session``."""
-        return self._set_group_settings(settings, now, session)
-
-    def _set_group_settings(self, settings: GroupSettings, now: dt.datetime, session: Any) -> bool:
-        return self._send(set_group_settings(settings, now, session))
-
-    def remove_group_settings(self, group: str) -> bool:
-        """Forget the group's settings: no limits, weight 1. ``False`` if it had none."""
-        return self._send(remove_group_settings(group))
-
-    @in_the_callers_transaction
-    def remove_group_settings_in(self, group: str, session: Any) -> bool:
-        """:meth:`remove_group_settings` in the application's transaction ``session``."""
-        return self._send(remove_group_settings(group, session))
-
-    def group_records(self) -> list[GroupRecord]:
-        """Every group with settings, by name."""
-        return self._send(group_records())
 
     def record_starts(self, starts: Mapping[str, tuple[Sequence[dt.datetime], int]]) -> None:
         """Append hand-outs to groups' starts: ``{group: (times, keep)}`` appends
@@ -109,13 +81,13 @@ class GroupVerbs(Sends):
         return sorted(g for g in groups if isinstance(g, str))
 
 
-# --- the producer's group verbs, as steps (recruiter.store.steps): either store's ---------
+# --- the verbs written as steps (recruiter.store.steps), for both stores -------------
 
 
 def set_group_settings(
-    settings: GroupSettings, now: dt.datetime, session: Any = None
+    settings: GroupSettings, now: dt.datetime, *, session: Any = None
 ) -> Steps[bool]:
-    """Replace the group's settings (its starts stay); whether it is new."""
+    """Replace the group's settings (its starts stay); return whether it is new."""
     result = yield from send(
         "groups",
         "update_one",
@@ -127,8 +99,8 @@ def set_group_settings(
     return result.upserted_id is not None
 
 
-def remove_group_settings(group: str, session: Any = None) -> Steps[bool]:
-    """Forget the group's settings; whether it had some."""
+def remove_group_settings(group: str, *, session: Any = None) -> Steps[bool]:
+    """Forget the group's settings: no limits, weight 1. ``False`` if it had none."""
     result = yield from send("groups", "delete_one", {"_id": group}, session=session)
     return bool(result.deleted_count == 1)
 

@@ -25,9 +25,8 @@ from recruiter.errors import (
 from recruiter.job import as_object_id
 from recruiter.job_record import Job
 from recruiter.store.base import ONE_REPLY, Document, aware
-from recruiter.store.failures import in_the_callers_transaction
 from recruiter.store.ready import DUE_ORDER, READY_ORDER, ready_query
-from recruiter.store.steps import Sends, Steps, call, find, send
+from recruiter.store.steps import Steps, call, find, send
 
 DUPLICATE_KEY = 11000
 ARCHIVE_BATCH = 500
@@ -40,7 +39,7 @@ UNRECOGNIZED_STAGE = 40324
 """The error of a server before MongoDB 4.4 asked for ``$unionWith``."""
 
 
-class JobVerbs(Sends):
+class JobVerbs:
     """Operations on ``scheduled`` and ``archived``."""
 
     database: Database[Document]
@@ -48,49 +47,6 @@ class JobVerbs(Sends):
     archived: Collection[Document]
     _no_union = False
     """The server refused ``$unionWith``: read ready jobs group by group."""
-
-    # --- scheduling (the verbs of a producer: steps, driven by either store) -------
-
-    def insert_jobs(self, documents: Sequence[Document]) -> list[Any]:
-        """Insert new jobs in one round trip; return their ids, in order.
-
-        A job whose ``queued_key`` (its deduplication key, while it waits) is already
-        held by a queued job is not inserted: its place in the result holds the id of
-        the queued job, which will do its work.
-        """
-        return self._send(insert_jobs(documents))
-
-    @in_the_callers_transaction
-    def insert_jobs_in(self, documents: Sequence[Document], session: Any) -> list[Any]:
-        """Insert new jobs in the application's transaction ``session``: they exist if
-        and only if it commits, and nobody sees them before. Return their ids, in order.
-
-        A job whose deduplication key is held by a queued job (as the transaction sees
-        the queue) is not inserted: its place holds the queued job's id, as
-        :meth:`insert_jobs` does. Read and insert are in the transaction: a concurrent
-        insert of the same key is a write conflict, which the application's
-        ``with_transaction`` retries (the driver's errors are left as they are here).
-        """
-        return self._send(insert_jobs_in(documents, session))
-
-    def insert_in_order(self, documents: Sequence[Document], session: Any = None) -> None:
-        """Insert new jobs in their order, each only once the ones before it are stored:
-        a job after those it waits for, a batch's callbacks after its members. A try
-        after a lost reply inserts the same ids: those stored already are skipped.
-        (None is deduplicated: :class:`~recruiter.job.JobSpec` refuses it for them.)"""
-        self._send(insert_in_order(documents, session))
-
-    @in_the_callers_transaction
-    def insert_in_order_in(self, documents: Sequence[Document], session: Any) -> None:
-        """:meth:`insert_in_order`, in the application's transaction ``session``."""
-        self._send(insert_in_order_in(documents, session))
-
-    def _queued_by_key(self, keys: set[str], session: Any = None) -> dict[str, Any]:
-        return self._send(queued_by_key(keys, session))
-
-    def find_job(self, job_id: ObjectId | str) -> Job | None:
-        """The job with this id, from ``scheduled`` or else ``archived``."""
-        return self._send(find_job(job_id))
 
     # --- the recruiter's side -------------------------------------------------------
 
@@ -172,22 +128,6 @@ class JobVerbs(Sends):
         due = next((document["scheduled_at"] for document in cursor), None)
         return aware(due) if isinstance(due, dt.datetime) else None
 
-    def cancel_if_waiting(self, job_id: Any, now: dt.datetime, session: Any = None) -> bool:
-        """Finish a waiting job (due, or waiting for others) as ``cancelled``: the commit,
-        as for any finished job."""
-        return self._send(cancel_if_waiting(job_id, now, session))
-
-    def request_cancel_if_locked(self, job_id: Any, now: dt.datetime, session: Any = None) -> bool:
-        """Ask the holder of a handed-out or running job to stop it."""
-        return self._send(request_cancel_if_locked(job_id, now, session))
-
-    @in_the_callers_transaction
-    def cancel_in(self, job_id: Any, now: dt.datetime, session: Any) -> str:
-        """Cancel a job in the application's transaction ``session``: ``cancelled`` (it
-        was waiting), ``stopping`` (its holder is asked to stop it), ``finished`` (it
-        had ended), or ``missing``."""
-        return self._send(cancel_in(job_id, now, session))
-
     def cancel_requested(self, job_ids: Sequence[Any]) -> set[Any]:
         """Those of ``job_ids`` whose cancellation was asked for while they were locked."""
         query = {"_id": {"$in": list(job_ids)}, "cancel_requested_at": {"$exists": True}}
@@ -226,10 +166,6 @@ class JobVerbs(Sends):
         document = self.scheduled.find_one({"_id": job_id, "why": {"$exists": True}})
         if document is not None:
             self._move_to_archive([document])
-
-    def finished_jobs(self, job_ids: Sequence[Any]) -> list[Job]:
-        """Those of ``job_ids`` that are finished, archived or not yet."""
-        return self._send(finished_jobs(job_ids))
 
     # --- the archive ------------------------------------------------------------------
 
@@ -274,13 +210,25 @@ class JobVerbs(Sends):
         return self.database[collection].count_documents(dict(query or {}))
 
 
-# --- the producer's verbs, as steps (recruiter.store.steps): either store drives them ---
+# --- the verbs written as steps (recruiter.store.steps), for both stores -------------
 
 SCHEDULED, ARCHIVED = "scheduled", "archived"
 
 
-def insert_jobs(documents: Sequence[Document]) -> Steps[list[Any]]:
-    """:meth:`JobVerbs.insert_jobs`."""
+def insert_jobs(documents: Sequence[Document], *, session: Any = None) -> Steps[list[Any]]:
+    """Insert new jobs in one round trip; return their ids, in order.
+
+    A job whose ``queued_key`` (its deduplication key, while it waits) is already held
+    by a queued job is not inserted: its place in the result holds the id of the queued
+    job, which will do its work.
+
+    In the application's transaction ``session``, they exist if and only if it commits,
+    and nobody sees them before. The read of the queued keys and the insert are in the
+    transaction: a concurrent insert of the same key is a write conflict, which the
+    application's ``with_transaction`` retries.
+    """
+    if session is not None:
+        return (yield from _insert_in_transaction(documents, session))
     if not documents:
         return []
     ids = [document["_id"] for document in documents]
@@ -291,7 +239,7 @@ def insert_jobs(documents: Sequence[Document]) -> Steps[list[Any]]:
         if not refused:
             return ids
         keys = {documents[p]["queued_key"] for p in refused}
-        queued: dict[str, Any] = yield from call("_queued_by_key", keys)
+        queued = yield from call(queued_by_key, keys)
         pending = []
         for position in refused:
             held_by = queued.get(documents[position]["queued_key"])
@@ -308,11 +256,10 @@ def insert_jobs(documents: Sequence[Document]) -> Steps[list[Any]]:
     )
 
 
-def insert_jobs_in(documents: Sequence[Document], session: Any) -> Steps[list[Any]]:
-    """:meth:`JobVerbs.insert_jobs_in`."""
+def _insert_in_transaction(documents: Sequence[Document], session: Any) -> Steps[list[Any]]:
     ids = [document["_id"] for document in documents]
     keys = {document["queued_key"] for document in documents if "queued_key" in document}
-    queued: dict[str, Any] = (yield from call("_queued_by_key", keys, session)) if keys else {}
+    queued = (yield from call(queued_by_key, keys, session=session)) if keys else {}
     new: list[Document] = []
     for position, document in enumerate(documents):
         key = document.get("queued_key")
@@ -327,8 +274,11 @@ def insert_jobs_in(documents: Sequence[Document], session: Any) -> Steps[list[An
     return ids
 
 
-def insert_in_order(documents: Sequence[Document], session: Any = None) -> Steps[None]:
-    """:meth:`JobVerbs.insert_in_order`."""
+def insert_in_order(documents: Sequence[Document], *, session: Any = None) -> Steps[None]:
+    """Insert new jobs in their order, each only once the ones before it are stored:
+    a job after those it waits for, a batch's callbacks after its members. A try
+    after a lost reply inserts the same ids: those stored already are skipped.
+    (None is deduplicated: :class:`~recruiter.job.JobSpec` refuses it for them.)"""
     position = 0
     while position < len(documents):
         try:
@@ -345,11 +295,6 @@ def insert_in_order(documents: Sequence[Document], session: Any = None) -> Steps
             if not stored or not (yield from _stored(documents[index]["_id"])):
                 raise
             position = index + 1
-
-
-def insert_in_order_in(documents: Sequence[Document], session: Any) -> Steps[None]:
-    """:meth:`JobVerbs.insert_in_order_in`."""
-    yield from send(SCHEDULED, "insert_many", list(documents), ordered=True, session=session)
 
 
 def _insert_unless_queued(documents: list[Document]) -> Steps[list[int]]:
@@ -380,14 +325,17 @@ def _insert_unless_queued(documents: list[Document]) -> Steps[list[int]]:
     return []
 
 
-def _stored(job_id: Any) -> Steps[bool]:
+def _stored(job_id: Any, *, session: Any = None) -> Steps[bool]:
     for collection in (SCHEDULED, ARCHIVED):
-        if (yield from send(collection, "find_one", {"_id": job_id}, {"_id": 1})) is not None:
+        found = yield from send(
+            collection, "find_one", {"_id": job_id}, {"_id": 1}, session=session
+        )
+        if found is not None:
             return True
     return False
 
 
-def queued_by_key(keys: set[str], session: Any = None) -> Steps[dict[str, Any]]:
+def queued_by_key(keys: set[str], *, session: Any = None) -> Steps[dict[str, Any]]:
     """The queued job holding each of these deduplication keys."""
     query = {"queued_key": {"$in": list(keys)}}
     found = yield from find(SCHEDULED, query, {"queued_key": 1}, session=session)
@@ -395,7 +343,7 @@ def queued_by_key(keys: set[str], session: Any = None) -> Steps[dict[str, Any]]:
 
 
 def find_job(job_id: ObjectId | str) -> Steps[Job | None]:
-    """:meth:`JobVerbs.find_job`."""
+    """The job with this id, from ``scheduled`` or else ``archived``."""
     job_id = as_object_id(job_id)
     for collection in (SCHEDULED, ARCHIVED):
         document = yield from send(collection, "find_one", {"_id": job_id})
@@ -404,8 +352,9 @@ def find_job(job_id: ObjectId | str) -> Steps[Job | None]:
     return None
 
 
-def cancel_if_waiting(job_id: Any, now: dt.datetime, session: Any = None) -> Steps[bool]:
-    """:meth:`JobVerbs.cancel_if_waiting`."""
+def cancel_if_waiting(job_id: Any, now: dt.datetime, *, session: Any = None) -> Steps[bool]:
+    """Finish a job not handed out yet (queued, or blocked on others) as ``cancelled``:
+    the commit, as for any finished job."""
     waiting = [{"scheduled_at": {"$exists": True}}, {"waiting_for": {"$exists": True}}]
     result = yield from send(
         SCHEDULED,
@@ -420,8 +369,8 @@ def cancel_if_waiting(job_id: Any, now: dt.datetime, session: Any = None) -> Ste
     return bool(result.modified_count == 1)
 
 
-def request_cancel_if_locked(job_id: Any, now: dt.datetime, session: Any = None) -> Steps[bool]:
-    """:meth:`JobVerbs.request_cancel_if_locked`."""
+def request_cancel_if_locked(job_id: Any, now: dt.datetime, *, session: Any = None) -> Steps[bool]:
+    """Ask the holder of a handed-out or running job to stop it."""
     result = yield from send(
         SCHEDULED,
         "update_one",
@@ -432,23 +381,19 @@ def request_cancel_if_locked(job_id: Any, now: dt.datetime, session: Any = None)
     return bool(result.matched_count == 1)
 
 
-def cancel_in(job_id: Any, now: dt.datetime, session: Any) -> Steps[str]:
-    """:meth:`JobVerbs.cancel_in`."""
-    if (yield from cancel_if_waiting(job_id, now, session)):
+def cancel(job_id: Any, now: dt.datetime, *, session: Any = None) -> Steps[str]:
+    """Cancel a job (in the application's transaction ``session``, if given):
+    ``cancelled`` (it was waiting), ``stopping`` (its holder is asked to stop it),
+    ``finished`` (it had ended), or ``missing``."""
+    if (yield from cancel_if_waiting(job_id, now, session=session)):
         return "cancelled"
-    if (yield from request_cancel_if_locked(job_id, now, session)):
+    if (yield from request_cancel_if_locked(job_id, now, session=session)):
         return "stopping"
-    for collection in (SCHEDULED, ARCHIVED):
-        found = yield from send(
-            collection, "find_one", {"_id": job_id}, {"_id": 1}, session=session
-        )
-        if found is not None:
-            return "finished"
-    return "missing"
+    return "finished" if (yield from _stored(job_id, session=session)) else "missing"
 
 
 def finished_jobs(job_ids: Sequence[Any]) -> Steps[list[Job]]:
-    """:meth:`JobVerbs.finished_jobs`."""
+    """Those of ``job_ids`` that are finished, archived or not yet."""
     query = {"_id": {"$in": list(job_ids)}, "why": {"$exists": True}}
     found = {d["_id"]: d for d in (yield from find(SCHEDULED, query))}
     for document in (yield from find(ARCHIVED, query)):

@@ -21,7 +21,7 @@ from pymongo.collection import Collection
 
 from recruiter.progress import JobProgress
 from recruiter.store.base import Document
-from recruiter.store.steps import Sends, Steps, find
+from recruiter.store.steps import Steps, find
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class ReportingJob:
     progress: JobProgress
 
 
-class ProgressVerbs(Sends):
+class ProgressVerbs:
     """Writing and reading the progress of running jobs."""
 
     def progress_writes_within(self, seconds: float) -> AbstractContextManager[None]:
@@ -57,10 +57,6 @@ class ProgressVerbs(Sends):
         held = {"_id": job_id, "lock.token": token, "lock.started_at": {"$exists": True}}
         update = {"$set": {"lock.progress": progress, "lock.progress_at": at}}
         return self.scheduled.update_one(held, update).matched_count == 1
-
-    def progress_of(self, job_ids: Sequence[Any]) -> dict[Any, JobProgress]:
-        """The progress of those of ``job_ids`` running now that reported some."""
-        return self._send(progress_of(job_ids))
 
     def reporting_jobs(self, limit: int) -> list[ReportingJob]:
         """Up to ``limit`` running jobs that reported progress, latest written first
@@ -92,7 +88,7 @@ class ProgressVerbs(Sends):
 
 
 def progress_of(job_ids: Sequence[Any]) -> Steps[dict[Any, JobProgress]]:
-    """:meth:`ProgressVerbs.progress_of`, as steps (the asyncio store's too)."""
+    """The progress of those of ``job_ids`` running now that reported some."""
     query = {"_id": {"$in": list(job_ids)}, "lock.progress": {"$exists": True}}
     read = {}
     for document in (yield from find("scheduled", query, {"lock": 1})):

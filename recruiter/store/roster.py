@@ -102,8 +102,7 @@ class WorkerRecord:
     heartbeat_every: dt.timedelta | None = None
     """How often it said it would heartbeat (workers before this field: unknown)."""
     prefetches: bool = False
-    """It takes several jobs handed at once and runs them in turn (prefetch; workers
-    from before prefetch, which stored it as ``batches``, take one at a time)."""
+    """It takes several jobs handed at once and runs them in turn (prefetch)."""
     ran: tuple[RanReport, ...] = ()
     """What its last assignment ran, by group: how long jobs take (see :class:`RanReport`)."""
     ran_for: ObjectId | None = None
@@ -148,7 +147,7 @@ class WorkerRecord:
                 if isinstance(heartbeat_ms, int) and not isinstance(heartbeat_ms, bool)
                 else None
             ),
-            prefetches=document.get("prefetch") is True or document.get("batches") is True,
+            prefetches=document.get("prefetch") is True,
             ran=RanReport.read(document.get("ran")),
             ran_for=ran_for if isinstance(ran_for := document.get("ran_for"), ObjectId) else None,
             available_since=since if isinstance(since, dt.datetime) else None,
@@ -159,7 +158,7 @@ class WorkerRecord:
 
 def _stored_jobs(jobs: Any) -> Any:
     """A worker's entry of ``assigned_to``: a job id, or a list of the several jobs it is
-    handed at once (one is stored as its job, as workers from before prefetch read it)."""
+    handed at once (a job alone is stored as its id)."""
     if isinstance(jobs, list | tuple):
         return jobs[0] if len(jobs) == 1 else list(jobs)
     return jobs
@@ -199,8 +198,7 @@ class RosterVerbs:
             {
                 "_id": worker_id,
                 **beats,
-                # batches: what a recruiter of the release before reads (drop it after)
-                **({"prefetch": True, "batches": True} if prefetch else {}),
+                **({"prefetch": True} if prefetch else {}),
                 **({"workables": digest} if digest is not None else {}),
                 **({"sessions": list(sessions)} if sessions else {}),
                 "work_on": work_on,

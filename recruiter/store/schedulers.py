@@ -32,8 +32,7 @@ from pymongo.errors import DuplicateKeyError
 
 from recruiter.repeating.timing import DEFAULT_MISSED, MISSED_RULES, Missed
 from recruiter.store.base import Document, aware
-from recruiter.store.failures import in_the_callers_transaction
-from recruiter.store.steps import Sends, Steps, find, send
+from recruiter.store.steps import Steps, find, send
 
 UPSERT_TRIES = 5
 """Tries of a declaration that meets a pause or resume at each one."""
@@ -101,87 +100,12 @@ def _count(value: Any) -> int:
     return int(min(max(value, 0), 2**63))
 
 
-class SchedulerVerbs(Sends):
+class SchedulerVerbs:
     """Operations on ``schedulers``, and the occurrences they create in ``scheduled``."""
 
     schedulers: Collection[Document]
     scheduled: Collection[Document]
     archived: Collection[Document]
-
-    def upsert_scheduler(
-        self,
-        urn: str,
-        job: Document,
-        schedule: Document,
-        *,
-        unique: bool,
-        missed: Missed,
-        first_at: dt.datetime,
-        now: dt.datetime,
-    ) -> bool:
-        """Create the scheduler ``urn``, or change it; return whether it was new.
-
-        Its counts and last occurrence are kept. A changed schedule starts again at
-        ``first_at``; an unchanged one keeps its ``next_at``.
-        """
-        return self._send(
-            upsert_scheduler(
-                urn, job, schedule, unique=unique, missed=missed, first_at=first_at, now=now
-            )
-        )
-
-    @in_the_callers_transaction
-    def upsert_scheduler_in(
-        self,
-        urn: str,
-        job: Document,
-        schedule: Document,
-        *,
-        unique: bool,
-        missed: Missed,
-        first_at: dt.datetime,
-        now: dt.datetime,
-        session: Any,
-    ) -> bool:
-        """:meth:`upsert_scheduler` in the application's transaction ``session`` (a
-        pause meanwhile is a write conflict, for its ``with_transaction`` to retry)."""
-        return self._send(
-            upsert_scheduler(
-                urn,
-                job,
-                schedule,
-                unique=unique,
-                missed=missed,
-                first_at=first_at,
-                now=now,
-                session=session,
-            )
-        )
-
-    def find_scheduler(self, urn: str) -> SchedulerRecord | None:
-        """The scheduler ``urn``, or ``None``."""
-        return self._send(find_scheduler(urn))
-
-    def scheduler_records(self) -> list[SchedulerRecord]:
-        """Every scheduler, by urn."""
-        return self._send(scheduler_records())
-
-    def pause_scheduler(self, urn: str, now: dt.datetime) -> bool:
-        """Stop ``urn`` from being due (its occurrences are not created) if it runs.
-
-        Its ``next_at`` goes: an occurrence read as due but not yet claimed is not
-        created, since a claim names the ``next_at`` it read. One left pending by a
-        crash is still completed (it was claimed before the pause)."""
-        return self._send(pause_scheduler(urn, now))
-
-    def resume_scheduler(self, urn: str, schedule: Document, next_at: dt.datetime) -> bool:
-        """Make the paused ``urn`` due again at ``next_at``, computed from ``schedule``
-        (if it was changed meanwhile, nothing is written: compute again)."""
-        return self._send(resume_scheduler(urn, schedule, next_at))
-
-    def remove_scheduler(self, urn: str) -> bool:
-        """Stop creating occurrences; the jobs already created stay."""
-        return self._send(remove_scheduler(urn))
 
     def due_schedulers(self, now: dt.datetime) -> list[SchedulerRecord]:
         """Schedulers with an occurrence due by ``now``, or one left pending by a crash.
@@ -265,7 +189,7 @@ class SchedulerVerbs(Sends):
         return result.modified_count == 1
 
 
-# --- the declaration's steps (recruiter.store.steps): either store drives them -------
+# --- the verbs written as steps (recruiter.store.steps), for both stores -------------
 
 
 def upsert_scheduler(
@@ -279,9 +203,13 @@ def upsert_scheduler(
     now: dt.datetime,
     session: Any = None,
 ) -> Steps[bool]:
-    """:meth:`SchedulerVerbs.upsert_scheduler`; in the transaction ``session`` if given
-    (then tried once: a pause meanwhile is a write conflict, for its
-    ``with_transaction`` to retry)."""
+    """Create the scheduler ``urn``, or change it; return whether it was new.
+
+    Its counts and last occurrence are kept. A changed schedule starts again at
+    ``first_at``; an unchanged one keeps its ``next_at``. In the application's
+    transaction ``session``, it is tried once: a pause meanwhile is a write conflict,
+    for its ``with_transaction`` to retry.
+    """
     fields = {"job": job, "unique": unique, "missed": missed, "updated_at": now}
     for _ in range(1 if session is not None else UPSERT_TRIES):
         try:
@@ -338,23 +266,24 @@ def _upsert_scheduler(
     return result.upserted_id is not None
 
 
-# --- an application's controls of its schedulers, as steps: either store's ---------------
-
-
 def find_scheduler(urn: str) -> Steps[SchedulerRecord | None]:
-    """:meth:`SchedulerVerbs.find_scheduler`."""
+    """The scheduler ``urn``, or ``None``."""
     found = yield from find("schedulers", {"_id": urn})
     return SchedulerRecord.from_document(found[0]) if found else None
 
 
 def scheduler_records() -> Steps[list[SchedulerRecord]]:
-    """:meth:`SchedulerVerbs.scheduler_records`."""
+    """Every scheduler, by urn."""
     found = yield from find("schedulers", {}, sort=[("_id", 1)])
     return [SchedulerRecord.from_document(document) for document in found]
 
 
 def pause_scheduler(urn: str, now: dt.datetime) -> Steps[bool]:
-    """:meth:`SchedulerVerbs.pause_scheduler`."""
+    """Stop ``urn`` from being due (its occurrences are not created) if it runs.
+
+    Its ``next_at`` goes: an occurrence read as due but not yet claimed is not
+    created, since a claim names the ``next_at`` it read. One left pending by a
+    crash is still completed (it was claimed before the pause)."""
     result = yield from send(
         "schedulers",
         "update_one",
@@ -365,7 +294,8 @@ def pause_scheduler(urn: str, now: dt.datetime) -> Steps[bool]:
 
 
 def resume_scheduler(urn: str, schedule: Document, next_at: dt.datetime) -> Steps[bool]:
-    """:meth:`SchedulerVerbs.resume_scheduler`."""
+    """Make the paused ``urn`` due again at ``next_at``, computed from ``schedule``
+    (if it was changed meanwhile, nothing is written: compute again)."""
     result = yield from send(
         "schedulers",
         "update_one",
@@ -376,6 +306,6 @@ def resume_scheduler(urn: str, schedule: Document, next_at: dt.datetime) -> Step
 
 
 def remove_scheduler(urn: str) -> Steps[bool]:
-    """:meth:`SchedulerVerbs.remove_scheduler`."""
+    """Stop creating occurrences; the jobs already created stay."""
     result = yield from send("schedulers", "delete_one", {"_id": urn})
     return bool(result.deleted_count == 1)

@@ -128,9 +128,11 @@ def ensure_ready(
     return found
 
 
-def check_schema_steps(target: int = SCHEMA_VERSION) -> Steps[None]:
+def check_schema(target: int = SCHEMA_VERSION) -> Steps[None]:
     """Raise :class:`SchemaTooNew` if the database was upgraded past ``target`` since
-    this process started: it would go on writing documents of the old layout."""
+    this process started: it would go on writing documents of the old layout.
+    Long-lived processes and producers call it now and then
+    (:class:`recruiter.schema_check.SchemaCheck`), and stop."""
     document = yield from send("metadata", "find_one", {"_id": SCHEMA_DOCUMENT_ID}, {"version": 1})
     found = None if document is None else document.get("version")
     if isinstance(found, int) and not isinstance(found, bool) and found > target:

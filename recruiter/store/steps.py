@@ -9,11 +9,11 @@ I/O. Each store *drives* it: the synchronous one by calling pymongo
 (:func:`drive`), the asyncio one by awaiting pymongo's asyncio client. So the documents
 written are the same by construction.
 
-The producer's logic above the store (:func:`recruiter.scheduling.store_new_jobs`, the
-follow-up of ends in :mod:`recruiter.waiting.engine`, cancelling, waiting) is written
-the same way, one level up: it yields a :class:`Call` of a store verb by name (run by
-the store at hand, so a test that wraps a verb of the synchronous store still steps in)
-and a :class:`Sleep` where it waits.
+The logic above the store (:func:`recruiter.scheduling.new_jobs`, the follow-up of
+ends in :mod:`recruiter.waiting.engine`, cancelling, waiting) is written the same way,
+one level up: it yields a :class:`Call` of a verb's steps (run by the store at hand,
+its errors translated there: :meth:`recruiter.store.Store.call`) and a :class:`Sleep`
+where it waits.
 
 >>> def answer() -> Steps[int]:
 ...     found = yield Find("scheduled", {"_id": 1})
@@ -28,13 +28,14 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from bson.codec_options import CodecOptions
 
 from recruiter.store.base import Document, aware
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 @dataclass(frozen=True)
@@ -68,9 +69,10 @@ class Hello:
 
 @dataclass(frozen=True)
 class Call:
-    """Call the store's verb ``verb``; answered with what it returns."""
+    """Run the verb ``verb`` (a function returning its steps) on the store at hand;
+    answered with what it returns."""
 
-    verb: str
+    verb: Callable[..., Steps[Any]]
     args: tuple[Any, ...] = ()
     options: Mapping[str, Any] = field(default_factory=dict)
 
@@ -86,13 +88,6 @@ class Sleep:
 Step = Send | Find | Hello | Call | Sleep
 Steps = Generator[Step, Any, T]
 """A generator of steps answered with the database's replies, returning a ``T``."""
-
-
-class Sends:
-    """A store's verb classes: each verb's steps, driven by the store (:meth:`_send`)."""
-
-    def _send(self, steps: Steps[T]) -> T:
-        raise NotImplementedError  # (the store's own)
 
 
 def send(
@@ -119,9 +114,10 @@ def find(
     return found
 
 
-def call(verb: str, *args: Any, **options: Any) -> Steps[Any]:
-    """The answer to :class:`Call`: what the store's ``verb`` returns."""
-    return (yield Call(verb, args, options))
+def call(verb: Callable[P, Steps[T]], /, *args: P.args, **options: P.kwargs) -> Steps[T]:
+    """The answer to :class:`Call`: what ``verb`` returns, run by the store at hand."""
+    result: T = yield Call(verb, args, options)
+    return result
 
 
 def sleep(seconds: float) -> Steps[None]:
@@ -160,12 +156,13 @@ def collection_of(database: Any, verbs: object, name: str) -> Any:
 def drive(
     steps: Steps[T],
     database: Any,
-    verbs: object = None,
+    verbs: Any = None,
     sleep: Callable[[float], None] | None = None,
 ) -> T:
     """Run ``steps`` synchronously on ``database`` (pymongo's or mongomock's): each step
     sent, its answer (or the driver's error) sent back. A :class:`Call` goes to
-    ``verbs`` (the store), a :class:`Sleep` to ``sleep`` (a clock's)."""
+    ``verbs`` (the store's :meth:`~recruiter.store.Store.call`), a :class:`Sleep` to
+    ``sleep`` (a clock's)."""
     answer: Any = None
     error: BaseException | None = None
     while True:
@@ -181,7 +178,7 @@ def drive(
             error = failure
 
 
-def _answer(step: Step, database: Any, verbs: object, sleep: Callable[[float], None] | None) -> Any:
+def _answer(step: Step, database: Any, verbs: Any, sleep: Callable[[float], None] | None) -> Any:
     if isinstance(step, Send):
         collection = collection_of(database, verbs, step.collection)
         return getattr(collection, step.method)(*step.args, **step.options)
@@ -189,7 +186,9 @@ def _answer(step: Step, database: Any, verbs: object, sleep: Callable[[float], N
         args, options = find_arguments(step)
         return list(collection_of(database, verbs, step.collection).find(*args, **options))
     if isinstance(step, Call):
-        return getattr(verbs, step.verb)(*step.args, **step.options)
+        if verbs is None:
+            return drive(step.verb(*step.args, **step.options), database, None, sleep)
+        return verbs.call(step.verb, *step.args, **step.options)
     if isinstance(step, Sleep):
         if sleep is None:
             raise TypeError("these steps wait: drive them with a sleep")

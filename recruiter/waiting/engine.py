@@ -23,7 +23,7 @@ Who notices an end (:func:`follow_up`):
    crash, or that its worker did not know to follow up, is noticed within a round.
 
 Each notice is a conditional update of the waiting job alone (see
-:mod:`recruiter.store.waiting`): any of the three may notice the same end, at once, and
+:mod:`recruiter.store.blocked`): any of the three may notice the same end, at once, and
 it is noted once; a callback is made ready, or cancelled, exactly once.
 
 A batch has no counters of its own to keep in step: its progress is read from its
@@ -43,7 +43,7 @@ from typing import Any
 
 from recruiter.errors import DatabaseError, DocumentTooLarge
 from recruiter.states import SUCCEEDED
-from recruiter.store import Document, Store
+from recruiter.store import Document, Store, blocked
 from recruiter.store.steps import Steps, call
 
 logger = logging.getLogger(__name__)
@@ -86,20 +86,16 @@ class Settled:
             return Ended(document["_id"], document.get("batch"))
         return None
 
-
-def follow_up(
-    store: Store, ended: Iterable[Ended], now: dt.datetime, session: Any = None
-) -> Settled:
-    """Note these ends in every job that waits for them; make ready, or cancel, those
-    that waited for nothing else. A cancelled job's own waiting jobs are followed up in
-    turn (a chain fails down at once)."""
-    return store.run(follow_up_steps(ended, now, session))
+    def add(self, other: Settled) -> None:
+        """Count what another follow-up did (a cascade of cancellations)."""
+        self.ready += other.ready
+        self.cancelled += other.cancelled
 
 
-def follow_up_steps(
-    ended: Iterable[Ended], now: dt.datetime, session: Any = None
-) -> Steps[Settled]:
-    """:func:`follow_up`, as steps (:mod:`recruiter.store.steps`) for either store."""
+def follow_up(ended: Iterable[Ended], now: dt.datetime, *, session: Any = None) -> Steps[Settled]:
+    """Note these ends in every job blocked on them; make ready, or cancel, those that
+    waited for nothing else. A cancelled job's own dependents are followed up in turn (a
+    chain fails down at once). Steps (:mod:`recruiter.store.steps`), for either store."""
     settled = Settled()
     pending = deque(ended)
     while pending:
@@ -109,23 +105,18 @@ def follow_up_steps(
         for member in chunk:
             if member.batch is not None and member.why is not None:
                 notices.told(member)
-        for document in (yield from call("waiting_on", waited_for, session)):
+        for document in (yield from call(blocked.blocked_on, waited_for, session=session)):
             cancelled = settled.count(document, (yield from notices.settle(document)))
             if cancelled is not None:
                 pending.append(cancelled)
     return settled
 
 
-def follow_up_safely(store: Store, ended: Ended, now: dt.datetime) -> None:
+def follow_up_safely(ended: Ended, now: dt.datetime) -> Steps[None]:
     """:func:`follow_up` one job, logging a database error instead of raising it: the
     job's end is recorded already, and the cleaner's sweep notes what this missed."""
-    store.run(follow_up_safely_steps(ended, now))
-
-
-def follow_up_safely_steps(ended: Ended, now: dt.datetime) -> Steps[None]:
-    """:func:`follow_up_safely`, as steps for either store."""
     try:
-        yield from follow_up_steps([ended], now)
+        yield from follow_up([ended], now)
     except DatabaseError as error:
         logger.warning(
             "job %s: the jobs waiting for it were not told of its end (%s): the cleaner's "
@@ -146,28 +137,23 @@ def settle_stored(
     was followed up without them. One cancelled so is an end in turn: what waits for it
     (a later step, its batch's callbacks) is told at once, as after any cancellation.
     Steps (:mod:`recruiter.store.steps`), for either store."""
-    settled = Settled()
+    settled, ended = Settled(), []
     notices = _Notices(now, session)  # (a batch's two callbacks: one read)
     for document in documents:
         if any(w in outside for w in document["waiting_for"]):
-            outcome = yield from notices.settle(document)
-            if outcome == "ready":
-                settled.ready.append(document["_id"])
-            elif outcome == "cancelled":
-                settled.cancelled.append(document["_id"])
-    ended = [Ended(d["_id"], d.get("batch")) for d in documents if d["_id"] in settled.cancelled]
+            cancelled = settled.count(document, (yield from notices.settle(document)))
+            if cancelled is not None:
+                ended.append(cancelled)
     if ended:
-        cascade = yield from follow_up_steps(ended, now, session)
-        settled.ready += cascade.ready
-        settled.cancelled += cascade.cancelled
+        settled.add((yield from follow_up(ended, now, session=session)))
     return settled
 
 
-def settle(store: Store, document: Document, now: dt.datetime, session: Any = None) -> str:
-    """Note every end the waiting job ``document`` waits for that has come: ``"ready"``
+def settle(document: Document, now: dt.datetime, *, session: Any = None) -> Steps[str]:
+    """Note every end the blocked job ``document`` waits for that has come: ``"ready"``
     if that made it ready, ``"cancelled"`` if its rule cancelled it, else
     ``"waiting"`` (or ``"gone"``: another process settled it meanwhile)."""
-    return store.run(_Notices(now, session).settle(document))
+    return _Notices(now, session).settle(document)
 
 
 class _Notices:
@@ -199,7 +185,7 @@ class _Notices:
                 return "waiting"  # damaged by hand: the sweep says so, each round
             return (yield from self._settle_batch(document, after["batch"], rule))
         waiting = _waited(document)
-        states = yield from call("dependency_documents", waiting, self.session)
+        states = yield from call(blocked.dependency_documents, waiting, session=self.session)
         ended = [w for w in waiting if w not in states or "why" in states[w]]
         current: Document | None = document
         for dependency in ended:
@@ -221,7 +207,9 @@ class _Notices:
         if rule == "done" and failure is not None:
             return (yield from self._cancel_callback(document, batch, failure))
         if batch not in self._unfinished:
-            self._unfinished[batch] = yield from call("batch_unfinished", batch, self.session)
+            self._unfinished[batch] = yield from call(
+                blocked.batch_unfinished, batch, session=self.session
+            )
         if self._unfinished[batch]:
             return "waiting"
         # none unfinished: every end has landed, and a read of the failures now sees
@@ -245,12 +233,14 @@ class _Notices:
         """A member of ``batch`` that ended without being done: one known already (an
         end is final), else as read now."""
         if self._failures.get(batch) is None:
-            self._failures[batch] = yield from call("batch_failure", batch, self.session)
+            self._failures[batch] = yield from call(
+                blocked.batch_failure, batch, session=self.session
+            )
         return self._failures[batch]
 
     def _cancel(self, job_id: Any, waited_for: Any, entry: Document, because: str) -> Steps[str]:
         cancelled = yield from call(
-            "cancel_waiting",
+            blocked.cancel_blocked,
             job_id,
             waited_for,
             entry,
@@ -287,7 +277,9 @@ class _Notices:
                 rest = [w for w in waiting if w != waited_for]
                 noted = [*(document.get("dependencies") or []), pulled]
                 return {**document, "waiting_for": rest, "dependencies": noted}
-            document = yield from call("blocked_document", document["_id"], self.session)
+            document = yield from call(
+                blocked.blocked_document, document["_id"], session=self.session
+            )
         logger.warning("a job waiting for %s kept changing: the next sweep goes on", waited_for)
         return document
 
@@ -297,8 +289,8 @@ class _Notices:
         the last end wait in the job for its release: one that no longer fits in it is
         dropped (the job gets ``None`` for it), as at the release."""
 
-        def pull(entry: Document) -> Steps[Any]:
-            return call("pull_dependency", job_id, waited_for, entry, self.session)
+        def pull(entry: Document) -> Steps[bool]:
+            return call(blocked.pull_dependency, job_id, waited_for, entry, session=self.session)
 
         try:
             return entry if (yield from pull(entry)) else None
@@ -310,9 +302,14 @@ class _Notices:
     def _release(
         self, job_id: Any, waited_for: Any, entry: Document, fields: Document
     ) -> Steps[bool]:
-        def release(entry: Document, fields: Document) -> Steps[Any]:
+        def release(entry: Document, fields: Document) -> Steps[bool]:
             return call(
-                "release_waiting", job_id, waited_for, entry, fields=fields, session=self.session
+                blocked.release_blocked,
+                job_id,
+                waited_for,
+                entry,
+                fields=fields,
+                session=self.session,
             )
 
         try:
@@ -381,9 +378,7 @@ def sweep(store: Store, now: dt.datetime) -> Settled:
             if cancelled is not None:
                 ended.append(cancelled)
     if ended:  # (what waits for a job cancelled here, its batch's callbacks too)
-        cascade = follow_up(store, ended, now)
-        settled.ready += cascade.ready
-        settled.cancelled += cascade.cancelled
+        settled.add(store.run(follow_up(ended, now)))
     return settled
 
 

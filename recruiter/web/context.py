@@ -181,7 +181,7 @@ def origin_of(request: Request) -> str | None:
 
 def own_origin(request: Request) -> str:
     """The origin the request was sent to: its scheme (``https`` behind a proxy that
-    says so, see docs/web.md) and its ``Host``."""
+    says so, see docs/guides/web.md) and its ``Host``."""
     return f"{request.url.scheme}://{request.headers.get('host', '')}"
 
 

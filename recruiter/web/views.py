@@ -11,11 +11,10 @@ from recruiter.errors import InvalidSchedule, ResultNotKept
 from recruiter.job_record import Job, state_of
 from recruiter.monitoring import listing
 from recruiter.monitoring.analytics import average, spans
-from recruiter.monitoring.listing import FAILED
+from recruiter.monitoring.listing import FAILED, SchedulerRecord
 from recruiter.monitoring.words import moment_text, progress_text
 from recruiter.queue import Queue
 from recruiter.repeating.timing import schedule_from
-from recruiter.store import SchedulerRecord
 
 RECENT = dt.timedelta(hours=1)
 """How far back the overview counts finished jobs."""

@@ -16,8 +16,7 @@ import pytest
 
 from recruiter.attempts import takeback
 from recruiter.attempts.takeback import Released, release_fenced
-from recruiter.processes import cleaner
-from recruiter.processes import recruiter as recruiter_module
+from recruiter.maintenance import dead_workers, unheld_locks
 from recruiter.store import Store, WorkerRecord
 
 
@@ -49,11 +48,11 @@ def release_unheld_on_a_fresh_read(
 
 
 def _bug1(patch: pytest.MonkeyPatch) -> None:
-    patch.setattr(cleaner, "take_back_from_dead", release_before_fencing)
+    patch.setattr(dead_workers, "take_back_from_dead", release_before_fencing)
 
 
 def _bug2(patch: pytest.MonkeyPatch) -> None:
-    for module in (takeback, cleaner, recruiter_module):
+    for module in (takeback, unheld_locks):
         patch.setattr(module, "release_unheld", release_unheld_on_a_fresh_read)
 
 

@@ -217,10 +217,12 @@ class World:
     def _leader_round(self, process: Process, prefix: str, store: Store) -> Callable[[], None]:
         lease = dt.timedelta(seconds=self.config.lease)
         work: Recruiter | Cleaner
+        dead = dt.timedelta(seconds=self.config.dead_after)
         if prefix == "R":
-            work = Recruiter(store, RecruiterConfig(lease=lease, watch=False))
+            # its look for unheld locks scaled like the other timings (30 s of 30 s)
+            config = RecruiterConfig(lease=lease, rollback_every=dead, watch=False)
+            work = Recruiter(store, config)
         else:
-            dead = dt.timedelta(seconds=self.config.dead_after)
             work = Cleaner(store, CleanerConfig(considered_dead_after=dead, lease=lease))
         rounds = LeaderRounds(
             store, ROLES[prefix], work, lease=lease, clock=process.clock, holder=process.name

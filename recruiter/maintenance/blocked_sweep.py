@@ -1,0 +1,44 @@
+"""The sweep of blocked jobs: one whose dependencies (or batch) ended, and that nobody
+told (its worker crashed before it could, say), is made ready or cancelled as its rule
+says (:func:`recruiter.waiting.engine.sweep`).
+
+Run by the leading cleaner only.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from dataclasses import dataclass
+
+from recruiter.store import Store
+from recruiter.waiting.engine import sweep
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    ready: int = 0
+    cancelled: int = 0
+
+    @property
+    def settled(self) -> int:
+        return self.ready + self.cancelled
+
+
+class BlockedSweep:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def run_once(self, now: dt.datetime) -> SweepResult:
+        swept = sweep(self.store, now)
+        result = SweepResult(len(swept.ready), len(swept.cancelled))
+        if result.settled:
+            logger.info(
+                "cleaner: %d waiting jobs made ready and %d cancelled, their dependencies "
+                "having ended unnoticed",
+                result.ready,
+                result.cancelled,
+            )
+        return result

@@ -1,0 +1,101 @@
+"""Taking back the jobs of dead workers.
+
+A worker not seen for ``considered_dead_after`` (or :data:`SILENT_BEATS` of its own
+heartbeat intervals, if longer) is removed, only if it is still not seen (the fence: one
+that heartbeats meanwhile keeps its job), and only then is the job the removed document
+held released, through the job's retry policy (a started job is a crashed attempt,
+``WorkerDied``; one never started goes back uncounted):
+:func:`recruiter.attempts.takeback.take_back_from_dead` has the rule.
+
+Only a service that has watched for the whole timeout, without a database error
+(:meth:`DeadWorkerTakeBack.lost_sight`) and without a gap between runs, declares a worker
+dead: heartbeats kept from landing by an outage are not deaths.
+
+Run by the leading cleaner only. A take-back cut short after the removal leaves the
+jobs locked and held by nobody: :mod:`recruiter.maintenance.unheld_locks` releases them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+from dataclasses import dataclass, field
+
+from recruiter.attempts.takeback import Released, take_back_from_dead
+from recruiter.store import Store, WorkerRecord
+
+DEFAULT_CONSIDERED_DEAD_AFTER = dt.timedelta(seconds=30)
+SILENT_BEATS = 5
+"""A worker is declared dead only after missing at least this many of its own
+heartbeats, whatever the cleaner's timeout: a worker started with a long heartbeat
+interval (recorded in its roster document) is given the time it asked for."""
+
+
+@dataclass(frozen=True)
+class TakeBackResult:
+    dead_workers: int = 0
+    released: Counter[str] = field(default_factory=Counter)
+    """How many of their jobs each outcome had (:class:`~recruiter.attempts.takeback.Released`)."""
+
+
+class DeadWorkerTakeBack:
+    """Declares workers dead once watched silent for their timeout, and takes their jobs back."""
+
+    def __init__(
+        self, store: Store, considered_dead_after: dt.timedelta = DEFAULT_CONSIDERED_DEAD_AFTER
+    ) -> None:
+        self.store = store
+        self.considered_dead_after = considered_dead_after
+        self.watching_since: dt.datetime | None = None
+        """Since when runs have come without a database error or a gap; ``None``: not yet."""
+        self.last_run: dt.datetime | None = None
+
+    @property
+    def longest_gap(self) -> dt.timedelta:
+        """Runs further apart than this were not watching: the watch starts over."""
+        return self.considered_dead_after / 2
+
+    def timeout_of(self, heartbeat_every: dt.timedelta | None) -> dt.timedelta:
+        """How long a worker beating every ``heartbeat_every`` may stay silent."""
+        if heartbeat_every is None:
+            return self.considered_dead_after
+        return max(self.considered_dead_after, heartbeat_every * SILENT_BEATS)
+
+    def lost_sight(self) -> None:
+        """A database error, or a new lead: watch a full timeout before any death."""
+        self.watching_since = None
+
+    def run_once(self, now: dt.datetime) -> TakeBackResult:
+        if self.last_run is not None and now - self.last_run > self.longest_gap:
+            # blind meanwhile (a run blocked on an unreachable database, the process
+            # frozen): heartbeats may have been kept from landing by the same cause
+            self.watching_since = None
+        self.last_run = now
+        if self.watching_since is None:
+            self.watching_since = now
+        released: Counter[str] = Counter()
+        removed = 0
+        for worker, silent_since in self._dead_workers(now, self.watching_since):
+            outcomes = take_back_from_dead(self.store, worker, silent_since, now)
+            if outcomes is not None:  # removed: it was still silent
+                removed += 1
+                released.update(outcomes)
+        released.pop(Released.GONE, None)
+        return TakeBackResult(removed, released)
+
+    def _dead_workers(
+        self, now: dt.datetime, watching_since: dt.datetime
+    ) -> list[tuple[WorkerRecord, dt.datetime]]:
+        """The workers to declare dead, each with the time it must still not have been
+        seen since when it is removed."""
+        watched = now - watching_since
+        if watched < self.considered_dead_after:
+            return []  # not watched long enough to tell a dead worker from an outage
+        dead = []
+        for worker in self.store.dead_workers(now - self.considered_dead_after):
+            timeout = self.timeout_of(worker.heartbeat_every)
+            cutoff = now - timeout
+            seen = worker.last_seen_at
+            if watched >= timeout and seen is not None and seen < cutoff:
+                dead.append((worker, cutoff))
+        return dead
