@@ -15,7 +15,7 @@ import datetime as dt
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import bson
 from bson import ObjectId, json_util
@@ -23,7 +23,6 @@ from bson import ObjectId, json_util
 from recruiter.clock import to_millis
 from recruiter.duration import Duration, format_duration, to_timedelta
 from recruiter.errors import InvalidJob, InvalidParameters, InvalidRetryPolicy
-from recruiter.moved import moved_name
 from recruiter.policies import DoNotDoItAgain, RetriableExceptionFilter
 from recruiter.retry import RetryPolicy
 from recruiter.snooze import check_snooze_limit
@@ -448,10 +447,3 @@ class JobSpec:
             del document["scheduled_at"]
             document["waiting_for"] = [waits.batch] if waits.batch is not None else list(waits.jobs)
         return document
-
-
-if not TYPE_CHECKING:  # (type checkers see only what is here)
-
-    def __getattr__(name: str) -> Any:
-        """A name that moved to another module (:mod:`recruiter.moved`), for a release."""
-        return moved_name(__name__, name)

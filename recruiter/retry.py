@@ -21,14 +21,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 
 from recruiter.errors import (
     DuplicateRegistration,
     InvalidRetryPolicy,
     WorkerDied,
 )
-from recruiter.moved import moved_name
 
 logger = logging.getLogger(__name__)
 
@@ -270,10 +269,3 @@ def is_last_retry_safely(
     except Exception:
         logger.exception("retry policy %r failed in is_last_retry", policy)
         return True
-
-
-if not TYPE_CHECKING:  # (type checkers see only what is here)
-
-    def __getattr__(name: str) -> Any:
-        """A name that moved to another module (:mod:`recruiter.moved`), for a release."""
-        return moved_name(__name__, name)

@@ -31,7 +31,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import (
-    TYPE_CHECKING,
     Any,
     ClassVar,
     Generic,
@@ -53,7 +52,6 @@ from recruiter.errors import (
 from recruiter.events import Listeners
 from recruiter.job import DEFAULT_METHOD, JobSpec
 from recruiter.job_context import record_output, retry_statistics
-from recruiter.moved import moved_name
 from recruiter.pools.stopping import Entrance
 
 P = ParamSpec("P")
@@ -463,10 +461,3 @@ class _Decorator:
     def _mark(self) -> None:
         if self.transaction:
             self.registry._transactional.add(self.name)
-
-
-if not TYPE_CHECKING:  # (type checkers see only what is here)
-
-    def __getattr__(name: str) -> Any:
-        """A name that moved to another module (:mod:`recruiter.moved`), for a release."""
-        return moved_name(__name__, name)

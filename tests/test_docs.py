@@ -88,7 +88,9 @@ def test_the_readme_runs_as_written(
         for block in blocks:
             exec(compile(block, f"{readme}", "exec"), namespace)
         assert namespace["queue"].store.database.name == name
-        assert namespace["queue"].job(namespace["job_id"]).workable == "emails.send"
+        job = namespace["queue"].job(namespace["job_id"])
+        assert job.workable == "emails.send"
+        assert (job.why, len(job.history)) == ("done", 1), "the test's example runs the job"
     finally:
         client: MongoClient[dict[str, Any]] = MongoClient(real_server_uri)
         client.drop_database(name)

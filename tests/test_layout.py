@@ -116,12 +116,23 @@ def test_only_the_store_imports_the_driver() -> None:
     assert outside == [], "reach the database through recruiter.store"
 
 
-@pytest.mark.parametrize("name", recruiter.__all__)
+TYPED = {
+    alias.name: node.module
+    for node in ast.walk(ast.parse((PACKAGE / "__init__.py").read_text()))
+    if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("recruiter.")
+    for alias in node.names
+}
+"""Each public name and its module, as type checkers read them (the package's imports)."""
+
+
+def test_the_package_exports_what_type_checkers_read() -> None:
+    assert sorted(recruiter.__all__) == sorted(TYPED)
+
+
+@pytest.mark.parametrize("name", sorted(TYPED))
 def test_every_public_name_is_where_the_package_says(name: str) -> None:
-    """``recruiter.X`` loads X from the module its lazy table names, the one type
+    """``recruiter.X`` loads X from the module the package's table names, the one type
     checkers read it from: the two never disagree after a module moves."""
-    assert getattr(recruiter, name) is not None
-    if name.startswith("__"):
-        return
-    module = importlib.import_module(recruiter._EXPORTS[name])
+    assert recruiter.PUBLIC[TYPED[name]].count(name) == 1
+    module = importlib.import_module(TYPED[name])
     assert getattr(module, name) is getattr(recruiter, name)
