@@ -74,7 +74,8 @@ def run_handed_out(
         # sent with the fenced end was refused with it (same token)
         fenced = bool(done.executions) and done.executions[-1].outcome is Outcome.FENCED
         if fenced or (position and start is None and (asked_to_stop or stopping())):
-            done.returned = put_back(store, jobs[position:], token, clock.latest())
+            why = "its slot was fenced out" if fenced else "its slot stops"
+            done.returned = put_back(store, jobs[position:], token, clock.latest(), why).returned
             logger.info("put back %d jobs handed out with token %s", done.returned, token)
             break
         if position and start is None and job_id not in held:

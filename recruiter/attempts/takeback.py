@@ -29,6 +29,7 @@ import datetime as dt
 import logging
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -125,8 +126,7 @@ def release_fenced(
     if job is None:
         return Released.GONE
     if job.lock_started_at is None:
-        cancelled = job.cancel_requested_at is not None
-        requeued = _requeue(store, job_id, token, now, reason, cancelled=cancelled)
+        requeued = _requeue(store, job_id, token, now, reason)
         if requeued is not None:
             return requeued
         job = store.find_locked_job(job_id, token)  # its fenced holder started it meanwhile
@@ -169,8 +169,7 @@ def release_unheld(
 def _release_unheld_one(store: Store, lock: LockRecord, now: dt.datetime, reason: str) -> Released:
     if not lock.started:
         # never released as crashed: it may start under a holder that appears now
-        cancelled = lock.cancel_requested
-        outcome = _requeue(store, lock.job_id, lock.token, now, reason, cancelled=cancelled)
+        outcome = _requeue(store, lock.job_id, lock.token, now, reason)
         return outcome or Released.GONE
     job = store.find_locked_job(lock.job_id, lock.token)
     if job is None:
@@ -191,27 +190,40 @@ def _refused(job_id: Any, error: WriteRejected) -> Released:
     return Released.REFUSED
 
 
-def put_back(store: Store, job_ids: Sequence[Any], token: ObjectId, now: dt.datetime) -> int:
+@dataclass(frozen=True)
+class PutBack:
+    returned: int
+    """How many of the jobs went back (cancelled ones included)."""
+    cancelled: tuple[Any, ...] = ()
+    """Those whose cancellation was asked for meanwhile, finished as cancelled instead."""
+
+
+def put_back(
+    store: Store, job_ids: Sequence[Any], token: ObjectId, now: dt.datetime, reason: str
+) -> PutBack:
     """Put back, uncounted, the jobs of ``job_ids`` locked with ``token`` and not started
-    (the rest of a slot's prefetched jobs, a round's jobs whose worker left); those whose
-    cancellation was asked for meanwhile are finished as cancelled instead, and what
-    waits for them is told. Returns how many of the jobs went back (cancelled or not)."""
+    (the rest of a slot's prefetched jobs, a round's jobs whose worker left, a fenced or
+    absent holder's job it never started); those whose cancellation was asked for
+    meanwhile are finished as cancelled instead, and what waits for them is told.
+    ``reason`` says why, for the log."""
     returned = store.unlock_if_not_started(job_ids, token)
+    cancelled = []
     if returned:
         for job_id in store.cancel_requested(job_ids):
             if store.run(cancel_waiting(job_id, now)):
-                logger.info("job %s cancelled, never started", job_id)
-    return returned
+                logger.info("job %s cancelled, never started (%s)", job_id, reason)
+                cancelled.append(job_id)
+    return PutBack(returned, tuple(cancelled))
 
 
 def _requeue(
-    store: Store, job_id: Any, token: ObjectId, now: dt.datetime, reason: str, *, cancelled: bool
+    store: Store, job_id: Any, token: ObjectId, now: dt.datetime, reason: str
 ) -> Released | None:
     """Put a job that was not started back, uncounted; ``None`` if it started meanwhile."""
-    if not store.unlock_if_not_started([job_id], token):
+    back = put_back(store, [job_id], token, now, reason)
+    if not back.returned:
         return None
-    if cancelled and store.run(cancel_waiting(job_id, now)):
-        logger.info("job %s cancelled, never started (%s)", job_id, reason)
+    if back.cancelled:
         return Released.ARCHIVED
     logger.info("job %s requeued, never started (%s)", job_id, reason)
     return Released.REQUEUED

@@ -269,7 +269,7 @@ class Planner:
         unplaced = [job for job in round_.locked if job not in placed]
         if unplaced:
             logger.error("recruiter: %d jobs locked but not planned, put back", len(unplaced))
-            put_back(self.store, unplaced, round_.token, round_.now)
+            put_back(self.store, unplaced, round_.token, round_.now, "locked but not planned")
 
     def _room(self, group: str, slots: list[WorkerRecord]) -> int:
         """How many jobs of ``group`` the ``slots`` of that group could take at once."""

@@ -217,7 +217,8 @@ class Recruiter:
         assigned = self.store.assign(plan.jobs, token, now)
         left = [worker for worker in plan.jobs if worker not in assigned]
         if left:
-            put_back(self.store, [j for w in left for j in plan.jobs[w]], token, now)
+            jobs = [job for worker in left for job in plan.jobs[worker]]
+            put_back(self.store, jobs, token, now, "its worker left before the assignment")
             logger.info("recruiter: %d workers left before assignment", len(left))
         for worker in assigned:
             logger.debug("recruiter: assigned jobs %s to worker %s", plan.jobs[worker], worker)

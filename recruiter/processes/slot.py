@@ -69,8 +69,8 @@ class WorkerSlot:
         completer: Completer | None = None,
     ) -> None:
         self.store = store
-        self.completer = completer
-        """Where its process's slots send their writes together (none: each its own)."""
+        self.completer = completer or Completer(store)
+        """Where its process's slots send their writes together (a slot alone: its own)."""
         self.job_process = job_process
         """The child process this slot's jobs run in (``processes`` pool), else none:
         they run in the slot's thread."""
@@ -231,10 +231,7 @@ class WorkerSlot:
         lengths, executions, returned = handed.lengths, handed.executions, handed.returned
         ran = [RanReport(g, int(n), round(seconds, 6)) for g, (n, seconds) in lengths.items()]
         self._became_available()
-        if self.completer is None:
-            self.store.release_worker(self.id, token, self.clock.latest(), ran)
-        else:
-            self.completer.release(Release(self.id, token, self.clock.latest(), ran))
+        self.completer.release(Release(self.id, token, self.clock.latest(), ran))
         return SlotResult(executions[-1], executions=tuple(executions), returned=returned)
 
     def _set_running(self, job_id: Any) -> None:
