@@ -37,6 +37,16 @@ IDLE = Pause()
 """Nothing done, nothing known to be due."""
 
 
+def doubled(first: float, times: int, most: float) -> float:
+    """``first`` doubled ``times`` times, but never above ``most``: the one growing wait
+    of recruiter (idle rounds, a write tried again, retry policies, a transaction's runs).
+
+    >>> doubled(0.05, 0, 5.0), doubled(0.05, 3, 5.0), doubled(0.05, 1000, 5.0)
+    (0.05, 0.4, 5.0)
+    """
+    return min(most, first * 2.0 ** min(max(times, 0), 64))
+
+
 @dataclass(frozen=True)
 class Backoff:
     """Waits between idle rounds: from ``minimum``, doubling, up to ``maximum`` seconds."""
@@ -45,7 +55,7 @@ class Backoff:
     maximum: float
 
     def after(self, previous: float) -> float:
-        return min(self.maximum, max(self.minimum, previous * 2))
+        return max(self.minimum, doubled(previous, 1, self.maximum))
 
 
 class StopRequest(threading.Event):

@@ -28,6 +28,7 @@ from recruiter.errors import (
     InvalidRetryPolicy,
     WorkerDied,
 )
+from recruiter.loop import doubled
 
 logger = logging.getLogger(__name__)
 
@@ -241,9 +242,8 @@ def exponential_delay(
     shortened by up to ``jitter`` (a fraction in [0, 1]) times ``draw`` (in [0, 1)).
     Never negative, never above the cap.
     """
-    exponent = min(max(attempt - 1, 0), 64)
     limit = MAX_WAIT.total_seconds() if cap is None else min(cap, MAX_WAIT.total_seconds())
-    base = min(initial * 2.0**exponent, limit)
+    base = doubled(initial, attempt - 1, limit)
     return max(0.0, base * (1.0 - jitter * draw))
 
 

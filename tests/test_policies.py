@@ -29,6 +29,7 @@ from recruiter import (
     Why,
     register_retry_policy,
 )
+from recruiter.loop import Backoff, doubled
 from recruiter.policies import policy_from_document
 from recruiter.retry import MAX_WAIT, exponential_delay
 
@@ -317,6 +318,24 @@ attempts = st.integers(min_value=1, max_value=10_000)
 seconds = st.floats(min_value=0, max_value=1e7, allow_nan=False)
 fractions = st.floats(min_value=0, max_value=1, allow_nan=False)
 draws = st.floats(min_value=0, max_value=1, exclude_max=True, allow_nan=False)
+
+
+@given(seconds, st.integers(min_value=-5, max_value=10_000), seconds)
+def test_a_doubled_wait_grows_with_each_doubling_up_to_its_most(
+    first: float, times: int, most: float
+) -> None:
+    wait = doubled(first, times, most)
+    assert wait <= most
+    assert wait <= doubled(first, times + 1, most)
+    assert wait == min(most, first) if times <= 0 else wait >= min(most, first)
+
+
+@given(seconds, seconds, seconds)
+def test_an_idle_backoff_stays_between_its_bounds(
+    minimum: float, spread: float, previous: float
+) -> None:
+    backoff = Backoff(minimum, minimum + spread)
+    assert minimum <= backoff.after(previous) <= minimum + spread
 
 
 @given(attempts, seconds, st.none() | seconds, fractions, draws)

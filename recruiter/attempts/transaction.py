@@ -37,6 +37,7 @@ from recruiter.errors import (
 )
 from recruiter.job_context import RetryStatistics, in_session
 from recruiter.job_record import Job
+from recruiter.loop import doubled
 from recruiter.retry import RetryPolicy, Why
 from recruiter.store import Commit, End, Store, in_project_words, is_transient
 
@@ -65,7 +66,7 @@ def transaction_wait(runs: int, draw: float) -> float:
     """
     if runs < 1 or not 0.0 <= draw < 1.0:
         raise ValueError(f"runs must be at least 1 and draw in [0, 1), got {runs}, {draw}")
-    ceiling = min(LONGEST_WAIT, FIRST_WAIT * 2.0 ** min(runs - 1, 64))
+    ceiling = doubled(FIRST_WAIT, runs - 1, LONGEST_WAIT)
     return ceiling / 2 * (1.0 + draw)
 
 
