@@ -28,7 +28,7 @@ from recruiter.errors import RecruiterError, UnknownEvent
 from recruiter.job_record import Job
 
 if TYPE_CHECKING:
-    from recruiter.attempts.verdict import Execution
+    from recruiter.execution import Execution
 
 logger = logging.getLogger(__name__)
 

@@ -16,9 +16,9 @@ from typing import Any
 from bson import ObjectId
 
 from recruiter.attempts.executor import Executor, Identity
-from recruiter.attempts.verdict import Execution, Outcome
 from recruiter.clock import Clock
 from recruiter.errors import DrainLimitReached
+from recruiter.execution import Execution, Outcome
 from recruiter.queue import Queue
 from recruiter.workable import Registry
 

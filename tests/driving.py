@@ -28,7 +28,7 @@ from bson import ObjectId
 
 from recruiter import Clock, FrozenClock, Queue, Registry
 from recruiter.attempts.executor import Executor, Identity
-from recruiter.attempts.verdict import Execution
+from recruiter.execution import Execution
 from recruiter.pools.process_pool import JobProcess
 from recruiter.pools.stopping import Watch
 from recruiter.processes.cleaner import Cleaner, CleanerConfig, CleanResult

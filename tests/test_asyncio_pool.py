@@ -28,8 +28,8 @@ from recruiter import (
     Workable,
     record_output,
 )
-from recruiter.attempts.verdict import Execution, Outcome
 from recruiter.errors import NotInAJob
+from recruiter.execution import Execution, Outcome
 from recruiter.job_context import running_as
 from recruiter.pools.event_loop import EventLoop
 from recruiter.pools.stopping import Entrance, Running, Stopped, Watch

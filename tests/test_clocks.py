@@ -26,8 +26,8 @@ import pytest
 from pymongo.database import Database
 
 from recruiter import Clock, DatabaseUnavailable, FrozenClock, JobSpec, Queue, Registry
-from recruiter.attempts.verdict import Outcome
 from recruiter.clock import DatabaseClock
+from recruiter.execution import Outcome
 from recruiter.processes.cleaner import Cleaner, CleanerConfig
 from recruiter.processes.leadership import Leadership
 from recruiter.processes.recruiter import Recruiter

@@ -18,8 +18,8 @@ from bson import ObjectId
 
 from recruiter import FrozenClock, JobSpec, Queue, Registry, RetryManyTimes, retry_statistics
 from recruiter.attempts.completer import UNCLEAR, Completer, GroupCommit, Release, _Waiting
-from recruiter.attempts.verdict import Outcome
 from recruiter.errors import DatabaseUnavailable, WriteRejected
+from recruiter.execution import Outcome
 from recruiter.processes.prefetch_rule import PrefetchRule
 from recruiter.processes.recruiter import Recruiter, RecruiterConfig
 from recruiter.processes.slot import SlotResult

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from recruiter import FrozenClock, Job, JobSpec, Queue, Registry
-from recruiter.attempts.verdict import Outcome
+from recruiter.execution import Outcome
 from recruiter.testing import drain
 
 

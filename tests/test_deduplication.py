@@ -20,7 +20,7 @@ from recruiter import (
     retry_statistics,
 )
 from recruiter.attempts.executor import Executor, Identity
-from recruiter.attempts.verdict import Outcome
+from recruiter.execution import Outcome
 from recruiter.store import jobs
 from recruiter.testing import drain
 from tests import interleaving

@@ -26,8 +26,8 @@ from recruiter import (
     RetryManyTimes,
     Workflow,
 )
-from recruiter.attempts.verdict import Execution
 from recruiter.dependencies.engine import Ended, follow_up, settle, sweep
+from recruiter.execution import Execution
 from recruiter.job_record import state_of
 from recruiter.processes.cleaner import Cleaner
 from recruiter.store import blocked, jobs

@@ -20,8 +20,8 @@ from recruiter import (
     retry_statistics,
 )
 from recruiter.attempts.executor import Executor, Identity
-from recruiter.attempts.verdict import Outcome
 from recruiter.errors import DrainLimitReached
+from recruiter.execution import Outcome
 from recruiter.testing import drain
 
 

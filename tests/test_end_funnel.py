@@ -15,10 +15,10 @@ from pymongo.database import Database
 
 from recruiter import JobSpec, Queue, Registry, RetryManyTimes
 from recruiter.attempts.takeback import Released, take_back_from_dead
-from recruiter.attempts.verdict import Outcome
 from recruiter.clock import FrozenClock
 from recruiter.errors import DatabaseUnavailable
 from recruiter.events import JOB_ENDED, JOB_FAILURE_LAST
+from recruiter.execution import Outcome
 from recruiter.processes.cleaner import Cleaner, CleanerConfig
 from recruiter.processes.recruiter import Recruiter
 from recruiter.processes.worker import WorkerConfig, WorkerProcess

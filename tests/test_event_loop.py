@@ -31,7 +31,7 @@ from recruiter import (
     Workable,
     record_output,
 )
-from recruiter.attempts.verdict import Execution, Outcome
+from recruiter.execution import Execution, Outcome
 from recruiter.pools.child import _Child
 from recruiter.pools.event_loop import EventLoop, run_on_a_new_loop
 from recruiter.pools.stopping import Running, Watch

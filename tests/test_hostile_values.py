@@ -13,7 +13,7 @@ from opentelemetry import propagate, trace
 from pymongo.errors import OperationFailure
 
 from recruiter import FrozenClock, JobSpec, Queue, Registry, ResultNotKept
-from recruiter.attempts.verdict import Outcome
+from recruiter.execution import Outcome
 from recruiter.processes.recruiter import Recruiter
 from tests.driving import assigned_slot, slot
 

@@ -24,7 +24,7 @@ from recruiter import (
 )
 from recruiter.attempts.manual import run_here
 from recruiter.attempts.takeback import release_unheld
-from recruiter.attempts.verdict import Outcome
+from recruiter.execution import Outcome
 from recruiter.pools.stopping import HolderDeclaredDead
 from recruiter.processes.cleaner import Cleaner, CleanerConfig
 from recruiter.processes.recruiter import Recruiter

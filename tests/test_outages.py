@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from recruiter import DatabaseUnavailable, FrozenClock, JobSpec, Queue, Registry, RetryManyTimes
-from recruiter.attempts.verdict import Outcome
+from recruiter.execution import Outcome
 from recruiter.loop import IDLE, Backoff, Pause, run_forever
 from recruiter.processes.cleaner import Cleaner, CleanerConfig
 from recruiter.processes.leadership import Leadership

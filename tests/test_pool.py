@@ -30,7 +30,7 @@ from recruiter import (
     RetryStatistics,
 )
 from recruiter.attempts.executor import Executor, Identity
-from recruiter.attempts.verdict import Execution, Outcome
+from recruiter.execution import Execution, Outcome
 from recruiter.pools.child import _Child
 from recruiter.pools.process_pool import JobProcess
 from recruiter.pools.stopping import Running, Watch

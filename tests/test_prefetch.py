@@ -32,8 +32,8 @@ from recruiter import (
     retry_statistics,
 )
 from recruiter.attempts import takeback
-from recruiter.attempts.verdict import Outcome
 from recruiter.errors import DocumentTooLarge
+from recruiter.execution import Outcome
 from recruiter.processes.cleaner import Cleaner
 from recruiter.processes.prefetch_rule import JobLengths, PrefetchRule, pack
 from recruiter.processes.recruiter import Recruiter, RecruiterConfig

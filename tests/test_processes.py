@@ -20,7 +20,7 @@ from recruiter import (
     record_output,
     retry_statistics,
 )
-from recruiter.attempts.verdict import Outcome
+from recruiter.execution import Outcome
 from recruiter.processes.cleaner import Cleaner, CleanerConfig, CleanResult
 from recruiter.processes.leadership import Leadership
 from recruiter.processes.recruiter import Recruiter, RecruiterConfig

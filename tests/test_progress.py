@@ -27,8 +27,8 @@ from recruiter import (
     WaitTimeout,
     report_progress,
 )
-from recruiter.attempts.verdict import Outcome
 from recruiter.errors import NotInAJob
+from recruiter.execution import Outcome
 from recruiter.job_context import running_as
 from recruiter.pools.stopping import Running, Watch
 from recruiter.processes.cleaner import Cleaner

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from recruiter import FrozenClock, JobSpec, Queue, Registry, ResultNotKept, RetryManyTimes
 from recruiter.attempts.calling import RESULT_BYTES
 from recruiter.attempts.executor import Executor, Identity
-from recruiter.attempts.verdict import Outcome
+from recruiter.execution import Outcome
 from recruiter.pools.process_pool import JobProcess
 from recruiter.pools.stopping import Watch
 from recruiter.testing import drain

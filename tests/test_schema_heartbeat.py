@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime as dt
 
 from recruiter import FrozenClock, JobSpec, Queue, Registry
-from recruiter.attempts.verdict import Outcome
+from recruiter.execution import Outcome
 from recruiter.processes.cleaner import Cleaner
 from recruiter.processes.recruiter import Recruiter
 from recruiter.processes.worker import WorkerConfig, WorkerProcess

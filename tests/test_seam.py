@@ -38,8 +38,8 @@ from recruiter import (
     WriteRejected,
     record_output,
 )
-from recruiter.attempts.verdict import Outcome
 from recruiter.errors import DocumentTooLarge
+from recruiter.execution import Outcome
 from recruiter.processes.recruiter import Recruiter
 from recruiter.processes.slot import WorkerSlot
 from recruiter.store.failures import translate

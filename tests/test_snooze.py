@@ -17,10 +17,11 @@ import pytest
 
 from recruiter import JobSpec, Queue, Registry, RetryManyTimes
 from recruiter.attempts.takeback import Released, take_back_from_dead
-from recruiter.attempts.verdict import Execution, Outcome, verdict_of
+from recruiter.attempts.verdict import verdict_of
 from recruiter.clock import FrozenClock
 from recruiter.errors import InvalidJob
 from recruiter.events import JOB_ENDED
+from recruiter.execution import Execution, Outcome
 from recruiter.job_record import Job, state_of
 from recruiter.policies import DoNotDoItAgain
 from recruiter.pools.event_loop import EventLoop

@@ -31,8 +31,8 @@ from recruiter import (
 )
 from recruiter.attempts.executor import Executor, Identity
 from recruiter.attempts.takeback import release_fenced
-from recruiter.attempts.verdict import Outcome
 from recruiter.events import BECAME_LEADER, STEPPED_DOWN, Listeners
+from recruiter.execution import Outcome
 from recruiter.pools.stopping import NOWHERE_KNOWN, Entrance, HolderDeclaredDead, Running, Watch
 from recruiter.processes.cleaner import Cleaner, CleanerConfig
 from recruiter.processes.leadership import Tell

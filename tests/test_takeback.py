@@ -17,7 +17,7 @@ from bson import Binary, ObjectId
 
 from recruiter import FrozenClock, JobSpec, Queue, Registry, RetryManyTimes, WriteRejected
 from recruiter.attempts.takeback import take_back_from_dead
-from recruiter.attempts.verdict import Execution, Outcome
+from recruiter.execution import Execution, Outcome
 from recruiter.processes.cleaner import Cleaner
 from recruiter.processes.recruiter import Recruiter, RecruiterConfig
 from recruiter.processes.worker import WorkerConfig, WorkerProcess

@@ -19,7 +19,7 @@ import pytest
 from pymongo.database import Database
 
 from recruiter import FrozenClock, JobSpec, Queue, Registry, RetryManyTimes
-from recruiter.attempts.verdict import Outcome
+from recruiter.execution import Outcome
 from recruiter.job import TRACE_LIMIT
 from recruiter.processes.recruiter import Recruiter
 from recruiter.processes.slot import WorkerSlot

@@ -38,8 +38,8 @@ from recruiter.attempts.transaction import (
     run_transaction,
     transaction_wait,
 )
-from recruiter.attempts.verdict import Outcome
 from recruiter.cli import app as cli_app
+from recruiter.execution import Outcome
 from recruiter.job_context import job_session
 from recruiter.pools.stopping import Watch
 from recruiter.processes.progress import flush_progress

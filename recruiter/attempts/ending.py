@@ -28,11 +28,12 @@ from bson import ObjectId
 
 from recruiter.attempts.calling import CodeResult
 from recruiter.attempts.completer import Completer, Ending
-from recruiter.attempts.verdict import CANCELLED, ENDING_OUTCOMES, Execution, Outcome, Verdict
+from recruiter.attempts.verdict import CANCELLED, ENDING_OUTCOMES, Verdict
 from recruiter.clock import Clock
 from recruiter.dependencies.engine import Ended, follow_up_safely
 from recruiter.errors import DatabaseError, DatabaseUnavailable
 from recruiter.events import JOB_ENDED, JOB_FAILURE_LAST, JobEvent, call_safely
+from recruiter.execution import Execution, Outcome
 from recruiter.job_record import Job
 from recruiter.loop import Backoff
 from recruiter.store import End, Starting, Store, blocked, jobs

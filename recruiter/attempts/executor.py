@@ -29,16 +29,11 @@ from recruiter.attempts.calling import CodeResult, JobRunner, call_code, not_run
 from recruiter.attempts.completer import Completer
 from recruiter.attempts.ending import DurableWrite, Start, ended, write_verdict
 from recruiter.attempts.transaction import run_in_transaction
-from recruiter.attempts.verdict import (
-    Execution,
-    Outcome,
-    Verdict,
-    attempt_record,
-    verdict_of,
-)
+from recruiter.attempts.verdict import Verdict, attempt_record, verdict_of
 from recruiter.clock import Clock
 from recruiter.errors import DatabaseError
 from recruiter.events import JOB_STARTED, JobEvent
+from recruiter.execution import Execution, Outcome
 from recruiter.job_context import RetryStatistics
 from recruiter.job_record import Job
 from recruiter.monitoring.tracing import attempt_span

@@ -26,7 +26,6 @@ from bson import ObjectId
 
 from recruiter.attempts.ending import cancel_waiting
 from recruiter.attempts.executor import Executor, Identity
-from recruiter.attempts.verdict import Execution
 from recruiter.clock import Clock
 from recruiter.dependencies.engine import Ended, follow_up
 from recruiter.errors import (
@@ -39,6 +38,7 @@ from recruiter.errors import (
     RecruiterError,
     WaitTimeout,
 )
+from recruiter.execution import Execution
 from recruiter.job_record import Job
 from recruiter.loop import Backoff
 from recruiter.pools.stopping import HolderDeclaredDead, Watch

@@ -21,7 +21,7 @@ from bson import ObjectId
 from recruiter.attempts.ending import Start
 from recruiter.attempts.executor import Executor
 from recruiter.attempts.takeback import put_back
-from recruiter.attempts.verdict import Execution, Outcome
+from recruiter.execution import Execution, Outcome
 
 logger = logging.getLogger(__name__)
 

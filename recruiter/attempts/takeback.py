@@ -36,8 +36,9 @@ from typing import Any
 from bson import ObjectId
 
 from recruiter.attempts.ending import cancel_waiting, tell_dependents, write_verdict
-from recruiter.attempts.verdict import Outcome, attempt_record, verdict_of
+from recruiter.attempts.verdict import attempt_record, verdict_of
 from recruiter.errors import DatabaseError, WriteRejected
+from recruiter.execution import Outcome
 from recruiter.job_record import Job
 from recruiter.policies import policy_or_default
 from recruiter.retry import Failure

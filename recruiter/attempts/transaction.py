@@ -27,7 +27,6 @@ from bson import ObjectId
 
 from recruiter.attempts.calling import CodeResult, JobRunner, failed_by
 from recruiter.attempts.ending import DurableWrite, Start
-from recruiter.attempts.verdict import Execution, Outcome
 from recruiter.clock import Clock
 from recruiter.errors import (
     DatabaseError,
@@ -35,6 +34,7 @@ from recruiter.errors import (
     RecruiterError,
     TransactionsUnavailable,
 )
+from recruiter.execution import Execution, Outcome
 from recruiter.job_context import RetryStatistics, in_session
 from recruiter.job_record import Job
 from recruiter.loop import doubled

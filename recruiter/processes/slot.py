@@ -23,8 +23,8 @@ from bson import ObjectId
 from recruiter.attempts.completer import Completer, Release
 from recruiter.attempts.executor import Executor, Identity
 from recruiter.attempts.prefetch import run_handed_out
-from recruiter.attempts.verdict import Execution
 from recruiter.clock import Clock
+from recruiter.execution import Execution
 from recruiter.pools.process_pool import JobProcess
 from recruiter.pools.stopping import Watch
 from recruiter.store import Assignment, RanReport, RosterChange, Store
