@@ -4,7 +4,7 @@ the call and kept in memory, and how it is read back (:class:`JobProgress`).
 Reporting is cheap and never touches the database: the call checks what it is given
 and keeps the latest report in memory (:class:`Progress`). The worker writes the latest
 report of each running job at most once every :data:`PROGRESS_EVERY`, on its heartbeat
-(:mod:`recruiter.processes.progress`), fenced by the job's lock token; the attempt's
+(:mod:`recruiter.processes.progress_flush`), fenced by the job's lock token; the attempt's
 record keeps the last report when the attempt ends (``progress`` in its history). A
 job that never reports costs nothing more; one that ends within the interval has its
 progress written only with its end.
@@ -125,7 +125,7 @@ class Progress:
 
     ``on_report`` is called after each report (a job process wakes its sender with it).
     ``seen_at``, ``written`` and ``written_at`` are the worker's writer's bookkeeping
-    (:func:`recruiter.processes.progress.flush_progress`), touched by its thread only.
+    (:func:`recruiter.processes.progress_flush.flush_progress`), touched by its thread only.
     """
 
     def __init__(self, token: Any = None, on_report: Callable[[], None] | None = None) -> None:

@@ -1,4 +1,4 @@
-"""A running job's progress (recruiter/progress.py, recruiter/processes/progress.py):
+"""A running job's progress (recruiter/progress.py, recruiter/processes/progress_flush.py):
 checked at the job's call, kept in memory, written by its worker now and then under the
 job's lock token, kept in the attempt's record at its end, read back by ``Job.progress``
 and ``Queue.wait``; from a thread, an ``async def`` job and a job process."""
@@ -32,7 +32,7 @@ from recruiter.execution import Outcome
 from recruiter.job_context import running_as
 from recruiter.pools.stopping import Running, Watch
 from recruiter.processes.cleaner import Cleaner
-from recruiter.processes.progress import TIMER_SLACK, flush_progress
+from recruiter.processes.progress_flush import TIMER_SLACK, flush_progress
 from recruiter.processes.recruiter import Recruiter
 from recruiter.progress import NOTE_CHARS, PROGRESS_BYTES, PROGRESS_EVERY, checked_progress
 from recruiter.store import End, Store

@@ -42,7 +42,7 @@ from recruiter.cli import app as cli_app
 from recruiter.execution import Outcome
 from recruiter.job_context import job_session
 from recruiter.pools.stopping import Watch
-from recruiter.processes.progress import flush_progress
+from recruiter.processes.progress_flush import flush_progress
 from recruiter.processes.recruiter import Recruiter
 from recruiter.processes.slot import WorkerSlot
 from recruiter.progress import PROGRESS_EVERY

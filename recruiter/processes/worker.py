@@ -44,7 +44,7 @@ from recruiter.pools.event_loop import EventLoop
 from recruiter.pools.memory import resident_memory
 from recruiter.pools.process_pool import ASYNCIO, POOLS, PROCESSES, THREADS, JobProcess
 from recruiter.pools.stopping import Watch
-from recruiter.processes.progress import flush_progress
+from recruiter.processes.progress_flush import flush_progress
 from recruiter.processes.slot import DEFAULT_HEARTBEAT, WorkerSlot
 from recruiter.processes.watcher import Watcher
 from recruiter.schema_check import SchemaCheck

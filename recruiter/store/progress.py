@@ -1,5 +1,5 @@
 """The progress verbs of the store: a running job's latest progress, written by its
-worker now and then (:mod:`recruiter.processes.progress`) under the job's lock, and
+worker now and then (:mod:`recruiter.processes.progress_flush`) under the job's lock, and
 read back by what waits for jobs.
 
 The progress lives in the lock (``lock.progress``, ``lock.progress_at``): every end of
