@@ -1,10 +1,10 @@
-"""Batches: a slot handed several jobs at once, by the rule of
+"""Prefetch: a slot handed several jobs at once, by the rule of
 :mod:`recruiter.processes.prefetch_rule`.
 
 The rule (one job per slot first, then the rest by expected length, within the
 window and the maximum), what a round hands out under it (order, limits), and what a
-worker does with a batch: runs it in order, puts back the rest when asked to stop or
-taken back, skips a job cancelled meanwhile; and what the cleaner does with the batch
+worker does with its prefetched jobs: runs it in order, puts back the rest when asked to stop or
+taken back, skips a job cancelled meanwhile; and what the cleaner does with them
 of a worker that died: the job it ran goes to its retry policy, the rest back at once.
 """
 
@@ -70,11 +70,11 @@ def test_fewer_jobs_than_slots_go_one_per_slot() -> None:
 
 
 def test_the_rest_goes_to_the_least_loaded_slot_up_to_the_maximum() -> None:
-    batches = pack(["a"] * 12, [slot(), slot()], RULE, lengths(a=0.01))
-    assert batches == [[0, 2, 4, 6, 8], [1, 3, 5, 7, 9]], "five each, the last two left"
+    handed = pack(["a"] * 12, [slot(), slot()], RULE, lengths(a=0.01))
+    assert handed == [[0, 2, 4, 6, 8], [1, 3, 5, 7, 9]], "five each, the last two left"
 
 
-def test_a_job_of_unknown_length_is_never_added_to_a_batch() -> None:
+def test_a_job_of_unknown_length_is_never_prefetched() -> None:
     assert pack(["a", "b", "b"], [slot(), slot()], RULE, lengths(a=0.01)) == [[0], [1]]
 
 
@@ -87,13 +87,13 @@ def test_slow_jobs_are_not_parked_behind_each_other() -> None:
 
 def test_packing_stops_at_the_first_job_that_fits_nowhere() -> None:
     """So the jobs handed out are always the first ones, in the order given."""
-    batches = pack(["a", "a", "slow", "a"], [slot()], RULE, lengths(a=0.1, slow=0.95))
-    assert batches == [[0, 1]]
+    handed = pack(["a", "a", "slow", "a"], [slot()], RULE, lengths(a=0.1, slow=0.95))
+    assert handed == [[0, 1]]
 
 
-def test_a_worker_from_before_batches_gets_one_job() -> None:
-    batches = pack(["a"] * 6, [slot(prefetches=False), slot()], RULE, lengths(a=0.01))
-    assert batches == [[0], [1, 2, 3, 4, 5]]
+def test_a_slot_that_does_not_prefetch_gets_one_job() -> None:
+    handed = pack(["a"] * 6, [slot(prefetches=False), slot()], RULE, lengths(a=0.01))
+    assert handed == [[0], [1, 2, 3, 4, 5]]
 
 
 def test_a_report_is_learnt_once_however_many_rounds_see_it() -> None:
@@ -125,7 +125,7 @@ def test_a_bad_rule_is_refused(rule: PrefetchRule, message: str) -> None:
 
 
 def taught_workers(store: Store, count: int, now: dt.datetime, **seconds: float) -> list[Any]:
-    """Workers that run batches and reported how long their groups' jobs take."""
+    """Workers that prefetch and reported how long their groups' jobs take."""
     ids = []
     for _ in range(count):
         worker_id = store.register_worker("*", 1, "here", now, prefetch=True)
@@ -135,11 +135,11 @@ def taught_workers(store: Store, count: int, now: dt.datetime, **seconds: float)
     return ids
 
 
-def batches_of(store: Store) -> dict[Any, tuple[Any, ...]]:
+def prefetched_of(store: Store) -> dict[Any, tuple[Any, ...]]:
     return {w.id: w.assignment.job_ids for w in store.workers() if w.assignment is not None}
 
 
-def test_a_round_hands_batches_in_priority_order_when_jobs_outnumber_slots(
+def test_a_round_hands_prefetched_jobs_in_priority_order_when_jobs_outnumber_slots(
     queue: Queue, clock: FrozenClock
 ) -> None:
     store, now = queue.store, clock.now()
@@ -148,27 +148,27 @@ def test_a_round_hands_batches_in_priority_order_when_jobs_outnumber_slots(
     first, second = taught_workers(store, 2, now, mail=0.01)
     recruiter = Recruiter(store, RecruiterConfig(prefetch=RULE))
     assert recruiter.run_once(now).assigned == 2
-    batches = batches_of(store)
-    assert batches[first] == (high[0], low[0], low[2])
-    assert batches[second] == (high[1], low[1], low[3])
+    handed = prefetched_of(store)
+    assert handed[first] == (high[0], low[0], low[2])
+    assert handed[second] == (high[1], low[1], low[3])
     document = store.roster.find_one({"_id": first})
     assert document is not None
     assert document["assigned_to"] == {str(first): [high[0], low[0], low[2]]}
-    assert all(queue.job(j).locked for j in low + high), "every job of a batch is locked"
+    assert all(queue.job(j).locked for j in low + high), "every prefetched job is locked"
 
 
-def test_a_short_queue_keeps_batches_of_one(queue: Queue, clock: FrozenClock) -> None:
+def test_a_short_queue_hands_one_job_each(queue: Queue, clock: FrozenClock) -> None:
     store, now = queue.store, clock.now()
     (job,) = jobs(queue, 1)
     taught_workers(store, 2, now, mail=0.01)
     Recruiter(store, RecruiterConfig(prefetch=RULE)).run_once(now)
-    assert list(batches_of(store).values()) == [(job,)]
+    assert list(prefetched_of(store).values()) == [(job,)]
     document = store.roster.find_one({"assignment": {"$exists": True}})
     assert document is not None
     assert list(document["assigned_to"].values()) == [job], "stored as one job, as before"
 
 
-def test_a_new_leader_hands_batches_of_one_until_it_learns_the_lengths(
+def test_a_new_leader_hands_one_job_each_until_it_learns_the_lengths(
     queue: Queue, clock: FrozenClock
 ) -> None:
     store, now = queue.store, clock.now()
@@ -176,10 +176,10 @@ def test_a_new_leader_hands_batches_of_one_until_it_learns_the_lengths(
     for _ in range(2):
         store.register_worker("*", 1, "here", now, prefetch=True)
     Recruiter(store, RecruiterConfig(prefetch=RULE)).run_once(now)
-    assert sorted(map(len, batches_of(store).values())) == [1, 1]
+    assert sorted(map(len, prefetched_of(store).values())) == [1, 1]
 
 
-def test_a_groups_concurrency_limit_counts_every_job_of_a_batch(
+def test_a_groups_concurrency_limit_counts_every_prefetched_job(
     queue: Queue, clock: FrozenClock
 ) -> None:
     store, now = queue.store, clock.now()
@@ -189,24 +189,24 @@ def test_a_groups_concurrency_limit_counts_every_job_of_a_batch(
     taught_workers(store, 2, now, mail=0.01, video=0.01)
     recruiter = Recruiter(store, RecruiterConfig(prefetch=RULE))
     recruiter.run_once(now)
-    handed = [j for batch in batches_of(store).values() for j in batch]
+    handed = [j for jobs_of_one in prefetched_of(store).values() for j in jobs_of_one]
     assert Counter(queue.job(j).group for j in handed) == {"mail": 3, "video": 7}
     assert store.locked_by_group(["mail"]) == {"mail": 3}
 
 
-def test_a_groups_rate_limit_counts_every_job_of_a_batch(queue: Queue, clock: FrozenClock) -> None:
+def test_a_groups_rate_limit_counts_every_prefetched_job(queue: Queue, clock: FrozenClock) -> None:
     store, now = queue.store, clock.now()
     queue.limit_group("mail", rate="4/1m")
     jobs(queue, 10)
     taught_workers(store, 2, now, mail=0.01)
     recruiter = Recruiter(store, RecruiterConfig(prefetch=RULE))
     recruiter.run_once(now)
-    assert sum(map(len, batches_of(store).values())) == 4
+    assert sum(map(len, prefetched_of(store).values())) == 4
     (record,) = store.group_records()
     assert len(record.starts) == 4
 
 
-def test_named_group_workers_get_batches_of_their_group(queue: Queue, clock: FrozenClock) -> None:
+def test_named_group_workers_prefetch_jobs_of_their_group(queue: Queue, clock: FrozenClock) -> None:
     store, now = queue.store, clock.now()
     mail = jobs(queue, 7)
     jobs(queue, 3, group="video")
@@ -215,10 +215,10 @@ def test_named_group_workers_get_batches_of_their_group(queue: Queue, clock: Fro
         {"_id": worker}, {"$set": {"ran": [{"group": "mail", "jobs": 2, "seconds": 0.02}]}}
     )
     Recruiter(store, RecruiterConfig(prefetch=RULE)).run_once(now)
-    assert batches_of(store) == {worker: tuple(mail[:5])}
+    assert prefetched_of(store) == {worker: tuple(mail[:5])}
 
 
-# --- what a worker does with its batch ------------------------------------------------------
+# --- what a worker does with its prefetched jobs -------------------------------------------
 
 
 @pytest.fixture
@@ -242,14 +242,14 @@ def one_worker(queue: Queue, registry: Registry, clock: FrozenClock) -> WorkerPr
     return worker
 
 
-def test_a_worker_runs_its_batch_in_order_and_is_released_once_telling_how_long(
+def test_a_worker_runs_its_prefetched_jobs_in_order_and_is_released_once_telling_how_long(
     queue: Queue, registry: Registry, clock: FrozenClock, app: list[str]
 ) -> None:
     worker = one_worker(queue, registry, clock)
-    batch = jobs(queue, 4)
+    handed = jobs(queue, 4)
     Recruiter(queue.store, RecruiterConfig(prefetch=RULE)).run_once(clock.now())
     result = worker.slots[0].run_once()
-    assert [e.job_id for e in result.executions] == batch
+    assert [e.job_id for e in result.executions] == handed
     assert all(e.outcome is Outcome.DONE for e in result.executions)
     assert app == ["noop"] * 4
     (record,) = queue.store.workers()
@@ -315,17 +315,17 @@ def test_an_end_refused_with_the_next_start_riding_is_written_alone_and_trimmed(
     assert all(queue.job(j).why == "done" for j in (first, second))
 
 
-def test_a_job_cancelled_in_a_batch_is_skipped_and_the_rest_run(
+def test_a_prefetched_job_cancelled_is_skipped_and_the_rest_run(
     queue: Queue, registry: Registry, clock: FrozenClock, app: list[str]
 ) -> None:
     worker = one_worker(queue, registry, clock)
-    batch = jobs(queue, 3)
+    handed = jobs(queue, 3)
     Recruiter(queue.store, RecruiterConfig(prefetch=RULE)).run_once(clock.now())
-    queue.cancel(batch[1])
+    queue.cancel(handed[1])
     result = worker.slots[0].run_once()
     assert [e.outcome for e in result.executions] == [Outcome.DONE, Outcome.SKIPPED, Outcome.DONE]
     assert app == ["noop", "noop"]
-    assert queue.job(batch[1]).why == "cancelled"
+    assert queue.job(handed[1]).why == "cancelled"
 
 
 def test_a_worker_asked_to_stop_finishes_its_job_and_puts_the_rest_back_uncounted(
@@ -336,12 +336,12 @@ def test_a_worker_asked_to_stop_finishes_its_job_and_puts_the_rest_back_uncounte
         worker.stop.set()  # SIGTERM while the first job runs
 
     worker = one_worker(queue, registry, clock)
-    batch = jobs(queue, 4)
+    handed = jobs(queue, 4)
     Recruiter(queue.store, RecruiterConfig(prefetch=RULE)).run_once(clock.now())
     result = worker.slots[0].run_once()
-    assert [(e.job_id, e.outcome) for e in result.executions] == [(batch[0], Outcome.DONE)]
+    assert [(e.job_id, e.outcome) for e in result.executions] == [(handed[0], Outcome.DONE)]
     assert result.returned == 3
-    for job_id in batch[1:]:
+    for job_id in handed[1:]:
         job = queue.job(job_id)
         assert (job.locked, job.attempts) == (False, 0), "back in the queue, uncounted"
     (record,) = queue.store.workers()
@@ -349,7 +349,7 @@ def test_a_worker_asked_to_stop_finishes_its_job_and_puts_the_rest_back_uncounte
     assert worker.slots[0].retire()
 
 
-def test_a_worker_declared_dead_mid_batch_its_job_goes_to_its_policy_the_rest_back_at_once(
+def test_a_worker_declared_dead_mid_prefetch_its_job_goes_to_its_policy_the_rest_back_at_once(
     queue: Queue, registry: Registry, clock: FrozenClock
 ) -> None:
     seen: list[Any] = []
@@ -363,14 +363,14 @@ def test_a_worker_declared_dead_mid_batch_its_job_goes_to_its_policy_the_rest_ba
             seen.append(dict(cleaner.run_once(clock.now()).released))
 
     worker = one_worker(queue, registry, clock)
-    batch = queue.schedule_many(
+    handed = queue.schedule_many(
         JobSpec("tests.noop", group="mail").retry_with(RetryManyTimes(3, 0)) for _ in range(4)
     )
     Recruiter(queue.store, RecruiterConfig(prefetch=RULE)).run_once(clock.now())
     result = worker.slots[0].run_once()
     assert seen == ["ran", "ran", {"retry": 1, "requeued": 2}]
     assert [e.outcome for e in result.executions] == [Outcome.DONE, Outcome.FENCED]
-    first, running, *rest = (queue.job(j) for j in batch)
+    first, running, *rest = (queue.job(j) for j in handed)
     assert (first.why, first.attempts) == ("done", 1)
     assert (running.locked, running.attempts, running.history[-1]["outcome"]) == (
         False,
@@ -392,7 +392,7 @@ def declared_dead(cleaner: Cleaner, clock: FrozenClock) -> Callable[[], object]:
     return step
 
 
-def test_a_batch_taken_back_just_before_one_jobs_end_and_the_next_start_loses_both(
+def test_prefetched_jobs_taken_back_just_before_one_jobs_end_and_the_next_start_loses_both(
     queue: Queue,
     registry: Registry,
     clock: FrozenClock,
@@ -402,23 +402,23 @@ def test_a_batch_taken_back_just_before_one_jobs_end_and_the_next_start_loses_bo
 ) -> None:
     """Job 1 ran; before the one command that ends it and starts job 2 lands, the worker
     is declared dead: job 1 is a crashed attempt for its policy, jobs 2 and 3 go back
-    uncounted; the command lands nothing; the old worker runs no more of the batch."""
+    uncounted; the command lands nothing; the old worker runs no more of them."""
     worker = one_worker(queue, registry, clock)
-    batch = jobs(queue, 3)
+    handed = jobs(queue, 3)
     Recruiter(queue.store, RecruiterConfig(prefetch=RULE)).run_once(clock.now())
     taken = before(monkeypatch, queue.store, "record_end_then_start", declared_dead(cleaner, clock))
     result = worker.slots[0].run_once()
     assert taken == [{"archived": 1, "requeued": 2}], "the default policy: no retry"
     assert [e.outcome for e in result.executions] == [Outcome.FENCED]
     assert app == ["noop"]
-    first = queue.job(batch[0])
+    first = queue.job(handed[0])
     assert (first.attempts, [h["outcome"] for h in first.history]) == (1, ["archived"])
-    for job_id in batch[1:]:
+    for job_id in handed[1:]:
         job = queue.job(job_id)
         assert (job.locked, job.attempts) == (False, 0), "back in the queue, uncounted"
 
 
-def test_a_batch_taken_back_just_after_one_jobs_end_and_the_next_start_counts_each_once(
+def test_prefetched_jobs_taken_back_just_after_one_jobs_end_and_the_next_start_counts_each_once(
     queue: Queue,
     registry: Registry,
     clock: FrozenClock,
@@ -430,13 +430,13 @@ def test_a_batch_taken_back_just_after_one_jobs_end_and_the_next_start_counts_ea
     then: job 2 is a crashed attempt (counted once, by its start), job 3 goes back
     uncounted, and what the old worker still writes of job 2 is fenced out."""
     worker = one_worker(queue, registry, clock)
-    batch = jobs(queue, 3)
+    handed = jobs(queue, 3)
     Recruiter(queue.store, RecruiterConfig(prefetch=RULE)).run_once(clock.now())
     taken = after(monkeypatch, queue.store, "record_end_then_start", declared_dead(cleaner, clock))
     result = worker.slots[0].run_once()
     assert taken == [{"archived": 1, "requeued": 1}], "the default policy: no retry"
     assert [e.outcome for e in result.executions] == [Outcome.DONE, Outcome.FENCED]
-    done, crashed, requeued = (queue.job(j) for j in batch)
+    done, crashed, requeued = (queue.job(j) for j in handed)
     assert (done.why, done.attempts) == ("done", 1)
     assert (crashed.attempts, [h["outcome"] for h in crashed.history]) == (1, ["archived"])
     assert (requeued.locked, requeued.attempts) == (False, 0)
@@ -450,21 +450,21 @@ def test_a_job_cancelled_just_before_its_start_rides_along_is_skipped_not_run(
     app: list[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The batch was read with job 2 not cancelled; the cancellation lands before the
+    """The prefetched jobs were read with job 2 not cancelled; the cancellation lands before the
     command that ends job 1 and starts job 2: the start is refused, job 1's end lands,
     and job 2, started apart, is archived as cancelled without running."""
     worker = one_worker(queue, registry, clock)
-    batch = jobs(queue, 3)
+    handed = jobs(queue, 3)
     Recruiter(queue.store, RecruiterConfig(prefetch=RULE)).run_once(clock.now())
     cancelled = before(
-        monkeypatch, queue.store, "record_end_then_start", lambda: queue.cancel(batch[1])
+        monkeypatch, queue.store, "record_end_then_start", lambda: queue.cancel(handed[1])
     )
     result = worker.slots[0].run_once()
     assert len(cancelled) == 1
     assert [e.outcome for e in result.executions] == [Outcome.DONE, Outcome.SKIPPED, Outcome.DONE]
     assert app == ["noop", "noop"]
-    assert [queue.job(j).why for j in batch] == ["done", "cancelled", "done"]
-    assert [queue.job(j).attempts for j in batch] == [1, 1, 1], "each attempt counted once"
+    assert [queue.job(j).why for j in handed] == ["done", "cancelled", "done"]
+    assert [queue.job(j).attempts for j in handed] == [1, 1, 1], "each attempt counted once"
 
 
 def first_reply_lost(store: Store, monkeypatch: pytest.MonkeyPatch, *, landed: bool) -> list[int]:
@@ -497,23 +497,23 @@ def test_a_lost_reply_to_one_jobs_end_and_the_next_start_counts_each_once(
     earlier try; if it did not, both are written on their own. Either way nothing runs
     or counts twice."""
     worker = one_worker(queue, registry, clock)
-    batch = jobs(queue, 3)
+    handed = jobs(queue, 3)
     Recruiter(queue.store, RecruiterConfig(prefetch=RULE)).run_once(clock.now())
     lost = first_reply_lost(queue.store, monkeypatch, landed=landed)
     result = worker.slots[0].run_once()
     assert lost == [2 if landed else 0]
     assert [e.outcome for e in result.executions] == [Outcome.DONE] * 3
     assert app == ["noop"] * 3
-    for job_id in batch:
+    for job_id in handed:
         job = queue.job(job_id)
         assert (job.why, job.attempts, len(job.history)) == ("done", 1, 1)
 
 
 @pytest.mark.real_server
-def test_a_batch_of_n_jobs_costs_its_worker_n_plus_3_commands_after_its_assignment(
+def test_n_prefetched_jobs_cost_their_worker_n_plus_3_commands_after_its_assignment(
     real_server_uri: str, registry: Registry, clock: FrozenClock, app: list[str]
 ) -> None:
-    """Read the rest of the batch, start the first, then each end with the next start
+    """Read the rest of the prefetched jobs, start the first, then each end with the next start
     in one command, the last end, the release: N + 3 (one job alone costs 3), after the
     read that brings the assignment (here its roster document; a change feed's read)."""
     counter = CommandCounter()
@@ -537,7 +537,7 @@ def test_a_batch_of_n_jobs_costs_its_worker_n_plus_3_commands_after_its_assignme
     assert len(result.executions) == 10
     sent = {name: after_run[name] - before.get(name, 0) for name in after_run}
     assert {name: count for name, count in sent.items() if count} == {
-        "find": 2,  # its own roster document (the assignment), the rest of the batch
+        "find": 2,  # its own roster document (the assignment), the rest of the prefetched jobs
         "findAndModify": 1,  # the first start
         "update": 11,  # 9 ends with the next start, the last end, the release
     }
@@ -553,7 +553,7 @@ def test_a_command_landing_mid_take_back_never_counts_a_job_that_did_not_run(
     releases: int,
 ) -> None:
     """The worker's command (end job 1, start job 2) lands in the middle of the take-back
-    of its batch, after the cleaner released 1, 2 or 3 of its jobs. The cleaner goes
+    of its handed, after the cleaner released 1, 2 or 3 of its jobs. The cleaner goes
     last to first, so whenever job 1's end is refused, job 2 was put back before and its
     start is refused too: every attempt counted is one whose code ran, and once."""
     ran: Counter[Any] = Counter()
@@ -563,7 +563,7 @@ def test_a_command_landing_mid_take_back_never_counts_a_job_that_did_not_run(
         ran[ObjectId(retry_statistics().job_id)] += 1
 
     worker = one_worker(queue, registry, clock)
-    batch = jobs(queue, 3)
+    handed = jobs(queue, 3)
     Recruiter(queue.store, RecruiterConfig(prefetch=RULE)).run_once(clock.now())
     real_write, real_release = queue.store.record_end_then_start, takeback.release_fenced
     in_flight: list[Any] = []
@@ -587,17 +587,17 @@ def test_a_command_landing_mid_take_back_never_counts_a_job_that_did_not_run(
     monkeypatch.setattr(takeback, "release_fenced", release_fenced)
     monkeypatch.setattr(queue.store, "record_end_then_start", write_in_order)
     worker.slots[0].run_once()
-    assert released == list(reversed(batch)), "last to first"
+    assert released == list(reversed(handed)), "last to first"
     assert landed == [{1: 2, 2: 1, 3: 0}[releases]]
-    for job_id in batch:
+    for job_id in handed:
         job = queue.job(job_id)
         assert job.attempts == ran[job_id], f"attempts {job.attempts}, ran {ran[job_id]}"
         assert not job.locked
-    assert ran[batch[2]] == 0, "job 3 was put back before anything landed"
+    assert ran[handed[2]] == 0, "job 3 was put back before anything landed"
 
 
 @pytest.mark.parametrize("when", ["before", "after"])
-def test_the_orphan_pass_puts_a_batchs_next_job_back_before_it_takes_back_the_running_one(
+def test_unheld_locks_put_a_slots_next_job_back_before_the_running_one_is_taken_back(
     queue: Queue,
     registry: Registry,
     clock: FrozenClock,
@@ -605,12 +605,12 @@ def test_the_orphan_pass_puts_a_batchs_next_job_back_before_it_takes_back_the_ru
     monkeypatch: pytest.MonkeyPatch,
     when: str,
 ) -> None:
-    """A take-back cut short after the worker's removal leaves its batch to the orphan
+    """A take-back cut short after the worker's removal leaves its handed to the orphan
     pass. The worker, fenced out, sends its command (end job 1, start job 2) just before
     or just after the pass takes job 1 back: job 2 was put back first either way, so
     its start is refused; job 1 is ended once, by its worker or as a crashed attempt."""
     worker = one_worker(queue, registry, clock)
-    batch = jobs(queue, 3)
+    handed = jobs(queue, 3)
     Recruiter(queue.store, RecruiterConfig(prefetch=RULE)).run_once(clock.now())
     slot_id = worker.slots[0].id
     real_write, real_crashed = queue.store.record_end_then_start, takeback._crashed
@@ -633,7 +633,7 @@ def test_the_orphan_pass_puts_a_batchs_next_job_back_before_it_takes_back_the_ru
 
     monkeypatch.setattr(queue.store, "record_end_then_start", orphan_pass)
     result = worker.slots[0].run_once()
-    first, second, third = (queue.job(j) for j in batch)
+    first, second, third = (queue.job(j) for j in handed)
     if when == "before":
         assert landed == [1], "job 1's end landed, job 2's start did not"
         assert (first.why, first.attempts, len(first.history)) == ("done", 1, 1)
@@ -649,38 +649,38 @@ def test_the_orphan_pass_puts_a_batchs_next_job_back_before_it_takes_back_the_ru
 def test_every_job_a_round_locks_is_handed_to_a_worker_when_one_is_cancelled_meanwhile(
     queue: Queue, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Packed a1 c a2 on a slot that runs batches and b (of unknown length) on one that
-    does not; a1 is cancelled before the lock: the batches keep their places without
+    """Packed a1 c a2 on a slot that runs handed and b (of unknown length) on one that
+    does not; a1 is cancelled before the lock: the prefetched jobs keep their places without
     it, so a2 is not left locked and handed to nobody."""
     store, now = queue.store, clock.now()
     first_a, second_a = jobs(queue, 2, group="a")
     (b,) = jobs(queue, 1, group="b")
     (c,) = jobs(queue, 1, group="c")
-    (batcher,) = taught_workers(store, 1, now, a=0.05, c=0.1)
-    older = store.register_worker("*", 1, "here", now)  # a worker from before batches
+    (prefetcher,) = taught_workers(store, 1, now, a=0.05, c=0.1)
+    older = store.register_worker("*", 1, "here", now)  # a worker from before handed
     after(monkeypatch, store, "ready_job_ids_by_group", lambda: queue.cancel(first_a))
     Recruiter(store, RecruiterConfig(prefetch=RULE)).run_once(now)
-    assert batches_of(store) == {batcher: (c, second_a), older: (b,)}
+    assert prefetched_of(store) == {prefetcher: (c, second_a), older: (b,)}
     locked = {d["_id"] for d in store.scheduled.find({"locked": True})}
     assert locked == {b, c, second_a}
 
 
-def test_a_job_cancelled_in_a_batch_put_back_on_sigterm_is_finished_as_cancelled(
+def test_a_prefetched_job_cancelled_and_put_back_on_sigterm_is_finished_as_cancelled(
     queue: Queue, registry: Registry, clock: FrozenClock
 ) -> None:
-    batch = jobs(queue, 3)
+    handed = jobs(queue, 3)
 
     @registry.workable("tests.noop")
     def noop() -> None:
         worker.stop.set()
-        queue.cancel(batch[2])
+        queue.cancel(handed[2])
 
     worker = one_worker(queue, registry, clock)  # it advertises what it can run
 
     Recruiter(queue.store, RecruiterConfig(prefetch=RULE)).run_once(clock.now())
     assert worker.slots[0].run_once().returned == 2
-    assert queue.job(batch[1]).why is None, "back in the queue"
-    assert queue.job(batch[2]).why == "cancelled", "not handed out again to be skipped"
+    assert queue.job(handed[1]).why is None, "back in the queue"
+    assert queue.job(handed[2]).why == "cancelled", "not handed out again to be skipped"
 
 
 @pytest.mark.parametrize("landed", [True, False], ids=["reply-lost", "write-lost"])
