@@ -1,9 +1,11 @@
-"""The shape of the code, held as the design says (docs/architecture.md): small modules and
-functions, no import circle, the driver only in the store, and the public face true to
-what it exports.
+"""The shape of the code, held as the design says (docs/internals/architecture.md): no
+import circle, the driver only in the store, the public face true to what it exports;
+and a prompt to look again at a module or a function that grows long.
 
-These read the source; nothing runs. A failure names the module or function and the
-rule it breaks: split it, or move the import, rather than raise the limit.
+These read the source; nothing runs. The import rules are walls. The sizes are a review
+prompt: a module past its allowance is a question, "does a second concept live here?".
+Split it where a concept ends, or, where the concept is honestly bigger, give it an
+allowance below with the reason; never carve a module off only to get under a number.
 """
 
 from __future__ import annotations
@@ -19,6 +21,11 @@ import recruiter
 PACKAGE = Path(recruiter.__file__).parent
 MOST_LINES_PER_MODULE = 500
 MOST_LINES_PER_FUNCTION = 60
+LONGER_MODULES: dict[str, tuple[int, str]] = {}
+"""Modules allowed more lines than :data:`MOST_LINES_PER_MODULE`: name -> (lines, why)."""
+LONGER_FUNCTIONS: dict[str, tuple[int, str]] = {}
+"""Functions (``module.function``) allowed more than :data:`MOST_LINES_PER_FUNCTION`:
+name -> (lines, why)."""
 DRIVER = ("pymongo", "bson.errors", "gridfs", "motor")
 """The driver's modules: only the store (and the module that opens the connection) may
 import them. ``bson`` itself (ObjectId, the codec) is data, shared by every layer."""
@@ -58,24 +65,44 @@ GRAPH = {
 }
 
 
-def test_no_module_is_over_500_lines() -> None:
-    long = {
-        name: lines
-        for name, path in MODULES.items()
-        if (lines := len(path.read_text().splitlines())) > MOST_LINES_PER_MODULE
-    }
-    assert long == {}, "split these modules by what they do"
+LOOK_AGAIN = (
+    "look at these: split where a concept ends, or, where the concept is honestly bigger, "
+    "give it an allowance with its reason in tests/test_layout.py"
+)
 
 
-def test_no_function_is_over_60_lines() -> None:
+def test_a_module_past_its_allowance_is_looked_at_again() -> None:
+    long = {}
+    for name, path in MODULES.items():
+        most = LONGER_MODULES.get(name, (MOST_LINES_PER_MODULE, ""))[0]
+        if (lines := len(path.read_text().splitlines())) > most:
+            long[name] = f"{lines} lines, {most} allowed"
+    assert long == {}, LOOK_AGAIN
+
+
+def test_a_function_past_its_allowance_is_looked_at_again() -> None:
     long = []
     for name, path in MODULES.items():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 lines = (node.end_lineno or node.lineno) - node.lineno + 1
-                if lines > MOST_LINES_PER_FUNCTION:
-                    long.append(f"{name}.{node.name} ({lines} lines)")
-    assert long == [], "shorten these functions"
+                where = f"{name}.{node.name}"
+                most = LONGER_FUNCTIONS.get(where, (MOST_LINES_PER_FUNCTION, ""))[0]
+                if lines > most:
+                    long.append(f"{where} ({lines} lines, {most} allowed)")
+    assert long == [], LOOK_AGAIN
+
+
+def test_every_allowance_says_why_and_is_still_needed() -> None:
+    """An allowance names what makes the concept bigger, and goes when the code no
+    longer needs it."""
+    for name, (_, why) in LONGER_MODULES.items():
+        assert why, name
+        assert name in MODULES, name
+        assert len(MODULES[name].read_text().splitlines()) > MOST_LINES_PER_MODULE, name
+    for where, (_, why) in LONGER_FUNCTIONS.items():
+        assert why, where
+        assert where.rpartition(".")[0] in MODULES, where
 
 
 def test_no_import_circle() -> None:
