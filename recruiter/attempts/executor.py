@@ -28,7 +28,7 @@ from bson import ObjectId
 from recruiter.attempts.calling import CodeResult, JobRunner, call_code, not_run
 from recruiter.attempts.completer import Completer
 from recruiter.attempts.ending import DurableWrite, Start, ended, write_verdict
-from recruiter.attempts.transaction import run_in_transaction
+from recruiter.attempts.transaction import TransactionalAttempt, run_in_transaction
 from recruiter.attempts.verdict import Verdict, attempt_record, verdict_of
 from recruiter.clock import Clock
 from recruiter.errors import DatabaseError
@@ -143,14 +143,8 @@ class Executor:
         else:
             with attempt_span(job.id, job.workable, job.group, job.attempts, job.trace) as said:
                 if self.registry.runs_in_transaction(job.workable):
-                    execution, ran = run_in_transaction(
-                        self,
-                        job,
-                        token,
-                        statistics=statistics,
-                        policy=policy,
-                        policy_problem=policy_problem,
-                        start=start,
+                    execution, ran = self._in_transaction(
+                        job, token, statistics, policy, policy_problem=policy_problem, start=start
                     )
                 else:
                     ran = self.call(job, statistics, policy_problem)
@@ -158,6 +152,40 @@ class Executor:
                 said(execution.outcome.value)
         ended(self.store, self.registry, job, execution, ran, now=self.clock.now())
         return dataclasses.replace(execution, group=job.group, code_seconds=ran.seconds)
+
+    def _in_transaction(
+        self,
+        job: Job,
+        token: ObjectId,
+        statistics: RetryStatistics,
+        policy: RetryPolicy,
+        *,
+        policy_problem: str | None,
+        start: Start,
+    ) -> tuple[Execution, CodeResult]:
+        """A ``transaction=True`` job's code and its end as done, in one transaction
+        (:mod:`recruiter.attempts.transaction`); an attempt that did not commit its end
+        is concluded here, as any other."""
+        self.next_start = None  # (the next prefetched job starts on its own)
+        started_at = start.started["started_at"]
+        attempt = TransactionalAttempt(
+            self.store,
+            self.clock,
+            self.write,
+            self.session,
+            here=self.runner is None and self.loop is None,
+            call=lambda: self.call(job, statistics, policy_problem),
+            record=lambda ended_at, ran: self.record(job, started_at, ended_at, Outcome.DONE, ran),
+        )
+        ended = run_in_transaction(attempt, job, token, start)
+        if ended.fenced:
+            return Execution(job.id, Outcome.FENCED, job.attempts), ended.ran
+        if ended.done is None:
+            return self.conclude(job, token, ended.ran, policy, start), ended.ran
+        logger.info("job %s done, with its writes (attempt %d)", job.id, job.attempts)
+        self.remember_success(job, start.began_by, ended.done["ended_at"])
+        result = ended.ran.result.get("result")
+        return Execution(job.id, Outcome.DONE, job.attempts, result=result), ended.ran
 
     def start_of(self, job_id: Any, token: ObjectId, job: Job | None = None) -> Start:
         """A start of the job's attempt, stamped now (``job``: as read before it)."""

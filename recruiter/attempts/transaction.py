@@ -15,17 +15,17 @@ the slot's roster document, for the cleaner to kill if the slot dies:
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import datetime as dt
 import logging
 import random
 from collections.abc import Callable
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
 from bson import ObjectId
 
-from recruiter.attempts.calling import CodeResult, JobRunner, failed_by
+from recruiter.attempts.calling import CodeResult, failed_by
 from recruiter.attempts.ending import DurableWrite, Start
 from recruiter.clock import Clock
 from recruiter.errors import (
@@ -34,11 +34,10 @@ from recruiter.errors import (
     RecruiterError,
     TransactionsUnavailable,
 )
-from recruiter.execution import Execution, Outcome
-from recruiter.job_context import RetryStatistics, in_session
+from recruiter.job_context import in_session
 from recruiter.job_record import Job
 from recruiter.loop import doubled
-from recruiter.retry import RetryPolicy, Why
+from recruiter.retry import Why
 from recruiter.store import Commit, End, Store, in_project_words, is_transient
 
 logger = logging.getLogger(__name__)
@@ -70,83 +69,67 @@ def transaction_wait(runs: int, draw: float) -> float:
     return ceiling / 2 * (1.0 + draw)
 
 
-class Concluding(Protocol):
-    """What a transactional attempt needs of the executor running it."""
+@dataclass(frozen=True)
+class TransactionalAttempt:
+    """What a transactional attempt is given by the executor running it."""
 
     store: Store
     clock: Clock
     write: DurableWrite
-    runner: JobRunner | None
-    loop: asyncio.AbstractEventLoop | None
-    next_start: Any
     session: Any
     """The server session its transactions run in (a worker slot's), or ``None``."""
+    here: bool
+    """Its code runs in this thread (the threads pool); elsewhere it is refused."""
+    call: Callable[[], CodeResult]
+    """Runs the job's code once."""
+    record: Callable[[dt.datetime, CodeResult], dict[str, Any]]
+    """The attempt's record as done, ended at the time given."""
 
-    def call(
-        self, job: Job, statistics: RetryStatistics, policy_problem: str | None
-    ) -> CodeResult: ...
 
-    def conclude(
-        self, job: Job, token: ObjectId, ran: CodeResult, policy: RetryPolicy, start: Start
-    ) -> Execution: ...
+@dataclass(frozen=True)
+class TransactionEnded:
+    """How a transactional attempt's transaction ended: committed with its end as done
+    (``done``: the record), fenced off (its writes discarded), or neither (its code
+    failed or snoozed, or the transaction could not commit: ``ran`` says, and the
+    attempt is concluded outside the transaction, through the one funnel)."""
 
-    def record(
-        self,
-        job: Job,
-        started_at: dt.datetime,
-        ended_at: dt.datetime,
-        outcome: Outcome,
-        ran: CodeResult,
-    ) -> dict[str, Any]: ...
-
-    def remember_success(self, job: Job, began_by: dt.datetime, ended_at: dt.datetime) -> None: ...
+    ran: CodeResult
+    done: dict[str, Any] | None = None
+    fenced: bool = False
 
 
 def run_in_transaction(
-    executor: Concluding,
-    job: Job,
-    token: ObjectId,
-    *,
-    statistics: RetryStatistics,
-    policy: RetryPolicy,
-    policy_problem: str | None,
-    start: Start,
-) -> tuple[Execution, CodeResult]:
+    attempt: TransactionalAttempt, job: Job, token: ObjectId, start: Start
+) -> TransactionEnded:
     """Run the transactional ``job``'s code and its end as done in one transaction."""
-    executor.next_start = None  # (the next prefetched job starts on its own)
-    run = _TransactionalRun(executor, job, token, statistics, policy_problem, start=start)
+    run = _TransactionalRun(attempt, job, token, start)
     try:
-        _in_a_session(executor, run)
+        _in_a_session(attempt, run)
     except _RolledBack:
         pass
     except _FencedOff:
         logger.warning("job %s was released while it ran: its writes are discarded", job.id)
-        return Execution(job.id, Outcome.FENCED, job.attempts), run.ran
+        return TransactionEnded(run.ran, fenced=True)
     except DatabaseError as error:
-        if not (run.done and executor.write.recorded(job.id, run.done)):  # (else: reply lost)
+        if not (run.done and attempt.write.recorded(job.id, run.done)):  # (else: reply lost)
             run.ran, run.done = failed_by(error), {}  # not committed: its writes neither
-    ran = run.ran = dataclasses.replace(run.ran, runs=max(run.runs, 1))
+    ran = dataclasses.replace(run.ran, runs=max(run.runs, 1))
     if run.runs > 1:
         logger.info("job %s: its code ran %d times in its transaction", job.id, run.runs)
-    if not run.done:
-        return executor.conclude(job, token, ran, policy, start), ran
-    logger.info("job %s done, with its writes (attempt %d)", job.id, job.attempts)
-    executor.remember_success(job, start.began_by, run.done["ended_at"])
-    return Execution(job.id, Outcome.DONE, job.attempts, result=ran.result.get("result")), ran
+    return TransactionEnded(ran, done=run.done or None)
 
 
-def _in_a_session(executor: Concluding, run: _TransactionalRun) -> None:
+def _in_a_session(attempt: TransactionalAttempt, run: _TransactionalRun) -> None:
     """Run ``run`` in the slot's session, or in one of its own."""
-    store = executor.store
-    session = executor.session
-    if session is not None:
-        run_transaction(store, session, run, executor.clock, name=f"job {run.job.id}")
+    store, name = attempt.store, f"job {run.job.id}"
+    if attempt.session is not None:
+        run_transaction(store, attempt.session, run, attempt.clock, name=name)
         return
     session = store.open_session()
     if session is None:
         raise TransactionsUnavailable("this database has no transactions (no sessions here)")
     try:
-        run_transaction(store, session, run, executor.clock, name=f"job {run.job.id}")
+        run_transaction(store, session, run, attempt.clock, name=name)
     finally:
         store.close_session(session)
 
@@ -215,18 +198,9 @@ class _TransactionalRun:
     run again if the transaction is retried."""
 
     def __init__(
-        self,
-        executor: Concluding,
-        job: Job,
-        token: ObjectId,
-        statistics: RetryStatistics,
-        policy_problem: str | None,
-        *,
-        start: Start,
+        self, attempt: TransactionalAttempt, job: Job, token: ObjectId, start: Start
     ) -> None:
-        self.executor = executor
-        self.job, self.token, self.start = job, token, start
-        self.statistics, self.policy_problem = statistics, policy_problem
+        self.attempt, self.job, self.token, self.start = attempt, job, token, start
         self.ran = CodeResult()
         self.done: dict[str, Any] = {}
         """The end recorded in the transaction, once it is."""
@@ -234,25 +208,23 @@ class _TransactionalRun:
         """How many times the transaction ran the job's code."""
 
     def __call__(self, session: Any) -> None:
-        executor, job = self.executor, self.job
+        attempt, job = self.attempt, self.job
         self.done = {}
         self.runs += 1
-        if executor.runner is not None or executor.loop is not None:
+        if not attempt.here:
             self.ran = _refused(job.workable)
         else:
             with in_session(session):
-                self.ran = executor.call(job, self.statistics, self.policy_problem)
+                self.ran = attempt.call()
         ran = self.ran
         if ran.error is not None and is_transient(ran.error):
             raise ran.error  # (the transaction's to retry, the job's code with it)
         if ran.failure is not None or ran.snooze is not None:
             raise _RolledBack  # (a snooze is concluded outside, its writes undone too)
-        ended_at = executor.clock.now()
-        started_at = self.start.started["started_at"]
-        ran = dataclasses.replace(ran, runs=self.runs)
-        record = executor.record(job, started_at, ended_at, Outcome.DONE, ran)
+        ended_at = attempt.clock.now()
+        record = attempt.record(ended_at, dataclasses.replace(ran, runs=self.runs))
         end = End(job.id, self.token, ended_at, why=str(Why.DONE))
-        if not executor.store.record_end(end, record, session=session):
+        if not attempt.store.record_end(end, record, session=session):
             raise _FencedOff
         self.done = record
 
