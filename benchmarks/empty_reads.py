@@ -3,7 +3,7 @@
 A worker's feed is read for 10 s while another process writes to its collection every
 5 ms, changes the feed's filter does not match. SecantusDB answers each waiting read as
 soon as anything is written, so each comes back empty and is sent again; this measures
-what one such read costs the client (``docs/performance.md`` uses it to tell that cost
+what one such read costs the client (``docs/guides/performance.md`` uses it to tell that cost
 apart in the client CPU per job). Uses ``MONGODB_URI`` when set, else a SecantusDB
 server of its own.
 """

@@ -6,7 +6,7 @@ a read) and their ends together (:meth:`Store.write_attempts`: one bulk write), 
 timed and divided by N; then a lone ``update_one`` by ``_id``, the median of 50. On a
 server whose writes cost milliseconds per document (the test server), this is the
 floor under any run of N jobs, however few the commands: it is what
-docs/performance.md's arithmetic for many ``async def`` jobs on one worker rests on.
+docs/guides/performance.md's arithmetic for many ``async def`` jobs on one worker rests on.
 Uses ``MONGODB_URI`` when set, else a SecantusDB server of its own.
 """
 

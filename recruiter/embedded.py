@@ -52,7 +52,7 @@ class EmbeddedServer:
     @property
     def uri(self) -> str:
         # retryWrites=false: the server would otherwise keep every write for 30 minutes
-        # and slow down as it prunes them (see docs/development.md)
+        # and slow down as it prunes them (see docs/internals/development.md)
         return f"mongodb://127.0.0.1:{self.port}/?retryWrites=false"
 
     def is_running(self) -> bool:

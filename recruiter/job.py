@@ -5,7 +5,7 @@ A :class:`JobSpec` is an immutable description of work to schedule, validated wh
 is built so that bad input fails at the edge with nothing written. A job read back from
 the database is a :class:`recruiter.job_record.Job`.
 
-The document fields keep the names of the original Recruiter (see ``docs/jobs.md``).
+The document fields keep the names of the original Recruiter (see ``docs/reference/jobs.md``).
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ class Root:
     """A root job's signature and the time it was scheduled: what its leaves carry.
 
     A leaf becomes a no-op once a root job of the same signature, scheduled after the
-    leaf's root, has run (see ``docs/deduplication.md``).
+    leaf's root, has run (see ``docs/guides/deduplication.md``).
     """
 
     signature: str
@@ -314,7 +314,7 @@ class JobSpec:
     def deduplicated(self, key: Mapping[str, Any] | None = None) -> JobSpec:
         """Ignore this job if one with the same workable, method and ``key`` (its
         parameters by default) is still queued, and skip it when it runs if one was
-        started after it was scheduled and succeeded. See ``docs/deduplication.md``."""
+        started after it was scheduled and succeeded. See ``docs/guides/deduplication.md``."""
         return dataclasses.replace(self, dedup=self.parameters if key is None else key)
 
     def as_root(self, signature: str) -> JobSpec:
@@ -338,7 +338,7 @@ class JobSpec:
 
         Jobs scheduled together that wait for each other: see
         :class:`recruiter.dependencies.workflows.Workflow`. Hundreds of jobs: make them a batch
-        (:meth:`recruiter.Queue.batch`). See ``docs/workflows.md``.
+        (:meth:`recruiter.Queue.batch`). See ``docs/guides/workflows.md``.
         """
         name = "results" if results is True else (results or None)
         if not isinstance(name, str | None):

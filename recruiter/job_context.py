@@ -102,7 +102,7 @@ def job_session() -> Any:
     """The pymongo ``ClientSession`` whose transaction the running job's completion
     commits in, for a workable registered with ``transaction=True``: write with it
     (on its client, ``session.client``) and the writes commit with the job's "done",
-    or not at all (see docs/transactions.md).
+    or not at all (see docs/guides/transactions.md).
 
     >>> @registry.workable("orders.confirm", transaction=True)  # doctest: +SKIP
     ... def confirm(order: int) -> None:

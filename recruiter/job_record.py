@@ -3,7 +3,7 @@ document, and :func:`state_of`, where it stands in words.
 
 Reading one never raises, because a hand-edited document must not crash what reads it:
 what is wrong is listed in ``Job.problems``. The fields keep the names of the original
-Recruiter (see ``docs/jobs.md``); :mod:`recruiter.job` builds what is stored.
+Recruiter (see ``docs/reference/jobs.md``); :mod:`recruiter.job` builds what is stored.
 """
 
 from __future__ import annotations

@@ -143,7 +143,7 @@ class Queue:
         client), the jobs are written in that transaction: they exist if and only if it
         commits, and no worker sees them before. Nothing is tried again then: the
         driver's errors reach the caller as they are, so that ``with_transaction``
-        retries a transient one (see docs/transactions.md).
+        retries a transient one (see docs/guides/transactions.md).
         """
         specs = self._checked(jobs, session)
         # the latest the time may be: a run of a duplicate that began before is never
@@ -180,7 +180,7 @@ class Queue:
         ``on_success`` when every job of the batch is done (cancelled as soon as one
         fails for good or is cancelled), ``on_complete`` when every job has ended,
         however. The callbacks are stored after the jobs; with ``session``, all in the
-        application's transaction. See docs/workflows.md."""
+        application's transaction. See docs/guides/workflows.md."""
         members = batch_members(jobs, [on_success, on_complete])
         self._checked(members, session)
         batch, documents = batch_documents(members, on_success, on_complete, self.clock.latest())

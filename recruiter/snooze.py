@@ -9,7 +9,7 @@ told (it has not ended): a snoozed job of a batch or a workflow keeps them waiti
 A job snoozes at most :data:`SNOOZE_LIMIT` times (or its own limit,
 :meth:`recruiter.job.JobSpec.with_snooze_limit`): a snooze past its limit fails the
 attempt with :class:`SnoozeLimitReached`, and the job's retry policy decides as for any
-failure. See docs/jobs.md, "Snooze".
+failure. See docs/guides/snooze.md.
 
 >>> Snooze("30s").delay
 datetime.timedelta(seconds=30)

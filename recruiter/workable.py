@@ -284,7 +284,7 @@ class Registry:
         ``registry.workable("name", function)``. With ``transaction=True``, each attempt
         runs in a MongoDB transaction that commits the job's writes (made with
         :func:`job_session`) and its end as done together: a crash between the two
-        cannot make it run twice (threads-pool workers only; see docs/transactions.md).
+        cannot make it run twice (threads-pool workers only; see docs/guides/transactions.md).
         """
         if not isinstance(name, str) or not name.strip():
             raise InvalidJob(f"a workable name must be a non-empty string, got {name!r}")

@@ -1,7 +1,7 @@
 """The benchmark harness still runs: a tiny burn-down and steady load of each MongoDB system.
 
 It checks that the harness measures something coherent, never how fast: timings belong
-to ``python -m benchmarks`` (docs/performance.md), not to tests.
+to ``python -m benchmarks`` (docs/guides/performance.md), not to tests.
 """
 
 from __future__ import annotations

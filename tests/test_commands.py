@@ -217,7 +217,7 @@ def test_up_runs_everything_and_one_ctrl_c_stops_it_all(
 ) -> None:
     up = processes.start("up", "--workers", "2", "--concurrency", "2")
     # every slot registered first: a worker up before the other would take a deep queue
-    # in batches (docs/batches.md), and this test is about both running
+    # in batches (docs/guides/prefetch.md), and this test is about both running
     wait_for(lambda: len(system_queue.store.workers()) == 4, processes)
     ids = system_queue.schedule_many(JobSpec("demo.greet", {"name": f"n{n}"}) for n in range(12))
     wait_for(lambda: system_queue.store.count_jobs("archived", {"why": "done"}) == 12, processes)

@@ -424,7 +424,7 @@ KEPT: list[asyncio.Task[None]] = []
 @registry.workable("loop.starts_a_shared_client")
 async def starts_a_shared_client() -> None:
     """Starts two tasks: one of its own, and a shared client's, in a context of its own
-    (as docs/processes.md says), which must outlive the job."""
+    (as docs/reference/processes.md says), which must outlive the job."""
 
     async def forever() -> None:
         await asyncio.Event().wait()

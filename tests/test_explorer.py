@@ -26,7 +26,7 @@ TAKEN_BACK_UNFENCED = "6 a job is taken back only from a fenced-out holder"
 CI_SEEDS, CI_RUNS, CI_BUDGET = [1, 2, 3], 1000, 60
 """The random search CI runs on the product (``test_no_invariant_violated``): the runs
 of seed 1 first, for 60 s (about 150 runs on the 2-core development machine at
-``dc6e45f``, docs/explorer.md)."""
+``dc6e45f``, docs/internals/explorer.md)."""
 
 BUG_1 = (
     "jobs=1;recruiters=1;cleaners=1|w1 w1 w2 w2 R1 R1 R1 R1 R1 R1 R1 R1 R1 R1 R1 R1"

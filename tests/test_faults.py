@@ -1,6 +1,6 @@
 """The fault-injection suite: short seeded runs in CI, the soak on demand.
 
-The runner, its jobs and its oracle live in ``tests/faults``; ``docs/reliability.md``
+The runner, its jobs and its oracle live in ``tests/faults``; ``docs/internals/reliability.md``
 explains the invariants and records the last soak's figures.
 """
 

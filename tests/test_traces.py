@@ -158,7 +158,7 @@ registry = Registry()
 def test_the_cleaner_and_the_recruiter_commands_trace_with_their_app(
     command: str, real_server_uri: str, real_database: Database[Any], tmp_path: Path
 ) -> None:
-    """docs/traces.md promised the cleaner's round spans, but ``recruiter clean`` had no
+    """docs/guides/traces.md promised the cleaner's round spans, but ``recruiter clean`` had no
     way to load the application that sets the tracer provider up: ``--app``, as ``run``."""
     (tmp_path / "traced_app.py").write_text(TRACED_APP)
     spans = tmp_path / "spans.txt"

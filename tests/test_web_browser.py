@@ -33,7 +33,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 TOKEN = "browser-test-token-0123456789"
 WAIT_MS = 15_000
 SCREENSHOTS = os.environ.get("RECRUITER_SCREENSHOTS")
-"""A directory to save the main pages' screenshots in (docs/web/ is made so)."""
+"""A directory to save the main pages' screenshots in (docs/guides/web/ is made so)."""
 
 pytestmark = [
     pytest.mark.real_server,

@@ -1,5 +1,5 @@
 """A worker slot's run of the jobs handed to it at once (prefetched: several when the
-queue is deep, see :mod:`recruiter.processes.prefetch_rule` and docs/prefetch.md).
+queue is deep, see :mod:`recruiter.processes.prefetch_rule` and docs/guides/prefetch.md).
 
 The jobs run one after the other. The rest of them are read once, before the first
 runs; each job's start is then sent in the same command as the end of the job before

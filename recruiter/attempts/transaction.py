@@ -1,5 +1,5 @@
 """A ``transaction=True`` job's attempt: its code and its end as done in one MongoDB
-transaction, committed together or not at all (docs/transactions.md).
+transaction, committed together or not at all (docs/guides/transactions.md).
 
 A failure aborts the transaction (the job's writes with it) and is concluded outside it
 through the one funnel, as any failure; a job no longer held is fenced off with its

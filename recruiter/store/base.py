@@ -24,7 +24,7 @@ def aware(moment: dt.datetime) -> dt.datetime:
 
 def on_mongomock(collection: Collection[Document]) -> bool:
     """Whether ``collection`` is mongomock's, which applications test with: the store
-    works around what it lacks (see docs/development.md), never around MongoDB."""
+    works around what it lacks (see docs/internals/development.md), never around MongoDB."""
     return type(collection).__module__.startswith("mongomock")
 
 

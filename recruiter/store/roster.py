@@ -30,7 +30,7 @@ MISSED_BEATS = 3
 @dataclass(frozen=True)
 class Assignment:
     """The jobs handed to a worker, to run in this order, and the lock token that fences
-    them all: one job, or several handed at once (:doc:`docs/prefetch`)."""
+    them all: one job, or several handed at once (:doc:`docs/guides/prefetch`)."""
 
     job_ids: tuple[Any, ...]
     token: ObjectId

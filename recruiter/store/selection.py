@@ -105,7 +105,7 @@ class SelectionVerbs:
         if set(query) <= {"_id"}:
             # the plan MongoDB chooses anyway (the only index that gives this order),
             # named: the embedded server then walks its _id index instead of sorting
-            # every document in Python (docs/development.md)
+            # every document in Python (docs/internals/development.md)
             cursor = cursor.hint([("_id", 1)])
         return [Job.from_document(document) for document in cursor]
 

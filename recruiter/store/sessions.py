@@ -7,7 +7,7 @@ cleaner fences a dead slot out, the removed document hands it the id, and
 :meth:`SessionVerbs.kill_sessions` ends the sessions: MongoDB aborts a transaction the
 dead worker left open, and its locks go with it, instead of holding them until
 ``transactionLifetimeLimitSeconds`` (60 s by default) while every other writer of the
-same documents meets ``WriteConflict`` (docs/transactions.md).
+same documents meets ``WriteConflict`` (docs/guides/transactions.md).
 
 The transaction primitives here leave the driver's errors as they are (their labels,
 ``TransientTransactionError`` and ``UnknownTransactionCommitResult``, tell the caller's

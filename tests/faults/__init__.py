@@ -8,5 +8,5 @@
   and the fault log together, and counts what happened.
 
 ``python -m tests.faults --help`` runs a scenario by hand (the soak);
-``tests/test_faults.py`` runs the short ones in CI. See ``docs/reliability.md``.
+``tests/test_faults.py`` runs the short ones in CI. See ``docs/internals/reliability.md``.
 """

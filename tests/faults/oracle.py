@@ -3,7 +3,7 @@
 Nothing here trusts what the recruiter says about itself alone: each job's history is
 checked against the ledger its own code wrote, against its retry policy replayed
 attempt by attempt, and against the faults the runner injected. See
-``docs/reliability.md`` for the invariants in plain words.
+``docs/internals/reliability.md`` for the invariants in plain words.
 
 A bound in seconds (a job back in the queue, a thawed worker gone, two processes'
 reckonings of the database's time) holds on an idle machine: each is scaled by the

@@ -16,7 +16,7 @@ the run's record, and the oracle scales each time bound by the median slowness a
 the moment it judges (never below 1), and reports the slowest stretch of the run. The
 median, not the mean: the scenario's own bursts (a database restart, every process
 reconnecting) preempt a probe now and then, which the bounds already allow for on an
-idle machine; a busy machine slows most probes (figures in docs/reliability.md).
+idle machine; a busy machine slows most probes (figures in docs/internals/reliability.md).
 """
 
 from __future__ import annotations
