@@ -10,8 +10,9 @@ returned.
 
 Run it against MongoDB (``MONGODB_URI=mongodb://… python -m benchmarks.plans``) to see
 MongoDB's plans; docs/guides/performance.md ("A projection for a MongoDB replica set")
-says what to expect. Without a URI it runs against a SecantusDB server of its own, whose planner is its own (its updates
-and most of its reads scan the collection): its plans say nothing about MongoDB's.
+says what to expect. Without a URI it runs against a SecantusDB server of its own, whose
+planner is its own (its updates and most of its reads scan the collection): its plans
+say nothing about MongoDB's.
 """
 
 from __future__ import annotations
