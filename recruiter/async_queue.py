@@ -2,10 +2,9 @@
 and read them back without blocking the event loop.
 
 :class:`AsyncQueue` mirrors :class:`recruiter.Queue`'s producer methods over pymongo's
-:class:`~pymongo.AsyncMongoClient`, and writes exactly the documents it writes: both
-decide them with the same functions (:mod:`recruiter.producer`) and send them through
-the same steps (:mod:`recruiter.store.steps`), the one awaiting what the other calls.
-No thread pool is involved.
+:class:`~pymongo.AsyncMongoClient`: both decide the documents with
+:mod:`recruiter.producer` and send them through the same steps, the one awaiting what
+the other calls. No thread pool is involved.
 
 >>> import asyncio, mongomock
 >>> from recruiter import AsyncQueue, JobSpec
@@ -205,8 +204,7 @@ class AsyncQueue:
         await self.ensure_ready()
         now = await self._time("now")
         declared = scheduler_declaration(urn, job, schedule, unique=unique, missed=missed, now=now)
-        if session is not None:
-            check_session(session, self.store.database.client)
+        check_session(session, self.store.database.client)
         return await self.store.upsert_scheduler(**declared, session=session)
 
     async def pause_repeating(self, urn: str) -> bool:
@@ -255,8 +253,7 @@ class AsyncQueue:
         settings = group_settings_of(group, concurrency, rate, weight)
         await self.ensure_ready()
         now = await self._time("now")
-        if session is not None:
-            check_session(session, self.store.database.client)
+        check_session(session, self.store.database.client)
         await self.store.set_group_settings(settings, now, session=session)
         return settings
 
@@ -265,8 +262,7 @@ class AsyncQueue:
         With ``session``, in the application's transaction."""
         checked_group(group)
         await self.ensure_ready()
-        if session is not None:
-            check_session(session, self.store.database.client)
+        check_session(session, self.store.database.client)
         return await self.store.remove_group_settings(group, session=session)
 
     async def group_settings(self) -> list[GroupSettings]:
@@ -284,8 +280,7 @@ class AsyncQueue:
         """Cancel a job, waiting or running (:meth:`recruiter.Queue.cancel`); with
         ``session``, in the application's transaction."""
         await self.ensure_ready()
-        if session is not None:
-            check_session(session, self.store.database.client)
+        check_session(session, self.store.database.client)
         return await self.store.run(cancel(job_id, await self._time("now"), session=session))
 
     async def cancel_if_waiting(self, job_id: ObjectId | str) -> bool:
@@ -364,8 +359,7 @@ class AsyncQueue:
 
     async def _checked(self, jobs: Iterable[Any], session: Any) -> list[JobSpec]:
         specs = checked_specs(jobs)
-        if session is not None:
-            check_session(session, self.store.database.client)
+        check_session(session, self.store.database.client)
         if self._ready:
             if self._recheck.due():
                 await self.store.check_schema()

@@ -155,9 +155,6 @@ class DatabaseClock:
     never fall back on a wall clock that may be minutes off. Later failures go on from
     the last reading.
 
-    (The tests' :class:`FrozenClock` plays a perfectly synchronized one: its earliest,
-    middle and latest are one.)
-
     >>> server = FrozenClock(dt.datetime(2026, 1, 1, tzinfo=UTC))
     >>> local = FrozenClock(dt.datetime(2026, 1, 1, 0, 5, tzinfo=UTC))  # 5 minutes ahead
     >>> clock = DatabaseClock(server.now, local)
@@ -253,7 +250,7 @@ class DatabaseClock:
                     best = _Reading(self.local.now(), received, received)
                 break
             reading = _Reading(server, sent, received)
-            if best is None or received - sent < best.received - best.sent:
+            if best is None or _trip(reading) < _trip(best):
                 best = reading
             if received - sent <= GOOD_ROUND_TRIP:
                 break

@@ -40,9 +40,9 @@ from recruiter.job import JobSpec
 OUTPUT_LIMIT = 8192
 """Characters of stdout and of stderr kept per attempt (the last ones)."""
 KILL_GRACE = dt.timedelta(seconds=5)
+"""How long a timed-out command has between SIGTERM and SIGKILL."""
 WAIT_SLICE = 0.05
 """Seconds of each wait for a command, between which a stop may land."""
-"""How long a timed-out command has between SIGTERM and SIGKILL."""
 JOB_ID = "job_id"
 LAUNCHER = """
 import ctypes, os, signal, sys
@@ -152,10 +152,9 @@ class Command:
     def _wait(self, process: subprocess.Popen[bytes]) -> bool:
         """Wait for the process; on timeout, stop its group; return whether it timed out.
 
-        It waits in short slices, so that a job timeout or a cancellation (raised in
-        this thread, see :mod:`recruiter.pools.stopping`) lands here; the process group is
-        then stopped too, before the exception goes on: a command never runs on after
-        its attempt ended.
+        It waits in short slices so that a job timeout or a cancellation (raised in this
+        thread) lands here; the group is stopped before the exception goes on, so a
+        command never runs on after its attempt ended.
         """
         began = time.monotonic()
         limit = None if self.timeout is None else self.timeout.total_seconds()

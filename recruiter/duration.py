@@ -6,26 +6,16 @@ import datetime as dt
 import re
 
 _UNITS: dict[str, float] = {
-    "ms": 0.001,
-    "millisecond": 0.001,
-    "milliseconds": 0.001,
-    "s": 1,
-    "sec": 1,
-    "second": 1,
-    "seconds": 1,
-    "m": 60,
-    "min": 60,
-    "minute": 60,
-    "minutes": 60,
-    "h": 3600,
-    "hour": 3600,
-    "hours": 3600,
-    "d": 86400,
-    "day": 86400,
-    "days": 86400,
-    "w": 604800,
-    "week": 604800,
-    "weeks": 604800,
+    name: seconds
+    for names, seconds in (
+        ("ms millisecond milliseconds", 0.001),
+        ("s sec second seconds", 1),
+        ("m min minute minutes", 60),
+        ("h hour hours", 3600),
+        ("d day days", 86400),
+        ("w week weeks", 604800),
+    )
+    for name in names.split()
 }
 _PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]+)\s*$")
 
@@ -34,13 +24,11 @@ LONGEST = dt.timedelta(days=365_000)
 a delay that long would put a job past the last date Python can hold (year 9999)."""
 
 Duration = dt.timedelta | float | int | str
+"""Anything :func:`to_timedelta` accepts: a timedelta, seconds, or a text like ``"5m"``."""
 
 
 class DurationTooLong(ValueError):
     """A duration longer than :data:`LONGEST`: a mistake, refused as it is read."""
-
-
-"""Anything :func:`to_timedelta` accepts: a timedelta, seconds, or a text like ``"5m"``."""
 
 
 def parse_duration(text: str, *, name: str = "duration") -> dt.timedelta:

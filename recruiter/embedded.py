@@ -4,12 +4,6 @@ SecantusDB speaks MongoDB's wire protocol (Python over WiredTiger). It is an opt
 extra (``pip install 'recruiter[embedded]'``), GPL-2.0 licensed, and is only ever run
 as a separate process: recruiter never imports it. It is not for production; point
 recruiter at MongoDB with ``--mongodb-uri`` or ``MONGODB_URI`` for that.
-
-:func:`start_server` starts a server and waits until it answers. :func:`ensure_local_server`
-starts one shared by every process of the user, its data in the user's recruiter home
-(:func:`home`), and finds it again through a state file (a stale file, whose process is
-gone, is detected): every command, and :meth:`recruiter.Queue.connect` with no URI,
-from any directory, reaches the same server.
 """
 
 from __future__ import annotations

@@ -6,16 +6,11 @@ messages, and their messages say what happened and what to do next.
 :class:`WorkerDied` is different: it is never raised, it is the failure recorded for
 an attempt whose worker died, handed to the job's retry policy like any exception.
 
-The failures recorded in a job's history live beside the code that raises them: the
-stops (``recruiter.pools.stopping``), a job process's death
-(``recruiter.pools.process_pool``), a damaged job (``recruiter.attempts.calling``), a
-command's failure (``recruiter.command``), a workable that cannot be rebuilt
-(``recruiter.workable``). Their qualified name is stored data (a retry policy's
-``retriable=`` names it): one that moved keeps the name it was recorded under with a
-``recorded_as`` of its own (``recruiter.stopping.JobTimedOut``, say), which
+The failures recorded in a job's history live beside the code that raises them
+(``recruiter.pools.stopping``, ``recruiter.attempts.calling``, ``recruiter.command``…).
+An error's qualified name is stored data (a retry policy's ``retriable=`` names it): a
+class whose module changed keeps its recorded name in ``recorded_as``, which
 :func:`recruiter.retry.qualified_name` reads.
-The dashboard's refusal of a request (``recruiter.web.security.Refused``) is the web
-layer's own, never raised to an application.
 """
 
 from __future__ import annotations
@@ -28,8 +23,7 @@ from recruiter.duration import format_duration
 
 
 class _JobRead(Protocol):
-    """What an error says of a job read back (a :class:`recruiter.job_record.Job`): named here
-    so that this module, which every other imports, imports none of them."""
+    """A :class:`recruiter.job_record.Job`, named here so that this module imports none."""
 
     @property
     def id(self) -> Any: ...
@@ -296,21 +290,18 @@ class InvalidSchedule(RecruiterError):
     """A schedule that cannot be understood; nothing was written."""
 
     recorded_as = "recruiter.schedule.InvalidSchedule"
-    """Its name in jobs' histories and policies, kept from before it moved here."""
 
 
 class InvalidGroupSettings(RecruiterError):
     """Group settings that cannot be enforced; nothing was written."""
 
     recorded_as = "recruiter.groups.InvalidGroupSettings"
-    """Its name in jobs' histories and policies, kept from before it moved here."""
 
 
 class InvalidFilter(RecruiterError, ValueError):
     """A filter of a job listing that cannot be applied: the message says which and why."""
 
     recorded_as = "recruiter.listing.InvalidFilter"
-    """Its name in jobs' histories and policies, kept from before it moved here."""
 
 
 class NotWaiting(RecruiterError):
@@ -318,7 +309,6 @@ class NotWaiting(RecruiterError):
     jobs (it runs when they end, as its rule says: running it before would break it)."""
 
     recorded_as = "recruiter.manual.NotWaiting"
-    """Its name in jobs' histories and policies, kept from before it moved here."""
 
     def __init__(self, job: _JobRead) -> None:
         if job.blocked:
@@ -335,7 +325,6 @@ class NotFinished(RecruiterError):
     """A job asked to be recovered has not finished; it will run anyway."""
 
     recorded_as = "recruiter.manual.NotFinished"
-    """Its name in jobs' histories and policies, kept from before it moved here."""
 
     def __init__(self, job: _JobRead) -> None:
         super().__init__(f"job {job.id} has not finished: it will run anyway, nothing was done")
@@ -346,7 +335,6 @@ class AlreadyRetried(InvalidJob):
     """The failed job was retried already (by another operator, or a moment ago)."""
 
     recorded_as = "recruiter.web.actions.AlreadyRetried"
-    """Its name in jobs' histories and policies, kept from before it moved here."""
 
     def __init__(self, job_id: str) -> None:
         super().__init__(f"job {job_id} was retried already: not again")
@@ -356,14 +344,12 @@ class DrainLimitReached(RecruiterError):
     """:func:`drain` ran ``max_attempts`` attempts and jobs were still due."""
 
     recorded_as = "recruiter.testing.DrainLimitReached"
-    """Its name in jobs' histories and policies, kept from before it moved here."""
 
 
 class UnknownEvent(RecruiterError):
     """A listener was given for an event that does not exist."""
 
     recorded_as = "recruiter.events.UnknownEvent"
-    """Its name in jobs' histories and policies, kept from before it moved here."""
 
     def __init__(self, name: object, known: Sequence[str]) -> None:
         super().__init__(f"no event is named {name!r}: listen to one of {', '.join(known)}")
@@ -373,11 +359,9 @@ class ChangeStreamsUnavailable(RecruiterError):
     """The database cannot follow changes (a standalone ``mongod``, mongomock): poll."""
 
     recorded_as = "recruiter.store.watch.ChangeStreamsUnavailable"
-    """Its name in jobs' histories and policies, kept from before it moved here."""
 
 
 class WebNotInstalled(RecruiterError):
     """The dashboard's packages are missing."""
 
     recorded_as = "recruiter.cli.web.WebNotInstalled"
-    """Its name in jobs' histories and policies, kept from before it moved here."""

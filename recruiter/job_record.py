@@ -142,9 +142,9 @@ class Job:
         return cls(
             id=document.get("_id"),
             group=reader.text("group", DEFAULT_GROUP),
-            workable=reader.text_in(workable, "workable.class", ""),
-            parameters=reader.mapping_in(workable, "workable.parameters"),
-            method=reader.text_in(workable, "workable.method", DEFAULT_METHOD),
+            workable=reader.text("workable.class", "", workable),
+            parameters=reader.mapping("workable.parameters", source=workable),
+            method=reader.text("workable.method", DEFAULT_METHOD, workable),
             retry_policy=reader.mapping("retry_policy"),
             attempts=reader.integer("attempts"),
             priority=reader.integer("priority", required=False),
@@ -272,20 +272,16 @@ class _Reader:
             return None
         return value
 
-    def text(self, path: str, default: str) -> str:
-        return self.text_in(self.document, path, default)
+    def text(self, path: str, default: str, source: Mapping[str, Any] | None = None) -> str:
+        """``path`` of ``source`` (by default the document); a dotted one is in a subdocument."""
+        found = self.document if source is None else source
+        return self._typed(found, path, str, "a string") or default
 
-    def text_in(self, source: Mapping[str, Any], path: str, default: str) -> str:
-        value = self._typed(source, path, str, "a string")
-        return value if value else default
-
-    def mapping(self, path: str, required: bool = True) -> Mapping[str, Any]:
-        return self.mapping_in(self.document, path, required)
-
-    def mapping_in(
-        self, source: Mapping[str, Any], path: str, required: bool = True
+    def mapping(
+        self, path: str, required: bool = True, source: Mapping[str, Any] | None = None
     ) -> Mapping[str, Any]:
-        return self._typed(source, path, Mapping, "a document", required) or {}
+        found = self.document if source is None else source
+        return self._typed(found, path, Mapping, "a document", required) or {}
 
     def array(self, path: str) -> list[Any]:
         """An optional array field; anything else there is a problem."""

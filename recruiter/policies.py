@@ -357,9 +357,6 @@ class SelectByException(RetryPolicy):
         )
 
 
-# --- a stored policy rebuilt ------------------------------------------------------------
-
-
 def policy_from_document(document: Any) -> RetryPolicy:
     """Rebuild a policy from its stored ``{"class", "parameters"}`` form, by its
     registered name (a built-in of this module, or one an application registered with
@@ -377,8 +374,6 @@ def policy_from_document(document: Any) -> RetryPolicy:
         raise InvalidRetryPolicy(f"parameters of retry policy {name!r} must be a mapping")
     try:
         return policy_class.from_parameters(parameters)
-    except InvalidRetryPolicy:
-        raise
     except (KeyError, TypeError, ValueError) as error:
         message = f"invalid parameters for retry policy {name!r}: {error}"
         raise InvalidRetryPolicy(message) from error

@@ -1,11 +1,8 @@
 """What a producer writes, decided once: the checks of what it is given, and the
 documents of its jobs, workflows, batches and schedulers.
 
-:class:`recruiter.Queue` (synchronous) and :class:`recruiter.AsyncQueue` (asyncio) both
-call these pure functions, then send what they decide through their own store: one
-implementation of the documents, two ways to send them. What the store then does with
-them (deduplication, ordered inserts, what already ended noted at once) is written once
-too, as steps (:mod:`recruiter.store.steps`, :func:`recruiter.scheduling.new_jobs`).
+:class:`recruiter.Queue` and :class:`recruiter.AsyncQueue` both call these pure
+functions, then send what they decide through their own store.
 """
 
 from __future__ import annotations
@@ -52,7 +49,10 @@ def checked_specs(jobs: Iterable[Any]) -> list[JobSpec]:
 
 def check_session(session: Any, client: Any) -> None:
     """Refuse a session outside a transaction (its writes would not wait for a commit)
-    or of another client than ``client`` (a transaction cannot span two)."""
+    or of another client than ``client`` (a transaction cannot span two); no session
+    is fine."""
+    if session is None:
+        return
     if not getattr(session, "in_transaction", False):
         raise InvalidJob(
             "session= writes in the application's transaction: start one first "

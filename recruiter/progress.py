@@ -1,20 +1,10 @@
 """A running job's progress: what its code reports (:func:`report_progress`), checked at
 the call and kept in memory, and how it is read back (:class:`JobProgress`).
 
-Reporting is cheap and never touches the database: the call checks what it is given
-and keeps the latest report in memory (:class:`Progress`). The worker writes the latest
-report of each running job at most once every :data:`PROGRESS_EVERY`, on its heartbeat
-(:mod:`recruiter.processes.progress_flush`), fenced by the job's lock token; the attempt's
-record keeps the last report when the attempt ends (``progress`` in its history). A
-job that never reports costs nothing more; one that ends within the interval has its
-progress written only with its end.
-
->>> @registry.workable("imports.run")  # doctest: +SKIP
-... def run_import(path: str) -> None:
-...     rows = read_rows(path)
-...     for n, row in enumerate(rows, 1):
-...         load(row)
-...         report_progress(done=n, total=len(rows), note=f"row {row.key}")
+Reporting never touches the database: the worker writes the latest report of each
+running job at most once every :data:`PROGRESS_EVERY`, on its heartbeat
+(:mod:`recruiter.processes.progress_flush`), fenced by the job's lock token, and the
+attempt's record keeps the last report as it ends. See ``docs/guides/progress.md``.
 """
 
 from __future__ import annotations

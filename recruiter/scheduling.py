@@ -1,9 +1,5 @@
 """Storing the jobs an application schedules (:meth:`recruiter.Queue.schedule_many` and
-the rest): the trace they were scheduled in, what they wait for checked and marked
-followed, the inserts tried again while the database does not answer (each try writes
-the same ids, so nothing is stored twice), then what they wait for that ended already
-noted at once.
-"""
+the rest), as steps either store drives: :func:`new_jobs`."""
 
 from __future__ import annotations
 
