@@ -110,7 +110,7 @@ class Queue:
 
     def _check_session(self, session: Any) -> None:
         """Refuse a session outside a transaction (its writes would not wait for a
-        commit) or of another client (a transaction cannot span two)."""
+        commit) or of another client (a transaction cannot span two); none is fine."""
         check_session(session, self.store.database.client)
 
     @property
@@ -153,8 +153,7 @@ class Queue:
 
     def _checked(self, jobs: Iterable[Any], session: Any) -> list[JobSpec]:
         specs = checked_specs(jobs)
-        if session is not None:
-            self._check_session(session)
+        self._check_session(session)
         self.check_schema()
         return specs
 
@@ -224,8 +223,7 @@ class Queue:
         declared = scheduler_declaration(
             urn, job, schedule, unique=unique, missed=missed, now=self.clock.now()
         )
-        if session is not None:
-            self._check_session(session)
+        self._check_session(session)
         return self.store.upsert_scheduler(**declared, session=session)
 
     def pause_repeating(self, urn: str) -> bool:
@@ -279,8 +277,7 @@ class Queue:
         'concurrency 2, rate 100/60s, weight 1'
         """
         settings = group_settings_of(group, concurrency, rate, weight)
-        if session is not None:
-            self._check_session(session)
+        self._check_session(session)
         self.store.set_group_settings(settings, self.clock.now(), session=session)
         return settings
 
@@ -288,8 +285,7 @@ class Queue:
         """Remove ``group``'s settings: no limits, weight 1. ``False`` if it had none.
         With ``session``, in the application's transaction."""
         checked_group(group)
-        if session is not None:
-            self._check_session(session)
+        self._check_session(session)
         return self.store.remove_group_settings(group, session=session)
 
     def group_settings(self) -> list[GroupSettings]:
@@ -330,8 +326,7 @@ class Queue:
         the jobs that wait for it; a running one is stopped by its worker within a
         heartbeat (see :mod:`recruiter.pools.stopping`). With ``session``, in the
         application's transaction: cancelled if and only if it commits."""
-        if session is not None:
-            self._check_session(session)
+        self._check_session(session)
         return self.store.run(cancel(job_id, self.clock.now(), session=session))
 
     def cancel_if_waiting(self, job_id: ObjectId | str) -> bool:
