@@ -410,7 +410,7 @@ def test_shell_command_jobs_run_on_real_workers_with_their_output_recorded(
 
 def job_command(processes: Processes, *arguments: str) -> subprocess.CompletedProcess[str]:
     wide = {"COLUMNS": "200"}  # rich wraps its table to the terminal's width
-    return processes.run("job", *arguments, env=wide)
+    return processes.run("jobs", *arguments, env=wide)
 
 
 def test_job_run_wait_makes_jobs_due_and_reports_how_they_ended(
