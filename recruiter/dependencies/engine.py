@@ -1,34 +1,14 @@
 """The engine of jobs that wait for others (chains, workflows, batches with callbacks):
 when what a job waits for ends, the job is released or cancelled, exactly once.
 
-A job scheduled with :meth:`~recruiter.job.JobSpec.after` (or as a step of a
-:class:`~recruiter.dependencies.workflows.Workflow`, or as a batch's callback) is stored
-*waiting*: no ``scheduled_at``, and a ``waiting_for`` array of the ids it still waits
-for (a batch's callbacks wait for the batch's id). It becomes ready when the last one
-ends, as its rule says:
-
-- ``done`` (the default): once they are all done; cancelled as soon as one ends
-  otherwise (failed for good, or cancelled), which cancels what waits for it in turn;
-- ``ended``: once they have all ended, however.
-
-Who notices an end (:func:`follow_up`):
-
-1. the worker that ended the job, at once, when the job was marked ``followed`` (a job
-   that waits for it was scheduled before it started) or is a batch's member;
-2. the scheduling itself: a job whose dependencies ended before it was stored is
-   settled right after its insert (the insert comes first, so an end that lands
-   meanwhile is seen by one of the two); so are a batch's callbacks, stored after its
-   members (one may have ended in between);
-3. the cleaner's sweep (:func:`sweep`), every round: an end whose follow-up was lost to a
-   crash, or that its worker did not know to follow up, is noticed within a round.
-
-Each notice is a conditional update of the waiting job alone (see
-:mod:`recruiter.store.blocked`): any of the three may notice the same end, at once, and
-it is noted once; a callback is made ready, or cancelled, exactly once.
-
-A batch has no counters of its own to keep in step: its progress is read from its
-members (:meth:`recruiter.Queue.batch_status`), and "every member has ended" is one
-indexed read (no unfinished member left), true for good once true.
+A blocked job has no ``scheduled_at`` and a ``waiting_for`` array of the ids it still
+waits for; its rule (``done`` or ``ended``) says what their ends make of it. Three
+parties notice an end (:func:`follow_up`): the worker that ended the job, the
+scheduling itself, and the cleaner's :func:`sweep`, a safety net. The scheduling
+inserts first and settles after, so an end that lands meanwhile is seen by one of the
+two. Each notice is one conditional update of the waiting job alone
+(:mod:`recruiter.store.blocked`), so any of them may notice the same end, at once, and
+it is noted once. The rest: docs/guides/workflows.md.
 """
 
 from __future__ import annotations

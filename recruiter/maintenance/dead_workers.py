@@ -1,18 +1,11 @@
-"""Taking back the jobs of dead workers.
-
-A worker not seen for ``considered_dead_after`` (or :data:`SILENT_BEATS` of its own
-heartbeat intervals, if longer) is removed, only if it is still not seen (the fence: one
-that heartbeats meanwhile keeps its job), and only then is the job the removed document
-held released, through the job's retry policy (a started job is a crashed attempt,
-``WorkerDied``; one never started goes back uncounted):
-:func:`recruiter.attempts.takeback.take_back_from_dead` has the rule.
+"""Taking back the jobs of dead workers, by the one take-back rule
+(:func:`recruiter.attempts.takeback.take_back_from_dead`): fence the worker out first,
+then release its jobs through their retry policies.
 
 Only a service that has watched for the whole timeout, without a database error
 (:meth:`DeadWorkerTakeBack.lost_sight`) and without a gap between runs, declares a worker
-dead: heartbeats kept from landing by an outage are not deaths.
-
-Run by the leading cleaner only. A take-back cut short after the removal leaves the
-jobs locked and held by nobody: :mod:`recruiter.maintenance.unheld_locks` releases them.
+dead: heartbeats kept from landing by an outage are not deaths (docs/reference/processes.md,
+``recruiter clean``). Run by the leading cleaner only.
 """
 
 from __future__ import annotations

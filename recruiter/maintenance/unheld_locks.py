@@ -1,14 +1,11 @@
 """Releasing jobs locked but held by no worker: a round cut short between its lock and
-its assignment (a recruiter that crashed, lost the lead or met a database error), or a
-take-back the cleaner could not finish (a reply lost after the worker's removal, a
-write refused). :func:`recruiter.attempts.takeback.release_unheld` has the rule.
+its assignment, or a take-back the cleaner could not finish.
+:func:`recruiter.attempts.takeback.release_unheld` has the rule.
 
-Run by the leading recruiter only, before its hand-out: on taking the lead, after a
-round that failed, and every ``every`` otherwise. Only a recruiter's round locks jobs
-without a roster document holding them (a manual run enters the roster first), and
-only the recruiter knows when one may have been cut short, so it looks at once then;
-it looks between its own rounds, so no lock of its own is in flight, and it releases
-every unheld lock whatever its age.
+Run by the leading recruiter only: only a recruiter's round locks jobs without a roster
+document holding them (a manual run enters the roster first), and only the recruiter
+knows when one may have been cut short. It looks between its own rounds, so no lock of
+its own is in flight, and it releases every unheld lock whatever its age.
 """
 
 from __future__ import annotations

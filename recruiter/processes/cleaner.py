@@ -1,16 +1,9 @@
 """The cleaner: recovers what dead workers held, and keeps ``archived`` from growing forever.
 
 Each round runs, in order, the services the cleaner owns (:mod:`recruiter.maintenance`):
-
-1. the take-back of dead workers' jobs (:mod:`~recruiter.maintenance.dead_workers`);
-2. archiving finished jobs (:mod:`~recruiter.maintenance.archiver`);
-3. purging old archived jobs (:mod:`~recruiter.maintenance.purger`);
-4. the sweep of waiting jobs whose dependencies ended unnoticed
-   (:mod:`~recruiter.maintenance.blocked_sweep`).
-
-A round that took back jobs, or moved or purged a full batch, is followed by another at
-once. Jobs locked but held by no worker are the leading recruiter's to release
-(:mod:`recruiter.maintenance.unheld_locks`).
+the take-back of dead workers' jobs, archiving, purging, and the sweep of blocked jobs
+(docs/reference/processes.md, ``recruiter clean``). Jobs locked but held by no worker
+are the leading recruiter's to release.
 """
 
 from __future__ import annotations

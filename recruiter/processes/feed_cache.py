@@ -1,26 +1,6 @@
 """The feed cache: what the change feed tells the recruiter, and the ready jobs it lets
-the recruiter know without reading the queue.
-
-The feed's watcher thread tells a :class:`FeedInbox` of each change; each round takes
-what was told since the last one (:class:`FeedChanges`). From a round that read the
-queue and handed out every job ready for its workers, the recruiter's
-:class:`ReadyCache` keeps a :class:`KnownReady`: the only jobs that can be ready for
-workers of those sets of workables are the ones the feed told were inserted since, and
-no other job falls due before the next one the round read. Then:
-
-- a round is skipped when all the feed told is workers made available, the last plan
-  handed out every job that was ready for their sets of workables, and no job known
-  fell due since: none of the workers could be handed anything. Under light load,
-  where each job meets an idle worker, this saves the round its worker's release
-  would otherwise cost;
-- a round hands out the jobs known without reading the queue (the groups with ready
-  jobs, the first of each, the next job due), planned over what the feed told of each.
-
-Any other news of ``scheduled`` (a job rescheduled, put back, made ready by its
-dependencies), a gap in the feed, a burst of inserts (:data:`BURST`), a worker of a set
-of workables the cache does not hold for, a job falling due, the recruiter's other
-duties, a new leader, and a round with no news at all (polling, or the feed's safety
-net) read the queue.
+the recruiter know without reading the queue (:class:`KnownReady`), so that a round may
+plan over them or be skipped (docs/reference/processes.md, ``recruiter run``).
 
 The cache is only an optimization: every job handed out is locked by the same
 conditional update as any other, so a job it wrongly holds ready (cancelled meanwhile)

@@ -1,13 +1,9 @@
 """Leadership: a lease in ``metadata`` so that one recruiter (and one cleaner) leads,
 and the loop a leading process runs under it (:func:`lead`, :class:`LeaderRounds`).
 
-The leader renews its lease well before it expires; a standby takes it over once it
-has expired, so a dead leader is replaced within the lease duration. Leadership wraps
-a process's loop: it is not woven into the work, which stays correct even with two
-leaders for a moment (every write the work does is conditional). The leader follows
-its change feed while it leads, and tells the application's listeners when it takes
-or loses the lead. The commands that run this loop are ``recruiter run`` and
-``recruiter clean`` (``recruiter/cli/processes.py``).
+Leadership wraps a process's loop: it is not woven into the work, which stays correct
+even with two leaders for a moment (every write the work does is conditional).
+docs/reference/processes.md says how the lease is held and handed over.
 """
 
 from __future__ import annotations

@@ -1,21 +1,9 @@
 """Which job each available worker gets: the recruiter's plan for one round.
 
-The plan honours, in this order:
-
-1. **groups' limits** (:mod:`recruiter.groups`): a group gets no more jobs than its
-   concurrency limit leaves (its jobs locked now counted across every worker) and its
-   rate leaves (its starts in the sliding window);
-2. **workers' groups**: workers of a named group take that group's jobs, before the
-   workers that take any group (``*``);
-3. **fair share** for the workers of any group: among the groups with ready jobs,
-   the one furthest behind its weighted share goes next (:class:`FairShare`), so a
-   group with a deep backlog cannot starve the others;
-4. **priorities** within a group: higher first, then oldest due first.
-
-The reads are bounded, whatever the number of groups: the named groups' jobs are read
-in one command and locked in one, before the any-group plan reads (so no job is booked
-twice in a round); the any-group plan reads only the jobs fair share picks, every group
-in one command (:meth:`Planner._choose`). A rate-limited group's starts are recorded
+The plan honours groups' limits, then named groups' workers before any-group ones, then
+weighted fair share among groups, then priorities (docs/reference/processes.md,
+docs/guides/groups.md). The named groups' jobs are locked before the any-group plan
+reads, so no job is booked twice in a round; a rate-limited group's starts are recorded
 before its jobs are locked, so a crash between the two leaves it under its limit, never
 over.
 """

@@ -1,25 +1,10 @@
 """How many jobs a round hands one slot at once: the prefetch rule.
 
-A round hands every idle slot one job before it hands any slot a second, so while the
-ready jobs are fewer than the idle slots each slot gets one and pickup is as fast as
-without prefetch. Only the jobs left over are prefetched (added to slots' hand-outs),
-and only to slots that take several (workers from before prefetch take one at a time):
-
-- at most :attr:`PrefetchRule.prefetch` jobs per slot (``recruiter run --prefetch``);
-- at most :attr:`PrefetchRule.seconds` of expected work per slot (``--prefetch-seconds``): a
-  job is added to the slot with the least work planned, if its group's expected length
-  still fits. So a group of slow jobs is never parked behind a slot's other jobs: a
-  one-second job gets a slot of its own when the window is one second;
-- a job of a group whose length is not known yet (no worker reported one since this
-  recruiter leads) is never prefetched: it counts as a whole window.
-
-A job's expected length is learnt from the workers: each reports, when it is made
-available again, how many jobs of each group its last assignment ran and how long they
-took: their code's own time, the database's writes left out (counted, a slower server
-would shrink the hand-outs, each job would cost more commands, and the server would
-slow down further). :class:`JobLengths` keeps a moving
-average per group, in the leader's memory (a new leader starts with one job per slot and
-learns again within a round or two).
+Every idle slot gets one job before any slot gets a second; only the jobs left over are
+prefetched, within :attr:`PrefetchRule.prefetch` jobs and :attr:`PrefetchRule.seconds`
+of expected work per slot, a job of a group whose length is not known yet never
+(docs/guides/prefetch.md). :class:`JobLengths` learns each group's length from the
+workers' reports, in the leader's memory.
 """
 
 from __future__ import annotations

@@ -1,23 +1,12 @@
 """The recruiter: hands ready jobs to available workers, in bulk, one round at a time.
 
-The leading recruiter owns three duties, run in this order each round:
-
-1. the repeatable-job pass, when due (:mod:`recruiter.maintenance.repeatable_jobs`);
-2. the release of jobs locked but held by no worker, when due: on taking the lead,
-   after a round that failed, and every ``rollback_every``
-   (:mod:`recruiter.maintenance.unheld_locks`);
-3. the hand-out: **plan** which ready jobs each available worker gets, **locking**
-   them with one conditional update per read (:mod:`recruiter.processes.planning`
-   decides, under groups' limits, fair share and priorities), then **assign** the whole
-   round with one command over ``roster``: the worker-keyed ``assigned_to`` map, one
-   statement per worker, each conditional on its worker still being available
-   (:meth:`recruiter.store.Store.assign`). Jobs locked but not assigned go back to the
-   queue at once.
-
-A round's result says when the next one is due without news (the next job or
-occurrence due); news comes from the change feed, which the feed cache
-(:mod:`recruiter.processes.feed_cache`) turns into ready jobs known without reading the
-queue, and into rounds skipped when nothing could be handed out.
+Each round the leading recruiter runs, in this order, the repeatable-job pass
+(:mod:`recruiter.maintenance.repeatable_jobs`), the release of unheld locks
+(:mod:`recruiter.maintenance.unheld_locks`), both when due, then the hand-out: plan and
+lock (:mod:`recruiter.processes.planning`), then assign the whole round in one command
+over ``roster``, each statement conditional on its worker still being available; jobs
+locked but not assigned go back to the queue at once. The rest is in
+docs/reference/processes.md (``recruiter run``).
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """Running the recruiter, the cleaner and workers together on one machine: ``recruiter up``.
 
-A :class:`Supervisor` starts each command as a process of its own (exactly what you
-would run by hand), restarts one that exits while it should run (a worker that retired
-at its memory limit, say), and on stop sends each one SIGTERM, so that workers finish
-their jobs, then waits for them. The children are in their own process group, so a
+A :class:`Supervisor` starts each command as a process of its own, restarts one that
+exits while it should run, and on stop sends each SIGTERM and waits for them
+(docs/reference/processes.md). The children are in their own process group, so a
 Ctrl-C at the terminal reaches them once, through the supervisor; on Linux they are
 also stopped if the supervisor itself is killed.
-
-In production, run each command under the supervisor you already have (systemd,
-Kubernetes, docker compose): they are separate processes so they can run on separate
-machines.
 """
 
 from __future__ import annotations

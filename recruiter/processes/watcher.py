@@ -1,19 +1,11 @@
 """Following a change feed in a thread of its own, so that a process is woken, not polling.
 
 The watcher hands each change to ``on_change`` and calls ``on_gap`` whenever changes
-may have been missed: when the feed is (re)opened, and when it is lost. A process
-answers a gap by reading what it would otherwise have been told, and by polling for as
-long as :attr:`Watcher.following` is false. A lost feed (the database restarted, the
-connection dropped) is reopened after a pause; a server that cannot follow changes at
-all leaves the process polling, as it did before change feeds existed.
-
-A feed is *quiet* while nothing it could tell would be acted on (``quiet()``: a worker
-whose slots all hold work): the watcher stops reading it, and the feed stays open,
-where it is. When :meth:`Watcher.stir` says that may have changed, it reads on from
-there, so no change is missed; only told later, when it can be acted on. MongoDB keeps
-a feed's place in its oplog; a feed left unread past the server's cursor timeout is
-resumed by pymongo from its last resume token, and one whose place has left the oplog
-is lost and reopened, a gap like any other.
+may have been missed (the feed opened, reopened or lost): the process then reads what it
+would have been told, and polls while :attr:`Watcher.following` is false. A *quiet*
+feed (``quiet()``) is left unread where it is, and read on from there when
+:meth:`Watcher.stir` says so, so no change is missed (docs/reference/processes.md,
+"Woken, not polling").
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
 """Repeatable jobs: a scheduler creates a job at each occurrence of its schedule.
 
-A scheduler is declared by the application with :meth:`recruiter.Queue.repeat`, under
-a name of its choosing (its *urn*): declaring it again changes it. The leading
-recruiter creates the occurrences (:func:`create_due_occurrences`), each a job due at
-the occurrence's time, by three conditional writes that a crash at any point neither
-loses nor doubles (see :mod:`recruiter.store.schedulers`).
-
-- **Missed occurrences**, due more than :data:`MISSED_GRACE` ago (no recruiter led for
-  a while), follow the scheduler's rule (:data:`~recruiter.repeating.timing.Missed`). With
-  ``"latest"``, a pass that finds some creates only the latest occurrence due and skips
-  the others, counted; with ``"all"``, every one is created, in order. Occurrences due
-  within the grace period are all created whatever the rule: a failover of the
-  recruiter loses none.
-- **Bounded passes**: one pass (one round of the recruiter) creates the first
-  occurrence due of every scheduler due, and at most :data:`PER_ROUND` more, shared
-  among them: so a catch-up of many never holds up a round (the jobs ready are handed
-  out and a stop request is seen between passes, and the next pass comes at once: the
-  scheduler is still due), and never holds up another scheduler's next occurrence.
-- **Unique** schedulers create no occurrence while the job of the last one is still
-  queued or running: the occurrences due meanwhile are skipped, and counted.
+The leading recruiter creates the occurrences (:func:`create_due_occurrences`), each by
+three conditional writes that a crash at any point neither loses nor doubles (see
+:mod:`recruiter.store.schedulers`). A pass is bounded (the first occurrence due of every
+scheduler due, and at most :data:`PER_ROUND` more), so a catch-up never holds up a
+round; missed occurrences (:data:`MISSED_GRACE`) and unique schedulers follow the rules
+of docs/guides/schedulers.md.
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """The storage seam: the only package that queries MongoDB (its schema: :mod:`.schema`).
 
 Each method is one state transition, named after what the database does atomically,
-with its guard in the name: ``lock_jobs`` locks only unlocked ready jobs,
-``record_end`` ends an attempt only for the holder of its lock token. Every write
-is a conditional update whose filter states its precondition, so a process that lost
-its claim (a worker declared dead, a recruiter that lost its lease) cannot change a job
-it no longer owns. Methods return frozen records, never live cursors; they never decide
-retry timing nor call user code. Times are always passed in: the store reads no clock.
-
-The store owns the driver's failures too: every method raises the project's kinds,
-:class:`recruiter.errors.DatabaseUnavailable` or :class:`recruiter.errors.WriteRejected`
-(:mod:`recruiter.store.failures`), so no other module knows pymongo.
+with its guard in the name. Every write is a conditional update whose filter states its
+precondition, so a process that lost its claim (a worker declared dead, a recruiter
+that lost its lease) cannot change a job it no longer owns. Methods return frozen
+records, never live cursors, raise only the project's kinds
+(:mod:`recruiter.store.failures`), and read no clock: times are passed in.
 
 Every read goes to the primary, whatever the URI's read preference (a lagging secondary
 would show a job unlocked, a worker silent, that are not), and every write is

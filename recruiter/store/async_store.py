@@ -1,15 +1,10 @@
 """The store's verbs written as steps, over pymongo's asyncio client: the only module
 that imports it.
 
-Each verb is the synchronous :class:`~recruiter.store.Store`'s own steps
-(:mod:`recruiter.store.verbs`), awaited here instead of called: the filters, updates
-and documents are those of the synchronous store, by construction. Like it, every verb
-raises the project's kinds (:class:`~recruiter.errors.DatabaseUnavailable`,
-:class:`~recruiter.errors.WriteRejected`), but those run in the application's
-transaction, which leave the driver's errors to its ``with_transaction``.
-
-It also takes a mongomock database (whose calls return at once): applications test
-their asyncio code with it, as they test the synchronous one.
+Each verb is the synchronous store's own steps (:mod:`recruiter.store.verbs`), awaited
+instead of called, so its writes are the same by construction. It also takes a
+mongomock database, so applications test their asyncio code as they test the
+synchronous one.
 """
 
 from __future__ import annotations

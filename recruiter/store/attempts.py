@@ -3,9 +3,8 @@
 Every one is a conditional update whose filter holds its precondition: the lock token
 of the round that handed the job out (a process fenced out by a take-back finds its
 filter no longer matching, and changes nothing), and for an end, that the job has no
-reason to finish with yet. The end of an attempt is one verb, :meth:`AttemptVerbs.record_end`
-(:class:`End` says how it ends), used by every end: a run, a transactional run, a dead
-worker's job taken back, a cancellation, a manual run.
+reason to finish with yet. Every end of an attempt is written with one verb,
+:meth:`AttemptVerbs.record_end`.
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """The verbs of blocked jobs: those that wait for others (dependencies and batches).
 
-A blocked job has no ``scheduled_at`` (no round can find it) and a ``waiting_for``
-array: the ids of the jobs it still waits for, or its batch's id. Each dependency that
-ends is noted once, by a conditional update of the blocked job alone: pulled from
-``waiting_for`` while others remain, or, when it is the last, the job made ready (or,
-under the rule ``done``, cancelled) in the same write. Whoever notes it (the worker that
-ended the dependency, the cleaner's sweep, both at once), the filter lets one write
-land: no counter in a second document can be counted twice or lost.
-
-The decisions (which dependency, what to do) are :mod:`recruiter.dependencies.engine`'s.
+A blocked job has no ``scheduled_at`` and a ``waiting_for`` array of the ids it still
+waits for (or its batch's id). Each dependency that ends is noted by one conditional
+update of the blocked job alone (pulled, or, the last one, the job made ready or
+cancelled in the same write): whoever notes it, and however many at once, one write
+lands, and no counter elsewhere can be counted twice or lost. The decisions are
+:mod:`recruiter.dependencies.engine`'s.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
-"""The deduplication verbs of the store: ``dedup``, what ran lately, by key and by root.
+"""The deduplication verbs of the store: ``dedup``, what ran lately, by key and by root
+(the documents: docs/guides/deduplication.md).
 
-Two kinds of document, both written with ``$max`` so that a late or repeated write
-never moves them back:
-
-- ``{_id: "job:<dedup key>", at}``: the latest start of a deduplicated job that then
-  succeeded; a job with that key scheduled before ``at`` is a duplicate;
-- ``{_id: "root:<signature>", at}``: when the latest root job of that signature that
-  succeeded was scheduled; a leaf of an older root is superseded.
-
-Both are written only after the job succeeded, so a failed run never makes another job
-a no-op. They expire after :data:`DEDUP_MEMORY` (a TTL index on ``recorded_at``):
-forgetting can only make a job run when it could have been skipped, never the reverse.
+Both kinds are written with ``$max``, so a late or repeated write never moves them
+back, and only after the job succeeded, so a failed run never makes another job a
+no-op. They expire after :data:`DEDUP_MEMORY`: forgetting can only make a job run when
+it could have been skipped, never the reverse.
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
-"""What a ready job is: the query that finds ready jobs in ``scheduled``, and the same
-rule applied to the jobs a change feed told were inserted (:class:`Arrivals`).
+"""What a ready job is (unlocked and due): the query that finds ready jobs in
+``scheduled``, and the same rule applied to the jobs a change feed told were inserted
+(:class:`Arrivals`). Both forms live here, side by side, held to the same answers by
+``tests/test_arrivals.py``.
 
-A job is ready when it is unlocked and due: ``locked`` is false and ``scheduled_at`` is
-at or before now. Both forms of the rule live here, side by side, and a test holds them
-to the same answers (``tests/test_arrivals.py``).
-
-:class:`Arrivals` answers the recruiter's two reads of ready jobs (the groups that have
-some, and the first of each group in :data:`READY_ORDER`) from the inserted jobs alone.
-The recruiter uses it only when it knows that nothing else is ready: its last round
-handed out every ready job, and since then the feed told of nothing in ``scheduled``
-but these inserts (:mod:`recruiter.processes.recruiter`). What it hands out is locked by
-the same conditional update as any job, so a job cancelled meanwhile is never handed.
+The recruiter plans over :class:`Arrivals` only when it knows nothing else is ready
+(:mod:`recruiter.processes.feed_cache`); what it hands out is locked by the same
+conditional update as any job, so a job cancelled meanwhile is never handed out.
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
-"""The roster verbs of the store: one document per live worker.
+"""The roster verbs of the store: one document per live worker slot.
 
-A worker's document is written by the worker itself (register, heartbeat, release),
-by the recruiter (assign, only while the worker is available) and by the cleaner
-(remove, only while the worker is still not seen). The recruiter assigns a whole round
-in one command: the round's worker-keyed map, sent as one statement per worker, each
-conditional on its worker being available, so that each document (and each change
-event) carries only its own entry of the map, ``assigned_to: {<its id>: <job>}``. What
-a round writes grows with its workers, not with their square.
+A slot's document is written by the slot itself (register, heartbeat, release), by the
+recruiter (assign, only while the slot is available) and by the cleaner (remove, only
+while the slot is still not seen). A round is assigned as one statement per worker, so
+each document and change event carries only its own entry of ``assigned_to``
+(docs/reference/processes.md, ``recruiter run``).
 """
 
 from __future__ import annotations

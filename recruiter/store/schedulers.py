@@ -1,21 +1,18 @@
 """The scheduler verbs of the store: ``schedulers``, one document per repeatable job.
 
-A scheduler holds the job to create (a template: workable, parameters, group, retry
-policy, tags), its schedule and ``next_at``, the next occurrence. Creating an
-occurrence takes three writes, so that a crash at any point neither loses nor doubles
-it:
+Creating an occurrence takes three writes, so that a crash at any point neither loses
+nor doubles it:
 
 1. :meth:`claim_occurrence` moves ``next_at`` on, conditional on it still being the
    occurrence's time, and records the occurrence as ``pending`` with the id its job
    will have: from here the occurrence is owned;
-2. :meth:`insert_occurrence` inserts the job with that id (a second insert of it is
-   refused by ``_id``);
+2. :meth:`insert_occurrence` inserts the job with that id (a second insert is refused
+   by ``_id``);
 3. :meth:`settle_occurrence` clears ``pending`` and records the occurrence as the last.
 
-A leader that finds a pending occurrence (its predecessor died between 1 and 3) inserts
-the job unless :meth:`job_exists`, then settles it. A job is in ``scheduled`` or in
-``archived`` at every moment (the archive moves a job by inserting its copy before
-deleting it), so reading ``scheduled`` then ``archived`` cannot miss it.
+A leader that finds a pending occurrence inserts the job unless :meth:`job_exists`,
+then settles it. The archive inserts a job's copy before deleting it, so reading
+``scheduled`` then ``archived`` cannot miss it.
 """
 
 from __future__ import annotations

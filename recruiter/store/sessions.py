@@ -1,18 +1,12 @@
 """The server sessions of transactional attempts: opened, run in, and killed.
 
-A worker slot that may run ``transaction=True`` jobs keeps one server session for its
-whole life and records the session's id (its ``lsid``) in its roster document when it
-registers: a write it makes anyway, so the id costs no command per attempt. When the
-cleaner fences a dead slot out, the removed document hands it the id, and
-:meth:`SessionVerbs.kill_sessions` ends the sessions: MongoDB aborts a transaction the
-dead worker left open, and its locks go with it, instead of holding them until
-``transactionLifetimeLimitSeconds`` (60 s by default) while every other writer of the
-same documents meets ``WriteConflict`` (docs/guides/transactions.md).
+A slot records its session's id in its roster document as it registers, so that a
+take-back can kill the dead slot's sessions and with them the transaction it left
+open (docs/guides/transactions.md, "A worker killed in a transaction").
 
-The transaction primitives here leave the driver's errors as they are (their labels,
-``TransientTransactionError`` and ``UnknownTransactionCommitResult``, tell the caller's
-loop what to do: :mod:`recruiter.attempts.transaction`); only a server without
-transactions is said in the project's words.
+The transaction primitives here leave the driver's errors as they are (their labels
+tell the caller's loop what to do: :mod:`recruiter.attempts.transaction`); only a
+server without transactions is said in the project's words.
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
 """The store's work as steps, sans I/O: one implementation, two ways to send it.
 
-A verb whose work both the synchronous :class:`~recruiter.store.Store` and the asyncio
-:class:`~recruiter.store.async_store.AsyncStore` do is written once, as a generator that
-*yields* what to send (a :class:`Send` to a collection, a :class:`Find`, a ``hello``) and
-is sent back what the database answered (or has the driver's error thrown into it, to
-catch or let through). It decides every filter, update and document; it performs no
-I/O. Each store *drives* it: the synchronous one by calling pymongo
-(:func:`drive`), the asyncio one by awaiting pymongo's asyncio client. So the documents
-written are the same by construction.
-
-The logic above the store (:func:`recruiter.scheduling.new_jobs`, the follow-up of
-ends in :mod:`recruiter.dependencies.engine`, cancelling, waiting) is written the same way,
-one level up: it yields a :class:`Call` of a verb's steps (run by the store at hand,
-its errors translated there: :meth:`recruiter.store.Store.call`) and a :class:`Sleep`
-where it waits.
+A verb is a generator that yields what to send (:class:`Send`, :class:`Find`, a
+``hello``) and is sent back what the database answered (or has the driver's error
+thrown into it); it performs no I/O. The synchronous store drives it by calling pymongo
+(:func:`drive`), the asyncio one by awaiting pymongo's asyncio client, so the documents
+written are the same by construction. Logic above the store yields a :class:`Call` of a
+verb's steps and a :class:`Sleep` where it waits (docs/internals/development.md,
+"Adding a store verb").
 
 >>> def answer() -> Steps[int]:
 ...     found = yield Find("scheduled", {"_id": 1})

@@ -1,13 +1,8 @@
 """The verbs written as steps (:mod:`recruiter.store.steps`), declared once for both
-stores.
-
-Each is a function returning its steps (``jobs.insert_jobs``, ``blocked.blocked_on``...),
-made a method of both stores by :class:`Verb`: the synchronous
-:class:`~recruiter.store.Store` returns the verb's result, the asyncio
-:class:`~recruiter.store.async_store.AsyncStore` an awaitable of it. Either runs it
-through its own ``call``, which drives the steps and says the driver's errors in the
-project's words (:mod:`recruiter.store.failures`), but in the application's transaction
-(a ``session`` given), where they are left as they are for its ``with_transaction``.
+stores: :class:`Verb` makes each a method of the synchronous store (returning its
+result) and of the asyncio one (returning an awaitable), run through the store's
+``call``, which translates the driver's errors, but leaves them as they are in the
+application's transaction (a ``session`` given) for its ``with_transaction``.
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
 """The change feeds of the store: being told of a write instead of polling for it.
 
-Two feeds, both MongoDB change streams filtered on the server so that only the changes
-that call for action travel:
-
-- a worker process follows the roster documents of its own slots: an assignment comes
-  with the job and its token (no read needed), a removal (declared dead) as a change
-  with no assignment, which tells the slot to read its document;
-- the recruiter follows what may make a round worth running: jobs inserted or
-  rescheduled in ``scheduled``, workers registered or made available in ``roster``,
-  schedulers declared or given a new schedule in ``schedulers``.
-
-A feed only wakes a process sooner: every decision is still taken on what the process
-reads or writes conditionally, so a missed or stale change costs time, never
-correctness. A server without change streams (a standalone ``mongod``, mongomock)
-raises :class:`ChangeStreamsUnavailable` at opening, and the processes poll instead.
+A worker process follows its own slots' roster documents; the recruiter follows what
+may make a round worth running (docs/reference/processes.md, "Woken, not polling"). A
+feed only wakes a process sooner: every decision is still taken on what it reads or
+writes conditionally, so a missed or stale change costs time, never correctness. A
+server without change streams raises :class:`ChangeStreamsUnavailable` at opening.
 """
 
 from __future__ import annotations

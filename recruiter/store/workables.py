@@ -1,11 +1,9 @@
 """What workers can run: the sets of workables their slots advertise.
 
-A slot records in its roster document the digest of the workable names its application
-registered (``workables``); the names themselves are kept once per set, in
-``metadata`` under ``workables:<digest>``, so that a roster document stays small
-however many workables an application has. The recruiter hands a job only to a slot
-whose set holds its workable (:mod:`recruiter.processes.planning`); a job that no live worker can
-run waits, unattempted, and is counted by :meth:`WorkableVerbs.waiting_for_workables`.
+A slot records the digest of its set in its roster document; the names are kept once
+per set in ``metadata`` under ``workables:<digest>``, so a roster document stays small
+(docs/reference/processes.md, "Routing by capability"). A job no live worker can run
+waits, unattempted (:meth:`WorkableVerbs.waiting_for_workables`).
 """
 
 from __future__ import annotations
