@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from contextlib import closing
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -50,11 +51,8 @@ def set_group(
     from recruiter.groups import GroupSettings
 
     settings = GroupSettings(group, concurrency, _rate(rate), weight)  # checked before connecting
-    queue = open_queue(mongodb_uri, database)
-    try:
+    with closing(open_queue(mongodb_uri, database)) as queue:
         queue.limit_group(group, concurrency=concurrency, rate=settings.rate, weight=weight)
-    finally:
-        queue.close()
     console.print(f"group {group}: {settings.describe()}")
 
 
@@ -65,11 +63,8 @@ def unset_group(
     database: DatabaseName = None,
 ) -> None:
     """Remove a group's settings: no limits, weight 1."""
-    queue = open_queue(mongodb_uri, database)
-    try:
+    with closing(open_queue(mongodb_uri, database)) as queue:
         removed = queue.unlimit_group(group)
-    finally:
-        queue.close()
     console.print(f"group {group}: " + ("settings removed" if removed else "had no settings"))
 
 
@@ -80,11 +75,8 @@ def list_groups(
     database: DatabaseName = None,
 ) -> None:
     """Show every group that has settings."""
-    queue = open_queue(mongodb_uri, database)
-    try:
+    with closing(open_queue(mongodb_uri, database)) as queue:
         settings = queue.group_settings()
-    finally:
-        queue.close()
     if as_json:
         typer.echo(json.dumps([{"group": s.group, **s.to_document()} for s in settings]))
         return

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import sys
+from contextlib import closing
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -64,8 +65,7 @@ def run_jobs(
     the wait timed out.
     """
     registry = load_registry(app) if here else None
-    queue = open_queue(mongodb_uri, database)
-    try:
+    with closing(open_queue(mongodb_uri, database)) as queue:
         if registry is not None:
             finished = [run.job for run in queue.run_here(registry, *job_ids)]
         else:
@@ -81,8 +81,6 @@ def run_jobs(
                 return
             _say_who_is_missing(queue)
             finished = queue.wait(job_ids, timeout)
-    finally:
-        queue.close()
     console.print(_results(finished))
     # a job that snoozed did not fail: it runs again when its snooze ends
     if any(job.why != "done" and job.snoozed_until is None for job in finished):
@@ -115,8 +113,7 @@ def cancel_jobs(
         raise typer.BadParameter(f"one of {', '.join(cancellable)}", param_hint="--state")
     if job_ids and (group is not None or state is not None):
         raise typer.BadParameter("give job ids, or --group (and --state): not both")
-    queue = open_queue(mongodb_uri, database)
-    try:
+    with closing(open_queue(mongodb_uri, database)) as queue:
         ids: list[Any] = list(job_ids or [])
         if group is not None:
             where = listing.JobFilter(state=state, group=group)
@@ -127,8 +124,6 @@ def cancel_jobs(
         if len(ids) > 1 and not yes and not typer.confirm(f"cancel {counted(len(ids), 'job')}?"):
             raise typer.Abort()
         said = _cancel_each(queue, ids, state)
-    finally:
-        queue.close()
     if len(ids) > 1:
         console.print(", ".join(f"{n} {outcome}" for outcome, n in sorted(said.items())))
 
@@ -197,11 +192,8 @@ def recover_job(
     database: DatabaseName = None,
 ) -> None:
     """Schedule a finished job again, as a new job (the original's job:recover)."""
-    queue = open_queue(mongodb_uri, database)
-    try:
+    with closing(open_queue(mongodb_uri, database)) as queue:
         new_id = queue.recover(job_id, at)
-    finally:
-        queue.close()
     console.print(f"job {job_id} recovered as job {new_id}")
 
 
@@ -226,8 +218,7 @@ def retry_jobs(
         raise typer.BadParameter("give job ids, or --failed-since 1h to retry many")
     if job_ids and (failed_since is not None or group is not None):
         raise typer.BadParameter("give job ids, or --failed-since (and --group): not both")
-    queue = open_queue(mongodb_uri, database)
-    try:
+    with closing(open_queue(mongodb_uri, database)) as queue:
         ids = _failed_jobs(queue, job_ids or [], failed_since, group)
         if not ids:
             console.print("no failed job matches")
@@ -240,8 +231,6 @@ def retry_jobs(
             for job_id in ids:
                 retried += queue.recover(job_id, once=True) is not None
                 progress.advance(task)
-    finally:
-        queue.close()
     skipped = f" ({len(ids) - retried} retried already)" if retried < len(ids) else ""
     console.print(f"{counted(retried, 'job')} scheduled again{skipped}")
 

@@ -8,6 +8,7 @@ import datetime as dt
 import json
 import textwrap
 from collections.abc import Mapping
+from contextlib import closing
 from typing import Annotated, Any
 
 import typer
@@ -64,13 +65,10 @@ def list_jobs(
         where.validate()
     except InvalidFilter as error:
         raise typer.BadParameter(str(error)) from error
-    queue = open_queue(mongodb_uri, database)
-    try:
+    with closing(open_queue(mongodb_uri, database)) as queue:
         now = queue.clock.now()
         listed = listing.list_jobs(queue, where, limit).jobs
         database_name = queue.database_name
-    finally:
-        queue.close()
     if as_json:
         typer.echo(json_text([listing.summary(job, now) for job in listed]))
         return
@@ -106,12 +104,9 @@ def show_job(
 
     from recruiter.monitoring import listing
 
-    queue = open_queue(mongodb_uri, database)
-    try:
+    with closing(open_queue(mongodb_uri, database)) as queue:
         job = queue.job(job_id)
         now = queue.clock.now()
-    finally:
-        queue.close()
     if as_json:
         # Extended JSON (relaxed): valid JSON whatever BSON a job holds (NaN, dates, ids)
         typer.echo(json_util.dumps(dataclasses.asdict(job), json_options=RELAXED_JSON_OPTIONS))
@@ -201,11 +196,8 @@ def show_batch(
     database: DatabaseName = None,
 ) -> None:
     """Show where a batch stands: its jobs by how they ended, and its callbacks."""
-    queue = open_queue(mongodb_uri, database)
-    try:
+    with closing(open_queue(mongodb_uri, database)) as queue:
         status = queue.batch_status(batch_id)
-    finally:
-        queue.close()
     table = Table("", "", title=f"batch {status.id}")
     table.add_row("jobs", str(status.members))
     table.add_row("not ended yet", str(status.unfinished))

@@ -1,16 +1,11 @@
 """The one way the CLI writes to a terminal: every string is literal text.
 
-Every string the commands print, in a sentence, a table cell or a title, may hold text
-from the database (a group, a tag, an error message, a traceback, parameters), which is
-untrusted. A :class:`Terminal` never reads a string as rich markup (``[bold]``,
-``[link=…]``, a stray ``[/]`` that would raise ``MarkupError``), never highlights nor
-replaces emoji codes in it, and shows its control characters as escapes
-(:func:`recruiter.monitoring.printable.printable`). So a command's own styling is built as
-:class:`rich.text.Text` (see :func:`styled`), never as markup in a string, and text
-from the database is handed over as a plain ``str``, never wrapped in a ``Text``.
-
-Piped or redirected (its file is not a terminal and ``COLUMNS`` is unset), a Terminal
-is :data:`PIPED_WIDTH` wide, so that ids and names are never cut at 80 columns.
+Any string a command prints may hold untrusted text from the database, so a
+:class:`Terminal` never reads a string as rich markup (a stray ``[/]`` would raise
+``MarkupError``), emoji codes or highlights, and shows its control characters as
+escapes. A command's own styling is therefore built as :class:`rich.text.Text` (see
+:func:`styled`), never as markup in a string, and text from the database is handed
+over as a plain ``str``, never wrapped in a ``Text``.
 
 >>> import io
 >>> out = io.StringIO()

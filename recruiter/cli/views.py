@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from contextlib import closing
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -35,11 +36,8 @@ def analytics_command(
 
     Execution time too, per group with --group; --json for scripts.
     """
-    queue = open_queue(mongodb_uri, database)
-    try:
+    with closing(open_queue(mongodb_uri, database)) as queue:
         figures = queue.analytics(group)
-    finally:
-        queue.close()
     if as_json:
         typer.echo(json.dumps(figures.to_document()))
         return
@@ -75,11 +73,8 @@ def status(
     """Who leads, the workers, the groups, and the latest failures."""
     from recruiter.monitoring.listing import status_document
 
-    queue = open_queue(mongodb_uri, database)
-    try:
+    with closing(open_queue(mongodb_uri, database)) as queue:
         document = status_document(queue)
-    finally:
-        queue.close()
     if as_json:
         typer.echo(json_text(document))
         return
@@ -94,11 +89,8 @@ def workers(
     """Every worker slot on the roster: group, busy or idle, its job, where, last seen."""
     from recruiter.monitoring.listing import worker_rows
 
-    queue = open_queue(mongodb_uri, database)
-    try:
+    with closing(open_queue(mongodb_uri, database)) as queue:
         rows = worker_rows(queue)  # the roster only: not the rest of the status
-    finally:
-        queue.close()
     if as_json:
         typer.echo(json.dumps(rows))
         return
@@ -118,11 +110,8 @@ def list_schedulers(
 ) -> None:
     """Every scheduler: its job, schedule, catch-up rule for missed occurrences (latest
     or all), next occurrence and what it created."""
-    queue = open_queue(mongodb_uri, database)
-    try:
+    with closing(open_queue(mongodb_uri, database)) as queue:
         records = queue.schedulers()
-    finally:
-        queue.close()
     rows: list[dict[str, Any]] = [
         {
             "urn": record.urn,
@@ -166,12 +155,9 @@ def remove_scheduler(
     """Remove a scheduler; the jobs it created stay (exit code 10 if unknown)."""
     if not yes and not typer.confirm(f"remove the scheduler {urn!r}?"):
         raise typer.Abort()
-    queue = open_queue(mongodb_uri, database)
-    try:
+    with closing(open_queue(mongodb_uri, database)) as queue:
         if not queue.stop_repeating(urn):
             raise SchedulerNotFound(urn)
-    finally:
-        queue.close()
     console.print(f"scheduler {urn}: removed")
 
 
@@ -183,12 +169,9 @@ def pause_scheduler(
 ) -> None:
     """Pause a scheduler: it creates no job until resumed (declaring it again keeps it
     paused). Pausing a paused one says so; an unknown urn exits with code 10."""
-    queue = open_queue(mongodb_uri, database)
-    try:
+    with closing(open_queue(mongodb_uri, database)) as queue:
         paused = queue.pause_repeating(urn)
         record = None if paused else queue.scheduler(urn)
-    finally:
-        queue.close()
     if record is None:
         console.print(f"scheduler {urn}: paused")
     else:
@@ -203,12 +186,9 @@ def resume_scheduler(
 ) -> None:
     """Resume a paused scheduler from its next occurrence (none missed while paused is
     created). Resuming one that is not paused says so; an unknown urn exits with code 10."""
-    queue = open_queue(mongodb_uri, database)
-    try:
+    with closing(open_queue(mongodb_uri, database)) as queue:
         resumed = queue.resume_repeating(urn)
         record = None if resumed else queue.scheduler(urn)
-    finally:
-        queue.close()
     if record is None:
         console.print(f"scheduler {urn}: resumed")
     elif record.paused_at is None:

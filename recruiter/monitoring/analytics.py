@@ -21,9 +21,9 @@ from recruiter.retry import FAILED
 from recruiter.store import Store
 
 WINDOW = dt.timedelta(minutes=1)
+"""The recent history that throughput, latency and execution time are computed over."""
 ORPHAN_GRACE = dt.timedelta(seconds=30)
 """How long a job may be locked and held by no worker before it counts as an orphan."""
-"""The recent history that throughput, latency and execution time are computed over."""
 
 
 @dataclass(frozen=True)

@@ -416,6 +416,4 @@ def newest(ids: list[str]) -> str | None:
 
 
 def _just_after(job_id: str) -> ObjectId:
-    if not ObjectId.is_valid(job_id):
-        raise InvalidFilter(f"{job_id!r} is not a job id")
-    return ObjectId(f"{int(job_id, 16) + 1:024x}")
+    return ObjectId(f"{int(str(_an_id(job_id)), 16) + 1:024x}")

@@ -2,22 +2,7 @@
 
 :class:`QueueCollector` turns what the database says now into metric families, so any
 number of ``recruiter metrics`` processes, on any machine, report the same figures and
-nothing is lost when one restarts. The last minute's latencies are a *gauge histogram*
-(a distribution at scrape time, not a cumulative counter: a scrape may see a job that
-the next one sees again).
-
-=========================================== ====================================
-``recruiter_jobs{group, state}``             ready, postponed, handed_out (not started
-                                             yet) or running jobs
-``recruiter_jobs_finished{group, outcome}``  jobs finished in the last minute,
-                                             ``done`` or ``failed``
-``recruiter_latency_seconds{group}``         gauge histogram: due to started, last minute
-``recruiter_execution_seconds{group}``       average started to ended, last minute
-``recruiter_workers{state}``                 worker slots, ``busy`` or ``idle``
-``recruiter_waiting_jobs{workable}``         ready jobs of a workable no worker knows
-``recruiter_waiting_seconds{workable}``      how long the oldest of them has waited
-``recruiter_leader{process, holder}``        1 for the process holding each lease
-=========================================== ====================================
+nothing is lost when one restarts. docs/guides/operations.md lists the metrics.
 """
 
 from __future__ import annotations

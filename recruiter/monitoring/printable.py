@@ -1,13 +1,8 @@
 """Text from the database made safe to print: every character that would steer a terminal
-is shown as an escape instead.
+is shown as an escape instead (docs/guides/operations.md says what the views show).
 
-Everything a job carries (its parameters, group, tags, error messages, tracebacks,
-output, result) comes from applications and their errors: it is untrusted text. Printed
-raw, an escape sequence in it could clear the operator's screen, retitle the window,
-hide a line behind a carriage return or reverse the text's direction. The terminal views
-(``recruiter/cli/terminal.py``) and the plain log lines (``recruiter/monitoring/logs.py``) pass
-such text through :func:`printable`; JSON output needs nothing (JSON escapes control
-characters itself) and the dashboard escapes HTML.
+The terminal views and the plain log lines pass untrusted text through
+:func:`printable`; JSON needs nothing (it escapes control characters itself).
 
 >>> printable("could not open [/var/data/in.csv]")
 'could not open [/var/data/in.csv]'

@@ -1,17 +1,8 @@
 """Traces across the queue, with OpenTelemetry (optional: ``pip install 'recruiter[otel]'``).
 
-- Scheduling a job while a span is current records that span's context in the job
-  (``trace``, W3C trace-context headers), so a request's trace can be found from the
-  jobs it scheduled.
-- Each attempt runs in a span of its own (``recruiter.attempt <workable>``), linked to
-  the scheduling span (a link, not a parent: the attempt may run long after the request
-  ended), with the job's id, workable, group, attempt number and outcome. The job's own
-  spans are children of it where its code runs in the worker's thread (threads pool,
-  synchronous jobs of the asyncio pool, ``drain()``).
-- The recruiter's rounds and the cleaner's releases are spans too.
-
-Without OpenTelemetry installed, or with no tracer provider configured, all of this
-costs nothing and records nothing. Metrics stay with Prometheus (``recruiter metrics``).
+Which spans there are, and how an attempt links to the span it was scheduled in, is in
+docs/guides/traces.md. Without OpenTelemetry installed, or with no tracer provider
+configured, all of this costs nothing and records nothing.
 """
 
 from __future__ import annotations

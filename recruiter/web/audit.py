@@ -1,20 +1,10 @@
 """The dashboard's audit trail: every action, on what, by which session, and what came
-of it, logged by ``recruiter.web.audit``.
+of it (docs/guides/web.md, "The audit trail", shows its lines and fields).
 
-One line per action (and one per job of a bulk action, after its summary), at INFO
-when it was done, at WARNING when it was refused or failed; every refused request too
-(no token, a forged CSRF token, another origin). A session is named by a random label
-given at sign-in (``session 1a2b3c4d``), never by its cookie nor the token: the label
-cannot be used to act. Actions through the API are by ``the api``.
-
-In ``--json-logs`` form the line carries the same facts as fields, under ``audit``:
-``action``, ``target`` (``job``, ``jobs``, ``filter``, ``group``, ``scheduler``),
-``session``, ``via`` (``page`` or ``api``), ``client``, ``outcome`` (``done``,
-``refused``, ``failed``) and ``said``.
-
-Every value from the request or the database is untrusted text: in the line, its
-control characters are shown as escapes (``\\x1b``, ``\\n``), so it can neither steer
-the operator's terminal nor forge a line of the log.
+A session is named by the random label given at sign-in, never by its cookie nor the
+token: the label cannot be used to act. Every value from the request or the database
+is untrusted text: in the line, its control characters are shown as escapes, so it can
+neither steer the operator's terminal nor forge a line of the log.
 
 >>> shown("mail\\x1b[2J\\nforged line")
 'mail\\\\x1b[2J\\\\nforged line'

@@ -1,20 +1,10 @@
-"""Who may act through the dashboard, and how a forged request is told apart.
+"""Who may act through the dashboard, and how a forged request is told apart (the model
+is docs/guides/web.md, "Security").
 
-- **Reading** needs nothing: bind the server to 127.0.0.1 (the default) or put it behind
-  your own authentication.
-- **Acting** (retry, cancel, recover, run now, a group's limits) needs the token the
-  server was started with (``--token`` or ``RECRUITER_WEB_TOKEN``); without one, or in
-  read-only mode, every action is refused.
-  - A person signs in once with the token: the server keeps a session for it (a random
-    id in an ``HttpOnly``, ``SameSite=Strict`` cookie) and a CSRF token of its own, which
-    every action form carries and the server compares in constant time. An action whose
-    ``Origin`` (or, without one, ``Referer``) is another origin (another scheme, host
-    or port) is refused too.
-  - A script sends ``Authorization: Bearer TOKEN`` to the JSON API; cookies are never
-    accepted there, so a page elsewhere cannot act through a signed-in browser.
-- Every page is served with a Content-Security-Policy that allows only the server's own
-  scripts and styles, and everything a job carries is escaped: a job whose error message
-  is ``<script>…</script>`` shows that text, and no script runs.
+Reading needs nothing. Acting needs the token the server was started with: a person
+signs in once and every action form then carries the session's CSRF token and comes
+from the dashboard's own origin; a script sends ``Authorization: Bearer TOKEN`` to the
+API, which never acts on a cookie.
 """
 
 from __future__ import annotations
