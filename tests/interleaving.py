@@ -6,9 +6,12 @@ assignment, a start. No threads, no sleeps: the interleaving is written out, and
 the same way every time.
 
 A verb is named by its method's name, or, for a verb written as steps, by its function
-(``jobs.cancel_if_waiting``): every call of it goes through the store's ``call``
-(:mod:`recruiter.store.verbs`), from a method call or from other steps alike, and that
-is where the step is taken.
+(``jobs.cancel_if_waiting``): every call of it from outside the store goes through the
+store's ``call`` (:mod:`recruiter.store.verbs`), from a method call or from other steps
+alike, and that is where the step is taken. A verb another verb composes inside the
+store (``jobs.cancel`` runs ``cancel_if_waiting``'s steps itself) is not seen there:
+step in around the outer verb. :func:`instead` replaces the store's ``call`` as it finds
+it: install it before any :func:`after` or :func:`before` on the same store.
 """
 
 from __future__ import annotations

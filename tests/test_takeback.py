@@ -16,6 +16,7 @@ import pytest
 from bson import Binary, ObjectId
 
 from recruiter import FrozenClock, JobSpec, Queue, Registry, RetryManyTimes, WriteRejected
+from recruiter.attempts import takeback
 from recruiter.attempts.takeback import take_back_from_dead
 from recruiter.execution import Execution, Outcome
 from recruiter.processes.cleaner import Cleaner
@@ -242,3 +243,43 @@ def test_an_idle_dead_workers_sessions_are_left_alone(
     clock.advance(DEAD_AFTER.total_seconds() + 1)
     assert cleaner.run_once(clock.now()).dead_workers == 1
     assert asked == []
+
+
+def test_a_take_back_cut_short_after_its_fence_is_finished_by_the_recruiters_next_look(
+    queue: Queue,
+    registry: Registry,
+    clock: FrozenClock,
+    cleaner: Cleaner,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The cleaner removes a dead worker (the fence) and dies before releasing its job:
+    its later rounds never see the job (no roster document holds it any more); the
+    leading recruiter's look for unheld locks ends the crashed attempt."""
+    registry.workable("tests.noop", lambda: None)
+    job_id = queue.schedule(JobSpec("tests.noop").retry_with(RetryManyTimes(3, 0)))
+    worker = WorkerProcess(queue.store, registry, clock, WorkerConfig(watch=False), lambda: None)
+    worker.slots[0].register()
+    leader = Recruiter(queue.store)
+    assert leader.run_once(clock.now()).assigned == 1
+    (held,) = queue.store.workers()
+    assert held.assignment is not None
+    started = {"started_at": clock.now()}
+    assert queue.store.start_if_owned(job_id, held.assignment.token, started) is not None
+    clock.advance(DEAD_AFTER.total_seconds() + 1)  # the worker froze mid-job
+
+    def cleaner_dies(*arguments: Any, **options: Any) -> Any:
+        raise KeyboardInterrupt("the cleaner dies between its fence and its release")
+
+    monkeypatch.setattr(takeback, "release_fenced", cleaner_dies)
+    with pytest.raises(KeyboardInterrupt):
+        cleaner.run_once(clock.now())
+    monkeypatch.undo()
+    assert queue.store.workers() == [], "fenced out"
+    for _ in range(3):  # its successor's rounds
+        clock.advance(DEAD_AFTER.total_seconds())
+        cleaner.run_once(clock.now())
+    assert queue.job(job_id).locked, "held by nobody, and no cleaner's to release"
+    assert leader.run_once(clock.now()).rolled_back == 1
+    job = queue.job(job_id)
+    assert not job.locked
+    assert job.history[-1]["crashed"] is True, "its attempt ended as crashed, through its policy"
