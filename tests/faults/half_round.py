@@ -1,9 +1,11 @@
 """A recruiter that dies between locking jobs and assigning them.
 
 ``python -m tests.faults.half_round URI DATABASE LEASE_SECONDS`` waits until it leads,
-runs the real :meth:`recruiter.Recruiter.plan` (which locks the jobs of the round), and
-kills itself with SIGKILL before the assignment is written: the state a recruiter
-crashing at the worst moment leaves behind.
+releases the jobs a previous leader left locked and held by no worker (as a recruiter
+taking the lead does: else they would wait for its end), runs the real
+:meth:`recruiter.Recruiter.plan` (which locks the jobs of the round), and kills itself
+with SIGKILL before the assignment is written: the state a recruiter crashing at the
+worst moment leaves behind.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ def main(uri: str, database: str, lease_seconds: float) -> int:
     while time.monotonic() < deadline:
         now = clock.now()
         if leadership.hold(now):
+            if recruiter.unheld.due(now):
+                recruiter.unheld.run_once(now)
             workers = store.available_workers()
             if workers and recruiter.plan(workers, ObjectId(), now):
                 print("half round: jobs locked, dying before the assignment", flush=True)
