@@ -257,7 +257,7 @@ def test_a_take_back_cut_short_after_its_fence_is_finished_by_the_recruiters_nex
     leading recruiter's look for unheld locks ends the crashed attempt."""
     registry.workable("tests.noop", lambda: None)
     job_id = queue.schedule(JobSpec("tests.noop").retry_with(RetryManyTimes(3, 0)))
-    worker = WorkerProcess(queue.store, registry, clock, WorkerConfig(watch=False), lambda: None)
+    worker = WorkerProcess(queue.store, registry, clock, WORKER, lambda: None)
     worker.slots[0].register()
     leader = Recruiter(queue.store)
     assert leader.run_once(clock.now()).assigned == 1
