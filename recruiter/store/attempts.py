@@ -34,7 +34,7 @@ from recruiter.store.steps import Steps, send
 LOCK_PAGE = 10_000
 
 
-LOCK_FIELDS = {"lock": 1, "group": 1, "cancel_requested_at": 1}
+LOCK_FIELDS = {"lock": 1, "group": 1}
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,6 @@ class LockRecord:
     since: dt.datetime | None
     started: bool
     group: str | None
-    cancel_requested: bool
 
     @classmethod
     def from_document(cls, document: Mapping[str, Any]) -> LockRecord | None:
@@ -62,7 +61,6 @@ class LockRecord:
             since=aware(since) if isinstance(since, dt.datetime) else None,
             started="started_at" in lock,
             group=group if isinstance(group, str) else None,
-            cancel_requested="cancel_requested_at" in document,
         )
 
 
