@@ -32,7 +32,7 @@ from recruiter import (
 )
 from recruiter.attempts.executor import Executor, Identity
 from recruiter.retry import FAILED
-from recruiter.store import Store
+from recruiter.store import Store, jobs
 
 STATES = (
     "ready",
@@ -128,7 +128,7 @@ def job_in_state(
     elif why is not None:
         _attempts(store, job_id, now, identity, workable, attempts, message, why == Why.DONE)
     if state == "archived":
-        store._archive_now(job_id)  # the cleaner's move (archive_finished), of this job only
+        store.call(jobs._archive_now, job_id)  # the cleaner's move, of this job only
     job = store.find_job(job_id)
     assert job is not None
     assert job.why == why, f"the job ended {job.why}, not {why}: see its retry policy"

@@ -30,7 +30,7 @@ from recruiter.dependencies.engine import Ended, follow_up, settle, sweep
 from recruiter.execution import Execution
 from recruiter.job_record import state_of
 from recruiter.processes.cleaner import Cleaner
-from recruiter.store import blocked, jobs
+from recruiter.store import attempts, blocked, jobs
 from recruiter.testing import drain
 from tests import interleaving
 from tests.driving import execute
@@ -390,7 +390,7 @@ def test_the_last_two_members_ending_at_once_call_back_once(
     """Each member's end lands before its follow-up reads the batch, so the one that
     reads last sees no member left; if both do, the release lets one through."""
     batch = shop.batch([add(1, 1), add(2, 2)], on_success=add(0, 1), on_complete=add(0, 2))
-    verb: interleaving.Verb = blocked.batch_unfinished if second_first else "record_end"
+    verb: interleaving.Verb = blocked.batch_unfinished if second_first else attempts.record_end
     interleaving.after(
         monkeypatch, shop.store, verb, lambda: execute(shop, deps_app, batch.jobs[1])
     )

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from recruiter.store import End, Store
+from recruiter.store import End, Store, attempts
 from tests.explorer.config import SMALL, Config
 from tests.explorer.explore import exhaustive_runs, explore, random_runs
 from tests.explorer.planted import planted
@@ -182,12 +182,11 @@ def test_a_planted_bug_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
     """An attempt's end (``record_end``) that ignores its token: a worker fenced out (its
     job released as a crashed attempt) still ends the job, so attempt 1 is recorded
     twice, as crashed and as done (invariant 4), or the job runs twice (invariant 1)."""
-    real = Store.record_end
 
-    def ignoring_token(self: Store, end: End, execution: Any) -> bool:
+    def ignoring_token(self: Store, end: End, execution: Any, **options: Any) -> bool:
         unfinished = {"_id": end.job_id, "why": {"$exists": False}}
         self.scheduled.update_one(unfinished, {"$set": {"lock.token": end.token}})
-        return real(self, end, execution)
+        return self.call(attempts.record_end, end, execution, **options)
 
     monkeypatch.setattr(Store, "record_end", ignoring_token)
     runs = random_runs([1, 2, 3], 100, config=SMALL, bounds=Bounds(steps=400))

@@ -209,9 +209,9 @@ def test_a_round_whose_worker_left_before_assignment_does_not_let_the_next_skip(
         assert store.unregister_if_idle(leaving)
         return assign(plan, token, when)
 
-    store.assign = retire_then_assign  # type: ignore[method-assign,assignment]
+    store.assign = retire_then_assign  # type: ignore[assignment]
     assert recruiter.run_once(now).assigned == 1
-    store.assign = assign  # type: ignore[method-assign]
+    store.assign = assign
     finish_held(store, now, job=assigned_jobs(store)[0])
     tell_released(news, store)  # the release, before the put-back is told
     result = recruiter.run_once(now)
@@ -234,9 +234,9 @@ def test_a_job_cancelled_between_read_and_lock_brings_the_next_round_at_once(
         queue.cancel(first)
         return lock(ids, token, when)
 
-    store.lock_jobs = cancel_then_lock  # type: ignore[method-assign,assignment]
+    store.lock_jobs = cancel_then_lock  # type: ignore[assignment]
     result = recruiter.run_once(now)
-    store.lock_jobs = lock  # type: ignore[method-assign]
+    store.lock_jobs = lock
     assert result.assigned == 0
     assert result.pause(now).due_in == MINIMUM_PAUSE
     assert recruiter.run_once(now).assigned == 1

@@ -20,6 +20,7 @@ import pytest
 
 from recruiter import DeclaredDead, FrozenClock, JobSpec, Queue, Registry, RetryManyTimes
 from recruiter.attempts.manual import run_here
+from recruiter.store import attempts
 from tests.driving import DEAD_AFTER, START, watching_cleaner
 from tests.interleaving import after
 
@@ -49,7 +50,7 @@ def test_a_manual_run_declared_dead_before_its_code_runs_does_not_run_it(
         return result
 
     taken = after(
-        monkeypatch, queue.store, "start_if_owned", frozen_past_the_timeout_after_the_start
+        monkeypatch, queue.store, attempts.start_if_owned, frozen_past_the_timeout_after_the_start
     )
     with pytest.raises(DeclaredDead):
         run_here(queue.store, registry, here, [job_id], heartbeat=dt.timedelta(milliseconds=1))
@@ -92,7 +93,7 @@ def test_a_manual_run_declared_dead_drops_its_session_and_one_that_ends_well_end
             beat.join(timeout=10)  # it finds its holder removed, and ends
         return result
 
-    taken = after(monkeypatch, shop.store, "start_if_owned", declared_dead)
+    taken = after(monkeypatch, shop.store, attempts.start_if_owned, declared_dead)
     heartbeat = dt.timedelta(milliseconds=1)
     with pytest.raises(DeclaredDead):
         run_here(shop.store, registry, FrozenClock(START), [doomed], heartbeat=heartbeat)

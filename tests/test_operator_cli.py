@@ -31,7 +31,7 @@ from recruiter import (
 from recruiter.cli import ExitCode, app
 from recruiter.embedded import free_port
 from recruiter.monitoring.metrics import QueueCollector
-from recruiter.store import End
+from recruiter.store import End, jobs
 from recruiter.testing import drain
 from tests.factories import Unclosed
 
@@ -343,7 +343,7 @@ def test_a_recovery_mark_is_not_lost_to_an_archive_move_under_way(
     assert store.record_end(End(job_id, token, clock.now(), why="tried-too-many-times"), record)
     read_by_the_cleaner = list(store.scheduled.find({"why": {"$exists": True}}))
     first = queue.recover(job_id, once=True)
-    store._move_to_archive(read_by_the_cleaner)  # the rest of the cleaner's move
+    store.call(jobs._move_to_archive, read_by_the_cleaner)  # the rest of the cleaner's move
     assert first is not None
     assert queue.recover(job_id, once=True) is None, "recovered once"
     assert store.archived.find_one({"_id": job_id})["recovered_as"] == first  # type: ignore[index]

@@ -38,7 +38,7 @@ from recruiter.processes.cleaner import Cleaner
 from recruiter.processes.prefetch_rule import JobLengths, PrefetchRule, pack
 from recruiter.processes.recruiter import Recruiter, RecruiterConfig
 from recruiter.processes.worker import WorkerConfig, WorkerProcess
-from recruiter.store import RanReport, Store, WorkerRecord
+from recruiter.store import RanReport, Store, WorkerRecord, attempts
 from tests.driving import DEAD_AFTER, watching_cleaner
 from tests.factories import jobs_in_group as jobs
 from tests.interleaving import after, before
@@ -275,9 +275,9 @@ def test_a_slot_reports_its_jobs_code_time_never_its_writes(
             clock.advance(seconds=2)
             return super().record_end_then_start(*arguments)
 
-        def record_end(self, *arguments: Any) -> bool:
+        def record_end(self, *arguments: Any, **options: Any) -> bool:
             clock.advance(seconds=2)
-            return super().record_end(*arguments)
+            return super().record_end(*arguments, **options)
 
         def write_attempts(self, *arguments: Any) -> int:
             clock.advance(seconds=2)
@@ -307,7 +307,7 @@ def test_an_end_refused_with_the_next_start_riding_is_written_alone_and_trimmed(
     def refused(*arguments: Any) -> int:
         raise DocumentTooLarge("the resulting document is too large (simulated)")
 
-    queue.store.record_end_then_start = refused  # type: ignore[method-assign,assignment]
+    queue.store.record_end_then_start = refused  # type: ignore[assignment]
     result = worker.slots[0].run_once()
     assert [e.outcome for e in result.executions] == [Outcome.DONE, Outcome.DONE]
     assert app == ["noop", "noop"]
@@ -406,7 +406,9 @@ def test_prefetched_jobs_taken_back_just_before_one_jobs_end_and_the_next_start_
     worker = one_worker(queue, registry, clock)
     handed = jobs(queue, 3)
     Recruiter(queue.store, RecruiterConfig(prefetch=RULE)).run_once(clock.now())
-    taken = before(monkeypatch, queue.store, "record_end_then_start", declared_dead(cleaner, clock))
+    taken = before(
+        monkeypatch, queue.store, attempts.record_end_then_start, declared_dead(cleaner, clock)
+    )
     result = worker.slots[0].run_once()
     assert taken == [{"archived": 1, "requeued": 2}], "the default policy: no retry"
     assert [e.outcome for e in result.executions] == [Outcome.FENCED]
@@ -432,7 +434,9 @@ def test_prefetched_jobs_taken_back_just_after_one_jobs_end_and_the_next_start_c
     worker = one_worker(queue, registry, clock)
     handed = jobs(queue, 3)
     Recruiter(queue.store, RecruiterConfig(prefetch=RULE)).run_once(clock.now())
-    taken = after(monkeypatch, queue.store, "record_end_then_start", declared_dead(cleaner, clock))
+    taken = after(
+        monkeypatch, queue.store, attempts.record_end_then_start, declared_dead(cleaner, clock)
+    )
     result = worker.slots[0].run_once()
     assert taken == [{"archived": 1, "requeued": 1}], "the default policy: no retry"
     assert [e.outcome for e in result.executions] == [Outcome.DONE, Outcome.FENCED]
@@ -457,7 +461,7 @@ def test_a_job_cancelled_just_before_its_start_rides_along_is_skipped_not_run(
     handed = jobs(queue, 3)
     Recruiter(queue.store, RecruiterConfig(prefetch=RULE)).run_once(clock.now())
     cancelled = before(
-        monkeypatch, queue.store, "record_end_then_start", lambda: queue.cancel(handed[1])
+        monkeypatch, queue.store, attempts.record_end_then_start, lambda: queue.cancel(handed[1])
     )
     result = worker.slots[0].run_once()
     assert len(cancelled) == 1

@@ -35,7 +35,7 @@ from recruiter.processes.cleaner import Cleaner
 from recruiter.processes.progress_flush import TIMER_SLACK, flush_progress
 from recruiter.processes.recruiter import Recruiter
 from recruiter.progress import NOTE_CHARS, PROGRESS_BYTES, PROGRESS_EVERY, checked_progress
-from recruiter.store import End, Store
+from recruiter.store import End, Store, progress
 from tests.commands import Processes, wait_for
 from tests.driving import DEAD_AFTER, execute, last_attempt, process, workers
 from tests.factories import job_in_state
@@ -313,7 +313,7 @@ def test_a_progress_write_after_the_cleaner_took_the_job_back_does_not_land(
         assert Recruiter(queue.store).run_once(clock.now()).assigned == 1
 
     meanwhile = before(
-        monkeypatch, queue.store, "set_progress_if_held", taken_back_and_handed_out_again
+        monkeypatch, queue.store, progress.set_progress_if_held, taken_back_and_handed_out_again
     )
     assert flush_progress(queue.store, [running], clock.now(), clock.monotonic()) == 1
     assert len(meanwhile) == 1
@@ -345,7 +345,7 @@ def test_a_progress_write_after_the_job_ended_does_not_land(
     ended = before(
         monkeypatch,
         queue.store,
-        "set_progress_if_held",
+        progress.set_progress_if_held,
         lambda: queue.store.record_end(end, {"ended_at": clock.now(), "progress": {"done": 2}}),
     )
     flush_progress(queue.store, [running], clock.now(), clock.monotonic())
@@ -359,7 +359,7 @@ def test_a_progress_write_after_a_cancel_lands_and_is_harmless(
     queue: Queue, noop_app: Registry, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     job_id, token, running = _started_job(queue, clock)
-    before(monkeypatch, queue.store, "set_progress_if_held", lambda: queue.cancel(job_id))
+    before(monkeypatch, queue.store, progress.set_progress_if_held, lambda: queue.cancel(job_id))
     flush_progress(queue.store, [running], clock.now(), clock.monotonic())
     job = queue.job(job_id)
     assert job.cancel_requested_at is not None, "the cancel stands: its worker stops the job"

@@ -159,7 +159,7 @@ def test_the_set_is_recorded_once_for_all_the_slots_of_a_process(
         writes.append(digest)
         record(digest, names)
 
-    queue.store.record_workables = counted  # type: ignore[method-assign]
+    queue.store.record_workables = counted
     registry = application("a.b")
     process = WorkerProcess(queue.store, registry, clock, WorkerConfig(concurrency=5))
     for worker in process.slots:

@@ -655,7 +655,7 @@ def test_a_pause_between_the_due_read_and_the_claim_creates_nothing(
 ) -> None:
     queue.repeat("report", report, Every("1m"))
     paused = after(
-        monkeypatch, queue.store, "due_schedulers", lambda: queue.pause_repeating("report")
+        monkeypatch, queue.store, schedulers.due_schedulers, lambda: queue.pause_repeating("report")
     )
     result = create_due_occurrences(queue.store, clock.advance(60))
     assert paused == [True], "the pause landed after the recruiter read the scheduler as due"

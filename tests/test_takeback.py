@@ -22,7 +22,7 @@ from recruiter.execution import Execution, Outcome
 from recruiter.processes.cleaner import Cleaner
 from recruiter.processes.recruiter import Recruiter, RecruiterConfig
 from recruiter.processes.worker import WorkerConfig, WorkerProcess
-from recruiter.store import End, Store
+from recruiter.store import End, Store, roster
 from tests.driving import DEAD_AFTER
 from tests.interleaving import after
 
@@ -43,7 +43,7 @@ def test_a_frozen_worker_that_heartbeats_before_the_cleaner_removes_it_keeps_its
     @registry.workable("tests.frozen")
     def frozen() -> None:
         clock.advance(DEAD_AFTER.total_seconds() + 1)  # the worker is frozen, then thaws
-        thawed = after(monkeypatch, queue.store, "dead_workers", worker.beat, when=bool)
+        thawed = after(monkeypatch, queue.store, roster.dead_workers, worker.beat, when=bool)
         cleaner.run_once(clock.now())
         job = queue.job(job_id)
         seen.extend([len(thawed), job.locked, job.lock_token, job.attempts])
@@ -73,7 +73,9 @@ def test_a_new_leader_leaves_a_job_its_old_leader_assigned_and_a_worker_started_
     job_id, old_leader, worker_id = _half_round(queue, registry, clock)
     token = old_leader.token
     started = {"started_at": clock.now(), "worker": worker_id}
-    meanwhile = after(monkeypatch, queue.store, "held_tokens", old_leader.lands(job_id, started))
+    meanwhile = after(
+        monkeypatch, queue.store, roster.held_tokens, old_leader.lands(job_id, started)
+    )
     new_leader = Recruiter(queue.store)
     assert new_leader.run_once(clock.now()).rolled_back == 0
     assert len(meanwhile) == 1
@@ -96,7 +98,9 @@ def test_the_recruiters_periodic_look_leaves_a_job_assigned_and_started_meanwhil
     token = old_leader.token
     clock.advance(RecruiterConfig().rollback_every.total_seconds())
     started = {"started_at": clock.now()}
-    worker_alive = after(monkeypatch, queue.store, "held_tokens", old_leader.lands(job_id, started))
+    worker_alive = after(
+        monkeypatch, queue.store, roster.held_tokens, old_leader.lands(job_id, started)
+    )
     assert leader.unheld.run_once(clock.now()).count == 0
     assert len(worker_alive) == 1
     job = queue.job(job_id)

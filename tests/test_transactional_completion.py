@@ -46,7 +46,7 @@ from recruiter.processes.progress_flush import flush_progress
 from recruiter.processes.recruiter import Recruiter
 from recruiter.processes.slot import WorkerSlot
 from recruiter.progress import PROGRESS_EVERY
-from recruiter.store import Commit
+from recruiter.store import Commit, attempts
 from recruiter.testing import drain
 from tests import interleaving
 from tests.commands import PATIENCE
@@ -159,7 +159,7 @@ def test_a_job_taken_back_while_it_runs_is_fenced_off_with_its_writes(
     taken = interleaving.before(
         monkeypatch,
         shop.store,
-        "record_end",
+        attempts.record_end,
         lambda: shop.store.database.scheduled.update_one(
             {"_id": job_id}, {"$set": {"lock.token": ObjectId()}}
         ),
@@ -179,7 +179,7 @@ def test_a_write_conflict_runs_the_transaction_again(
     conflicts = interleaving.before(
         monkeypatch,
         shop.store,
-        "record_end",
+        attempts.record_end,
         lambda: shop.store.database.scheduled.update_one(
             {"_id": job_id}, {"$set": {"touched": True}}
         ),

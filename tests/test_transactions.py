@@ -14,7 +14,7 @@ from recruiter import FrozenClock, InvalidJob, JobNotFound, JobSpec, Queue, Regi
 from recruiter.errors import TransactionsUnavailable
 from recruiter.processes.recruiter import Recruiter
 from recruiter.processes.slot import WorkerSlot
-from recruiter.store.failures import in_the_callers_transaction
+from recruiter.store.failures import raise_from_verb
 from recruiter.testing import drain
 
 pytestmark = pytest.mark.real_server
@@ -104,14 +104,11 @@ def test_a_session_outside_a_transaction_is_refused(shop: Queue) -> None:
 
 
 def test_a_standalone_server_says_it_cannot_hold_a_transaction() -> None:
-    @in_the_callers_transaction
-    def insert_on_a_standalone_server() -> None:
-        raise OperationFailure(
-            "Transaction numbers are only allowed on a replica set member or mongos", 20
-        )
-
+    refused = OperationFailure(
+        "Transaction numbers are only allowed on a replica set member or mongos", 20
+    )
     with pytest.raises(TransactionsUnavailable, match="needs a replica set"):
-        insert_on_a_standalone_server()
+        raise_from_verb(refused, in_transaction=True)
 
 
 def test_the_drivers_transient_errors_reach_the_application_as_they_are() -> None:
@@ -119,13 +116,8 @@ def test_the_drivers_transient_errors_reach_the_application_as_they_are() -> Non
     conflict = OperationFailure(
         "WriteConflict", 112, {"errorLabels": ["TransientTransactionError"]}
     )
-
-    @in_the_callers_transaction
-    def insert_meeting_a_write_conflict() -> None:
-        raise conflict
-
     with pytest.raises(OperationFailure) as raised:
-        insert_meeting_a_write_conflict()
+        raise_from_verb(conflict, in_transaction=True)
     assert raised.value.has_error_label("TransientTransactionError")
 
 

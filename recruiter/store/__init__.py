@@ -14,9 +14,13 @@ acknowledged by a majority unless the URI names a write concern (:func:`fate_wri
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import datetime as dt
+from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Collection as Collection_
+from contextlib import AbstractContextManager
 from typing import Any, ParamSpec, TypeVar
 
+from bson import ObjectId
 from bson.codec_options import CodecOptions
 from bson.errors import BSONError
 from pymongo import ReadPreference, WriteConcern
@@ -27,11 +31,10 @@ from pymongo.errors import PyMongoError
 from recruiter.clock import DatabaseClock, SystemClock
 from recruiter.errors import ChangeStreamsUnavailable
 from recruiter.job import as_object_id
-from recruiter.store.analytics import AnalyticsVerbs, ReadyCount
-from recruiter.store.attempts import AttemptVerbs, End, LockRecord, Starting, Statement
+from recruiter.store import roster
+from recruiter.store.analytics import ReadyCount
+from recruiter.store.attempts import End, LockRecord, Starting, Statement
 from recruiter.store.base import Document
-from recruiter.store.blocked import BlockedVerbs
-from recruiter.store.dedup import DedupVerbs
 from recruiter.store.failures import (
     in_project_words,
     is_transient,
@@ -39,20 +42,19 @@ from recruiter.store.failures import (
     translate_methods,
     untranslated,
 )
-from recruiter.store.groups import GroupRecord, GroupVerbs
-from recruiter.store.jobs import ARCHIVE_BATCH, PURGE_BATCH, JobVerbs
-from recruiter.store.leases import LeaseVerbs
-from recruiter.store.progress import ProgressVerbs
+from recruiter.store.groups import GroupRecord
+from recruiter.store.jobs import ARCHIVE_BATCH, GROUPS_PER_READ, PURGE_BATCH
+from recruiter.store.progress import progress_writes_within
 from recruiter.store.ready import Arrivals, NewJob
-from recruiter.store.roster import Assignment, RanReport, RosterVerbs, WorkerRecord
-from recruiter.store.schedulers import Occurrence, SchedulerRecord, SchedulerVerbs
-from recruiter.store.selection import Selection, SelectionVerbs
+from recruiter.store.roster import Assignment, RanReport, WorkerRecord
+from recruiter.store.schedulers import Occurrence, SchedulerRecord
+from recruiter.store.selection import Selection
 from recruiter.store.server import answers
 from recruiter.store.sessions import Commit, SessionVerbs
 from recruiter.store.steps import Steps, drive
 from recruiter.store.verbs import SyncVerbs
 from recruiter.store.watch import ChangeFeed, RosterChange, WatchVerbs, WorkChange
-from recruiter.store.workables import UnservedWorkable, WorkableVerbs, digest_of
+from recruiter.store.workables import UnservedWorkable, digest_of
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -107,24 +109,11 @@ def fate_write_concern(database: Any) -> WriteConcern:
 
 
 @translate_methods
-class Store(
-    SyncVerbs,
-    JobVerbs,
-    AttemptVerbs,
-    SelectionVerbs,
-    RosterVerbs,
-    LeaseVerbs,
-    SchedulerVerbs,
-    GroupVerbs,
-    DedupVerbs,
-    AnalyticsVerbs,
-    WatchVerbs,
-    WorkableVerbs,
-    BlockedVerbs,
-    ProgressVerbs,
-    SessionVerbs,
-):
-    """Every collection recruiter uses, and every operation on them."""
+class Store(SyncVerbs, WatchVerbs, SessionVerbs):
+    """Every collection recruiter uses, and every operation on them: the verbs, written
+    as steps (:mod:`recruiter.store.verbs`), and what holds a resource or a memory of
+    this connection: its change feeds (:mod:`.watch`), its sessions (:mod:`.sessions`),
+    the sets of workables it advertised, whether its server reads a union of pipelines."""
 
     def __init__(self, database: Database[Any]) -> None:
         self.database: Database[Document] = database.client.get_database(
@@ -141,6 +130,8 @@ class Store(
         self.groups: Collection[Document] = self.database.groups
         self.dedup: Collection[Document] = self.database.dedup
         self._clock: DatabaseClock | None = None
+        self._advertised: set[str] = set()
+        self._union_refused = False
 
     def clock(self) -> DatabaseClock:
         """The server's time as this process knows it: read from the server now and then,
@@ -149,6 +140,69 @@ class Store(
         if self._clock is None:
             self._clock = DatabaseClock(self.server_time, SystemClock())
         return self._clock
+
+    def advertise(self, names: Collection_[str]) -> str:
+        """The digest of the set of workables ``names``, recorded (once per store: a set
+        never changes, and the slots of a process share one)."""
+        digest = digest_of(names)
+        if digest not in self._advertised:
+            self.record_workables(digest, names)
+            self._advertised.add(digest)
+        return digest
+
+    def register_worker(
+        self,
+        work_on: str,
+        pid: int,
+        hostname: str,
+        now: dt.datetime,
+        heartbeat_every: dt.timedelta | None = None,
+        *,
+        prefetch: bool = False,
+        workables: Collection_[str] | None = None,
+        sessions: Sequence[Document] = (),
+    ) -> ObjectId:
+        """:func:`.roster.register_worker`, the set ``workables`` advertised first."""
+        digest = None if workables is None else self.advertise(workables)
+        return self.call(
+            roster.register_worker,
+            work_on,
+            pid,
+            hostname,
+            now,
+            heartbeat_every,
+            prefetch=prefetch,
+            workables=digest,
+            sessions=sessions,
+        )
+
+    def ready_job_ids_by_group(
+        self,
+        now: dt.datetime,
+        limits: Mapping[str, int],
+        workables: Collection_[str] | None = None,
+    ) -> dict[str, list[Any]]:
+        """For each group ``g`` of ``limits``, up to ``limits[g]`` of its ready jobs (of
+        these ``workables``, or any if None), as :func:`.jobs.ready_job_ids` reads them:
+        in one command per :data:`.jobs.GROUPS_PER_READ` groups
+        (:func:`.jobs.union_of_ready`), whatever the number of groups; group by group
+        on a server that refused a union once."""
+        wanted = [(group, limit) for group, limit in limits.items() if limit > 0]
+        found: dict[str, list[Any]] = {group: [] for group in limits}
+        for start in range(0, len(wanted), GROUPS_PER_READ):
+            chunk = wanted[start : start + GROUPS_PER_READ]
+            union = None if self._union_refused else self.union_of_ready(now, chunk, workables)
+            self._union_refused = union is None
+            for document in union or []:
+                found[document["group"]].append(document["_id"])
+            if union is None:
+                for group, limit in chunk:
+                    found[group] = self.ready_job_ids(now, group, limit, workables)
+        return found
+
+    def progress_writes_within(self, seconds: float) -> AbstractContextManager[None]:
+        """:func:`.progress.progress_writes_within`."""
+        return progress_writes_within(seconds)
 
     @untranslated
     def call(self, verb: Callable[P, Steps[T]], /, *args: P.args, **options: P.kwargs) -> T:

@@ -12,10 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pymongo.collection import Collection
-
 from recruiter.store.base import Document
 from recruiter.store.ready import ready_query
+from recruiter.store.steps import Steps, aggregate, find, send
 
 RECENT_SAMPLE = 10_000
 """The most archived jobs read to compute the last minute's figures."""
@@ -69,123 +68,124 @@ class ReadyCount:
     since: dt.datetime | None
 
 
-class AnalyticsVerbs:
-    """Counts and samples of ``scheduled`` and ``archived``."""
+def count_unfinished(now: dt.datetime, group: str | None = None) -> Steps[dict[str, int]]:
+    """How many jobs are in each unfinished state, of ``group`` or of all."""
+    where: Document = {} if group is None else {"group": group}
+    counts = {}
+    for state, query in unfinished_state_queries(now).items():
+        counts[state] = yield from send("scheduled", "count_documents", {**where, **query})
+    return counts
 
-    scheduled: Collection[Document]
-    archived: Collection[Document]
 
-    def count_unfinished(self, now: dt.datetime, group: str | None = None) -> dict[str, int]:
-        """How many jobs are in each unfinished state, of ``group`` or of all."""
-        where: Document = {} if group is None else {"group": group}
-        return {
-            state: self.scheduled.count_documents({**where, **query})
-            for state, query in unfinished_state_queries(now).items()
-        }
+def count_unfinished_by_group(
+    now: dt.datetime, states: tuple[str, ...] = UNFINISHED_STATES
+) -> Steps[dict[str, dict[str, int]]]:
+    """For each of ``states``, how many jobs of each group are in it: one aggregation
+    a state, the handed-out and running ones in one together (the locked jobs)."""
+    queries = unfinished_state_queries(now)
+    locked = (yield from _count_locked_by_group()) if set(states) & set(LOCKED_STATES) else {}
+    counts = {}
+    for state in states:
+        if state in LOCKED_STATES:
+            counts[state] = locked[state]
+        else:
+            by_group = yield from count_by("scheduled", "group", queries[state])
+            counts[state] = {str(group): n for group, n in by_group.items()}
+    return counts
 
-    def count_unfinished_by_group(
-        self, now: dt.datetime, states: tuple[str, ...] = UNFINISHED_STATES
-    ) -> dict[str, dict[str, int]]:
-        """For each of ``states``, how many jobs of each group are in it: one aggregation
-        a state, the handed-out and running ones in one together (the locked jobs)."""
-        queries = unfinished_state_queries(now)
-        locked = self._count_locked_by_group() if set(states) & set(LOCKED_STATES) else {}
-        return {
-            state: locked[state]
-            if state in LOCKED_STATES
-            else {str(g): n for g, n in self.count_by("scheduled", "group", queries[state]).items()}
-            for state in states
-        }
 
-    def _count_locked_by_group(self) -> dict[str, dict[str, int]]:
-        """The locked jobs of each group, handed out (not started) or running, in one
-        aggregation on the ``locked`` field."""
-        pipeline: list[Document] = [
-            {"$match": {"locked": True}},
-            {
-                "$group": {
-                    # false for a missing start (MongoDB and the test server; mongomock
-                    # leaves the key out, read as not started)
-                    "_id": {"group": "$group", "started": {"$gt": ["$lock.started_at", None]}},
-                    "count": {"$sum": 1},
-                }
-            },
-        ]
-        counts: dict[str, dict[str, int]] = {state: {} for state in LOCKED_STATES}
-        for document in self.scheduled.aggregate(pipeline):
-            key = document["_id"]
-            state = "running" if key.get("started") is True else "handed out"
-            group = str(_hashable(key.get("group")))
-            counts[state][group] = counts[state].get(group, 0) + document["count"]
-        return counts
+def _count_locked_by_group() -> Steps[dict[str, dict[str, int]]]:
+    """The locked jobs of each group, handed out (not started) or running, in one
+    aggregation on the ``locked`` field."""
+    pipeline: list[Document] = [
+        {"$match": {"locked": True}},
+        {
+            "$group": {
+                # false for a missing start (MongoDB and the test server; mongomock
+                # leaves the key out, read as not started)
+                "_id": {"group": "$group", "started": {"$gt": ["$lock.started_at", None]}},
+                "count": {"$sum": 1},
+            }
+        },
+    ]
+    counts: dict[str, dict[str, int]] = {state: {} for state in LOCKED_STATES}
+    for document in (yield from aggregate("scheduled", pipeline)):
+        key = document["_id"]
+        state = "running" if key.get("started") is True else "handed out"
+        group = str(_hashable(key.get("group")))
+        counts[state][group] = counts[state].get(group, 0) + document["count"]
+    return counts
 
-    def count_ready(self, now: dt.datetime) -> list[ReadyCount]:
-        """How many jobs are ready, by group and workable, and when the oldest of each
-        fell due: one aggregation over the ready jobs (on the ``ready`` index), from
-        which both the groups' counts and the jobs no worker can run are told."""
-        pipeline: list[Document] = [
-            {"$match": ready_query(now)},
-            {
-                "$group": {
-                    "_id": {"group": "$group", "workable": "$workable.class"},
-                    "jobs": {"$sum": 1},
-                    "since": {"$min": "$scheduled_at"},
-                }
-            },
-        ]
-        counts = []
-        for document in self.scheduled.aggregate(pipeline):
-            key = document["_id"] if isinstance(document["_id"], dict) else {}
-            since = document.get("since")
-            counts.append(
-                ReadyCount(
-                    _hashable(key.get("group")),
-                    _hashable(key.get("workable")),
-                    int(document["jobs"]),
-                    since if isinstance(since, dt.datetime) else None,
-                )
+
+def count_ready(now: dt.datetime) -> Steps[list[ReadyCount]]:
+    """How many jobs are ready, by group and workable, and when the oldest of each
+    fell due: one aggregation over the ready jobs (on the ``ready`` index), from
+    which both the groups' counts and the jobs no worker can run are told."""
+    pipeline: list[Document] = [
+        {"$match": ready_query(now)},
+        {
+            "$group": {
+                "_id": {"group": "$group", "workable": "$workable.class"},
+                "jobs": {"$sum": 1},
+                "since": {"$min": "$scheduled_at"},
+            }
+        },
+    ]
+    counts = []
+    for document in (yield from aggregate("scheduled", pipeline)):
+        key = document["_id"] if isinstance(document["_id"], dict) else {}
+        since = document.get("since")
+        counts.append(
+            ReadyCount(
+                _hashable(key.get("group")),
+                _hashable(key.get("workable")),
+                int(document["jobs"]),
+                since if isinstance(since, dt.datetime) else None,
             )
-        return counts
+        )
+    return counts
 
-    def recently_finished(
-        self, since: dt.datetime, group: str | None = None, limit: int = RECENT_SAMPLE
-    ) -> list[Document]:
-        """The last executions of jobs archived since ``since`` (at most ``limit``): what
-        throughput, latency and execution time are computed from."""
-        query: Document = {"archived_at": {"$gte": since}, "why": {"$exists": True}}
-        if group is not None:
-            query["group"] = group
-        fields = {"archived_at": 1, "last_execution": 1, "why": 1, "group": 1}
-        found: dict[Any, Document] = {}
-        # finished jobs wait in scheduled until the cleaner moves them: read both
-        for source in (self.scheduled, self.archived):
-            cursor = source.find(query, fields).sort("archived_at", -1).limit(limit)
-            found.update((document["_id"], document) for document in cursor)
-        return list(found.values())
 
-    def count_by(self, collection: str, field: str, query: Mapping[str, Any]) -> dict[Any, int]:
-        """How many documents of ``collection`` have each value of ``field``."""
-        pipeline: list[Document] = [
-            {"$match": dict(query)},
-            {"$group": {"_id": f"${field}", "count": {"$sum": 1}}},
-        ]
-        source = self.scheduled if collection == "scheduled" else self.archived
-        counts: dict[Any, int] = {}
-        for document in source.aggregate(pipeline):
-            value = _hashable(document["_id"])
-            counts[value] = counts.get(value, 0) + document["count"]
-        return counts
+def recently_finished(
+    since: dt.datetime, group: str | None = None, limit: int = RECENT_SAMPLE
+) -> Steps[list[Document]]:
+    """The last executions of jobs archived since ``since`` (at most ``limit``): what
+    throughput, latency and execution time are computed from."""
+    query: Document = {"archived_at": {"$gte": since}, "why": {"$exists": True}}
+    if group is not None:
+        query["group"] = group
+    fields = {"archived_at": 1, "last_execution": 1, "why": 1, "group": 1}
+    found: dict[Any, Document] = {}
+    # finished jobs wait in scheduled until the cleaner moves them: read both
+    for where in ("scheduled", "archived"):
+        latest = yield from find(where, query, fields, sort=[("archived_at", -1)], limit=limit)
+        found.update((document["_id"], document) for document in latest)
+    return list(found.values())
 
-    def finished_by_group(self, since: dt.datetime) -> dict[tuple[Any, Any], int]:
-        """How many jobs of the archive finished since ``since``, by group and why (on the
-        archive's ``archived_at`` index)."""
-        pipeline: list[Document] = [
-            {"$match": {"archived_at": {"$gte": since}}},
-            {"$group": {"_id": {"group": "$group", "why": "$why"}, "count": {"$sum": 1}}},
-        ]
-        counts: dict[tuple[Any, Any], int] = {}
-        for document in self.archived.aggregate(pipeline):
-            key = document["_id"] if isinstance(document["_id"], dict) else {}
-            both = (_hashable(key.get("group")), _hashable(key.get("why")))
-            counts[both] = counts.get(both, 0) + document["count"]
-        return counts
+
+def count_by(collection: str, field: str, query: Mapping[str, Any]) -> Steps[dict[Any, int]]:
+    """How many documents of ``collection`` have each value of ``field``."""
+    pipeline: list[Document] = [
+        {"$match": dict(query)},
+        {"$group": {"_id": f"${field}", "count": {"$sum": 1}}},
+    ]
+    counts: dict[Any, int] = {}
+    for document in (yield from aggregate(collection, pipeline)):
+        value = _hashable(document["_id"])
+        counts[value] = counts.get(value, 0) + document["count"]
+    return counts
+
+
+def finished_by_group(since: dt.datetime) -> Steps[dict[tuple[Any, Any], int]]:
+    """How many jobs of the archive finished since ``since``, by group and why (on the
+    archive's ``archived_at`` index)."""
+    pipeline: list[Document] = [
+        {"$match": {"archived_at": {"$gte": since}}},
+        {"$group": {"_id": {"group": "$group", "why": "$why"}, "count": {"$sum": 1}}},
+    ]
+    counts: dict[tuple[Any, Any], int] = {}
+    for document in (yield from aggregate("archived", pipeline)):
+        key = document["_id"] if isinstance(document["_id"], dict) else {}
+        both = (_hashable(key.get("group")), _hashable(key.get("why")))
+        counts[both] = counts.get(both, 0) + document["count"]
+    return counts

@@ -16,23 +16,26 @@ from typing import Any, ParamSpec, TypeVar
 
 from bson.codec_options import CodecOptions
 from bson.errors import BSONError
-from pymongo import AsyncMongoClient, ReadPreference
+from pymongo import AsyncMongoClient, ReadPreference, UpdateOne
 from pymongo.asynchronous.cursor import AsyncCursor
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import PyMongoError
 
 from recruiter.clock import DatabaseClock
 from recruiter.store import fate_write_concern
-from recruiter.store.base import Document
+from recruiter.store.base import Document, on_mongomock, update_each, update_ids
 from recruiter.store.failures import raise_from_verb
 from recruiter.store.steps import (
     HELLO_OPTIONS,
+    Aggregate,
     Call,
+    CollectionStep,
     Find,
     Send,
     Sleep,
     Step,
     Steps,
+    UpdateEach,
     collection_of,
     find_arguments,
     local_time,
@@ -66,13 +69,8 @@ async def drive_awaited(
 
 
 async def _answer(step: Step, database: Any, verbs: Any, sleep: Sleeper) -> Any:
-    if isinstance(step, Send):
-        collection = collection_of(database, verbs, step.collection)
-        return await _awaited(getattr(collection, step.method)(*step.args, **step.options))
-    if isinstance(step, Find):
-        args, options = find_arguments(step)
-        cursor = collection_of(database, verbs, step.collection).find(*args, **options)
-        return await cursor.to_list() if isinstance(cursor, AsyncCursor) else list(cursor)
+    if isinstance(step, CollectionStep):
+        return await _answer_of(step, collection_of(database, verbs, step.collection))
     if isinstance(step, Call):
         if verbs is None:
             return await drive_awaited(step.verb(*step.args, **step.options), database, None, sleep)
@@ -85,6 +83,29 @@ async def _answer(step: Step, database: Any, verbs: Any, sleep: Sleeper) -> Any:
     except NotImplementedError:  # mongomock has no hello
         return None
     return local_time(reply)
+
+
+async def _answer_of(step: CollectionStep, collection: Any) -> Any:
+    mock = on_mongomock(collection)
+    if isinstance(step, Send):
+        return await _awaited(getattr(collection, step.method)(*step.args, **step.options))
+    if isinstance(step, Find):
+        args, options = find_arguments(step)
+        cursor = collection.find(*args, **options)
+        cursor = cursor if step.hint is None else cursor.hint(step.hint)
+        return await cursor.to_list() if isinstance(cursor, AsyncCursor) else list(cursor)
+    if isinstance(step, Aggregate):
+        cursor = await _awaited(collection.aggregate(step.pipeline, **step.options))
+        return list(cursor) if mock else await cursor.to_list()
+    if isinstance(step, UpdateEach):
+        if mock:
+            return update_each(collection, step.statements)
+        operations = [UpdateOne(f, u) for f, u in step.statements]
+        return (await collection.bulk_write(operations, ordered=step.ordered)).modified_count
+    if mock:
+        return update_ids(collection, step.ids, step.filter, step.update)
+    query = {"_id": {"$in": step.ids}, **step.filter}
+    return (await collection.update_many(query, step.update)).modified_count
 
 
 async def _awaited(value: Any) -> Any:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pymongo import UpdateOne
 from pymongo.collection import Collection
 
 Document = dict[str, Any]
+SCHEDULED, ARCHIVED = "scheduled", "archived"
 
 ONE_REPLY = 100_000
 """A read's batch size when a round needs all it matches: one reply (the server caps a
@@ -47,3 +48,15 @@ def update_each(
         return sum(collection.update_one(f, u).modified_count for f, u in statements)
     operations = [UpdateOne(f, u) for f, u in statements]
     return collection.bulk_write(operations, ordered=ordered).modified_count
+
+
+def update_ids(
+    collection: Collection[Document], ids: Sequence[Any], filter: Mapping[str, Any], update: Any
+) -> int:
+    """Apply ``update`` to each document of ``ids`` that ``filter`` matches, in one
+    command; return how many were modified. On mongomock, whose ``update_many`` stores
+    one and the same dict in every document it matches, one update after the other."""
+    if on_mongomock(collection):
+        return sum(collection.update_one({"_id": i, **filter}, update).modified_count for i in ids)
+    query = {"_id": {"$in": list(ids)}, **filter}
+    return collection.update_many(query, update).modified_count

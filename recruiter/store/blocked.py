@@ -14,41 +14,28 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
-from pymongo.collection import Collection
-
 from recruiter.job_record import Job
 from recruiter.states import SUCCEEDED
-from recruiter.store.base import ONE_REPLY, Document
+from recruiter.store.base import ARCHIVED, ONE_REPLY, SCHEDULED, Document
 from recruiter.store.jobs import find_job
 from recruiter.store.steps import Steps, call, find, send
 
 BLOCKED_FIELDS = {"after": 1, "waiting_for": 1, "dependencies": 1, "batch": 1, "followed": 1}
 ENDED_FIELDS = {"why": 1, "batch": 1, "followed": 1, "last_execution": 1}
-SCHEDULED, ARCHIVED = "scheduled", "archived"
 
 
-class BlockedVerbs:
-    """The sweep's reads of blocked jobs (the other verbs are steps, below)."""
-
-    scheduled: Collection[Document]
-
-    def blocked_jobs(self) -> list[Document]:
-        """Every blocked job, read on the sparse ``waiting_for`` index: the sweep's.
-
-        A list, read whole here: a failure of the read is translated at the seam like
-        any (a generator would raise the driver's own errors to its caller, later)."""
-        query = {"waiting_for": {"$exists": True}}
-        return list(self.scheduled.find(query, BLOCKED_FIELDS).batch_size(ONE_REPLY))
-
-    def unfinished_among(self, job_ids: Sequence[Any], session: Any = None) -> set[Any]:
-        """Those of ``job_ids`` that have not ended (an unfinished job is never archived)."""
-        if not job_ids:
-            return set()
-        query = {"_id": {"$in": list(job_ids)}, "why": {"$exists": False}}
-        return {d["_id"] for d in self.scheduled.find(query, {"_id": 1}, session=session)}
+def blocked_jobs() -> Steps[list[Document]]:
+    """Every blocked job, read on the sparse ``waiting_for`` index: the sweep's."""
+    query = {"waiting_for": {"$exists": True}}
+    return (yield from find(SCHEDULED, query, BLOCKED_FIELDS, batch_size=ONE_REPLY))
 
 
-# --- the verbs written as steps (recruiter.store.steps), for both stores -------------
+def unfinished_among(job_ids: Sequence[Any], *, session: Any = None) -> Steps[set[Any]]:
+    """Those of ``job_ids`` that have not ended (an unfinished job is never archived)."""
+    if not job_ids:
+        return set()
+    query = {"_id": {"$in": list(job_ids)}, "why": {"$exists": False}}
+    return {d["_id"] for d in (yield from find(SCHEDULED, query, {"_id": 1}, session=session))}
 
 
 def mark_followed(job_ids: Sequence[Any], *, session: Any = None) -> Steps[None]:

@@ -11,40 +11,38 @@ from __future__ import annotations
 
 import datetime as dt
 
-from pymongo.collection import Collection
-
-from recruiter.store.base import Document, aware
+from recruiter.store.base import aware
+from recruiter.store.steps import Steps, find_one, send
 
 DEDUP_MEMORY = dt.timedelta(days=7)
 
 
-class DedupVerbs:
-    """Operations on ``dedup``."""
+def record_deduplicated_run(key: str, started_at: dt.datetime, now: dt.datetime) -> Steps[None]:
+    """A job with deduplication ``key``, started at ``started_at``, succeeded."""
+    yield from _record(f"job:{key}", started_at, now)
 
-    dedup: Collection[Document]
 
-    def record_deduplicated_run(self, key: str, started_at: dt.datetime, now: dt.datetime) -> None:
-        """A job with deduplication ``key``, started at ``started_at``, succeeded."""
-        self._record(f"job:{key}", started_at, now)
+def deduplicated_run_since(key: str) -> Steps[dt.datetime | None]:
+    """The latest start of a job with this key that succeeded, if remembered."""
+    return (yield from _read(f"job:{key}"))
 
-    def deduplicated_run_since(self, key: str) -> dt.datetime | None:
-        """The latest start of a job with this key that succeeded, if remembered."""
-        return self._read(f"job:{key}")
 
-    def record_root_run(self, signature: str, at: dt.datetime, now: dt.datetime) -> None:
-        """A root job of ``signature``, scheduled at ``at``, succeeded."""
-        self._record(f"root:{signature}", at, now)
+def record_root_run(signature: str, at: dt.datetime, now: dt.datetime) -> Steps[None]:
+    """A root job of ``signature``, scheduled at ``at``, succeeded."""
+    yield from _record(f"root:{signature}", at, now)
 
-    def latest_root_run(self, signature: str) -> dt.datetime | None:
-        """When the latest root of ``signature`` that succeeded was scheduled."""
-        return self._read(f"root:{signature}")
 
-    def _record(self, key: str, at: dt.datetime, now: dt.datetime) -> None:
-        self.dedup.update_one(
-            {"_id": key}, {"$max": {"at": at}, "$set": {"recorded_at": now}}, upsert=True
-        )
+def latest_root_run(signature: str) -> Steps[dt.datetime | None]:
+    """When the latest root of ``signature`` that succeeded was scheduled."""
+    return (yield from _read(f"root:{signature}"))
 
-    def _read(self, key: str) -> dt.datetime | None:
-        document = self.dedup.find_one({"_id": key})
-        at = None if document is None else document.get("at")
-        return aware(at) if isinstance(at, dt.datetime) else None
+
+def _record(key: str, at: dt.datetime, now: dt.datetime) -> Steps[None]:
+    update = {"$max": {"at": at}, "$set": {"recorded_at": now}}
+    yield from send("dedup", "update_one", {"_id": key}, update, upsert=True)
+
+
+def _read(key: str) -> Steps[dt.datetime | None]:
+    document = yield from find_one("dedup", {"_id": key})
+    at = None if document is None else document.get("at")
+    return aware(at) if isinstance(at, dt.datetime) else None

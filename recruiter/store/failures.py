@@ -121,35 +121,12 @@ def translated(method: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def in_the_callers_transaction(method: F) -> F:
-    """Mark a verb that runs in the application's own transaction (its ``session``):
-    the driver's errors reach the application as they are, with their labels, so that
-    its ``with_transaction`` retries a transient one; only a server that cannot hold a
-    transaction at all is said in the project's words (:class:`TransactionsUnavailable`)."""
-
-    @functools.wraps(method)
-    def wrapper(*arguments: Any, **options: Any) -> Any:
-        try:
-            return method(*arguments, **options)
-        except OperationFailure as error:
-            raise _in_transaction(error) from error
-
-    wrapper.__dict__[_UNTRANSLATED] = True
-    return wrapper  # type: ignore[return-value]
-
-
-def _in_transaction(error: OperationFailure) -> Exception:
-    """The error to raise in the caller's transaction: the driver's own, but a server
-    that holds no transactions at all."""
-    if error.code == NO_TRANSACTIONS_HERE:
-        return TransactionsUnavailable(str(error))
-    return error
-
-
 def raise_from_verb(error: PyMongoError | BSONError, *, in_transaction: bool) -> NoReturn:
     """Raise what a verb raises for the driver's ``error``: the project's kind, or, in
-    the application's transaction, the driver's own (as
-    :func:`in_the_callers_transaction` says)."""
+    the application's transaction (its ``session``), the driver's own, with its labels,
+    so that its ``with_transaction`` retries a transient one; only a server that cannot
+    hold a transaction at all is said in the project's words
+    (:class:`TransactionsUnavailable`)."""
     if not in_transaction:
         raise translate(error) from error
     if isinstance(error, OperationFailure) and error.code == NO_TRANSACTIONS_HERE:
@@ -167,33 +144,11 @@ def untranslated(method: F) -> F:
 
 def translate_methods(cls: type[Any]) -> type[Any]:
     """Wrap every public method of ``cls`` (inherited ones too) with :func:`translated`,
-    but those run in the caller's transaction when given its ``session``
-    (:func:`translated_unless_in_a_transaction`) and those marked :func:`untranslated`."""
+    but those marked :func:`untranslated`."""
     for name, member in inspect.getmembers(cls, inspect.isfunction):
         if not name.startswith("_") and not getattr(member, _UNTRANSLATED, False):
-            setattr(cls, name, _wrapped(member))
+            setattr(cls, name, translated(member))
     return cls
-
-
-def _wrapped(method: F) -> F:
-    session = inspect.signature(method).parameters.get("session")
-    if session is not None and session.default is None:
-        return translated_unless_in_a_transaction(method)
-    return translated(method)
-
-
-def translated_unless_in_a_transaction(method: F) -> F:
-    """A method that runs in the application's transaction when given its ``session``:
-    then as :func:`in_the_callers_transaction`, else :func:`translated`."""
-    signature = inspect.signature(method)
-    inside, outside = in_the_callers_transaction(method), translated(method)
-
-    @functools.wraps(method)
-    def wrapper(*arguments: Any, **options: Any) -> Any:
-        given = signature.bind_partial(*arguments, **options).arguments.get("session")
-        return (outside if given is None else inside)(*arguments, **options)
-
-    return wrapper  # type: ignore[return-value]
 
 
 def is_transient(error: BaseException) -> bool:

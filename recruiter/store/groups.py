@@ -15,12 +15,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pymongo.collection import Collection
-
 from recruiter.groups import GroupSettings
-from recruiter.store.base import Document, aware, update_each
+from recruiter.store.base import Document, aware
 from recruiter.store.ready import ready_query
-from recruiter.store.steps import Steps, find, send
+from recruiter.store.steps import Steps, aggregate, find, send, update_each
 
 
 @dataclass(frozen=True)
@@ -46,42 +44,33 @@ class GroupRecord:
         )
 
 
-class GroupVerbs:
-    """Operations on ``groups``, and the counts of ``scheduled`` that limits need."""
-
-    groups: Collection[Document]
-    scheduled: Collection[Document]
-
-    def record_starts(self, starts: Mapping[str, tuple[Sequence[dt.datetime], int]]) -> None:
-        """Append hand-outs to groups' starts: ``{group: (times, keep)}`` appends
-        ``times`` to the group's starts and keeps its latest ``keep``; one command."""
-        update_each(
-            self.groups,
-            [
-                ({"_id": group}, {"$push": {"starts": {"$each": list(times), "$slice": -keep}}})
-                for group, (times, keep) in starts.items()
-                if times
-            ],
-        )
-
-    def locked_by_group(self, groups: Sized[str]) -> dict[str, int]:
-        """How many jobs of each of ``groups`` are locked: handed out or running."""
-        if not groups:
-            return {}
-        pipeline: list[Document] = [
-            {"$match": {"group": {"$in": list(groups)}, "locked": True}},
-            {"$group": {"_id": "$group", "locked": {"$sum": 1}}},
-        ]
-        return {d["_id"]: d["locked"] for d in self.scheduled.aggregate(pipeline)}
-
-    def ready_groups(self, now: dt.datetime, workables: Sized[str] | None = None) -> list[str]:
-        """The groups with a job ready to run by ``now`` (of these ``workables``, or any
-        if None)."""
-        groups: list[Any] = self.scheduled.distinct("group", ready_query(now, None, workables))
-        return sorted(g for g in groups if isinstance(g, str))
+def record_starts(starts: Mapping[str, tuple[Sequence[dt.datetime], int]]) -> Steps[None]:
+    """Append hand-outs to groups' starts: ``{group: (times, keep)}`` appends
+    ``times`` to the group's starts and keeps its latest ``keep``; one command."""
+    statements = [
+        ({"_id": group}, {"$push": {"starts": {"$each": list(times), "$slice": -keep}}})
+        for group, (times, keep) in starts.items()
+        if times
+    ]
+    yield from update_each("groups", statements)
 
 
-# --- the verbs written as steps (recruiter.store.steps), for both stores -------------
+def locked_by_group(groups: Sized[str]) -> Steps[dict[str, int]]:
+    """How many jobs of each of ``groups`` are locked: handed out or running."""
+    if not groups:
+        return {}
+    pipeline: list[Document] = [
+        {"$match": {"group": {"$in": list(groups)}, "locked": True}},
+        {"$group": {"_id": "$group", "locked": {"$sum": 1}}},
+    ]
+    return {d["_id"]: d["locked"] for d in (yield from aggregate("scheduled", pipeline))}
+
+
+def ready_groups(now: dt.datetime, workables: Sized[str] | None = None) -> Steps[list[str]]:
+    """The groups with a job ready to run by ``now`` (of these ``workables``, or any
+    if None)."""
+    groups = yield from send("scheduled", "distinct", "group", ready_query(now, None, workables))
+    return sorted(g for g in groups if isinstance(g, str))
 
 
 def set_group_settings(

@@ -2,7 +2,7 @@
 
 Finishing a job is crash-safe without transactions: the conditional update that sets
 ``why`` is the commit point; moving finished documents from ``scheduled`` to
-``archived`` comes after, in batches (:meth:`Store.archive_finished`, run by the
+``archived`` comes after, in batches (:func:`archive_finished`, run by the
 cleaner), as an insert then a delete, so a crash in between leaves a copy in both,
 never in neither.
 """
@@ -15,8 +15,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bson import ObjectId
-from pymongo.collection import Collection
-from pymongo.database import Database
 from pymongo.errors import BulkWriteError, OperationFailure
 
 from recruiter.errors import (
@@ -24,195 +22,170 @@ from recruiter.errors import (
 )
 from recruiter.job import as_object_id
 from recruiter.job_record import Job
-from recruiter.store.base import ONE_REPLY, Document, aware
+from recruiter.store.base import ARCHIVED, ONE_REPLY, SCHEDULED, Document, aware
 from recruiter.store.ready import DUE_ORDER, READY_ORDER, ready_query
-from recruiter.store.steps import Steps, call, find, send
+from recruiter.store.steps import Steps, aggregate, call, find, find_one, send
 
 DUPLICATE_KEY = 11000
 ARCHIVE_BATCH = 500
 PURGE_BATCH = 5_000
 DEDUP_INSERT_TRIES = 5
 GROUPS_PER_READ = 100
-"""Groups read in one command by :meth:`JobVerbs.ready_job_ids_by_group`: one branch of a
-``$unionWith`` each, well within MongoDB's limit of 1,000 stages per pipeline."""
+"""Groups read in one command by :meth:`recruiter.store.Store.ready_job_ids_by_group`:
+one branch of a ``$unionWith`` each, well within MongoDB's limit of 1,000 stages per pipeline."""
 UNRECOGNIZED_STAGE = 40324
 """The error of a server before MongoDB 4.4 asked for ``$unionWith``."""
 
 
-class JobVerbs:
-    """Operations on ``scheduled`` and ``archived``."""
+# --- the recruiter's side -----------------------------------------------------------
 
-    database: Database[Document]
-    scheduled: Collection[Document]
-    archived: Collection[Document]
-    _no_union = False
-    """The server refused ``$unionWith``: read ready jobs group by group."""
 
-    # --- the recruiter's side -------------------------------------------------------
+def ready_job_ids(
+    now: dt.datetime, group: str | None, limit: int, workables: Collection_[str] | None = None
+) -> Steps[list[Any]]:
+    """Up to ``limit`` unlocked jobs due by ``now`` in :data:`READY_ORDER` (of any
+    group if None; of these ``workables``, or any if None).
 
-    def ready_job_ids(
-        self,
-        now: dt.datetime,
-        group: str | None,
-        limit: int,
-        workables: Collection_[str] | None = None,
-    ) -> list[Any]:
-        """Up to ``limit`` unlocked jobs due by ``now`` in :data:`READY_ORDER` (of any
-        group if None; of these ``workables``, or any if None).
+    Jobs of the same priority due in the same millisecond come in index order.
+    """
+    if limit <= 0:
+        return []  # (a limit of 0 means none to the server)
+    query = ready_query(now, group, workables)
+    order = list(READY_ORDER.items())
+    size = min(limit, ONE_REPLY)
+    found = yield from find(SCHEDULED, query, {"_id": 1}, sort=order, limit=limit, batch_size=size)
+    return [document["_id"] for document in found]
 
-        Jobs of the same priority due in the same millisecond come in index order.
-        """
-        if limit <= 0:
-            return []  # (a limit of 0 means none to the server)
-        cursor = self.scheduled.find(ready_query(now, group, workables), {"_id": 1})
-        cursor = cursor.sort(READY_ORDER).limit(limit).batch_size(min(limit, ONE_REPLY))
-        return [document["_id"] for document in cursor]
 
-    def ready_job_ids_by_group(
-        self,
-        now: dt.datetime,
-        limits: Mapping[str, int],
-        workables: Collection_[str] | None = None,
-    ) -> dict[str, list[Any]]:
-        """For each group ``g`` of ``limits``, up to ``limits[g]`` of its ready jobs (of
-        these ``workables``, or any if None), as :meth:`ready_job_ids` would read them:
-        in one command per :data:`GROUPS_PER_READ` groups, whatever the number of groups.
+def union_of_ready(
+    now: dt.datetime, chunk: Sequence[tuple[str, int]], workables: Collection_[str] | None
+) -> Steps[list[Document] | None]:
+    """For each ``(group, limit)`` of ``chunk``, up to ``limit`` of the group's ready jobs
+    (their ``_id`` and ``group``), as :func:`ready_job_ids` reads them, in one command:
+    each group a branch of a ``$unionWith``, read on the ready index with its own limit,
+    so a round examines the keys it hands out and no more. ``None`` from a server without
+    ``$unionWith`` (mongomock, MongoDB before 4.4)."""
 
-        Each group is a branch of a ``$unionWith``, read on the ready index with its own
-        limit, so a round examines the keys it hands out and no more. A server without
-        ``$unionWith`` (mongomock, MongoDB before 4.4) is read group by group.
-        """
-        wanted = [(group, limit) for group, limit in limits.items() if limit > 0]
-        found: dict[str, list[Any]] = {group: [] for group in limits}
-        for start in range(0, len(wanted), GROUPS_PER_READ):
-            chunk = wanted[start : start + GROUPS_PER_READ]
-            for document in self._union_of_ready(now, chunk, workables):
-                found[document["group"]].append(document["_id"])
-        return found
-
-    def _union_of_ready(
-        self, now: dt.datetime, chunk: list[tuple[str, int]], workables: Collection_[str] | None
-    ) -> list[Document]:
-        def branch(group: str, limit: int) -> list[Document]:
-            return [
-                {"$match": ready_query(now, group, workables)},
-                {"$sort": READY_ORDER},
-                {"$limit": limit},
-                {"$project": {"group": 1}},
-            ]
-
-        if not self._no_union:
-            (first, first_limit), rest = chunk[0], chunk[1:]
-            pipeline = branch(first, first_limit) + [
-                {"$unionWith": {"coll": self.scheduled.name, "pipeline": branch(*other)}}
-                for other in rest
-            ]
-            try:
-                return list(self.scheduled.aggregate(pipeline, batchSize=ONE_REPLY))
-            except NotImplementedError:  # mongomock
-                self._no_union = True
-            except OperationFailure as error:
-                if error.code != UNRECOGNIZED_STAGE:
-                    raise
-                self._no_union = True
+    def branch(group: str, limit: int) -> list[Document]:
         return [
-            {"_id": job_id, "group": group}
-            for group, limit in chunk
-            for job_id in self.ready_job_ids(now, group, limit, workables)
+            {"$match": ready_query(now, group, workables)},
+            {"$sort": READY_ORDER},
+            {"$limit": limit},
+            {"$project": {"group": 1}},
         ]
 
-    def next_due(self, now: dt.datetime) -> dt.datetime | None:
-        """When the first unlocked job not due by ``now`` will be due, if there is one."""
-        query = {"locked": False, "scheduled_at": {"$gt": now}}
-        cursor = self.scheduled.find(query, {"scheduled_at": 1}).sort(DUE_ORDER).limit(1)
-        due = next((document["scheduled_at"] for document in cursor), None)
-        return aware(due) if isinstance(due, dt.datetime) else None
-
-    def cancel_requested(self, job_ids: Sequence[Any]) -> set[Any]:
-        """Those of ``job_ids`` whose cancellation was asked for while they were locked."""
-        query = {"_id": {"$in": list(job_ids)}, "cancel_requested_at": {"$exists": True}}
-        return {document["_id"] for document in self.scheduled.find(query, {"_id": 1})}
-
-    def finished_document(self, job_id: Any) -> Document | None:
-        """A finished job's document, archived or about to be."""
-        for collection in (self.archived, self.scheduled):
-            document = collection.find_one({"_id": job_id, "why": {"$exists": True}})
-            if document is not None:
-                return document
+    (first, first_limit), rest = chunk[0], chunk[1:]
+    pipeline = branch(first, first_limit) + [
+        {"$unionWith": {"coll": SCHEDULED, "pipeline": branch(*other)}} for other in rest
+    ]
+    try:
+        return (yield from aggregate(SCHEDULED, pipeline, batchSize=ONE_REPLY))
+    except NotImplementedError:  # mongomock
+        return None
+    except OperationFailure as error:
+        if error.code != UNRECOGNIZED_STAGE:
+            raise
         return None
 
-    def claim_recovery(self, job_id: Any, new_id: Any) -> bool:
-        """Mark a finished job as recovered as ``new_id``, if it was not already: the
-        guard that makes a retry of many jobs, run twice, create each copy once.
 
-        The mark is written in ``archived`` only, after moving the job there if it was
-        not yet: a move under way (the cleaner's read, then its insert) copies what it
-        read, and a mark written in ``scheduled`` meanwhile would be lost with the
-        document it deletes.
-        """
-        self._archive_now(job_id)
-        guard = {"_id": job_id, "why": {"$exists": True}, "recovered_as": {"$exists": False}}
-        return (
-            self.archived.update_one(guard, {"$set": {"recovered_as": new_id}}).modified_count == 1
-        )
+def next_due(now: dt.datetime) -> Steps[dt.datetime | None]:
+    """When the first unlocked job not due by ``now`` will be due, if there is one."""
+    query = {"locked": False, "scheduled_at": {"$gt": now}}
+    order = list(DUE_ORDER.items())
+    found = yield from find(SCHEDULED, query, {"scheduled_at": 1}, sort=order, limit=1)
+    due = found[0]["scheduled_at"] if found else None
+    return aware(due) if isinstance(due, dt.datetime) else None
 
-    def mark_recovered_as(self, job_id: Any, new_id: Any) -> None:
-        """Name the job that does a recovered job's work (a waiting duplicate, say)."""
-        self._archive_now(job_id)
-        self.archived.update_one({"_id": job_id}, {"$set": {"recovered_as": new_id}})
 
-    def _archive_now(self, job_id: Any) -> None:
-        """Move one finished job to ``archived`` now, if it is still in ``scheduled``."""
-        document = self.scheduled.find_one({"_id": job_id, "why": {"$exists": True}})
+def cancel_requested(job_ids: Sequence[Any]) -> Steps[set[Any]]:
+    """Those of ``job_ids`` whose cancellation was asked for while they were locked."""
+    query = {"_id": {"$in": list(job_ids)}, "cancel_requested_at": {"$exists": True}}
+    return {document["_id"] for document in (yield from find(SCHEDULED, query, {"_id": 1}))}
+
+
+def finished_document(job_id: Any) -> Steps[Document | None]:
+    """A finished job's document, archived or about to be."""
+    for collection in (ARCHIVED, SCHEDULED):
+        document = yield from find_one(collection, {"_id": job_id, "why": {"$exists": True}})
         if document is not None:
-            self._move_to_archive([document])
-
-    # --- the archive ------------------------------------------------------------------
-
-    def purge_archived(self, archived_before: dt.datetime, limit: int = PURGE_BATCH) -> int:
-        """Delete up to ``limit`` archived jobs finished before ``archived_before``, oldest
-        first, in two commands (read, delete): a round stays short however large the
-        archive to purge."""
-        old = {"archived_at": {"$lt": archived_before}}
-        cursor = self.archived.find(old, {"_id": 1}).sort("archived_at", 1).limit(limit)
-        ids = [document["_id"] for document in cursor]
-        if not ids:
-            return 0
-        return self.archived.delete_many({**old, "_id": {"$in": ids}}).deleted_count
-
-    def archive_finished(self, limit: int = ARCHIVE_BATCH) -> int:
-        """Move up to ``limit`` finished jobs from ``scheduled`` to ``archived``, in three
-        commands (read, insert, delete); return how many."""
-        finished = list(self.scheduled.find({"why": {"$exists": True}}).limit(limit))
-        self._move_to_archive(finished)
-        return len(finished)
-
-    def _move_to_archive(self, documents: Sequence[Document]) -> None:
-        if not documents:
-            return
-        try:
-            self.archived.insert_many(list(documents), ordered=False)
-        except BulkWriteError as error:
-            # a copy already archived by an interrupted move is the same final document
-            others = [e for e in error.details["writeErrors"] if e["code"] != DUPLICATE_KEY]
-            if others:
-                raise
-        self.scheduled.delete_many(
-            {"_id": {"$in": [d["_id"] for d in documents]}, "why": {"$exists": True}}
-        )
-
-    # --- reading ----------------------------------------------------------------------
-
-    def count_jobs(self, collection: str, query: Mapping[str, Any] | None = None) -> int:
-        """How many documents of ``scheduled`` or ``archived`` match ``query``."""
-        if collection not in ("scheduled", "archived"):
-            raise ValueError(f"no job collection named {collection!r}")
-        return self.database[collection].count_documents(dict(query or {}))
+            return document
+    return None
 
 
-# --- the verbs written as steps (recruiter.store.steps), for both stores -------------
+def claim_recovery(job_id: Any, new_id: Any) -> Steps[bool]:
+    """Mark a finished job as recovered as ``new_id``, if it was not already: the
+    guard that makes a retry of many jobs, run twice, create each copy once.
 
-SCHEDULED, ARCHIVED = "scheduled", "archived"
+    The mark is written in ``archived`` only, after moving the job there if it was
+    not yet: a move under way (the cleaner's read, then its insert) copies what it
+    read, and a mark written in ``scheduled`` meanwhile would be lost with the
+    document it deletes.
+    """
+    yield from _archive_now(job_id)
+    guard = {"_id": job_id, "why": {"$exists": True}, "recovered_as": {"$exists": False}}
+    marked = yield from send(ARCHIVED, "update_one", guard, {"$set": {"recovered_as": new_id}})
+    return bool(marked.modified_count == 1)
+
+
+def mark_recovered_as(job_id: Any, new_id: Any) -> Steps[None]:
+    """Name the job that does a recovered job's work (a waiting duplicate, say)."""
+    yield from _archive_now(job_id)
+    yield from send(ARCHIVED, "update_one", {"_id": job_id}, {"$set": {"recovered_as": new_id}})
+
+
+def _archive_now(job_id: Any) -> Steps[None]:
+    """Move one finished job to ``archived`` now, if it is still in ``scheduled``."""
+    document = yield from find_one(SCHEDULED, {"_id": job_id, "why": {"$exists": True}})
+    if document is not None:
+        yield from _move_to_archive([document])
+
+
+# --- the archive ---------------------------------------------------------------------
+
+
+def purge_archived(archived_before: dt.datetime, limit: int = PURGE_BATCH) -> Steps[int]:
+    """Delete up to ``limit`` archived jobs finished before ``archived_before``, oldest
+    first, in two commands (read, delete): a round stays short however large the
+    archive to purge."""
+    old = {"archived_at": {"$lt": archived_before}}
+    oldest = yield from find(ARCHIVED, old, {"_id": 1}, sort=[("archived_at", 1)], limit=limit)
+    ids = [document["_id"] for document in oldest]
+    if not ids:
+        return 0
+    deleted = yield from send(ARCHIVED, "delete_many", {**old, "_id": {"$in": ids}})
+    return int(deleted.deleted_count)
+
+
+def archive_finished(limit: int = ARCHIVE_BATCH) -> Steps[int]:
+    """Move up to ``limit`` finished jobs from ``scheduled`` to ``archived``, in three
+    commands (read, insert, delete); return how many."""
+    finished = yield from find(SCHEDULED, {"why": {"$exists": True}}, limit=limit)
+    yield from _move_to_archive(finished)
+    return len(finished)
+
+
+def _move_to_archive(documents: Sequence[Document]) -> Steps[None]:
+    if not documents:
+        return
+    try:
+        yield from send(ARCHIVED, "insert_many", list(documents), ordered=False)
+    except BulkWriteError as error:
+        # a copy already archived by an interrupted move is the same final document
+        others = [e for e in error.details["writeErrors"] if e["code"] != DUPLICATE_KEY]
+        if others:
+            raise
+    moved = {"_id": {"$in": [d["_id"] for d in documents]}, "why": {"$exists": True}}
+    yield from send(SCHEDULED, "delete_many", moved)
+
+
+def count_jobs(collection: str, query: Mapping[str, Any] | None = None) -> Steps[int]:
+    """How many documents of ``scheduled`` or ``archived`` match ``query``."""
+    if collection not in (SCHEDULED, ARCHIVED):
+        raise ValueError(f"no job collection named {collection!r}")
+    return int((yield from send(collection, "count_documents", dict(query or {}))))
+
+
+# --- the producer's side, for both stores ---------------------------------------------
 
 
 def insert_jobs(documents: Sequence[Document], *, session: Any = None) -> Steps[list[Any]]:

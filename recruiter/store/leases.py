@@ -12,10 +12,9 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from pymongo.collection import Collection
 from pymongo.errors import DuplicateKeyError
 
-from recruiter.store.base import Document
+from recruiter.store.steps import Steps, find_one, send
 
 LEASE_HISTORY_LIMIT = 100
 
@@ -29,67 +28,70 @@ class Lease:
     history: tuple[dict[str, Any], ...]
 
 
-class LeaseVerbs:
-    """Operations on the leases in ``metadata``."""
+def acquire_or_renew(
+    name: str,
+    holder: str,
+    now: dt.datetime,
+    duration: dt.timedelta,
+    margin: dt.timedelta = dt.timedelta(0),
+) -> Steps[bool]:
+    """Renew the lease if ``holder`` holds it, else take it if free or expired.
 
-    metadata: Collection[Document]
-
-    def acquire_or_renew(
-        self,
-        name: str,
-        holder: str,
-        now: dt.datetime,
-        duration: dt.timedelta,
-        margin: dt.timedelta = dt.timedelta(0),
-    ) -> bool:
-        """Renew the lease if ``holder`` holds it, else take it if free or expired.
-
-        ``now`` is the earliest the time may be (a lease is expired only once that is
-        past it); the lease runs for ``duration`` from the latest, ``now + margin``.
-        """
-        lease_id = f"lease:{name}"
-        expires_at = now + margin + duration
-        renewed = self.metadata.update_one(
-            {"_id": lease_id, "holder": holder}, {"$set": {"expires_at": expires_at}}
-        )
-        if renewed.matched_count == 1:
-            return True
-        taken = {"holder": holder, "acquired_at": now, "expires_at": expires_at}
-        current = self.metadata.find_one({"_id": lease_id})
-        if current is None:
-            try:
-                self.metadata.insert_one({"_id": lease_id, **taken, "history": [taken]})
-            except DuplicateKeyError:
-                return False
-            return True
-        expired = current.get("expires_at")
-        if isinstance(expired, dt.datetime) and expired > now:
+    ``now`` is the earliest the time may be (a lease is expired only once that is
+    past it); the lease runs for ``duration`` from the latest, ``now + margin``.
+    """
+    lease_id = f"lease:{name}"
+    expires_at = now + margin + duration
+    renewed = yield from send(
+        "metadata",
+        "update_one",
+        {"_id": lease_id, "holder": holder},
+        {"$set": {"expires_at": expires_at}},
+    )
+    if renewed.matched_count == 1:
+        return True
+    taken = {"holder": holder, "acquired_at": now, "expires_at": expires_at}
+    current = yield from find_one("metadata", {"_id": lease_id})
+    if current is None:
+        try:
+            yield from send(
+                "metadata", "insert_one", {"_id": lease_id, **taken, "history": [taken]}
+            )
+        except DuplicateKeyError:
             return False
-        # compare-and-swap on what was read: the history names whom this took over from
-        # and when that lease expired, so one leader at a time can be checked afterwards
-        entry = {**taken, "previous_holder": current.get("holder"), "previous_expires_at": expired}
-        history = {"$push": {"history": {"$each": [entry], "$slice": -LEASE_HISTORY_LIMIT}}}
-        result = self.metadata.update_one(
-            {"_id": lease_id, "holder": current.get("holder"), "expires_at": expired},
-            {"$set": taken, **history},
-        )
-        return result.matched_count == 1
+        return True
+    expired = current.get("expires_at")
+    if isinstance(expired, dt.datetime) and expired > now:
+        return False
+    # compare-and-swap on what was read: the history names whom this took over from
+    # and when that lease expired, so one leader at a time can be checked afterwards
+    entry = {**taken, "previous_holder": current.get("holder"), "previous_expires_at": expired}
+    history = {"$push": {"history": {"$each": [entry], "$slice": -LEASE_HISTORY_LIMIT}}}
+    result = yield from send(
+        "metadata",
+        "update_one",
+        {"_id": lease_id, "holder": current.get("holder"), "expires_at": expired},
+        {"$set": taken, **history},
+    )
+    return bool(result.matched_count == 1)
 
-    def release_lease(self, name: str, holder: str, now: dt.datetime) -> bool:
-        """Give the lease up at once, if ``holder`` holds it."""
-        result = self.metadata.update_one(
-            {"_id": f"lease:{name}", "holder": holder}, {"$set": {"expires_at": now}}
-        )
-        return result.modified_count == 1
 
-    def find_lease(self, name: str) -> Lease | None:
-        document = self.metadata.find_one({"_id": f"lease:{name}"})
-        if document is None:
-            return None
-        return Lease(
-            name,
-            str(document.get("holder")),
-            document["acquired_at"],
-            document["expires_at"],
-            tuple(document.get("history") or ()),
-        )
+def release_lease(name: str, holder: str, now: dt.datetime) -> Steps[bool]:
+    """Give the lease up at once, if ``holder`` holds it."""
+    owned = {"_id": f"lease:{name}", "holder": holder}
+    result = yield from send("metadata", "update_one", owned, {"$set": {"expires_at": now}})
+    return bool(result.modified_count == 1)
+
+
+def find_lease(name: str) -> Steps[Lease | None]:
+    """The lease ``name`` as it stands, or ``None`` if never taken."""
+    document = yield from find_one("metadata", {"_id": f"lease:{name}"})
+    if document is None:
+        return None
+    return Lease(
+        name,
+        str(document.get("holder")),
+        document["acquired_at"],
+        document["expires_at"],
+        tuple(document.get("history") or ()),
+    )

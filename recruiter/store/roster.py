@@ -10,16 +10,17 @@ each document and change event carries only its own entry of ``assigned_to``
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Mapping, Sequence
-from collections.abc import Collection as Collection_
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from bson import ObjectId
-from pymongo.collection import Collection
 
-from recruiter.store.base import ONE_REPLY, Document, update_each
+from recruiter.store.base import ONE_REPLY, Document
 from recruiter.store.sessions import session_ids
+from recruiter.store.steps import Steps, find, find_one, send, update_each
+
+ROSTER = "roster"
 
 MISSED_BEATS = 3
 """Heartbeats an available worker may miss before it is no longer handed jobs."""
@@ -166,202 +167,203 @@ def _millis(interval: dt.timedelta) -> int:
     return interval // dt.timedelta(milliseconds=1)
 
 
-class RosterVerbs:
-    """Operations on ``roster``."""
+def register_worker(
+    work_on: str,
+    pid: int,
+    hostname: str,
+    now: dt.datetime,
+    heartbeat_every: dt.timedelta | None = None,
+    *,
+    prefetch: bool = False,
+    workables: str | None = None,
+    sessions: Sequence[Document] = (),
+) -> Steps[ObjectId]:
+    """Add an available worker that heartbeats every ``heartbeat_every`` (and takes
+    several jobs at once, if ``prefetch``; only the workables of the set whose digest
+    is ``workables``, if given, see :mod:`recruiter.store.workables`; its transactions
+    run in the server sessions ``sessions``, see :class:`WorkerRecord`); return its id."""
+    worker_id = ObjectId()
+    beats = {} if heartbeat_every is None else {"heartbeat_ms": _millis(heartbeat_every)}
+    document = {
+        "_id": worker_id,
+        **beats,
+        **({"prefetch": True} if prefetch else {}),
+        **({"workables": workables} if workables is not None else {}),
+        **({"sessions": list(sessions)} if sessions else {}),
+        "work_on": work_on,
+        "available": True,
+        "available_since": now,
+        "last_seen_at": now,
+        "created_at": now,
+        "pid": pid,
+        "hostname": hostname,
+    }
+    yield from send(ROSTER, "insert_one", document)
+    return worker_id
 
-    roster: Collection[Document]
-    advertise: Callable[[Collection_[str]], str]
-    """(:class:`recruiter.store.workables.WorkableVerbs`)"""
 
-    def register_worker(
-        self,
-        work_on: str,
-        pid: int,
-        hostname: str,
-        now: dt.datetime,
-        heartbeat_every: dt.timedelta | None = None,
-        *,
-        prefetch: bool = False,
-        workables: Collection_[str] | None = None,
-        sessions: Sequence[Document] = (),
-    ) -> ObjectId:
-        """Add an available worker that heartbeats every ``heartbeat_every`` (and takes
-        several jobs at once, if ``prefetch``; only the workables named ``workables``, if given, see
-        :mod:`recruiter.store.workables`; its transactions run in the server sessions
-        ``sessions``, see :class:`WorkerRecord`); return its id."""
-        digest = None if workables is None else self.advertise(workables)
-        worker_id = ObjectId()
-        beats = {} if heartbeat_every is None else {"heartbeat_ms": _millis(heartbeat_every)}
-        self.roster.insert_one(
+def register_holder(
+    job_id: Any,
+    token: ObjectId,
+    now: dt.datetime,
+    *,
+    group: str,
+    pid: int,
+    hostname: str,
+    heartbeat_every: dt.timedelta | None = None,
+    sessions: Sequence[Document] = (),
+) -> Steps[ObjectId]:
+    """Add a worker that already holds ``job_id`` (locked with ``token``) and never
+    takes assignments: a manual run in another process, which heartbeats like a
+    worker, so the cleaner takes its job back if it dies (and kills its ``sessions``)."""
+    worker_id = ObjectId()
+    beats = {} if heartbeat_every is None else {"heartbeat_ms": _millis(heartbeat_every)}
+    document = {
+        "_id": worker_id,
+        **beats,
+        **({"sessions": list(sessions)} if sessions else {}),
+        "work_on": group,
+        "available": False,
+        "manual": True,
+        "assigned_to": {str(worker_id): job_id},
+        "assignment": {"token": token, "since": now},
+        "assigned_since": now,
+        "last_seen_at": now,
+        "created_at": now,
+        "pid": pid,
+        "hostname": hostname,
+    }
+    yield from send(ROSTER, "insert_one", document)
+    return worker_id
+
+
+def unregister_holder(worker_id: ObjectId, token: ObjectId) -> Steps[bool]:
+    """Remove a manual run's worker once its job is finished or put back."""
+    held = {"_id": worker_id, "assignment.token": token}
+    return bool((yield from send(ROSTER, "delete_one", held)).deleted_count == 1)
+
+
+def heartbeat(worker_ids: list[ObjectId], now: dt.datetime) -> Steps[set[ObjectId]]:
+    """Record that these workers are alive; return those still on the roster."""
+    on_roster = {"_id": {"$in": worker_ids}}
+    result = yield from send(ROSTER, "update_many", on_roster, {"$set": {"last_seen_at": now}})
+    if result.matched_count == len(worker_ids):
+        return set(worker_ids)
+    return {d["_id"] for d in (yield from find(ROSTER, on_roster, {"_id": 1}))}
+
+
+def assigned_among(worker_ids: list[ObjectId]) -> Steps[set[ObjectId]]:
+    """Those of these workers that hold an assignment (in one read)."""
+    query = {"_id": {"$in": worker_ids}, "available": False}
+    return {d["_id"] for d in (yield from find(ROSTER, query, {"_id": 1}))}
+
+
+def assignments_among(worker_ids: list[ObjectId]) -> Steps[dict[ObjectId, Assignment]]:
+    """The assignments these workers hold, by worker (in one read)."""
+    query = {"_id": {"$in": worker_ids}, "available": False}
+    found = map(WorkerRecord.from_document, (yield from find(ROSTER, query)))
+    return {w.id: w.assignment for w in found if w.assignment is not None}
+
+
+def find_worker(worker_id: ObjectId) -> Steps[WorkerRecord | None]:
+    """A worker's own document: how a worker learns what it was assigned."""
+    document = yield from find_one(ROSTER, {"_id": worker_id})
+    return None if document is None else WorkerRecord.from_document(document)
+
+
+def workers() -> Steps[list[WorkerRecord]]:
+    """Every worker on the roster, oldest first."""
+    found = yield from find(ROSTER, {}, sort=[("created_at", 1)])
+    return [WorkerRecord.from_document(d) for d in found]
+
+
+def available_workers() -> Steps[list[WorkerRecord]]:
+    """Workers waiting for a job, longest waiting first (all of them in one reply, up
+    to 16 MB)."""
+    order = [("available_since", 1)]
+    found = yield from find(ROSTER, {"available": True}, sort=order, batch_size=ONE_REPLY)
+    return [WorkerRecord.from_document(d) for d in found]
+
+
+def assign(
+    jobs_by_worker: Mapping[ObjectId, Any], token: ObjectId, now: dt.datetime
+) -> Steps[set[ObjectId]]:
+    """Hand each worker its job, or its jobs (a list, prefetched, in the order to run
+    them), in one command, if it is still available.
+
+    Returns the workers actually assigned: one that retired meanwhile is not.
+    """
+    if not jobs_by_worker:
+        return set()
+    workers = list(jobs_by_worker)
+    statements = [
+        (
+            {"_id": worker, "available": True},
             {
-                "_id": worker_id,
-                **beats,
-                **({"prefetch": True} if prefetch else {}),
-                **({"workables": digest} if digest is not None else {}),
-                **({"sessions": list(sessions)} if sessions else {}),
-                "work_on": work_on,
-                "available": True,
-                "available_since": now,
-                "last_seen_at": now,
-                "created_at": now,
-                "pid": pid,
-                "hostname": hostname,
-            }
+                "$set": {
+                    "available": False,
+                    "assigned_to": {str(worker): _stored_jobs(jobs)},
+                    "assignment": {"token": token, "since": now},
+                    "assigned_since": now,
+                }
+            },
         )
-        return worker_id
+        for worker, jobs in jobs_by_worker.items()
+    ]
+    if (yield from update_each(ROSTER, statements)) == len(workers):
+        return set(workers)
+    query = {"_id": {"$in": workers}, "assignment.token": token}
+    return {d["_id"] for d in (yield from find(ROSTER, query, {"_id": 1}))}
 
-    def register_holder(
-        self,
-        job_id: Any,
-        token: ObjectId,
-        now: dt.datetime,
-        *,
-        group: str,
-        pid: int,
-        hostname: str,
-        heartbeat_every: dt.timedelta | None = None,
-        sessions: Sequence[Document] = (),
-    ) -> ObjectId:
-        """Add a worker that already holds ``job_id`` (locked with ``token``) and never
-        takes assignments: a manual run in another process, which heartbeats like a
-        worker, so the cleaner takes its job back if it dies (and kills its ``sessions``)."""
-        worker_id = ObjectId()
-        beats = {} if heartbeat_every is None else {"heartbeat_ms": _millis(heartbeat_every)}
-        self.roster.insert_one(
-            {
-                "_id": worker_id,
-                **beats,
-                **({"sessions": list(sessions)} if sessions else {}),
-                "work_on": group,
-                "available": False,
-                "manual": True,
-                "assigned_to": {str(worker_id): job_id},
-                "assignment": {"token": token, "since": now},
-                "assigned_since": now,
-                "last_seen_at": now,
-                "created_at": now,
-                "pid": pid,
-                "hostname": hostname,
-            }
-        )
-        return worker_id
 
-    def unregister_holder(self, worker_id: ObjectId, token: ObjectId) -> bool:
-        """Remove a manual run's worker once its job is finished or put back."""
-        result = self.roster.delete_one({"_id": worker_id, "assignment.token": token})
-        return result.deleted_count == 1
+def release_worker(
+    worker_id: ObjectId, token: ObjectId, now: dt.datetime, ran: Sequence[RanReport] = ()
+) -> Steps[bool]:
+    """Make the worker available again after the job (or jobs) it was assigned with
+    ``token``, recording what it ran (:class:`RanReport`)."""
+    result = yield from send(ROSTER, "update_one", *_release(worker_id, token, now, ran))
+    return bool(result.modified_count == 1)
 
-    def heartbeat(self, worker_ids: list[ObjectId], now: dt.datetime) -> set[ObjectId]:
-        """Record that these workers are alive; return those still on the roster."""
-        result = self.roster.update_many(
-            {"_id": {"$in": worker_ids}}, {"$set": {"last_seen_at": now}}
-        )
-        if result.matched_count == len(worker_ids):
-            return set(worker_ids)
-        return {d["_id"] for d in self.roster.find({"_id": {"$in": worker_ids}}, {"_id": 1})}
 
-    def assigned_among(self, worker_ids: list[ObjectId]) -> set[ObjectId]:
-        """Those of these workers that hold an assignment (in one read)."""
-        query = {"_id": {"$in": worker_ids}, "available": False}
-        return {d["_id"] for d in self.roster.find(query, {"_id": 1})}
+def release_workers(
+    releases: Sequence[tuple[ObjectId, ObjectId, dt.datetime, Sequence[RanReport]]],
+) -> Steps[int]:
+    """:func:`release_worker` for several (a worker process's slots), in one command:
+    how many were made available."""
+    return (yield from update_each(ROSTER, [_release(*release) for release in releases]))
 
-    def assignments_among(self, worker_ids: list[ObjectId]) -> dict[ObjectId, Assignment]:
-        """The assignments these workers hold, by worker (in one read)."""
-        query = {"_id": {"$in": worker_ids}, "available": False}
-        found = (WorkerRecord.from_document(d) for d in self.roster.find(query))
-        return {w.id: w.assignment for w in found if w.assignment is not None}
 
-    def find_worker(self, worker_id: ObjectId) -> WorkerRecord | None:
-        """A worker's own document: how a worker learns what it was assigned."""
-        document = self.roster.find_one({"_id": worker_id})
-        return None if document is None else WorkerRecord.from_document(document)
+def unregister_if_idle(worker_id: ObjectId) -> Steps[bool]:
+    """Remove the worker only if nothing is assigned to it."""
+    idle = {"_id": worker_id, "available": True}
+    return bool((yield from send(ROSTER, "delete_one", idle)).deleted_count == 1)
 
-    def workers(self) -> list[WorkerRecord]:
-        return [WorkerRecord.from_document(d) for d in self.roster.find().sort("created_at", 1)]
 
-    def available_workers(self) -> list[WorkerRecord]:
-        """Workers waiting for a job, longest waiting first."""
-        cursor = self.roster.find({"available": True}).sort("available_since", 1)
-        cursor = cursor.batch_size(ONE_REPLY)  # all of them in one reply (up to 16 MB)
-        return [WorkerRecord.from_document(d) for d in cursor]
+def dead_workers(seen_before: dt.datetime) -> Steps[list[WorkerRecord]]:
+    """Workers whose last heartbeat is older than ``seen_before``."""
+    found = yield from find(ROSTER, {"last_seen_at": {"$lt": seen_before}})
+    return [WorkerRecord.from_document(d) for d in found]
 
-    def assign(
-        self, jobs_by_worker: Mapping[ObjectId, Any], token: ObjectId, now: dt.datetime
-    ) -> set[ObjectId]:
-        """Hand each worker its job, or its jobs (a list, prefetched, in the order to run
-        them), in one command, if it is still available.
 
-        Returns the workers actually assigned: one that retired meanwhile is not.
-        """
-        if not jobs_by_worker:
-            return set()
-        workers = list(jobs_by_worker)
-        statements = [
-            (
-                {"_id": worker, "available": True},
-                {
-                    "$set": {
-                        "available": False,
-                        "assigned_to": {str(worker): _stored_jobs(jobs)},
-                        "assignment": {"token": token, "since": now},
-                        "assigned_since": now,
-                    }
-                },
-            )
-            for worker, jobs in jobs_by_worker.items()
-        ]
-        if update_each(self.roster, statements) == len(workers):
-            return set(workers)
-        query = {"_id": {"$in": workers}, "assignment.token": token}
-        return {d["_id"] for d in self.roster.find(query, {"_id": 1})}
+def remove_worker_if_dead(
+    worker_id: ObjectId, seen_before: dt.datetime
+) -> Steps[WorkerRecord | None]:
+    """Remove the worker only if it has still not been seen since ``seen_before``;
+    return it as it was when removed (what it held then is what to take back)."""
+    silent = {"_id": worker_id, "last_seen_at": {"$lt": seen_before}}
+    removed = yield from send(ROSTER, "find_one_and_delete", silent)
+    return None if removed is None else WorkerRecord.from_document(removed)
 
-    def release_worker(
-        self,
-        worker_id: ObjectId,
-        token: ObjectId,
-        now: dt.datetime,
-        ran: Sequence[RanReport] = (),
-    ) -> bool:
-        """Make the worker available again after the job (or jobs) it was assigned with
-        ``token``, recording what it ran (:class:`RanReport`)."""
-        result = self.roster.update_one(*_release(worker_id, token, now, ran))
-        return result.modified_count == 1
 
-    def release_workers(
-        self, releases: Sequence[tuple[ObjectId, ObjectId, dt.datetime, Sequence[RanReport]]]
-    ) -> int:
-        """:meth:`release_worker` for several (a worker process's slots), in one command:
-        how many were made available."""
-        return update_each(self.roster, [_release(*release) for release in releases])
-
-    def unregister_if_idle(self, worker_id: ObjectId) -> bool:
-        """Remove the worker only if nothing is assigned to it."""
-        return self.roster.delete_one({"_id": worker_id, "available": True}).deleted_count == 1
-
-    def dead_workers(self, seen_before: dt.datetime) -> list[WorkerRecord]:
-        """Workers whose last heartbeat is older than ``seen_before``."""
-        cursor = self.roster.find({"last_seen_at": {"$lt": seen_before}})
-        return [WorkerRecord.from_document(d) for d in cursor]
-
-    def remove_worker_if_dead(
-        self, worker_id: ObjectId, seen_before: dt.datetime
-    ) -> WorkerRecord | None:
-        """Remove the worker only if it has still not been seen since ``seen_before``;
-        return it as it was when removed (what it held then is what to take back)."""
-        removed = self.roster.find_one_and_delete(
-            {"_id": worker_id, "last_seen_at": {"$lt": seen_before}}
-        )
-        return None if removed is None else WorkerRecord.from_document(removed)
-
-    def held_tokens(self) -> set[ObjectId]:
-        """The lock tokens of the jobs held by workers on the roster."""
-        cursor = self.roster.find({"assignment.token": {"$exists": True}}, {"assignment": 1})
-        return {
-            document["assignment"]["token"]
-            for document in cursor
-            if isinstance(document.get("assignment"), Mapping)
-            and isinstance(document["assignment"].get("token"), ObjectId)
-        }
+def held_tokens() -> Steps[set[ObjectId]]:
+    """The lock tokens of the jobs held by workers on the roster."""
+    holding = {"assignment.token": {"$exists": True}}
+    return {
+        document["assignment"]["token"]
+        for document in (yield from find(ROSTER, holding, {"assignment": 1}))
+        if isinstance(document.get("assignment"), Mapping)
+        and isinstance(document["assignment"].get("token"), ObjectId)
+    }
 
 
 def _release(

@@ -24,12 +24,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from bson import ObjectId
-from pymongo.collection import Collection
 from pymongo.errors import DuplicateKeyError
 
 from recruiter.repeating.timing import DEFAULT_MISSED, MISSED_RULES, Missed
-from recruiter.store.base import Document, aware
-from recruiter.store.steps import Steps, find, send
+from recruiter.store.base import ARCHIVED, SCHEDULED, Document, aware
+from recruiter.store.steps import Steps, find, find_one, send
+
+SCHEDULERS = "schedulers"
 
 UPSERT_TRIES = 5
 """Tries of a declaration that meets a pause or resume at each one."""
@@ -97,96 +98,97 @@ def _count(value: Any) -> int:
     return int(min(max(value, 0), 2**63))
 
 
-class SchedulerVerbs:
-    """Operations on ``schedulers``, and the occurrences they create in ``scheduled``."""
+def due_schedulers(now: dt.datetime) -> Steps[list[SchedulerRecord]]:
+    """Schedulers with an occurrence due by ``now``, or one left pending by a crash.
 
-    schedulers: Collection[Document]
-    scheduled: Collection[Document]
-    archived: Collection[Document]
-
-    def due_schedulers(self, now: dt.datetime) -> list[SchedulerRecord]:
-        """Schedulers with an occurrence due by ``now``, or one left pending by a crash.
-
-        Two reads, each on its index (``pending_at``, sparse, then ``next_at``), rather
-        than one ``$or``, which a server may answer by a scan. A scheduler in both is read
-        twice and kept as read last; every write to it checks its state again anyway.
-        """
-        found: dict[Any, Document] = {}
-        for query in ({"pending.at": {"$exists": True}}, {"next_at": {"$lte": now}}):
-            found.update((document["_id"], document) for document in self.schedulers.find(query))
-        return [SchedulerRecord.from_document(d) for d in found.values()]
-
-    def next_scheduler_due(self) -> dt.datetime | None:
-        """When the earliest occurrence of any scheduler is due."""
-        query = {"next_at": {"$type": "date"}}
-        cursor = self.schedulers.find(query, {"next_at": 1}).sort("next_at", 1).limit(1)
-        due = next((document.get("next_at") for document in cursor), None)
-        return aware(due) if isinstance(due, dt.datetime) else None
-
-    def claim_occurrence(
-        self, urn: str, at: dt.datetime, following: dt.datetime, job_id: ObjectId
-    ) -> bool:
-        """Own the occurrence at ``at`` and move on to ``following``, if nobody did."""
-        result = self.schedulers.update_one(
-            {"_id": urn, "next_at": at, "pending": {"$exists": False}},
-            {"$set": {"next_at": following, "pending": {"at": at, "job_id": job_id}}},
+    Two reads, each on its index (``pending_at``, sparse, then ``next_at``), rather
+    than one ``$or``, which a server may answer by a scan. A scheduler in both is read
+    twice and kept as read last; every write to it checks its state again anyway.
+    """
+    found: dict[Any, Document] = {}
+    for query in ({"pending.at": {"$exists": True}}, {"next_at": {"$lte": now}}):
+        found.update(
+            (document["_id"], document) for document in (yield from find(SCHEDULERS, query))
         )
-        return result.modified_count == 1
-
-    def park_scheduler(self, urn: str, at: dt.datetime, reason: str) -> bool:
-        """Stop a scheduler whose schedule cannot be read from being due, saying why."""
-        result = self.schedulers.update_one(
-            {"_id": urn, "next_at": at, "pending": {"$exists": False}},
-            {"$unset": {"next_at": ""}, "$set": {"broken": reason}},
-        )
-        return result.modified_count == 1
-
-    def skip_occurrences(
-        self, urn: str, at: dt.datetime, following: dt.datetime, count: int
-    ) -> bool:
-        """Move on from ``at`` to ``following`` without creating the ``count`` occurrences
-        in between (the scheduler is unique and its last job still runs, or they were
-        missed and only the latest is created)."""
-        result = self.schedulers.update_one(
-            {"_id": urn, "next_at": at, "pending": {"$exists": False}},
-            {"$set": {"next_at": following}, "$inc": {"skipped": count}},
-        )
-        return result.modified_count == 1
-
-    def insert_occurrence(self, document: Document) -> bool:
-        """Insert an occurrence's job; ``False`` if a job with its id exists already."""
-        try:
-            self.scheduled.insert_one(document)
-        except DuplicateKeyError:
-            return False
-        return True
-
-    def job_exists(self, job_id: Any) -> bool:
-        """Whether the job is in ``scheduled`` or ``archived`` (read in that order)."""
-        return any(
-            collection.find_one({"_id": job_id}, {"_id": 1}) is not None
-            for collection in (self.scheduled, self.archived)
-        )
-
-    def job_unfinished(self, job_id: Any) -> bool:
-        """Whether the job is still queued or running."""
-        query = {"_id": job_id, "why": {"$exists": False}}
-        return self.scheduled.find_one(query, {"_id": 1}) is not None
-
-    def settle_occurrence(self, urn: str, occurrence: Occurrence) -> bool:
-        """Record the pending occurrence as created, and as the last one."""
-        result = self.schedulers.update_one(
-            {"_id": urn, "pending.job_id": occurrence.job_id},
-            {
-                "$unset": {"pending": ""},
-                "$set": {"last": {"at": occurrence.at, "job_id": occurrence.job_id}},
-                "$inc": {"created": 1},
-            },
-        )
-        return result.modified_count == 1
+    return [SchedulerRecord.from_document(d) for d in found.values()]
 
 
-# --- the verbs written as steps (recruiter.store.steps), for both stores -------------
+def next_scheduler_due() -> Steps[dt.datetime | None]:
+    """When the earliest occurrence of any scheduler is due."""
+    query = {"next_at": {"$type": "date"}}
+    first = yield from find(SCHEDULERS, query, {"next_at": 1}, sort=[("next_at", 1)], limit=1)
+    due = first[0].get("next_at") if first else None
+    return aware(due) if isinstance(due, dt.datetime) else None
+
+
+def claim_occurrence(
+    urn: str, at: dt.datetime, following: dt.datetime, job_id: ObjectId
+) -> Steps[bool]:
+    """Own the occurrence at ``at`` and move on to ``following``, if nobody did."""
+    pending = {"next_at": following, "pending": {"at": at, "job_id": job_id}}
+    return (yield from _move_on(urn, at, {"$set": pending}))
+
+
+def park_scheduler(urn: str, at: dt.datetime, reason: str) -> Steps[bool]:
+    """Stop a scheduler whose schedule cannot be read from being due, saying why."""
+    return (yield from _move_on(urn, at, {"$unset": {"next_at": ""}, "$set": {"broken": reason}}))
+
+
+def skip_occurrences(urn: str, at: dt.datetime, following: dt.datetime, count: int) -> Steps[bool]:
+    """Move on from ``at`` to ``following`` without creating the ``count`` occurrences
+    in between (the scheduler is unique and its last job still runs, or they were
+    missed and only the latest is created)."""
+    skipped = {"$set": {"next_at": following}, "$inc": {"skipped": count}}
+    return (yield from _move_on(urn, at, skipped))
+
+
+def _move_on(urn: str, at: dt.datetime, update: Document) -> Steps[bool]:
+    """Apply ``update`` to the scheduler if its next occurrence is still ``at`` and none
+    is pending: whoever moves a scheduler on from an occurrence, once."""
+    due = {"_id": urn, "next_at": at, "pending": {"$exists": False}}
+    result = yield from send(SCHEDULERS, "update_one", due, update)
+    return bool(result.modified_count == 1)
+
+
+def insert_occurrence(document: Document) -> Steps[bool]:
+    """Insert an occurrence's job; ``False`` if a job with its id exists already."""
+    try:
+        yield from send(SCHEDULED, "insert_one", document)
+    except DuplicateKeyError:
+        return False
+    return True
+
+
+def job_exists(job_id: Any) -> Steps[bool]:
+    """Whether the job is in ``scheduled`` or ``archived`` (read in that order)."""
+    for collection in (SCHEDULED, ARCHIVED):
+        if (yield from find_one(collection, {"_id": job_id}, {"_id": 1})) is not None:
+            return True
+    return False
+
+
+def job_unfinished(job_id: Any) -> Steps[bool]:
+    """Whether the job is still queued or running."""
+    query = {"_id": job_id, "why": {"$exists": False}}
+    return (yield from find_one(SCHEDULED, query, {"_id": 1})) is not None
+
+
+def settle_occurrence(urn: str, occurrence: Occurrence) -> Steps[bool]:
+    """Record the pending occurrence as created, and as the last one."""
+    result = yield from send(
+        SCHEDULERS,
+        "update_one",
+        {"_id": urn, "pending.job_id": occurrence.job_id},
+        {
+            "$unset": {"pending": ""},
+            "$set": {"last": {"at": occurrence.at, "job_id": occurrence.job_id}},
+            "$inc": {"created": 1},
+        },
+    )
+    return bool(result.modified_count == 1)
+
+
+# --- the producer's side, for both stores ---------------------------------------------
 
 
 def upsert_scheduler(
@@ -230,7 +232,7 @@ def _upsert_scheduler(
     session: Any,
 ) -> Steps[bool]:
     same = yield from send(
-        "schedulers",
+        SCHEDULERS,
         "update_one",
         {"_id": urn, "schedule": schedule, "broken": {"$exists": False}},
         {"$set": fields},
@@ -240,7 +242,7 @@ def _upsert_scheduler(
         return False
     # paused, it stays paused with its new schedule: resuming starts it again
     paused = yield from send(
-        "schedulers",
+        SCHEDULERS,
         "update_one",
         {"_id": urn, "paused_at": {"$exists": True}},
         {"$set": {**fields, "schedule": schedule}, "$unset": {"broken": ""}},
@@ -249,7 +251,7 @@ def _upsert_scheduler(
     if paused.matched_count:
         return False
     result = yield from send(
-        "schedulers",
+        SCHEDULERS,
         "update_one",
         {"_id": urn, "paused_at": {"$exists": False}},
         {
@@ -265,13 +267,13 @@ def _upsert_scheduler(
 
 def find_scheduler(urn: str) -> Steps[SchedulerRecord | None]:
     """The scheduler ``urn``, or ``None``."""
-    found = yield from find("schedulers", {"_id": urn})
+    found = yield from find(SCHEDULERS, {"_id": urn})
     return SchedulerRecord.from_document(found[0]) if found else None
 
 
 def scheduler_records() -> Steps[list[SchedulerRecord]]:
     """Every scheduler, by urn."""
-    found = yield from find("schedulers", {}, sort=[("_id", 1)])
+    found = yield from find(SCHEDULERS, {}, sort=[("_id", 1)])
     return [SchedulerRecord.from_document(document) for document in found]
 
 
@@ -282,7 +284,7 @@ def pause_scheduler(urn: str, now: dt.datetime) -> Steps[bool]:
     created, since a claim names the ``next_at`` it read. One left pending by a
     crash is still completed (it was claimed before the pause)."""
     result = yield from send(
-        "schedulers",
+        SCHEDULERS,
         "update_one",
         {"_id": urn, "paused_at": {"$exists": False}},
         {"$set": {"paused_at": now}, "$unset": {"next_at": ""}},
@@ -294,7 +296,7 @@ def resume_scheduler(urn: str, schedule: Document, next_at: dt.datetime) -> Step
     """Make the paused ``urn`` due again at ``next_at``, computed from ``schedule``
     (if it was changed meanwhile, nothing is written: compute again)."""
     result = yield from send(
-        "schedulers",
+        SCHEDULERS,
         "update_one",
         {"_id": urn, "paused_at": {"$exists": True}, "schedule": schedule},
         {"$unset": {"paused_at": ""}, "$set": {"next_at": next_at}},
@@ -304,5 +306,5 @@ def resume_scheduler(urn: str, schedule: Document, next_at: dt.datetime) -> Step
 
 def remove_scheduler(urn: str) -> Steps[bool]:
     """Stop creating occurrences; the jobs already created stay."""
-    result = yield from send("schedulers", "delete_one", {"_id": urn})
+    result = yield from send(SCHEDULERS, "delete_one", {"_id": urn})
     return bool(result.deleted_count == 1)

@@ -9,18 +9,17 @@ moves it), each on its ``_id`` index, newest first, at most ``limit`` each.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from bson import ObjectId
-from pymongo.collection import Collection
 
 from recruiter.job_record import Job
 from recruiter.retry import FAILED
 from recruiter.states import STATES
 from recruiter.store.analytics import NOT_LISTED, unfinished_state_queries
 from recruiter.store.base import Document
+from recruiter.store.steps import Steps, find
 
 FAILED_WHYS = [str(why) for why in FAILED]
 """The reasons a job failed for good."""
@@ -78,46 +77,35 @@ def _state_queries(state: str | None, now: dt.datetime) -> list[tuple[str, Docum
     return [("scheduled", finished[state]), ("archived", finished[state])]
 
 
-class SelectionVerbs:
-    """Reading the jobs a :class:`Selection` names."""
+def find_selected(
+    selection: Selection, now: dt.datetime, limit: int, *, whole: bool = False
+) -> Steps[list[Job]]:
+    """The newest jobs ``selection`` names (by id, which is creation time), at most
+    ``limit``; not ``whole``: without what a listing does not show (their history,
+    their last attempt's traceback, output and result)."""
+    found: dict[Any, Job] = {}
+    for where, query in selection.queries(now):
+        # the _id index named where the query has no other field: the plan MongoDB
+        # chooses anyway (the only index that gives this order), and the embedded
+        # server then walks it instead of sorting every document in Python
+        # (docs/internals/development.md)
+        hint = [("_id", 1)] if set(query) <= {"_id"} else None
+        fields = None if whole else NOT_LISTED
+        newest = yield from find(where, query, fields, sort=[("_id", -1)], limit=limit, hint=hint)
+        for document in newest:
+            job = Job.from_document(document)
+            found.setdefault(job.id, job)
+    return sorted(found.values(), key=lambda job: str(job.id), reverse=True)[:limit]
 
-    scheduled: Collection[Document]
-    archived: Collection[Document]
 
-    def find_selected(
-        self, selection: Selection, now: dt.datetime, limit: int, *, whole: bool = False
-    ) -> list[Job]:
-        """The newest jobs ``selection`` names (by id, which is creation time), at most
-        ``limit``; not ``whole``: without what a listing does not show (their history,
-        their last attempt's traceback, output and result)."""
-        found: dict[Any, Job] = {}
-        for where, query in selection.queries(now):
-            for job in self._newest(where, query, limit, whole=whole):
-                found.setdefault(job.id, job)
-        return sorted(found.values(), key=lambda job: str(job.id), reverse=True)[:limit]
-
-    def _newest(
-        self, where: str, query: Mapping[str, Any], limit: int, *, whole: bool
-    ) -> list[Job]:
-        source = self.scheduled if where == "scheduled" else self.archived
-        cursor = source.find(dict(query), None if whole else NOT_LISTED)
-        cursor = cursor.sort("_id", -1).limit(limit)
-        if set(query) <= {"_id"}:
-            # the plan MongoDB chooses anyway (the only index that gives this order),
-            # named: the embedded server then walks its _id index instead of sorting
-            # every document in Python (docs/internals/development.md)
-            cursor = cursor.hint([("_id", 1)])
-        return [Job.from_document(document) for document in cursor]
-
-    def latest_failures(self, limit: int) -> list[Job]:
-        """The jobs that failed for good most lately (by when they were archived, or
-        are about to be), at most ``limit`` of each collection."""
-        failed = {"why": {"$in": FAILED_WHYS}}
-        found: dict[Any, Job] = {}
-        # finished, not yet moved (newest first by id); moved (on the archive's index)
-        for source, order in ((self.scheduled, "_id"), (self.archived, "archived_at")):
-            cursor = source.find(failed).sort(order, -1).limit(limit)
-            for document in cursor:
-                job = Job.from_document(document)
-                found.setdefault(job.id, job)
-        return list(found.values())
+def latest_failures(limit: int) -> Steps[list[Job]]:
+    """The jobs that failed for good most lately (by when they were archived, or
+    are about to be), at most ``limit`` of each collection."""
+    failed = {"why": {"$in": FAILED_WHYS}}
+    found: dict[Any, Job] = {}
+    # finished, not yet moved (newest first by id); moved (on the archive's index)
+    for where, order in (("scheduled", "_id"), ("archived", "archived_at")):
+        for document in (yield from find(where, failed, sort=[(order, -1)], limit=limit)):
+            job = Job.from_document(document)
+            found.setdefault(job.id, job)
+    return list(found.values())

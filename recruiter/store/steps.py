@@ -19,12 +19,13 @@ verb's steps and a :class:`Sleep` where it waits (docs/internals/development.md,
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
 from bson.codec_options import CodecOptions
 
+from recruiter.store import base
 from recruiter.store.base import Document, aware
 
 T = TypeVar("T")
@@ -52,6 +53,39 @@ class Find:
     sort: list[tuple[str, int]] | None = None
     limit: int = 0
     session: Any = None
+    batch_size: int = 0
+    hint: Any = None
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """Run ``pipeline`` on ``collection``; answered with the documents, as a list."""
+
+    collection: str
+    pipeline: list[Document]
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class UpdateEach:
+    """Apply each ``(filter, update)`` of ``statements`` to the one document it matches,
+    in one command (in order if ``ordered``); answered with how many were modified
+    (:func:`recruiter.store.base.update_each`)."""
+
+    collection: str
+    statements: list[tuple[Document, Any]]
+    ordered: bool = False
+
+
+@dataclass(frozen=True)
+class UpdateIds:
+    """Apply ``update`` to each document of ``ids`` that ``filter`` matches, in one
+    command; answered with how many were modified (:func:`recruiter.store.base.update_ids`)."""
+
+    collection: str
+    ids: list[Any]
+    filter: Mapping[str, Any]
+    update: Document
 
 
 @dataclass(frozen=True)
@@ -78,7 +112,9 @@ class Sleep:
     seconds: float
 
 
-Step = Send | Find | Hello | Call | Sleep
+CollectionStep = Send | Find | Aggregate | UpdateEach | UpdateIds
+"""A step answered by one collection."""
+Step = CollectionStep | Hello | Call | Sleep
 Steps = Generator[Step, Any, T]
 """A generator of steps answered with the database's replies, returning a ``T``."""
 
@@ -101,10 +137,38 @@ def find(
     sort: list[tuple[str, int]] | None = None,
     limit: int = 0,
     session: Any = None,
+    batch_size: int = 0,
+    hint: Any = None,
 ) -> Steps[list[Document]]:
     """The answer to :class:`Find`: the documents, as a list."""
-    found: list[Document] = yield Find(collection, filter, projection, sort, limit, session)
+    step = Find(collection, filter, projection, sort, limit, session, batch_size, hint)
+    found: list[Document] = yield step
     return found
+
+
+def find_one(
+    collection: str, filter: Mapping[str, Any], projection: Mapping[str, Any] | None = None
+) -> Steps[Document | None]:
+    """The first document of ``collection`` matching ``filter``, or ``None``."""
+    found: Document | None = yield Send(collection, "find_one", (filter, projection))
+    return found
+
+
+def aggregate(collection: str, pipeline: list[Document], **options: Any) -> Steps[list[Document]]:
+    """The answer to :class:`Aggregate`: the documents, as a list."""
+    found: list[Document] = yield Aggregate(collection, pipeline, options)
+    return found
+
+
+def update_each(
+    collection: str, statements: Sequence[tuple[Document, Any]], *, ordered: bool = False
+) -> Steps[int]:
+    """The answer to :class:`UpdateEach`: how many documents were modified (0 for no
+    statement, without a command)."""
+    if not statements:
+        return 0
+    modified: int = yield UpdateEach(collection, list(statements), ordered)
+    return modified
 
 
 def call(verb: Callable[P, Steps[T]], /, *args: P.args, **options: P.kwargs) -> Steps[T]:
@@ -118,6 +182,17 @@ def sleep(seconds: float) -> Steps[None]:
     yield Sleep(seconds)
 
 
+def update_ids(
+    collection: str, ids: Sequence[Any], filter: Mapping[str, Any], update: Document
+) -> Steps[int]:
+    """The answer to :class:`UpdateIds`: how many documents were modified (0 for no
+    id, without a command)."""
+    if not ids:
+        return 0
+    modified: int = yield UpdateIds(collection, list(ids), filter, update)
+    return modified
+
+
 def find_arguments(step: Find) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """The arguments of ``collection.find`` for ``step``, on either client."""
     options: dict[str, Any] = {}
@@ -127,6 +202,8 @@ def find_arguments(step: Find) -> tuple[tuple[Any, ...], dict[str, Any]]:
         options["limit"] = step.limit
     if step.session is not None:
         options["session"] = step.session
+    if step.batch_size:
+        options["batch_size"] = step.batch_size
     return (dict(step.filter), None if step.projection is None else dict(step.projection)), options
 
 
@@ -172,12 +249,8 @@ def drive(
 
 
 def _answer(step: Step, database: Any, verbs: Any, sleep: Callable[[float], None] | None) -> Any:
-    if isinstance(step, Send):
-        collection = collection_of(database, verbs, step.collection)
-        return getattr(collection, step.method)(*step.args, **step.options)
-    if isinstance(step, Find):
-        args, options = find_arguments(step)
-        return list(collection_of(database, verbs, step.collection).find(*args, **options))
+    if isinstance(step, CollectionStep):
+        return _answer_of(step, collection_of(database, verbs, step.collection))
     if isinstance(step, Call):
         if verbs is None:
             return drive(step.verb(*step.args, **step.options), database, None, sleep)
@@ -192,3 +265,17 @@ def _answer(step: Step, database: Any, verbs: Any, sleep: Callable[[float], None
     except NotImplementedError:  # mongomock has no hello
         return None
     return local_time(reply)
+
+
+def _answer_of(step: CollectionStep, collection: Any) -> Any:
+    if isinstance(step, Send):
+        return getattr(collection, step.method)(*step.args, **step.options)
+    if isinstance(step, Find):
+        args, options = find_arguments(step)
+        cursor = collection.find(*args, **options)
+        return list(cursor if step.hint is None else cursor.hint(step.hint))
+    if isinstance(step, Aggregate):
+        return list(collection.aggregate(step.pipeline, **step.options))
+    if isinstance(step, UpdateEach):
+        return base.update_each(collection, step.statements, ordered=step.ordered)
+    return base.update_ids(collection, step.ids, step.filter, step.update)

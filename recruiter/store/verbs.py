@@ -1,8 +1,9 @@
-"""The verbs written as steps (:mod:`recruiter.store.steps`), declared once for both
-stores: :class:`Verb` makes each a method of the synchronous store (returning its
-result) and of the asyncio one (returning an awaitable), run through the store's
-``call``, which translates the driver's errors, but leaves them as they are in the
-application's transaction (a ``session`` given) for its ``with_transaction``.
+"""Every verb of the store, written as steps (:mod:`recruiter.store.steps`) and declared
+once here: :class:`Verb` makes each a method of the synchronous store (returning its
+result) and, for the producer's, of the asyncio one (returning an awaitable), run
+through the store's ``call``, which translates the driver's errors, but leaves them as
+they are in the application's transaction (a ``session`` given) for its
+``with_transaction``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,22 @@ from collections.abc import Awaitable, Callable
 from types import MethodType
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
-from recruiter.store import attempts, blocked, groups, jobs, progress, schedulers, schema, server
+from recruiter.store import (
+    analytics,
+    attempts,
+    blocked,
+    dedup,
+    groups,
+    jobs,
+    leases,
+    progress,
+    roster,
+    schedulers,
+    schema,
+    selection,
+    server,
+    workables,
+)
 from recruiter.store.steps import Steps
 
 P = ParamSpec("P")
@@ -93,7 +109,87 @@ class StepVerbs:
 
 class SyncVerbs(StepVerbs):
     """The verbs as the synchronous :class:`~recruiter.store.Store` has them: each
-    returns its result."""
+    returns its result. Those of the long-running processes (worker, recruiter,
+    cleaner, which are synchronous) and of the operator's views are here only."""
+
+    # attempts: a job locked, started, ended
+    lock_jobs = Verb(attempts.lock_jobs)
+    lock_job_now = Verb(attempts.lock_job_now)
+    start_if_owned = Verb(attempts.start_if_owned)
+    find_started = Verb(attempts.find_started)
+    start_all = Verb(attempts.start_all)
+    write_attempts = Verb(attempts.write_attempts)
+    unlock_if_not_started = Verb(attempts.unlock_if_not_started)
+    locks = Verb(attempts.locks)
+    find_locked_job = Verb(attempts.find_locked_job)
+    record_end = Verb(attempts.record_end)
+    record_end_then_start = Verb(attempts.record_end_then_start)
+    held_jobs = Verb(attempts.held_jobs)
+    set_progress_if_held = Verb(progress.set_progress_if_held)
+    record_deduplicated_run = Verb(dedup.record_deduplicated_run)
+    deduplicated_run_since = Verb(dedup.deduplicated_run_since)
+    record_root_run = Verb(dedup.record_root_run)
+    latest_root_run = Verb(dedup.latest_root_run)
+    # the roster: workers registered, assigned, released, removed
+    register_holder = Verb(roster.register_holder)
+    unregister_holder = Verb(roster.unregister_holder)
+    heartbeat = Verb(roster.heartbeat)
+    assigned_among = Verb(roster.assigned_among)
+    assignments_among = Verb(roster.assignments_among)
+    find_worker = Verb(roster.find_worker)
+    workers = Verb(roster.workers)
+    available_workers = Verb(roster.available_workers)
+    assign = Verb(roster.assign)
+    release_worker = Verb(roster.release_worker)
+    release_workers = Verb(roster.release_workers)
+    unregister_if_idle = Verb(roster.unregister_if_idle)
+    dead_workers = Verb(roster.dead_workers)
+    remove_worker_if_dead = Verb(roster.remove_worker_if_dead)
+    held_tokens = Verb(roster.held_tokens)
+    record_workables = Verb(workables.record_workables)
+    workables_of = Verb(workables.workables_of)
+    slots_for = Verb(workables.slots_for)
+    workables_run = Verb(workables.workables_run)
+    waiting_for_workables = Verb(workables.waiting_for_workables)
+    # the round, the leases, the schedulers' occurrences
+    ready_job_ids = Verb(jobs.ready_job_ids)
+    union_of_ready = Verb(jobs.union_of_ready)
+    next_due = Verb(jobs.next_due)
+    cancel_requested = Verb(jobs.cancel_requested)
+    record_starts = Verb(groups.record_starts)
+    locked_by_group = Verb(groups.locked_by_group)
+    ready_groups = Verb(groups.ready_groups)
+    acquire_or_renew = Verb(leases.acquire_or_renew)
+    release_lease = Verb(leases.release_lease)
+    find_lease = Verb(leases.find_lease)
+    due_schedulers = Verb(schedulers.due_schedulers)
+    next_scheduler_due = Verb(schedulers.next_scheduler_due)
+    claim_occurrence = Verb(schedulers.claim_occurrence)
+    park_scheduler = Verb(schedulers.park_scheduler)
+    skip_occurrences = Verb(schedulers.skip_occurrences)
+    insert_occurrence = Verb(schedulers.insert_occurrence)
+    job_exists = Verb(schedulers.job_exists)
+    job_unfinished = Verb(schedulers.job_unfinished)
+    settle_occurrence = Verb(schedulers.settle_occurrence)
+    # the cleaner: the archive, blocked jobs, recoveries
+    archive_finished = Verb(jobs.archive_finished)
+    purge_archived = Verb(jobs.purge_archived)
+    finished_document = Verb(jobs.finished_document)
+    claim_recovery = Verb(jobs.claim_recovery)
+    mark_recovered_as = Verb(jobs.mark_recovered_as)
+    count_jobs = Verb(jobs.count_jobs)
+    blocked_jobs = Verb(blocked.blocked_jobs)
+    unfinished_among = Verb(blocked.unfinished_among)
+    # what the operator's views read
+    find_selected = Verb(selection.find_selected)
+    latest_failures = Verb(selection.latest_failures)
+    count_unfinished = Verb(analytics.count_unfinished)
+    count_unfinished_by_group = Verb(analytics.count_unfinished_by_group)
+    count_ready = Verb(analytics.count_ready)
+    recently_finished = Verb(analytics.recently_finished)
+    count_by = Verb(analytics.count_by)
+    finished_by_group = Verb(analytics.finished_by_group)
+    reporting_jobs = Verb(progress.reporting_jobs)
 
 
 class AwaitedVerbs(StepVerbs):
