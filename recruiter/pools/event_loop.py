@@ -1,11 +1,10 @@
 """The event loop of an ``asyncio``-pool worker: where its ``async def`` jobs run.
 
 ``recruiter worker --pool asyncio`` runs one event loop in a thread of its own. Each
-slot keeps its thread for its bookkeeping (the start, the end and the release of its
-jobs, written as in every pool), and hands an ``async def`` job's coroutine to the
-loop as a task (:meth:`recruiter.pools.stopping.Running.call`): hundreds of slots' jobs wait
-on their I/O together on one loop. A synchronous job runs in its slot's thread, as in
-the threads pool, so it never blocks the loop.
+slot keeps its thread for its bookkeeping, and hands an ``async def`` job's coroutine
+to the loop as a task (:meth:`recruiter.pools.stopping.Running.call`): hundreds of
+slots' jobs wait on their I/O together. A synchronous job runs in its slot's thread,
+as in the threads pool, so it never blocks the loop.
 """
 
 from __future__ import annotations
@@ -101,8 +100,8 @@ class EventLoop:
         try:
             while not self._closing:
                 self._run_until_stopped()
-        finally:
-            self._shut_down()
+        finally:  # cancel the tasks jobs left running (fire-and-forget tasks of their own)
+            close_loop(self.loop, "event loop")
 
     def _run_until_stopped(self) -> None:
         """Run the loop until it stops: for :meth:`close`, or because a job stopped it.
@@ -124,11 +123,6 @@ class EventLoop:
     def _stop_for_close(self) -> None:
         self._closing = True
         self.loop.stop()
-
-    def _shut_down(self) -> None:
-        """Cancel the tasks jobs left running (fire-and-forget tasks of their own), let
-        them end, and close the loop."""
-        close_loop(self.loop, "event loop")
 
     def close(self) -> None:
         """Stop the loop (every slot has ended its jobs) and wait for its thread."""

@@ -52,11 +52,8 @@ class FeedChanges:
 
 
 class FeedInbox:
-    """What the change feed told since the last round: the collections that changed,
-    which workers were made available, and which jobs were inserted.
-
-    Written by the feed's watcher thread, read by the round.
-    """
+    """What the change feed told since the last round (:class:`FeedChanges`): written
+    by the feed's watcher thread, read by the round."""
 
     def __init__(self) -> None:
         self._collections: set[str] = set()
@@ -146,8 +143,7 @@ class KnownReady:
 
 class ReadyCache:
     """What the recruiter knows of the ready jobs between its rounds (see the module's
-    docstring): the jobs known ready, the sets of workables for which the last plan
-    left nothing ready, and the set of workables of each worker seen."""
+    docstring)."""
 
     def __init__(self) -> None:
         self.known: KnownReady | None = None
@@ -156,7 +152,6 @@ class ReadyCache:
         """The sets of workables for which nothing was ready after the last plan (it
         handed out every job ready for them, and none was put back)."""
         self.drained_at: dt.datetime | None = None
-        """When the last plan was made."""
         self.held_until: dt.datetime | None = None
         """When a group held back by its rate limit may start a job again."""
         self._workables_of: dict[ObjectId, str | None] = {}

@@ -105,7 +105,6 @@ class WorkerSlot:
         """The id of the job this slot runs now, if any."""
         self._news: Assignment | None = None
         self._ran: deque[ObjectId] = deque(maxlen=RECENT_TOKENS)
-        """The tokens of the last jobs run: news of one of them is late, not new."""
 
     def deliver(self, change: RosterChange) -> None:
         """FeedInbox from the change feed: an assignment to run, or a change to read."""
@@ -120,8 +119,8 @@ class WorkerSlot:
         return self.available and self._news is None
 
     def ran_lately(self, token: ObjectId) -> bool:
-        """Whether it ran the assignment of ``token`` lately: news of it is late, not new
-        (safe from another thread: the tokens are copied before they are compared)."""
+        """Whether it ran the assignment of ``token`` lately (safe from another thread:
+        the tokens are copied before they are compared)."""
         return token in tuple(self._ran)
 
     def register(self) -> ObjectId:
@@ -203,8 +202,8 @@ class WorkerSlot:
         how long the jobs took (what the recruiter sizes prefetch on).
 
         Asked to stop, the slot finishes the job it runs and puts the rest of its
-        prefetched jobs back, unstarted and uncounted; so it does when one of them was taken back
-        (it was declared dead: the others were taken back too).
+        prefetched jobs back, unstarted and uncounted; so it does when one of them was
+        taken back (it was declared dead: the others were taken back too).
         """
         assert self.id is not None
         identity = Identity.of_this_process(self.id)
@@ -219,20 +218,18 @@ class WorkerSlot:
             completer=self.completer,
             session=self.session,
         )
-        self._ran.append(assignment.token)
         token = assignment.token
+        self._ran.append(token)
+        jobs = list(assignment.job_ids)
         handed = run_handed_out(
-            executor,
-            list(assignment.job_ids),
-            token,
-            stopping=self.stopping,
-            running=self._set_running,
+            executor, jobs, token, stopping=self.stopping, running=self._set_running
         )
-        lengths, executions, returned = handed.lengths, handed.executions, handed.returned
-        ran = [RanReport(g, int(n), round(seconds, 6)) for g, (n, seconds) in lengths.items()]
+        lengths = handed.lengths.items()
+        ran = [RanReport(g, int(n), round(seconds, 6)) for g, (n, seconds) in lengths]
         self._became_available()
         self.completer.release(Release(self.id, token, self.clock.latest(), ran))
-        return SlotResult(executions[-1], executions=tuple(executions), returned=returned)
+        executions = tuple(handed.executions)
+        return SlotResult(executions[-1], executions=executions, returned=handed.returned)
 
     def _set_running(self, job_id: Any) -> None:
         self.running = job_id
