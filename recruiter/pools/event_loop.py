@@ -47,14 +47,11 @@ def _tracked_task(loop: asyncio.AbstractEventLoop, coro: Any, **options: Any) ->
 
 @asynccontextmanager
 async def tasks_of_the_job() -> AsyncIterator[None]:
-    """Around a job's coroutine: the tasks it started (and theirs) that are still running
-    as it ends are cancelled, and given :data:`CLOSE_WAIT` to end, before its attempt is
-    recorded; so on the worker's loop as on a loop of its own (which closes with the
-    job), and a stopped job's fan-out never runs on beside its retry.
-
-    A task that must outlive the job (a shared client's background task) is started
-    with a context of its own: ``loop.create_task(coro, context=contextvars.Context())``.
-    """
+    """Around a job's coroutine: the tasks it started (and theirs) that still run as it
+    ends are cancelled, and given :data:`CLOSE_WAIT` to end, before its attempt is
+    recorded, so a stopped job's fan-out never runs on beside its retry. A task that
+    must outlive the job is started with a context of its own:
+    ``loop.create_task(coro, context=contextvars.Context())``."""
     started: set[asyncio.Task[Any]] = set()
     token = _JOB_TASKS.set(started)
     try:
@@ -76,8 +73,7 @@ async def tasks_of_the_job() -> AsyncIterator[None]:
 
 
 class EventLoop:
-    """An asyncio event loop running in a thread of its own, from :meth:`start` until
-    :meth:`close`."""
+    """An asyncio event loop running in a thread of its own, from :meth:`start` to :meth:`close`."""
 
     def __init__(self, slots: int = 1) -> None:
         self.loop = asyncio.new_event_loop()

@@ -56,11 +56,9 @@ ASYNCIO_CONCURRENCY = 100
 """The slots of an ``asyncio``-pool worker when ``--concurrency`` is not given."""
 
 STOP_GRACE = 5.0
-"""Seconds a job asked to stop (timed out, cancelled) has to return before its child
-process is killed."""
+"""Seconds a job asked to stop has to return before its child process is killed."""
 KILL_GRACE = 2.0
-"""Seconds a child asked to exit (between jobs, or when its worker stops) has before it
-is killed."""
+"""Seconds a child asked to exit (between jobs, or as its worker stops) has before it is killed."""
 START_TIMEOUT = 60.0
 """Seconds a new child has to import the application and say it is ready."""
 

@@ -105,8 +105,7 @@ class Running:
         self.deadline: float | None = None
         self.stopped: type[Stopped] | None = None
         self.returned = False
-        """Whether the job's code returned (:meth:`call`): a stop that lands after it
-        does not fail the attempt."""
+        """Whether the job's code returned: a stop that lands after it does not fail the attempt."""
         self.unrun = False
         """Whether the job's code never began: an ``async def`` job's coroutine was
         closed before its first step (a stop landed before its task began), or a job
@@ -260,8 +259,7 @@ class Running:
                 self._thread_id = self._shielded_thread
 
     def stop(self, why: type[Stopped]) -> bool:
-        """Raise ``why`` in the job's code, or cancel its task, if it runs and was not
-        stopped already."""
+        """Raise ``why`` in the job's code, or cancel its task, unless it ended or was stopped."""
         with self._lock:
             if self._left or self.stopped is not None:
                 return False

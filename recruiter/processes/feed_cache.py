@@ -110,8 +110,7 @@ class KnownReady:
         return cls((), drained_for, next_due or NEVER)
 
     def told(self, changes: FeedChanges, now: dt.datetime) -> KnownReady | None:
-        """What is known after the feed told ``changes``, by ``now`` (``None``: read the
-        queue)."""
+        """What is known after the feed told ``changes``, by ``now`` (``None``: read the queue)."""
         arrivals = changes.arrivals
         if arrivals is None or now >= self.until or GAP in changes.collections:
             return None
@@ -142,8 +141,7 @@ class KnownReady:
 
 
 class ReadyCache:
-    """What the recruiter knows of the ready jobs between its rounds (see the module's
-    docstring)."""
+    """What the recruiter knows of the ready jobs between its rounds (see the module)."""
 
     def __init__(self) -> None:
         self.known: KnownReady | None = None
@@ -162,8 +160,7 @@ class ReadyCache:
         self.known = None
 
     def told(self, changes: FeedChanges, now: dt.datetime, *, read: bool) -> KnownReady | None:
-        """What is known once the feed told ``changes`` (``None``: read the queue, as
-        also when ``read``)."""
+        """What is known after ``changes`` (``None``: read the queue, as when ``read``)."""
         self.known = None if self.known is None or read else self.known.told(changes, now)
         if changes.arrivals:
             self.drained_for = frozenset()  # jobs arrived: they may be ready for any set

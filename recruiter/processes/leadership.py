@@ -126,11 +126,8 @@ class Follow:
 
 
 class Tell:
-    """Whom to tell when the process takes or loses the lead, and what to give them.
-
-    Each became-leader is paired with one stepped-down, whatever happens in between
-    (a database error while renewing the lease, a failed release at stop).
-    """
+    """Whom to tell when the process takes or loses the lead, and what to give them:
+    each became-leader is paired with one stepped-down, whatever happens in between."""
 
     def __init__(self, listeners: Listeners, payload: Any) -> None:
         self.listeners = listeners

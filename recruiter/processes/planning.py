@@ -54,8 +54,7 @@ class ReadyJobs(Protocol):
 @dataclass(frozen=True)
 class Plan:
     jobs: dict[ObjectId, list[Any]] = field(default_factory=dict)
-    """The jobs each worker gets (one, or several prefetched), in order, locked with
-    the round's token."""
+    """The jobs each worker gets (one, or several prefetched), in order, locked with the token."""
     drained: bool = False
     """The round handed out every job of any group that was ready (none is left ready,
     none held back by a limit): until a job arrives, is put back or falls due, no
@@ -314,17 +313,14 @@ class Planner:
     ) -> tuple[list[tuple[str, Any]], bool, bool]:
         """The jobs, in turn, that fair share hands the ``idle`` workers of any group (in
         several where the prefetch rule allows), when group ``g`` may give ``wanted[g]``;
-        whether they are all the ready jobs of those groups (each group was read
-        to its end, and every job read is handed out); and whether a group read had
-        none (of the workables ``names``).
+        whether they are all the ready jobs of those groups (each read to its end, every
+        job read handed out); and whether a group read had none (of the workables ``names``).
 
-        Reads only the jobs it hands out: fair share is played first as if every group
-        had all it may give, and the prefetch rule keeps the first of its picks that fit;
-        those are read, every group in one command
-        (:meth:`Store.ready_job_ids_by_group`), one more job than needed each, to tell
-        whether the group has more; a group that had no more is known exhausted and,
-        when it had fewer than needed, the play starts again with what is left, at most
-        :data:`ANY_GROUP_READS` reads in all.
+        Reads only the jobs it hands out: fair share is played as if every group had all
+        it may give, the prefetch rule keeps the first picks that fit, and those are read
+        in one command, one more job than needed per group to tell whether it has more.
+        A group that had no more is known exhausted and, when it had fewer than needed,
+        the play starts again with what is left, at most :data:`ANY_GROUP_READS` reads.
         """
         most, now = capacity(idle, self.prefetch), round_.now
         read: dict[str, list[Any]] = {}

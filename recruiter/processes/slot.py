@@ -1,10 +1,9 @@
 """A worker slot: one roster document of a worker process, and the jobs handed to it.
 
-It registers, waits for news of an assignment (rung by its process's change feed, or
-polling its own document), runs the job or jobs it was handed in order
+It registers, waits for news of an assignment, runs the jobs it was handed in order
 (:func:`recruiter.attempts.prefetch.run_handed_out`), and is made available again with
-a report of how long they took; asked to stop, it puts back what it did not start.
-Its process (:mod:`recruiter.processes.worker`) heartbeats for it.
+a report of how long they took. Its process (:mod:`recruiter.processes.worker`) follows
+the change feed and heartbeats for it.
 """
 
 from __future__ import annotations
@@ -72,11 +71,9 @@ class WorkerSlot:
         self.completer = completer or Completer(store)
         """Where its process's slots send their writes together (a slot alone: its own)."""
         self.job_process = job_process
-        """The child process this slot's jobs run in (``processes`` pool), else none:
-        they run in the slot's thread."""
+        """The child process its jobs run in (``processes`` pool); none: the slot's thread."""
         self.loop = loop
-        """The event loop its ``async def`` jobs run on (``asyncio`` pool), else none:
-        each runs on a loop of its own in the slot's thread."""
+        """The event loop its ``async def`` jobs run on (``asyncio`` pool); none: their own."""
         self.stopping = stopping
         """Whether to stop after the job it runs: the rest of its prefetched jobs is put back."""
         self.heartbeat_every = heartbeat_every
@@ -98,9 +95,8 @@ class WorkerSlot:
         """Rung when there is news for this slot (and on a stop request)."""
         self.id: ObjectId | None = None
         self.session: Any = None
-        """The server session its transactional jobs run in, opened as it registers
-        (its id written in its roster document: the cleaner kills it if the slot dies,
-        releasing what a transaction left open at once); none if it runs none."""
+        """The server session its transactional jobs run in, opened as it registers (the
+        cleaner kills it if the slot dies, releasing what a transaction left open)."""
         self.running: object | None = None
         """The id of the job this slot runs now, if any."""
         self._news: Assignment | None = None
@@ -142,12 +138,10 @@ class WorkerSlot:
 
     def _open_session(self, workables: list[str]) -> list[dict[str, Any]]:
         """A new server session for its transactional jobs, if it runs any; the ids to
-        record with its registration.
-
-        A slot registering again was declared dead, and the cleaner kills its old
-        session, perhaps only now: that one is dropped, not ended, since an ended
-        session goes back to the driver's pool, whose next session (this one) would
-        have the same id and be killed too."""
+        record with its registration. A slot registering again was declared dead, and
+        the cleaner kills its old session, perhaps only now: that one is dropped, not
+        ended, since an ended session goes back to the driver's pool, whose next session
+        (this one) would have the same id and be killed too."""
         self.session = None
         if not any(map(self.registry.runs_in_transaction, workables)):
             return []
