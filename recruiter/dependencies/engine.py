@@ -50,8 +50,7 @@ class Ended:
 
 @dataclass
 class Settled:
-    """What a follow-up did: jobs made ready, jobs cancelled (their own waiting jobs
-    followed up in turn)."""
+    """What a follow-up did: jobs made ready, jobs cancelled (whose dependents follow in turn)."""
 
     ready: list[Any] = field(default_factory=list)
     cancelled: list[Any] = field(default_factory=list)

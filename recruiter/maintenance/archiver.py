@@ -1,8 +1,6 @@
-"""Archiving: moves finished jobs from ``scheduled`` to ``archived``, up to
-:data:`~recruiter.store.ARCHIVE_BATCH` a run in three commands (a worker only marks
-its job finished; a move a crash cut short is completed by the next run).
-
-Run by the leading cleaner only.
+"""Archiving, by the leading cleaner: moves finished jobs from ``scheduled`` to
+``archived``, up to :data:`~recruiter.store.ARCHIVE_BATCH` a run in three commands (a
+worker only marks its job finished; a move a crash cut short is completed by the next run).
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""The sweep of blocked jobs: one whose dependencies (or batch) ended, and that nobody
-told (its worker crashed before it could, say), is made ready or cancelled as its rule
-says (:func:`recruiter.dependencies.engine.sweep`).
-
-Run by the leading cleaner only.
+"""The sweep of blocked jobs, by the leading cleaner: one whose dependencies (or batch)
+ended, and that nobody told (its worker crashed before it could, say), is made ready or
+cancelled as its rule says (:func:`recruiter.dependencies.engine.sweep`).
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
-"""Taking back the jobs of dead workers, by the one take-back rule
-(:func:`recruiter.attempts.takeback.take_back_from_dead`): fence the worker out first,
-then release its jobs through their retry policies.
+"""Taking back the jobs of dead workers, by the leading cleaner, by the one take-back
+rule (:func:`recruiter.attempts.takeback.take_back_from_dead`): fence the worker out
+first, then release its jobs through their retry policies.
 
 Only a service that has watched for the whole timeout, without a database error
 (:meth:`DeadWorkerTakeBack.lost_sight`) and without a gap between runs, declares a worker
-dead: heartbeats kept from landing by an outage are not deaths (docs/reference/processes.md,
-``recruiter clean``). Run by the leading cleaner only.
+dead: heartbeats kept from landing by an outage are not deaths.
 """
 
 from __future__ import annotations

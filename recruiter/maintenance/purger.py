@@ -1,7 +1,6 @@
-"""Purging: deletes archived jobs that finished more than ``clean_after`` ago, crashed
-ones included, up to :data:`~recruiter.store.PURGE_BATCH` a run in two commands.
-
-Run by the leading cleaner only.
+"""Purging, by the leading cleaner: deletes archived jobs that finished more than
+``clean_after`` ago, crashed ones included, up to :data:`~recruiter.store.PURGE_BATCH` a
+run in two commands.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 (:func:`recruiter.repeating.occurrences.create_due_occurrences` has the rule).
 
 Run by the leading recruiter only, before its hand-out, so that a job due now is handed
-out in the same round: when the next occurrence of any scheduler is due, when the
-change feed tells of a scheduler declared or changed, on taking the lead, after a
-round that failed, and every :data:`REFRESH` otherwise.
+out in the same round: when a scheduler's next occurrence is due, when the change feed
+tells of a scheduler changed, on taking the lead, after a failed round, and every
+:data:`REFRESH` otherwise.
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
-"""Releasing jobs locked but held by no worker: a round cut short between its lock and
-its assignment, or a take-back the cleaner could not finish.
-:func:`recruiter.attempts.takeback.release_unheld` has the rule.
+"""Releasing jobs locked but held by no worker (a round cut short between its lock and
+its assignment, or a take-back the cleaner could not finish), by the rule of
+:func:`recruiter.attempts.takeback.release_unheld`.
 
-Run by the leading recruiter only: only a recruiter's round locks jobs without a roster
-document holding them (a manual run enters the roster first), and only the recruiter
-knows when one may have been cut short. It looks between its own rounds, so no lock of
-its own is in flight, and it releases every unheld lock whatever its age.
+Run by the leading recruiter only: only its rounds lock jobs without a roster document
+holding them, and only it knows when one may have been cut short. It looks between its
+own rounds, so no lock of its own is in flight, and releases every unheld lock.
 """
 
 from __future__ import annotations

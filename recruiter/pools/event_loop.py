@@ -1,11 +1,10 @@
 """The event loop of an ``asyncio``-pool worker: where its ``async def`` jobs run.
 
 ``recruiter worker --pool asyncio`` runs one event loop in a thread of its own. Each
-slot keeps its thread for its bookkeeping (the start, the end and the release of its
-jobs, written as in every pool), and hands an ``async def`` job's coroutine to the
-loop as a task (:meth:`recruiter.pools.stopping.Running.call`): hundreds of slots' jobs wait
-on their I/O together on one loop. A synchronous job runs in its slot's thread, as in
-the threads pool, so it never blocks the loop.
+slot keeps its thread for its bookkeeping, and hands an ``async def`` job's coroutine
+to the loop as a task (:meth:`recruiter.pools.stopping.Running.call`): hundreds of
+slots' jobs wait on their I/O together. A synchronous job runs in its slot's thread,
+as in the threads pool, so it never blocks the loop.
 """
 
 from __future__ import annotations
@@ -48,14 +47,11 @@ def _tracked_task(loop: asyncio.AbstractEventLoop, coro: Any, **options: Any) ->
 
 @asynccontextmanager
 async def tasks_of_the_job() -> AsyncIterator[None]:
-    """Around a job's coroutine: the tasks it started (and theirs) that are still running
-    as it ends are cancelled, and given :data:`CLOSE_WAIT` to end, before its attempt is
-    recorded; so on the worker's loop as on a loop of its own (which closes with the
-    job), and a stopped job's fan-out never runs on beside its retry.
-
-    A task that must outlive the job (a shared client's background task) is started
-    with a context of its own: ``loop.create_task(coro, context=contextvars.Context())``.
-    """
+    """Around a job's coroutine: the tasks it started (and theirs) that still run as it
+    ends are cancelled, and given :data:`CLOSE_WAIT` to end, before its attempt is
+    recorded, so a stopped job's fan-out never runs on beside its retry. A task that
+    must outlive the job is started with a context of its own:
+    ``loop.create_task(coro, context=contextvars.Context())``."""
     started: set[asyncio.Task[Any]] = set()
     token = _JOB_TASKS.set(started)
     try:
@@ -77,8 +73,7 @@ async def tasks_of_the_job() -> AsyncIterator[None]:
 
 
 class EventLoop:
-    """An asyncio event loop running in a thread of its own, from :meth:`start` until
-    :meth:`close`."""
+    """An asyncio event loop running in a thread of its own, from :meth:`start` to :meth:`close`."""
 
     def __init__(self, slots: int = 1) -> None:
         self.loop = asyncio.new_event_loop()
@@ -101,8 +96,8 @@ class EventLoop:
         try:
             while not self._closing:
                 self._run_until_stopped()
-        finally:
-            self._shut_down()
+        finally:  # cancel the tasks jobs left running (fire-and-forget tasks of their own)
+            close_loop(self.loop, "event loop")
 
     def _run_until_stopped(self) -> None:
         """Run the loop until it stops: for :meth:`close`, or because a job stopped it.
@@ -124,11 +119,6 @@ class EventLoop:
     def _stop_for_close(self) -> None:
         self._closing = True
         self.loop.stop()
-
-    def _shut_down(self) -> None:
-        """Cancel the tasks jobs left running (fire-and-forget tasks of their own), let
-        them end, and close the loop."""
-        close_loop(self.loop, "event loop")
 
     def close(self) -> None:
         """Stop the loop (every slot has ended its jobs) and wait for its thread."""

@@ -26,4 +26,3 @@ class JobProcessFailed(RecruiterError):
     """A child process could not be started or did not follow the protocol."""
 
     recorded_as = "recruiter.pool.JobProcessFailed"
-    """Its name in jobs' histories and policies, kept from before it moved."""

@@ -1,35 +1,17 @@
 """Running a slot's jobs in a child process of its own: the *processes* pool.
 
-``recruiter worker --pool processes`` gives each slot a long-lived child process,
-started once and reused from job to job, which imports the application and runs the
-jobs' code. The worker process keeps everything else: the roster, the heartbeat, the
-database writes and the watchdog. So:
+``recruiter worker --pool processes`` gives each slot a long-lived child process
+(:mod:`recruiter.pools.child`) that imports the application and runs the jobs' code,
+while the worker keeps the roster, the heartbeat, the database writes and the watchdog:
+a job whose C code holds the GIL holds the child's, and the heartbeat goes on. A job
+asked to stop that has not returned within :data:`STOP_GRACE` is killed with its
+process group; a child that dies mid-job fails the attempt (:class:`JobProcessDied`)
+and the other slots never notice; a child lives and pauses with its worker.
 
-- a job whose C code holds the GIL (a regular expression backtracking for minutes)
-  holds the child's, not the worker's: the heartbeat goes on, and the job is not
-  declared dead and run elsewhere while it runs;
-- a job past its timeout, or cancelled, is first asked to stop as in the threads pool
-  (the exception is raised in its code, in the child); if it has not returned within
-  :data:`STOP_GRACE`, the child is killed with what its job started (SIGKILL to its
-  process group) and a new one is started for the next job: the attempt is recorded
-  as timed out, or cancelled;
-- a child that dies while it runs a job (a segfault, the kernel's out-of-memory
-  killer, ``os._exit``) fails the attempt with :class:`JobProcessDied`, its signal or
-  exit code in the message, and the job's retry policy decides; the other slots never
-  notice;
-- a child lives and pauses with its worker: on Linux the kernel kills it when the
-  worker dies, and it stops itself when it sees its worker stopped (SIGSTOP, a
-  debugger), so that a job whose worker is frozen past the dead timeout does not run
-  on beside the run that replaces it (the worker, resumed, continues it with SIGCONT,
-  or exits as declared dead, and the child with it). It has a process group of its
-  own: a Ctrl-C or a group's signal is the worker's to handle.
-
-The worker and the child speak BSON over a pipe: the job's workable, parameters and
-method as stored go one way; the attempt's failure (its class names and message, not
-the exception object), trace and recorded output come back, and, while the job runs,
-its latest progress report, at most one every :data:`~recruiter.pools.pipe.PIPE_EVERY`.
-No job data is pickled. The workable's hooks run in the child, where the job's object
-and exception are, when the worker tells it how the attempt ended.
+The two speak BSON over a pipe (no job data is pickled): the job as stored one way, the
+attempt's failure (class names and message), trace, output and latest progress the
+other. The workable's hooks run in the child, where the job's object and exception
+are. docs/reference/processes.md ("Where a job's code runs") has the whole story.
 """
 
 from __future__ import annotations
@@ -74,11 +56,9 @@ ASYNCIO_CONCURRENCY = 100
 """The slots of an ``asyncio``-pool worker when ``--concurrency`` is not given."""
 
 STOP_GRACE = 5.0
-"""Seconds a job asked to stop (timed out, cancelled) has to return before its child
-process is killed."""
+"""Seconds a job asked to stop has to return before its child process is killed."""
 KILL_GRACE = 2.0
-"""Seconds a child asked to exit (between jobs, or when its worker stops) has before it
-is killed."""
+"""Seconds a child asked to exit (between jobs, or as its worker stops) has before it is killed."""
 START_TIMEOUT = 60.0
 """Seconds a new child has to import the application and say it is ready."""
 
@@ -88,10 +68,6 @@ class JobProcessDied(Exception):
     answered: recorded as the attempt's failure, never raised."""
 
     recorded_as = "recruiter.pool.JobProcessDied"
-    """Its name in jobs' histories and policies, kept from before it moved."""
-
-
-# --- the worker's side ------------------------------------------------------------------
 
 
 class JobProcess:
@@ -132,9 +108,7 @@ class JobProcess:
             self.close(at_once=True)
             failed = JobProcessFailed(f"the job process failed: {error!r}")
             process = {"pid": pid, "replaced": "it failed"}
-            return CodeResult(
-                Failure.from_exception(failed), None, {}, failed, WorkableHooks(), None, process
-            )
+            return CodeResult(Failure.from_exception(failed), error=failed, process=process)
         if ran.progress is None and (reported := running.progress.latest()[1]) is not None:
             ran = dataclasses.replace(ran, progress=reported)  # what came before it died
         return ran
@@ -276,12 +250,12 @@ class JobProcess:
             message = f"{error}; it did not stop within {STOP_GRACE:g} s and its process was killed"
             failure = Failure(*_names(error), message)
             process = {"pid": pid, "replaced": "killed: the job did not stop"}
-            return CodeResult(failure, None, {}, error, WorkableHooks(), stopped, process)
+            return CodeResult(failure, error=error, stopped=stopped, process=process)
         died = JobProcessDied(f"the process running the job {self._exit_description()}")
         self.close(at_once=True)
         process = {"pid": pid, "replaced": "it died"}
         return CodeResult(
-            Failure.from_exception(died), None, {}, died, WorkableHooks(), stopped, process
+            Failure.from_exception(died), error=died, stopped=stopped, process=process
         )
 
     def _resume(self) -> None:
@@ -417,14 +391,7 @@ def _names(error: BaseException) -> tuple[str, tuple[str, ...]]:
 
 
 def _statistics_document(statistics: RetryStatistics) -> dict[str, Any]:
+    document = {f.name: getattr(statistics, f.name) for f in dataclasses.fields(statistics)}
     root = statistics.root
-    return {
-        "job_id": statistics.job_id,
-        "retry_number": statistics.retry_number,
-        "is_last_retry": statistics.is_last_retry,
-        "last_execution": statistics.last_execution,
-        "snoozes": statistics.snoozes,
-        "snooze_limit": statistics.snooze_limit,
-        "worker_id": statistics.worker_id,
-        "root": None if root is None else {"signature": root.signature, "at": root.at},
-    }
+    document["root"] = None if root is None else {"signature": root.signature, "at": root.at}
+    return document

@@ -1,18 +1,12 @@
 """Stopping a running job: at its timeout, or when it is cancelled.
 
-A job's Python code runs in a worker's slot thread. To stop it, a watchdog raises an
-exception in that thread (``PyThreadState_SetAsyncExc``): :class:`JobTimedOut` or
+A job's code running in a slot's thread is stopped by an exception a watchdog raises in
+that thread (``PyThreadState_SetAsyncExc``): :class:`JobTimedOut` or
 :class:`JobCancelled`, both :class:`BaseException` so that an ``except Exception`` in
-the job does not swallow them, while its ``finally`` blocks and context managers still
-run. The exception is raised only while the job's own code runs (never in recruiter's
-bookkeeping around it), at the thread's next Python instruction: a call blocked in C
-(a long ``time.sleep``, a socket read without a timeout) is stopped when it returns.
-Give such calls timeouts of their own; shell-command jobs are stopped by a signal.
-
-An ``async def`` job runs as an asyncio task (:meth:`Running.call`): on the worker's
-event loop (``--pool asyncio``), or on a loop of its own in the slot's thread. It is
-stopped by cancelling its task: its code sees ``asyncio.CancelledError`` at its next
-``await``, and the attempt fails with :class:`JobTimedOut` or :class:`JobCancelled`.
+the job does not swallow them, while its ``finally`` blocks still run. It is raised only
+within the job's own code (:meth:`Running.code`), at the next Python instruction: a
+call blocked in C is stopped when it returns. An ``async def`` job is stopped by
+cancelling its task (:meth:`Running.call`). The whole story: docs/guides/stopping.md.
 """
 
 from __future__ import annotations
@@ -43,7 +37,7 @@ class Stopped(BaseException):
     """A running job was stopped from outside; recorded as its attempt's failure."""
 
     recorded_as = "recruiter.stopping.Stopped"
-    """Its name in jobs' histories and policies, kept from before it moved."""
+    """Its name in jobs' histories and policies (see :mod:`recruiter.errors`)."""
 
     while_it_ran = "the job was stopped while it ran"
     before_it_began = "the job was stopped before its code began: it did not run"
@@ -59,7 +53,6 @@ class JobTimedOut(Stopped):
     """The attempt ran longer than the job's timeout; its retry policy decides what next."""
 
     recorded_as = "recruiter.stopping.JobTimedOut"
-    """Its name in jobs' histories and policies, kept from before it moved."""
 
     while_it_ran = "the attempt ran longer than the job's timeout, and was stopped"
     before_it_began = "the attempt reached the job's timeout before its code began: it did not run"
@@ -69,7 +62,6 @@ class JobCancelled(Stopped):
     """The job was cancelled while it ran; it is archived as ``cancelled``, not retried."""
 
     recorded_as = "recruiter.stopping.JobCancelled"
-    """Its name in jobs' histories and policies, kept from before it moved."""
 
     while_it_ran = "the job was cancelled while it ran, and was stopped"
     before_it_began = "the job was cancelled before its code began: it did not run"
@@ -113,8 +105,7 @@ class Running:
         self.deadline: float | None = None
         self.stopped: type[Stopped] | None = None
         self.returned = False
-        """Whether the job's code returned (:meth:`call`): a stop that lands after it
-        does not fail the attempt."""
+        """Whether the job's code returned: a stop that lands after it does not fail the attempt."""
         self.unrun = False
         """Whether the job's code never began: an ``async def`` job's coroutine was
         closed before its first step (a stop landed before its task began), or a job
@@ -268,8 +259,7 @@ class Running:
                 self._thread_id = self._shielded_thread
 
     def stop(self, why: type[Stopped]) -> bool:
-        """Raise ``why`` in the job's code, or cancel its task, if it runs and was not
-        stopped already."""
+        """Raise ``why`` in the job's code, or cancel its task, unless it ended or was stopped."""
         with self._lock:
             if self._left or self.stopped is not None:
                 return False
@@ -317,7 +307,6 @@ class HolderDeclaredDead(Stopped):
     elsewhere, so its code is stopped here."""
 
     recorded_as = "recruiter.stopping.HolderDeclaredDead"
-    """Its name in jobs' histories and policies, kept from before it moved."""
 
     while_it_ran = "this process was declared dead while the job ran, and the job was stopped"
     before_it_began = (

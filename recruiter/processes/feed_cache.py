@@ -52,11 +52,8 @@ class FeedChanges:
 
 
 class FeedInbox:
-    """What the change feed told since the last round: the collections that changed,
-    which workers were made available, and which jobs were inserted.
-
-    Written by the feed's watcher thread, read by the round.
-    """
+    """What the change feed told since the last round (:class:`FeedChanges`): written
+    by the feed's watcher thread, read by the round."""
 
     def __init__(self) -> None:
         self._collections: set[str] = set()
@@ -113,8 +110,7 @@ class KnownReady:
         return cls((), drained_for, next_due or NEVER)
 
     def told(self, changes: FeedChanges, now: dt.datetime) -> KnownReady | None:
-        """What is known after the feed told ``changes``, by ``now`` (``None``: read the
-        queue)."""
+        """What is known after the feed told ``changes``, by ``now`` (``None``: read the queue)."""
         arrivals = changes.arrivals
         if arrivals is None or now >= self.until or GAP in changes.collections:
             return None
@@ -145,9 +141,7 @@ class KnownReady:
 
 
 class ReadyCache:
-    """What the recruiter knows of the ready jobs between its rounds (see the module's
-    docstring): the jobs known ready, the sets of workables for which the last plan
-    left nothing ready, and the set of workables of each worker seen."""
+    """What the recruiter knows of the ready jobs between its rounds (see the module)."""
 
     def __init__(self) -> None:
         self.known: KnownReady | None = None
@@ -156,7 +150,6 @@ class ReadyCache:
         """The sets of workables for which nothing was ready after the last plan (it
         handed out every job ready for them, and none was put back)."""
         self.drained_at: dt.datetime | None = None
-        """When the last plan was made."""
         self.held_until: dt.datetime | None = None
         """When a group held back by its rate limit may start a job again."""
         self._workables_of: dict[ObjectId, str | None] = {}
@@ -167,8 +160,7 @@ class ReadyCache:
         self.known = None
 
     def told(self, changes: FeedChanges, now: dt.datetime, *, read: bool) -> KnownReady | None:
-        """What is known once the feed told ``changes`` (``None``: read the queue, as
-        also when ``read``)."""
+        """What is known after ``changes`` (``None``: read the queue, as when ``read``)."""
         self.known = None if self.known is None or read else self.known.told(changes, now)
         if changes.arrivals:
             self.drained_for = frozenset()  # jobs arrived: they may be ready for any set

@@ -49,7 +49,6 @@ class Leadership:
         self.holder = holder
         self.duration = duration
         self.clock = clock
-        """Its monotonic time says when to renew: never the wall clock, which may jump."""
         self._renew_at: float | None = None
         self.leading = False
         self._known = False
@@ -127,11 +126,8 @@ class Follow:
 
 
 class Tell:
-    """Whom to tell when the process takes or loses the lead, and what to give them.
-
-    Each became-leader is paired with one stepped-down, whatever happens in between
-    (a database error while renewing the lease, a failed release at stop).
-    """
+    """Whom to tell when the process takes or loses the lead, and what to give them:
+    each became-leader is paired with one stepped-down, whatever happens in between."""
 
     def __init__(self, listeners: Listeners, payload: Any) -> None:
         self.listeners = listeners
@@ -171,8 +167,8 @@ class LeaderRounds:
     ) -> None:
         self.leadership = Leadership(store, name, holder or holder_name(), lease, clock)
         self.process = process
-        self.feed = feed
-        self.tell = tell
+        self.feed = feed or LeaderFeed(name, None, threading.Event())
+        self.tell = tell or Tell(Listeners(), None)
         self.check_schema = SchemaCheck(store, clock)
 
     def step(self, now: dt.datetime) -> Pause | None:
@@ -182,33 +178,26 @@ class LeaderRounds:
         try:
             holds = self.leadership.hold(now)
         except DatabaseError:
-            if self.tell is not None:
-                self.tell.not_leading()  # who leads is unknown until the database answers
+            self.tell.not_leading()  # who leads is unknown until the database answers
             raise
         if not holds:
-            if self.feed is not None:
-                self.feed.unfollow()
-            if self.tell is not None:
-                self.tell.not_leading()
+            self.feed.unfollow()
+            self.tell.not_leading()
             return None
         if not was_leading:
             self.process.became_leader()
-            if self.feed is not None:
-                self.feed.follow()
-        if self.tell is not None:
-            self.tell.leading()
+            self.feed.follow()
+        self.tell.leading()
         self.check_schema()  # a newer recruiter upgraded the database: stop (exit code 4)
         return self.process.run_once(now).pause(now)
 
     def release(self, now: dt.datetime) -> None:
         """Stop following, give the lease up, tell the listeners (at stop)."""
-        if self.feed is not None:
-            self.feed.unfollow()
+        self.feed.unfollow()
         try:
             self.leadership.release(now)
         finally:
-            if self.tell is not None:
-                self.tell.not_leading()
+            self.tell.not_leading()
 
 
 def lead(

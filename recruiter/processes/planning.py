@@ -54,8 +54,7 @@ class ReadyJobs(Protocol):
 @dataclass(frozen=True)
 class Plan:
     jobs: dict[ObjectId, list[Any]] = field(default_factory=dict)
-    """The jobs each worker gets (one, or several prefetched), in order, locked with the round's
-    token."""
+    """The jobs each worker gets (one, or several prefetched), in order, locked with the token."""
     drained: bool = False
     """The round handed out every job of any group that was ready (none is left ready,
     none held back by a limit): until a job arrives, is put back or falls due, no
@@ -67,8 +66,7 @@ class Plan:
     the worker it was meant for may be left idle while another job is ready."""
     drained_for: frozenset[str | None] = frozenset()
     """The sets of workables (their digests; ``None``: any) of which the round handed
-    out every ready job: until a job arrives, is put back or falls due, a worker that
-    can run only such a set can be given nothing."""
+    out every ready job: :attr:`drained`, for a worker that can run only such a set."""
     tried: frozenset[Any] = frozenset()
     """The jobs the round tried to lock: locked (and in :attr:`jobs`), or not ready."""
 
@@ -138,7 +136,6 @@ class _Round:
     tried: set[Any] = field(default_factory=set)
     jobs: dict[ObjectId, list[Any]] = field(default_factory=dict)
     missed: bool = False
-    """A job read could not be locked."""
     ready_groups: set[str] = field(default_factory=set)
     """The groups in which a set of any-group workers found jobs it could run."""
 
@@ -251,8 +248,8 @@ class Planner:
         return None
 
     def _put_back_unplaced(self, round_: _Round) -> None:
-        """Every job the round locked is in a worker's jobs; one that were not (a bug)
-        would stay locked while the round's token is held: put it back, and say so."""
+        """Put back any job the round locked that is in no worker's jobs (a bug), which
+        would stay locked while the round's token is held, and say so."""
         placed = {job for jobs in round_.jobs.values() for job in jobs}
         unplaced = [job for job in round_.locked if job not in placed]
         if unplaced:
@@ -260,17 +257,16 @@ class Planner:
             put_back(self.store, unplaced, round_.token, round_.now, "locked but not planned")
 
     def _room(self, group: str, slots: list[WorkerRecord]) -> int:
-        """How many jobs of ``group`` the ``slots`` of that group could take at once."""
+        """How many jobs of ``group`` its ``slots`` could take at once."""
         most = capacity(slots, self.prefetch)
         return sum(map(len, pack([group] * most, slots, self.prefetch, self.lengths)))
 
     def _hand(
         self, slots: list[WorkerRecord], chosen: list[tuple[str, Any]], round_: _Round
     ) -> None:
-        """Share the ``chosen`` jobs (group, job, in order) among ``slots``, prefetching,
-        as they were packed when chosen; those that could not be locked (cancelled
-        meanwhile) are left out of their slot's hand-out (packing again without them could leave
-        one out that was locked)."""
+        """Share the ``chosen`` jobs (group, job, in order) among ``slots`` as they were
+        packed when chosen; those that could not be locked are left out of their slot's
+        hand-out (packing again without them could leave one out that was locked)."""
         groups = [group for group, _ in chosen]
         for slot, positions in zip(
             slots, pack(groups, slots, self.prefetch, self.lengths), strict=True
@@ -317,17 +313,14 @@ class Planner:
     ) -> tuple[list[tuple[str, Any]], bool, bool]:
         """The jobs, in turn, that fair share hands the ``idle`` workers of any group (in
         several where the prefetch rule allows), when group ``g`` may give ``wanted[g]``;
-        whether they are all the ready jobs of those groups (each group was read
-        to its end, and every job read is handed out); and whether a group read had
-        none (of the workables ``names``).
+        whether they are all the ready jobs of those groups (each read to its end, every
+        job read handed out); and whether a group read had none (of the workables ``names``).
 
-        Reads only the jobs it hands out: fair share is played first as if every group
-        had all it may give, and the prefetch rule keeps the first of its picks that fit;
-        those are read, every group in one command
-        (:meth:`Store.ready_job_ids_by_group`), one more job than needed each, to tell
-        whether the group has more; a group that had no more is known exhausted and,
-        when it had fewer than needed, the play starts again with what is left, at most
-        :data:`ANY_GROUP_READS` reads in all.
+        Reads only the jobs it hands out: fair share is played as if every group had all
+        it may give, the prefetch rule keeps the first picks that fit, and those are read
+        in one command, one more job than needed per group to tell whether it has more.
+        A group that had no more is known exhausted and, when it had fewer than needed,
+        the play starts again with what is left, at most :data:`ANY_GROUP_READS` reads.
         """
         most, now = capacity(idle, self.prefetch), round_.now
         read: dict[str, list[Any]] = {}

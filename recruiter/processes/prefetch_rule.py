@@ -31,8 +31,7 @@ LENGTH_WEIGHT = 0.3
 
 @dataclass(frozen=True)
 class PrefetchRule:
-    """How many jobs, and how much expected work, a slot may be handed at once (see the
-    module's docstring)."""
+    """How many jobs, and how much expected work, a slot may be handed at once."""
 
     jobs: int = DEFAULT_PREFETCH
     seconds: dt.timedelta = DEFAULT_PREFETCH_SECONDS
@@ -55,8 +54,8 @@ class JobLengths:
         self._counted: dict[ObjectId, ObjectId | None] = {}
 
     def learn(self, workers: Sequence[WorkerRecord]) -> None:
-        """Take in the reports of available workers; each report once (a worker stays
-        available across rounds with the same report until it is assigned again)."""
+        """Take in the reports of available workers, each report once (a worker stays
+        available with the same report until it is assigned again)."""
         counted = {}
         for worker in workers:
             counted[worker.id] = worker.ran_for
@@ -82,12 +81,9 @@ def pack(
     lengths: JobLengths,
 ) -> list[list[int]]:
     """For each slot, the positions in ``groups`` (the groups of the jobs to hand out, in
-    the order they are to go) of the jobs it gets.
-
-    The first jobs go one per slot; each later one to the prefetching slot with the
-    least expected work, if it fits there (see the module's docstring). Packing stops
-    at the first job that fits nowhere, so the jobs packed are always the first ones.
-    """
+    order) of the jobs it gets: the first jobs one per slot, each later one to the
+    prefetching slot with the least expected work, if it fits there. Packing stops at
+    the first job that fits nowhere, so the jobs packed are always the first ones."""
     window = rule.seconds.total_seconds()
     handouts: list[list[int]] = [[] for _ in slots]
     loads: list[float] = [0.0 for _ in slots]

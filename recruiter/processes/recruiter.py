@@ -32,12 +32,7 @@ from recruiter.processes.feed_cache import (
     KnownReady,
     ReadyCache,
 )
-from recruiter.processes.planning import (
-    SETTINGS_REFRESH,
-    SETTINGS_REFRESH_FOLLOWED,
-    Plan,
-    Planner,
-)
+from recruiter.processes.planning import SETTINGS_REFRESH, SETTINGS_REFRESH_FOLLOWED, Plan, Planner
 from recruiter.processes.prefetch_rule import PrefetchRule
 from recruiter.store import Store, WorkerRecord
 

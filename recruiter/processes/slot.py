@@ -1,10 +1,9 @@
 """A worker slot: one roster document of a worker process, and the jobs handed to it.
 
-It registers, waits for news of an assignment (rung by its process's change feed, or
-polling its own document), runs the job or jobs it was handed in order
+It registers, waits for news of an assignment, runs the jobs it was handed in order
 (:func:`recruiter.attempts.prefetch.run_handed_out`), and is made available again with
-a report of how long they took; asked to stop, it puts back what it did not start.
-Its process (:mod:`recruiter.processes.worker`) heartbeats for it.
+a report of how long they took. Its process (:mod:`recruiter.processes.worker`) follows
+the change feed and heartbeats for it.
 """
 
 from __future__ import annotations
@@ -72,11 +71,9 @@ class WorkerSlot:
         self.completer = completer or Completer(store)
         """Where its process's slots send their writes together (a slot alone: its own)."""
         self.job_process = job_process
-        """The child process this slot's jobs run in (``processes`` pool), else none:
-        they run in the slot's thread."""
+        """The child process its jobs run in (``processes`` pool); none: the slot's thread."""
         self.loop = loop
-        """The event loop its ``async def`` jobs run on (``asyncio`` pool), else none:
-        each runs on a loop of its own in the slot's thread."""
+        """The event loop its ``async def`` jobs run on (``asyncio`` pool); none: their own."""
         self.stopping = stopping
         """Whether to stop after the job it runs: the rest of its prefetched jobs is put back."""
         self.heartbeat_every = heartbeat_every
@@ -98,14 +95,12 @@ class WorkerSlot:
         """Rung when there is news for this slot (and on a stop request)."""
         self.id: ObjectId | None = None
         self.session: Any = None
-        """The server session its transactional jobs run in, opened as it registers
-        (its id written in its roster document: the cleaner kills it if the slot dies,
-        releasing what a transaction left open at once); none if it runs none."""
+        """The server session its transactional jobs run in, opened as it registers (the
+        cleaner kills it if the slot dies, releasing what a transaction left open)."""
         self.running: object | None = None
         """The id of the job this slot runs now, if any."""
         self._news: Assignment | None = None
         self._ran: deque[ObjectId] = deque(maxlen=RECENT_TOKENS)
-        """The tokens of the last jobs run: news of one of them is late, not new."""
 
     def deliver(self, change: RosterChange) -> None:
         """FeedInbox from the change feed: an assignment to run, or a change to read."""
@@ -120,8 +115,8 @@ class WorkerSlot:
         return self.available and self._news is None
 
     def ran_lately(self, token: ObjectId) -> bool:
-        """Whether it ran the assignment of ``token`` lately: news of it is late, not new
-        (safe from another thread: the tokens are copied before they are compared)."""
+        """Whether it ran the assignment of ``token`` lately (safe from another thread:
+        the tokens are copied before they are compared)."""
         return token in tuple(self._ran)
 
     def register(self) -> ObjectId:
@@ -143,12 +138,10 @@ class WorkerSlot:
 
     def _open_session(self, workables: list[str]) -> list[dict[str, Any]]:
         """A new server session for its transactional jobs, if it runs any; the ids to
-        record with its registration.
-
-        A slot registering again was declared dead, and the cleaner kills its old
-        session, perhaps only now: that one is dropped, not ended, since an ended
-        session goes back to the driver's pool, whose next session (this one) would
-        have the same id and be killed too."""
+        record with its registration. A slot registering again was declared dead, and
+        the cleaner kills its old session, perhaps only now: that one is dropped, not
+        ended, since an ended session goes back to the driver's pool, whose next session
+        (this one) would have the same id and be killed too."""
         self.session = None
         if not any(map(self.registry.runs_in_transaction, workables)):
             return []
@@ -203,8 +196,8 @@ class WorkerSlot:
         how long the jobs took (what the recruiter sizes prefetch on).
 
         Asked to stop, the slot finishes the job it runs and puts the rest of its
-        prefetched jobs back, unstarted and uncounted; so it does when one of them was taken back
-        (it was declared dead: the others were taken back too).
+        prefetched jobs back, unstarted and uncounted; so it does when one of them was
+        taken back (it was declared dead: the others were taken back too).
         """
         assert self.id is not None
         identity = Identity.of_this_process(self.id)
@@ -219,20 +212,18 @@ class WorkerSlot:
             completer=self.completer,
             session=self.session,
         )
-        self._ran.append(assignment.token)
         token = assignment.token
+        self._ran.append(token)
+        jobs = list(assignment.job_ids)
         handed = run_handed_out(
-            executor,
-            list(assignment.job_ids),
-            token,
-            stopping=self.stopping,
-            running=self._set_running,
+            executor, jobs, token, stopping=self.stopping, running=self._set_running
         )
-        lengths, executions, returned = handed.lengths, handed.executions, handed.returned
-        ran = [RanReport(g, int(n), round(seconds, 6)) for g, (n, seconds) in lengths.items()]
+        lengths = handed.lengths.items()
+        ran = [RanReport(g, int(n), round(seconds, 6)) for g, (n, seconds) in lengths]
         self._became_available()
         self.completer.release(Release(self.id, token, self.clock.latest(), ran))
-        return SlotResult(executions[-1], executions=tuple(executions), returned=returned)
+        executions = tuple(handed.executions)
+        return SlotResult(executions[-1], executions=executions, returned=handed.returned)
 
     def _set_running(self, job_id: Any) -> None:
         self.running = job_id

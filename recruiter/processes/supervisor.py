@@ -1,10 +1,8 @@
 """Running the recruiter, the cleaner and workers together on one machine: ``recruiter up``.
 
-A :class:`Supervisor` starts each command as a process of its own, restarts one that
-exits while it should run, and on stop sends each SIGTERM and waits for them
-(docs/reference/processes.md). The children are in their own process group, so a
-Ctrl-C at the terminal reaches them once, through the supervisor; on Linux they are
-also stopped if the supervisor itself is killed.
+A :class:`Supervisor` starts each command as a process of its own (in its own process
+group, so a Ctrl-C reaches it once, through the supervisor), restarts one that exits,
+and on stop sends each SIGTERM and waits for them (docs/reference/processes.md).
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Following a change feed in a thread of its own, so that a process is woken, not polling.
 
 The watcher hands each change to ``on_change`` and calls ``on_gap`` whenever changes
-may have been missed (the feed opened, reopened or lost): the process then reads what it
-would have been told, and polls while :attr:`Watcher.following` is false. A *quiet*
-feed (``quiet()``) is left unread where it is, and read on from there when
-:meth:`Watcher.stir` says so, so no change is missed (docs/reference/processes.md,
-"Woken, not polling").
+may have been missed (the feed opened, reopened or lost); the process polls while
+:attr:`Watcher.following` is false. A *quiet* feed is left unread where it is, and read
+on from there once stirred, so no change is missed (docs/reference/processes.md).
 """
 
 from __future__ import annotations

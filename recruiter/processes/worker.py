@@ -3,24 +3,15 @@
 A worker process has one or more *slots* (``--concurrency``), each a roster document of
 its own that runs one job at a time in its own thread. The process follows a change
 feed of its slots' documents (:meth:`Store.watch_assignments`): an assignment arrives
-with its job and token, and the slot runs it at once, without reading anything. While
-every slot holds work the feed is *quiet*: nothing could be assigned to them, so it is
-not read (see :mod:`recruiter.processes.watcher`) until a slot is made available, and
-then read on from where it stopped. Where
-the feed is not available (or while it is down) a slot polls its own document instead,
-fast while work flows and backing off to a fraction of a second when idle. A heartbeat
-thread keeps every slot's ``last_seen_at`` fresh, also while jobs run, so a long job is
-never mistaken for a dead worker.
+with its job and token, and the slot runs it at once. While every slot holds work the
+feed is *quiet* (:mod:`recruiter.processes.watcher`). Where the feed is not available
+(or while it is down) a slot polls its own document, backing off when idle. A heartbeat
+thread keeps every slot's ``last_seen_at`` fresh while jobs run, so a long job is never
+mistaken for a dead worker.
 
-Stopping (SIGTERM, SIGINT): each slot finishes the job it holds or was just assigned,
-then leaves the roster; a second signal stops at once. A memory limit makes the worker
-stop the same way after the job that crossed it.
-
-A worker that learns from a heartbeat that it was declared dead while running a job
-(it was frozen, or cut off from the database, for longer than the dead timeout) exits
-at once with :data:`DECLARED_DEAD_EXIT`: its job was released and may be running on
-another worker already, so running on would run it twice at the same time. Whatever
-it would still write is fenced out anyway; exiting stops the job's code too.
+Stopping (SIGTERM, SIGINT, or a memory limit crossed): each slot finishes the job it
+holds or was just assigned, then leaves the roster; a second signal stops at once.
+A worker declared dead mid-job exits at once (:data:`DECLARED_DEAD_EXIT`).
 """
 
 from __future__ import annotations
@@ -58,7 +49,10 @@ FOLLOWED_WAIT_BEATS = 15
 """Heartbeats a followed idle slot waits for news before it reads its own document:
 the heartbeat's look for forgotten assignments rings it sooner."""
 DECLARED_DEAD_EXIT = 8
-"""The exit status of a worker that stopped because it was declared dead mid-job."""
+"""The exit status of a worker that was declared dead mid-job (frozen, or cut off from
+the database, past the dead timeout): its job was released and may run elsewhere
+already, so running on would run it twice at once. Whatever it would still write is
+fenced out anyway; exiting stops the job's code too."""
 
 
 def exit_at_once() -> None:
@@ -324,16 +318,13 @@ class WorkerProcess:
     def _gather_assignments(self) -> None:
         """Tell every available slot its assignment, read at once for all of them.
 
-        A round assigns many of a process's slots in one command, but their changes come
-        a few at a time, one read of the feed each (on the test server, some hundred a
-        second): the slots would start one after the other. The second change of a round
-        whose slot was not told yet shows that several were assigned: one read brings
-        all that landed by then (a slot assigned later is told by its own change, which
-        may gather again). A slot assigned alone in its round is told by its change
-        alone, at no cost; so is a slot whose own change comes after it ran what a gather
-        told it. What is read is only news: the slot's start is conditional on the
-        assignment's token, as ever; a read that fails leaves the slots to their own
-        changes."""
+        A round assigns many of a process's slots in one command, but the feed brings
+        their changes a few at a time: the slots would start one after the other. The
+        second change of a round whose slot was not told yet shows that several were
+        assigned: one read brings all that landed by then (a slot assigned later is told
+        by its own change, which may gather again). What is read is only news: the
+        slot's start is conditional on the assignment's token, as ever; a read that
+        fails leaves the slots to their own changes."""
         waiting = {s.id: s for s in self.slots if s.id is not None and s.waits_for_news()}
         if not waiting:
             return

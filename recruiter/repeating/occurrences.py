@@ -154,12 +154,10 @@ def _skip_missed(
     store: Store, scheduler: SchedulerRecord, schedule: Schedule, now: dt.datetime
 ) -> tuple[dt.datetime | None, int]:
     """Apply the ``"latest"`` rule: skip the occurrences before the latest one due, if
-    the first due was missed. Return the occurrence to create from (``None`` if another
-    leader moved the scheduler on meanwhile) and how many were skipped.
-
-    Only the first due can be missed: once it is skipped or created, the next ones are
-    later. A crash after the skip leaves the latest as ``next_at``, created at the next
-    pass (it is the latest due then too, or a later one is, and it is skipped in turn).
+    the first due was missed (only the first can be: the next ones are later). Return
+    the occurrence to create from (``None`` if another leader moved the scheduler on
+    meanwhile) and how many were skipped. A crash after the skip leaves the latest as
+    ``next_at``, created at the next pass (or skipped in turn, if a later one is due).
     """
     at = scheduler.next_at
     if scheduler.missed != "latest" or at is None or at >= now - MISSED_GRACE:
@@ -180,8 +178,7 @@ def _skip_missed(
 
 
 def _latest_due(schedule: Schedule, at: dt.datetime, now: dt.datetime) -> tuple[dt.datetime, int]:
-    """The latest occurrence due by ``now``, and how many come before it from ``at``
-    (the first due) on."""
+    """The latest occurrence due by ``now``, and how many precede it from ``at`` (the first due)."""
     latest = schedule.latest_by(at, now)
     if isinstance(schedule, Every):
         return latest, (latest - at) // schedule.interval
