@@ -231,8 +231,8 @@ class DatabaseClock:
         """A reading of the server's clock, sans I/O: it yields where the server's time
         is to be read, and is sent it (``None`` where the server cannot tell it), or has
         the :class:`~recruiter.errors.DatabaseError` of the read thrown in. The clock
-        reads synchronously with ``read_server_time``; a store of asyncio
-        (:meth:`recruiter.store.async_store.AsyncStore.read_clock`) sends what it awaited."""
+        reads synchronously with ``read_server_time``; the asyncio queue's steps
+        (:func:`recruiter.producer_api.read_clock`) send what the store answered."""
         best: _Reading | None = None
         failed = False
         for _ in range(READINGS):

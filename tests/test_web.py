@@ -15,8 +15,10 @@ from bson import ObjectId
 from fastapi.testclient import TestClient
 
 from recruiter import Every, JobSpec, Queue, Registry
+from recruiter.store.jobs import find_job
 from recruiter.testing import drain
 from recruiter.web import WebConfig, create_app
+from tests import interleaving
 from tests.factories import job_in_state
 from tests.web_client import BASE, TOKEN, client, signed_in
 
@@ -632,7 +634,7 @@ def test_a_database_outage_is_a_503_not_bad_input(
     def away(*arguments: Any, **keywords: Any) -> Any:
         raise DatabaseUnavailable("127.0.0.1:27017: connection refused")
 
-    monkeypatch.setattr(queue.store, "find_job", away)
+    interleaving.instead(monkeypatch, queue.store, find_job, away)
     browser = client(queue)
     assert browser.get(f"/api/jobs/{ObjectId()}").status_code == 503
     assert browser.get(f"/jobs/{ObjectId()}").status_code == 503

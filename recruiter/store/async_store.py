@@ -21,7 +21,6 @@ from pymongo.asynchronous.cursor import AsyncCursor
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import PyMongoError
 
-from recruiter.clock import DatabaseClock
 from recruiter.store import fate_write_concern
 from recruiter.store.base import Document, on_mongomock, update_each, update_ids
 from recruiter.store.failures import raise_from_verb
@@ -142,27 +141,6 @@ class AsyncStore(AwaitedVerbs):
         """Run steps that call this store's verbs (:mod:`recruiter.store.steps`), waiting
         with ``sleep`` (``asyncio.sleep`` by default) where they wait."""
         return await drive_awaited(steps, self.database, self, sleep)
-
-    async def read_clock(self, clock: DatabaseClock) -> None:
-        """Read the server's time into ``clock`` if it is due (:meth:`DatabaseClock.due`),
-        awaiting each reading: the clock then tells the time without reading it."""
-        if not clock.due():
-            return
-        readings = clock.readings()
-        next(readings)
-        while True:
-            try:
-                server = await self.server_time()
-            except Exception as error:  # (a DatabaseError: the readings decide)
-                try:
-                    readings.throw(error)
-                except StopIteration:
-                    return
-                continue
-            try:
-                readings.send(server)
-            except StopIteration:
-                return
 
 
 def async_client(uri: str, options: Mapping[str, Any]) -> AsyncMongoClient[dict[str, Any]]:
