@@ -44,8 +44,7 @@ def run_jobs(
         bool, typer.Option("--wait", help="Wait until they are finished; show how they ended.")
     ] = False,
     timeout: Annotated[
-        dt.timedelta,
-        typer.Option(parser=duration_option, help="How long --wait waits at most."),
+        dt.timedelta, typer.Option(parser=duration_option, help="How long --wait waits at most.")
     ] = "5m",  # type: ignore[assignment]
     here: Annotated[
         bool,
@@ -175,7 +174,7 @@ def _say_who_is_missing(queue: Queue) -> None:
     if missing:
         errors.print(
             f"warning: {' and '.join(missing)}: the jobs wait until they run "
-            "(recruiter up starts all three)",
+            "(recruiter up starts all three)"
         )
 
 

@@ -14,13 +14,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from recruiter.cli.job_actions import (
-    cancel_jobs,
-    recover_job,
-    result_text,
-    retry_jobs,
-    run_jobs,
-)
+from recruiter.cli.job_actions import cancel_jobs, recover_job, result_text, retry_jobs, run_jobs
 from recruiter.cli.options import (
     DatabaseName,
     MongoUri,

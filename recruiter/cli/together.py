@@ -135,8 +135,7 @@ def demo(
     ] = DEMO_DATABASE,
     log_level: LogLevel = Level.INFO,
     schedule_only: Annotated[
-        bool,
-        typer.Option(help="Only schedule the jobs, for processes running elsewhere."),
+        bool, typer.Option(help="Only schedule the jobs, for processes running elsewhere.")
     ] = False,
     wait_for_database: WaitForDatabase = "0s",  # type: ignore[assignment]
 ) -> None:
@@ -175,12 +174,12 @@ def demo(
     queue.close()
     console.print(
         f"\nread a job back with `recruiter jobs show ID --database {database}`, or see "
-        f"them all in the dashboard: `recruiter web --database {database}`",
+        f"them all in the dashboard: `recruiter web --database {database}`"
     )
     if embedded:
         console.print(
             f"the embedded database still runs, at {uri} (data in {home()}): "
-            "`recruiter embedded stop` stops it",
+            "`recruiter embedded stop` stops it"
         )
 
 

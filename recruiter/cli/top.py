@@ -38,8 +38,7 @@ logger = logging.getLogger(__name__)
 
 def top(
     every: Annotated[
-        dt.timedelta,
-        typer.Option(parser=duration_option, help="How often the view is refreshed."),
+        dt.timedelta, typer.Option(parser=duration_option, help="How often the view is refreshed.")
     ] = "1s",  # type: ignore[assignment]
     once: Annotated[bool, typer.Option("--once", help="Print one frame and exit.")] = False,
     mongodb_uri: MongoUri = None,
@@ -107,7 +106,7 @@ def frame(queue: Queue) -> Group:
         )
     workers = listing.worker_rows(queue)
     busy = sum(1 for worker in workers if worker["busy"])
-    leader = listing.leader(queue) or "nobody"
+    leader = listing.leases(queue, now)["recruiter"]["holder"] or "nobody"
     summary = (
         f"workers: {len(workers)} ({busy} busy, {len(workers) - busy} idle)   leader: {leader}"
     )

@@ -62,9 +62,7 @@ def analytics_table(figures: Analytics) -> Table:
 
 
 def status(
-    as_json: AsJson = False,
-    mongodb_uri: MongoUri = None,
-    database: DatabaseName = None,
+    as_json: AsJson = False, mongodb_uri: MongoUri = None, database: DatabaseName = None
 ) -> None:
     """Who leads, the workers, the groups, and the latest failures."""
     from recruiter.monitoring.listing import status_document
@@ -75,9 +73,7 @@ def status(
 
 
 def workers(
-    as_json: AsJson = False,
-    mongodb_uri: MongoUri = None,
-    database: DatabaseName = None,
+    as_json: AsJson = False, mongodb_uri: MongoUri = None, database: DatabaseName = None
 ) -> None:
     """Every worker slot on the roster: group, busy or idle, its job, where, last seen."""
     from recruiter.monitoring.listing import worker_rows
@@ -94,9 +90,7 @@ schedulers = typer.Typer(
 
 @schedulers.command("list")
 def list_schedulers(
-    as_json: AsJson = False,
-    mongodb_uri: MongoUri = None,
-    database: DatabaseName = None,
+    as_json: AsJson = False, mongodb_uri: MongoUri = None, database: DatabaseName = None
 ) -> None:
     """Every scheduler: its job, schedule, catch-up rule for missed occurrences (latest
     or all), next occurrence and what it created."""

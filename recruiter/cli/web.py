@@ -92,8 +92,7 @@ ReadOnly = Annotated[
     bool, typer.Option("--read-only", help="Refuse every action, whatever the token.")
 ]
 RefreshEvery = Annotated[
-    dt.timedelta,
-    typer.Option(parser=duration_option, help="How often live counts are read again."),
+    dt.timedelta, typer.Option(parser=duration_option, help="How often live counts are read again.")
 ]
 
 
@@ -153,8 +152,7 @@ def web(
 def _check_options(token: str | None, refresh_every: dt.timedelta) -> None:
     if token is not None and (len(token.strip()) < 16 or token != token.strip()):
         raise typer.BadParameter(
-            "use a token of 16 characters or more, with no blanks around it",
-            param_hint="--token",
+            "use a token of 16 characters or more, with no blanks around it", param_hint="--token"
         )
     if refresh_every < dt.timedelta(milliseconds=100):
         raise typer.BadParameter("at least 100ms", param_hint="--refresh-every")

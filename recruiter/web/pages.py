@@ -34,8 +34,7 @@ class Csrf(BaseModel):
     csrf: str | None = None
 
 
-class SchedulerForm(BaseModel):
-    csrf: str | None = None
+class SchedulerForm(Csrf):
     urn: str
 
 
@@ -49,8 +48,7 @@ class BulkForm(JobQuery):
     """The newest of them: jobs scheduled after the page was shown are not taken."""
 
 
-class GroupForm(BaseModel):
-    csrf: str | None = None
+class GroupForm(Csrf):
     group: str
 
 
