@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from collections import defaultdict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -75,9 +74,7 @@ def frame(queue: Queue) -> Group:
     counts = listing.unfinished_counts(queue, now, tuple(s for s in UNFINISHED if s != "blocked"))
     ready, later = counts.by_state["ready"], counts.by_state["postponed"]
     handed_out, running = counts.by_state["handed out"], counts.by_state["running"]
-    finished: dict[Any, list[Mapping[str, Any]]] = defaultdict(list)
-    for document in listing.recently_finished(queue, WINDOW):
-        finished[str(document.get("group"))].append(document)
+    finished = listing.recently_finished_by_group(queue, WINDOW)
     groups = sorted({*ready, *later, *handed_out, *running, *finished}, key=listing.group_order)
     table = Table(
         "group",

@@ -130,10 +130,9 @@ def web(
     mode = "read-only" if read_only or token is None else "actions allowed with the token"
     logger.info("web: serving on http://%s:%d/ (%s); Ctrl-C stops", host, port, mode)
     try:
-        # log_config=None: uvicorn's own errors go through recruiter's formatters too
-        # (printable lines, or JSON), not a handler of uvicorn's that writes them raw
-        # forwarded headers only from the proxies named: any client of this machine could
-        # otherwise forge the address the audit trail names, and the scheme (uvicorn
+        # log_config=None: uvicorn's errors go through recruiter's formatters, not raw. The
+        # forwarded headers are believed only from the proxies named: any client of this
+        # machine could otherwise forge the audit trail's address, and the scheme (uvicorn
         # believes 127.0.0.1 by default, where the dashboard listens)
         uvicorn.run(
             app,

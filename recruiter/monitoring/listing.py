@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -283,6 +284,16 @@ def recently_finished(
     bounded sample, of ``most`` at most): what throughput, latency and run time are
     computed from."""
     return queue.store.recently_finished(queue.clock.now() - within, limit=most)
+
+
+def recently_finished_by_group(
+    queue: Queue, within: dt.timedelta
+) -> dict[str, list[Mapping[str, Any]]]:
+    """:func:`recently_finished`, by group."""
+    by_group: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for document in recently_finished(queue, within):
+        by_group[str(document.get("group"))].append(document)
+    return by_group
 
 
 def reporting_jobs(queue: Queue, most: int) -> list[ReportingJob]:
