@@ -97,12 +97,12 @@ def embedded_status(
     if server is None:
         console.print(
             f"no embedded database runs for {directory} (any command given no MongoDB URI "
-            "starts it)",
+            "starts it)"
         )
         return
     console.print(
         f"the embedded database runs: {server.uri}, pid {server.pid}, data in "
-        f"{server.storage_path}; `recruiter embedded stop` stops it",
+        f"{server.storage_path}; `recruiter embedded stop` stops it"
     )
 
 

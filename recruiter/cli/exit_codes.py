@@ -51,20 +51,18 @@ class ExitCode(IntEnum):
     """No job, batch or scheduler has the id or urn given."""
 
 
+_CODES: tuple[tuple[type[RecruiterError] | tuple[type[RecruiterError], ...], ExitCode], ...] = (
+    (InvalidUri, ExitCode.USAGE),
+    ((DatabaseUnreachable, DatabaseUnavailable), ExitCode.DATABASE_UNREACHABLE),
+    (SchemaTooNew, ExitCode.SCHEMA_TOO_NEW),
+    (EmbeddedServerError, ExitCode.EMBEDDED_SERVER),
+    ((WaitTimeout, DemoTimeout), ExitCode.TIMEOUT),
+    (DeclaredDead, ExitCode.DECLARED_DEAD),
+    ((JobNotFound, SchedulerNotFound), ExitCode.NOT_FOUND),
+)
+"""Each kind of error and its code, the first that matches counting; any other: INVALID."""
+
+
 def exit_code_of(error: RecruiterError) -> ExitCode:
     """The exit code a command ends with on ``error``."""
-    if isinstance(error, InvalidUri):
-        return ExitCode.USAGE
-    if isinstance(error, DatabaseUnreachable | DatabaseUnavailable):
-        return ExitCode.DATABASE_UNREACHABLE
-    if isinstance(error, SchemaTooNew):
-        return ExitCode.SCHEMA_TOO_NEW
-    if isinstance(error, EmbeddedServerError):
-        return ExitCode.EMBEDDED_SERVER
-    if isinstance(error, WaitTimeout | DemoTimeout):
-        return ExitCode.TIMEOUT
-    if isinstance(error, DeclaredDead):
-        return ExitCode.DECLARED_DEAD
-    if isinstance(error, JobNotFound | SchedulerNotFound):
-        return ExitCode.NOT_FOUND
-    return ExitCode.INVALID
+    return next((code for kinds, code in _CODES if isinstance(error, kinds)), ExitCode.INVALID)

@@ -2,29 +2,19 @@
 
 from __future__ import annotations
 
-import json
 from contextlib import closing
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 from rich.table import Table
 
 from recruiter.cli.options import DatabaseName, MongoUri, open_queue
-from recruiter.cli.terminal import console
-
-if TYPE_CHECKING:  # imported where used: --help stays fast
-    from recruiter.groups import Rate
+from recruiter.cli.terminal import console, show
 
 groups = typer.Typer(
     help="Groups' concurrency and rate limits, and shares of any-group workers: set, unset, list.",
     no_args_is_help=True,
 )
-
-
-def _rate(text: str | None) -> Rate | None:
-    from recruiter.groups import Rate
-
-    return None if text is None else Rate.parse(text)
 
 
 @groups.command("set")
@@ -48,9 +38,10 @@ def set_group(
 
     The leading recruiter applies them from its next round.
     """
-    from recruiter.groups import GroupSettings
+    from recruiter.groups import GroupSettings, Rate
 
-    settings = GroupSettings(group, concurrency, _rate(rate), weight)  # checked before connecting
+    parsed = None if rate is None else Rate.parse(rate)
+    settings = GroupSettings(group, concurrency, parsed, weight)  # checked before connecting
     with closing(open_queue(mongodb_uri, database)) as queue:
         queue.limit_group(group, concurrency=concurrency, rate=settings.rate, weight=weight)
     console.print(f"group {group}: {settings.describe()}")
@@ -77,15 +68,9 @@ def list_groups(
     """Show every group that has settings."""
     with closing(open_queue(mongodb_uri, database)) as queue:
         settings = queue.group_settings()
-    if as_json:
-        typer.echo(json.dumps([{"group": s.group, **s.to_document()} for s in settings]))
-        return
     table = Table("group", "concurrency", "rate", "weight")
     for setting in settings:
-        table.add_row(
-            setting.group,
-            "-" if setting.concurrency is None else str(setting.concurrency),
-            "-" if setting.rate is None else str(setting.rate),
-            str(setting.weight),
-        )
-    console.print(table if settings else "no group has settings: every group is unlimited")
+        limits = (setting.concurrency, setting.rate, setting.weight)
+        table.add_row(setting.group, *("-" if limit is None else str(limit) for limit in limits))
+    said = table if settings else "no group has settings: every group is unlimited"
+    show(as_json, [{"group": s.group, **s.to_document()} for s in settings], lambda: said)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 import sys
+from collections import Counter
+from collections.abc import Iterator
 from contextlib import closing
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -42,8 +44,7 @@ def run_jobs(
         bool, typer.Option("--wait", help="Wait until they are finished; show how they ended.")
     ] = False,
     timeout: Annotated[
-        dt.timedelta,
-        typer.Option(parser=duration_option, help="How long --wait waits at most."),
+        dt.timedelta, typer.Option(parser=duration_option, help="How long --wait waits at most.")
     ] = "5m",  # type: ignore[assignment]
     here: Annotated[
         bool,
@@ -121,33 +122,41 @@ def cancel_jobs(
         if not ids:
             console.print("no job matches")
             return
-        if len(ids) > 1 and not yes and not typer.confirm(f"cancel {counted(len(ids), 'job')}?"):
-            raise typer.Abort()
+        _confirm("cancel", ids, yes)
         said = _cancel_each(queue, ids, state)
     if len(ids) > 1:
         console.print(", ".join(f"{n} {outcome}" for outcome, n in sorted(said.items())))
 
 
-def _cancel_each(queue: Queue, ids: list[Any], state: str | None) -> dict[str, int]:
-    """Cancel each job, with a progress bar; how many ended each way."""
+def _confirm(verb: str, ids: list[Any], yes: bool) -> None:
+    """Ask before acting on more than one job, unless told ``--yes``."""
+    if len(ids) > 1 and not yes and not typer.confirm(f"{verb} {counted(len(ids), 'job')}?"):
+        raise typer.Abort()
+
+
+def _tracked(ids: list[Any], doing: str) -> Iterator[Any]:
+    """``ids`` one by one, with a progress bar on a terminal."""
     from rich.progress import Progress
 
-    said: dict[str, int] = {}
     with Progress(console=console, transient=True, disable=not console.is_terminal) as progress:
-        task = progress.add_task("cancelling", total=len(ids))
-        for job_id in ids:
-            try:
-                if state in ("ready", "postponed"):  # only if still waiting, as chosen
-                    waiting = queue.cancel_if_waiting(job_id)
-                    outcome = "cancelled" if waiting else "no longer waiting"
-                else:
-                    outcome = str(queue.cancel(job_id))
-            except JobNotFound:  # purged since it was listed
-                outcome = "no longer stored"
-            said[outcome] = said.get(outcome, 0) + 1
-            if len(ids) == 1:
-                console.print(f"job {job_id}: {outcome}")
-            progress.advance(task)
+        yield from progress.track(ids, description=doing)
+
+
+def _cancel_each(queue: Queue, ids: list[Any], state: str | None) -> Counter[str]:
+    """Cancel each job; how many ended each way."""
+    said: Counter[str] = Counter()
+    for job_id in _tracked(ids, "cancelling"):
+        try:
+            if state in ("ready", "postponed"):  # only if still waiting, as chosen
+                waiting = queue.cancel_if_waiting(job_id)
+                outcome = "cancelled" if waiting else "no longer waiting"
+            else:
+                outcome = str(queue.cancel(job_id))
+        except JobNotFound:  # purged since it was listed
+            outcome = "no longer stored"
+        said[outcome] += 1
+        if len(ids) == 1:
+            console.print(f"job {job_id}: {outcome}")
     return said
 
 
@@ -165,7 +174,7 @@ def _say_who_is_missing(queue: Queue) -> None:
     if missing:
         errors.print(
             f"warning: {' and '.join(missing)}: the jobs wait until they run "
-            "(recruiter up starts all three)",
+            "(recruiter up starts all three)"
         )
 
 
@@ -212,8 +221,6 @@ def retry_jobs(
     database: DatabaseName = None,
 ) -> None:
     """Run failed jobs again now, as new jobs: given ones, or all that failed lately."""
-    from rich.progress import Progress
-
     if not job_ids and failed_since is None:
         raise typer.BadParameter("give job ids, or --failed-since 1h to retry many")
     if job_ids and (failed_since is not None or group is not None):
@@ -223,14 +230,9 @@ def retry_jobs(
         if not ids:
             console.print("no failed job matches")
             return
-        if len(ids) > 1 and not yes and not typer.confirm(f"retry {counted(len(ids), 'job')}?"):
-            raise typer.Abort()
-        retried = 0
-        with Progress(console=console, transient=True, disable=not console.is_terminal) as progress:
-            task = progress.add_task("retrying", total=len(ids))
-            for job_id in ids:
-                retried += queue.recover(job_id, once=True) is not None
-                progress.advance(task)
+        _confirm("retry", ids, yes)
+        tracked = _tracked(ids, "retrying")
+        retried = sum(queue.recover(job_id, once=True) is not None for job_id in tracked)
     skipped = f" ({len(ids) - retried} retried already)" if retried < len(ids) else ""
     console.print(f"{counted(retried, 'job')} scheduled again{skipped}")
 

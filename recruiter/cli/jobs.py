@@ -14,22 +14,17 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from recruiter.cli.job_actions import (
-    cancel_jobs,
-    recover_job,
-    result_text,
-    retry_jobs,
-    run_jobs,
-)
+from recruiter.cli.job_actions import cancel_jobs, recover_job, result_text, retry_jobs, run_jobs
 from recruiter.cli.options import (
     DatabaseName,
     MongoUri,
     duration_option,
     job_id_argument,
     open_queue,
+    validated,
 )
 from recruiter.cli.tables import id_column
-from recruiter.cli.terminal import console, json_text, styled
+from recruiter.cli.terminal import console, show, styled
 from recruiter.monitoring.words import moment_text, progress_text
 from recruiter.states import STATES
 
@@ -56,37 +51,28 @@ def list_jobs(
     database: DatabaseName = None,
 ) -> None:
     """List jobs, newest first, with filters."""
-    from recruiter.errors import InvalidFilter
     from recruiter.monitoring import listing
-    from recruiter.monitoring.listing import JobFilter
 
-    where = JobFilter(state=state, group=group, tag=tag, finished_since=since)
-    try:
-        where.validate()
-    except InvalidFilter as error:
-        raise typer.BadParameter(str(error)) from error
+    where = validated(listing.JobFilter(state=state, group=group, tag=tag, finished_since=since))
     with closing(open_queue(mongodb_uri, database)) as queue:
         now = queue.clock.now()
-        listed = listing.list_jobs(queue, where, limit).jobs
+        listed = [listing.summary(job, now) for job in listing.list_jobs(queue, where, limit).jobs]
         database_name = queue.database_name
-    if as_json:
-        typer.echo(json_text([listing.summary(job, now) for job in listed]))
-        return
     table = Table(
         id_column("job"), "workable", "group", "state", "due or ended", "attempts", "last attempt"
     )
     for job in listed:
-        described = listing.summary(job, now)
         table.add_row(
-            described["id"],
-            job.workable,
-            job.group,
-            described["state"],
-            moment_text(described["ended_at"] or described["due_at"]),
-            str(job.attempts),
-            str(described["last"] or "")[:60],
+            job["id"],
+            job["workable"],
+            job["group"],
+            job["state"],
+            moment_text(job["ended_at"] or job["due_at"]),
+            str(job["attempts"]),
+            str(job["last"] or "")[:60],
         )
-    console.print(table if listed else f"no job matches in database {database_name!r}")
+    said = table if listed else f"no job matches in database {database_name!r}"
+    show(as_json, listed, lambda: said)
 
 
 @jobs.command("show")

@@ -86,8 +86,7 @@ WaitForDatabase = Annotated[
     ),
 ]
 LogLevel = Annotated[
-    Level,
-    typer.Option("--log-level", envvar="RECRUITER_LOG_LEVEL", help="How much to log."),
+    Level, typer.Option("--log-level", envvar="RECRUITER_LOG_LEVEL", help="How much to log.")
 ]
 JsonLogs = Annotated[
     bool,
@@ -113,9 +112,7 @@ Lease = Annotated[
 App = Annotated[
     str,
     typer.Option(
-        "--app",
-        "--bootstrap",
-        help="The application's Registry of workables, as module:attribute.",
+        "--app", "--bootstrap", help="The application's Registry of workables, as module:attribute."
     ),
 ]
 DEMO_APP = "recruiter.demo:registry"

@@ -183,8 +183,7 @@ Pool = Annotated[
     ),
 ]
 MaxJobsPerChild = Annotated[
-    int | None,
-    typer.Option(min=1, help="Replace a slot's job process after this many jobs."),
+    int | None, typer.Option(min=1, help="Replace a slot's job process after this many jobs.")
 ]
 JobMemoryLimit = Annotated[
     int | None,

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Callable
 from typing import Any
 
-from rich.console import Console, ConsoleDimensions
+import typer
+from rich.console import Console, ConsoleDimensions, RenderableType
 from rich.text import Text
 
 from recruiter.monitoring.printable import printable
@@ -61,6 +63,14 @@ def json_text(value: Any) -> str:
 
 def _json_value(value: Any) -> str:
     return value.isoformat() if isinstance(value, dt.datetime) else str(value)
+
+
+def show(as_json: bool, document: Any, view: Callable[[], RenderableType]) -> None:
+    """Print ``document`` as one line of JSON (``--json``, for scripts), else ``view()``."""
+    if as_json:
+        typer.echo(json_text(document))
+    else:
+        console.print(view())
 
 
 def styled(text: str, style: str) -> Text:

@@ -135,8 +135,7 @@ def demo(
     ] = DEMO_DATABASE,
     log_level: LogLevel = Level.INFO,
     schedule_only: Annotated[
-        bool,
-        typer.Option(help="Only schedule the jobs, for processes running elsewhere."),
+        bool, typer.Option(help="Only schedule the jobs, for processes running elsewhere.")
     ] = False,
     wait_for_database: WaitForDatabase = "0s",  # type: ignore[assignment]
 ) -> None:
@@ -175,12 +174,12 @@ def demo(
     queue.close()
     console.print(
         f"\nread a job back with `recruiter jobs show ID --database {database}`, or see "
-        f"them all in the dashboard: `recruiter web --database {database}`",
+        f"them all in the dashboard: `recruiter web --database {database}`"
     )
     if embedded:
         console.print(
             f"the embedded database still runs, at {uri} (data in {home()}): "
-            "`recruiter embedded stop` stops it",
+            "`recruiter embedded stop` stops it"
         )
 
 
@@ -212,17 +211,18 @@ def _show(queue: Queue, ids: list[Any]) -> None:
         table.add_column(column, no_wrap=True)
     table.add_column("last error")
     outcomes: Counter[str] = Counter()
+    pids = set()
     for job_id in ids:
         job = queue.job(job_id)
         outcomes[job.why or "still queued"] += 1
         last = job.last_execution or {}
+        pids.add(last.get("pid"))
         error = last.get("message", "") if job.why != "done" else ""
         ran_by = f"pid {last['pid']}" if "pid" in last else ""
         table.add_row(str(job.id), job.workable, str(job.attempts), job.why, ran_by, error)
     console.print(table)
     console.print(", ".join(f"{count} {why}" for why, count in sorted(outcomes.items())))
-    pids = {(queue.job(i).last_execution or {}).get("pid") for i in ids} - {None}
-    processes = counted(len(pids), "worker process", "worker processes")
+    processes = counted(len(pids - {None}), "worker process", "worker processes")
     console.print(
         f"run by {processes}; each job, with every attempt in its history, stays in "
         f"database {queue.database_name!r} (the cleaner moves finished jobs to the "

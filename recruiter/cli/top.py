@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from collections import defaultdict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -38,8 +37,7 @@ logger = logging.getLogger(__name__)
 
 def top(
     every: Annotated[
-        dt.timedelta,
-        typer.Option(parser=duration_option, help="How often the view is refreshed."),
+        dt.timedelta, typer.Option(parser=duration_option, help="How often the view is refreshed.")
     ] = "1s",  # type: ignore[assignment]
     once: Annotated[bool, typer.Option("--once", help="Print one frame and exit.")] = False,
     mongodb_uri: MongoUri = None,
@@ -76,9 +74,7 @@ def frame(queue: Queue) -> Group:
     counts = listing.unfinished_counts(queue, now, tuple(s for s in UNFINISHED if s != "blocked"))
     ready, later = counts.by_state["ready"], counts.by_state["postponed"]
     handed_out, running = counts.by_state["handed out"], counts.by_state["running"]
-    finished: dict[Any, list[Mapping[str, Any]]] = defaultdict(list)
-    for document in listing.recently_finished(queue, WINDOW):
-        finished[str(document.get("group"))].append(document)
+    finished = listing.recently_finished_by_group(queue, WINDOW)
     groups = sorted({*ready, *later, *handed_out, *running, *finished}, key=listing.group_order)
     table = Table(
         "group",
@@ -107,7 +103,7 @@ def frame(queue: Queue) -> Group:
         )
     workers = listing.worker_rows(queue)
     busy = sum(1 for worker in workers if worker["busy"])
-    leader = listing.leader(queue) or "nobody"
+    leader = listing.leases(queue, now)["recruiter"]["holder"] or "nobody"
     summary = (
         f"workers: {len(workers)} ({busy} busy, {len(workers) - busy} idle)   leader: {leader}"
     )

@@ -5,7 +5,6 @@ Both read only; ``--json`` prints one JSON document for scripts instead of table
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 from contextlib import closing
 from typing import TYPE_CHECKING, Annotated, Any
@@ -16,7 +15,7 @@ from rich.table import Table
 
 from recruiter.cli.options import DatabaseName, MongoUri, open_queue
 from recruiter.cli.tables import id_column
-from recruiter.cli.terminal import console, json_text
+from recruiter.cli.terminal import console, json_text, show
 from recruiter.errors import SchedulerBusy, SchedulerNotFound
 from recruiter.monitoring.words import moment_text
 
@@ -38,10 +37,7 @@ def analytics_command(
     """
     with closing(open_queue(mongodb_uri, database)) as queue:
         figures = queue.analytics(group)
-    if as_json:
-        typer.echo(json.dumps(figures.to_document()))
-        return
-    console.print(analytics_table(figures))
+    show(as_json, figures.to_document(), lambda: analytics_table(figures))
 
 
 def analytics_table(figures: Analytics) -> Table:
@@ -66,35 +62,25 @@ def analytics_table(figures: Analytics) -> Table:
 
 
 def status(
-    as_json: AsJson = False,
-    mongodb_uri: MongoUri = None,
-    database: DatabaseName = None,
+    as_json: AsJson = False, mongodb_uri: MongoUri = None, database: DatabaseName = None
 ) -> None:
     """Who leads, the workers, the groups, and the latest failures."""
     from recruiter.monitoring.listing import status_document
 
     with closing(open_queue(mongodb_uri, database)) as queue:
         document = status_document(queue)
-    if as_json:
-        typer.echo(json_text(document))
-        return
-    console.print(status_view(document))
+    show(as_json, document, lambda: status_view(document))
 
 
 def workers(
-    as_json: AsJson = False,
-    mongodb_uri: MongoUri = None,
-    database: DatabaseName = None,
+    as_json: AsJson = False, mongodb_uri: MongoUri = None, database: DatabaseName = None
 ) -> None:
     """Every worker slot on the roster: group, busy or idle, its job, where, last seen."""
     from recruiter.monitoring.listing import worker_rows
 
     with closing(open_queue(mongodb_uri, database)) as queue:
         rows = worker_rows(queue)  # the roster only: not the rest of the status
-    if as_json:
-        typer.echo(json.dumps(rows))
-        return
-    console.print(_workers_table(rows))
+    show(as_json, rows, lambda: _workers_table(rows))
 
 
 schedulers = typer.Typer(
@@ -104,9 +90,7 @@ schedulers = typer.Typer(
 
 @schedulers.command("list")
 def list_schedulers(
-    as_json: AsJson = False,
-    mongodb_uri: MongoUri = None,
-    database: DatabaseName = None,
+    as_json: AsJson = False, mongodb_uri: MongoUri = None, database: DatabaseName = None
 ) -> None:
     """Every scheduler: its job, schedule, catch-up rule for missed occurrences (latest
     or all), next occurrence and what it created."""
@@ -138,7 +122,7 @@ def list_schedulers(
             str(row["group"]),
             _schedule(row["schedule"]),
             str(row["missed"]),
-            moment_text(_moment(row["next_at"])),
+            moment_text(row["next_at"]),
             str(row["created"]),
             _state(row),
         )
@@ -201,7 +185,7 @@ def resume_scheduler(
 
 def _state(row: dict[str, Any]) -> str:
     if row["paused_at"]:
-        return f"paused since {moment_text(_moment(row['paused_at']))}"
+        return f"paused since {moment_text(row['paused_at'])}"
     return f"broken: {row['broken']}" if row["broken"] else "ok"
 
 
@@ -238,7 +222,7 @@ def _workers_table(rows: list[dict[str, Any]]) -> Table:
 def status_view(document: dict[str, Any]) -> Group:
     leaders = Table("process", "leader", "lease expires", title="leaders")
     for name, lease in document["leases"].items():
-        expires = moment_text(_moment(lease["expires_at"]))
+        expires = moment_text(lease["expires_at"])
         leaders.add_row(name, lease["holder"] or "none: nobody leads", expires)
     workers_table = _workers_table(document["workers"])
     groups = Table("group", "ready", "handed out", "running", "limits", title="groups")
@@ -262,16 +246,10 @@ def status_view(document: dict[str, Any]) -> Group:
         title = "waiting for a workable no worker on the roster knows (deploy a worker that does)"
         table = Table("workable", "ready jobs", "waiting since", "waited", title=title)
         for entry in waiting:
-            waited = _waited(entry["waited_s"])
-            since = moment_text(_moment(entry["since"]))
+            since, waited = moment_text(entry["since"]), _waited(entry["waited_s"])
             table.add_row(entry["workable"], str(entry["jobs"]), since, waited)
         shown.append(table)
     return Group(*shown, failures)
-
-
-def _moment(text: str | None) -> dt.datetime | None:
-    """A time of the JSON document (ISO text), back to a time to show."""
-    return None if text is None else dt.datetime.fromisoformat(text)
 
 
 def _waited(seconds: float) -> str:

@@ -92,8 +92,7 @@ ReadOnly = Annotated[
     bool, typer.Option("--read-only", help="Refuse every action, whatever the token.")
 ]
 RefreshEvery = Annotated[
-    dt.timedelta,
-    typer.Option(parser=duration_option, help="How often live counts are read again."),
+    dt.timedelta, typer.Option(parser=duration_option, help="How often live counts are read again.")
 ]
 
 
@@ -131,10 +130,9 @@ def web(
     mode = "read-only" if read_only or token is None else "actions allowed with the token"
     logger.info("web: serving on http://%s:%d/ (%s); Ctrl-C stops", host, port, mode)
     try:
-        # log_config=None: uvicorn's own errors go through recruiter's formatters too
-        # (printable lines, or JSON), not a handler of uvicorn's that writes them raw
-        # forwarded headers only from the proxies named: any client of this machine could
-        # otherwise forge the address the audit trail names, and the scheme (uvicorn
+        # log_config=None: uvicorn's errors go through recruiter's formatters, not raw. The
+        # forwarded headers are believed only from the proxies named: any client of this
+        # machine could otherwise forge the audit trail's address, and the scheme (uvicorn
         # believes 127.0.0.1 by default, where the dashboard listens)
         uvicorn.run(
             app,
@@ -153,8 +151,7 @@ def web(
 def _check_options(token: str | None, refresh_every: dt.timedelta) -> None:
     if token is not None and (len(token.strip()) < 16 or token != token.strip()):
         raise typer.BadParameter(
-            "use a token of 16 characters or more, with no blanks around it",
-            param_hint="--token",
+            "use a token of 16 characters or more, with no blanks around it", param_hint="--token"
         )
     if refresh_every < dt.timedelta(milliseconds=100):
         raise typer.BadParameter("at least 100ms", param_hint="--refresh-every")

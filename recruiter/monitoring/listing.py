@@ -4,13 +4,14 @@ workers, leaders and progress the overviews show.
 
 The command line and the dashboard read the queue through this module and
 :class:`recruiter.Queue` only, never the store: both say the same of every job, and the
-records they show (:class:`SchedulerRecord`, :class:`ReportingJob`) are named here.
+records they show (:class:`SchedulerRecord`, :class:`ReportingJob`) are re-exported here.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import re
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -25,9 +26,8 @@ from recruiter.queue import Queue
 from recruiter.retry import FAILED as FAILED_WHYS
 from recruiter.states import STATES, UNFINISHED
 from recruiter.store import ReadyCount, Selection
-
-# the records the views show, re-exported (``as``) for the command line and the dashboard
 from recruiter.store import SchedulerRecord as SchedulerRecord  # noqa: PLC0414
+from recruiter.store.analytics import RECENT_SAMPLE
 from recruiter.store.progress import ReportingJob as ReportingJob  # noqa: PLC0414
 
 FAILED = [str(why) for why in FAILED_WHYS]
@@ -163,16 +163,14 @@ def list_jobs(
 ) -> Page:
     """A page of the jobs ``where`` selects, newest first (by id, which is creation
     time), older than ``before`` when given: each collection is read on its ``_id``
-    index, at most ``limit`` + 1 jobs each, whatever their numbers. The jobs are as a
-    listing reads them: without their history, nor their last attempt's traceback,
-    output and result (:meth:`Queue.job` reads a whole job)."""
+    index, at most ``limit`` + 1 jobs each. The jobs come without their history, nor
+    their last attempt's traceback, output and result (:meth:`Queue.job` reads those)."""
     where.validate()
     after = None if before is None else _an_id(before)
     selection = where.selection(queue.clock.now(), after)
     listed = queue.store.find_selected(selection, queue.clock.now(), limit + 1)
     page = listed[:limit]
-    more = len(listed) > limit
-    return Page(page, str(page[-1].id) if more and page else None)
+    return Page(page, str(page[-1].id) if len(listed) > limit and page else None)
 
 
 def _an_id(job_id: str | ObjectId) -> ObjectId:
@@ -280,15 +278,22 @@ def waiting_for_a_workable(
 
 
 def recently_finished(
-    queue: Queue, within: dt.timedelta, most: int | None = None
+    queue: Queue, within: dt.timedelta, most: int = RECENT_SAMPLE
 ) -> Sequence[Mapping[str, Any]]:
     """The last executions of the jobs that finished ``within`` the last while (a
     bounded sample, of ``most`` at most): what throughput, latency and run time are
     computed from."""
-    since = queue.clock.now() - within
-    if most is None:
-        return queue.store.recently_finished(since)
-    return queue.store.recently_finished(since, limit=most)
+    return queue.store.recently_finished(queue.clock.now() - within, limit=most)
+
+
+def recently_finished_by_group(
+    queue: Queue, within: dt.timedelta
+) -> dict[str, list[Mapping[str, Any]]]:
+    """:func:`recently_finished`, by group."""
+    by_group: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for document in recently_finished(queue, within):
+        by_group[str(document.get("group"))].append(document)
+    return by_group
 
 
 def reporting_jobs(queue: Queue, most: int) -> list[ReportingJob]:
@@ -311,12 +316,6 @@ def slots_for(queue: Queue, workable: str) -> tuple[int, int]:
     """How many worker slots are on the roster, and how many of them may run
     ``workable`` (why a due job waits, on its page)."""
     return queue.store.slots_for(workable)
-
-
-def leader(queue: Queue, process: str = "recruiter") -> str | None:
-    """Who leads ``process`` now (``recruiter`` or ``cleaner``), if anyone."""
-    holder: str | None = leases(queue, queue.clock.now())[process]["holder"]
-    return holder
 
 
 def status_document(queue: Queue) -> dict[str, Any]:
@@ -365,11 +364,7 @@ def bulk_actions_for(state: str | None) -> list[str]:
 
 
 def selected(
-    queue: Queue,
-    where: JobFilter,
-    action: str,
-    upto: str | None = None,
-    most: int = BULK_LIMIT,
+    queue: Queue, where: JobFilter, action: str, upto: str | None = None, most: int = BULK_LIMIT
 ) -> list[str]:
     """The ids of the jobs ``where`` selects that ``action`` applies to, at most
     ``most`` (:data:`BULK_LIMIT`), newest first; with ``upto``, none created after that job (those

@@ -7,7 +7,6 @@ nothing is lost when one restarts. docs/guides/operations.md lists the metrics.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -33,9 +32,7 @@ class QueueCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         now = self.queue.clock.now()
-        recent: dict[Any, list[Mapping[str, Any]]] = defaultdict(list)
-        for document in listing.recently_finished(self.queue, WINDOW):
-            recent[str(document.get("group"))].append(document)
+        recent = listing.recently_finished_by_group(self.queue, WINDOW)
         workers = listing.worker_rows(self.queue)  # read once: known groups, and the slots
         states = tuple(state for state in UNFINISHED if state != "blocked")
         counted = listing.unfinished_counts(self.queue, now, states)

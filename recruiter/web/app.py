@@ -73,11 +73,9 @@ def create_app(queue: Queue, config: WebConfig | None = None) -> FastAPI:
         redoc_url=None,
     )
     templates = Jinja2Templates(directory=str(HERE / "templates"))
-    templates.env.filters["when"] = moment_text
-    templates.env.filters["bson"] = bson_text
-    templates.env.filters["seconds"] = seconds
-    templates.env.filters["linked_ids"] = linked_ids
-    templates.env.filters["counted"] = counted
+    templates.env.filters.update(
+        when=moment_text, bson=bson_text, seconds=seconds, linked_ids=linked_ids, counted=counted
+    )
     templates.env.globals["refresh_ms"] = int(config.refresh_seconds * 1000)
     app.state.queue = queue
     app.state.guard = Guard(config.token, config.read_only)
@@ -88,9 +86,8 @@ def create_app(queue: Queue, config: WebConfig | None = None) -> FastAPI:
     app.include_router(api.router)
     app.state.allowed_hosts = frozenset(host.lower() for host in config.allowed_hosts)
     app.middleware("http")(_security_headers)
-    app.add_exception_handler(Refused, _failed)
-    app.add_exception_handler(RecruiterError, _failed)
-    app.add_exception_handler(InvalidFilter, _failed)
+    for failure in (Refused, RecruiterError, InvalidFilter):
+        app.add_exception_handler(failure, _failed)
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     return app
@@ -135,18 +132,14 @@ async def _invalid_request(request: Request, error: Exception) -> Response:
     if request.method == "POST":  # an action's request: in the audit trail too
         actor = actor_of(request, session_of(request))
         refused_request(request.method, request.url.path, actor, message)
-    if request.url.path.startswith("/api/"):
-        return as_json({"error": message, "detail": jsonable_encoder(problems)}, 422)
-    return render(request, "error.html", status_code=422, message=message)
+    return _error(request, 422, message, detail=jsonable_encoder(problems))
 
 
 async def _http_error(request: Request, error: Exception) -> Response:
     """No such page or route, or a method it does not take: said as every error is."""
     status = getattr(error, "status_code", 500)
     message = "no such page" if status == 404 else str(getattr(error, "detail", error))
-    if request.url.path.startswith("/api/"):
-        return as_json({"error": message}, status_code=status)
-    return render(request, "error.html", status_code=status, message=message)
+    return _error(request, status, message)
 
 
 async def _failed(request: Request, error: Exception) -> Response:
@@ -166,6 +159,11 @@ async def _failed(request: Request, error: Exception) -> Response:
         status = 503  # not now: try again (a write may have landed; each is conditional)
     else:
         status = 400
+    return _error(request, status, str(error))
+
+
+def _error(request: Request, status: int, message: str, **api_details: Any) -> Response:
+    """An error as the API says it (JSON) or as a page does."""
     if request.url.path.startswith("/api/"):
-        return as_json({"error": str(error)}, status_code=status)
-    return render(request, "error.html", status_code=status, message=str(error))
+        return as_json({"error": message, **api_details}, status_code=status)
+    return render(request, "error.html", status_code=status, message=message)

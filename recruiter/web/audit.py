@@ -90,17 +90,7 @@ def log(act: Act, outcome: str, level: int = logging.INFO) -> None:
         act.actor,
         outcome,
         shown(act.said),
-        extra={
-            "audit": {
-                "action": act.action,
-                "target": act.target,
-                "session": act.actor.session,
-                "via": act.actor.via,
-                "client": act.actor.client,
-                "outcome": outcome,
-                "said": act.said,
-            }
-        },
+        extra=_facts(act.action, act.actor, outcome, act.said, target=act.target),
     )
 
 
@@ -151,14 +141,20 @@ def refused_request(method: str, path: str, actor: Actor, why: str) -> None:
         shown(path),
         actor,
         shown(why),
-        extra={
-            "audit": {
-                "action": f"{method} {path}",
-                "session": actor.session,
-                "via": actor.via,
-                "client": actor.client,
-                "outcome": "refused",
-                "said": why,
-            }
-        },
+        extra=_facts(f"{method} {path}", actor, "refused", why),
     )
+
+
+def _facts(action: str, actor: Actor, outcome: str, said: str, **target: Any) -> dict[str, Any]:
+    """A line's facts, as fields of its JSON line (``audit``)."""
+    return {
+        "audit": {
+            "action": action,
+            **target,
+            "session": actor.session,
+            "via": actor.via,
+            "client": actor.client,
+            "outcome": outcome,
+            "said": said,
+        }
+    }

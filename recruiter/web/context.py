@@ -155,10 +155,6 @@ def guard_of(request: Request) -> Guard:
     return cast(Guard, request.app.state.guard)
 
 
-def templates_of(request: Request) -> Jinja2Templates:
-    return cast(Jinja2Templates, request.app.state.templates)
-
-
 def session_of(request: Request) -> Session | None:
     return guard_of(request).session(request.cookies.get(SESSION_COOKIE))
 
@@ -208,7 +204,8 @@ def actor_of(request: Request, session: Session | None) -> Actor:
 
 def render(request: Request, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
     guard = guard_of(request)
-    return templates_of(request).TemplateResponse(
+    templates = cast(Jinja2Templates, request.app.state.templates)
+    return templates.TemplateResponse(
         request,
         name,
         {
@@ -224,11 +221,7 @@ def render(request: Request, name: str, status_code: int = 200, **context: Any) 
 
 def as_json(document: Any, status_code: int = 200) -> Response:
     """Extended JSON (relaxed): valid JSON whatever BSON a job holds."""
-    return Response(
-        json_util.dumps(document, json_options=RELAXED_JSON_OPTIONS),
-        status_code=status_code,
-        media_type="application/json",
-    )
+    return Response(bson_text(document), status_code=status_code, media_type="application/json")
 
 
 def whole_number(name: str, text: str) -> int | None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from logging import WARNING
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -34,8 +34,7 @@ class Csrf(BaseModel):
     csrf: str | None = None
 
 
-class SchedulerForm(BaseModel):
-    csrf: str | None = None
+class SchedulerForm(Csrf):
     urn: str
 
 
@@ -49,8 +48,7 @@ class BulkForm(JobQuery):
     """The newest of them: jobs scheduled after the page was shown are not taken."""
 
 
-class GroupForm(BaseModel):
-    csrf: str | None = None
+class GroupForm(Csrf):
     group: str
 
 
@@ -60,14 +58,16 @@ class LimitsForm(GroupForm):
     weight: str = "1"
 
 
+def _page(request: Request, name: str, **context: Any) -> HTMLResponse:
+    """The page ``name``, or only its live part when asked for under ``/fragments/``."""
+    live = request.url.path.startswith("/fragments/")
+    return render(request, f"{name}_live.html" if live else f"{name}.html", **context)
+
+
 @router.get("/", response_class=HTMLResponse)
-def overview_page(request: Request) -> HTMLResponse:
-    return render(request, "overview.html", overview=kept_overview(request))
-
-
 @router.get("/fragments/overview", response_class=HTMLResponse)
-def overview_fragment(request: Request) -> HTMLResponse:
-    return render(request, "overview_live.html", overview=kept_overview(request))
+def overview_page(request: Request) -> HTMLResponse:
+    return _page(request, "overview", overview=kept_overview(request))
 
 
 @router.get("/jobs", response_class=HTMLResponse)
@@ -90,23 +90,15 @@ def jobs_page(
 
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
-def job_page(request: Request, job_id: str) -> HTMLResponse:
-    return render(request, "job.html", job=views.job_detail(queue_of(request), job_id))
-
-
 @router.get("/fragments/jobs/{job_id}", response_class=HTMLResponse)
-def job_fragment(request: Request, job_id: str) -> HTMLResponse:
-    return render(request, "job_live.html", job=views.job_detail(queue_of(request), job_id))
+def job_page(request: Request, job_id: str) -> HTMLResponse:
+    return _page(request, "job", job=views.job_detail(queue_of(request), job_id))
 
 
 @router.get("/workers", response_class=HTMLResponse)
-def workers_page(request: Request) -> HTMLResponse:
-    return render(request, "workers.html", workers=listing.worker_rows(queue_of(request)))
-
-
 @router.get("/fragments/workers", response_class=HTMLResponse)
-def workers_fragment(request: Request) -> HTMLResponse:
-    return render(request, "workers_live.html", workers=listing.worker_rows(queue_of(request)))
+def workers_page(request: Request) -> HTMLResponse:
+    return _page(request, "workers", workers=listing.worker_rows(queue_of(request)))
 
 
 @router.get("/groups", response_class=HTMLResponse)

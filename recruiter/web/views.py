@@ -38,11 +38,8 @@ def overview(queue: Queue) -> dict[str, Any]:
         elif why in FAILED:
             failed[group] = failed.get(group, 0) + count
     limits = {s.group: s.describe() for s in queue.group_settings()}
-    groups = sorted(
-        {*counts["ready"], *counts["postponed"], *counts["handed out"], *counts["running"]}
-        | {*done, *failed, *limits},
-        key=listing.group_order,
-    )
+    counted_groups = {group for by_group in counts.values() for group in by_group}
+    groups = sorted({*counted_groups, *done, *failed, *limits}, key=listing.group_order)
     minute = listing.last_minute(queue)
     workers = listing.worker_rows(queue)
     return {
@@ -50,10 +47,7 @@ def overview(queue: Queue) -> dict[str, Any]:
         "groups": [
             {
                 "group": str(group),
-                "ready": counts["ready"].get(group, 0),
-                "postponed": counts["postponed"].get(group, 0),
-                "handed_out": counts["handed out"].get(group, 0),
-                "running": counts["running"].get(group, 0),
+                **{state: counts[state.replace("_", " ")].get(group, 0) for state in UNFINISHED},
                 "done_last_hour": done.get(group, 0),
                 "failed_last_hour": failed.get(group, 0),
                 "limits": limits.get(group, "none"),
@@ -253,11 +247,10 @@ def actions_for(state: str, *, retried: bool = False) -> list[str]:
     job retried already is not retried again (it may be recovered)."""
     if state in FAILED:
         return ["recover"] if retried else ["retry", "recover"]
-    if state == "blocked":
-        return ["cancel"]  # (run now would not run it: it waits for other jobs)
-    if state in ("done", "cancelled") or state not in ("ready", "postponed"):
-        return ["recover"] if state not in ("running", "handed out") else ["cancel"]
-    return ["run", "cancel"]
+    if state in ("ready", "postponed"):
+        return ["run", "cancel"]
+    # a blocked job waits for other jobs: "run now" would not run it
+    return ["cancel"] if state in ("blocked", "running", "handed out") else ["recover"]
 
 
 def groups(queue: Queue, overview: Mapping[str, Any]) -> list[dict[str, Any]]:
