@@ -10,6 +10,7 @@ stores, so that a value read back from the database equals the value written.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import threading
 import time
@@ -35,23 +36,18 @@ class Clock(Protocol):
 
     def now(self) -> dt.datetime:
         """The current time, aware UTC, millisecond precision."""
-        ...
 
     def monotonic(self) -> float:
         """Seconds from an arbitrary origin that never goes backwards."""
-        ...
 
     def sleep(self, seconds: float) -> None:
         """Wait for ``seconds``."""
-        ...
 
     def earliest(self) -> dt.datetime:
         """The earliest the time may be now (:meth:`now` for a clock known exactly)."""
-        ...
 
     def latest(self) -> dt.datetime:
         """The latest the time may be now (:meth:`now` for a clock known exactly)."""
-        ...
 
 
 class SystemClock:
@@ -213,19 +209,14 @@ class DatabaseClock:
     def _read(self) -> None:
         readings = self.readings()
         next(readings)
-        while True:
-            try:
-                server = self.read_server_time()
-            except DatabaseError as error:
+        with contextlib.suppress(StopIteration):
+            while True:
                 try:
+                    server = self.read_server_time()
+                except DatabaseError as error:
                     readings.throw(error)
-                except StopIteration:
-                    return
-                continue
-            try:
-                readings.send(server)
-            except StopIteration:
-                return
+                else:
+                    readings.send(server)
 
     def readings(self) -> Generator[None, dt.datetime | None, None]:
         """A reading of the server's clock, sans I/O: it yields where the server's time

@@ -7,10 +7,10 @@ import datetime as dt
 import logging
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pymongo import MongoClient
 from pymongo.database import Database
@@ -36,6 +36,7 @@ SERVER_SELECTION_TIMEOUT_MS = 5000
 """How long one attempt to reach the database lasts, unless the URI says otherwise."""
 WAIT_PAUSES = Backoff(0.5, 10.0)
 """Pauses between tries while waiting for the database at start: 0.5 s, 1 s, 2 s… 10 s."""
+C = TypeVar("C")
 _PASSWORD = re.compile(r"(://[^:/@]+:)[^@/]*@")
 
 
@@ -76,7 +77,7 @@ def open_database(
     before raising :class:`DatabaseUnreachable`.
     """
     clock = clock or SystemClock()
-    client = _client(uri)
+    client = _client(uri, MongoClient)
     deadline = clock.monotonic() + wait.total_seconds()
     pause = 0.0
     while True:
@@ -91,7 +92,7 @@ def open_database(
                 raise DatabaseUnreachable(redact(uri), reason(error)) from error
             pause, sleep = waits
             clock.sleep(sleep)
-    return client[database or client.get_default_database(DEFAULT_DATABASE).name]
+    return client[_name(client, database)]
 
 
 def _waits_again(
@@ -150,11 +151,7 @@ async def open_async_database(
     from recruiter.store.async_store import async_client  # noqa: PLC0415
 
     clock = clock or SystemClock()
-    options = client_options(uri)
-    try:
-        client = async_client(uri, options)
-    except (ConfigurationError, ValueError) as error:
-        raise InvalidUri(redact(uri), str(error)) from error
+    client = _client(uri, lambda uri, **options: async_client(uri, options))
     deadline = clock.monotonic() + wait.total_seconds()
     pause = 0.0
     while True:
@@ -168,7 +165,7 @@ async def open_async_database(
                 raise DatabaseUnreachable(redact(uri), reason(error)) from error
             pause, sleep = waits
             await asyncio.sleep(sleep)
-    return client[database or client.get_default_database(DEFAULT_DATABASE).name]
+    return client[_name(client, database)]
 
 
 def open_store(
@@ -206,12 +203,12 @@ def open_store(
 def database_at(uri: str, database: str | None = None) -> Database[Any]:
     """The database named by ``database``, or in the URI, or ``recruiter``, without
     waiting for it to answer (the first operation will)."""
-    client = _client(uri)
-    return client[database or client.get_default_database(DEFAULT_DATABASE).name]
+    client = _client(uri, MongoClient)
+    return client[_name(client, database)]
 
 
-def client_options(uri: str) -> dict[str, Any]:
-    """The options of a client of ``uri``, synchronous or asyncio (:class:`InvalidUri`
+def _client(uri: str, make: Callable[..., C]) -> C:
+    """A client of ``uri``, synchronous or asyncio, made by ``make`` (:class:`InvalidUri`
     for an address that is not a MongoDB URI)."""
     if not uri.startswith(URI_SCHEMES):
         # pymongo would take it for a host name and fail only once it found no server
@@ -219,15 +216,15 @@ def client_options(uri: str) -> dict[str, Any]:
     options: dict[str, Any] = {"tz_aware": True}
     if "serverselectiontimeoutms" not in uri.lower():
         options["serverSelectionTimeoutMS"] = SERVER_SELECTION_TIMEOUT_MS
-    return options
-
-
-def _client(uri: str) -> MongoClient[dict[str, Any]]:
-    options = client_options(uri)
     try:
-        return MongoClient(uri, **options)
+        return make(uri, **options)
     except (ConfigurationError, ValueError) as error:
         raise InvalidUri(redact(uri), str(error)) from error
+
+
+def _name(client: Any, database: str | None) -> str:
+    """The name of the database to use: ``database``, or the URI's, or ``recruiter``."""
+    return database or str(client.get_default_database(DEFAULT_DATABASE).name)
 
 
 def reason(error: PyMongoError) -> str:

@@ -75,6 +75,9 @@ class WorkableHooks:
     finalize: Callable[[BaseException | None], object] = _nothing
 
 
+HOOKS = tuple(field.name for field in dataclasses.fields(WorkableHooks))
+
+
 class WorkableRebuildError(Exception):
     """A stored job's workable could not be rebuilt; the job fails through its policy."""
 
@@ -151,28 +154,22 @@ class FunctionWorkable(Generic[P, R]):
 
     def after_success(self, hook: Callable[[], object]) -> Callable[[], object]:
         """Decorate the function to call after the job succeeded."""
-        self.hooks = dataclasses.replace(
-            self.hooks, after_success=_synchronous(hook, "after_success")
-        )
-        return hook
+        return self._hook("after_success", hook)
 
     def after_failure(self, hook: Callable[[BaseException], object]) -> Callable[..., object]:
         """Decorate the function to call after an attempt failed (a retry may follow)."""
-        self.hooks = dataclasses.replace(
-            self.hooks, after_failure=_synchronous(hook, "after_failure")
-        )
-        return hook
+        return self._hook("after_failure", hook)
 
     def after_last_failure(self, hook: Callable[[BaseException], object]) -> Callable[..., object]:
         """Decorate the function to call when the job failed for good (archived)."""
-        self.hooks = dataclasses.replace(
-            self.hooks, after_last_failure=_synchronous(hook, "after_last_failure")
-        )
-        return hook
+        return self._hook("after_last_failure", hook)
 
     def finalize(self, hook: Callable[[BaseException | None], object]) -> Callable[..., object]:
         """Decorate the function to call when the job reached its end, done or archived."""
-        self.hooks = dataclasses.replace(self.hooks, finalize=_synchronous(hook, "finalize"))
+        return self._hook("finalize", hook)
+
+    def _hook(self, name: str, hook: H) -> H:
+        self.hooks = dataclasses.replace(self.hooks, **{name: _synchronous(hook, name)})
         return hook
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -256,12 +253,7 @@ class Registry:
             return entry.hooks
         instance = getattr(target, "__self__", None)
         if isinstance(instance, Workable):
-            return WorkableHooks(
-                instance.after_success,
-                instance.after_failure,
-                instance.after_last_failure,
-                instance.finalize,
-            )
+            return WorkableHooks(*(getattr(instance, hook) for hook in HOOKS))
         return WorkableHooks()
 
     @overload
@@ -286,8 +278,7 @@ class Registry:
         :func:`job_session`) and its end as done together: a crash between the two
         cannot make it run twice (threads-pool workers only; see docs/guides/transactions.md).
         """
-        if not isinstance(name, str) or not name.strip():
-            raise InvalidJob(f"a workable name must be a non-empty string, got {name!r}")
+        _check_name(name)
         if not isinstance(transaction, bool):
             raise InvalidJob(f"transaction is True or False, got {transaction!r}")
         decorator = _Decorator(self, name, transaction)
@@ -308,8 +299,7 @@ class Registry:
     ) -> Command:
         """Register a command line under ``name``: its jobs run it as a process of its own
         (see :mod:`recruiter.command`). ``timeout`` stops it (SIGTERM, then SIGKILL)."""
-        if not isinstance(name, str) or not name.strip():
-            raise InvalidJob(f"a workable name must be a non-empty string, got {name!r}")
+        _check_name(name)
         command = Command(name, argv, timeout=timeout, cwd=cwd, env=env)
         self._register(name, command)
         return command
@@ -385,6 +375,11 @@ def _not_a_generator(function: object, what: str) -> None:
         )
 
 
+def _check_name(name: object) -> None:
+    if not isinstance(name, str) or not name.strip():
+        raise InvalidJob(f"a workable name must be a non-empty string, got {name!r}")
+
+
 def _synchronous(hook: H, name: str) -> H:
     """``hook``, if it is a plain function: hooks are called synchronously, after the
     attempt's end is recorded, in every pool."""
@@ -438,7 +433,7 @@ class _Decorator:
                     f"class {target.__qualname__} must subclass recruiter.Workable to be "
                     "registered; or register a function"
                 )
-            for hook in ("after_success", "after_failure", "after_last_failure", "finalize"):
+            for hook in HOOKS:
                 _synchronous(getattr(target, hook), hook)
             _not_a_generator(target.execute, "the execute method")
             self.registry._register(self.name, target)

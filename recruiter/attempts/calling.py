@@ -150,8 +150,7 @@ def kept_result(value: Any) -> dict[str, Any]:
         if len(encoded) > RESULT_BYTES:
             why = f"its result takes {len(encoded)} bytes, over {RESULT_BYTES}: not kept"
             return {"result_dropped": why}
-        decoded = bson.decode(encoded)["result"]
-        depth, key = _depth(decoded), _unstorable_key(decoded)
+        depth, key = _nesting(bson.decode(encoded)["result"])
     except Exception as error:
         # any: a value that holds itself (RecursionError), a Mapping that raises...
         why = f"its result is not BSON data, so it was not kept: {error!r}"
@@ -174,32 +173,18 @@ RESULT_DEPTH = 90
 levels, and a result is kept at ``history.N.result``."""
 
 
-def _depth(value: Any) -> int:
-    """How many dicts and lists deep ``value`` (decoded BSON: no cycles) is nested."""
-    deepest, level = 0, [value]
+def _nesting(value: Any) -> tuple[int, str | None]:
+    """How many dicts and lists deep ``value`` (decoded BSON: no cycles) is nested, and
+    a key of its documents that an update could not write in a job (``$...``, or one
+    holding a dot), if any."""
+    deepest, key, level = 0, None, [value]
     while containers := [item for item in level if isinstance(item, (dict, list))]:
         deepest += 1
+        for item in containers:
+            if key is None and isinstance(item, dict):
+                key = next((str(k) for k in item if k.startswith("$") or "." in k), None)
         level = [c for i in containers for c in (i.values() if isinstance(i, dict) else i)]
-    return deepest
-
-
-def _unstorable_key(value: Any) -> str | None:
-    """A key of ``value``'s documents (decoded BSON) that an update could not write in a
-    job (``$...``, or one holding a dot), if any."""
-    level = [value]
-    while level:
-        for item in level:
-            if isinstance(item, dict):
-                for key in item:
-                    if key.startswith("$") or "." in key:
-                        return str(key)
-        level = [
-            child
-            for item in level
-            if isinstance(item, (dict, list))
-            for child in (item.values() if isinstance(item, dict) else item)
-        ]
-    return None
+    return deepest, key
 
 
 def storable(output: dict[str, Any]) -> dict[str, Any]:

@@ -1,16 +1,13 @@
 """A worker's completer: the starts, ends and releases of all its slots, written together.
 
 Each slot runs its jobs in a thread of its own, and each job costs writes: its start,
-its end, and its slot's release when the jobs handed to it are done. A completer sends
-the writes of one kind that its slots ask for while an earlier one is on its way in a
-single command (a *group commit*): a slot alone waits for nothing, and a worker with
-many slots sends a few commands for all of them, one round trip each, however many
-jobs end in it. This is what the worker's ``--concurrency`` buys on a busy server.
+its end, and its slot's release. A completer sends the writes of one kind that its
+slots ask for while an earlier one is on its way in a single command (a *group
+commit*): a slot alone waits for nothing, and many slots share a few round trips
+(what ``--concurrency`` buys on a busy server).
 
-Every statement is still the store's conditional write, fenced by its lock token (an
-end lands only for the holder of the job's lock; a start only once per lock; a
-release only for its assignment's token). The answer to a bulk write is a count, not
-which statement landed, so:
+Every statement is still the store's conditional write, fenced by its lock token. The
+answer to a bulk write is a count, not which statement landed, so:
 
 - **starts** are read back at once, in one command: each job whose start landed is
   known, as :meth:`~recruiter.store.Store.start_if_owned` would have returned it;
@@ -101,8 +98,7 @@ class GroupCommit(Generic[Item]):
                 return [UNCLEAR] * len(group)
             raise  # a lone write refused: its caller's, as ever (the same write would be refused)
         except BaseException:
-            # a bug, raised to the thread that wrote: the others must not wait for ever,
-            # each finds out on its own
+            # a bug, raised to the thread that wrote: the others must not wait for ever
             for waiting in group:
                 if waiting is not own:
                     waiting.answer, waiting.answered = UNCLEAR, True
@@ -196,6 +192,5 @@ class Completer:
             self._release_alone(release)
         return [None] * len(releases)
 
-    def _release_alone(self, release: Release) -> None:
-        r = release
+    def _release_alone(self, r: Release) -> None:
         self.store.release_worker(r.worker_id, r.token, r.now, r.ran)
