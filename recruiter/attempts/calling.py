@@ -1,11 +1,9 @@
 """Running a job's code where it runs, and what it gave (:class:`CodeResult`).
 
-The code runs in the calling thread (a slot's), on an event loop (an ``async def``
-job), or in a job process (:mod:`recruiter.pools.process_pool`, a :class:`JobRunner`);
-a watchdog may stop it (:mod:`recruiter.pools.stopping`). Whatever it raises,
-``BaseException`` included, is the attempt's failure, never an error of the worker's.
-What it returned and what it recorded are kept within bounds, so that the attempt's end
-can always be written.
+The code runs in the calling thread, on an event loop (an ``async def`` job), or in a
+job process (a :class:`JobRunner`); a watchdog may stop it. Whatever it raises,
+``BaseException`` included, is the attempt's failure, never the worker's. What it
+returned and recorded is kept within bounds, so that the attempt's end can be written.
 """
 
 from __future__ import annotations
@@ -39,7 +37,6 @@ class DamagedJob(RecruiterError):
     """The stored job document cannot be run as it is; fix it by hand or let it fail."""
 
     recorded_as = "recruiter.execution.DamagedJob"
-    """Its name in jobs' histories, kept from where it was first defined."""
 
 
 class JobRunner(Protocol):
@@ -61,23 +58,20 @@ class CodeResult:
     stopped: type[Stopped] | None = None
     """How a watchdog stopped the job's code, if it did (even if the code caught it)."""
     process: dict[str, Any] = field(default_factory=dict)
-    """The child process that ran it (``processes`` pool): its pid, its memory after
-    the job, and why it was replaced, if it was; recorded in the attempt."""
+    """The child process that ran it (``processes`` pool): its pid, memory, and why it
+    was replaced, if it was."""
     result: dict[str, Any] = field(default_factory=dict)
     """What its code returned, as the attempt keeps it (:func:`kept_result`)."""
     unrun: bool = False
     """Whether its code never began (a stop landed first): its attempt says so."""
     seconds: float = 0.0
-    """How long its code ran (its process's round trip, for the ``processes`` pool):
-    the job's own time, without the database's (what prefetch is sized on)."""
+    """How long its code ran, the database's time left out (what prefetch is sized on)."""
     snooze: dt.timedelta | None = None
-    """How long its code asked to wait before it runs again (it raised
-    :class:`~recruiter.snooze.Snooze`): not a failure."""
+    """How long its code asked to wait (it raised :class:`~recruiter.snooze.Snooze`)."""
     progress: dict[str, Any] | None = None
     """The last progress its code reported, if it did: kept in the attempt's record."""
     runs: int = 1
-    """How many times its code ran in this attempt: more than once only for a
-    transactional job whose transaction met transient errors (recorded as ``code_runs``)."""
+    """How many times its code ran in this attempt (a transaction run again: ``code_runs``)."""
 
 
 def call_code(
@@ -90,9 +84,8 @@ def call_code(
     runner: JobRunner | None = None,
     loop: asyncio.AbstractEventLoop | None = None,
 ) -> CodeResult:
-    """Run the job's code (here, on ``loop`` for an ``async def`` one, or in
-    ``runner``'s process): its failure and trace when it failed, the output it
-    recorded, and the workable's hooks (none when it could not even be rebuilt)."""
+    """Run the job's code (here, on ``loop``, or in ``runner``'s process): its failure and
+    trace, the output it recorded, and the hooks (none when it could not be rebuilt)."""
     if runner is not None and not job.problems and not policy_problem:
         return runner.run(job, statistics, running)
     ran = _call_here(registry, job, statistics, policy_problem, running, loop=loop)
@@ -141,8 +134,7 @@ def _call_here(
 def kept_result(value: Any) -> dict[str, Any]:
     """The fields an attempt keeps of what the job's code returned: none for ``None``;
     ``result`` when it is BSON data within :data:`RESULT_BYTES` and :data:`RESULT_DEPTH`;
-    else ``result_dropped``, saying why (the job is done all the same: its code ran to
-    its end, and that end must be recorded whatever it returned)."""
+    else ``result_dropped``, saying why (the job is done all the same)."""
     if value is None:
         return {}
     try:
@@ -188,9 +180,8 @@ def _nesting(value: Any) -> tuple[int, str | None]:
 
 
 def storable(output: dict[str, Any]) -> dict[str, Any]:
-    """The output if it can be stored as BSON within :data:`OUTPUT_BYTES`; else a note
-    of why it was dropped (the attempt's record must be written whatever the job
-    recorded, and twice: in ``last_execution`` and in ``history``)."""
+    """The output if it can be stored as BSON within :data:`OUTPUT_BYTES`; else a note of
+    why it was dropped (the attempt's record must be written whatever the job recorded)."""
     try:
         size = len(bson.encode({"output": output}))
     except Exception as error:
@@ -203,10 +194,9 @@ def storable(output: dict[str, Any]) -> dict[str, Any]:
 
 
 def returned_before_stop(error: BaseException, returned: bool) -> bool:
-    """Whether ``error`` is a stop that landed after the job's code had returned: the
-    job succeeded. A stop that landed before the code began (or in the instant between
-    its return and ``returned``) fails the attempt: a job is never recorded as done
-    without having run."""
+    """Whether ``error`` is a stop that landed after the job's code had returned: the job
+    succeeded. An earlier stop (even in the instant between its return and ``returned``)
+    fails the attempt: a job is never recorded as done without having run."""
     return returned and isinstance(error, Stopped)
 
 
