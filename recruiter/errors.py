@@ -1,16 +1,13 @@
 """Every error recruiter raises, under one base class.
 
 Errors carry structured fields so that callers can act on them without parsing
-messages, and their messages say what happened and what to do next.
+messages, and their messages say what happened and what to do next. :class:`WorkerDied`
+is never raised: it is the failure recorded for an attempt whose worker died.
 
-:class:`WorkerDied` is different: it is never raised, it is the failure recorded for
-an attempt whose worker died, handed to the job's retry policy like any exception.
-
-The failures recorded in a job's history live beside the code that raises them
-(``recruiter.pools.stopping``, ``recruiter.attempts.calling``, ``recruiter.command``…).
-An error's qualified name is stored data (a retry policy's ``retriable=`` names it): a
-class whose module changed keeps its recorded name in ``recorded_as``, which
-:func:`recruiter.retry.qualified_name` reads.
+The failures recorded in a job's history live beside the code that raises them. An
+error's qualified name is stored data (a retry policy's ``retriable=`` names it): a
+class whose module changed keeps its recorded name in ``recorded_as``
+(:func:`recruiter.retry.qualified_name`).
 """
 
 from __future__ import annotations
@@ -64,8 +61,8 @@ class UnknownWorkable(RecruiterError):
 
 
 class NotRunnableHere(UnknownWorkable):
-    """A job asked to run in this process (``run_here``, ``recruiter jobs run --here``)
-    runs a workable the given registry does not know: no job was taken."""
+    """A job asked to run in this process (``run_here``) runs a workable the given
+    registry does not know: no job was taken."""
 
     def __init__(self, job_id: object, name: str) -> None:
         RecruiterError.__init__(
@@ -131,8 +128,8 @@ class SchedulerNotFound(RecruiterError):
 
 
 class SchedulerBusy(RecruiterError):
-    """A scheduler changed at every try to resume it (declared again meanwhile, by
-    deploys at the same moment): it is still paused."""
+    """A scheduler changed at every try to resume it (declared again meanwhile): it is
+    still paused."""
 
     def __init__(self, urn: str) -> None:
         super().__init__(
@@ -165,8 +162,7 @@ class SchemaTooNew(RecruiterError):
 
 
 class ResultNotKept(RecruiterError):
-    """A done job's result was not kept: its code returned something that is not BSON
-    data, or too big a value (the job is done all the same)."""
+    """A done job's result was not kept (not BSON data, or too big): it is done all the same."""
 
     def __init__(self, job_id: object, why: str) -> None:
         super().__init__(
@@ -182,9 +178,8 @@ class NotInAJob(RecruiterError):
 
 
 class InvalidProgress(RecruiterError, ValueError):
-    """A running job reported progress that cannot be kept (not BSON data, too large,
-    a negative count, a long note): nothing was recorded. Raised at the job's call to
-    :func:`recruiter.report_progress`, which may catch it; the attempt goes on."""
+    """A running job reported progress that cannot be kept (not BSON data, too large, a
+    negative count, a long note): nothing was recorded, and the attempt goes on."""
 
 
 class WorkerDied(Exception):
@@ -197,9 +192,8 @@ class DatabaseError(RecruiterError):
 
 class DatabaseUnavailable(DatabaseError):
     """The database did not answer, or cannot take the operation now (a dropped
-    connection, a timeout, a primary stepping down, a write concern not satisfied in
-    time). **A write may have landed**: try again, and check (every write is
-    conditional, so landing twice is impossible)."""
+    connection, a timeout, a primary stepping down). **A write may have landed**: try
+    again, and check (every write is conditional, so landing twice is impossible)."""
 
 
 class WriteRejected(DatabaseError):
@@ -225,8 +219,7 @@ class DatabaseUnreachable(DatabaseError):
 
 
 class TransactionsUnavailable(DatabaseError):
-    """The server cannot hold a transaction (a standalone server, not a replica set nor
-    a sharded cluster): nothing was written."""
+    """The server cannot hold a transaction (a standalone server): nothing was written."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(
@@ -266,9 +259,8 @@ class WaitTimeout(RecruiterError):
 
 class DeclaredDead(RecruiterError):
     """This process was declared dead while it ran a job here: the job was released and
-    may be running elsewhere now; its code here was stopped, and nothing it wrote after
-    counts. Usually a process frozen (or cut off from the database) past the cleaner's
-    timeout: look at what held it back."""
+    may run elsewhere; its code here was stopped. Usually a process frozen (or cut off
+    from the database) past the cleaner's timeout: look at what held it back."""
 
     def __init__(self, job_id: Any) -> None:
         super().__init__(
@@ -305,8 +297,7 @@ class InvalidFilter(RecruiterError, ValueError):
 
 
 class NotWaiting(RecruiterError):
-    """A job asked to run now is already handed out or finished, or waits for other
-    jobs (it runs when they end, as its rule says: running it before would break it)."""
+    """A job asked to run now is already handed out or finished, or waits for other jobs."""
 
     recorded_as = "recruiter.manual.NotWaiting"
 

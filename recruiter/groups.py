@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from recruiter.duration import Duration, DurationTooLong, format_duration, to_timedelta
+from recruiter.duration import Duration, DurationTooLong, shown_duration, to_timedelta
 from recruiter.errors import InvalidGroupSettings, RecruiterError
 from recruiter.job import check_group
 
@@ -60,7 +60,7 @@ class Rate:
             dt.timedelta(milliseconds=1) <= self.per <= MAX_WINDOW
         ):
             raise InvalidGroupSettings(
-                f"a rate's window must be from 1ms to 366d, got {_shown(self.per)}"
+                f"a rate's window must be from 1ms to 366d, got {shown_duration(self.per)}"
             )
 
     @classmethod
@@ -87,10 +87,6 @@ class Rate:
 
     def __str__(self) -> str:
         return f"{self.limit}/{self.per.total_seconds():g}s"
-
-
-def _shown(value: object) -> str:
-    return format_duration(value) if isinstance(value, dt.timedelta) else repr(value)
 
 
 @dataclass(frozen=True)

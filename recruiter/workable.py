@@ -1,10 +1,9 @@
 """Workables: the code a job runs, registered under a stable name.
 
 A job document names its workable (``workable.class``) and holds its parameters as BSON
-data. A worker runs only workables registered in the :class:`Registry` of the
-application it was started with; nothing named in the database is ever imported.
-Registering under an explicit name means renaming the Python function or class does
-not orphan the jobs already stored.
+data. A worker runs only workables registered in the :class:`Registry` of its
+application; nothing named in the database is ever imported, and renaming the Python
+function or class does not orphan the jobs already stored.
 
 Two kinds of workables:
 
@@ -14,12 +13,8 @@ Two kinds of workables:
   is rebuilt from them, and a job may call any of its public methods (default
   ``execute``), as in the original Recruiter.
 
-Either kind may be ``async def`` (a function, or the method a job calls): the job then
-runs as an asyncio task (see :mod:`recruiter.pools.stopping`), on the worker's event loop with
-``--pool asyncio``. Hooks are plain functions in every case.
-
-A running job asks for its retry statistics with
-:func:`recruiter.job_context.retry_statistics`.
+Either kind may be ``async def``: the job then runs as an asyncio task (on the worker's
+event loop with ``--pool asyncio``). Hooks are plain functions in every case.
 """
 
 from __future__ import annotations
@@ -115,8 +110,8 @@ class Workable:
         """The default method a job calls."""
         raise NotImplementedError(f"{type(self).__name__}.execute() must be implemented")
 
-    # hooks, called on the instance that ran, after the attempt's result is recorded;
-    # one that raises is logged and changes nothing
+    # hooks, called on the instance that ran once the attempt is recorded; one that
+    # raises is logged and changes nothing
 
     def after_success(self) -> None:
         """The job succeeded (it is done)."""
@@ -246,8 +241,8 @@ class Registry:
         return listener
 
     def hooks_of(self, name: str, target: Callable[[], Any]) -> WorkableHooks:
-        """The hooks of the workable ``name``, whose job runs ``target`` (a method of
-        the instance that runs, for a class-based workable)."""
+        """The hooks of the workable ``name``, whose job runs ``target`` (for a class, a
+        method of the instance that runs)."""
         entry = self._workables.get(name)
         if isinstance(entry, FunctionWorkable):
             return entry.hooks
@@ -270,13 +265,11 @@ class Registry:
     ) -> FunctionWorkable[P, R]: ...
 
     def workable(self, name: str, target: Any = None, *, transaction: bool = False) -> Any:
-        """Register a function or a :class:`Workable` subclass under ``name``.
-
-        Use as a decorator, ``@registry.workable("name")``, or call
-        ``registry.workable("name", function)``. With ``transaction=True``, each attempt
-        runs in a MongoDB transaction that commits the job's writes (made with
-        :func:`job_session`) and its end as done together: a crash between the two
-        cannot make it run twice (threads-pool workers only; see docs/guides/transactions.md).
+        """Register a function or a :class:`Workable` subclass under ``name``, as a
+        decorator (``@registry.workable("name")``) or called with it. With
+        ``transaction=True``, each attempt runs in a MongoDB transaction that commits the
+        job's writes (made with :func:`job_session`) and its end as done together, so a
+        crash cannot make it run twice (threads pool only; docs/guides/transactions.md).
         """
         _check_name(name)
         if not isinstance(transaction, bool):
@@ -311,17 +304,17 @@ class Registry:
         self._workables[name] = entry
 
     def names(self, *, transactional: bool = True) -> list[str]:
-        """The registered names, sorted (without those registered with
-        ``transaction=True`` when ``transactional`` is false)."""
+        """The registered names, sorted (without the transactional ones if ``transactional``
+        is false)."""
         return sorted(n for n in self._workables if transactional or n not in self._transactional)
 
     def __contains__(self, name: object) -> bool:
         return name in self._workables
 
     def entrance(self, name: str) -> Entrance:
-        """Where the application's code of ``name`` begins once rebuilt: at the call for
-        a function or a command (at its coroutine's first step for an ``async def``);
-        for a class, its ``from_parameters`` ran in :meth:`rebuild`, before."""
+        """Where the application's code of ``name`` begins once rebuilt: at the call for a
+        function or a command (at its first step for an ``async def``); for a class, its
+        ``from_parameters`` ran in :meth:`rebuild`, before."""
         entry = self._workables.get(name)
         if isinstance(entry, Command):
             return Entrance(at_call=True)
@@ -330,11 +323,9 @@ class Registry:
         return Entrance()
 
     def rebuild(self, name: str, parameters: Mapping[str, Any], method: str) -> Callable[[], Any]:
-        """The zero-argument callable that runs a stored job.
-
-        Raises :class:`recruiter.errors.UnknownWorkable` when ``name`` is not registered
-        and :class:`WorkableRebuildError` when the parameters or method do not fit.
-        """
+        """The zero-argument callable that runs a stored job: :class:`UnknownWorkable`
+        when ``name`` is not registered, :class:`WorkableRebuildError` when the
+        parameters or method do not fit."""
         entry = self._workables.get(name)
         if entry is None:
             raise UnknownWorkable(name)
@@ -366,8 +357,7 @@ def _is_generator(function: object) -> bool:
 
 
 def _not_a_generator(function: object, what: str) -> None:
-    """Refuse a generator function (``def``/``async def`` with a ``yield``) as a job's
-    code: calling it runs none of its body, and the job would be recorded done."""
+    """Refuse a generator function as a job's code: calling it runs none of its body."""
     if _is_generator(function):
         raise InvalidJob(
             f"{what} {getattr(function, '__qualname__', function)!r} is a generator (it "
@@ -381,8 +371,7 @@ def _check_name(name: object) -> None:
 
 
 def _synchronous(hook: H, name: str) -> H:
-    """``hook``, if it is a plain function: hooks are called synchronously, after the
-    attempt's end is recorded, in every pool."""
+    """``hook``, if it is a plain function: hooks are called synchronously, in every pool."""
     if inspect.iscoroutinefunction(hook):
         raise InvalidJob(
             f"the {name} hook {getattr(hook, '__qualname__', hook)!r} is async: hooks run "
