@@ -86,73 +86,37 @@ if TYPE_CHECKING:
     from recruiter.workable import Workable as Workable
 
 PUBLIC: dict[str, tuple[str, ...]] = {
-    "recruiter.async_queue": ("AsyncQueue",),
-    "recruiter.attempts.manual": ("Cancellation",),
-    "recruiter.clock": ("Clock", "FrozenClock", "SystemClock"),
-    "recruiter.errors": (
-        "BatchNotFound",
-        "DatabaseError",
-        "DatabaseUnavailable",
-        "DatabaseUnreachable",
-        "DeclaredDead",
-        "DuplicateRegistration",
-        "InvalidGroupSettings",
-        "InvalidJob",
-        "InvalidParameters",
-        "InvalidProgress",
-        "InvalidRetryPolicy",
-        "InvalidSchedule",
-        "InvalidUri",
-        "JobNotFound",
-        "NotFailed",
-        "NotFinished",
-        "NotRunnableHere",
-        "NotWaiting",
-        "RecruiterError",
-        "ResultNotKept",
-        "SchedulerNotFound",
-        "SchemaTooNew",
-        "UnknownRetryPolicy",
-        "UnknownWorkable",
-        "WaitTimeout",
-        "WorkerDied",
-        "WriteRejected",
-    ),
-    "recruiter.groups": ("GroupSettings", "Rate"),
-    "recruiter.job": ("After", "JobSpec", "Root"),
-    "recruiter.job_context": (
-        "RetryStatistics",
-        "job_session",
-        "record_output",
-        "retry_statistics",
-    ),
-    "recruiter.job_record": ("Job",),
-    "recruiter.policies": (
-        "DoNotDoItAgain",
-        "ExponentialBackoff",
-        "RetriableExceptionFilter",
-        "RetryForever",
-        "RetryManyTimes",
-        "SelectByException",
-        "TimeTable",
-    ),
-    "recruiter.pools.stopping": ("JobCancelled", "JobTimedOut"),
-    "recruiter.progress": ("JobProgress", "report_progress"),
-    "recruiter.queue": ("Queue",),
-    "recruiter.repeating.timing": ("Cron", "Every"),
-    "recruiter.retry": (
-        "Decision",
-        "FailedAttempt",
-        "Failure",
-        "GiveUp",
-        "RetryAt",
-        "RetryPolicy",
-        "Why",
-        "register_retry_policy",
-    ),
-    "recruiter.snooze": ("SNOOZE_LIMIT", "Snooze", "SnoozeLimitReached"),
-    "recruiter.dependencies.workflows": ("Batch", "BatchStatus", "Workflow"),
-    "recruiter.workable": ("FunctionWorkable", "Registry", "Workable"),
+    module: tuple(names.split())
+    for module, names in {
+        "recruiter.async_queue": "AsyncQueue",
+        "recruiter.attempts.manual": "Cancellation",
+        "recruiter.clock": "Clock FrozenClock SystemClock",
+        "recruiter.errors": """
+            BatchNotFound DatabaseError DatabaseUnavailable DatabaseUnreachable DeclaredDead
+            DuplicateRegistration InvalidGroupSettings InvalidJob InvalidParameters InvalidProgress
+            InvalidRetryPolicy InvalidSchedule InvalidUri JobNotFound NotFailed NotFinished
+            NotRunnableHere NotWaiting RecruiterError ResultNotKept SchedulerNotFound SchemaTooNew
+            UnknownRetryPolicy UnknownWorkable WaitTimeout WorkerDied WriteRejected
+        """,
+        "recruiter.groups": "GroupSettings Rate",
+        "recruiter.job": "After JobSpec Root",
+        "recruiter.job_context": "RetryStatistics job_session record_output retry_statistics",
+        "recruiter.job_record": "Job",
+        "recruiter.policies": """
+            DoNotDoItAgain ExponentialBackoff RetriableExceptionFilter RetryForever RetryManyTimes
+            SelectByException TimeTable
+        """,
+        "recruiter.pools.stopping": "JobCancelled JobTimedOut",
+        "recruiter.progress": "JobProgress report_progress",
+        "recruiter.queue": "Queue",
+        "recruiter.repeating.timing": "Cron Every",
+        "recruiter.retry": """
+            Decision FailedAttempt Failure GiveUp RetryAt RetryPolicy Why register_retry_policy
+        """,
+        "recruiter.snooze": "SNOOZE_LIMIT Snooze SnoozeLimitReached",
+        "recruiter.dependencies.workflows": "Batch BatchStatus Workflow",
+        "recruiter.workable": "FunctionWorkable Registry Workable",
+    }.items()
 }
 """Every public name, by the module it lives in. Each is imported on first use (PEP 562),
 so that ``import recruiter`` (and the ``recruiter`` command's ``--help``) imports neither
