@@ -1,8 +1,7 @@
 """What a group may use: how many of its jobs run at once, how fast they start, its share.
 
 A group's settings are stored in the ``groups`` collection, one document per group, and
-read by the leading recruiter, which enforces them when it hands jobs out: limits are
-decided in one place, without distributed locks.
+enforced by the leading recruiter as it hands jobs out: in one place, without locks.
 
 - ``concurrency``: at most this many jobs of the group locked (handed out or running)
   at once, across every worker;
@@ -154,10 +153,9 @@ class FairShare:
     """Which group the next worker of any group serves: weighted fair queuing.
 
     Each group has a virtual time that grows by ``1 / weight`` per job it is handed; the
-    group that is furthest behind goes first. A group that was idle starts level with the
-    others instead of being owed its idle time, so a burst of a quiet group shares the
-    workers instead of taking them all. Kept in memory by the leader: a new leader starts
-    everyone level.
+    furthest behind goes first. A group that was idle starts level with the others, so a
+    burst of a quiet group shares the workers instead of taking them all. Kept in memory
+    by the leader: a new leader starts everyone level.
 
     >>> share = FairShare()
     >>> [share.serve(["a", "b"], {"a": 2}) for _ in range(6)]
@@ -190,9 +188,8 @@ class FairShare:
     def share_out(
         self, slots: int, available: Mapping[str, int], weights: Mapping[str, int]
     ) -> list[str]:
-        """The groups to hand each of up to ``slots`` jobs from, in turn, charged for
-        them, when group ``g`` has ``available[g]`` jobs to give: :meth:`serve` called
-        once per job, in ``O(log groups)`` each.
+        """The groups to hand each of up to ``slots`` jobs from, charged for them, when
+        group ``g`` has ``available[g]`` jobs: :meth:`serve` per job, in ``O(log groups)``.
 
         >>> FairShare().share_out(5, {"a": 4, "b": 1}, {})
         ['a', 'b', 'a', 'a', 'a']

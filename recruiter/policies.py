@@ -85,10 +85,7 @@ class RetryManyTimes(RetryPolicy):
         return attempts > self.retries
 
     def parameters(self) -> dict[str, Any]:
-        return {
-            "retry_how_many_times": self.retries,
-            "seconds_to_wait_before_retry": self.wait,
-        }
+        return {"retry_how_many_times": self.retries, "seconds_to_wait_before_retry": self.wait}
 
     @classmethod
     def from_parameters(cls, parameters: Mapping[str, Any]) -> Self:
@@ -273,9 +270,7 @@ class RetriableExceptionFilter(RetryPolicy):
     """
 
     def __init__(
-        self,
-        policy: RetryPolicy,
-        retriable: Sequence[type[BaseException] | str] = (Exception,),
+        self, policy: RetryPolicy, retriable: Sequence[type[BaseException] | str] = (Exception,)
     ) -> None:
         if not isinstance(policy, RetryPolicy):
             message = f"RetriableExceptionFilter wraps a RetryPolicy, not {policy!r}"

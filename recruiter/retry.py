@@ -20,11 +20,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar, Self, TypeVar
 
-from recruiter.errors import (
-    DuplicateRegistration,
-    InvalidRetryPolicy,
-    WorkerDied,
-)
+from recruiter.errors import DuplicateRegistration, InvalidRetryPolicy, WorkerDied
 from recruiter.loop import doubled
 
 logger = logging.getLogger(__name__)
@@ -221,11 +217,7 @@ def registered_policy(name: str) -> type[RetryPolicy] | None:
 
 
 def exponential_delay(
-    attempt: int,
-    initial: float,
-    cap: float | None = None,
-    jitter: float = 0.0,
-    draw: float = 0.0,
+    attempt: int, initial: float, cap: float | None = None, jitter: float = 0.0, draw: float = 0.0
 ) -> float:
     """Seconds to wait after failed attempt number ``attempt`` (1-based):
     ``initial * 2**(attempt-1)``, limited to ``cap`` (and :data:`MAX_WAIT`), then

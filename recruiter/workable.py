@@ -25,25 +25,11 @@ import os
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import (
-    Any,
-    ClassVar,
-    Generic,
-    ParamSpec,
-    Self,
-    TypeAlias,
-    TypeVar,
-    overload,
-)
+from typing import Any, ClassVar, Generic, ParamSpec, Self, TypeAlias, TypeVar, overload
 
 from recruiter.command import Command, failure_of
 from recruiter.duration import Duration
-from recruiter.errors import (
-    DuplicateRegistration,
-    InvalidJob,
-    InvalidParameters,
-    UnknownWorkable,
-)
+from recruiter.errors import DuplicateRegistration, InvalidJob, InvalidParameters, UnknownWorkable
 from recruiter.events import Listeners
 from recruiter.job import DEFAULT_METHOD, JobSpec
 from recruiter.job_context import record_output, retry_statistics

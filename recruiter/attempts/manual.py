@@ -260,12 +260,7 @@ def run_here(
 
 
 def _run_one(
-    store: Store,
-    registry: Registry,
-    clock: Clock,
-    job_id: Any,
-    *,
-    heartbeat: dt.timedelta,
+    store: Store, registry: Registry, clock: Clock, job_id: Any, *, heartbeat: dt.timedelta
 ) -> ManualRun:
     token, now = ObjectId(), clock.now()
     job = store.find_job(job_id)

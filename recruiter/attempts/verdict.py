@@ -17,15 +17,7 @@ from typing import Any
 from recruiter.execution import Outcome
 from recruiter.job import TRACE_LIMIT
 from recruiter.job_record import Job
-from recruiter.retry import (
-    FailedAttempt,
-    Failure,
-    GiveUp,
-    RetryAt,
-    RetryPolicy,
-    Why,
-    decide_safely,
-)
+from recruiter.retry import FailedAttempt, Failure, GiveUp, RetryAt, RetryPolicy, Why, decide_safely
 
 ENDING_OUTCOMES = (Outcome.DONE, Outcome.ARCHIVED, Outcome.SKIPPED)
 """The outcomes that end a job for good: those waiting for it are told."""
