@@ -50,8 +50,8 @@ def redact(uri: str) -> str:
 
 
 def resolve_uri(uri: str | None, directory: Path | None = None) -> tuple[str, bool]:
-    """The URI to use and whether it is the embedded server (started when needed): the
-    user's one (:func:`recruiter.embedded.home`) unless ``directory`` names another."""
+    """The URI to use and whether it is the embedded server (started when needed, in
+    ``directory`` or :func:`recruiter.embedded.home`)."""
     if uri:
         return uri, False
     server = ensure_local_server(directory)
@@ -71,11 +71,8 @@ def open_database(
     wait: dt.timedelta = dt.timedelta(0),
     clock: Clock | None = None,
 ) -> Database[Any]:
-    """The database named by ``database``, or in the URI, or ``recruiter``; checked to answer.
-
-    When it does not answer, tries again for up to ``wait`` (pausing longer each time)
-    before raising :class:`DatabaseUnreachable`.
-    """
+    """The database named by ``database``, or in the URI, or ``recruiter``; checked to
+    answer, for up to ``wait`` (then :class:`DatabaseUnreachable`)."""
     clock = clock or SystemClock()
     client = _client(uri, MongoClient)
     deadline = clock.monotonic() + wait.total_seconds()
@@ -98,9 +95,8 @@ def open_database(
 def _waits_again(
     uri: str, error: PyMongoError, deadline: float, pause: float, clock: Clock
 ) -> tuple[float, float] | None:
-    """After a try that got no answer: ``None`` once ``deadline`` (on ``clock``'s
-    monotonic time) is past; else, said in the log, the next pause and how long to
-    sleep now (the pause, cut to the deadline). Both ways of opening a database use it."""
+    """After a try that got no answer: ``None`` once ``deadline`` (monotonic) is past;
+    else, said in the log, the next pause and how long to sleep now."""
     remaining = deadline - clock.monotonic()
     if remaining <= 0:
         return None
@@ -116,8 +112,7 @@ def _waits_again(
 
 @contextmanager
 def _said_if_slow(uri: str, wait: dt.timedelta) -> Iterator[None]:
-    """Say so when the database takes more than :data:`SLOW_ANSWER` seconds to answer
-    the first try: a try lasts seconds before it fails, and silence looks like a hang."""
+    """Say so when the first try takes over :data:`SLOW_ANSWER`: silence looks like a hang."""
     patience = (
         f"for up to {wait.total_seconds():g}s"
         if wait
@@ -144,10 +139,8 @@ async def open_async_database(
     wait: dt.timedelta = dt.timedelta(0),
     clock: Clock | None = None,
 ) -> Any:
-    """:func:`open_database` on pymongo's asyncio client (an ``AsyncDatabase``), for
-    :meth:`recruiter.AsyncQueue.connect`: checked to answer, awaiting between tries."""
-    # here, not at the top: a synchronous application on a pymongo without the asyncio
-    # client (before 4.13) never imports it
+    """:func:`open_database` on pymongo's asyncio client (an ``AsyncDatabase``)."""
+    # here: a synchronous application on a pymongo without the asyncio client never imports it
     from recruiter.store.async_store import async_client  # noqa: PLC0415
 
     clock = clock or SystemClock()
@@ -175,9 +168,8 @@ def open_store(
     wait: dt.timedelta = dt.timedelta(0),
     clock: Clock | None = None,
 ) -> Store:
-    """The store of that database, ready: its schema checked and indexes made, and the
-    server's clock read once (:meth:`Store.clock`). A database that stops answering
-    meanwhile (restarting, say) is waited for, like at first, for up to ``wait``."""
+    """The store of that database, ready: its schema checked, indexes made, the server's
+    clock read once; a database that stops answering meanwhile is waited for, up to ``wait``."""
     clock = clock or SystemClock()
     deadline = clock.monotonic() + wait.total_seconds()
     store = Store(open_database(uri, database, wait=wait, clock=clock))
@@ -201,8 +193,7 @@ def open_store(
 
 
 def database_at(uri: str, database: str | None = None) -> Database[Any]:
-    """The database named by ``database``, or in the URI, or ``recruiter``, without
-    waiting for it to answer (the first operation will)."""
+    """The database named by ``database``, or in the URI, or ``recruiter``, unchecked."""
     client = _client(uri, MongoClient)
     return client[_name(client, database)]
 
