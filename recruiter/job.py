@@ -115,6 +115,11 @@ class Root:
             raise InvalidJob(f"a root's time is a timezone-aware datetime, got {self.at!r}")
 
 
+def new_job_fields(job_id: Any, now: dt.datetime) -> dict[str, Any]:
+    """The fields a job document starts with, before it is locked or run."""
+    return {"_id": job_id, "done": False, "created_at": now, "locked": False, "attempts": 0}
+
+
 def check_group(group: Any) -> str:
     if not isinstance(group, str) or not group.strip():
         raise InvalidJob(f"group must be a non-empty string, got {group!r}")
@@ -387,11 +392,7 @@ class JobSpec:
     def to_document(self, job_id: ObjectId, now: dt.datetime) -> dict[str, Any]:
         """The document inserted into ``scheduled``."""
         document: dict[str, Any] = {
-            "_id": job_id,
-            "done": False,
-            "created_at": now,
-            "locked": False,
-            "attempts": 0,
+            **new_job_fields(job_id, now),
             "group": self.group,
             "priority": self.priority,
             "workable": {

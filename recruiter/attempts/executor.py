@@ -363,13 +363,7 @@ class Executor:
         self, job: Job, token: ObjectId, started_at: dt.datetime, why: Why, message: str
     ) -> Execution:
         ended_at = self.clock.now()
-        record = attempt_record(
-            job,
-            started_at=started_at,
-            ended_at=ended_at,
-            by=self.identity.fields(),
-            outcome=Outcome.SKIPPED,
-        )
+        record = self.record(job, started_at, ended_at, Outcome.SKIPPED, CodeResult())
         record["message"] = message
         verdict = Verdict(Outcome.SKIPPED, why)
         if self._write(job, token, verdict, record, ended_at) is None:

@@ -38,6 +38,7 @@ from recruiter.errors import (
     WaitTimeout,
 )
 from recruiter.execution import Execution
+from recruiter.job import new_job_fields
 from recruiter.job_record import Job
 from recruiter.loop import Backoff
 from recruiter.pools.stopping import HolderDeclaredDead, Watch
@@ -145,17 +146,7 @@ def recover(
     if once and not store.claim_recovery(job_id, new_id):
         logger.info("job %s was recovered already: not again", job_id)
         return None
-    document.update(
-        {
-            "_id": new_id,
-            "done": False,
-            "created_at": now,
-            "locked": False,
-            "attempts": 0,
-            "scheduled_at": at,
-            "recovered_from": job_id,
-        }
-    )
+    document.update({**new_job_fields(new_id, now), "scheduled_at": at, "recovered_from": job_id})
     if "dedup_key" in document:
         document["queued_key"] = document["dedup_key"]
     (stored,) = store.insert_jobs([document])
