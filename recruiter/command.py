@@ -168,14 +168,11 @@ class Command:
         return f"<command {self.name!r}: {' '.join(self.argv)}>"
 
 
-def _duration(timeout: dt.timedelta | None) -> str:
-    return "its timeout" if timeout is None else format_duration(timeout)
-
-
 def failure_of(output: Mapping[str, Any], timeout: dt.timedelta | None) -> CommandFailed | None:
     """The failure a command's recorded output amounts to, if any."""
     if output["timed_out"]:
-        return CommandFailed(f"timed out after {_duration(timeout)}, stopped ({output['signal']})")
+        took = "its timeout" if timeout is None else format_duration(timeout)
+        return CommandFailed(f"timed out after {took}, stopped ({output['signal']})")
     if output["signal"] is not None:
         return CommandFailed(f"killed by {output['signal']}")
     if output["exit_code"] != 0:

@@ -124,17 +124,16 @@ class GroupSettings:
     @classmethod
     def from_document(cls, document: Mapping[str, Any]) -> GroupSettings:
         """Read stored settings; a hand-damaged field reads as no limit, never raises."""
-        concurrency = document.get("concurrency")
-        if (
-            isinstance(concurrency, bool)
-            or not isinstance(concurrency, int)
-            or not 1 <= concurrency <= MAX_CONCURRENCY
-        ):
-            concurrency = None
-        weight = document.get("weight")
-        if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= MAX_WEIGHT:
-            weight = 1
+        concurrency = _stored(document.get("concurrency"), MAX_CONCURRENCY)
+        weight = _stored(document.get("weight"), MAX_WEIGHT) or 1
         return cls(str(document["_id"]), concurrency, _stored_rate(document.get("rate")), weight)
+
+
+def _stored(value: Any, most: int) -> int | None:
+    """A stored count from 1 to ``most``; ``None`` for anything else."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+        return None
+    return value
 
 
 def _stored_rate(value: Any) -> Rate | None:

@@ -172,12 +172,11 @@ class FunctionWorkable(Generic[P, R]):
         unknown = set(parameters) - set(self.signature.parameters)
         if unknown:
             raise WorkableRebuildError(f"unexpected parameters {sorted(unknown)}")
-        arguments: OrderedDict[str, Any] = OrderedDict()
-        for name, parameter in self.signature.parameters.items():
-            if name in parameters:
-                value = parameters[name]
-                is_var_positional = parameter.kind is inspect.Parameter.VAR_POSITIONAL
-                arguments[name] = tuple(value) if is_var_positional else value
+        arguments = OrderedDict(
+            (name, tuple(parameters[name]) if p.kind is p.VAR_POSITIONAL else parameters[name])
+            for name, p in self.signature.parameters.items()
+            if name in parameters
+        )
         bound = inspect.BoundArguments(self.signature, arguments)
         try:
             self.signature.bind(*bound.args, **bound.kwargs)
