@@ -53,17 +53,13 @@ class SystemClock:
     def now(self) -> dt.datetime:
         return to_millis(dt.datetime.now(UTC))
 
+    earliest = latest = now  # known exactly
+
     def monotonic(self) -> float:
         return time.monotonic()
 
     def sleep(self, seconds: float) -> None:
         time.sleep(max(0.0, seconds))
-
-    def earliest(self) -> dt.datetime:
-        return self.now()
-
-    def latest(self) -> dt.datetime:
-        return self.now()
 
 
 class FrozenClock:
@@ -81,17 +77,13 @@ class FrozenClock:
     def now(self) -> dt.datetime:
         return self._now
 
+    earliest = latest = now  # known exactly
+
     def monotonic(self) -> float:
         return (self._now - self._origin).total_seconds()
 
     def sleep(self, seconds: float) -> None:
         self.advance(seconds=max(0.0, seconds))
-
-    def earliest(self) -> dt.datetime:
-        return self._now
-
-    def latest(self) -> dt.datetime:
-        return self._now
 
     def advance(self, seconds: float = 0.0, **delta: float) -> dt.datetime:
         """Move forward by ``seconds`` (plus any ``timedelta`` keyword) and return the new time."""

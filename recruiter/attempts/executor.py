@@ -223,25 +223,16 @@ class Executor:
         # which would run its code again
         live = not self.registry.runs_in_transaction(job.workable)
         running = Running(job.id, job.timeout, job.lock_token if live else None)
+        code = (self.registry, job, statistics, policy_problem, running)
         if self.watch is None:
-            return call_code(
-                self.registry, job, statistics, policy_problem, running, loop=self.loop
-            )
+            return call_code(*code, loop=self.loop)
         with self.watch.watching(running):
             if self.watch.stopping is not None:
                 # stopped between its start and its code (a manual run declared dead):
                 # looked at once watched, so that a stop_all is seen either here or, from
                 # now on, by the running code's stop, kept until its code is entered
                 return not_run(self.watch.stopping)
-            return call_code(
-                self.registry,
-                job,
-                statistics,
-                policy_problem,
-                running,
-                runner=self.runner,
-                loop=self.loop,
-            )
+            return call_code(*code, runner=self.runner, loop=self.loop)
 
     def conclude(
         self, job: Job, token: ObjectId, ran: CodeResult, policy: RetryPolicy, start: Start
