@@ -154,9 +154,7 @@ class DatabaseClock:
         local: Clock,
         refresh: float = SERVER_TIME_REFRESH,
     ) -> None:
-        self.read_server_time = read_server_time
-        self.local = local
-        self.refresh = refresh
+        self.read_server_time, self.local, self.refresh = read_server_time, local, refresh
         self._reading: _Reading | None = None
         self._next_read = 0.0  # local monotonic time
         self._lock = threading.Lock()

@@ -45,8 +45,7 @@ class InvalidParameters(InvalidJob):
 
     def __init__(self, workable: str, reason: str) -> None:
         super().__init__(f"parameters of workable {workable!r} are invalid: {reason}")
-        self.workable = workable
-        self.reason = reason
+        self.workable, self.reason = workable, reason
 
 
 class UnknownWorkable(RecruiterError):
@@ -71,8 +70,7 @@ class NotRunnableHere(UnknownWorkable):
             "not register: no job was taken or changed; run it with the application that "
             f"registers it, or on the workers (recruiter jobs run {job_id})",
         )
-        self.name = name
-        self.job_id = job_id
+        self.name, self.job_id = name, job_id
 
 
 class UnknownRetryPolicy(RecruiterError):
@@ -97,8 +95,7 @@ class DuplicateRegistration(RecruiterError):
         super().__init__(
             f"a different {kind} is already registered as {name!r}: names must be unique"
         )
-        self.kind = kind
-        self.name = name
+        self.kind, self.name = kind, name
 
 
 class JobNotFound(RecruiterError):
@@ -145,8 +142,7 @@ class NotFailed(RecruiterError):
     def __init__(self, job_id: object, why: str | None) -> None:
         state = f"it ended {why}" if why else "it has not finished"
         super().__init__(f"job {job_id} did not fail ({state}): nothing was retried")
-        self.job_id = job_id
-        self.why = why
+        self.job_id, self.why = job_id, why
 
 
 class SchemaTooNew(RecruiterError):
@@ -157,8 +153,7 @@ class SchemaTooNew(RecruiterError):
             f"the database has schema version {found}, this recruiter supports up to "
             f"{supported}: upgrade recruiter on this machine before running it here"
         )
-        self.found = found
-        self.supported = supported
+        self.found, self.supported = found, supported
 
 
 class ResultNotKept(RecruiterError):
@@ -169,8 +164,7 @@ class ResultNotKept(RecruiterError):
             f"job {job_id} is done, but {why}: return BSON data (dicts, lists, str, numbers, "
             "dates, bytes) of at most a megabyte"
         )
-        self.job_id = job_id
-        self.why = why
+        self.job_id, self.why = job_id, why
 
 
 class NotInAJob(RecruiterError):
@@ -214,8 +208,7 @@ class DatabaseUnreachable(DatabaseError):
             "is right (the commands read --mongodb-uri or MONGODB_URI; with neither, they "
             "use the embedded database)"
         )
-        self.uri = uri
-        self.reason = reason
+        self.uri, self.reason = uri, reason
 
 
 class TransactionsUnavailable(DatabaseError):
@@ -239,8 +232,7 @@ class InvalidUri(RecruiterError):
             f"{uri!r} is not a valid MongoDB URI: {reason}. It looks like "
             "mongodb://host:27017/database (see pymongo's connection string documentation)"
         )
-        self.uri = uri
-        self.reason = reason
+        self.uri, self.reason = uri, reason
 
 
 class WaitTimeout(RecruiterError):

@@ -20,8 +20,7 @@ class Recheck:
     timer alone, for a store of either kind."""
 
     def __init__(self, clock: Clock, every: float = SCHEMA_RECHECK) -> None:
-        self.clock = clock
-        self.every = every
+        self.clock, self.every = clock, every
         self._due = clock.monotonic() + every
 
     def due(self) -> bool:

@@ -126,8 +126,7 @@ class FunctionWorkable(Generic[P, R]):
     """A registered function: call it directly, or build a job of it with :meth:`job`."""
 
     def __init__(self, name: str, function: Callable[P, R]) -> None:
-        self.name = name
-        self.function = function
+        self.name, self.function = name, function
         self.signature = inspect.signature(function)
         self.__doc__ = function.__doc__
         self.__wrapped__ = function
@@ -390,9 +389,7 @@ def _command_run(command: Command, parameters: Mapping[str, Any]) -> Callable[[]
 
 class _Decorator:
     def __init__(self, registry: Registry, name: str, transaction: bool = False) -> None:
-        self.registry = registry
-        self.name = name
-        self.transaction = transaction
+        self.registry, self.name, self.transaction = registry, name, transaction
 
     @overload
     def __call__(self, target: type[W]) -> type[W]: ...  # type: ignore[overload-overlap]

@@ -169,8 +169,7 @@ class DurableWrite:
     """A worker's writes of an attempt's start and end: until the database answers."""
 
     def __init__(self, store: Store, clock: Clock, completer: Completer | None = None) -> None:
-        self.store = store
-        self.clock = clock
+        self.store, self.clock = store, clock
         self.completer = completer or Completer(store)
         """Where a worker's slots send their writes together (or this writer's own)."""
 

@@ -83,9 +83,7 @@ class Executor:
         """Where the jobs' code runs, when not in this thread (a slot's job process)."""
         self.loop = loop
         """The event loop ``async def`` jobs run on (``asyncio`` pool), else their own."""
-        self.registry = registry
-        self.clock = clock
-        self.identity = identity
+        self.registry, self.clock, self.identity = registry, clock, identity
         self.watch = watch
         """Watches running jobs for their timeout and cancellation; else they run to their end."""
         self.write = DurableWrite(store, clock, completer)
