@@ -20,6 +20,7 @@ event loop with ``--pool asyncio``). Hooks are plain functions in every case.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import os
 from collections import OrderedDict
@@ -215,12 +216,7 @@ class Registry:
         """Call ``listener`` at each ``event`` (see :mod:`recruiter.events`); use as a
         decorator, ``@registry.on("job.failure.last")``, or call it."""
         if listener is None:
-
-            def decorate(function: L) -> L:
-                self.listeners.add(event, function)
-                return function
-
-            return decorate
+            return functools.partial(self.on, event)
         self.listeners.add(event, listener)
         return listener
 
