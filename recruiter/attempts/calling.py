@@ -27,8 +27,7 @@ from recruiter.snooze import Snooze, past_limit
 from recruiter.workable import Registry, WorkableHooks
 
 RESULT_BYTES = 1_000_000
-"""The most bytes (as BSON) of the value a job's code returns that is kept as its result;
-a bigger one is dropped, saying so (its attempt is recorded twice in the job)."""
+"""The most bytes (as BSON) of a job's returned value kept as its result (else dropped)."""
 OUTPUT_BYTES = 100_000
 """The most an attempt's recorded output may take (a command's two tails fit)."""
 
@@ -40,8 +39,7 @@ class DamagedJob(RecruiterError):
 
 
 class JobRunner(Protocol):
-    """Runs a job's code somewhere else than the calling thread
-    (:mod:`recruiter.pools.process_pool`), stopped by ``running`` as the watchdog says."""
+    """Runs a job's code elsewhere than the calling thread, stopped by ``running``."""
 
     def run(self, job: Job, statistics: RetryStatistics, running: Running) -> CodeResult: ...
 

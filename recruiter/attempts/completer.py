@@ -11,12 +11,11 @@ answer to a bulk write is a count, not which statement landed, so:
 
 - **starts** are read back at once, in one command: each job whose start landed is
   known, as :meth:`~recruiter.store.Store.start_if_owned` would have returned it;
-- **ends** that all landed (as nearly always) are done; when the count falls short
-  (a job fenced off, a retry refused for a cancellation), the command got no answer,
-  or one of its statements was refused, every end of that command is *unclear*, and
-  its slot resolves its own as a lone write does
-  (:class:`~recruiter.attempts.ending.DurableWrite`): written again on its own and
-  read back (a refusal then is its own slot's, never the others');
+- **ends** that all landed (as nearly always) are done; when the count falls short (a
+  job fenced off, a retry refused for a cancellation), the command got no answer, or a
+  statement was refused, every end of that command is *unclear*, and its slot resolves
+  its own as a lone write does (:class:`~recruiter.attempts.ending.DurableWrite`):
+  written again alone and read back (a refusal then is its own, never the others');
 - **releases** that fall short are sent again one by one (each lands at most once).
 
 A group of one is written as a lone write: one command, and an end's record too large
@@ -144,14 +143,12 @@ class Completer:
         return self.starts.submit(starting)
 
     def end(self, ending: Ending) -> object:
-        """Write an end (and the next start riding with it): ``True`` when it all
-        landed; ``False`` when, alone and with no start riding, it matched nothing (the
-        job is not held); else :data:`UNCLEAR`."""
+        """Write an end (and the next start riding with it): ``True`` when it all landed;
+        ``False`` when, alone with no start riding, it matched nothing; else :data:`UNCLEAR`."""
         return self.ends.submit(ending)
 
     def release(self, release: Release) -> None:
-        """Make a slot available again (:meth:`Store.release_worker`); a database error
-        is the caller's, as a lone write's would be."""
+        """Make a slot available again (:meth:`Store.release_worker`)."""
         if self.releases.submit(release) is UNCLEAR:
             self._release_alone(release)
 

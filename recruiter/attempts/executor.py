@@ -89,8 +89,7 @@ class Executor:
         self.write = DurableWrite(store, clock, completer)
         """Its writes of starts and ends (through a worker's ``completer``, if given)."""
         self.next_start: Callable[[], Start | None] | None = None
-        """Gives the start of a slot's next job, to send with this job's end (see
-        :mod:`recruiter.attempts.prefetch`); asked once, as the end is written."""
+        """Gives the start of a slot's next job, to send with this job's end (asked once)."""
 
     def execute(
         self,
@@ -187,8 +186,7 @@ class Executor:
         return Start(job_id, job, token, started, began_by)
 
     def _started(self, start: Start) -> Job | None:
-        """The job as its start left it (its attempt counted), or ``None`` when it is no
-        longer held with the start's token."""
+        """The job as its start left it (its attempt counted); ``None`` when no longer held."""
         if start.landed and start.job is not None:
             # as start_if_owned returns it: as it was before, its attempt counted
             return dataclasses.replace(start.job, attempts=start.job.attempts + 1)

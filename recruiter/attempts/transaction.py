@@ -43,8 +43,7 @@ from recruiter.store import Commit, End, Store, in_project_words, is_transient
 logger = logging.getLogger(__name__)
 
 TRANSACTION_TIME_LIMIT = 120.0
-"""Seconds a transaction is run again (or committed again) after transient errors,
-from its first run; as pymongo's ``with_transaction``."""
+"""Seconds from its first run a transaction is run (or committed) again after transient errors."""
 FIRST_WAIT = 0.05
 """Seconds of the longest wait after a transaction's first run met a transient error."""
 LONGEST_WAIT = 5.0
