@@ -37,6 +37,7 @@ SERVER_SELECTION_TIMEOUT_MS = 5000
 WAIT_PAUSES = Backoff(0.5, 10.0)
 """Pauses between tries while waiting for the database at start: 0.5 s, 1 s, 2 s… 10 s."""
 C = TypeVar("C")
+_NO_ANSWER = "no database answers at %s yet (%s); trying again for %.0fs more"
 _PASSWORD = re.compile(r"(://[^:/@]+:)[^@/]*@")
 
 
@@ -74,40 +75,37 @@ def open_database(
     """The database named by ``database``, or in the URI, or ``recruiter``; checked to
     answer, for up to ``wait`` (then :class:`DatabaseUnreachable`)."""
     clock = clock or SystemClock()
-    client = _client(uri, MongoClient)
-    deadline = clock.monotonic() + wait.total_seconds()
-    pause = 0.0
+    client, patience = _client(uri, MongoClient), _Patience(wait, clock)
     while True:
         try:
-            with _said_if_slow(uri, wait) if pause == 0.0 else nullcontext():
+            with _said_if_slow(uri, wait) if patience.pause == 0.0 else nullcontext():
                 client.admin.command("ping")
             break
         except PyMongoError as error:
-            waits = _waits_again(uri, error, deadline, pause, clock)
-            if waits is None:
+            sleep = patience.next_sleep(_NO_ANSWER, redact(uri), reason(error))
+            if sleep is None:
                 client.close()
                 raise DatabaseUnreachable(redact(uri), reason(error)) from error
-            pause, sleep = waits
             clock.sleep(sleep)
     return client[_name(client, database)]
 
 
-def _waits_again(
-    uri: str, error: PyMongoError, deadline: float, pause: float, clock: Clock
-) -> tuple[float, float] | None:
-    """After a try that got no answer: ``None`` once ``deadline`` (monotonic) is past;
-    else, said in the log, the next pause and how long to sleep now."""
-    remaining = deadline - clock.monotonic()
-    if remaining <= 0:
-        return None
-    logger.warning(
-        "no database answers at %s yet (%s); trying again for %.0fs more",
-        redact(uri),
-        reason(error),
-        remaining,
-    )
-    pause = WAIT_PAUSES.after(pause)
-    return pause, min(pause, remaining)
+class _Patience:
+    """How long an opener keeps trying a database that does not answer: until ``wait``
+    is spent (on ``clock``'s monotonic time), pausing longer each time."""
+
+    def __init__(self, wait: dt.timedelta, clock: Clock) -> None:
+        self.clock, self.deadline, self.pause = clock, clock.monotonic() + wait.total_seconds(), 0.0
+
+    def next_sleep(self, said: str, *arguments: object) -> float | None:
+        """How long to sleep before the next try, logged as ``said`` (its last argument:
+        the seconds left); ``None`` once ``wait`` is spent."""
+        remaining = self.deadline - self.clock.monotonic()
+        if remaining <= 0:
+            return None
+        logger.warning(said, *arguments, remaining)
+        self.pause = WAIT_PAUSES.after(self.pause)
+        return min(self.pause, remaining)
 
 
 @contextmanager
@@ -145,18 +143,16 @@ async def open_async_database(
 
     clock = clock or SystemClock()
     client = _client(uri, lambda uri, **options: async_client(uri, options))
-    deadline = clock.monotonic() + wait.total_seconds()
-    pause = 0.0
+    patience = _Patience(wait, clock)
     while True:
         try:
             await client.admin.command("ping")
             break
         except PyMongoError as error:
-            waits = _waits_again(uri, error, deadline, pause, clock)
-            if waits is None:
+            sleep = patience.next_sleep(_NO_ANSWER, redact(uri), reason(error))
+            if sleep is None:
                 await client.close()
                 raise DatabaseUnreachable(redact(uri), reason(error)) from error
-            pause, sleep = waits
             await asyncio.sleep(sleep)
     return client[_name(client, database)]
 
@@ -171,22 +167,20 @@ def open_store(
     """The store of that database, ready: its schema checked, indexes made, the server's
     clock read once; a database that stops answering meanwhile is waited for, up to ``wait``."""
     clock = clock or SystemClock()
-    deadline = clock.monotonic() + wait.total_seconds()
+    patience = _Patience(wait, clock)
     store = Store(open_database(uri, database, wait=wait, clock=clock))
-    pause = 0.0
     while True:
         try:
             store.ensure_ready()
             store.clock().now()
             return store
         except DatabaseUnavailable as error:
-            remaining = deadline - clock.monotonic()
-            if remaining <= 0:
+            said = "the database stopped answering (%s); trying again for %.0fs more"
+            sleep = patience.next_sleep(said, error)
+            if sleep is None:
                 store.database.client.close()
                 raise DatabaseUnreachable(redact(uri), str(error)[:300]) from error
-            logger.warning("the database stopped answering (%s); trying again", error)
-            pause = WAIT_PAUSES.after(pause)
-            clock.sleep(min(pause, remaining))
+            clock.sleep(sleep)
         except BaseException:  # a newer schema, say: the caller gets no store to close
             store.database.client.close()
             raise
