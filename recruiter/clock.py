@@ -1,15 +1,13 @@
-"""Time, injected.
+"""Time, injected: every component takes a :class:`Clock`, :class:`SystemClock` in
+production, :class:`FrozenClock` in tests (moved by hand: no test sleeps).
 
-Every component that needs the current time takes a :class:`Clock`. Production code
-uses :class:`SystemClock`; tests use :class:`FrozenClock` and move it by hand, so that
-no test sleeps to wait for time to pass.
-
-Datetimes are timezone-aware UTC and truncated to milliseconds, the precision MongoDB
-stores, so that a value read back from the database equals the value written.
+Datetimes are timezone-aware UTC, truncated to the milliseconds MongoDB stores, so that
+a value read back from the database equals the value written.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import threading
 import time
@@ -35,23 +33,18 @@ class Clock(Protocol):
 
     def now(self) -> dt.datetime:
         """The current time, aware UTC, millisecond precision."""
-        ...
 
     def monotonic(self) -> float:
         """Seconds from an arbitrary origin that never goes backwards."""
-        ...
 
     def sleep(self, seconds: float) -> None:
         """Wait for ``seconds``."""
-        ...
 
     def earliest(self) -> dt.datetime:
         """The earliest the time may be now (:meth:`now` for a clock known exactly)."""
-        ...
 
     def latest(self) -> dt.datetime:
         """The latest the time may be now (:meth:`now` for a clock known exactly)."""
-        ...
 
 
 class SystemClock:
@@ -60,17 +53,13 @@ class SystemClock:
     def now(self) -> dt.datetime:
         return to_millis(dt.datetime.now(UTC))
 
+    earliest = latest = now  # known exactly
+
     def monotonic(self) -> float:
         return time.monotonic()
 
     def sleep(self, seconds: float) -> None:
         time.sleep(max(0.0, seconds))
-
-    def earliest(self) -> dt.datetime:
-        return self.now()
-
-    def latest(self) -> dt.datetime:
-        return self.now()
 
 
 class FrozenClock:
@@ -88,17 +77,13 @@ class FrozenClock:
     def now(self) -> dt.datetime:
         return self._now
 
+    earliest = latest = now  # known exactly
+
     def monotonic(self) -> float:
         return (self._now - self._origin).total_seconds()
 
     def sleep(self, seconds: float) -> None:
         self.advance(seconds=max(0.0, seconds))
-
-    def earliest(self) -> dt.datetime:
-        return self._now
-
-    def latest(self) -> dt.datetime:
-        return self._now
 
     def advance(self, seconds: float = 0.0, **delta: float) -> dt.datetime:
         """Move forward by ``seconds`` (plus any ``timedelta`` keyword) and return the new time."""
@@ -117,8 +102,8 @@ READINGS = 3
 GOOD_ROUND_TRIP = 0.01
 """A reading whose round trip is this short is kept at once."""
 LONG_ROUND_TRIP = 0.25
-"""A reading whose round trip is longer (the server stalled, or was coming back from an
-outage) is kept only until a better one: the server is read again a second later."""
+"""A reading whose round trip is longer (the server stalled) is kept only until a better
+one: the server is read again a second later."""
 RETRY_READING = 1.0
 
 
@@ -140,20 +125,18 @@ class DatabaseClock:
     across processes (heartbeats, leases, lock ages, deduplication windows) is taken on
     it, so that machines whose clocks disagree still agree on what happened first.
 
-    It reads the server's clock (``read_server_time``, the ``localTime`` of MongoDB's
-    ``hello``) every :data:`SERVER_TIME_REFRESH` seconds, keeping the reading of the
-    shortest round trip of :data:`READINGS`, and in between advances by this process's
-    *monotonic* clock: its own wall clock, skewed or stepped, plays no part. The server's
-    time is then known within the reading's round trip: :meth:`now` is the middle,
-    :meth:`earliest` and :meth:`latest` the bounds, for the decisions that must err one
-    way (a cutoff for silence is taken at the earliest, a heartbeat stamped at the
-    latest, so that a live process is never judged silent for want of precision).
+    It reads the server's clock (``read_server_time``, the ``localTime`` of ``hello``)
+    every :data:`SERVER_TIME_REFRESH` seconds, keeping the shortest round trip of
+    :data:`READINGS`, and in between advances by this process's *monotonic* clock (its
+    wall clock plays no part). The server's time is then known within the reading's
+    round trip: :meth:`now` is the middle, :meth:`earliest` and :meth:`latest` the bounds,
+    for the decisions that must err one way (a live process is never judged silent for
+    want of precision).
 
-    Where the server cannot tell its time (mongomock), it starts from this process's
-    wall clock instead; a server that does not answer the first reading makes it raise
-    :class:`recruiter.errors.DatabaseUnavailable` (the round fails and is tried again),
-    never fall back on a wall clock that may be minutes off. Later failures go on from
-    the last reading.
+    Where the server cannot tell its time (mongomock), it starts from this process's wall
+    clock; a server that does not answer the first reading makes it raise
+    :class:`recruiter.errors.DatabaseUnavailable`, never fall back on a wall clock that
+    may be minutes off. Later failures go on from the last reading.
 
     >>> server = FrozenClock(dt.datetime(2026, 1, 1, tzinfo=UTC))
     >>> local = FrozenClock(dt.datetime(2026, 1, 1, 0, 5, tzinfo=UTC))  # 5 minutes ahead
@@ -171,12 +154,9 @@ class DatabaseClock:
         local: Clock,
         refresh: float = SERVER_TIME_REFRESH,
     ) -> None:
-        self.read_server_time = read_server_time
-        self.local = local
-        self.refresh = refresh
+        self.read_server_time, self.local, self.refresh = read_server_time, local, refresh
         self._reading: _Reading | None = None
-        self._next_read = 0.0
-        """The local monotonic time of the next reading."""
+        self._next_read = 0.0  # local monotonic time
         self._lock = threading.Lock()
 
     def now(self) -> dt.datetime:
@@ -185,7 +165,7 @@ class DatabaseClock:
 
     def earliest(self) -> dt.datetime:
         """The earliest the server's time may be now: for cutoffs (who is silent, which
-        lease has expired), so that precision never shortens a timeout."""
+        lease expired), so that precision never shortens a timeout."""
         return self._at(0.0)
 
     def latest(self) -> dt.datetime:
@@ -213,26 +193,20 @@ class DatabaseClock:
     def _read(self) -> None:
         readings = self.readings()
         next(readings)
-        while True:
-            try:
-                server = self.read_server_time()
-            except DatabaseError as error:
+        with contextlib.suppress(StopIteration):
+            while True:
                 try:
+                    server = self.read_server_time()
+                except DatabaseError as error:
                     readings.throw(error)
-                except StopIteration:
-                    return
-                continue
-            try:
-                readings.send(server)
-            except StopIteration:
-                return
+                else:
+                    readings.send(server)
 
     def readings(self) -> Generator[None, dt.datetime | None, None]:
-        """A reading of the server's clock, sans I/O: it yields where the server's time
-        is to be read, and is sent it (``None`` where the server cannot tell it), or has
-        the :class:`~recruiter.errors.DatabaseError` of the read thrown in. The clock
-        reads synchronously with ``read_server_time``; the asyncio queue's steps
-        (:func:`recruiter.producer_api.read_clock`) send what the store answered."""
+        """A reading of the server's clock, sans I/O: it yields where the server's time is
+        to be read, and is sent it (``None`` where the server cannot tell it), or has the
+        read's :class:`~recruiter.errors.DatabaseError` thrown in (the asyncio queue's
+        steps, :func:`recruiter.producer_api.read_clock`, send what the store answered)."""
         best: _Reading | None = None
         failed = False
         for _ in range(READINGS):

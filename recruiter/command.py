@@ -1,15 +1,13 @@
 """Shell-command jobs: a registered command line, run as a process of its own.
 
-A command is registered by the application, like any workable, so a worker only ever
-runs command lines its application declared: the database holds the values of the
-placeholders, never a command. Each argument of the template is formatted on its own
-(no shell is involved, so a value cannot inject anything): ``{job_id}`` is the job's
-id, any other ``{name}`` a parameter of the job.
+A command is registered like any workable, so a worker only runs command lines its
+application declared: the database holds the values of the placeholders, never a
+command. Each argument is formatted on its own (no shell: a value cannot inject
+anything): ``{job_id}`` is the job's id, any other ``{name}`` a parameter of the job.
 
-The attempt's record in the job's history gets the exit code, the terminating signal,
-whether it timed out, and the last :data:`OUTPUT_LIMIT` characters of stdout and
-stderr. A non-zero exit, a signal or a timeout fail the attempt with
-:class:`CommandFailed`, which the job's retry policy handles like any failure.
+The attempt's record gets the exit code, the signal, whether it timed out, and the last
+:data:`OUTPUT_LIMIT` characters of stdout and stderr. A non-zero exit, a signal or a
+timeout fail the attempt with :class:`CommandFailed`, handled by the retry policy.
 
 >>> from recruiter import Registry
 >>> registry = Registry()
@@ -56,8 +54,7 @@ except OSError as error:
     sys.exit(127)
 """
 """On Linux, commands start through this: the kernel kills the command if the worker
-dies (SIGKILL, out of memory, declared dead), so that a command never outlives the
-worker that would stop it at its timeout, while the cleaner gives its job to another."""
+dies, so that it never outlives the worker that would stop it at its timeout."""
 VALUE_TYPES = (str, int, float)
 
 
@@ -121,10 +118,7 @@ class Command:
         return dict(values)
 
     def run(self, job_id: str, parameters: Mapping[str, Any]) -> dict[str, Any]:
-        """Run the command to its end; return what the attempt's record keeps.
-
-        Raises :class:`CommandFailed` (after recording) when it did not exit with 0.
-        """
+        """Run the command to its end; return what the attempt's record keeps."""
         argv = self.command_line(job_id, parameters)
         with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
             try:
@@ -153,8 +147,7 @@ class Command:
         """Wait for the process; on timeout, stop its group; return whether it timed out.
 
         It waits in short slices so that a job timeout or a cancellation (raised in this
-        thread) lands here; the group is stopped before the exception goes on, so a
-        command never runs on after its attempt ended.
+        thread) lands here, and stops the group before the exception goes on.
         """
         began = time.monotonic()
         limit = None if self.timeout is None else self.timeout.total_seconds()
@@ -175,14 +168,11 @@ class Command:
         return f"<command {self.name!r}: {' '.join(self.argv)}>"
 
 
-def _duration(timeout: dt.timedelta | None) -> str:
-    return "its timeout" if timeout is None else format_duration(timeout)
-
-
 def failure_of(output: Mapping[str, Any], timeout: dt.timedelta | None) -> CommandFailed | None:
     """The failure a command's recorded output amounts to, if any."""
     if output["timed_out"]:
-        return CommandFailed(f"timed out after {_duration(timeout)}, stopped ({output['signal']})")
+        took = "its timeout" if timeout is None else format_duration(timeout)
+        return CommandFailed(f"timed out after {took}, stopped ({output['signal']})")
     if output["signal"] is not None:
         return CommandFailed(f"killed by {output['signal']}")
     if output["exit_code"] != 0:
@@ -194,7 +184,7 @@ def _placeholders(name: str, argv: list[str]) -> set[str]:
     found: set[str] = set()
     for argument in argv:
         try:
-            fields = [f for _, f, spec, conv in string.Formatter().parse(argument) if f is not None]
+            fields = [f for _, f, _, _ in string.Formatter().parse(argument) if f is not None]
         except ValueError as error:
             raise InvalidJob(
                 f"command {name!r}: bad placeholder in {argument!r}: {error}"

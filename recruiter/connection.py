@@ -7,10 +7,10 @@ import datetime as dt
 import logging
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pymongo import MongoClient
 from pymongo.database import Database
@@ -36,6 +36,8 @@ SERVER_SELECTION_TIMEOUT_MS = 5000
 """How long one attempt to reach the database lasts, unless the URI says otherwise."""
 WAIT_PAUSES = Backoff(0.5, 10.0)
 """Pauses between tries while waiting for the database at start: 0.5 s, 1 s, 2 s… 10 s."""
+C = TypeVar("C")
+_NO_ANSWER = "no database answers at %s yet (%s); trying again for %.0fs more"
 _PASSWORD = re.compile(r"(://[^:/@]+:)[^@/]*@")
 
 
@@ -49,8 +51,8 @@ def redact(uri: str) -> str:
 
 
 def resolve_uri(uri: str | None, directory: Path | None = None) -> tuple[str, bool]:
-    """The URI to use and whether it is the embedded server (started when needed): the
-    user's one (:func:`recruiter.embedded.home`) unless ``directory`` names another."""
+    """The URI to use and whether it is the embedded server (started when needed, in
+    ``directory`` or :func:`recruiter.embedded.home`)."""
     if uri:
         return uri, False
     server = ensure_local_server(directory)
@@ -70,53 +72,45 @@ def open_database(
     wait: dt.timedelta = dt.timedelta(0),
     clock: Clock | None = None,
 ) -> Database[Any]:
-    """The database named by ``database``, or in the URI, or ``recruiter``; checked to answer.
-
-    When it does not answer, tries again for up to ``wait`` (pausing longer each time)
-    before raising :class:`DatabaseUnreachable`.
-    """
+    """The database named by ``database``, or in the URI, or ``recruiter``; checked to
+    answer, for up to ``wait`` (then :class:`DatabaseUnreachable`)."""
     clock = clock or SystemClock()
-    client = _client(uri)
-    deadline = clock.monotonic() + wait.total_seconds()
-    pause = 0.0
+    client, patience = _client(uri, MongoClient), _Patience(wait, clock)
     while True:
         try:
-            with _said_if_slow(uri, wait) if pause == 0.0 else nullcontext():
+            with _said_if_slow(uri, wait) if patience.pause == 0.0 else nullcontext():
                 client.admin.command("ping")
             break
         except PyMongoError as error:
-            waits = _waits_again(uri, error, deadline, pause, clock)
-            if waits is None:
+            sleep = patience.next_sleep(_NO_ANSWER, redact(uri), reason(error))
+            if sleep is None:
                 client.close()
                 raise DatabaseUnreachable(redact(uri), reason(error)) from error
-            pause, sleep = waits
             clock.sleep(sleep)
-    return client[database or client.get_default_database(DEFAULT_DATABASE).name]
+    return client[_name(client, database)]
 
 
-def _waits_again(
-    uri: str, error: PyMongoError, deadline: float, pause: float, clock: Clock
-) -> tuple[float, float] | None:
-    """After a try that got no answer: ``None`` once ``deadline`` (on ``clock``'s
-    monotonic time) is past; else, said in the log, the next pause and how long to
-    sleep now (the pause, cut to the deadline). Both ways of opening a database use it."""
-    remaining = deadline - clock.monotonic()
-    if remaining <= 0:
-        return None
-    logger.warning(
-        "no database answers at %s yet (%s); trying again for %.0fs more",
-        redact(uri),
-        reason(error),
-        remaining,
-    )
-    pause = WAIT_PAUSES.after(pause)
-    return pause, min(pause, remaining)
+class _Patience:
+    """How long an opener keeps trying a database that does not answer: until ``wait``
+    is spent (on ``clock``'s monotonic time), pausing longer each time."""
+
+    def __init__(self, wait: dt.timedelta, clock: Clock) -> None:
+        self.clock, self.deadline, self.pause = clock, clock.monotonic() + wait.total_seconds(), 0.0
+
+    def next_sleep(self, said: str, *arguments: object) -> float | None:
+        """How long to sleep before the next try, logged as ``said`` (its last argument:
+        the seconds left); ``None`` once ``wait`` is spent."""
+        remaining = self.deadline - self.clock.monotonic()
+        if remaining <= 0:
+            return None
+        logger.warning(said, *arguments, remaining)
+        self.pause = WAIT_PAUSES.after(self.pause)
+        return min(self.pause, remaining)
 
 
 @contextmanager
 def _said_if_slow(uri: str, wait: dt.timedelta) -> Iterator[None]:
-    """Say so when the database takes more than :data:`SLOW_ANSWER` seconds to answer
-    the first try: a try lasts seconds before it fails, and silence looks like a hang."""
+    """Say so when the first try takes over :data:`SLOW_ANSWER`: silence looks like a hang."""
     patience = (
         f"for up to {wait.total_seconds():g}s"
         if wait
@@ -143,32 +137,24 @@ async def open_async_database(
     wait: dt.timedelta = dt.timedelta(0),
     clock: Clock | None = None,
 ) -> Any:
-    """:func:`open_database` on pymongo's asyncio client (an ``AsyncDatabase``), for
-    :meth:`recruiter.AsyncQueue.connect`: checked to answer, awaiting between tries."""
-    # here, not at the top: a synchronous application on a pymongo without the asyncio
-    # client (before 4.13) never imports it
+    """:func:`open_database` on pymongo's asyncio client (an ``AsyncDatabase``)."""
+    # here: a synchronous application on a pymongo without the asyncio client never imports it
     from recruiter.store.async_store import async_client  # noqa: PLC0415
 
     clock = clock or SystemClock()
-    options = client_options(uri)
-    try:
-        client = async_client(uri, options)
-    except (ConfigurationError, ValueError) as error:
-        raise InvalidUri(redact(uri), str(error)) from error
-    deadline = clock.monotonic() + wait.total_seconds()
-    pause = 0.0
+    client = _client(uri, lambda uri, **options: async_client(uri, options))
+    patience = _Patience(wait, clock)
     while True:
         try:
             await client.admin.command("ping")
             break
         except PyMongoError as error:
-            waits = _waits_again(uri, error, deadline, pause, clock)
-            if waits is None:
+            sleep = patience.next_sleep(_NO_ANSWER, redact(uri), reason(error))
+            if sleep is None:
                 await client.close()
                 raise DatabaseUnreachable(redact(uri), reason(error)) from error
-            pause, sleep = waits
             await asyncio.sleep(sleep)
-    return client[database or client.get_default_database(DEFAULT_DATABASE).name]
+    return client[_name(client, database)]
 
 
 def open_store(
@@ -178,40 +164,36 @@ def open_store(
     wait: dt.timedelta = dt.timedelta(0),
     clock: Clock | None = None,
 ) -> Store:
-    """The store of that database, ready: its schema checked and indexes made, and the
-    server's clock read once (:meth:`Store.clock`). A database that stops answering
-    meanwhile (restarting, say) is waited for, like at first, for up to ``wait``."""
+    """The store of that database, ready: its schema checked, indexes made, the server's
+    clock read once; a database that stops answering meanwhile is waited for, up to ``wait``."""
     clock = clock or SystemClock()
-    deadline = clock.monotonic() + wait.total_seconds()
+    patience = _Patience(wait, clock)
     store = Store(open_database(uri, database, wait=wait, clock=clock))
-    pause = 0.0
     while True:
         try:
             store.ensure_ready()
             store.clock().now()
             return store
         except DatabaseUnavailable as error:
-            remaining = deadline - clock.monotonic()
-            if remaining <= 0:
+            said = "the database stopped answering (%s); trying again for %.0fs more"
+            sleep = patience.next_sleep(said, error)
+            if sleep is None:
                 store.database.client.close()
                 raise DatabaseUnreachable(redact(uri), str(error)[:300]) from error
-            logger.warning("the database stopped answering (%s); trying again", error)
-            pause = WAIT_PAUSES.after(pause)
-            clock.sleep(min(pause, remaining))
+            clock.sleep(sleep)
         except BaseException:  # a newer schema, say: the caller gets no store to close
             store.database.client.close()
             raise
 
 
 def database_at(uri: str, database: str | None = None) -> Database[Any]:
-    """The database named by ``database``, or in the URI, or ``recruiter``, without
-    waiting for it to answer (the first operation will)."""
-    client = _client(uri)
-    return client[database or client.get_default_database(DEFAULT_DATABASE).name]
+    """The database named by ``database``, or in the URI, or ``recruiter``, unchecked."""
+    client = _client(uri, MongoClient)
+    return client[_name(client, database)]
 
 
-def client_options(uri: str) -> dict[str, Any]:
-    """The options of a client of ``uri``, synchronous or asyncio (:class:`InvalidUri`
+def _client(uri: str, make: Callable[..., C]) -> C:
+    """A client of ``uri``, synchronous or asyncio, made by ``make`` (:class:`InvalidUri`
     for an address that is not a MongoDB URI)."""
     if not uri.startswith(URI_SCHEMES):
         # pymongo would take it for a host name and fail only once it found no server
@@ -219,15 +201,15 @@ def client_options(uri: str) -> dict[str, Any]:
     options: dict[str, Any] = {"tz_aware": True}
     if "serverselectiontimeoutms" not in uri.lower():
         options["serverSelectionTimeoutMS"] = SERVER_SELECTION_TIMEOUT_MS
-    return options
-
-
-def _client(uri: str) -> MongoClient[dict[str, Any]]:
-    options = client_options(uri)
     try:
-        return MongoClient(uri, **options)
+        return make(uri, **options)
     except (ConfigurationError, ValueError) as error:
         raise InvalidUri(redact(uri), str(error)) from error
+
+
+def _name(client: Any, database: str | None) -> str:
+    """The name of the database to use: ``database``, or the URI's, or ``recruiter``."""
+    return database or str(client.get_default_database(DEFAULT_DATABASE).name)
 
 
 def reason(error: PyMongoError) -> str:

@@ -81,6 +81,11 @@ def to_timedelta(value: Duration, *, name: str = "duration") -> dt.timedelta:
     return delta
 
 
+def shown_duration(value: object) -> str:
+    """A duration as messages show it: formatted if it is a timedelta, else its repr."""
+    return format_duration(value) if isinstance(value, dt.timedelta) else repr(value)
+
+
 def format_duration(delta: dt.timedelta) -> str:
     """``delta`` as an operator writes it (what :func:`parse_duration` reads back).
 

@@ -1,9 +1,8 @@
 """The embedded default database: a local SecantusDB server, for trying and testing.
 
-SecantusDB speaks MongoDB's wire protocol (Python over WiredTiger). It is an optional
-extra (``pip install 'recruiter[embedded]'``), GPL-2.0 licensed, and is only ever run
-as a separate process: recruiter never imports it. It is not for production; point
-recruiter at MongoDB with ``--mongodb-uri`` or ``MONGODB_URI`` for that.
+SecantusDB speaks MongoDB's wire protocol. An optional extra (``pip install
+'recruiter[embedded]'``), GPL-2.0 licensed, it only runs as a separate process (never
+imported). Not for production: point recruiter at MongoDB (``MONGODB_URI``) for that.
 """
 
 from __future__ import annotations
@@ -84,13 +83,10 @@ class EmbeddedServer:
 
 
 def home() -> Path:
-    """The user's recruiter home, where the embedded database keeps its data, its state
-    file and its log: ``$RECRUITER_HOME`` when set, else ``recruiter`` in the user's data
-    directory (``$XDG_DATA_HOME``, by default ``~/.local/share``). One per user, whatever
-    the current directory, so that every command finds the same server.
-
-    The environment is read here, not only by the command line, because an application's
-    ``Queue.connect()`` must find the very server the commands use.
+    """The user's recruiter home, where the embedded database keeps its data, state file
+    and log: ``$RECRUITER_HOME`` when set, else ``recruiter`` in ``$XDG_DATA_HOME`` (by
+    default ``~/.local/share``). One per user, so that every command finds the same
+    server (read here, not by the command line alone, so that ``Queue.connect()`` does too).
     """
     named = os.environ.get(HOME_VARIABLE)
     if named:
@@ -120,11 +116,8 @@ def start_server(
     detach: bool = False,
     ready_timeout: float = READY_TIMEOUT,
 ) -> EmbeddedServer:
-    """Start a server on ``storage_path`` and wait until it answers ``ping``.
-
-    ``durable`` syncs every commit to disk, so a killed server loses no acknowledged
-    write. ``detach`` puts it in its own session so it outlives the caller.
-    """
+    """Start a server on ``storage_path`` and wait until it answers ``ping``. ``durable``
+    syncs every commit to disk; ``detach`` lets it outlive the caller."""
     if not available():
         raise EmbeddedServerError(
             "the embedded database is not installed: pip install 'recruiter[embedded]', "
@@ -164,11 +157,8 @@ def start_server(
 
 def ensure_local_server(directory: Path | None = None) -> EmbeddedServer:
     """The local server of ``directory`` (by default :func:`home`), started (durably,
-    detached) if none runs.
-
-    Every local process calls this and gets the same server: its pid and port are kept
-    in ``directory/server.json``, under a file lock so two processes never start two
-    servers on one data directory.
+    detached) if none runs. Its pid and port are kept in ``directory/server.json``, under
+    a file lock, so two processes never start two servers on one data directory.
     """
     directory = directory or home()
     try:
@@ -218,8 +208,7 @@ def stop_local_server(directory: Path | None = None) -> bool:
 
 
 def _reap(pid: int) -> None:
-    """Forget the handle of a server this process started and has now stopped (its exit
-    status collected: no zombie, no warning at exit)."""
+    """Forget the handle of a server this process started and stopped (no zombie left)."""
     for process in [p for p in _detached if p.pid == pid]:
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(STOP_TIMEOUT)
@@ -250,5 +239,5 @@ def _pid_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass  # alive, another user's
     return True

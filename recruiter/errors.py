@@ -1,16 +1,13 @@
 """Every error recruiter raises, under one base class.
 
 Errors carry structured fields so that callers can act on them without parsing
-messages, and their messages say what happened and what to do next.
+messages, and their messages say what happened and what to do next. :class:`WorkerDied`
+is never raised: it is the failure recorded for an attempt whose worker died.
 
-:class:`WorkerDied` is different: it is never raised, it is the failure recorded for
-an attempt whose worker died, handed to the job's retry policy like any exception.
-
-The failures recorded in a job's history live beside the code that raises them
-(``recruiter.pools.stopping``, ``recruiter.attempts.calling``, ``recruiter.command``…).
-An error's qualified name is stored data (a retry policy's ``retriable=`` names it): a
-class whose module changed keeps its recorded name in ``recorded_as``, which
-:func:`recruiter.retry.qualified_name` reads.
+The failures recorded in a job's history live beside the code that raises them. An
+error's qualified name is stored data (a retry policy's ``retriable=`` names it): a
+class whose module changed keeps its recorded name in ``recorded_as``
+(:func:`recruiter.retry.qualified_name`).
 """
 
 from __future__ import annotations
@@ -48,8 +45,7 @@ class InvalidParameters(InvalidJob):
 
     def __init__(self, workable: str, reason: str) -> None:
         super().__init__(f"parameters of workable {workable!r} are invalid: {reason}")
-        self.workable = workable
-        self.reason = reason
+        self.workable, self.reason = workable, reason
 
 
 class UnknownWorkable(RecruiterError):
@@ -64,8 +60,8 @@ class UnknownWorkable(RecruiterError):
 
 
 class NotRunnableHere(UnknownWorkable):
-    """A job asked to run in this process (``run_here``, ``recruiter jobs run --here``)
-    runs a workable the given registry does not know: no job was taken."""
+    """A job asked to run in this process (``run_here``) runs a workable the given
+    registry does not know: no job was taken."""
 
     def __init__(self, job_id: object, name: str) -> None:
         RecruiterError.__init__(
@@ -74,8 +70,7 @@ class NotRunnableHere(UnknownWorkable):
             "not register: no job was taken or changed; run it with the application that "
             f"registers it, or on the workers (recruiter jobs run {job_id})",
         )
-        self.name = name
-        self.job_id = job_id
+        self.name, self.job_id = name, job_id
 
 
 class UnknownRetryPolicy(RecruiterError):
@@ -100,8 +95,7 @@ class DuplicateRegistration(RecruiterError):
         super().__init__(
             f"a different {kind} is already registered as {name!r}: names must be unique"
         )
-        self.kind = kind
-        self.name = name
+        self.kind, self.name = kind, name
 
 
 class JobNotFound(RecruiterError):
@@ -131,8 +125,8 @@ class SchedulerNotFound(RecruiterError):
 
 
 class SchedulerBusy(RecruiterError):
-    """A scheduler changed at every try to resume it (declared again meanwhile, by
-    deploys at the same moment): it is still paused."""
+    """A scheduler changed at every try to resume it (declared again meanwhile): it is
+    still paused."""
 
     def __init__(self, urn: str) -> None:
         super().__init__(
@@ -148,8 +142,7 @@ class NotFailed(RecruiterError):
     def __init__(self, job_id: object, why: str | None) -> None:
         state = f"it ended {why}" if why else "it has not finished"
         super().__init__(f"job {job_id} did not fail ({state}): nothing was retried")
-        self.job_id = job_id
-        self.why = why
+        self.job_id, self.why = job_id, why
 
 
 class SchemaTooNew(RecruiterError):
@@ -160,21 +153,18 @@ class SchemaTooNew(RecruiterError):
             f"the database has schema version {found}, this recruiter supports up to "
             f"{supported}: upgrade recruiter on this machine before running it here"
         )
-        self.found = found
-        self.supported = supported
+        self.found, self.supported = found, supported
 
 
 class ResultNotKept(RecruiterError):
-    """A done job's result was not kept: its code returned something that is not BSON
-    data, or too big a value (the job is done all the same)."""
+    """A done job's result was not kept (not BSON data, or too big): it is done all the same."""
 
     def __init__(self, job_id: object, why: str) -> None:
         super().__init__(
             f"job {job_id} is done, but {why}: return BSON data (dicts, lists, str, numbers, "
             "dates, bytes) of at most a megabyte"
         )
-        self.job_id = job_id
-        self.why = why
+        self.job_id, self.why = job_id, why
 
 
 class NotInAJob(RecruiterError):
@@ -182,9 +172,8 @@ class NotInAJob(RecruiterError):
 
 
 class InvalidProgress(RecruiterError, ValueError):
-    """A running job reported progress that cannot be kept (not BSON data, too large,
-    a negative count, a long note): nothing was recorded. Raised at the job's call to
-    :func:`recruiter.report_progress`, which may catch it; the attempt goes on."""
+    """A running job reported progress that cannot be kept (not BSON data, too large, a
+    negative count, a long note): nothing was recorded, and the attempt goes on."""
 
 
 class WorkerDied(Exception):
@@ -197,9 +186,8 @@ class DatabaseError(RecruiterError):
 
 class DatabaseUnavailable(DatabaseError):
     """The database did not answer, or cannot take the operation now (a dropped
-    connection, a timeout, a primary stepping down, a write concern not satisfied in
-    time). **A write may have landed**: try again, and check (every write is
-    conditional, so landing twice is impossible)."""
+    connection, a timeout, a primary stepping down). **A write may have landed**: try
+    again, and check (every write is conditional, so landing twice is impossible)."""
 
 
 class WriteRejected(DatabaseError):
@@ -220,13 +208,11 @@ class DatabaseUnreachable(DatabaseError):
             "is right (the commands read --mongodb-uri or MONGODB_URI; with neither, they "
             "use the embedded database)"
         )
-        self.uri = uri
-        self.reason = reason
+        self.uri, self.reason = uri, reason
 
 
 class TransactionsUnavailable(DatabaseError):
-    """The server cannot hold a transaction (a standalone server, not a replica set nor
-    a sharded cluster): nothing was written."""
+    """The server cannot hold a transaction (a standalone server): nothing was written."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(
@@ -246,8 +232,7 @@ class InvalidUri(RecruiterError):
             f"{uri!r} is not a valid MongoDB URI: {reason}. It looks like "
             "mongodb://host:27017/database (see pymongo's connection string documentation)"
         )
-        self.uri = uri
-        self.reason = reason
+        self.uri, self.reason = uri, reason
 
 
 class WaitTimeout(RecruiterError):
@@ -266,9 +251,8 @@ class WaitTimeout(RecruiterError):
 
 class DeclaredDead(RecruiterError):
     """This process was declared dead while it ran a job here: the job was released and
-    may be running elsewhere now; its code here was stopped, and nothing it wrote after
-    counts. Usually a process frozen (or cut off from the database) past the cleaner's
-    timeout: look at what held it back."""
+    may run elsewhere; its code here was stopped. Usually a process frozen (or cut off
+    from the database) past the cleaner's timeout: look at what held it back."""
 
     def __init__(self, job_id: Any) -> None:
         super().__init__(
@@ -305,8 +289,7 @@ class InvalidFilter(RecruiterError, ValueError):
 
 
 class NotWaiting(RecruiterError):
-    """A job asked to run now is already handed out or finished, or waits for other
-    jobs (it runs when they end, as its rule says: running it before would break it)."""
+    """A job asked to run now is already handed out or finished, or waits for other jobs."""
 
     recorded_as = "recruiter.manual.NotWaiting"
 

@@ -1,19 +1,16 @@
 """Events: what an application is told of the jobs its workers run, and of leadership.
 
 Listeners are registered on the application's :class:`~recruiter.workable.Registry`
-(``registry.on(JOB_ENDED, listener)``, or as a decorator), the same registry a worker
-is started with (``--app``), so the module that declares the workables is also the
-place to listen. Each event is emitted once its change is committed to the database:
+(``registry.on(JOB_ENDED, listener)``, or as a decorator), the one a worker is started
+with. Each event is emitted once its change is committed to the database:
 
 - ``job.started``: an attempt was counted and is about to run;
 - ``job.ended``: the attempt ended, its result recorded (done, retry, archived, skipped);
 - ``job.failure.last``: the attempt failed and the job was archived: no retry will come;
 - ``became-leader`` / ``stepped-down``: this ``recruiter run`` process took, or lost,
-  the lead (listeners get the :class:`~recruiter.queue.Queue`, to declare schedulers
-  with, say).
+  the lead (listeners get the :class:`~recruiter.queue.Queue`).
 
-A listener that raises is logged with its traceback and changes nothing: a job that
-succeeded stays done (the original Recruiter turned it into a failure).
+A listener that raises is logged with its traceback and changes nothing.
 """
 
 from __future__ import annotations

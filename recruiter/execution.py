@@ -41,7 +41,6 @@ class Execution:
     group: str | None = None
     """The job's group (unknown when it was not run: fenced before its start)."""
     result: Any = None
-    """What the job's code returned (done only; as stored: see
-    :func:`recruiter.attempts.calling.kept_result`)."""
+    """What the job's code returned (done only; as kept)."""
     code_seconds: float = 0.0
     """How long the job's code ran, its writes left out (none: skipped)."""

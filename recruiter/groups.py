@@ -1,8 +1,7 @@
 """What a group may use: how many of its jobs run at once, how fast they start, its share.
 
 A group's settings are stored in the ``groups`` collection, one document per group, and
-read by the leading recruiter, which enforces them when it hands jobs out: limits are
-decided in one place, without distributed locks.
+enforced by the leading recruiter as it hands jobs out: in one place, without locks.
 
 - ``concurrency``: at most this many jobs of the group locked (handed out or running)
   at once, across every worker;
@@ -24,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from recruiter.duration import Duration, DurationTooLong, format_duration, to_timedelta
+from recruiter.duration import Duration, DurationTooLong, shown_duration, to_timedelta
 from recruiter.errors import InvalidGroupSettings, RecruiterError
 from recruiter.job import check_group
 
@@ -60,7 +59,7 @@ class Rate:
             dt.timedelta(milliseconds=1) <= self.per <= MAX_WINDOW
         ):
             raise InvalidGroupSettings(
-                f"a rate's window must be from 1ms to 366d, got {_shown(self.per)}"
+                f"a rate's window must be from 1ms to 366d, got {shown_duration(self.per)}"
             )
 
     @classmethod
@@ -87,10 +86,6 @@ class Rate:
 
     def __str__(self) -> str:
         return f"{self.limit}/{self.per.total_seconds():g}s"
-
-
-def _shown(value: object) -> str:
-    return format_duration(value) if isinstance(value, dt.timedelta) else repr(value)
 
 
 @dataclass(frozen=True)
@@ -129,17 +124,16 @@ class GroupSettings:
     @classmethod
     def from_document(cls, document: Mapping[str, Any]) -> GroupSettings:
         """Read stored settings; a hand-damaged field reads as no limit, never raises."""
-        concurrency = document.get("concurrency")
-        if (
-            isinstance(concurrency, bool)
-            or not isinstance(concurrency, int)
-            or not 1 <= concurrency <= MAX_CONCURRENCY
-        ):
-            concurrency = None
-        weight = document.get("weight")
-        if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= MAX_WEIGHT:
-            weight = 1
+        concurrency = _stored(document.get("concurrency"), MAX_CONCURRENCY)
+        weight = _stored(document.get("weight"), MAX_WEIGHT) or 1
         return cls(str(document["_id"]), concurrency, _stored_rate(document.get("rate")), weight)
+
+
+def _stored(value: Any, most: int) -> int | None:
+    """A stored count from 1 to ``most``; ``None`` for anything else."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+        return None
+    return value
 
 
 def _stored_rate(value: Any) -> Rate | None:
@@ -158,10 +152,9 @@ class FairShare:
     """Which group the next worker of any group serves: weighted fair queuing.
 
     Each group has a virtual time that grows by ``1 / weight`` per job it is handed; the
-    group that is furthest behind goes first. A group that was idle starts level with the
-    others instead of being owed its idle time, so a burst of a quiet group shares the
-    workers instead of taking them all. Kept in memory by the leader: a new leader starts
-    everyone level.
+    furthest behind goes first. A group that was idle starts level with the others, so a
+    burst of a quiet group shares the workers instead of taking them all. Kept in memory
+    by the leader: a new leader starts everyone level.
 
     >>> share = FairShare()
     >>> [share.serve(["a", "b"], {"a": 2}) for _ in range(6)]
@@ -194,9 +187,8 @@ class FairShare:
     def share_out(
         self, slots: int, available: Mapping[str, int], weights: Mapping[str, int]
     ) -> list[str]:
-        """The groups to hand each of up to ``slots`` jobs from, in turn, charged for
-        them, when group ``g`` has ``available[g]`` jobs to give: :meth:`serve` called
-        once per job, in ``O(log groups)`` each.
+        """The groups to hand each of up to ``slots`` jobs from, charged for them, when
+        group ``g`` has ``available[g]`` jobs: :meth:`serve` per job, in ``O(log groups)``.
 
         >>> FairShare().share_out(5, {"a": 4, "b": 1}, {})
         ['a', 'b', 'a', 'a', 'a']

@@ -1,11 +1,9 @@
 """Jobs as an application schedules them: :class:`JobSpec`, what it waits for
 (:class:`After`), its root (:class:`Root`), and the checks of what it carries.
 
-A :class:`JobSpec` is an immutable description of work to schedule, validated when it
-is built so that bad input fails at the edge with nothing written. A job read back from
-the database is a :class:`recruiter.job_record.Job`.
-
-The document fields keep the names of the original Recruiter (see ``docs/reference/jobs.md``).
+A :class:`JobSpec` is validated when it is built, so that bad input fails at the edge
+with nothing written; a job read back is a :class:`recruiter.job_record.Job`. The
+document fields keep the original Recruiter's names (see ``docs/reference/jobs.md``).
 """
 
 from __future__ import annotations
@@ -21,7 +19,7 @@ import bson
 from bson import ObjectId, json_util
 
 from recruiter.clock import to_millis
-from recruiter.duration import Duration, format_duration, to_timedelta
+from recruiter.duration import Duration, shown_duration, to_timedelta
 from recruiter.errors import InvalidJob, InvalidParameters, InvalidRetryPolicy
 from recruiter.policies import DoNotDoItAgain, RetriableExceptionFilter
 from recruiter.retry import RetryPolicy
@@ -40,14 +38,12 @@ PRIORITY_RANGE = range(-1000, 1001)
 MOST_DEPENDENCIES = 1000
 """The most jobs one job may wait for (a batch counts as one: wait for a batch instead)."""
 PARAMETERS_LIMIT = 12 * 1024 * 1024
-"""The most bytes of BSON a job's parameters may take: MongoDB stores a document of at most
-16 MiB, and a job keeps beside its parameters its history (up to :data:`HISTORY_LIMIT`
-attempts with their traceback and output) and its result."""
+"""The most bytes of BSON a job's parameters may take: a MongoDB document holds at most
+16 MiB, and a job keeps its history and result beside them."""
 DOCUMENT_LIMIT = 16 * 1024 * 1024
 """MongoDB's largest document (its ``maxBsonObjectSize``)."""
 RULES = ("done", "ended")
-"""When a job waiting for others runs: once they are all done (and it is cancelled as
-soon as one ends otherwise), or once they have all ended, however."""
+"""When a job waiting for others runs: once they are all done, or have all ended."""
 
 
 def check_bson(workable: str, parameters: Any) -> dict[str, Any]:
@@ -94,7 +90,7 @@ def _check_keys(workable: str, value: Any, path: str = "") -> None:
 
 def dedup_key_of(workable: str, method: str, key: Mapping[str, Any]) -> str:
     """The stored form of a job's deduplication info: a digest of its workable, method and
-    key (its parameters unless given), the same for equal BSON whatever the key order."""
+    key, the same for equal BSON whatever the key order."""
     canonical = json_util.dumps(
         {"workable": workable, "method": method, "key": key},
         sort_keys=True,
@@ -105,11 +101,9 @@ def dedup_key_of(workable: str, method: str, key: Mapping[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class Root:
-    """A root job's signature and the time it was scheduled: what its leaves carry.
-
-    A leaf becomes a no-op once a root job of the same signature, scheduled after the
-    leaf's root, has run (see ``docs/guides/deduplication.md``).
-    """
+    """A root job's signature and the time it was scheduled: what its leaves carry. A
+    leaf becomes a no-op once a newer root of the same signature has run (see
+    ``docs/guides/deduplication.md``)."""
 
     signature: str
     at: dt.datetime
@@ -119,6 +113,11 @@ class Root:
             raise InvalidJob(f"a root signature is a non-empty string, got {self.signature!r}")
         if not isinstance(self.at, dt.datetime) or self.at.tzinfo is None:
             raise InvalidJob(f"a root's time is a timezone-aware datetime, got {self.at!r}")
+
+
+def new_job_fields(job_id: Any, now: dt.datetime) -> dict[str, Any]:
+    """The fields a job document starts with, before it is locked or run."""
+    return {"_id": job_id, "done": False, "created_at": now, "locked": False, "attempts": 0}
 
 
 def check_group(group: Any) -> str:
@@ -141,9 +140,8 @@ class After:
     """What a job waits for before it is ready: jobs (by id), or a batch, and its rule.
 
     ``rule="done"``: it runs once they are all done (a duplicate or superseded job counts
-    as done: another run did its work), and is cancelled as soon as one ends otherwise.
-    ``rule="ended"``: it runs once they have all ended, however. ``results``: the name of
-    a parameter that receives their results, in order (``None`` for one not done).
+    as done), and is cancelled as soon as one ends otherwise; ``rule="ended"``: once they
+    have all ended. ``results``: a parameter that receives their results, in order.
     """
 
     jobs: tuple[Any, ...] = ()
@@ -195,9 +193,8 @@ def as_object_id(job_id: ObjectId | str) -> ObjectId | str:
 class JobSpec:
     """A job to schedule: which workable, with which parameters, where, when, how retried.
 
-    Build one from a registered workable (``send_email.job(...)`` or
-    ``Report(...).as_job()``), refine it with the builder methods, each of which returns
-    a new spec, and schedule it with :meth:`recruiter.Queue.schedule`.
+    Build one from a registered workable (``send_email.job(...)``), refine it with the
+    builder methods, each returning a new spec, and :meth:`recruiter.Queue.schedule` it.
 
     >>> spec = JobSpec("emails.send", {"to": "a@example.com"}).in_group("mail").run_in("5m")
     >>> spec.group, spec.delay
@@ -217,8 +214,7 @@ class JobSpec:
     priority: int = 0
     """Among the ready jobs of its group, a job of higher priority is handed out first."""
     dedup: Mapping[str, Any] | None = None
-    """Deduplication info: a job with the same workable, method and info is a duplicate
-    (``None``: no deduplication)."""
+    """Deduplication info: a job with the same workable, method and info is a duplicate."""
     root_signature: str | None = None
     """Set on a root job: its leaves are superseded when a newer root of it has run."""
     leaf_of: Root | None = None
@@ -226,8 +222,7 @@ class JobSpec:
     timeout: dt.timedelta | None = None
     """How long an attempt may run before it is stopped and fails with ``JobTimedOut``."""
     snooze_limit: int | None = None
-    """How many times it may snooze (:class:`~recruiter.snooze.Snooze`); ``None``:
-    :data:`~recruiter.snooze.SNOOZE_LIMIT`."""
+    """How many times it may snooze; ``None``: :data:`~recruiter.snooze.SNOOZE_LIMIT`."""
     waits: After | None = None
     """What the job waits for before it is ready (:meth:`after`)."""
 
@@ -260,16 +255,10 @@ class JobSpec:
                 f"{PRIORITY_RANGE.stop - 1}, got {self.priority!r}"
             )
         self._check_deduplication()
-        shortest = dt.timedelta(milliseconds=1)
-        if self.timeout is not None and (
-            not isinstance(self.timeout, dt.timedelta) or self.timeout < shortest
+        if self.timeout is not None and not (
+            isinstance(self.timeout, dt.timedelta) and self.timeout >= dt.timedelta(milliseconds=1)
         ):
-            shown = (
-                format_duration(self.timeout)
-                if isinstance(self.timeout, dt.timedelta)
-                else repr(self.timeout)
-            )
-            raise InvalidJob(f"a timeout must be at least 1ms, got {shown}")
+            raise InvalidJob(f"a timeout must be at least 1ms, got {shown_duration(self.timeout)}")
         self._check_snooze_limit()
         self._check_waits()
 
@@ -312,9 +301,9 @@ class JobSpec:
             raise InvalidJob(f"a leaf needs the Root it comes from, got {self.leaf_of!r}")
 
     def deduplicated(self, key: Mapping[str, Any] | None = None) -> JobSpec:
-        """Ignore this job if one with the same workable, method and ``key`` (its
-        parameters by default) is still queued, and skip it when it runs if one was
-        started after it was scheduled and succeeded. See ``docs/guides/deduplication.md``."""
+        """Ignore this job if one with the same workable, method and ``key`` (by default its
+        parameters) is queued, and skip it when it runs if one started after it was
+        scheduled and succeeded. See ``docs/guides/deduplication.md``."""
         return dataclasses.replace(self, dedup=self.parameters if key is None else key)
 
     def as_root(self, signature: str) -> JobSpec:
@@ -331,14 +320,12 @@ class JobSpec:
     ) -> JobSpec:
         """Wait for these jobs (their ids) before being ready: run once they are all done
         (``rule="done"``; cancelled as soon as one ends otherwise), or once they have all
-        ended however (``rule="ended"``). With ``results`` (``True``, or the name of a
-        parameter), the job's code receives their results, in this order, as the
-        parameter ``results`` (or that name). A ``run_at`` / ``run_in`` still applies: the
-        job runs when both its time has come and its dependencies allow.
+        ended (``rule="ended"``). With ``results`` (``True``, or a parameter's name), the
+        job's code receives their results, in this order, as the parameter ``results`` (or
+        that name). A ``run_at`` / ``run_in`` still applies.
 
-        Jobs scheduled together that wait for each other: see
-        :class:`recruiter.dependencies.workflows.Workflow`. Hundreds of jobs: make them a batch
-        (:meth:`recruiter.Queue.batch`). See ``docs/guides/workflows.md``.
+        Jobs scheduled together: :class:`recruiter.dependencies.workflows.Workflow`;
+        hundreds: a batch (:meth:`recruiter.Queue.batch`). See ``docs/guides/workflows.md``.
         """
         name = "results" if results is True else (results or None)
         if not isinstance(name, str | None):
@@ -381,8 +368,7 @@ class JobSpec:
         return dataclasses.replace(self, scheduled_at=None, delay=delta)
 
     def with_timeout(self, timeout: Duration) -> JobSpec:
-        """Stop an attempt that runs longer than ``timeout`` (``"30s"``, a timedelta or
-        seconds): it fails with ``JobTimedOut``, handled by the retry policy."""
+        """Stop an attempt that runs longer than ``timeout``: it fails with ``JobTimedOut``."""
         try:
             delta = to_timedelta(timeout, name="timeout")
         except ValueError as error:
@@ -390,15 +376,13 @@ class JobSpec:
         return dataclasses.replace(self, timeout=delta)
 
     def with_snooze_limit(self, limit: int) -> JobSpec:
-        """Let the job snooze (raise :class:`~recruiter.snooze.Snooze`) up to ``limit``
-        times instead of :data:`~recruiter.snooze.SNOOZE_LIMIT`; a snooze past it fails
-        the attempt, and the retry policy decides."""
+        """Let the job snooze up to ``limit`` times instead of
+        :data:`~recruiter.snooze.SNOOZE_LIMIT`; a snooze past it fails the attempt."""
         return dataclasses.replace(self, snooze_limit=limit)
 
     def with_priority(self, priority: int) -> JobSpec:
-        """Hand this job out before the ready jobs of its group with a lower priority
-        (-1000 to 1000, higher first; 0 by default). Jobs of equal priority go oldest
-        due first."""
+        """Hand this job out before the ready jobs of its group with a lower priority (-1000
+        to 1000, 0 by default); equal ones go oldest due first."""
         return dataclasses.replace(self, priority=priority)
 
     def with_urn(self, urn: str) -> JobSpec:
@@ -408,11 +392,7 @@ class JobSpec:
     def to_document(self, job_id: ObjectId, now: dt.datetime) -> dict[str, Any]:
         """The document inserted into ``scheduled``."""
         document: dict[str, Any] = {
-            "_id": job_id,
-            "done": False,
-            "created_at": now,
-            "locked": False,
-            "attempts": 0,
+            **new_job_fields(job_id, now),
             "group": self.group,
             "priority": self.priority,
             "workable": {

@@ -1,8 +1,7 @@
 """What a running job's code may ask of recruiter, from anywhere in its call stack: its
-retry statistics (:func:`retry_statistics`), output it records into its attempt
-(:func:`record_output`), how far it is (:func:`recruiter.progress.report_progress`),
-and the session of its transaction (:func:`job_session`, for a
-``transaction=True`` workable). The worker sets them around each run (:func:`running_as`).
+retry statistics, output it records into its attempt, how far it is
+(:func:`recruiter.progress.report_progress`), and its transaction's session. The worker
+sets them around each run (:func:`running_as`).
 """
 
 from __future__ import annotations
@@ -14,9 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from recruiter.errors import (
-    NotInAJob,
-)
+from recruiter.errors import NotInAJob
 from recruiter.job import Root
 from recruiter.progress import Progress, reporting_to, stop_reporting
 from recruiter.snooze import SNOOZE_LIMIT
@@ -36,8 +33,7 @@ class RetryStatistics:
     worker_id: str | None = None
     """The roster id of the worker slot running this attempt (``None`` outside a worker)."""
     root: Root | None = None
-    """The root job this one is, or is a leaf of: what to give the leaves it schedules
-    (``spec.as_leaf_of(retry_statistics().root)``)."""
+    """The root job this one is, or is a leaf of (``spec.as_leaf_of(...root)``)."""
     snoozes: int = 0
     """How many times the job snoozed before this run (:class:`~recruiter.snooze.Snooze`)."""
     snooze_limit: int = SNOOZE_LIMIT
@@ -64,8 +60,8 @@ def retry_statistics() -> RetryStatistics:
 
 
 class _Output:
-    """An attempt's output, closed as the attempt ends: a thread or a task the job left
-    running cannot change it while it is recorded."""
+    """An attempt's output, closed as the attempt ends: a thread the job left running
+    cannot change it while it is recorded."""
 
     def __init__(self) -> None:
         self.fields: dict[str, Any] = {}
@@ -99,10 +95,9 @@ _session: contextvars.ContextVar[Any] = contextvars.ContextVar(
 
 
 def job_session() -> Any:
-    """The pymongo ``ClientSession`` whose transaction the running job's completion
-    commits in, for a workable registered with ``transaction=True``: write with it
-    (on its client, ``session.client``) and the writes commit with the job's "done",
-    or not at all (see docs/guides/transactions.md).
+    """The pymongo ``ClientSession`` of a ``transaction=True`` job's transaction: writes
+    made with it (on ``session.client``) commit with the job's "done", or not at all
+    (see docs/guides/transactions.md).
 
     >>> @registry.workable("orders.confirm", transaction=True)  # doctest: +SKIP
     ... def confirm(order: int) -> None:
@@ -133,10 +128,9 @@ def in_session(session: Any) -> Iterator[None]:
 def running_as(
     statistics: RetryStatistics, progress: Progress | None = None
 ) -> Iterator[dict[str, Any]]:
-    """Make ``statistics`` what :func:`retry_statistics` returns while the job runs,
-    and ``progress`` where it reports its progress; yield the attempt's output, as
-    :func:`record_output` fills it (until the end of the ``with``: no later call
-    changes it, nor its progress)."""
+    """Make ``statistics`` what :func:`retry_statistics` returns while the job runs, and
+    ``progress`` where it reports; yield the attempt's output, as :func:`record_output`
+    fills it until the end of the ``with``."""
     output, progress = _Output(), progress if progress is not None else Progress()
     token, output_token = _current.set(statistics), _output.set(output)
     progress_token = reporting_to(progress)

@@ -2,8 +2,7 @@
 document, and :func:`state_of`, where it stands in words.
 
 Reading one never raises, because a hand-edited document must not crash what reads it:
-what is wrong is listed in ``Job.problems``. The fields keep the names of the original
-Recruiter (see ``docs/reference/jobs.md``); :mod:`recruiter.job` builds what is stored.
+what is wrong is listed in ``Job.problems`` (see ``docs/reference/jobs.md``).
 """
 
 from __future__ import annotations
@@ -63,8 +62,7 @@ class Job:
     batch: Any = None
     """The batch the job is a member of, if it is one (:meth:`recruiter.Queue.batch`)."""
     waits: Mapping[str, Any] | None = None
-    """What it waits (or waited) for before being ready: ``jobs`` or ``batch``, ``rule``,
-    ``results`` (see :class:`After`)."""
+    """What it waits (or waited) for before being ready (see :class:`After`)."""
     waiting_for: tuple[Any, ...] = ()
     """What it still waits for (job ids, or its batch): empty once it is ready."""
     dependencies: tuple[Mapping[str, Any], ...] = ()
@@ -74,8 +72,7 @@ class Job:
     cancelled_because: str | None = None
     """Why it was cancelled without running, when a job it waited for did not end done."""
     snoozes: int = 0
-    """How many times its code snoozed (:class:`~recruiter.snooze.Snooze`): runs that
-    ``attempts`` does not count."""
+    """How many times its code snoozed: runs that ``attempts`` does not count."""
     snooze_limit: int = SNOOZE_LIMIT
     """How many times it may snooze before a snooze fails its attempt."""
 
@@ -88,10 +85,9 @@ class Job:
         return self.scheduled_at
 
     progress: JobProgress | None = None
-    """How far its code said it is (:func:`recruiter.report_progress`): while it runs,
-    the latest report its worker wrote (every few seconds), with when it was written;
-    once the attempt ended, the last one it made, kept in its record (``at``: its end).
-    ``None`` when it reported none."""
+    """How far its code said it is (:func:`recruiter.report_progress`): while it runs, the
+    latest report its worker wrote; once the attempt ended, the last it made (``at``: its
+    end); ``None`` when it reported none."""
 
     @property
     def blocked(self) -> bool:
@@ -105,11 +101,9 @@ class Job:
 
     @property
     def result(self) -> Any:
-        """What the job's code returned, kept with the attempt that ended it ``done``;
-        ``None`` while it is not done (or when its code returned nothing).
-
-        Raises :class:`~recruiter.errors.ResultNotKept` when the value could not be kept
-        (not BSON data, or too big): the job is done all the same.
+        """What the job's code returned, kept with the attempt that ended it ``done``
+        (``None`` until then); :class:`~recruiter.errors.ResultNotKept` when the value
+        could not be kept (the job is done all the same).
 
         >>> import mongomock
         >>> from recruiter import Queue, Registry
@@ -195,8 +189,7 @@ def state_of(job: Job, now: dt.datetime) -> str:
 
 
 def _snooze_limit(value: Any) -> int:
-    """The stored limit; the default for none or a damaged one (a job is never left
-    snoozing without a bound)."""
+    """The stored limit; the default for none or a damaged one (never unbounded)."""
     try:
         return check_snooze_limit(value)
     except ValueError:
@@ -248,14 +241,6 @@ class _Reader:
         self.document = document
         self.problems: list[str] = []
 
-    def _get(self, source: Mapping[str, Any], path: str, required: bool) -> Any:
-        leaf = path.rsplit(".", 1)[-1]
-        if leaf not in source:
-            if required:
-                self.problems.append(f"{path} is missing")
-            return None
-        return source[leaf]
-
     def _typed(
         self,
         source: Mapping[str, Any],
@@ -264,7 +249,12 @@ class _Reader:
         what: str,
         required: bool = True,
     ) -> Any:
-        value = self._get(source, path, required)
+        leaf = path.rsplit(".", 1)[-1]
+        if leaf not in source:
+            if required:
+                self.problems.append(f"{path} is missing")
+            return None
+        value = source[leaf]
         if value is None:
             return None
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):

@@ -1,10 +1,8 @@
 """Running a process's ``run_once`` forever: no sleep while there is work, back off when idle.
 
-A database error does not end the process: it is logged, and the loop backs off and
-tries again, so a process survives the database going away and resumes when it returns.
-
-A process that follows a change feed (see :mod:`recruiter.processes.watcher`) waits on a *bell*
-the feed rings, instead of backing off: it wakes when there is something to do.
+A database error is logged and the loop backs off and tries again, so a process survives
+the database going away. A process that follows a change feed waits on a *bell* the
+feed rings instead (:mod:`recruiter.processes.watcher`).
 """
 
 from __future__ import annotations
@@ -38,8 +36,7 @@ IDLE = Pause()
 
 
 def doubled(first: float, times: int, most: float) -> float:
-    """``first`` doubled ``times`` times, but never above ``most``: the one growing wait
-    of recruiter (idle rounds, a write tried again, retry policies, a transaction's runs).
+    """``first`` doubled ``times`` times, but never above ``most``: recruiter's one growing wait.
 
     >>> doubled(0.05, 0, 5.0), doubled(0.05, 3, 5.0), doubled(0.05, 1000, 5.0)
     (0.05, 0.4, 5.0)
@@ -106,12 +103,10 @@ def run_forever(
 ) -> None:
     """Call ``step`` until ``stop`` is set.
 
-    ``step`` returns a :class:`Pause`: a busy step is followed at once by the next, an
-    idle one after a backoff, and never later than its work is due. While ``wakeups``
-    has its feed followed, the loop waits for its bell after every step, busy or not:
-    the feed tells when there is more to do (a change during the step has rung it
-    already), and the wait still ends when work is due. Every wait ends at once on a
-    stop request.
+    A busy step (its :class:`Pause`) is followed at once by the next, an idle one after a
+    backoff, never later than its work is due. While ``wakeups`` has its feed followed,
+    the loop waits for its bell after every step, busy or not (a change during the step
+    rang it already). Every wait ends at once on a stop request.
     """
     wait = 0.0
     failing = False

@@ -1,7 +1,4 @@
-"""The built-in retry policies, each registered under its class name.
-
-See :mod:`recruiter.retry` for what a policy is and how to write your own.
-"""
+"""The built-in retry policies, each registered under its class name (see :mod:`.retry`)."""
 
 from __future__ import annotations
 
@@ -88,10 +85,7 @@ class RetryManyTimes(RetryPolicy):
         return attempts > self.retries
 
     def parameters(self) -> dict[str, Any]:
-        return {
-            "retry_how_many_times": self.retries,
-            "seconds_to_wait_before_retry": self.wait,
-        }
+        return {"retry_how_many_times": self.retries, "seconds_to_wait_before_retry": self.wait}
 
     @classmethod
     def from_parameters(cls, parameters: Mapping[str, Any]) -> Self:
@@ -207,10 +201,9 @@ DEFAULT_TIME_TABLE: tuple[tuple[str, str], ...] = (("5m", "1m"), ("1h", "5m"), (
 class TimeTable(RetryPolicy):
     """Retry more sparsely as the job ages: ``{window: wait}`` pairs, by job age.
 
-    A job that fails while younger than the first window is retried after that
-    window's wait, and so on; once older than the last window it is archived as
-    ``tried-too-many-times``. Windows must increase, and each wait must be positive
-    and no longer than its window.
+    A job that fails while younger than a window is retried after its wait; once older
+    than the last window it is archived as ``tried-too-many-times``. Windows increase,
+    each wait positive and no longer than its window.
 
     >>> TimeTable({"5m": "1m", "1h": "5m", "24h": "1h"}).how_many_retries
     39
@@ -273,15 +266,11 @@ class TimeTable(RetryPolicy):
 class RetriableExceptionFilter(RetryPolicy):
     """Apply ``policy`` only when the failure is one of ``retriable``; otherwise give up.
 
-    A crashed attempt (the worker died) raised nothing, so it says nothing about
-    whether the job's errors are retriable: it always goes to ``policy``, which
-    still counts it as an attempt.
+    A crashed attempt (the worker died) raised nothing, so it always goes to ``policy``.
     """
 
     def __init__(
-        self,
-        policy: RetryPolicy,
-        retriable: Sequence[type[BaseException] | str] = (Exception,),
+        self, policy: RetryPolicy, retriable: Sequence[type[BaseException] | str] = (Exception,)
     ) -> None:
         if not isinstance(policy, RetryPolicy):
             message = f"RetriableExceptionFilter wraps a RetryPolicy, not {policy!r}"
@@ -318,11 +307,8 @@ class RetriableExceptionFilter(RetryPolicy):
 
 @register_retry_policy("SelectByException")
 class SelectByException(RetryPolicy):
-    """Choose the policy by the failure's exception: the first matching clause wins.
-
-    No matching clause gives up with ``non-retriable-exception``. A crash is a
-    :class:`recruiter.errors.WorkerDied`, an ``Exception``: list it, or ``Exception``,
-    to choose how crashes are retried.
+    """Choose the policy by the failure's exception: the first matching clause wins; none
+    gives up (``non-retriable-exception``). A crash is a :class:`recruiter.errors.WorkerDied`.
 
     >>> SelectByException([(TimeoutError, RetryForever("10s")), (Exception, DoNotDoItAgain())])
     ... # doctest: +ELLIPSIS
@@ -359,8 +345,7 @@ class SelectByException(RetryPolicy):
 
 def policy_from_document(document: Any) -> RetryPolicy:
     """Rebuild a policy from its stored ``{"class", "parameters"}`` form, by its
-    registered name (a built-in of this module, or one an application registered with
-    :func:`~recruiter.retry.register_retry_policy`), never by importing what it names."""
+    registered name, never by importing what it names."""
     if not isinstance(document, Mapping):
         raise InvalidRetryPolicy(f"a retry policy document must be a mapping, got {document!r}")
     name = document.get("class")

@@ -1,10 +1,9 @@
 """A running job's progress: what its code reports (:func:`report_progress`), checked at
 the call and kept in memory, and how it is read back (:class:`JobProgress`).
 
-Reporting never touches the database: the worker writes the latest report of each
-running job at most once every :data:`PROGRESS_EVERY`, on its heartbeat
-(:mod:`recruiter.processes.progress_flush`), fenced by the job's lock token, and the
-attempt's record keeps the last report as it ends. See ``docs/guides/progress.md``.
+Reporting never touches the database: the worker writes each running job's latest
+report at most once every :data:`PROGRESS_EVERY`, on its heartbeat, fenced by the job's
+lock token, and the attempt's record keeps the last one. See ``docs/guides/progress.md``.
 """
 
 from __future__ import annotations
@@ -28,8 +27,8 @@ PROGRESS_BYTES = 4096
 NOTE_CHARS = 200
 """The longest note a progress report may carry."""
 PROGRESS_EVERY = 2.0
-"""Seconds between two writes of one running job's progress, at the least (the
-worker writes on its heartbeat, so at the heartbeat's pace when it is slower)."""
+"""Seconds between two writes of one running job's progress, at the least (on the
+worker's heartbeat: at its pace when it is slower)."""
 COUNTS = ("done", "total", "note")
 """The names a report gives its counts and note; its other fields are the job's own."""
 
@@ -39,9 +38,9 @@ _CODEC: CodecOptions[dict[str, Any]] = CodecOptions(tz_aware=True)
 def checked_progress(
     done: Any = None, total: Any = None, note: Any = None, fields: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    """A progress report as it is kept: ``done`` and ``total`` non-negative numbers,
-    ``note`` a short text, ``fields`` BSON data, the whole within :data:`PROGRESS_BYTES`;
-    a copy, so that the job may change what it passed. Raises :class:`InvalidProgress`."""
+    """A progress report as it is kept (a copy): ``done`` and ``total`` non-negative
+    numbers, ``note`` a short text, ``fields`` BSON data, the whole within
+    :data:`PROGRESS_BYTES`. Raises :class:`InvalidProgress`."""
     report: dict[str, Any] = {}
     for name, count in (("done", done), ("total", total)):
         if count is not None:
@@ -111,11 +110,8 @@ def _copied(report: dict[str, Any]) -> dict[str, Any]:
 
 class Progress:
     """The latest progress an attempt reported, kept in memory (safe from any thread);
-    closed as the attempt ends, after which no report changes it.
-
-    ``on_report`` is called after each report (a job process wakes its sender with it).
-    ``seen_at``, ``written`` and ``written_at`` are the worker's writer's bookkeeping
-    (:func:`recruiter.processes.progress_flush.flush_progress`), touched by its thread only.
+    closed as the attempt ends. ``on_report`` is called after each report. ``seen_at``,
+    ``written`` and ``written_at`` are the worker's writer's, touched by its thread only.
     """
 
     def __init__(self, token: Any = None, on_report: Callable[[], None] | None = None) -> None:
@@ -127,8 +123,8 @@ class Progress:
         self._version = 0
         self._open = True
         self.seen_at: float | None = None
-        """When the writer first saw a report (monotonic): it writes no sooner than
-        :data:`PROGRESS_EVERY` after it, so a short job's progress goes with its end."""
+        """When the writer first saw a report (monotonic): it writes :data:`PROGRESS_EVERY`
+        after it at the soonest, so a short job's progress goes with its end."""
         self.written = 0
         """The version last written (or given up on)."""
         self.written_at: float | None = None
@@ -164,16 +160,14 @@ _current: contextvars.ContextVar[Progress | None] = contextvars.ContextVar(
 def report_progress(
     done: float | None = None, total: float | None = None, note: str | None = None, **fields: Any
 ) -> None:
-    """Say how far the running job is: ``done`` out of ``total`` (numbers, any unit),
-    a short ``note`` and a few BSON-safe ``fields`` of its own. Only the latest report
-    is kept: in memory at once (from sync code, an ``async def`` job, or a job process),
-    written to the job by its worker every few seconds (:data:`PROGRESS_EVERY`), and
-    kept in the attempt's record as it ends. Shown by ``recruiter jobs show``, ``top``,
-    the dashboard and :attr:`recruiter.Job.progress`.
+    """Say how far the running job is: ``done`` out of ``total`` (numbers, any unit), a
+    short ``note`` and a few BSON-safe ``fields`` of its own. Only the latest report is
+    kept: in memory at once, written to the job by its worker every few seconds, and kept
+    in the attempt's record as it ends (shown by ``recruiter jobs show``, ``top``, the
+    dashboard and :attr:`recruiter.Job.progress`).
 
     Raises :class:`~recruiter.errors.InvalidProgress` for what cannot be kept (nothing is
-    recorded; catch it and the attempt goes on), and
-    :class:`~recruiter.errors.NotInAJob` outside a running job.
+    recorded; the attempt goes on), :class:`~recruiter.errors.NotInAJob` outside a job.
 
     >>> @registry.workable("exports.write")  # doctest: +SKIP
     ... def export(table: str) -> None:
@@ -198,8 +192,7 @@ def stop_reporting(token: contextvars.Token[Progress | None]) -> None:
 
 @dataclass(frozen=True)
 class JobProgress:
-    """A job's progress as read back: its counts, note and fields, and when it was
-    reported (written by its worker, or its attempt's end)."""
+    """A job's progress as read back: its counts, note and fields, and when it was written."""
 
     done: float | None = None
     total: float | None = None
@@ -233,15 +226,13 @@ class JobProgress:
 
     @classmethod
     def from_document(cls, document: Any, at: Any) -> JobProgress | None:
-        """The progress stored as ``document``; ``None`` when there is none, never
-        raising on a hand-damaged one (what is not as reported is left out)."""
+        """The progress stored as ``document``, if any; never raising on a damaged one."""
         if not isinstance(document, Mapping):
             return None
-        counts = [_count(document.get(name)) for name in ("done", "total")]
         note = document.get("note")
         return cls(
-            done=counts[0],
-            total=counts[1],
+            done=_count(document.get("done")),
+            total=_count(document.get("total")),
             note=note if isinstance(note, str) else None,
             fields={k: v for k, v in document.items() if k not in COUNTS},
             at=at if isinstance(at, dt.datetime) else None,
@@ -255,9 +246,8 @@ def _count(value: Any) -> float | None:
 
 
 def progress_changed(before: JobProgress | None, after: JobProgress | None) -> bool:
-    """Whether a job's progress read ``after`` says something ``before`` did not: what
-    a wait tells its caller of (:meth:`recruiter.Queue.wait`'s ``on_progress``). The
-    same report written again later is no change.
+    """Whether a job's progress read ``after`` says something ``before`` did not (what
+    :meth:`recruiter.Queue.wait` tells ``on_progress``); the same report rewritten is not.
 
     >>> progress_changed(None, JobProgress(done=1))
     True

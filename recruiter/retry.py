@@ -1,15 +1,12 @@
 """Retry policies: data plus one pure decision.
 
-A policy is told about a failed attempt (how many attempts so far, when the job was
-created, what went wrong) and the current time, and answers either :class:`RetryAt`
-or :class:`GiveUp` with the reason the job is archived. It never touches the database.
+A policy is told about a failed attempt (how many so far, when the job was created,
+what went wrong) and the time, and answers :class:`RetryAt` or :class:`GiveUp` with the
+reason the job is archived. It never touches the database.
 
-Policies are stored in the job document as ``{"class": name, "parameters": {...}}``
-and rebuilt through a registry of names, never by importing a path read from the
-database. Applications add their own with :func:`register_retry_policy`.
-
-Exception types are referred to by qualified name (``"builtins.TimeoutError"``) so that
-a policy can be stored and evaluated without importing anything named in the database.
+Policies are stored as ``{"class": name, "parameters": {...}}`` and rebuilt through a
+registry of names (:func:`register_retry_policy`), never by importing a path read from
+the database; exception types are named by qualified name (``"builtins.TimeoutError"``).
 """
 
 from __future__ import annotations
@@ -23,11 +20,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar, Self, TypeVar
 
-from recruiter.errors import (
-    DuplicateRegistration,
-    InvalidRetryPolicy,
-    WorkerDied,
-)
+from recruiter.errors import DuplicateRegistration, InvalidRetryPolicy, WorkerDied
 from recruiter.loop import doubled
 
 logger = logging.getLogger(__name__)
@@ -44,8 +37,7 @@ class Why(StrEnum):
     NON_RETRIABLE_EXCEPTION = "non-retriable-exception"
     NOT_SCHEDULED_BY_RETRY_POLICY = "not-scheduled-by-retry-policy"
     DUPLICATE = "duplicate"
-    """Not run: a job with the same deduplication info started after it was scheduled,
-    and succeeded."""
+    """Not run: a job with the same deduplication info started after it, and succeeded."""
     SUPERSEDED = "superseded"
     """Not run: a leaf whose root was followed by a newer root that has run."""
     CANCELLED = "cancelled"
@@ -57,12 +49,8 @@ FAILED = (Why.TRIED_TOO_MANY_TIMES, Why.NON_RETRIABLE_EXCEPTION, Why.NOT_SCHEDUL
 
 
 def qualified_name(exception_type: type[BaseException]) -> str:
-    """``module.QualName`` of an exception class, the form stored in policies and history.
-
-    A failure recruiter records under a name it keeps when its class moves says so with
-    a ``recorded_as`` of its own (not inherited: a subclass has its own name). The name
-    is stored data, in jobs' histories and in policies' ``retriable=``.
-    """
+    """``module.QualName`` of an exception class, the form stored in policies and history,
+    or its own ``recorded_as`` (not inherited) where its class moved."""
     recorded = exception_type.__dict__.get("recorded_as")
     if isinstance(recorded, str):
         return recorded
@@ -155,9 +143,8 @@ Decision = RetryAt | GiveUp
 class RetryPolicy(ABC):
     """Decides when a failed job runs again, or that it is finished.
 
-    Subclasses are immutable values: implement :meth:`decide`, :meth:`is_last_retry`,
-    :meth:`parameters` and :meth:`from_parameters`, then register the class under a
-    stable name with :func:`register_retry_policy`.
+    Subclasses are immutable values: implement the abstract methods, then register the
+    class under a stable name with :func:`register_retry_policy`.
     """
 
     name: ClassVar[str] = ""
@@ -221,8 +208,8 @@ def register_retry_policy(name: str) -> Callable[[P], P]:
 
 
 def registered_policy(name: str) -> type[RetryPolicy] | None:
-    """The policy class registered under ``name``, if any (the built-ins are registered
-    as :mod:`recruiter.policies` is imported)."""
+    """The policy class registered under ``name``, if any (the built-ins: by
+    :mod:`recruiter.policies`)."""
     return _POLICIES.get(name)
 
 
@@ -230,18 +217,11 @@ def registered_policy(name: str) -> type[RetryPolicy] | None:
 
 
 def exponential_delay(
-    attempt: int,
-    initial: float,
-    cap: float | None = None,
-    jitter: float = 0.0,
-    draw: float = 0.0,
+    attempt: int, initial: float, cap: float | None = None, jitter: float = 0.0, draw: float = 0.0
 ) -> float:
-    """Seconds to wait after failed attempt number ``attempt`` (1-based).
-
-    ``initial * 2**(attempt-1)``, limited to ``cap`` (and to :data:`MAX_WAIT`), then
-    shortened by up to ``jitter`` (a fraction in [0, 1]) times ``draw`` (in [0, 1)).
-    Never negative, never above the cap.
-    """
+    """Seconds to wait after failed attempt number ``attempt`` (1-based):
+    ``initial * 2**(attempt-1)``, limited to ``cap`` (and :data:`MAX_WAIT`), then
+    shortened by up to ``jitter`` (in [0, 1]) times ``draw`` (in [0, 1))."""
     limit = MAX_WAIT.total_seconds() if cap is None else min(cap, MAX_WAIT.total_seconds())
     base = doubled(initial, attempt - 1, limit)
     return max(0.0, base * (1.0 - jitter * draw))

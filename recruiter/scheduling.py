@@ -24,9 +24,8 @@ T = TypeVar("T")
 
 def new_jobs(clock: Clock, documents: list[dict[str, Any]], session: Any) -> Steps[list[ObjectId]]:
     """Store new jobs' documents (in the transaction ``session``, if given): the blocked
-    ones after the rest, each after what it waits for; then note at once what they wait
-    for that has ended already. Return their ids (a deduplicated job's: the queued
-    duplicate's). Steps (:mod:`recruiter.store.steps`), for either store."""
+    ones after the rest, each after what it waits for; then note what they wait for that
+    has ended already. Return their ids (a deduplicated job's: the queued duplicate's)."""
     scheduled_in = current_context()
     if scheduled_in is not None:
         for document in documents:
@@ -68,8 +67,8 @@ def _insert(
     blocked_ones: list[dict[str, Any]],
     session: Any,
 ) -> Steps[list[Any]]:
-    """Mark the jobs ``waited`` for as followed, then insert ``plain`` (return their
-    ids: a deduplicated job's is the queued duplicate's), then ``blocked_ones`` in order."""
+    """Mark the jobs ``waited`` for as followed, insert ``plain`` (return their ids), then
+    ``blocked_ones`` in order."""
     if session is not None:
         yield from call(blocked.mark_followed, waited, session=session)
         ids = (yield from call(jobs.insert_jobs, plain, session=session)) if plain else []
@@ -88,8 +87,7 @@ def _retry_while_unavailable(
     clock: Clock, verb: Callable[[list[Any]], Steps[T]], documents: list[Any]
 ) -> Steps[T]:
     """The store's ``verb`` of ``documents``, tried again while the database does not
-    answer, for up to :data:`SCHEDULE_PATIENCE` seconds: each try writes the same ids,
-    so a try whose reply was lost after it landed stores nothing twice."""
+    answer, for up to :data:`SCHEDULE_PATIENCE` seconds (the same ids: nothing twice)."""
     deadline = clock.monotonic() + SCHEDULE_PATIENCE
     wait = 0.0
     while True:

@@ -1,11 +1,9 @@
 """Noticing a newer recruiter's upgrade of the database while this one runs.
 
 A process checks the schema version when it starts (:meth:`Store.ensure_ready`); one
-that runs for days must also notice when a newer recruiter upgrades the database
-meanwhile, or it goes on writing documents of the old layout (jobs without the fields
-the new one sorts by). Each long-lived process and each ``Queue`` looks again every
-:data:`SCHEMA_RECHECK` seconds, one read by id, and stops with
-:class:`recruiter.errors.SchemaTooNew` ("upgrade recruiter on this machine").
+that runs for days must also notice a newer recruiter's upgrade, or it goes on writing
+documents of the old layout. Each long-lived process and each ``Queue`` looks again
+every :data:`SCHEMA_RECHECK` seconds and stops with :class:`recruiter.errors.SchemaTooNew`.
 """
 
 from __future__ import annotations
@@ -19,16 +17,14 @@ SCHEMA_RECHECK = 60.0
 
 class Recheck:
     """When to look at the schema version again (on ``clock``'s monotonic time): the
-    timer alone, for a store of either kind (the asyncio one awaits its look)."""
+    timer alone, for a store of either kind."""
 
     def __init__(self, clock: Clock, every: float = SCHEMA_RECHECK) -> None:
-        self.clock = clock
-        self.every = every
+        self.clock, self.every = clock, every
         self._due = clock.monotonic() + every
 
     def due(self) -> bool:
-        """Whether it is time to look (the next look is then ``every`` seconds later,
-        whatever this one finds)."""
+        """Whether it is time to look (the next is then ``every`` seconds later)."""
         now = self.clock.monotonic()
         if now < self._due:
             return False

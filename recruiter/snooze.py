@@ -1,15 +1,12 @@
 """Snooze: a running job says "run me again in a while", without failing.
 
 A job whose world is not ready yet (a rate-limited API, a file not there yet) raises
-:class:`Snooze` from its code. Its attempt ends as ``snoozed``: the job is put back, due
-after the delay, and the snoozed run does not count as one of its retry policy's attempts
-(``attempts`` is not increased by it; ``snoozes`` is). Nothing waiting for the job is
-told (it has not ended): a snoozed job of a batch or a workflow keeps them waiting.
+:class:`Snooze`. Its attempt ends as ``snoozed``: the job is put back, due after the
+delay, and the run counts in ``snoozes``, not ``attempts``. Nothing waiting for the job
+is told (it has not ended).
 
-A job snoozes at most :data:`SNOOZE_LIMIT` times (or its own limit,
-:meth:`recruiter.job.JobSpec.with_snooze_limit`): a snooze past its limit fails the
-attempt with :class:`SnoozeLimitReached`, and the job's retry policy decides as for any
-failure. See docs/guides/snooze.md.
+A job snoozes at most :data:`SNOOZE_LIMIT` times (or its own limit): a snooze past it
+fails the attempt with :class:`SnoozeLimitReached`. See docs/guides/snooze.md.
 
 >>> Snooze("30s").delay
 datetime.timedelta(seconds=30)
@@ -56,8 +53,7 @@ class SnoozeLimitReached(Exception):
 def past_limit(snooze: Snooze, snoozes: int, limit: int) -> SnoozeLimitReached | None:
     """The failure ``snooze`` is, raised by a job that snoozed ``snoozes`` times already
     with a limit of ``limit``; ``None`` within the limit. Decided where the snooze is
-    raised (a slot's thread, the event loop, a job process), so that the attempt fails
-    there as any failure does: its trace, its hooks, its events.
+    raised, so that the attempt fails there as any failure does (trace, hooks, events).
 
     >>> past_limit(Snooze(1), 2, 3) is None
     True

@@ -1,10 +1,9 @@
-"""The words for where a job stands, the same in every view (the command line, the
-dashboard, its JSON API) and in every filter.
+"""The words for where a job stands, the same in every view and every filter.
 
 A job not finished is ``ready`` (due, waiting for a worker), ``postponed`` (due later),
-``blocked`` (waiting for other jobs), ``handed out`` (to a worker, not started yet) or
-``running``; a finished one is ``done``, ``failed`` (for good) or ``cancelled``, and
-``finished`` lists them all. Light on purpose: the commands' help reads it.
+``blocked`` (waiting for other jobs), ``handed out`` (not started yet) or ``running``; a
+finished one is ``done``, ``failed`` or ``cancelled`` (``finished``: any). Light on
+purpose: the commands' help reads it.
 """
 
 from __future__ import annotations
@@ -16,5 +15,4 @@ FINISHED = ("done", "failed", "cancelled", "finished")
 STATES = (*UNFINISHED, *FINISHED)
 """Every state jobs can be listed by."""
 SUCCEEDED = ("done", "duplicate", "superseded")
-"""How a job may end and count as done for what waits for it: it ran, or another run did
-its work (a duplicate absorbed, a leaf superseded by a newer root)."""
+"""How a job may end and count as done for what waits for it: it ran, or another did its work."""

@@ -71,12 +71,11 @@ def drain(
     clock: Clock | None = None,
     max_attempts: int = 10_000,
 ) -> DrainReport:
-    """Run due jobs in this process until none is left; return what happened.
+    """Run due jobs in this process until none is left, oldest first; return what happened.
 
-    Jobs run oldest first. Retries a policy schedules for later run too when they
-    are due by the queue's clock, or at once with ``with_scheduled=True`` (which also
-    runs jobs scheduled in the future). ``max_attempts`` stops a job that is retried
-    forever from running forever.
+    Retries run too when they are due by the queue's clock, or at once with
+    ``with_scheduled=True`` (with jobs scheduled in the future). ``max_attempts`` stops a
+    job retried forever.
     """
     clock = clock or queue.clock
     executor = Executor(queue.store, registry, clock, Identity.of_this_process())

@@ -1,10 +1,9 @@
 """Workables: the code a job runs, registered under a stable name.
 
 A job document names its workable (``workable.class``) and holds its parameters as BSON
-data. A worker runs only workables registered in the :class:`Registry` of the
-application it was started with; nothing named in the database is ever imported.
-Registering under an explicit name means renaming the Python function or class does
-not orphan the jobs already stored.
+data. A worker runs only workables registered in the :class:`Registry` of its
+application; nothing named in the database is ever imported, and renaming the Python
+function or class does not orphan the jobs already stored.
 
 Two kinds of workables:
 
@@ -14,41 +13,24 @@ Two kinds of workables:
   is rebuilt from them, and a job may call any of its public methods (default
   ``execute``), as in the original Recruiter.
 
-Either kind may be ``async def`` (a function, or the method a job calls): the job then
-runs as an asyncio task (see :mod:`recruiter.pools.stopping`), on the worker's event loop with
-``--pool asyncio``. Hooks are plain functions in every case.
-
-A running job asks for its retry statistics with
-:func:`recruiter.job_context.retry_statistics`.
+Either kind may be ``async def``: the job then runs as an asyncio task (on the worker's
+event loop with ``--pool asyncio``). Hooks are plain functions in every case.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import os
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import (
-    Any,
-    ClassVar,
-    Generic,
-    ParamSpec,
-    Self,
-    TypeAlias,
-    TypeVar,
-    overload,
-)
+from typing import Any, ClassVar, Generic, ParamSpec, Self, TypeAlias, TypeVar, overload
 
 from recruiter.command import Command, failure_of
 from recruiter.duration import Duration
-from recruiter.errors import (
-    DuplicateRegistration,
-    InvalidJob,
-    InvalidParameters,
-    UnknownWorkable,
-)
+from recruiter.errors import DuplicateRegistration, InvalidJob, InvalidParameters, UnknownWorkable
 from recruiter.events import Listeners
 from recruiter.job import DEFAULT_METHOD, JobSpec
 from recruiter.job_context import record_output, retry_statistics
@@ -73,6 +55,9 @@ class WorkableHooks:
     after_failure: Callable[[BaseException], object] = _nothing
     after_last_failure: Callable[[BaseException], object] = _nothing
     finalize: Callable[[BaseException | None], object] = _nothing
+
+
+HOOKS = tuple(field.name for field in dataclasses.fields(WorkableHooks))
 
 
 class WorkableRebuildError(Exception):
@@ -112,8 +97,8 @@ class Workable:
         """The default method a job calls."""
         raise NotImplementedError(f"{type(self).__name__}.execute() must be implemented")
 
-    # hooks, called on the instance that ran, after the attempt's result is recorded;
-    # one that raises is logged and changes nothing
+    # hooks, called on the instance that ran once the attempt is recorded; one that
+    # raises is logged and changes nothing
 
     def after_success(self) -> None:
         """The job succeeded (it is done)."""
@@ -142,8 +127,7 @@ class FunctionWorkable(Generic[P, R]):
     """A registered function: call it directly, or build a job of it with :meth:`job`."""
 
     def __init__(self, name: str, function: Callable[P, R]) -> None:
-        self.name = name
-        self.function = function
+        self.name, self.function = name, function
         self.signature = inspect.signature(function)
         self.__doc__ = function.__doc__
         self.__wrapped__ = function
@@ -151,28 +135,22 @@ class FunctionWorkable(Generic[P, R]):
 
     def after_success(self, hook: Callable[[], object]) -> Callable[[], object]:
         """Decorate the function to call after the job succeeded."""
-        self.hooks = dataclasses.replace(
-            self.hooks, after_success=_synchronous(hook, "after_success")
-        )
-        return hook
+        return self._hook("after_success", hook)
 
     def after_failure(self, hook: Callable[[BaseException], object]) -> Callable[..., object]:
         """Decorate the function to call after an attempt failed (a retry may follow)."""
-        self.hooks = dataclasses.replace(
-            self.hooks, after_failure=_synchronous(hook, "after_failure")
-        )
-        return hook
+        return self._hook("after_failure", hook)
 
     def after_last_failure(self, hook: Callable[[BaseException], object]) -> Callable[..., object]:
         """Decorate the function to call when the job failed for good (archived)."""
-        self.hooks = dataclasses.replace(
-            self.hooks, after_last_failure=_synchronous(hook, "after_last_failure")
-        )
-        return hook
+        return self._hook("after_last_failure", hook)
 
     def finalize(self, hook: Callable[[BaseException | None], object]) -> Callable[..., object]:
         """Decorate the function to call when the job reached its end, done or archived."""
-        self.hooks = dataclasses.replace(self.hooks, finalize=_synchronous(hook, "finalize"))
+        return self._hook("finalize", hook)
+
+    def _hook(self, name: str, hook: H) -> H:
+        self.hooks = dataclasses.replace(self.hooks, **{name: _synchronous(hook, name)})
         return hook
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -194,12 +172,11 @@ class FunctionWorkable(Generic[P, R]):
         unknown = set(parameters) - set(self.signature.parameters)
         if unknown:
             raise WorkableRebuildError(f"unexpected parameters {sorted(unknown)}")
-        arguments: OrderedDict[str, Any] = OrderedDict()
-        for name, parameter in self.signature.parameters.items():
-            if name in parameters:
-                value = parameters[name]
-                is_var_positional = parameter.kind is inspect.Parameter.VAR_POSITIONAL
-                arguments[name] = tuple(value) if is_var_positional else value
+        arguments = OrderedDict(
+            (name, tuple(parameters[name]) if p.kind is p.VAR_POSITIONAL else parameters[name])
+            for name, p in self.signature.parameters.items()
+            if name in parameters
+        )
         bound = inspect.BoundArguments(self.signature, arguments)
         try:
             self.signature.bind(*bound.args, **bound.kwargs)
@@ -239,29 +216,19 @@ class Registry:
         """Call ``listener`` at each ``event`` (see :mod:`recruiter.events`); use as a
         decorator, ``@registry.on("job.failure.last")``, or call it."""
         if listener is None:
-
-            def decorate(function: L) -> L:
-                self.listeners.add(event, function)
-                return function
-
-            return decorate
+            return functools.partial(self.on, event)
         self.listeners.add(event, listener)
         return listener
 
     def hooks_of(self, name: str, target: Callable[[], Any]) -> WorkableHooks:
-        """The hooks of the workable ``name``, whose job runs ``target`` (a method of
-        the instance that runs, for a class-based workable)."""
+        """The hooks of the workable ``name``, whose job runs ``target`` (for a class, a
+        method of the instance that runs)."""
         entry = self._workables.get(name)
         if isinstance(entry, FunctionWorkable):
             return entry.hooks
         instance = getattr(target, "__self__", None)
         if isinstance(instance, Workable):
-            return WorkableHooks(
-                instance.after_success,
-                instance.after_failure,
-                instance.after_last_failure,
-                instance.finalize,
-            )
+            return WorkableHooks(*(getattr(instance, hook) for hook in HOOKS))
         return WorkableHooks()
 
     @overload
@@ -278,16 +245,13 @@ class Registry:
     ) -> FunctionWorkable[P, R]: ...
 
     def workable(self, name: str, target: Any = None, *, transaction: bool = False) -> Any:
-        """Register a function or a :class:`Workable` subclass under ``name``.
-
-        Use as a decorator, ``@registry.workable("name")``, or call
-        ``registry.workable("name", function)``. With ``transaction=True``, each attempt
-        runs in a MongoDB transaction that commits the job's writes (made with
-        :func:`job_session`) and its end as done together: a crash between the two
-        cannot make it run twice (threads-pool workers only; see docs/guides/transactions.md).
+        """Register a function or a :class:`Workable` subclass under ``name``, as a
+        decorator (``@registry.workable("name")``) or called with it. With
+        ``transaction=True``, each attempt runs in a MongoDB transaction that commits the
+        job's writes (made with :func:`job_session`) and its end as done together, so a
+        crash cannot make it run twice (threads pool only; docs/guides/transactions.md).
         """
-        if not isinstance(name, str) or not name.strip():
-            raise InvalidJob(f"a workable name must be a non-empty string, got {name!r}")
+        _check_name(name)
         if not isinstance(transaction, bool):
             raise InvalidJob(f"transaction is True or False, got {transaction!r}")
         decorator = _Decorator(self, name, transaction)
@@ -308,8 +272,7 @@ class Registry:
     ) -> Command:
         """Register a command line under ``name``: its jobs run it as a process of its own
         (see :mod:`recruiter.command`). ``timeout`` stops it (SIGTERM, then SIGKILL)."""
-        if not isinstance(name, str) or not name.strip():
-            raise InvalidJob(f"a workable name must be a non-empty string, got {name!r}")
+        _check_name(name)
         command = Command(name, argv, timeout=timeout, cwd=cwd, env=env)
         self._register(name, command)
         return command
@@ -321,17 +284,17 @@ class Registry:
         self._workables[name] = entry
 
     def names(self, *, transactional: bool = True) -> list[str]:
-        """The registered names, sorted (without those registered with
-        ``transaction=True`` when ``transactional`` is false)."""
+        """The registered names, sorted (without the transactional ones if ``transactional``
+        is false)."""
         return sorted(n for n in self._workables if transactional or n not in self._transactional)
 
     def __contains__(self, name: object) -> bool:
         return name in self._workables
 
     def entrance(self, name: str) -> Entrance:
-        """Where the application's code of ``name`` begins once rebuilt: at the call for
-        a function or a command (at its coroutine's first step for an ``async def``);
-        for a class, its ``from_parameters`` ran in :meth:`rebuild`, before."""
+        """Where the application's code of ``name`` begins once rebuilt: at the call for a
+        function or a command (at its first step for an ``async def``); for a class, its
+        ``from_parameters`` ran in :meth:`rebuild`, before."""
         entry = self._workables.get(name)
         if isinstance(entry, Command):
             return Entrance(at_call=True)
@@ -340,11 +303,9 @@ class Registry:
         return Entrance()
 
     def rebuild(self, name: str, parameters: Mapping[str, Any], method: str) -> Callable[[], Any]:
-        """The zero-argument callable that runs a stored job.
-
-        Raises :class:`recruiter.errors.UnknownWorkable` when ``name`` is not registered
-        and :class:`WorkableRebuildError` when the parameters or method do not fit.
-        """
+        """The zero-argument callable that runs a stored job: :class:`UnknownWorkable`
+        when ``name`` is not registered, :class:`WorkableRebuildError` when the
+        parameters or method do not fit."""
         entry = self._workables.get(name)
         if entry is None:
             raise UnknownWorkable(name)
@@ -376,8 +337,7 @@ def _is_generator(function: object) -> bool:
 
 
 def _not_a_generator(function: object, what: str) -> None:
-    """Refuse a generator function (``def``/``async def`` with a ``yield``) as a job's
-    code: calling it runs none of its body, and the job would be recorded done."""
+    """Refuse a generator function as a job's code: calling it runs none of its body."""
     if _is_generator(function):
         raise InvalidJob(
             f"{what} {getattr(function, '__qualname__', function)!r} is a generator (it "
@@ -385,9 +345,13 @@ def _not_a_generator(function: object, what: str) -> None:
         )
 
 
+def _check_name(name: object) -> None:
+    if not isinstance(name, str) or not name.strip():
+        raise InvalidJob(f"a workable name must be a non-empty string, got {name!r}")
+
+
 def _synchronous(hook: H, name: str) -> H:
-    """``hook``, if it is a plain function: hooks are called synchronously, after the
-    attempt's end is recorded, in every pool."""
+    """``hook``, if it is a plain function: hooks are called synchronously, in every pool."""
     if inspect.iscoroutinefunction(hook):
         raise InvalidJob(
             f"the {name} hook {getattr(hook, '__qualname__', hook)!r} is async: hooks run "
@@ -421,9 +385,7 @@ def _command_run(command: Command, parameters: Mapping[str, Any]) -> Callable[[]
 
 class _Decorator:
     def __init__(self, registry: Registry, name: str, transaction: bool = False) -> None:
-        self.registry = registry
-        self.name = name
-        self.transaction = transaction
+        self.registry, self.name, self.transaction = registry, name, transaction
 
     @overload
     def __call__(self, target: type[W]) -> type[W]: ...  # type: ignore[overload-overlap]
@@ -438,7 +400,7 @@ class _Decorator:
                     f"class {target.__qualname__} must subclass recruiter.Workable to be "
                     "registered; or register a function"
                 )
-            for hook in ("after_success", "after_failure", "after_last_failure", "finalize"):
+            for hook in HOOKS:
                 _synchronous(getattr(target, hook), hook)
             _not_a_generator(target.execute, "the execute method")
             self.registry._register(self.name, target)

@@ -1,11 +1,9 @@
 """Running a job's code where it runs, and what it gave (:class:`CodeResult`).
 
-The code runs in the calling thread (a slot's), on an event loop (an ``async def``
-job), or in a job process (:mod:`recruiter.pools.process_pool`, a :class:`JobRunner`);
-a watchdog may stop it (:mod:`recruiter.pools.stopping`). Whatever it raises,
-``BaseException`` included, is the attempt's failure, never an error of the worker's.
-What it returned and what it recorded are kept within bounds, so that the attempt's end
-can always be written.
+The code runs in the calling thread, on an event loop (an ``async def`` job), or in a
+job process (a :class:`JobRunner`); a watchdog may stop it. Whatever it raises,
+``BaseException`` included, is the attempt's failure, never the worker's. What it
+returned and recorded is kept within bounds, so that the attempt's end can be written.
 """
 
 from __future__ import annotations
@@ -29,8 +27,7 @@ from recruiter.snooze import Snooze, past_limit
 from recruiter.workable import Registry, WorkableHooks
 
 RESULT_BYTES = 1_000_000
-"""The most bytes (as BSON) of the value a job's code returns that is kept as its result;
-a bigger one is dropped, saying so (its attempt is recorded twice in the job)."""
+"""The most bytes (as BSON) of a job's returned value kept as its result (else dropped)."""
 OUTPUT_BYTES = 100_000
 """The most an attempt's recorded output may take (a command's two tails fit)."""
 
@@ -39,12 +36,10 @@ class DamagedJob(RecruiterError):
     """The stored job document cannot be run as it is; fix it by hand or let it fail."""
 
     recorded_as = "recruiter.execution.DamagedJob"
-    """Its name in jobs' histories, kept from where it was first defined."""
 
 
 class JobRunner(Protocol):
-    """Runs a job's code somewhere else than the calling thread
-    (:mod:`recruiter.pools.process_pool`), stopped by ``running`` as the watchdog says."""
+    """Runs a job's code elsewhere than the calling thread, stopped by ``running``."""
 
     def run(self, job: Job, statistics: RetryStatistics, running: Running) -> CodeResult: ...
 
@@ -61,23 +56,20 @@ class CodeResult:
     stopped: type[Stopped] | None = None
     """How a watchdog stopped the job's code, if it did (even if the code caught it)."""
     process: dict[str, Any] = field(default_factory=dict)
-    """The child process that ran it (``processes`` pool): its pid, its memory after
-    the job, and why it was replaced, if it was; recorded in the attempt."""
+    """The child process that ran it (``processes`` pool): its pid, memory, and why it
+    was replaced, if it was."""
     result: dict[str, Any] = field(default_factory=dict)
     """What its code returned, as the attempt keeps it (:func:`kept_result`)."""
     unrun: bool = False
     """Whether its code never began (a stop landed first): its attempt says so."""
     seconds: float = 0.0
-    """How long its code ran (its process's round trip, for the ``processes`` pool):
-    the job's own time, without the database's (what prefetch is sized on)."""
+    """How long its code ran, the database's time left out (what prefetch is sized on)."""
     snooze: dt.timedelta | None = None
-    """How long its code asked to wait before it runs again (it raised
-    :class:`~recruiter.snooze.Snooze`): not a failure."""
+    """How long its code asked to wait (it raised :class:`~recruiter.snooze.Snooze`)."""
     progress: dict[str, Any] | None = None
     """The last progress its code reported, if it did: kept in the attempt's record."""
     runs: int = 1
-    """How many times its code ran in this attempt: more than once only for a
-    transactional job whose transaction met transient errors (recorded as ``code_runs``)."""
+    """How many times its code ran in this attempt (a transaction run again: ``code_runs``)."""
 
 
 def call_code(
@@ -90,9 +82,8 @@ def call_code(
     runner: JobRunner | None = None,
     loop: asyncio.AbstractEventLoop | None = None,
 ) -> CodeResult:
-    """Run the job's code (here, on ``loop`` for an ``async def`` one, or in
-    ``runner``'s process): its failure and trace when it failed, the output it
-    recorded, and the workable's hooks (none when it could not even be rebuilt)."""
+    """Run the job's code (here, on ``loop``, or in ``runner``'s process): its failure and
+    trace, the output it recorded, and the hooks (none when it could not be rebuilt)."""
     if runner is not None and not job.problems and not policy_problem:
         return runner.run(job, statistics, running)
     ran = _call_here(registry, job, statistics, policy_problem, running, loop=loop)
@@ -141,8 +132,7 @@ def _call_here(
 def kept_result(value: Any) -> dict[str, Any]:
     """The fields an attempt keeps of what the job's code returned: none for ``None``;
     ``result`` when it is BSON data within :data:`RESULT_BYTES` and :data:`RESULT_DEPTH`;
-    else ``result_dropped``, saying why (the job is done all the same: its code ran to
-    its end, and that end must be recorded whatever it returned)."""
+    else ``result_dropped``, saying why (the job is done all the same)."""
     if value is None:
         return {}
     try:
@@ -150,8 +140,7 @@ def kept_result(value: Any) -> dict[str, Any]:
         if len(encoded) > RESULT_BYTES:
             why = f"its result takes {len(encoded)} bytes, over {RESULT_BYTES}: not kept"
             return {"result_dropped": why}
-        decoded = bson.decode(encoded)["result"]
-        depth, key = _depth(decoded), _unstorable_key(decoded)
+        depth, key = _nesting(bson.decode(encoded)["result"])
     except Exception as error:
         # any: a value that holds itself (RecursionError), a Mapping that raises...
         why = f"its result is not BSON data, so it was not kept: {error!r}"
@@ -174,38 +163,23 @@ RESULT_DEPTH = 90
 levels, and a result is kept at ``history.N.result``."""
 
 
-def _depth(value: Any) -> int:
-    """How many dicts and lists deep ``value`` (decoded BSON: no cycles) is nested."""
-    deepest, level = 0, [value]
+def _nesting(value: Any) -> tuple[int, str | None]:
+    """How many dicts and lists deep ``value`` (decoded BSON: no cycles) is nested, and
+    a key of its documents that an update could not write in a job (``$...``, or one
+    holding a dot), if any."""
+    deepest, key, level = 0, None, [value]
     while containers := [item for item in level if isinstance(item, (dict, list))]:
         deepest += 1
+        for item in containers:
+            if key is None and isinstance(item, dict):
+                key = next((str(k) for k in item if k.startswith("$") or "." in k), None)
         level = [c for i in containers for c in (i.values() if isinstance(i, dict) else i)]
-    return deepest
-
-
-def _unstorable_key(value: Any) -> str | None:
-    """A key of ``value``'s documents (decoded BSON) that an update could not write in a
-    job (``$...``, or one holding a dot), if any."""
-    level = [value]
-    while level:
-        for item in level:
-            if isinstance(item, dict):
-                for key in item:
-                    if key.startswith("$") or "." in key:
-                        return str(key)
-        level = [
-            child
-            for item in level
-            if isinstance(item, (dict, list))
-            for child in (item.values() if isinstance(item, dict) else item)
-        ]
-    return None
+    return deepest, key
 
 
 def storable(output: dict[str, Any]) -> dict[str, Any]:
-    """The output if it can be stored as BSON within :data:`OUTPUT_BYTES`; else a note
-    of why it was dropped (the attempt's record must be written whatever the job
-    recorded, and twice: in ``last_execution`` and in ``history``)."""
+    """The output if it can be stored as BSON within :data:`OUTPUT_BYTES`; else a note of
+    why it was dropped (the attempt's record must be written whatever the job recorded)."""
     try:
         size = len(bson.encode({"output": output}))
     except Exception as error:
@@ -218,10 +192,9 @@ def storable(output: dict[str, Any]) -> dict[str, Any]:
 
 
 def returned_before_stop(error: BaseException, returned: bool) -> bool:
-    """Whether ``error`` is a stop that landed after the job's code had returned: the
-    job succeeded. A stop that landed before the code began (or in the instant between
-    its return and ``returned``) fails the attempt: a job is never recorded as done
-    without having run."""
+    """Whether ``error`` is a stop that landed after the job's code had returned: the job
+    succeeded. An earlier stop (even in the instant between its return and ``returned``)
+    fails the attempt: a job is never recorded as done without having run."""
     return returned and isinstance(error, Stopped)
 
 

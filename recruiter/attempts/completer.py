@@ -1,25 +1,21 @@
 """A worker's completer: the starts, ends and releases of all its slots, written together.
 
 Each slot runs its jobs in a thread of its own, and each job costs writes: its start,
-its end, and its slot's release when the jobs handed to it are done. A completer sends
-the writes of one kind that its slots ask for while an earlier one is on its way in a
-single command (a *group commit*): a slot alone waits for nothing, and a worker with
-many slots sends a few commands for all of them, one round trip each, however many
-jobs end in it. This is what the worker's ``--concurrency`` buys on a busy server.
+its end, and its slot's release. A completer sends the writes of one kind that its
+slots ask for while an earlier one is on its way in a single command (a *group
+commit*): a slot alone waits for nothing, and many slots share a few round trips
+(what ``--concurrency`` buys on a busy server).
 
-Every statement is still the store's conditional write, fenced by its lock token (an
-end lands only for the holder of the job's lock; a start only once per lock; a
-release only for its assignment's token). The answer to a bulk write is a count, not
-which statement landed, so:
+Every statement is still the store's conditional write, fenced by its lock token. The
+answer to a bulk write is a count, not which statement landed, so:
 
 - **starts** are read back at once, in one command: each job whose start landed is
   known, as :meth:`~recruiter.store.Store.start_if_owned` would have returned it;
-- **ends** that all landed (as nearly always) are done; when the count falls short
-  (a job fenced off, a retry refused for a cancellation), the command got no answer,
-  or one of its statements was refused, every end of that command is *unclear*, and
-  its slot resolves its own as a lone write does
-  (:class:`~recruiter.attempts.ending.DurableWrite`): written again on its own and
-  read back (a refusal then is its own slot's, never the others');
+- **ends** that all landed (as nearly always) are done; when the count falls short (a
+  job fenced off, a retry refused for a cancellation), the command got no answer, or a
+  statement was refused, every end of that command is *unclear*, and its slot resolves
+  its own as a lone write does (:class:`~recruiter.attempts.ending.DurableWrite`):
+  written again alone and read back (a refusal then is its own, never the others');
 - **releases** that fall short are sent again one by one (each lands at most once).
 
 A group of one is written as a lone write: one command, and an end's record too large
@@ -101,8 +97,7 @@ class GroupCommit(Generic[Item]):
                 return [UNCLEAR] * len(group)
             raise  # a lone write refused: its caller's, as ever (the same write would be refused)
         except BaseException:
-            # a bug, raised to the thread that wrote: the others must not wait for ever,
-            # each finds out on its own
+            # a bug, raised to the thread that wrote: the others must not wait for ever
             for waiting in group:
                 if waiting is not own:
                     waiting.answer, waiting.answered = UNCLEAR, True
@@ -148,14 +143,12 @@ class Completer:
         return self.starts.submit(starting)
 
     def end(self, ending: Ending) -> object:
-        """Write an end (and the next start riding with it): ``True`` when it all
-        landed; ``False`` when, alone and with no start riding, it matched nothing (the
-        job is not held); else :data:`UNCLEAR`."""
+        """Write an end (and the next start riding with it): ``True`` when it all landed;
+        ``False`` when, alone with no start riding, it matched nothing; else :data:`UNCLEAR`."""
         return self.ends.submit(ending)
 
     def release(self, release: Release) -> None:
-        """Make a slot available again (:meth:`Store.release_worker`); a database error
-        is the caller's, as a lone write's would be."""
+        """Make a slot available again (:meth:`Store.release_worker`)."""
         if self.releases.submit(release) is UNCLEAR:
             self._release_alone(release)
 
@@ -196,6 +189,5 @@ class Completer:
             self._release_alone(release)
         return [None] * len(releases)
 
-    def _release_alone(self, release: Release) -> None:
-        r = release
+    def _release_alone(self, r: Release) -> None:
         self.store.release_worker(r.worker_id, r.token, r.now, r.ran)

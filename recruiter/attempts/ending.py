@@ -8,12 +8,11 @@
 3. :func:`ended`: the job's dependents are told (:func:`tell_dependents`), then the
    application's listeners and the workable's hooks.
 
-A worker writes through :class:`DurableWrite`, which writes until the database answers
-(a job that ran is not run again for want of a reply) and reads a retried write back
-to tell whether an earlier try landed; with prefetched jobs, the next job's start rides in
-the same command (:mod:`recruiter.attempts.prefetch`). A dead worker's job taken back
-(:mod:`recruiter.attempts.takeback`) goes through the same verdict, record, verb and
-telling. An end without an attempt (a waiting job cancelled) is told the same way.
+A worker writes through :class:`DurableWrite`, until the database answers (a job that
+ran is not run again for want of a reply), reading a retried write back to tell whether
+an earlier try landed. A dead worker's job taken back (:mod:`recruiter.attempts.takeback`)
+goes through the same verdict, record, verb and telling; so is an end without an
+attempt (a waiting job cancelled) told.
 """
 
 from __future__ import annotations
@@ -46,9 +45,9 @@ T = TypeVar("T")
 WRITE_RETRIES = Backoff(0.1, 5.0)
 """Pauses before a write the database did not answer is tried again: 0.1 s, 0.2 s… 5 s."""
 RECORD_KEYS = ("attempt", "started_at", "ended_at", "worker", "pid", "hostname", "outcome", "class")
-"""What identifies an attempt's record, to recognize one's own write that landed: its
-end and its failure too, since a take-back's record of the same attempt copies its start
-(and may say ``archived`` as well) but ends it as ``WorkerDied``."""
+"""What identifies an attempt's record, to recognize one's own write that landed: its end
+and failure too, since a take-back's record of the attempt copies its start (and may say
+``archived`` as well) but ends it as ``WorkerDied``."""
 
 
 def write_verdict(
@@ -61,13 +60,12 @@ def write_verdict(
     write: Callable[[End, dict[str, Any]], bool],
     still_held: Callable[[], bool],
 ) -> Verdict | None:
-    """Write the end ``verdict`` says of ``job`` held with ``token``, recording
-    ``record`` (its ``outcome`` set to the verdict's): the verdict written, or ``None``
-    when the job is no longer held (fenced off: nothing was written).
+    """Write the end ``verdict`` says of ``job`` held with ``token``, recording ``record``
+    (its ``outcome`` set to the verdict's): the verdict written, or ``None`` when the job
+    is no longer held (fenced off: nothing was written).
 
-    A retry (or a snooze) is refused when a cancellation was asked for meanwhile (a
-    cancelled job is never retried): if the job is still held (``still_held``), it is
-    ended as cancelled instead."""
+    A retry (or a snooze) is refused when a cancellation was asked for meanwhile: if the
+    job is still held (``still_held``), it is ended as cancelled instead."""
     if verdict.outcome in (Outcome.RETRY, Outcome.SNOOZED):
         record["outcome"] = verdict.outcome.value
         assert verdict.retry_at is not None
@@ -89,17 +87,16 @@ def write_verdict(
 
 def tell_dependents(store: Store, job: Job, why: str | None, now: dt.datetime) -> None:
     """Tell the jobs blocked on ``job`` (or its batch's callbacks) that it ended, with
-    ``why``, if any may be (a job is marked ``followed`` when another waits for it); a
-    database error is logged, and the cleaner's sweep tells them instead."""
+    ``why``, if any may be (``followed``); a database error is logged, and the cleaner's
+    sweep tells them instead."""
     if job.followed or job.batch is not None:
         store.run(follow_up_safely(Ended(job.id, job.batch, why), now))
 
 
 def cancel_waiting(job_id: Any, now: dt.datetime) -> Steps[bool]:
-    """Cancel ``job_id`` if it waits for a worker (not handed out, not finished), and
-    tell its dependents at once; whether it was cancelled. Every cancellation of a job
-    that never ran ends this way: one asked for, or one found by a take-back. Steps
-    (:mod:`recruiter.store.steps`), for either store."""
+    """Cancel ``job_id`` if it waits for a worker (not handed out, not finished), and tell
+    its dependents at once; whether it was cancelled. Every cancellation of a job that
+    never ran ends this way. Steps (:mod:`recruiter.store.steps`), for either store."""
     if not (yield from call(jobs.cancel_if_waiting, job_id, now)):
         return False
     yield from _tell_cancelled(job_id, now)
@@ -107,9 +104,7 @@ def cancel_waiting(job_id: Any, now: dt.datetime) -> Steps[bool]:
 
 
 def _tell_cancelled(job_id: Any, now: dt.datetime) -> Steps[None]:
-    """Tell the dependents of ``job_id``, a job cancelled before it ran (there was no
-    attempt to end: its batch is read, if it has one); a database error is logged, and
-    the cleaner's sweep tells them instead."""
+    """Tell the dependents of ``job_id``, cancelled before it ran (its batch is read)."""
     try:
         batch = yield from call(blocked.batch_of, job_id)
     except DatabaseError:
@@ -127,8 +122,7 @@ def ended(
     now: dt.datetime,
 ) -> None:
     """What follows an attempt's end once it is recorded: what waits for the job is told
-    (if it ended for good), then the listeners and the workable's hooks. Nothing follows
-    an attempt fenced off: it did not count."""
+    (if it ended for good), then the listeners and the hooks; nothing, when fenced off."""
     if execution.outcome is Outcome.FENCED:
         return
     if execution.outcome in ENDING_OUTCOMES:
@@ -151,11 +145,10 @@ def ended(
 
 @dataclass
 class Start:
-    """An attempt's start, stamped as it is about to be written: the job as read before
-    it (if it was), the token it is held with, the start record, and the earliest the
-    start may have been. With prefetched jobs the next job's start is sent in the same
-    command as the job before's end (:mod:`recruiter.attempts.prefetch`); whether it
-    landed is noted here."""
+    """An attempt's start, stamped as it is about to be written: the job as read before it
+    (if it was), its token, the start record, and the earliest the start may have been.
+    A prefetched job's start rides with the end of the job before
+    (:mod:`recruiter.attempts.prefetch`): whether it landed is noted here."""
 
     job_id: Any
     job: Job | None
@@ -176,11 +169,9 @@ class DurableWrite:
     """A worker's writes of an attempt's start and end: until the database answers."""
 
     def __init__(self, store: Store, clock: Clock, completer: Completer | None = None) -> None:
-        self.store = store
-        self.clock = clock
+        self.store, self.clock = store, clock
         self.completer = completer or Completer(store)
-        """Where a worker's slots send their writes together (a process's own, or one of
-        this writer alone: each write a group of one)."""
+        """Where a worker's slots send their writes together (or this writer's own)."""
 
     def end(
         self, job: Job, what: str, end: End, record: dict[str, Any], next_start: Start | None
@@ -188,12 +179,11 @@ class DurableWrite:
         """Record the attempt's end (``record``) as ``end`` says, if the job is still held;
         with ``next_start``, the next job's start in the same command.
 
-        Sent by the completer, with the other slots' (alone, the two are one ordered bulk
-        write): when all land, as nearly always, that is all. Otherwise (no answer, part
-        refused, a job fenced or cancelled) it is not known which landed: the end is
-        written again on its own, its landing checked by reading the job back, and the
-        next job's start is left for that job to find out. Both writes are conditional,
-        so neither can land twice.
+        Sent by the completer, with the other slots': when all land, as nearly always,
+        that is all. Otherwise (no answer, part refused, a job fenced or cancelled) it is
+        not known which landed: the end is written again alone, its landing checked by
+        reading the job back, and the next start is left for its job to find out. Both
+        writes are conditional, so neither can land twice.
         """
         riding = None if next_start is None else next_start.starting(cancelled_too=False)
         answer = self.completer.end(Ending(end, record, riding))
@@ -226,8 +216,7 @@ class DurableWrite:
 
         A retry that matches nothing may mean an earlier try landed before its reply was
         lost: ``landed()`` reads the job back and answers as ``write()`` would have.
-        ``retried``: the first call is a retry already (an earlier command may have
-        carried this write).
+        ``retried``: an earlier command may have carried this write already.
         """
         wait = 0.0
         while True:

@@ -2,13 +2,10 @@
 
 Workers, manual runs and the synchronous test runner all run jobs through
 :class:`Executor`, so a job behaves the same in a test as in production. Every write is
-fenced by the lock token the job was handed out with: if the job was released
-meanwhile (its worker was declared dead), the attempt's result is discarded and
-reported as ``fenced``.
-
-When the database stops answering, the executor keeps the attempt's result and writes
-it again until the database is back (:class:`~recruiter.attempts.ending.DurableWrite`),
-so a job that ran is not run again for want of a reply.
+fenced by the job's lock token: if the job was released meanwhile (its worker declared
+dead), the attempt's result is discarded and reported as ``fenced``. When the database
+stops answering, the result is written again until it is back
+(:class:`~recruiter.attempts.ending.DurableWrite`).
 """
 
 from __future__ import annotations
@@ -80,26 +77,19 @@ class Executor:
     ) -> None:
         self.store = store
         self.session = session
-        """The server session its transactional jobs run in: a slot's, whose id its
-        roster document holds for the cleaner (:mod:`recruiter.store.sessions`); without
-        one, each transactional attempt opens its own."""
+        """The server session its transactional jobs run in: a slot's, whose id its roster
+        document holds for the cleaner; without one, each attempt opens its own."""
         self.runner = runner
         """Where the jobs' code runs, when not in this thread (a slot's job process)."""
         self.loop = loop
-        """The event loop ``async def`` jobs run on (``asyncio`` pool): without one, each
-        runs on a loop of its own in the calling thread."""
-        self.registry = registry
-        self.clock = clock
-        self.identity = identity
+        """The event loop ``async def`` jobs run on (``asyncio`` pool), else their own."""
+        self.registry, self.clock, self.identity = registry, clock, identity
         self.watch = watch
-        """Where running jobs are watched for their timeout and cancellation (a worker's
-        watchdog); without one, a job runs to its end."""
+        """Watches running jobs for their timeout and cancellation; else they run to their end."""
         self.write = DurableWrite(store, clock, completer)
-        """Its writes of starts and ends: through ``completer``, a worker's slots'
-        together (none: its own, each write alone)."""
+        """Its writes of starts and ends (through a worker's ``completer``, if given)."""
         self.next_start: Callable[[], Start | None] | None = None
-        """Gives the start of a slot's next job, to send with this job's end (see
-        :mod:`recruiter.attempts.prefetch`); asked once, as the end is written."""
+        """Gives the start of a slot's next job, to send with this job's end (asked once)."""
 
     def execute(
         self,
@@ -111,9 +101,9 @@ class Executor:
     ) -> Execution:
         """Run the job held with ``token``: start, call the workable, conclude.
 
-        With prefetched jobs, ``start`` is this job's start, sent with the previous job's
-        end; and ``next_start``, asked when this job's end is about to be written, gives
-        the next job's start to send in the same command (or ``None``).
+        With prefetched jobs, ``start`` is this job's, sent with the previous job's end;
+        ``next_start``, asked as this job's end is written, gives the next job's start to
+        send in the same command (or ``None``).
         """
         start = start or self.start_of(job_id, token)
         started_at = start.started["started_at"]
@@ -163,9 +153,8 @@ class Executor:
         policy_problem: str | None,
         start: Start,
     ) -> tuple[Execution, CodeResult]:
-        """A ``transaction=True`` job's code and its end as done, in one transaction
-        (:mod:`recruiter.attempts.transaction`); an attempt that did not commit its end
-        is concluded here, as any other."""
+        """A ``transaction=True`` job's code and its end as done, in one transaction; an
+        attempt that did not commit its end is concluded here, as any other."""
         self.next_start = None  # (the next prefetched job starts on its own)
         started_at = start.started["started_at"]
         attempt = TransactionalAttempt(
@@ -197,8 +186,7 @@ class Executor:
         return Start(job_id, job, token, started, began_by)
 
     def _started(self, start: Start) -> Job | None:
-        """The job as its start left it (its attempt counted), or ``None`` when it is no
-        longer held with the start's token."""
+        """The job as its start left it (its attempt counted); ``None`` when no longer held."""
         if start.landed and start.job is not None:
             # as start_if_owned returns it: as it was before, its attempt counted
             return dataclasses.replace(start.job, attempts=start.job.attempts + 1)
@@ -231,25 +219,16 @@ class Executor:
         # which would run its code again
         live = not self.registry.runs_in_transaction(job.workable)
         running = Running(job.id, job.timeout, job.lock_token if live else None)
+        code = (self.registry, job, statistics, policy_problem, running)
         if self.watch is None:
-            return call_code(
-                self.registry, job, statistics, policy_problem, running, loop=self.loop
-            )
+            return call_code(*code, loop=self.loop)
         with self.watch.watching(running):
             if self.watch.stopping is not None:
                 # stopped between its start and its code (a manual run declared dead):
                 # looked at once watched, so that a stop_all is seen either here or, from
                 # now on, by the running code's stop, kept until its code is entered
                 return not_run(self.watch.stopping)
-            return call_code(
-                self.registry,
-                job,
-                statistics,
-                policy_problem,
-                running,
-                runner=self.runner,
-                loop=self.loop,
-            )
+            return call_code(*code, runner=self.runner, loop=self.loop)
 
     def conclude(
         self, job: Job, token: ObjectId, ran: CodeResult, policy: RetryPolicy, start: Start
@@ -308,8 +287,7 @@ class Executor:
         outcome: Outcome,
         ran: CodeResult,
     ) -> dict[str, Any]:
-        """The attempt's record: its shape, what it ran gave beside, its result or
-        its failure's trace."""
+        """The attempt's record: its shape, extras, and its result or its failure's trace."""
         record = attempt_record(
             job,
             started_at=started_at,
@@ -328,8 +306,8 @@ class Executor:
     def _write(
         self, job: Job, token: ObjectId, verdict: Verdict, record: dict[str, Any], now: dt.datetime
     ) -> Verdict | None:
-        """:func:`~recruiter.attempts.ending.write_verdict`, durably, the next job's
-        start (if any) riding with the first write."""
+        """:func:`~recruiter.attempts.ending.write_verdict`, durably, the next job's start
+        (if any) riding with the first write."""
         asked, self.next_start = self.next_start, None
         pending = [asked() if asked is not None else None]
 
@@ -372,13 +350,7 @@ class Executor:
         self, job: Job, token: ObjectId, started_at: dt.datetime, why: Why, message: str
     ) -> Execution:
         ended_at = self.clock.now()
-        record = attempt_record(
-            job,
-            started_at=started_at,
-            ended_at=ended_at,
-            by=self.identity.fields(),
-            outcome=Outcome.SKIPPED,
-        )
+        record = self.record(job, started_at, ended_at, Outcome.SKIPPED, CodeResult())
         record["message"] = message
         verdict = Verdict(Outcome.SKIPPED, why)
         if self._write(job, token, verdict, record, ended_at) is None:
@@ -387,8 +359,8 @@ class Executor:
         return Execution(job.id, Outcome.SKIPPED, job.attempts, why=why)
 
     def remember_success(self, job: Job, began_by: dt.datetime, ended_at: dt.datetime) -> None:
-        """Let the duplicates of a deduplicated job, and the leaves of older roots of a
-        root job, be skipped. Best effort: left unwritten, they only run."""
+        """Let the duplicates of a deduplicated job, and the leaves of older roots of a root
+        job, be skipped. Best effort: left unwritten, they only run."""
         try:
             if job.dedup_key is not None:
                 self.store.record_deduplicated_run(job.dedup_key, began_by, ended_at)

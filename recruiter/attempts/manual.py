@@ -6,9 +6,8 @@ Two ways, both starting from jobs already in the queue:
   round (with their group's limits and priorities, as any job); :func:`wait_for` then
   waits until they are finished;
 - :func:`run_here` runs waiting jobs in this process, at once, whatever their due time
-  or group: the process locks each job, enters the roster as the job's holder (so that
-  if it dies, the cleaner releases the job through its retry policy, as for any worker),
-  heartbeats while the job runs, and leaves the roster after.
+  or group: the process enters the roster as each job's holder (so that if it dies, the
+  cleaner releases the job as any worker's), heartbeats while it runs, and leaves after.
 """
 
 from __future__ import annotations
@@ -39,6 +38,7 @@ from recruiter.errors import (
     WaitTimeout,
 )
 from recruiter.execution import Execution
+from recruiter.job import new_job_fields
 from recruiter.job_record import Job
 from recruiter.loop import Backoff
 from recruiter.pools.stopping import HolderDeclaredDead, Watch
@@ -70,9 +70,8 @@ class Cancellation(StrEnum):
 
 
 def cancel(job_id: Any, now: dt.datetime, *, session: Any = None) -> Steps[Cancellation]:
-    """Cancel one job, waiting or running (``JobNotFound`` if there is no such job). In
-    the application's transaction ``session``, the jobs blocked on a cancelled one are
-    cancelled in it too. Steps (:mod:`recruiter.store.steps`), for either store."""
+    """Cancel one job, waiting or running (``JobNotFound`` if there is none); in the
+    transaction ``session``, with the jobs blocked on it. Steps, for either store."""
     if session is not None:
         return (yield from _cancel_in_transaction(as_object_id(job_id), now, session))
     (job_id,) = yield from _known_ids([job_id])
@@ -101,8 +100,8 @@ def _cancel_in_transaction(job_id: Any, now: dt.datetime, session: Any) -> Steps
 
 
 def cancel_if_waiting(job_id: Any, now: dt.datetime) -> Steps[bool]:
-    """Cancel one job only if it still waits for a worker (not handed out, not finished),
-    and its dependents; whether it did (``JobNotFound`` if there is no such job)."""
+    """Cancel one job only if it still waits for a worker, and its dependents; whether it
+    did (``JobNotFound`` if there is no such job)."""
     (job_id,) = yield from _known_ids([job_id])
     if not (yield from cancel_waiting(job_id, now)):
         return False
@@ -131,12 +130,10 @@ def recover(
     """Schedule a finished job again, at ``at``, as a new job (the original stays, as
     the original Recruiter's ``job:recover``); return the new job's id.
 
-    With ``once``, a job already recovered is not recovered again (``None`` is
-    returned): the original is marked ``recovered_as`` the new job before the new job
-    is stored, so two retries at once, or one run twice, make one copy.
-
-    Raises ``JobNotFound``, or :class:`NotFinished` for a job that has not finished (it
-    will run anyway).
+    With ``once``, a job already recovered is not recovered again (``None``): the
+    original is marked ``recovered_as`` the new job before it is stored, so two retries
+    at once, or one run twice, make one copy. Raises ``JobNotFound``, or
+    :class:`NotFinished` for a job that has not finished (it will run anyway).
     """
     (job_id,) = store.run(_known_ids([job_id]))
     finished = store.finished_document(job_id)
@@ -149,17 +146,7 @@ def recover(
     if once and not store.claim_recovery(job_id, new_id):
         logger.info("job %s was recovered already: not again", job_id)
         return None
-    document.update(
-        {
-            "_id": new_id,
-            "done": False,
-            "created_at": now,
-            "locked": False,
-            "attempts": 0,
-            "scheduled_at": at,
-            "recovered_from": job_id,
-        }
-    )
+    document.update({**new_job_fields(new_id, now), "scheduled_at": at, "recovered_from": job_id})
     if "dedup_key" in document:
         document["queued_key"] = document["dedup_key"]
     (stored,) = store.insert_jobs([document])
@@ -198,8 +185,7 @@ def _known_ids(job_ids: Sequence[Any]) -> Steps[list[Any]]:
 
 def run_now(job_ids: Sequence[Any], now: dt.datetime) -> Steps[list[Any]]:
     """Make the waiting jobs among ``job_ids`` due now; return those that were not
-    waiting (handed out or finished already: they are left as they are). Steps
-    (:mod:`recruiter.store.steps`), for either store."""
+    waiting (left as they are). Steps, for either store."""
     not_waiting = []
     for job_id in (yield from _known_ids(job_ids)):
         if not (yield from call(make_due_now, job_id, now)):
@@ -215,11 +201,9 @@ def wait_for(
 ) -> Steps[list[Job]]:
     """Wait until every job of ``job_ids`` is finished; return them, in order. With
     ``on_progress``, call it with a job's id and progress whenever a running job's
-    written progress changed (read once per look, with the finished jobs).
-
-    Raises :class:`WaitTimeout` when some are not finished within ``timeout``. Steps
-    (:mod:`recruiter.store.steps`), for either store: it looks at the jobs, pausing
-    longer each time (:data:`WAIT_POLLS`), on ``clock``'s monotonic time."""
+    written progress changed. Raises :class:`WaitTimeout` when some are not finished
+    within ``timeout``. Steps, for either store: it looks at the jobs, pausing longer
+    each time (:data:`WAIT_POLLS`), on ``clock``'s monotonic time."""
     ids = yield from _known_ids(job_ids)
     deadline, pause = clock.monotonic() + timeout.total_seconds(), 0.0
     told: dict[Any, JobProgress] = {}
@@ -251,12 +235,11 @@ def run_here(
 
     Raises, before any job is taken, :class:`NotWaiting` for a job handed out, finished
     or waiting for others, and :class:`NotRunnableHere` for one whose workable
-    ``registry`` does not register. A job taken by a worker meanwhile raises
-    :class:`NotWaiting` at its turn (the jobs before it have run). If this process is declared dead
-    while a job runs (its heartbeats held back longer than the cleaner's dead timeout),
-    the cleaner has released the job, which may run elsewhere: its code is stopped here
-    (as at a timeout) and :class:`DeclaredDead` is raised, to the caller alone: a library
-    does not end the process it runs in (a worker process, whose own it is, exits).
+    ``registry`` does not register; a job taken by a worker meanwhile raises
+    :class:`NotWaiting` at its turn. If this process is declared dead while a job runs,
+    the job was released and may run elsewhere: its code is stopped here and
+    :class:`DeclaredDead` is raised, to the caller alone (a library does not end the
+    process it runs in).
     """
     known = store.run(_known_jobs(job_ids))
     for job in known:  # refused before any job is taken
@@ -264,20 +247,11 @@ def run_here(
             raise NotWaiting(job)
         if job.workable not in registry:
             raise NotRunnableHere(job.id, job.workable)
-    runs = []
-    for job in known:
-        run = _run_one(store, registry, clock, job.id, heartbeat=heartbeat)
-        runs.append(run)
-    return runs
+    return [_run_one(store, registry, clock, job.id, heartbeat=heartbeat) for job in known]
 
 
 def _run_one(
-    store: Store,
-    registry: Registry,
-    clock: Clock,
-    job_id: Any,
-    *,
-    heartbeat: dt.timedelta,
+    store: Store, registry: Registry, clock: Clock, job_id: Any, *, heartbeat: dt.timedelta
 ) -> ManualRun:
     token, now = ObjectId(), clock.now()
     job = store.find_job(job_id)

@@ -2,11 +2,9 @@
 queue is deep, see :mod:`recruiter.processes.prefetch_rule` and docs/guides/prefetch.md).
 
 The jobs run one after the other. The rest of them are read once, before the first
-runs; each job's start is then sent in the same command as the end of the job before
-it (:class:`~recruiter.attempts.ending.Start`), so a slot spends one command a job.
-Asked to stop, the slot finishes the job it runs and puts the rest back, unstarted and
-uncounted; so it does when a job of them was fenced off (the slot was declared dead:
-the others were taken back too).
+runs; each job's start is then sent with the end of the job before it, so a slot spends
+one command a job. Asked to stop, or fenced off (declared dead), the slot puts the rest
+back, unstarted and uncounted.
 """
 
 from __future__ import annotations
@@ -32,8 +30,8 @@ class HandedOut:
 
     executions: list[Execution] = field(default_factory=list)
     lengths: dict[str, list[float]] = field(default_factory=dict)
-    """For each group, how many of its jobs ran and how long their code took, their
-    writes left out (what the recruiter sizes the next hand-outs on)."""
+    """For each group, how many of its jobs ran and how long their code took (what the
+    recruiter sizes the next hand-outs on)."""
     returned: int = 0
     """How many were put back, unstarted."""
 
@@ -97,10 +95,9 @@ NOT_RUN = frozenset({Outcome.FENCED, Outcome.SKIPPED})
 
 
 def _count(done: HandedOut, execution: Execution) -> None:
-    """Count the job's own time, never its writes': on a slower server, the writes
-    take longer, and counted they would shrink the hand-outs, so that each job cost
-    more commands and the server slower still. A job skipped (cancelled, a duplicate)
-    is not counted: it would make its group look quicker than it is."""
+    """Count the job's own time, never its writes': counted, a slower server's writes
+    would shrink the hand-outs, each job would cost more commands and the server slow
+    further. A job skipped is not counted: its group would look quicker than it is."""
     if execution.group is not None and execution.outcome not in NOT_RUN:
         length = done.lengths.setdefault(execution.group, [0, 0.0])
         length[0] += 1

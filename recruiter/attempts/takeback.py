@@ -4,23 +4,20 @@ A job is taken back in one of two ways, and no other:
 
 - **from a holder fenced out first** (:func:`take_back_from_dead`): the cleaner removes
   a silent worker from the roster, on the condition that it is still silent, and only
-  then releases the job that worker held. A worker that heartbeats before the removal
-  keeps its job; one removed can never heartbeat again (its id is gone), learns it at
-  its next heartbeat and stops. So the job is never released while its holder may go
-  on believing it holds it.
+  then releases its job. A worker that heartbeats before the removal keeps its job; one
+  removed can never heartbeat again (its id is gone), learns it at its next heartbeat
+  and stops. So a job is never released while its holder may believe it holds it.
 - **from nobody** (:func:`release_unheld`): a locked job that no roster document holds.
   The locks are read first, their holders after. A lock read *started* had its holder
   on the roster before that read (a worker is assigned before it starts; a manual run
   enters the roster before it locks): if no holder is found after, it left for good,
   and the job is a crashed attempt. A lock read *not started* is only ever put back
-  uncounted, with a write conditional on it still not being started: whoever starts it
-  meanwhile (an old leader's late assignment, a worker) keeps it, and a worker handed
-  a job put back finds its start refused.
+  uncounted, conditional on it still not being started: whoever starts it meanwhile
+  keeps it, and a worker handed a job put back finds its start refused.
 
-A job that was never started goes back to the queue uncounted. A job that was started
-is a crashed attempt: its retry policy decides, with the failure
-:class:`recruiter.errors.WorkerDied`, whether it runs again or is archived. Every write
-is conditional on the lock token.
+A job never started goes back to the queue uncounted; one started is a crashed
+attempt, whose retry policy decides with the failure :class:`recruiter.errors.WorkerDied`.
+Every write is conditional on the lock token.
 """
 
 from __future__ import annotations
@@ -66,9 +63,8 @@ def take_back_from_dead(
     store: Store, worker: WorkerRecord, seen_before: dt.datetime, now: dt.datetime
 ) -> Counter[Released] | None:
     """Remove ``worker`` if it was still not seen since ``seen_before``, then release the
-    jobs it held (one, or several prefetched: those it finished are gone, the one it ran is a
-    crashed attempt, the rest go back uncounted). ``None`` when it was seen meanwhile
-    (it is alive and keeps its jobs)."""
+    jobs it held (those it finished are gone, the one it ran is a crashed attempt, the rest
+    go back uncounted). ``None`` when it was seen meanwhile (it keeps its jobs)."""
     removed = store.remove_worker_if_dead(worker.id, seen_before)
     if removed is None:
         return None
@@ -92,15 +88,13 @@ def take_back_from_dead(
 
 
 def end_transactions_of(store: Store, removed: WorkerRecord) -> bool:
-    """Kill the server sessions of a worker fenced out (removed from the roster): a
-    transaction it left open is aborted and its locks released now, not when MongoDB
-    gives up on it (``transactionLifetimeLimitSeconds``, 60 s by default), while every
-    other transaction writing the same documents fails with a write conflict. Done
-    before its jobs are released, whose writes would wait for those locks too.
+    """Kill the server sessions of a worker fenced out: a transaction it left open is
+    aborted and its locks released now, not at MongoDB's ``transactionLifetimeLimitSeconds``
+    (60 s), while every transaction writing the same documents fails with a write
+    conflict. Done before its jobs are released, whose writes would wait for those locks.
 
-    Best effort: a server without the command, or a user without the privilege, is
-    logged and the take-back goes on (the transaction then ends at MongoDB's limit).
-    Returns whether the sessions were killed."""
+    Best effort (a server without the command, a user without the privilege: logged,
+    the take-back goes on). Returns whether the sessions were killed."""
     if not removed.sessions:
         return False
     try:
@@ -121,8 +115,8 @@ def end_transactions_of(store: Store, removed: WorkerRecord) -> bool:
 def release_fenced(
     store: Store, job_id: Any, token: ObjectId, now: dt.datetime, reason: str
 ) -> Released:
-    """Take back the job locked with ``token``, whose holder is fenced out already (it
-    was removed from the roster); ``reason`` says why, for its history."""
+    """Take back the job locked with ``token``, whose holder is fenced out already;
+    ``reason`` says why, for its history."""
     job = store.find_locked_job(job_id, token)
     if job is None:
         return Released.GONE
@@ -137,8 +131,8 @@ def release_fenced(
 
 
 def unheld_locks(store: Store, locked_before: dt.datetime | None = None) -> list[LockRecord]:
-    """Locks (locked before ``locked_before``) that no roster document holds: the locks
-    are read first, their holders after (see the module's docstring)."""
+    """Locks (locked before ``locked_before``) that no roster document holds: read
+    first, their holders after (see the module's docstring)."""
     locks = store.locks(locked_before)
     if not locks:
         return []
@@ -149,10 +143,8 @@ def unheld_locks(store: Store, locked_before: dt.datetime | None = None) -> list
 def release_unheld(
     store: Store, now: dt.datetime, reason: str, locked_before: dt.datetime | None = None
 ) -> Counter[Released]:
-    """Release locked jobs that no worker on the roster holds (locked before ``locked_before``).
-
-    Returns how many jobs each outcome had; jobs gone or started meanwhile are not counted.
-    """
+    """Release locked jobs that no worker on the roster holds (locked before
+    ``locked_before``); how many had each outcome (those gone meanwhile not counted)."""
     released: Counter[Released] = Counter()
     # the locks read not started first (each put back only if still not started), then
     # those read started: a slot's next prefetched job is put back before the job that ran before
@@ -180,8 +172,7 @@ def _release_unheld_one(store: Store, lock: LockRecord, now: dt.datetime, reason
 
 
 def _refused(job_id: Any, error: WriteRejected) -> Released:
-    """One job the database will not let be recorded must not stop the take-backs of
-    all the others (nor the rounds they are part of)."""
+    """One job the database will not let be recorded must not stop the other take-backs."""
     logger.error(
         "job %s could not be taken back, the database refused the write (%s): left as it "
         "is, tried again at the next pass; look at the job's document",
@@ -202,11 +193,9 @@ class PutBack:
 def put_back(
     store: Store, job_ids: Sequence[Any], token: ObjectId, now: dt.datetime, reason: str
 ) -> PutBack:
-    """Put back, uncounted, the jobs of ``job_ids`` locked with ``token`` and not started
-    (the rest of a slot's prefetched jobs, a round's jobs whose worker left, a fenced or
-    absent holder's job it never started); those whose cancellation was asked for
-    meanwhile are finished as cancelled instead, and what waits for them is told.
-    ``reason`` says why, for the log."""
+    """Put back, uncounted, the jobs of ``job_ids`` locked with ``token`` and not started;
+    those whose cancellation was asked for meanwhile are finished as cancelled instead,
+    and what waits for them is told. ``reason`` says why, for the log."""
     returned = store.unlock_if_not_started(job_ids, token)
     cancelled = []
     if returned:
@@ -231,9 +220,8 @@ def _requeue(
 
 
 def _crashed(store: Store, job: Job, token: ObjectId, now: dt.datetime, reason: str) -> Released:
-    """End the attempt ``job`` was running as crashed, through the one funnel: its
-    policy decides (with :class:`~recruiter.errors.WorkerDied`) unless it was being
-    cancelled; what waits for it is told if that ends it."""
+    """End the attempt ``job`` was running as crashed, through the one funnel: its policy
+    decides unless it was being cancelled; what waits for it is told if that ends it."""
     policy, _ = policy_or_default(job.retry_policy)
     failure = Failure.worker_died(reason)
     verdict = verdict_of(
@@ -267,21 +255,10 @@ def _crashed(store: Store, job: Job, token: ObjectId, now: dt.datetime, reason: 
     )
     if written is None:
         return Released.GONE
+    said = (job.id, job.attempts, reason)
     if written.outcome is Outcome.RETRY:
-        logger.warning(
-            "job %s: attempt %d crashed (%s), retrying at %s",
-            job.id,
-            job.attempts,
-            reason,
-            written.retry_at,
-        )
+        logger.warning("job %s: attempt %d crashed (%s), retrying at %s", *said, written.retry_at)
         return Released.RETRY
-    logger.warning(
-        "job %s: attempt %d crashed (%s), archived as %s",
-        job.id,
-        job.attempts,
-        reason,
-        written.why,
-    )
+    logger.warning("job %s: attempt %d crashed (%s), archived as %s", *said, written.why)
     tell_dependents(store, job, None if written.why is None else str(written.why), now)
     return Released.ARCHIVED

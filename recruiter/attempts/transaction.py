@@ -2,15 +2,15 @@
 transaction, committed together or not at all (docs/guides/transactions.md).
 
 A failure aborts the transaction (the job's writes with it) and is concluded outside it
-through the one funnel, as any failure; a job no longer held is fenced off with its
-writes; a transient error (a write conflict, an election, its session killed) runs the
-code again after a wait that grows, with jitter (:func:`transaction_wait`), for up to
-:data:`TRANSACTION_TIME_LIMIT` in all; a commit whose result is unknown is committed
-again. How many times the code ran is recorded in the attempt (``code_runs``).
+through the one funnel; a job no longer held is fenced off with its writes; a transient
+error (a write conflict, an election, its session killed) runs the code again after a
+growing wait with jitter (:func:`transaction_wait`), for up to
+:data:`TRANSACTION_TIME_LIMIT`; a commit whose result is unknown is committed again.
+The runs of the code are recorded in the attempt (``code_runs``).
 
-The transaction runs in the slot's own server session when it has one (its id is on
-the slot's roster document, for the cleaner to kill if the slot dies:
-:mod:`recruiter.store.sessions`), else in a session opened for the attempt.
+The transaction runs in the slot's server session when it has one (its id is on the
+slot's roster document, for the cleaner to kill: :mod:`recruiter.store.sessions`), else
+in a session opened for the attempt.
 """
 
 from __future__ import annotations
@@ -43,22 +43,19 @@ from recruiter.store import Commit, End, Store, in_project_words, is_transient
 logger = logging.getLogger(__name__)
 
 TRANSACTION_TIME_LIMIT = 120.0
-"""Seconds a transaction is run again (or committed again) after transient errors,
-from its first run; as pymongo's ``with_transaction``."""
+"""Seconds from its first run a transaction is run (or committed) again after transient errors."""
 FIRST_WAIT = 0.05
 """Seconds of the longest wait after a transaction's first run met a transient error."""
 LONGEST_WAIT = 5.0
 """Seconds: the waits double from :data:`FIRST_WAIT` up to this. A conflict between two
-live jobs resolves in the first few; a transaction left open by a dead worker holds its
-documents until the cleaner kills its session, or for MongoDB's
-``transactionLifetimeLimitSeconds`` (60 s), and is waited for in some twenty runs, not hundreds."""
+live jobs resolves in the first few; a transaction left open by a dead worker (held until
+the cleaner kills its session, or for MongoDB's 60 s limit) in some twenty runs, not hundreds."""
 
 
 def transaction_wait(runs: int, draw: float) -> float:
-    """Seconds to wait before running a transaction again after its ``runs``-th run
-    (from 1) met a transient error: a ceiling doubling from :data:`FIRST_WAIT` up to
-    :data:`LONGEST_WAIT`, of which the first half is waited and the second drawn
-    (``draw`` in [0, 1)), so that two conflicting workers spread apart.
+    """Seconds to wait after a transaction's ``runs``-th run (from 1) met a transient
+    error: a ceiling doubling from :data:`FIRST_WAIT` up to :data:`LONGEST_WAIT`, half of
+    it waited and half drawn (``draw`` in [0, 1)), so that conflicting workers spread apart.
 
     >>> transaction_wait(1, 0.0), transaction_wait(4, 0.0), transaction_wait(30, 0.5)
     (0.025, 0.2, 3.75)
@@ -89,9 +86,8 @@ class TransactionalAttempt:
 @dataclass(frozen=True)
 class TransactionEnded:
     """How a transactional attempt's transaction ended: committed with its end as done
-    (``done``: the record), fenced off (its writes discarded), or neither (its code
-    failed or snoozed, or the transaction could not commit: ``ran`` says, and the
-    attempt is concluded outside the transaction, through the one funnel)."""
+    (``done``: the record), fenced off (its writes discarded), or neither (``ran`` says
+    why; the attempt is concluded outside the transaction, through the one funnel)."""
 
     ran: CodeResult
     done: dict[str, Any] | None = None
@@ -143,15 +139,12 @@ def run_transaction(
     name: str,
     draw: Callable[[], float] = random.random,
 ) -> None:
-    """Run ``attempt(session)`` in a transaction in ``session``, committed when it
-    returns and aborted when it raises; run again, after :func:`transaction_wait`, on
-    a transient error (the ``TransientTransactionError`` label), and committed again
-    when a commit's result is unknown, for up to :data:`TRANSACTION_TIME_LIMIT` (then
-    :class:`~recruiter.errors.DatabaseUnavailable`). pymongo's ``with_transaction``
-    rules, with waits long enough to outlast a dead worker's transaction.
-
-    What ``attempt`` raises otherwise is raised as it is (a driver's error in the
-    project's words)."""
+    """Run ``attempt(session)`` in a transaction in ``session``, committed when it returns
+    and aborted when it raises; run again after :func:`transaction_wait` on a transient
+    error, and committed again while a commit's result is unknown, for up to
+    :data:`TRANSACTION_TIME_LIMIT` (then :class:`~recruiter.errors.DatabaseUnavailable`):
+    pymongo's ``with_transaction`` rules, with waits that outlast a dead worker's
+    transaction. Anything else ``attempt`` raises is raised (in the project's words)."""
     began = clock.monotonic()
     runs, last = 0, ""
     while True:
@@ -183,8 +176,7 @@ def run_transaction(
 
 
 def _commit(store: Store, session: Any, clock: Clock, began: float) -> tuple[Commit, str]:
-    """Commit, again while its result is unknown (within the time limit): done, or to
-    be run again."""
+    """Commit, again while its result is unknown (within the time limit)."""
     while True:
         outcome, message = store.commit_transaction(session)
         if outcome is not Commit.AGAIN:
@@ -194,8 +186,7 @@ def _commit(store: Store, session: Any, clock: Clock, began: float) -> tuple[Com
 
 
 class _TransactionalRun:
-    """What runs in a transactional job's transaction: its code, then its end as done;
-    run again if the transaction is retried."""
+    """What runs in a transactional job's transaction: its code, then its end as done."""
 
     def __init__(
         self, attempt: TransactionalAttempt, job: Job, token: ObjectId, start: Start

@@ -1,12 +1,10 @@
 """How an attempt ends its job, decided as a pure function, and the one shape of an
 attempt's record.
 
-:func:`verdict_of` takes how the code ended (a failure, or none), the job's retry policy,
-whether a cancellation was asked for, and the time, and says: done, retry at a time, or
-give up, and why. It reads nothing and writes nothing: every end of an attempt is
-decided here, whether its code returned, raised, was stopped, or its worker died
-(:mod:`recruiter.attempts.takeback`). :func:`attempt_record` is the record every end
-writes in the job's history.
+:func:`verdict_of` takes how the code ended, the job's retry policy, whether a
+cancellation was asked for, and the time, and says: done, retry at a time, or give up,
+and why. It reads and writes nothing: every end of an attempt is decided here, however
+its code ended or its worker died. :func:`attempt_record` is the record every end writes.
 """
 
 from __future__ import annotations
@@ -19,15 +17,7 @@ from typing import Any
 from recruiter.execution import Outcome
 from recruiter.job import TRACE_LIMIT
 from recruiter.job_record import Job
-from recruiter.retry import (
-    FailedAttempt,
-    Failure,
-    GiveUp,
-    RetryAt,
-    RetryPolicy,
-    Why,
-    decide_safely,
-)
+from recruiter.retry import FailedAttempt, Failure, GiveUp, RetryAt, RetryPolicy, Why, decide_safely
 
 ENDING_OUTCOMES = (Outcome.DONE, Outcome.ARCHIVED, Outcome.SKIPPED)
 """The outcomes that end a job for good: those waiting for it are told."""
@@ -59,12 +49,10 @@ def verdict_of(
     cancelled: bool = False,
     snooze: dt.timedelta | None = None,
 ) -> Verdict:
-    """How attempt ``job.attempts`` of ``job`` ends it: done if its code returned (and
-    ``failure`` is ``None``); snoozed until ``ended_at + snooze`` if its code snoozed
-    (within its limit: a snooze past it is a failure where it is raised, see
-    :func:`recruiter.snooze.past_limit`); else given up as cancelled if a cancellation was
-    asked for (or landed as the stop of its code); else as ``policy`` decides (a policy
-    that raises gives up, saying so).
+    """How attempt ``job.attempts`` of ``job`` ends it: done if its code returned
+    (``failure`` is ``None``); snoozed until ``ended_at + snooze`` if its code snoozed
+    (within its limit: see :func:`recruiter.snooze.past_limit`); else cancelled if a
+    cancellation was asked for; else as ``policy`` decides (one that raises gives up).
 
     >>> from recruiter.job import JobSpec
     >>> from recruiter.policies import RetryManyTimes
@@ -108,8 +96,7 @@ def attempt_record(
     failure: Failure | None = None,
 ) -> dict[str, Any]:
     """The record of attempt ``job.attempts`` in the job's history: when it was due,
-    started and ended, who ran it (``by``: its worker, pid and hostname), how it ended,
-    and its failure's class and message (kept to :data:`TRACE_LIMIT`), if it failed."""
+    started and ended, who ran it (``by``), how it ended, and its failure, if any."""
     record: dict[str, Any] = {
         "attempt": job.attempts,
         "scheduled_at": job.scheduled_at,
