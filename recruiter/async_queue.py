@@ -1,10 +1,6 @@
-"""The producer's side for asyncio applications (FastAPI, aiohttp, ...): schedule jobs
-and read them back without blocking the event loop.
-
-:class:`AsyncQueue` has :class:`recruiter.Queue`'s producer methods, written once
-(:mod:`recruiter.producer_api`), over pymongo's :class:`~pymongo.AsyncMongoClient`:
-their steps are awaited where the synchronous queue calls them. No thread pool is
-involved.
+"""The producer's side for asyncio applications (FastAPI, aiohttp, ...): :class:`AsyncQueue`
+has :class:`recruiter.Queue`'s methods (:mod:`recruiter.producer_api`) over pymongo's
+:class:`~pymongo.AsyncMongoClient`, their steps awaited, no thread pool involved.
 
 >>> import asyncio, mongomock
 >>> from recruiter import AsyncQueue, JobSpec
@@ -36,18 +32,11 @@ from recruiter.store.async_store import AsyncStore
 
 
 class AsyncQueue(AwaitedProducer):
-    """Schedules jobs into a recruiter database from an event loop, and reads them back.
-
-    Made from a database of pymongo's :class:`~pymongo.AsyncMongoClient` (or a
-    mongomock one, in an application's tests). The database's schema version is
-    checked (a newer one refused) and missing indexes created **lazily, at the first
-    call** (or at once by :meth:`connect`, or by awaiting :meth:`ensure_ready`): a
-    constructor cannot await.
-
-    Its methods are :class:`recruiter.Queue`'s (the producer API,
-    :mod:`recruiter.producer_api`), each returning a coroutine: the same arguments,
-    checked the same way, the same errors.
-    """
+    """Schedules jobs into a recruiter database from an event loop, and reads them back:
+    :class:`recruiter.Queue`'s methods, each returning a coroutine. Made from a database of
+    an :class:`~pymongo.AsyncMongoClient` (or mongomock, in tests). The schema version is
+    checked (a newer one refused) and missing indexes made **lazily, at the first call**
+    (or at once by :meth:`connect` or :meth:`ensure_ready`): a constructor cannot await."""
 
     store: AsyncStore
 
@@ -70,16 +59,9 @@ class AsyncQueue(AwaitedProducer):
         *,
         wait: Duration = 0,
     ) -> AsyncQueue:
-        """A queue on the database named in ``uri`` (or ``database``, or ``recruiter``),
-        ready (its schema checked and indexes made): :meth:`recruiter.Queue.connect`'s
-        rules. With no ``uri``: the one in ``MONGODB_URI``, else the user's embedded
-        database, started if it does not run (that start is synchronous: once, before
-        the application serves).
-
-        Raises :class:`~recruiter.errors.InvalidUri` at once for an address that is not a
-        MongoDB URI, and :class:`~recruiter.errors.DatabaseUnreachable` when no database
-        answers within a few seconds, or ``wait`` (``"1m"``, say) when given.
-        """
+        """A queue made ready (schema checked, indexes made) by the rules and errors of
+        :meth:`recruiter.Queue.connect`; starting an embedded database is synchronous
+        (once, before the application serves)."""
         resolved, _ = resolve_uri(uri or os.environ.get(URI_VARIABLE))
         limit = to_timedelta(wait, name="wait")
         found = await open_async_database(resolved, database, wait=limit, clock=SystemClock())

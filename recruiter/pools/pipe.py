@@ -1,7 +1,5 @@
-"""What the two sides of the processes pool share: how they read the pipe's BSON, how
-often they look at it, the workable's hooks that run in the child, and the error of a
-child that does not follow the protocol.
-"""
+"""What the two sides of the processes pool share: the pipe's BSON, how often they look
+at it, the hooks that run in the child, the error of a child off the protocol."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
 """The cleaner: recovers what dead workers held, and keeps ``archived`` from growing forever.
-
-Each round runs, in order, the services the cleaner owns (:mod:`recruiter.maintenance`):
-the take-back of dead workers' jobs, archiving, purging, and the sweep of blocked jobs
-(docs/reference/processes.md, ``recruiter clean``). Jobs locked but held by no worker
-are the leading recruiter's to release.
-"""
+Each round runs its services (:mod:`recruiter.maintenance`) in order: the take-back of dead
+workers' jobs, archiving, purging, the sweep of blocked jobs (docs/reference/processes.md).
+Unheld locks are the leading recruiter's to release."""
 
 from __future__ import annotations
 
@@ -39,7 +36,7 @@ class CleanerConfig:
 
     @property
     def idle_waits(self) -> Backoff:
-        """The waits between idle rounds, capped at a quarter of the dead timeout."""
+        """The waits between idle rounds (see :attr:`idle_wait_max`)."""
         cap = min(self.idle_wait_max, self.considered_dead_after.total_seconds() / 4)
         return Backoff(min(self.idle_wait_min, cap), cap)
 

@@ -1,9 +1,6 @@
 """Running the recruiter, the cleaner and workers together on one machine: ``recruiter up``.
-
-A :class:`Supervisor` starts each command as a process of its own (in its own process
-group, so a Ctrl-C reaches it once, through the supervisor), restarts one that exits,
-and on stop sends each SIGTERM and waits for them (docs/reference/processes.md).
-"""
+Each command is a process in its own group (a Ctrl-C reaches it once, through the
+supervisor), restarted when it exits, sent SIGTERM and waited for on stop."""
 
 from __future__ import annotations
 
