@@ -32,11 +32,10 @@ from recruiter.store.async_store import AsyncStore
 
 
 class AsyncQueue(AwaitedProducer):
-    """Schedules jobs into a recruiter database from an event loop, and reads them back:
-    :class:`recruiter.Queue`'s methods, each returning a coroutine. Made from a database of
-    an :class:`~pymongo.AsyncMongoClient` (or mongomock, in tests). The schema version is
-    checked (a newer one refused) and missing indexes made **lazily, at the first call**
-    (or at once by :meth:`connect` or :meth:`ensure_ready`): a constructor cannot await."""
+    """:class:`recruiter.Queue`'s methods from an event loop, each returning a coroutine, on
+    a database of an :class:`~pymongo.AsyncMongoClient` (or mongomock, in tests). The schema
+    is checked and indexes made **lazily, at the first call** (or at once by :meth:`connect`
+    or :meth:`ensure_ready`): a constructor cannot await."""
 
     store: AsyncStore
 
@@ -59,9 +58,8 @@ class AsyncQueue(AwaitedProducer):
         *,
         wait: Duration = 0,
     ) -> AsyncQueue:
-        """A queue made ready (schema checked, indexes made) by the rules and errors of
-        :meth:`recruiter.Queue.connect`; starting an embedded database is synchronous
-        (once, before the application serves)."""
+        """A ready queue, by :meth:`recruiter.Queue.connect`'s rules and errors (an embedded
+        database starts synchronously: once, before the application serves)."""
         resolved, _ = resolve_uri(uri or os.environ.get(URI_VARIABLE))
         limit = to_timedelta(wait, name="wait")
         found = await open_async_database(resolved, database, wait=limit, clock=SystemClock())
@@ -74,8 +72,7 @@ class AsyncQueue(AwaitedProducer):
         return queue
 
     async def ensure_ready(self) -> None:
-        """Check the schema version (refusing a newer one, upgrading an older one) and
-        create missing indexes, if not done yet: every method does it first."""
+        """Check the schema version (a newer refused, an older upgraded), make missing indexes."""
         await self.store.run(self._readiness())
 
     async def close(self) -> None:
@@ -87,9 +84,8 @@ class AsyncQueue(AwaitedProducer):
     async def progress(
         self, job_id: ObjectId | str, timeout: Duration = "1m"
     ) -> AsyncGenerator[JobProgress, None]:
-        """Each new progress of the job as its worker writes it (every few seconds, see
-        :func:`recruiter.report_progress`), until the job is finished; raises
-        :class:`~recruiter.errors.WaitTimeout` if it is not within ``timeout``.
+        """Each new progress of the job as its worker writes it (every few seconds), until it
+        is finished; :class:`~recruiter.errors.WaitTimeout` if it is not within ``timeout``.
 
         >>> async for progress in queue.progress(job_id, "10m"):  # doctest: +SKIP
         ...     print(f"{progress.percent}% done")
@@ -121,8 +117,7 @@ class AsyncQueue(AwaitedProducer):
             await asyncio.gather(*pending, return_exceptions=True)
 
     async def _sleep(self, seconds: float) -> None:
-        """Wait without blocking the loop; a test's :class:`FrozenClock` is moved on
-        instead (its waits are instant, as the synchronous queue's are)."""
+        """Wait without blocking the loop (a test's :class:`FrozenClock` is moved on instead)."""
         if isinstance(self.clock, FrozenClock):
             self.clock.sleep(seconds)
             await asyncio.sleep(0)

@@ -134,8 +134,7 @@ def scheduler_declaration(
     missed: Missed = DEFAULT_MISSED,
     now: dt.datetime,
 ) -> dict[str, Any]:
-    """The arguments of the store's ``upsert_scheduler`` for a repeatable job, checked
-    (see :meth:`recruiter.Queue.repeat`)."""
+    """The checked arguments of ``upsert_scheduler`` for a repeatable job (:meth:`Queue.repeat`)."""
     if not isinstance(urn, str) or not urn.strip():
         raise InvalidJob(f"a scheduler needs a non-empty urn, got {urn!r}")
     checked_specs([job])

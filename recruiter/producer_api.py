@@ -73,8 +73,7 @@ class ProducerMethod(Generic[P, T]):
 
 
 def read_clock(clock: DatabaseClock) -> Steps[None]:
-    """Read the server's time into ``clock`` when due, each reading a ``server_time`` call:
-    the clock then tells the time without reading it (the asyncio queue's cannot)."""
+    """Read the server's time into ``clock`` when due (the asyncio queue's cannot read it)."""
     if not clock.due():
         return
     readings = clock.readings()
@@ -100,8 +99,7 @@ class ProducerAPI:
     _ready: bool  # the database made ready (its schema checked, missing indexes made)
     _recheck: Recheck
     _server_clock: DatabaseClock | None = None
-    """The server's clock the steps read (:func:`read_clock`); none where the clock reads
-    the server itself, or is the application's."""
+    """The server's clock the steps read (:func:`read_clock`), if the clock does not itself."""
 
     @property
     def database_name(self) -> str:
@@ -109,8 +107,7 @@ class ProducerAPI:
         return self.store.database.name
 
     def _readiness(self, *, recheck: bool = False) -> Steps[None]:
-        """Make the database ready if not done yet; then, with ``recheck``, look at its
-        schema version again when due (:mod:`recruiter.schema_check`)."""
+        """Make the database ready if not yet; with ``recheck``, look at its schema when due."""
         if not self._ready:
             yield from call(schema.ensure_ready)
             self._ready = True
@@ -132,23 +129,20 @@ class ProducerAPI:
 
     @ProducerMethod
     def schedule(self, job: JobSpec, *, session: Any = None) -> Steps[ObjectId]:
-        """Store ``job`` to run when due; return its id. With ``session``, in the
-        application's transaction (see :meth:`schedule_many`)."""
+        """Store ``job`` to run when due; its id. ``session``: see :meth:`schedule_many`."""
         return (yield from ProducerAPI.schedule_many.steps(self, [job], session=session))[0]
 
     @ProducerMethod
     def schedule_many(
         self, jobs: Iterable[JobSpec], *, session: Any = None
     ) -> Steps[list[ObjectId]]:
-        """Store every job in one round trip, all or (on a validation error) none. While
-        the database does not answer, it tries again for up to
-        :data:`~recruiter.scheduling.SCHEDULE_PATIENCE` seconds, storing each job once.
-
-        With ``session`` (a pymongo ``ClientSession`` in a transaction on this queue's
-        client; an ``AsyncClientSession`` for :class:`~recruiter.AsyncQueue`), the jobs exist
-        if and only if it commits, and no worker sees them before; nothing is tried again:
-        the driver's errors reach the caller, for ``with_transaction`` to retry a transient
-        one (docs/guides/transactions.md).
+        """Store every job in one round trip, all or (on a validation error) none. While the
+        database does not answer, it tries again for up to
+        :data:`~recruiter.scheduling.SCHEDULE_PATIENCE` seconds, storing each job once. With
+        ``session`` (a pymongo ``ClientSession`` in a transaction on this queue's client; an
+        ``AsyncClientSession`` for :class:`~recruiter.AsyncQueue`), the jobs exist if and only
+        if it commits, and no worker sees them before; nothing is tried again: the driver's
+        errors reach the caller, for ``with_transaction`` to retry (docs/guides/transactions.md).
         """
         specs = yield from self._checked(jobs, session)
         # the latest the time may be: a run of a duplicate that began before is never
@@ -260,8 +254,7 @@ class ProducerAPI:
 
     @ProducerMethod
     def scheduler(self, urn: str) -> Steps[SchedulerRecord]:
-        """The scheduler ``urn``, as it is now; :class:`~recruiter.errors.SchedulerNotFound`
-        if unknown."""
+        """The scheduler ``urn`` now; :class:`~recruiter.errors.SchedulerNotFound` if unknown."""
         yield from self._readiness()
         record = yield from call(schedulers.find_scheduler, urn)
         if record is None:
@@ -347,8 +340,7 @@ class ProducerAPI:
 
     @ProducerMethod
     def finished(self, job_ids: Iterable[ObjectId | str]) -> Steps[list[Job]]:
-        """Those of ``job_ids`` that are finished, as they are now (without waiting:
-        :meth:`wait` waits)."""
+        """Those of ``job_ids`` that are finished, as they are now (:meth:`wait` waits)."""
         yield from self._readiness()
         return (yield from call(jobs.finished_jobs, [as_object_id(job_id) for job_id in job_ids]))
 

@@ -32,8 +32,7 @@ from recruiter.workable import Registry
 
 
 class Queue(SyncProducer):
-    """Schedules jobs into a recruiter database and reads them back (the producer API,
-    :mod:`recruiter.producer_api`, each method returning its result). Creating it checks
+    """Schedules jobs and reads them back (:mod:`recruiter.producer_api`). Creating it checks
     the schema version (refusing a newer one) and makes missing indexes; scheduling looks
     at the version again every minute."""
 
@@ -56,12 +55,11 @@ class Queue(SyncProducer):
         *,
         wait: Duration = 0,
     ) -> Queue:
-        """A queue on the database named in ``uri`` (or ``database``, or ``recruiter``). With
-        no ``uri``: the one in ``MONGODB_URI``, else the user's embedded database, started if
-        need be (the commands' default; ``pip install 'recruiter[embedded]'``). Raises
-        :class:`~recruiter.errors.InvalidUri` at once for an address that is not a MongoDB
-        URI, :class:`~recruiter.errors.DatabaseUnreachable` when no database answers within
-        a few seconds, or ``wait`` (``"1m"``, say)."""
+        """A queue on the database named in ``uri`` (or ``database``, or ``recruiter``); no
+        ``uri``: ``MONGODB_URI``'s, else the user's embedded database, started if need be
+        (``pip install 'recruiter[embedded]'``). :class:`~recruiter.errors.InvalidUri` for
+        an address that is not a MongoDB URI; :class:`~recruiter.errors.DatabaseUnreachable`
+        when none answers within a few seconds, or ``wait`` (``"1m"``, say)."""
         resolved, _ = resolve_uri(uri or os.environ.get(URI_VARIABLE))
         return cls(open_database(resolved, database, wait=to_timedelta(wait, name="wait")), clock)
 
@@ -73,8 +71,7 @@ class Queue(SyncProducer):
         self.clock.sleep(seconds)
 
     def run_here(self, registry: Registry, *job_ids: ObjectId | str) -> list[ManualRun]:
-        """Run these waiting jobs in this process, now, one after the other, with the
-        workables of ``registry``; return how each ended (see :mod:`recruiter.attempts.manual`)."""
+        """Run these waiting jobs here and now, in turn, with ``registry``; how each ended."""
         return run_here(self.store, registry, self.clock, job_ids)
 
     def recover(

@@ -23,10 +23,9 @@ T = TypeVar("T")
 
 
 def new_jobs(clock: Clock, documents: list[dict[str, Any]], session: Any) -> Steps[list[ObjectId]]:
-    """Store new jobs' documents (in the transaction ``session``, if given): the blocked
-    ones after the rest, each after what it waits for; then note at once what they wait
-    for that has ended already. Return their ids (a deduplicated job's: the queued
-    duplicate's). Steps (:mod:`recruiter.store.steps`), for either store."""
+    """Store new jobs' documents (in ``session``, if given), the blocked ones after the rest
+    and after what they wait for, then note what they wait for that has ended; their ids (a
+    deduplicated job's: the queued duplicate's). Steps, for either store."""
     scheduled_in = current_context()
     if scheduled_in is not None:
         for document in documents:
@@ -49,9 +48,8 @@ def new_jobs(clock: Clock, documents: list[dict[str, Any]], session: Any) -> Ste
         clock, waited=outside, plain=plain, blocked_ones=blocked_ones, session=session
     )
     stored = dict(zip([d["_id"] for d in plain], ids, strict=True))
-    # a batch's members are stored before its callbacks, in another command: one
-    # that ended in between told no callback (in a transaction, none is seen before
-    # the commit)
+    # a batch's members are stored before its callbacks, in another command: one that ended
+    # in between told no callback (in a transaction, none is seen before the commit)
     batches = [] if session is not None else [d["after"].get("batch") for d in blocked_ones]
     batches = [b for b in dict.fromkeys(batches) if b is not None]
     if outside or batches:

@@ -1,13 +1,9 @@
-"""The engine of jobs that wait for others (chains, workflows, batches with callbacks):
-when what a job waits for ends, it is released or cancelled, exactly once.
-
-A blocked job has no ``scheduled_at`` and a ``waiting_for`` array of the ids it still
-waits for; its rule (``done`` or ``ended``) says what their ends make of it. Three
-parties notice an end (:func:`follow_up`): the worker that ended the job, the scheduling
-(it inserts first and settles after: an end landing meanwhile is seen by one of the two)
-and the cleaner's :func:`sweep`. Each notice is one conditional update of the waiting job
-(:mod:`recruiter.store.blocked`): any may notice an end, at once, and it is noted once.
-"""
+"""The engine of jobs that wait for others (docs/guides/workflows.md): when what a job
+waits for (``waiting_for``) ends, it is released or cancelled as its rule says, once.
+Three parties notice an end: the worker that ended the job, the scheduling (it inserts
+first and settles after: an end landing meanwhile is seen by one of the two) and the
+cleaner's :func:`sweep`. Each notice is one conditional update of the waiting job
+(:mod:`recruiter.store.blocked`): any may notice an end, at once, and it is noted once."""
 
 from __future__ import annotations
 
@@ -54,8 +50,7 @@ class Settled:
     cancelled: list[Any] = field(default_factory=list)
 
     def count(self, document: Document, outcome: str, ended: MutableSequence[Ended]) -> None:
-        """Count how settling ``document`` went; one cancelled joins ``ended``: what waits
-        for it is to be told in turn."""
+        """Count how settling ``document`` went; one cancelled joins ``ended``, told in turn."""
         if outcome == "ready":
             self.ready.append(document["_id"])
         elif outcome == "cancelled":
@@ -69,9 +64,8 @@ class Settled:
 
 
 def follow_up(ended: Iterable[Ended], now: dt.datetime, *, session: Any = None) -> Steps[Settled]:
-    """Note these ends in every job blocked on them; make ready, or cancel, those that
-    waited for nothing else. A cancelled job's own dependents are followed up in turn (a
-    chain fails down at once). Steps (:mod:`recruiter.store.steps`), for either store."""
+    """Note these ends in every job blocked on them; make ready, or cancel, those that waited
+    for nothing else, a cancelled one's dependents in turn (a chain fails down at once)."""
     settled = Settled()
     pending = deque(ended)
     while pending:
@@ -121,9 +115,8 @@ def settle_stored(
 
 
 def settle(document: Document, now: dt.datetime, *, session: Any = None) -> Steps[str]:
-    """Note every end the blocked job ``document`` waits for that has come: ``"ready"``
-    if that made it ready, ``"cancelled"`` if its rule cancelled it, else
-    ``"waiting"`` (or ``"gone"``: another process settled it meanwhile)."""
+    """Note the ends come of what the blocked job ``document`` waits for: ``"ready"``,
+    ``"cancelled"`` (by its rule), ``"waiting"``, or ``"gone"`` (settled elsewhere meanwhile)."""
     return _Notices(now, session).settle(document)
 
 
@@ -181,9 +174,8 @@ class _Notices:
             )
         if self._unfinished[batch]:
             return "waiting"
-        # none unfinished: every end has landed, and a read of the failures now sees
-        # each (one read before the unfinished one could miss a member failing between
-        # the two, and release on_success although it failed)
+        # none unfinished: every end has landed, so this read sees each failure (read before,
+        # it could miss one landing between the two, and release on_success though it failed)
         failure = yield from self._failure(batch)
         if rule == "done" and failure is not None:
             return (yield from self._cancel_callback(document, batch, failure))
@@ -199,8 +191,7 @@ class _Notices:
         return (yield from self._cancel(document["_id"], batch, entry, because))
 
     def _failure(self, batch: Any) -> Steps[Document | None]:
-        """A member of ``batch`` that ended without being done: one known already (an
-        end is final), else as read now."""
+        """A member of ``batch`` that ended undone: one known already (final), else read now."""
         if self._failures.get(batch) is None:
             self._failures[batch] = yield from call(
                 blocked.batch_failure, batch, session=self.session
@@ -292,8 +283,7 @@ class _Notices:
 
 
 def _entry(dependency: Any, state: Document | None, after: Mapping[str, Any]) -> Document:
-    """How ``dependency`` ended, as noted in the waiting job (``purged``: ended so long
-    ago that the archive no longer has it)."""
+    """How ``dependency`` ended, as noted in the waiting job (``purged``: the archive lost it)."""
     if state is None:
         return {"job": dependency, "why": "purged"}
     why = state.get("why") if isinstance(state.get("why"), str) else "unknown"

@@ -111,8 +111,7 @@ class Workflow:
         return self
 
     def order(self) -> list[str]:
-        """The steps, each after the steps it waits for; raises :class:`InvalidJob` on
-        a cycle or an unknown step."""
+        """The steps, each after those it waits for; :class:`InvalidJob` on a cycle or unknown."""
         for name, step in self._steps.items():
             for item in step.after:
                 if isinstance(item, str) and item not in self._steps:
@@ -138,8 +137,7 @@ class Workflow:
         return ordered
 
     def specs(self) -> tuple[dict[str, ObjectId], list[JobSpec]]:
-        """Each step's new id, and the specs to store in order (the waiting ones with
-        their dependencies' ids)."""
+        """Each step's new id, and the specs to store in order, with their dependencies' ids."""
         order = self.order()
         ids = {name: ObjectId() for name in order}
         specs = []

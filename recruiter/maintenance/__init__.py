@@ -8,8 +8,7 @@ import datetime as dt
 
 
 class DuePass:
-    """A recruiter's service, due at first, after :meth:`look_now`, and from ``next_at``
-    on (set by each run)."""
+    """A recruiter's service, due at first, after :meth:`look_now`, and from its ``next_at``."""
 
     next_at: dt.datetime | None = None
 

@@ -1,7 +1,6 @@
-"""Taking back dead workers' jobs, by the leading cleaner, by the one take-back rule
-(:func:`recruiter.attempts.takeback.take_back_from_dead`): fence the worker out, then
-release its jobs. Only a service that watched for the whole timeout, without a database
-error or a gap between runs, declares a death: an outage's lost heartbeats are not."""
+"""Taking back dead workers' jobs, by the leading cleaner (the one take-back rule:
+:func:`recruiter.attempts.takeback.take_back_from_dead`). Only a service that watched for
+the whole timeout, without a database error or a gap between runs, declares a death."""
 
 from __future__ import annotations
 

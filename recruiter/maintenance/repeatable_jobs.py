@@ -1,10 +1,6 @@
-"""The repeatable-job pass: creates the due occurrences of schedulers
-(:func:`recruiter.repeating.occurrences.create_due_occurrences` has the rule).
-
-The leading recruiter's alone, run before its hand-out so that a job due now is handed
-out in the same round; due at a scheduler's next occurrence, on news of ``schedulers``,
-on taking the lead, after a failed round, and every :data:`REFRESH`.
-"""
+"""The repeatable-job pass (:func:`recruiter.repeating.occurrences.create_due_occurrences`),
+run by the leading recruiter before its hand-out, so that a job due now goes out in the
+same round."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""Releasing jobs locked but held by no worker (a round cut short between its lock and
-its assignment, or a take-back the cleaner could not finish), by the rule of
-:func:`recruiter.attempts.takeback.release_unheld`.
-
-The leading recruiter's alone: only its rounds lock jobs no roster document holds. It
-looks between its own rounds, so no lock of its own is in flight.
-"""
+"""Releasing jobs locked but held by no worker (a round or a take-back cut short):
+:func:`recruiter.attempts.takeback.release_unheld`. The leading recruiter's alone (only its
+rounds lock so), run between its rounds, so that no lock of its own is in flight."""
 
 from __future__ import annotations
 

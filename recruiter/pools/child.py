@@ -81,10 +81,9 @@ def _load(app: str) -> Registry:
 
 
 class _Child:
-    """The child's loop. A reader thread takes the worker's messages: a stop is raised in
-    the job's code at once, the rest go to the main thread, which runs jobs and hooks. A
-    stop names its run (numbered by the worker): one that crossed its run's answer on the
-    pipe is stale and dropped; one that came before the job's code began waits for it."""
+    """The child's loop; a reader thread raises a stop in the job's code at once, and hands
+    the rest to the main thread. A stop names its run: one that crossed its run's answer
+    on the pipe is stale and dropped; one that came before the code began waits for it."""
 
     def __init__(self, registry: Registry, connection: Connection) -> None:
         self.registry = registry
@@ -272,8 +271,7 @@ _NOTHING = WorkableHooks().after_success  # what a hook left out is
 
 
 def _defined(hooks: WorkableHooks) -> list[str]:
-    """The hooks that do something: neither left out of a function workable's, nor a
-    class workable's inherited from :class:`Workable`."""
+    """The hooks that do something: neither left out nor inherited from :class:`Workable`."""
     defined = []
     for name in HOOKS:
         hook = getattr(hooks, name)

@@ -1,7 +1,5 @@
-"""The event loop of an ``asyncio``-pool worker (``recruiter worker --pool asyncio``):
-one loop in a thread of its own, where every slot's ``async def`` jobs run as tasks
-(:meth:`recruiter.pools.stopping.Running.call`); a synchronous job runs in its slot's thread.
-"""
+"""The event loop of an ``asyncio``-pool worker: one loop in a thread of its own, where
+every slot's ``async def`` jobs run as tasks; a synchronous job runs in its slot's thread."""
 
 from __future__ import annotations
 
@@ -42,10 +40,9 @@ def _tracked_task(loop: asyncio.AbstractEventLoop, coro: Any, **options: Any) ->
 
 @asynccontextmanager
 async def tasks_of_the_job() -> AsyncIterator[None]:
-    """Around a job's coroutine: the tasks it started (and theirs) still running as it
-    ends are cancelled and given :data:`CLOSE_WAIT` before its attempt is recorded, so a
-    stopped job's fan-out never runs beside its retry. A task that must outlive the job
-    is started with ``context=contextvars.Context()``."""
+    """Around a job's coroutine: the tasks it started still running as it ends are
+    cancelled and given :data:`CLOSE_WAIT` before its attempt is recorded, never running
+    beside its retry (one started with ``context=contextvars.Context()`` outlives it)."""
     started: set[asyncio.Task[Any]] = set()
     token = _JOB_TASKS.set(started)
     try:
@@ -69,8 +66,7 @@ def _cancel(tasks: Iterable[asyncio.Task[Any]]) -> list[asyncio.Task[Any]]:
 
 
 async def _wait_cancelled(left: list[asyncio.Task[Any]], failure: str, *args: object) -> None:
-    """Give the cancelled tasks ``left`` :data:`CLOSE_WAIT` to end; log ``failure``
-    (``args``, then how many did not end and the wait) if some did not."""
+    """Give ``left`` :data:`CLOSE_WAIT` to end; log ``failure`` (``args``, count, wait) if not."""
     # asyncio.wait, not wait_for: past its time, wait_for cancels what it waits for and
     # then waits for that to end, forever for a task that ignores it
     _, pending = await asyncio.wait(left, timeout=CLOSE_WAIT)

@@ -1,12 +1,6 @@
-"""Running a slot's jobs in a child process of its own: the *processes* pool.
-
-Each slot gets a long-lived child (:mod:`recruiter.pools.child`) that imports the
-application and runs the jobs' code; the worker keeps the roster, heartbeat, writes and
-watchdog, so a job holding the GIL holds only the child's. A job asked to stop that has
-not returned within :data:`STOP_GRACE` is killed with its process group; a child that
-dies mid-job fails only its attempt (:class:`JobProcessDied`). The two speak BSON over a
-pipe, nothing pickled; the hooks run in the child (docs/reference/processes.md).
-"""
+"""The *processes* pool, the worker's side: each slot runs its jobs' code in a long-lived
+child (:mod:`recruiter.pools.child`), speaking BSON over a pipe; a job that does not stop
+within :data:`STOP_GRACE` is killed with its process group (docs/reference/processes.md)."""
 
 from __future__ import annotations
 
@@ -57,8 +51,7 @@ START_TIMEOUT = 60.0
 
 
 class JobProcessDied(Exception):
-    """The child process running the attempt died (a signal, or an exit) before it
-    answered: recorded as the attempt's failure, never raised."""
+    """The attempt's child died (a signal, an exit) before it answered: recorded, never raised."""
 
     recorded_as = "recruiter.pool.JobProcessDied"
 
@@ -212,10 +205,9 @@ class JobProcess:
     def _next(
         connection: Connection, running: Running, number: int, timeout: float
     ) -> dict[str, Any] | None:
-        """The child's next message other than a progress report, if one comes within
-        ``timeout``; run ``number``'s reports before it are kept as its progress. No stop
-        lands while a message is read, nor after the answer (the caller finds it in
-        ``running.stopped``): a message is never lost to a stop."""
+        """The child's next message but a progress report (run ``number``'s are kept), within
+        ``timeout``. No stop lands while a message is read, nor after the answer (the caller
+        finds it in ``running.stopped``): a message is never lost to a stop."""
         deadline = time.monotonic() + timeout
         while connection.poll(max(0.0, deadline - time.monotonic())):
             running.shield()
@@ -265,8 +257,7 @@ class JobProcess:
         return f"exited with code {code}"
 
     def _hooks(self, names: list[str]) -> WorkableHooks:
-        """The workable's hooks ``names`` (those it has), run in the child, where its
-        object and exception are; the others do nothing, with no round trip."""
+        """The workable's hooks ``names``, run in the child; the rest do nothing (no round trip)."""
 
         def hook(name: str) -> Callable[..., None]:
             def call(*_: Any) -> None:

@@ -1,11 +1,6 @@
-"""Stopping a running job: at its timeout, or when it is cancelled (docs/guides/stopping.md).
-
-In a slot's thread, a watchdog raises :class:`JobTimedOut` or :class:`JobCancelled` in the
-job's code (``PyThreadState_SetAsyncExc``), both :class:`BaseException` so that ``except
-Exception`` does not swallow them while ``finally`` blocks run. It lands only within the
-job's own code (:meth:`Running.code`), at the next Python instruction (a call blocked in C:
-when it returns). An ``async def`` job's task is cancelled (:meth:`Running.call`).
-"""
+"""Stopping a running job at its timeout or when cancelled (docs/guides/stopping.md): a
+watchdog raises a :class:`Stopped` (a :class:`BaseException`: ``except Exception`` does not
+swallow it) in the job's own code only (:meth:`Running.code`), or cancels its task."""
 
 from __future__ import annotations
 
@@ -40,8 +35,7 @@ class Stopped(BaseException):
     while_it_ran = "the job was stopped while it ran"
     before_it_began = "the job was stopped before its code began: it did not run"
     began = True
-    """Whether the job's code had begun when the stop landed: ``False`` when an ``async
-    def`` job's coroutine never took its first step (:attr:`Running.unrun`)."""
+    """Whether the job's code had begun when the stop landed (:attr:`Running.unrun`)."""
 
     def __str__(self) -> str:
         return self.while_it_ran if self.began else self.before_it_began
@@ -187,9 +181,8 @@ class Running:
             return error, None
         finally:
             with self._lock:
-                # the task ends: nothing left to cancel, and its loop may be closed
-                # before the code's bounds end (asyncio.run's), where cancelling would
-                # raise in the stopper's thread (the watchdog, a job process's reader)
+                # the task ends: its loop may close before the bounds end (asyncio.run's),
+                # and cancelling would raise in the stopper's thread (watchdog, reader)
                 self._cancel = None
 
     def _never_began(self, coroutine: Coroutine[Any, Any, Any], error: BaseException) -> None:
@@ -229,10 +222,9 @@ class Running:
                 self._as_task, self._cancel = False, None
 
     def shield(self) -> None:
-        """No stop lands until :meth:`unshield` or the bounds' end (a message is read whole
-        off a job process's pipe, and a caller that got its answer returns before a stop
-        lands): one asked for meanwhile, or raised not yet landed, is only recorded
-        (:attr:`stopped`) for the caller."""
+        """No stop lands until :meth:`unshield` or the bounds' end (a message is read whole;
+        a caller with its answer returns first): one asked for meanwhile, or raised and not
+        landed, is only recorded (:attr:`stopped`)."""
         with self._lock:
             _raise_in(threading.get_ident(), None)  # (a stop raised just before: taken back)
             self._shielded_thread, self._thread_id = self._thread_id, None
@@ -262,8 +254,7 @@ class Running:
 
 
 def _run_on_a_loop_of_its_own(body: Coroutine[Any, Any, Any]) -> Any:
-    """Run ``body`` on a new event loop: in this thread, or in a thread of its own
-    when this one runs a loop already (``drain()`` called from an ``async`` test)."""
+    """Run ``body`` on a new loop; in a thread of its own if this one runs a loop (``drain()``)."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:

@@ -1,8 +1,6 @@
-"""The feed cache: what the change feed tells the recruiter, and the ready jobs it knows
-without reading the queue (:class:`KnownReady`), to plan over or skip a round
-(docs/reference/processes.md). Only an optimization: a job it wrongly holds ready is never
-handed out (its lock is conditional, as ever), and one it misses waits only until its
-news, or the next round that reads the queue."""
+"""What the change feed tells the recruiter, and the ready jobs it knows without reading
+the queue (:class:`KnownReady`). Only an optimization: a job wrongly held ready is never
+handed out (the lock is conditional), one missed waits for its news or the next read."""
 
 from __future__ import annotations
 
@@ -20,16 +18,14 @@ from recruiter.store import Arrivals, NewJob, WorkerRecord
 GAP = "?"
 """What :class:`FeedInbox` holds when changes may have gone untold."""
 ARRIVALS_KEPT = 10_000
-"""Inserted jobs the news keeps between two rounds, and a :class:`KnownReady` at most;
-past it, the round reads the queue."""
+"""Arrivals kept between two rounds, and in a :class:`KnownReady`, at most: past it, read."""
 BURST = 2
 """More arrivals told than this since the last round are a burst, whose other jobs' news
 may be on its way (a bulk insert is told a few jobs at a time): the round reads the
 queue. Fewer is light load, each job meeting an idle worker: what is known is all."""
 NEVER = dt.datetime.max.replace(tzinfo=dt.UTC)
 WORKERS_REMEMBERED = 100_000
-"""Workers whose sets of workables the cache remembers; forgotten all at once past it
-(a forgotten worker's release costs a round, nothing else)."""
+"""Workers whose set the cache remembers; all forgotten past it (each then costs a round)."""
 
 
 @dataclass(frozen=True)
@@ -38,8 +34,7 @@ class FeedChanges:
 
     collections: frozenset[str] = frozenset()
     workers: frozenset[ObjectId | None] = frozenset()
-    """The workers made available (``None``: one not known, as a worker that registered:
-    it may run workables no other one can)."""
+    """Workers made available (``None``: one not known, that may run workables no other can)."""
     arrivals: tuple[NewJob, ...] | None = ()
     """The jobs inserted, when they are all that changed in ``scheduled`` (``None``: a
     job changed otherwise, or more were inserted than :data:`ARRIVALS_KEPT`)."""
@@ -128,8 +123,7 @@ class ReadyCache:
     def __init__(self) -> None:
         self.known: KnownReady | None = None  # None: read the queue
         self.drained_for: frozenset[str | None] = frozenset()
-        """The sets of workables for which the last plan left nothing ready (it handed out
-        every job ready for them, and none was put back)."""
+        """The sets of workables the last plan left nothing ready for (none was put back)."""
         self.drained_at: dt.datetime | None = None
         self.held_until: dt.datetime | None = None  # when a rate-held group may start again
         self._workables_of: dict[ObjectId, str | None] = {}  # digest of each worker seen

@@ -50,10 +50,9 @@ class Leadership:
         self._known = False  # leading ever established? (the first verdict is logged too)
 
     def hold(self, now: dt.datetime) -> bool:
-        """Whether this process leads at ``now`` (the database's time at the earliest:
-        ``clock.earliest()``); renews or takes the lease when due. Between renewals it is
-        trusted for a third of its duration, timed on the monotonic clock from before the
-        renewal was sent: a slow answer, or a wall clock stepped back, never stretches it."""
+        """Whether this process leads at ``now`` (``clock.earliest()``); renews or takes the
+        lease when due, trusting it for a third of its duration, timed on the monotonic clock
+        from before the renewal was sent: no slow answer nor clock stepped back stretches it."""
         sent = self.clock.monotonic()
         if self.leading and self._renew_at is not None and sent < self._renew_at:
             return True
@@ -117,8 +116,7 @@ class Follow:
 
 
 class Tell:
-    """Whom to tell when the process takes or loses the lead, and what to give them:
-    each became-leader is paired with one stepped-down, whatever happens in between."""
+    """Tells the listeners of each lead taken, and of its end (paired, whatever happens)."""
 
     def __init__(self, listeners: Listeners, payload: Any) -> None:
         self.listeners = listeners
@@ -138,9 +136,8 @@ class Tell:
 
 class LeaderRounds:
     """A leader's rounds under the lease ``name``: each :meth:`step` holds (or takes) the
-    lease, then runs one round of ``process`` if it leads. Taking the lead, it tells
-    ``process`` (:meth:`Leading.became_leader`), follows its feed and tells ``tell``'s
-    listeners; losing it, the reverse. :func:`lead` and ``tests/explorer/`` run the steps."""
+    lease, then runs a round of ``process`` if it leads; taking the lead, it tells
+    ``process``, follows the feed and tells ``tell``'s listeners; losing it, the reverse."""
 
     def __init__(
         self,
@@ -199,10 +196,9 @@ def lead(
     follow: Follow | None = None,
     tell: Tell | None = None,
 ) -> None:
-    """Run ``process`` one round at a time while leading the lease ``name``, until
-    ``stop`` is set (the command installs its signal handlers first). With ``follow``, the
-    leader waits for its change feed to ring between idle rounds instead of backing off;
-    with ``tell``, its listeners hear of each change of leadership."""
+    """Run ``process`` a round at a time while leading the lease ``name``, until ``stop`` is
+    set (the command installs its handlers first); with ``follow``, its change feed ends
+    idle waits; with ``tell``, listeners hear of each change of leadership."""
     clock = store.clock()
     feed = LeaderFeed(name, follow, stop.bell())
     rounds = LeaderRounds(store, name, process, lease=lease, clock=clock, feed=feed, tell=tell)
@@ -224,8 +220,7 @@ def lead(
 
 
 class LeaderFeed:
-    """The leader's watcher of its change feed: started on taking the lead, closed on
-    losing it; each change rings the bell, and is told to the leader's news."""
+    """The leader's change feed watcher, open while it leads: each change rings, and is told."""
 
     def __init__(self, name: str, follow: Follow | None, bell: threading.Event) -> None:
         self.name = name

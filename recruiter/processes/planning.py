@@ -162,10 +162,9 @@ class Planner:
         now: dt.datetime,
         ready: ReadyJobs | None = None,
     ) -> Plan:
-        """Lock jobs for the available workers; return the jobs each gets, in order.
-        Workers are planned for by their set of workables, one set after the other: each
-        set's reads name its workables, so a worker gets only jobs it can run (a job none
-        can run waits). Ready jobs are read from ``ready`` (the store if None)."""
+        """Lock jobs for the available workers; the jobs each gets, in order. Each set of
+        workables is planned for in turn, its reads naming them, so a worker gets only jobs
+        it can run. Ready jobs are read from ``ready`` (the store if None)."""
         self.lengths.learn(workers)
         round_ = _Round(token, now, self._allowances(now), self.store if ready is None else ready)
         sets: dict[str | None, list[WorkerRecord]] = defaultdict(list)
@@ -288,13 +287,11 @@ class Planner:
         round_: _Round,
         names: frozenset[str] | None = None,
     ) -> tuple[list[tuple[str, Any]], bool, bool]:
-        """The (group, job) fair share hands the ``idle`` any-group workers, in turn, when
-        group ``g`` may give ``wanted[g]``; whether those are all their groups' ready jobs;
-        and whether a group read had none (of the workables ``names``). Reads only what it
-        hands out: fair share plays as if every group had all it may give, the prefetch
-        rule keeps the first picks that fit, and those are read in one command, one more
-        per group to tell whether it has more. One with no more is exhausted; one with fewer
-        than needed starts the play again, at most :data:`ANY_GROUP_READS` reads."""
+        """The (group, job) fair share hands the ``idle`` any-group workers when ``g`` may
+        give ``wanted[g]``; whether those are all their groups' ready jobs; whether a group
+        read had none (of ``names``). Fair share plays as if every group had all it may give;
+        the picks that fit are read in one command, one more per group to tell if it has
+        more; one with fewer starts the play again (at most :data:`ANY_GROUP_READS` reads)."""
         most, now = capacity(idle, self.prefetch), round_.now
         read: dict[str, list[Any]] = {}
         exhausted: set[str] = set()

@@ -1,9 +1,5 @@
-"""How many jobs a round hands one slot at once: the prefetch rule (docs/guides/prefetch.md).
-
-Every idle slot gets one job before any gets a second; the jobs left over are prefetched
-within :attr:`PrefetchRule.jobs` jobs and :attr:`PrefetchRule.seconds` of expected work per
-slot, never one of a group whose length is unknown (:class:`JobLengths` learns them from
-the workers' reports)."""
+"""How many jobs a round hands one slot at once: the prefetch rule (docs/guides/prefetch.md),
+and the lengths of jobs it is sized on (:class:`JobLengths`)."""
 
 from __future__ import annotations
 

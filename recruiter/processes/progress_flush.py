@@ -1,9 +1,6 @@
-"""The worker's writes of its running jobs' progress, on its heartbeat: each job's latest
-unwritten report, at most once every :data:`~recruiter.progress.PROGRESS_EVERY`, fenced
-by its lock token (:meth:`recruiter.store.Store.set_progress_if_held`). Never on a job's
-path (a report stays in memory); a job that never reports costs nothing, and a first
-report waits ``PROGRESS_EVERY`` from the beat that saw it: a short job's progress is
-written only with its end."""
+"""The worker's writes of its running jobs' progress, on its heartbeat, never on a job's
+path: each job's latest report, at most once every :data:`~recruiter.progress.PROGRESS_EVERY`,
+fenced by its lock token (docs/guides/progress.md)."""
 
 from __future__ import annotations
 

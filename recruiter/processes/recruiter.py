@@ -1,10 +1,7 @@
-"""The recruiter: hands ready jobs to available workers, in bulk, one round at a time.
-
-A leader's round runs the due duties (:mod:`recruiter.maintenance.repeatable_jobs`, then
-:mod:`recruiter.maintenance.unheld_locks`), plans and locks (:mod:`.planning`), then
-assigns the round in one command, each statement conditional on its worker still being
-available; what is locked but not assigned goes back at once (docs/reference/processes.md).
-"""
+"""The recruiter: hands ready jobs to available workers, in bulk, one round at a time:
+the due duties, then plan and lock (:mod:`.planning`), then assign in one command, each
+statement conditional on its worker still being available; what is locked but not
+assigned goes back at once (docs/reference/processes.md, ``recruiter run``)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""A worker slot: one roster document of a worker process, and the jobs handed to it. It
-registers, waits for news of an assignment, runs the jobs in order
-(:func:`recruiter.attempts.prefetch.run_handed_out`), and is made available again with a
-report of how long they took; its process follows the change feed and heartbeats for it."""
+"""A worker slot: one roster document of a worker process, and the jobs handed to it; its
+process (:mod:`.worker`) follows the change feed and heartbeats for it."""
 
 from __future__ import annotations
 
@@ -77,9 +75,8 @@ class WorkerSlot:
         self.on_removed = on_removed  # on finding it was declared dead, before it registers
         self.on_available = on_available  # on becoming available: assignments may come
         self.available = False
-        """Whether it waits for work: registered, holding no assignment (as its document
-        says, or soon will: set before the release is written, so its process never sees
-        the release before the slot)."""
+        """Whether it waits for work, registered with no assignment (set before the release
+        is written, so its process never sees the release before the slot)."""
         self.bell = bell or threading.Event()  # rung on news for it (and on a stop request)
         self.id: ObjectId | None = None
         self.session: Any = None
@@ -124,9 +121,8 @@ class WorkerSlot:
 
     def _open_session(self, workables: list[str]) -> list[dict[str, Any]]:
         """A new server session for its transactional jobs, if any; the ids to register. A
-        slot registering again was declared dead, and the cleaner kills its old session,
-        perhaps only now: that one is dropped, not ended (an ended one goes back to the
-        driver's pool, and this new one would get its id and be killed too)."""
+        slot registering again was declared dead, its old session killed perhaps only now: it
+        is dropped, not ended (the pool would hand its id to this one, killed too)."""
         self.session = None
         if not any(map(self.registry.runs_in_transaction, workables)):
             return []
@@ -146,8 +142,7 @@ class WorkerSlot:
                 self.on_available()
 
     def runnable_workables(self) -> list[str]:
-        """The workables this slot can run: all registered, but those that run in a
-        transaction (``transaction=True``) on a processes or asyncio pool's slot."""
+        """All registered workables, but transactional ones on a processes or asyncio slot."""
         threads = self.job_process is None and self.loop is None
         return self.registry.names(transactional=threads)
 

@@ -65,9 +65,8 @@ class Supervisor:
         logs: Path | None = None,
         clock: Clock | None = None,
     ) -> None:
-        """``environment`` is added to the children's (pass secrets there, not as
-        arguments, which any user sees in ``ps``); with ``logs``, each child writes its
-        output to ``<logs>/<name>.log`` instead of the terminal."""
+        """``environment`` is added to the children's (secrets go there: ``ps`` shows
+        arguments); with ``logs``, each child writes to ``<logs>/<name>.log``."""
         self.children = list(children)
         self.environment = {**os.environ, **(environment or {})}
         self.logs = logs

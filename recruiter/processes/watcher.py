@@ -1,7 +1,5 @@
-"""Following a change feed in a thread of its own, so that a process is woken, not polling.
-Each change goes to ``on_change``; ``on_gap`` is called whenever some may have been missed
-(the feed opened, reopened or lost), and the process polls while :attr:`Watcher.following`
-is false. A *quiet* feed is left unread, and read on from there once stirred."""
+"""Following a change feed in a thread of its own, so that a process is woken, not polling
+(docs/reference/processes.md, "Woken, not polling"); a *quiet* feed is left unread."""
 
 from __future__ import annotations
 

@@ -1,13 +1,6 @@
-"""Workers: register in ``roster``, run what they are assigned, heartbeat throughout.
-
-A worker has *slots* (``--concurrency``), each a roster document running one job at a
-time in its own thread. The process follows a change feed of its slots' documents
-(:meth:`Store.watch_assignments`), quiet while every slot holds work
-(:mod:`recruiter.processes.watcher`); without it, a slot polls its own, backing off when
-idle. A heartbeat thread keeps ``last_seen_at`` fresh, so a long job never looks dead.
-Stopping (SIGTERM, SIGINT, a memory limit crossed): each slot finishes the job it holds
-or was just assigned, then leaves the roster; a second signal stops at once.
-"""
+"""Workers: register in ``roster``, run what they are assigned, heartbeat throughout. A
+worker process has *slots* (``--concurrency``), each a roster document running one job
+at a time in its own thread (docs/reference/processes.md, ``recruiter worker``)."""
 
 from __future__ import annotations
 
@@ -41,8 +34,7 @@ logger = logging.getLogger(__name__)
 
 DATABASE_ERROR_WAIT = 1.0
 FOLLOWED_WAIT_BEATS = 15
-"""Heartbeats a followed idle slot waits for news before it reads its own document:
-the heartbeat's look for forgotten assignments rings it sooner."""
+"""Heartbeats a followed idle slot waits before reading its document (the heartbeat rings it)."""
 DECLARED_DEAD_EXIT = 8
 """The exit status of a worker declared dead mid-job (frozen, or cut off, past the dead
 timeout): its job was released and may run elsewhere, so running on would run it twice.
@@ -272,8 +264,7 @@ class WorkerProcess:
         return feed
 
     def _quiet(self) -> bool:
-        """Whether no slot can be handed work: the feed need not be read (a slot
-        declared dead is found by the heartbeat)."""
+        """Whether no slot can take work: the feed is not read (the heartbeat finds a dead slot)."""
         return not any(slot.available for slot in self.slots if slot not in self._broken)
 
     def _slot_available(self) -> None:
@@ -297,12 +288,10 @@ class WorkerProcess:
         self._last_round = assignment.token
 
     def _gather_assignments(self) -> None:
-        """Tell every available slot its assignment, in one read. A round assigns many
-        slots in one command, but the feed brings their changes a few at a time: the
-        second change of a round whose slot was not told yet shows several were assigned,
-        and one read brings all that landed (a later one is told by its own change). It is
-        only news: a slot's start is conditional on the token; a failed read leaves each slot
-        to its own change."""
+        """Tell every available slot its assignment, in one read: the feed brings a round's
+        changes a few at a time, and a second one whose slot was not told shows several
+        landed (a later one is told by its own change). Only news: a slot's start is
+        conditional on the token; a failed read leaves each slot to its own change."""
         waiting = {s.id: s for s in self.slots if s.id is not None and s.waits_for_news()}
         if not waiting:
             return
@@ -384,8 +373,7 @@ class WorkerProcess:
             slot.bell.wait(wait)
 
     def _stopping(self) -> bool:
-        """Whether a slot should stop after the job it ran: asked to, or over its memory
-        limit (checked after every job, also between prefetched jobs)."""
+        """Whether a slot stops after its job (prefetched ones too): asked to, or over memory."""
         self._check_memory()
         return self.stop.is_set()
 
