@@ -1,10 +1,6 @@
-"""The producer's side for asyncio applications (FastAPI, aiohttp, ...): schedule jobs
-and read them back without blocking the event loop.
-
-:class:`AsyncQueue` has :class:`recruiter.Queue`'s producer methods, written once
-(:mod:`recruiter.producer_api`), over pymongo's :class:`~pymongo.AsyncMongoClient`:
-their steps are awaited where the synchronous queue calls them. No thread pool is
-involved.
+"""The producer's side for asyncio applications (FastAPI, aiohttp, ...): :class:`AsyncQueue`
+has :class:`recruiter.Queue`'s methods (:mod:`recruiter.producer_api`) over pymongo's
+:class:`~pymongo.AsyncMongoClient`, their steps awaited, no thread pool involved.
 
 >>> import asyncio, mongomock
 >>> from recruiter import AsyncQueue, JobSpec
@@ -36,18 +32,10 @@ from recruiter.store.async_store import AsyncStore
 
 
 class AsyncQueue(AwaitedProducer):
-    """Schedules jobs into a recruiter database from an event loop, and reads them back.
-
-    Made from a database of pymongo's :class:`~pymongo.AsyncMongoClient` (or a
-    mongomock one, in an application's tests). The database's schema version is
-    checked (a newer one refused) and missing indexes created **lazily, at the first
-    call** (or at once by :meth:`connect`, or by awaiting :meth:`ensure_ready`): a
-    constructor cannot await.
-
-    Its methods are :class:`recruiter.Queue`'s (the producer API,
-    :mod:`recruiter.producer_api`), each returning a coroutine: the same arguments,
-    checked the same way, the same errors.
-    """
+    """:class:`recruiter.Queue`'s methods from an event loop, each returning a coroutine, on
+    a database of an :class:`~pymongo.AsyncMongoClient` (or mongomock, in tests). The schema
+    is checked and indexes made **lazily, at the first call** (or at once by :meth:`connect`
+    or :meth:`ensure_ready`): a constructor cannot await."""
 
     store: AsyncStore
 
@@ -70,16 +58,8 @@ class AsyncQueue(AwaitedProducer):
         *,
         wait: Duration = 0,
     ) -> AsyncQueue:
-        """A queue on the database named in ``uri`` (or ``database``, or ``recruiter``),
-        ready (its schema checked and indexes made): :meth:`recruiter.Queue.connect`'s
-        rules. With no ``uri``: the one in ``MONGODB_URI``, else the user's embedded
-        database, started if it does not run (that start is synchronous: once, before
-        the application serves).
-
-        Raises :class:`~recruiter.errors.InvalidUri` at once for an address that is not a
-        MongoDB URI, and :class:`~recruiter.errors.DatabaseUnreachable` when no database
-        answers within a few seconds, or ``wait`` (``"1m"``, say) when given.
-        """
+        """A ready queue, by :meth:`recruiter.Queue.connect`'s rules and errors (an embedded
+        database starts synchronously: once, before the application serves)."""
         resolved, _ = resolve_uri(uri or os.environ.get(URI_VARIABLE))
         limit = to_timedelta(wait, name="wait")
         found = await open_async_database(resolved, database, wait=limit, clock=SystemClock())
@@ -92,8 +72,7 @@ class AsyncQueue(AwaitedProducer):
         return queue
 
     async def ensure_ready(self) -> None:
-        """Check the schema version (refusing a newer one, upgrading an older one) and
-        create missing indexes, if not done yet: every method does it first."""
+        """Check the schema version (a newer refused, an older upgraded), make missing indexes."""
         await self.store.run(self._readiness())
 
     async def close(self) -> None:
@@ -105,9 +84,8 @@ class AsyncQueue(AwaitedProducer):
     async def progress(
         self, job_id: ObjectId | str, timeout: Duration = "1m"
     ) -> AsyncGenerator[JobProgress, None]:
-        """Each new progress of the job as its worker writes it (every few seconds, see
-        :func:`recruiter.report_progress`), until the job is finished; raises
-        :class:`~recruiter.errors.WaitTimeout` if it is not within ``timeout``.
+        """Each new progress of the job as its worker writes it (every few seconds), until it
+        is finished; :class:`~recruiter.errors.WaitTimeout` if it is not within ``timeout``.
 
         >>> async for progress in queue.progress(job_id, "10m"):  # doctest: +SKIP
         ...     print(f"{progress.percent}% done")
@@ -139,8 +117,7 @@ class AsyncQueue(AwaitedProducer):
             await asyncio.gather(*pending, return_exceptions=True)
 
     async def _sleep(self, seconds: float) -> None:
-        """Wait without blocking the loop; a test's :class:`FrozenClock` is moved on
-        instead (its waits are instant, as the synchronous queue's are)."""
+        """Wait without blocking the loop (a test's :class:`FrozenClock` is moved on instead)."""
         if isinstance(self.clock, FrozenClock):
             self.clock.sleep(seconds)
             await asyncio.sleep(0)

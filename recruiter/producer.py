@@ -1,9 +1,5 @@
-"""What a producer writes, decided once: the checks of what it is given, and the
-documents of its jobs, workflows, batches and schedulers.
-
-:class:`recruiter.Queue` and :class:`recruiter.AsyncQueue` both call these pure
-functions, then send what they decide through their own store.
-"""
+"""What a producer writes, decided once for both queues: the checks of what it is given,
+and the documents of its jobs, workflows, batches and schedulers (pure functions)."""
 
 from __future__ import annotations
 
@@ -15,7 +11,7 @@ from typing import Any
 from bson import ObjectId
 
 from recruiter.clock import to_millis
-from recruiter.dependencies.workflows import Batch, BatchStatus, Workflow, check_batch
+from recruiter.dependencies.workflows import Batch, BatchStatus, Workflow
 from recruiter.duration import Duration, to_timedelta
 from recruiter.errors import InvalidGroupSettings, InvalidJob, InvalidSchedule
 from recruiter.groups import GroupSettings, Rate
@@ -48,9 +44,8 @@ def checked_specs(jobs: Iterable[Any]) -> list[JobSpec]:
 
 
 def check_session(session: Any, client: Any) -> None:
-    """Refuse a session outside a transaction (its writes would not wait for a commit)
-    or of another client than ``client`` (a transaction cannot span two); no session
-    is fine."""
+    """Refuse a session outside a transaction (its writes would not wait for a commit) or
+    of another client than ``client`` (a transaction cannot span two); none is fine."""
     if session is None:
         return
     if not getattr(session, "in_transaction", False):
@@ -65,9 +60,12 @@ def check_session(session: Any, client: Any) -> None:
         )
 
 
-def job_documents(specs: Iterable[JobSpec], now: dt.datetime) -> list[Document]:
-    """The documents of new jobs, each with a new id, created at ``now``."""
-    return [spec.to_document(ObjectId(), now) for spec in specs]
+def job_documents(
+    specs: list[JobSpec], now: dt.datetime, ids: list[ObjectId] | None = None
+) -> list[Document]:
+    """The documents of new jobs created at ``now``, with ``ids`` (new ones if None)."""
+    ids = [ObjectId() for _ in specs] if ids is None else ids
+    return [spec.to_document(job_id, now) for job_id, spec in zip(ids, specs, strict=True)]
 
 
 def workflow_steps(workflow: Any) -> tuple[list[str], list[JobSpec], list[ObjectId]]:
@@ -82,13 +80,6 @@ def workflow_steps(workflow: Any) -> tuple[list[str], list[JobSpec], list[Object
                 "join a queued job that nothing waits for"
             )
     return list(names), specs, list(names.values())
-
-
-def workflow_documents(
-    specs: list[JobSpec], ids: list[ObjectId], now: dt.datetime
-) -> list[Document]:
-    """The documents of a workflow's steps, each with its id."""
-    return [spec.to_document(job_id, now) for job_id, spec in zip(ids, specs, strict=True)]
 
 
 def batch_documents(
@@ -112,11 +103,6 @@ def batch_documents(
     member_ids = [d["_id"] for d in documents]
     batch = Batch(batch_id, member_ids, callbacks["done"], callbacks["ended"])
     return batch, [*documents, *waiting]
-
-
-def batch_members(jobs: Iterable[Any], callbacks: list[Any]) -> list[JobSpec]:
-    """A batch's members, checked (:func:`~recruiter.dependencies.workflows.check_batch`)."""
-    return check_batch(list(jobs), callbacks)
 
 
 def batch_status(
@@ -148,12 +134,10 @@ def scheduler_declaration(
     missed: Missed = DEFAULT_MISSED,
     now: dt.datetime,
 ) -> dict[str, Any]:
-    """The arguments of the store's ``upsert_scheduler`` for a repeatable job, checked
-    (see :meth:`recruiter.Queue.repeat`)."""
+    """The checked arguments of ``upsert_scheduler`` for a repeatable job (:meth:`Queue.repeat`)."""
     if not isinstance(urn, str) or not urn.strip():
         raise InvalidJob(f"a scheduler needs a non-empty urn, got {urn!r}")
-    if not isinstance(job, JobSpec):
-        raise InvalidJob(f"expected a JobSpec (from workable.job(...)), got {job!r}")
+    checked_specs([job])
     if job.dedup is not None or job.root_signature is not None or job.leaf_of is not None:
         raise InvalidJob(
             "a repeatable job cannot be deduplicated, a root or a leaf: use "
@@ -192,9 +176,8 @@ RESUME_TRIES = 3
 
 
 def resume_repeating(urn: str, now: dt.datetime) -> Steps[bool]:
-    """Resume the paused scheduler ``urn`` from its next occurrence after ``now``
-    (:meth:`recruiter.Queue.resume_repeating`), as steps for either store: whether it
-    was paused and is resumed."""
+    """Resume the paused scheduler ``urn`` from its next occurrence after ``now``, as steps
+    for either store (:meth:`recruiter.Queue.resume_repeating`); whether it was paused."""
     for _ in range(RESUME_TRIES):
         record = yield from call(schedulers.find_scheduler, urn)
         if record is None or record.paused_at is None:

@@ -1,13 +1,8 @@
-"""The producer API, written once for :class:`recruiter.Queue` and
-:class:`recruiter.AsyncQueue`.
-
-Each method is written once, as steps (:mod:`recruiter.store.steps`) that decide with
-:mod:`recruiter.producer` and call the store's verbs; :class:`ProducerMethod` makes it a
-method of the synchronous queue, returning its result, and of the asyncio one,
-returning a coroutine of it (as :mod:`recruiter.store.verbs` does for the store's
-verbs). What differs stays with each queue: how it waits (``_sleep``), when it first
-makes the database ready, and whether its clock reads the server's time itself.
-"""
+"""The producer API, written once for :class:`recruiter.Queue` and :class:`~recruiter.AsyncQueue`:
+each method is steps (:mod:`recruiter.store.steps`) deciding with :mod:`recruiter.producer`
+and calling the store's verbs, which :class:`ProducerMethod` makes a method of both queues.
+Each queue keeps how it waits (``_sleep``), when it makes the database ready, and whether
+its clock reads the server's time itself."""
 
 from __future__ import annotations
 
@@ -23,7 +18,7 @@ from bson import ObjectId
 from recruiter import producer
 from recruiter.attempts.manual import Cancellation, cancel, cancel_if_waiting, run_now, wait_for
 from recruiter.clock import Clock, DatabaseClock
-from recruiter.dependencies.workflows import Batch, BatchStatus, Workflow
+from recruiter.dependencies.workflows import Batch, BatchStatus, Workflow, check_batch
 from recruiter.duration import Duration
 from recruiter.errors import BatchNotFound, JobNotFound, SchedulerNotFound
 from recruiter.groups import GroupSettings, Rate
@@ -78,9 +73,7 @@ class ProducerMethod(Generic[P, T]):
 
 
 def read_clock(clock: DatabaseClock) -> Steps[None]:
-    """Read the server's time into ``clock`` if it is due (:meth:`DatabaseClock.due`),
-    each reading a call of the store's ``server_time``: the clock then tells the time
-    without reading it (the asyncio queue's, which cannot read synchronously)."""
+    """Read the server's time into ``clock`` when due (the asyncio queue's cannot read it)."""
     if not clock.due():
         return
     readings = clock.readings()
@@ -98,18 +91,15 @@ def read_clock(clock: DatabaseClock) -> Steps[None]:
 
 
 class ProducerAPI:
-    """What an application does with its queue: schedule jobs, declare schedulers, set
-    groups' limits, cancel, read back and wait. Each method takes the same arguments,
-    checks them the same way and raises the same errors on both queues."""
+    """What an application does with its queue: schedule jobs, declare schedulers, limit
+    groups, cancel, read back and wait; the same arguments, checks and errors on both."""
 
     store: Store | AsyncStore
     clock: Clock
-    _ready: bool
-    """Whether the database was made ready (its schema checked, missing indexes made)."""
+    _ready: bool  # the database made ready (its schema checked, missing indexes made)
     _recheck: Recheck
     _server_clock: DatabaseClock | None = None
-    """A clock of the server's time that the steps read (:func:`read_clock`); none
-    where the clock reads the server itself, or is the application's."""
+    """The server's clock the steps read (:func:`read_clock`), if the clock does not itself."""
 
     @property
     def database_name(self) -> str:
@@ -117,8 +107,7 @@ class ProducerAPI:
         return self.store.database.name
 
     def _readiness(self, *, recheck: bool = False) -> Steps[None]:
-        """Make the database ready if not done yet; then, with ``recheck``, look at its
-        schema version again when due (:mod:`recruiter.schema_check`)."""
+        """Make the database ready if not yet; with ``recheck``, look at its schema when due."""
         if not self._ready:
             yield from call(schema.ensure_ready)
             self._ready = True
@@ -140,26 +129,20 @@ class ProducerAPI:
 
     @ProducerMethod
     def schedule(self, job: JobSpec, *, session: Any = None) -> Steps[ObjectId]:
-        """Store ``job`` to run when due; return its id. With ``session``, in the
-        application's transaction (see :meth:`schedule_many`)."""
+        """Store ``job`` to run when due; its id. ``session``: see :meth:`schedule_many`."""
         return (yield from ProducerAPI.schedule_many.steps(self, [job], session=session))[0]
 
     @ProducerMethod
     def schedule_many(
         self, jobs: Iterable[JobSpec], *, session: Any = None
     ) -> Steps[list[ObjectId]]:
-        """Store every job in one round trip, all or (on a validation error) none.
-
-        While the database does not answer, it tries again for up to
-        :data:`~recruiter.scheduling.SCHEDULE_PATIENCE` seconds, storing each job once
-        whatever replies were lost.
-
-        With ``session`` (a pymongo ``ClientSession`` in a transaction, on this queue's
-        client; an ``AsyncClientSession`` for :class:`~recruiter.AsyncQueue`), the jobs
-        are written in that transaction: they exist if and only if it commits, and no
-        worker sees them before. Nothing is tried again then: the driver's errors reach
-        the caller as they are, so that ``with_transaction`` retries a transient one
-        (see docs/guides/transactions.md).
+        """Store every job in one round trip, all or (on a validation error) none. While the
+        database does not answer, it tries again for up to
+        :data:`~recruiter.scheduling.SCHEDULE_PATIENCE` seconds, storing each job once. With
+        ``session`` (a pymongo ``ClientSession`` in a transaction on this queue's client; an
+        ``AsyncClientSession`` for :class:`~recruiter.AsyncQueue`), the jobs exist if and only
+        if it commits, and no worker sees them before; nothing is tried again: the driver's
+        errors reach the caller, for ``with_transaction`` to retry (docs/guides/transactions.md).
         """
         specs = yield from self._checked(jobs, session)
         # the latest the time may be: a run of a duplicate that began before is never
@@ -176,7 +159,7 @@ class ProducerAPI:
         ``session``, in the application's transaction (see :meth:`schedule_many`)."""
         names, specs, ids = producer.workflow_steps(workflow)
         yield from self._checked(specs, session)
-        documents = producer.workflow_documents(specs, ids, (yield from self._time(latest=True)))
+        documents = producer.job_documents(specs, (yield from self._time(latest=True)), ids)
         stored = yield from new_jobs(self.clock, documents, session)
         return dict(zip(names, stored, strict=True))
 
@@ -189,12 +172,11 @@ class ProducerAPI:
         on_complete: JobSpec | None = None,
         session: Any = None,
     ) -> Steps[Batch]:
-        """Store ``jobs`` as one batch, with callbacks each scheduled exactly once:
-        ``on_success`` when every job of the batch is done (cancelled as soon as one
-        fails for good or is cancelled), ``on_complete`` when every job has ended,
-        however. The callbacks are stored after the jobs; with ``session``, all in the
-        application's transaction. See docs/guides/workflows.md."""
-        members = producer.batch_members(jobs, [on_success, on_complete])
+        """Store ``jobs`` as one batch, with callbacks each scheduled once: ``on_success`` when
+        every job is done (cancelled once one fails for good or is cancelled), ``on_complete``
+        when every job has ended, however; stored after the jobs, with ``session`` all in the
+        application's transaction (docs/guides/workflows.md)."""
+        members = check_batch(list(jobs), [on_success, on_complete])
         yield from self._checked(members, session)
         now = yield from self._time(latest=True)
         batch, documents = producer.batch_documents(members, on_success, on_complete, now)
@@ -224,19 +206,15 @@ class ProducerAPI:
         missed: Missed = DEFAULT_MISSED,
         session: Any = None,
     ) -> Steps[bool]:
-        """Create ``job`` at each occurrence of ``schedule`` (a cron expression, or a
-        :class:`~recruiter.repeating.timing.Cron` or
-        :class:`~recruiter.repeating.timing.Every`), from the next one on; return
-        whether the scheduler ``urn`` is new.
+        """Create ``job`` at each occurrence of ``schedule`` (a cron expression, a
+        :class:`~recruiter.repeating.timing.Cron` or an :class:`~recruiter.repeating.timing.Every`)
+        from the next one on; whether the scheduler ``urn`` is new. Declaring it again
+        changes its job and schedule (a new schedule starts from its next occurrence).
 
-        Declaring ``urn`` again changes its job and schedule (a changed schedule starts
-        again from its next occurrence). With ``unique``, no occurrence is created while
-        the job of the last one is still queued or running. ``missed`` says what to do
-        with occurrences missed while no recruiter led (due more than
-        :data:`~recruiter.repeating.occurrences.MISSED_GRACE` ago): ``"latest"`` creates only the
-        latest one due and skips the others, ``"all"`` creates every one. With
-        ``session``, in the application's transaction: declared if and only if it
-        commits (see :meth:`schedule_many`).
+        With ``unique``, no occurrence is created while the last one's job is queued or
+        running. ``missed``, for occurrences missed while no recruiter led (due more than
+        :data:`~recruiter.repeating.occurrences.MISSED_GRACE` ago): ``"latest"`` creates the
+        latest only, ``"all"`` every one. With ``session``, declared if and only if it commits.
         """
         yield from self._readiness()
         now = yield from self._time()
@@ -276,8 +254,7 @@ class ProducerAPI:
 
     @ProducerMethod
     def scheduler(self, urn: str) -> Steps[SchedulerRecord]:
-        """The scheduler ``urn``, as it is now; :class:`~recruiter.errors.SchedulerNotFound`
-        if unknown."""
+        """The scheduler ``urn`` now; :class:`~recruiter.errors.SchedulerNotFound` if unknown."""
         yield from self._readiness()
         record = yield from call(schedulers.find_scheduler, urn)
         if record is None:
@@ -294,14 +271,11 @@ class ProducerAPI:
         weight: int = 1,
         session: Any = None,
     ) -> Steps[GroupSettings]:
-        """Set ``group``'s settings, replacing any it had; return them.
-
-        ``concurrency``: at most this many of its jobs handed out or running at once;
-        ``rate``: at most so many hand-outs per window (``"10/1s"`` or a :class:`Rate`);
-        ``weight``: its share of the workers of any group. ``None`` means no limit. The
-        leading recruiter applies them from its next round (within a second when it
-        polls). With ``session``, in the application's transaction: they apply if and
-        only if it commits (see :meth:`schedule_many`).
+        """Set ``group``'s settings, replacing any it had; return them. ``concurrency``: at
+        most this many of its jobs handed out or running at once; ``rate``: at most so many
+        hand-outs per window (``"10/1s"`` or a :class:`Rate`); ``weight``: its share of the
+        any-group workers; ``None``: no limit. The leader applies them from its next round
+        (within a second when it polls); with ``session``, if and only if it commits.
 
         >>> import mongomock
         >>> from recruiter import Queue
@@ -333,28 +307,24 @@ class ProducerAPI:
 
     @ProducerMethod
     def run_now(self, *job_ids: ObjectId | str) -> Steps[list[ObjectId | str]]:
-        """Make these waiting jobs due now: the workers take them at the next round.
-        Return those that were not (handed out, finished, or blocked: waiting for
-        other jobs, as their rule says); they are left as they are."""
+        """Make these waiting jobs due now, for the next round; return those left as they
+        are (handed out, finished, or blocked: waiting for other jobs)."""
         yield from self._readiness()
         return (yield from run_now(job_ids, (yield from self._time())))
 
     @ProducerMethod
     def cancel(self, job_id: ObjectId | str, *, session: Any = None) -> Steps[Cancellation]:
-        """Cancel a job: a waiting one is finished as ``cancelled`` at once, and so are
-        the jobs that wait for it; a running one is stopped by its worker within a
-        heartbeat (see :mod:`recruiter.pools.stopping`). With ``session``, in the
-        application's transaction: cancelled if and only if it commits."""
+        """Cancel a job: a waiting one (and the jobs waiting for it) is finished as
+        ``cancelled`` at once; a running one is stopped by its worker within a heartbeat
+        (:mod:`recruiter.pools.stopping`). With ``session``, if and only if it commits."""
         yield from self._readiness()
         producer.check_session(session, self.store.database.client)
         return (yield from cancel(job_id, (yield from self._time()), session=session))
 
     @ProducerMethod
     def cancel_if_waiting(self, job_id: ObjectId | str) -> Steps[bool]:
-        """Cancel a job only if it still waits for a worker (ready, postponed or blocked,
-        not handed out nor finished), and the jobs that wait for it; whether it did.
-        For a bulk cancel of the jobs waiting as chosen: one that started meanwhile is
-        left to run."""
+        """Cancel a job (and those waiting for it) only if it still waits for a worker (ready,
+        postponed or blocked); whether it did. For bulk cancels: one started meanwhile runs."""
         yield from self._readiness()
         return (yield from cancel_if_waiting(job_id, (yield from self._time())))
 
@@ -370,8 +340,7 @@ class ProducerAPI:
 
     @ProducerMethod
     def finished(self, job_ids: Iterable[ObjectId | str]) -> Steps[list[Job]]:
-        """Those of ``job_ids`` that are finished, as they are now (without waiting:
-        :meth:`wait` waits)."""
+        """Those of ``job_ids`` that are finished, as they are now (:meth:`wait` waits)."""
         yield from self._readiness()
         return (yield from call(jobs.finished_jobs, [as_object_id(job_id) for job_id in job_ids]))
 
@@ -383,25 +352,19 @@ class ProducerAPI:
         *,
         on_progress: Callable[[Any, JobProgress], object] | None = None,
     ) -> Steps[list[Job]]:
-        """Wait until these jobs are finished (without blocking the event loop, on the
-        asyncio queue); return them, in order. It looks at them at once, then after
-        50 ms, then after longer pauses up to 1 s. ``on_progress`` is called with a
-        job's id and its :class:`~recruiter.JobProgress` each time a running job's
-        progress is seen to change (as its worker writes it, every few seconds: see
-        :func:`recruiter.report_progress`).
-
-        Raises :class:`~recruiter.errors.WaitTimeout` if some are not, within ``timeout``.
-        """
+        """Wait until these jobs are finished (not blocking the asyncio queue's loop); return
+        them, in order. It looks at once, after 50 ms, then after longer pauses up to 1 s.
+        ``on_progress(job_id, JobProgress)`` is called each time a running job's progress is
+        seen to change (its worker writes it every few seconds: :func:`recruiter.report_progress`).
+        Raises :class:`~recruiter.errors.WaitTimeout` if some are not within ``timeout``."""
         limit = producer.wait_limit(timeout)
         yield from self._readiness()
         return (yield from wait_for(list(job_ids), limit, self.clock, on_progress))
 
 
 class SyncProducer(ProducerAPI):
-    """The producer API as :class:`recruiter.Queue` has it: each method returns its
-    result."""
+    """The producer API as :class:`recruiter.Queue` has it: each method returns its result."""
 
 
 class AwaitedProducer(ProducerAPI):
-    """The producer API as :class:`recruiter.AsyncQueue` has it: each method returns a
-    coroutine of its result."""
+    """The producer API of :class:`recruiter.AsyncQueue`: each method returns a coroutine."""

@@ -32,12 +32,9 @@ from recruiter.workable import Registry
 
 
 class Queue(SyncProducer):
-    """Schedules jobs into a recruiter database and reads them back (the producer API,
-    :mod:`recruiter.producer_api`, each method returning its result).
-
-    Creating a queue checks the database's schema version (refusing a newer one) and
-    creates missing indexes; scheduling looks at the version again every minute.
-    """
+    """Schedules jobs and reads them back (:mod:`recruiter.producer_api`). Creating it checks
+    the schema version (refusing a newer one) and makes missing indexes; scheduling looks
+    at the version again every minute."""
 
     store: Store
 
@@ -58,16 +55,11 @@ class Queue(SyncProducer):
         *,
         wait: Duration = 0,
     ) -> Queue:
-        """A queue on the database named in ``uri`` (or ``database``, or ``recruiter``).
-
-        With no ``uri``: the one in ``MONGODB_URI``, else the user's embedded database,
-        started if it does not run (the one the ``recruiter`` commands use when given no
-        URI, from any directory; ``pip install 'recruiter[embedded]'``).
-
-        Raises :class:`~recruiter.errors.InvalidUri` at once for an address that is not a
-        MongoDB URI, and :class:`~recruiter.errors.DatabaseUnreachable` when no database
-        answers within a few seconds, or ``wait`` (``"1m"``, say) when given.
-        """
+        """A queue on the database named in ``uri`` (or ``database``, or ``recruiter``); no
+        ``uri``: ``MONGODB_URI``'s, else the user's embedded database, started if need be
+        (``pip install 'recruiter[embedded]'``). :class:`~recruiter.errors.InvalidUri` for
+        an address that is not a MongoDB URI; :class:`~recruiter.errors.DatabaseUnreachable`
+        when none answers within a few seconds, or ``wait`` (``"1m"``, say)."""
         resolved, _ = resolve_uri(uri or os.environ.get(URI_VARIABLE))
         return cls(open_database(resolved, database, wait=to_timedelta(wait, name="wait")), clock)
 
@@ -79,17 +71,14 @@ class Queue(SyncProducer):
         self.clock.sleep(seconds)
 
     def run_here(self, registry: Registry, *job_ids: ObjectId | str) -> list[ManualRun]:
-        """Run these waiting jobs in this process, now, one after the other, with the
-        workables of ``registry``; return how each ended (see :mod:`recruiter.attempts.manual`)."""
+        """Run these waiting jobs here and now, in turn, with ``registry``; how each ended."""
         return run_here(self.store, registry, self.clock, job_ids)
 
     def recover(
         self, job_id: ObjectId | str, at: dt.datetime | None = None, *, once: bool = False
     ) -> Any:
-        """Schedule a finished job again, as a new job due at ``at`` (now by default);
-        return its id. The finished one stays, and the new one names it in
-        ``recovered_from``. With ``once``, a job recovered before is not recovered again
-        (``None``)."""
+        """Schedule a finished job again as a new one due at ``at`` (now by default), naming
+        it in ``recovered_from``; its id. With ``once``, one recovered before is not (``None``)."""
         now = self.clock.now()
         if at is not None and (not isinstance(at, dt.datetime) or at.tzinfo is None):
             raise InvalidJob(f"recover at a timezone-aware datetime, got {at!r}")

@@ -48,9 +48,8 @@ def new_jobs(clock: Clock, documents: list[dict[str, Any]], session: Any) -> Ste
         clock, waited=outside, plain=plain, blocked_ones=blocked_ones, session=session
     )
     stored = dict(zip([d["_id"] for d in plain], ids, strict=True))
-    # a batch's members are stored before its callbacks, in another command: one
-    # that ended in between told no callback (in a transaction, none is seen before
-    # the commit)
+    # a batch's members are stored before its callbacks, in another command: one that ended
+    # in between told no callback (in a transaction, none is seen before the commit)
     batches = [] if session is not None else [d["after"].get("batch") for d in blocked_ones]
     batches = [b for b in dict.fromkeys(batches) if b is not None]
     if outside or batches:

@@ -1,22 +1,16 @@
-"""The engine of jobs that wait for others (chains, workflows, batches with callbacks):
-when what a job waits for ends, the job is released or cancelled, exactly once.
-
-A blocked job has no ``scheduled_at`` and a ``waiting_for`` array of the ids it still
-waits for; its rule (``done`` or ``ended``) says what their ends make of it. Three
-parties notice an end (:func:`follow_up`): the worker that ended the job, the
-scheduling itself, and the cleaner's :func:`sweep`, a safety net. The scheduling
-inserts first and settles after, so an end that lands meanwhile is seen by one of the
-two. Each notice is one conditional update of the waiting job alone
-(:mod:`recruiter.store.blocked`), so any of them may notice the same end, at once, and
-it is noted once. The rest: docs/guides/workflows.md.
-"""
+"""The engine of jobs that wait for others (docs/guides/workflows.md): when what a job
+waits for (``waiting_for``) ends, it is released or cancelled as its rule says, once.
+Three parties notice an end: the worker that ended the job, the scheduling (it inserts
+first and settles after: an end landing meanwhile is seen by one of the two) and the
+cleaner's :func:`sweep`. Each notice is one conditional update of the waiting job
+(:mod:`recruiter.store.blocked`): any may notice an end, at once, and it is noted once."""
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, MutableSequence, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
@@ -55,15 +49,13 @@ class Settled:
     ready: list[Any] = field(default_factory=list)
     cancelled: list[Any] = field(default_factory=list)
 
-    def count(self, document: Document, outcome: str) -> Ended | None:
-        """Count how settling ``document`` went; a job cancelled is returned as ended:
-        what waits for it is to be told in turn."""
+    def count(self, document: Document, outcome: str, ended: MutableSequence[Ended]) -> None:
+        """Count how settling ``document`` went; one cancelled joins ``ended``, told in turn."""
         if outcome == "ready":
             self.ready.append(document["_id"])
         elif outcome == "cancelled":
             self.cancelled.append(document["_id"])
-            return Ended(document["_id"], document.get("batch"))
-        return None
+            ended.append(Ended(document["_id"], document.get("batch")))
 
     def add(self, other: Settled) -> None:
         """Count what another follow-up did (a cascade of cancellations)."""
@@ -72,9 +64,8 @@ class Settled:
 
 
 def follow_up(ended: Iterable[Ended], now: dt.datetime, *, session: Any = None) -> Steps[Settled]:
-    """Note these ends in every job blocked on them; make ready, or cancel, those that
-    waited for nothing else. A cancelled job's own dependents are followed up in turn (a
-    chain fails down at once). Steps (:mod:`recruiter.store.steps`), for either store."""
+    """Note these ends in every job blocked on them; make ready, or cancel, those that waited
+    for nothing else, a cancelled one's dependents in turn (a chain fails down at once)."""
     settled = Settled()
     pending = deque(ended)
     while pending:
@@ -85,9 +76,7 @@ def follow_up(ended: Iterable[Ended], now: dt.datetime, *, session: Any = None) 
             if member.batch is not None and member.why is not None:
                 notices.told(member)
         for document in (yield from call(blocked.blocked_on, waited_for, session=session)):
-            cancelled = settled.count(document, (yield from notices.settle(document)))
-            if cancelled is not None:
-                pending.append(cancelled)
+            settled.count(document, (yield from notices.settle(document)), pending)
     return settled
 
 
@@ -111,36 +100,30 @@ def settle_stored(
     now: dt.datetime,
     session: Any = None,
 ) -> Steps[Settled]:
-    """Settle the waiting jobs just stored (``documents``) that wait for jobs (or
-    batches) of ``outside``, stored before them: an end that landed before their insert
-    was followed up without them. One cancelled so is an end in turn: what waits for it
-    (a later step, its batch's callbacks) is told at once, as after any cancellation.
-    Steps (:mod:`recruiter.store.steps`), for either store."""
-    settled, ended = Settled(), []
+    """Settle the waiting jobs just stored (``documents``) that wait for jobs (or batches)
+    of ``outside``, stored before them: an end that landed before their insert was followed
+    up without them. One cancelled so is an end in turn, told at once. Steps, for either store."""
+    settled = Settled()
+    ended: list[Ended] = []
     notices = _Notices(now, session)  # (a batch's two callbacks: one read)
     for document in documents:
         if any(w in outside for w in document["waiting_for"]):
-            cancelled = settled.count(document, (yield from notices.settle(document)))
-            if cancelled is not None:
-                ended.append(cancelled)
+            settled.count(document, (yield from notices.settle(document)), ended)
     if ended:
         settled.add((yield from follow_up(ended, now, session=session)))
     return settled
 
 
 def settle(document: Document, now: dt.datetime, *, session: Any = None) -> Steps[str]:
-    """Note every end the blocked job ``document`` waits for that has come: ``"ready"``
-    if that made it ready, ``"cancelled"`` if its rule cancelled it, else
-    ``"waiting"`` (or ``"gone"``: another process settled it meanwhile)."""
+    """Note the ends come of what the blocked job ``document`` waits for: ``"ready"``,
+    ``"cancelled"`` (by its rule), ``"waiting"``, or ``"gone"`` (settled elsewhere meanwhile)."""
     return _Notices(now, session).settle(document)
 
 
 class _Notices:
-    """Notices of ends in waiting jobs, at ``now`` (in the transaction ``session``).
-
-    What it reads of a batch (an unfinished member left, a member that failed) it reads
-    once; told how a member ended (:meth:`told`), it reads whether one failed only once
-    none is left unfinished: a member's end costs its batch's callbacks one read."""
+    """Notices of ends in waiting jobs, at ``now`` (in the transaction ``session``). What it
+    reads of a batch (a member unfinished, one failed) it reads once; told how a member
+    ended (:meth:`told`), it reads whether one failed only once none is unfinished."""
 
     def __init__(self, now: dt.datetime, session: Any = None) -> None:
         self.now = now
@@ -191,9 +174,8 @@ class _Notices:
             )
         if self._unfinished[batch]:
             return "waiting"
-        # none unfinished: every end has landed, and a read of the failures now sees
-        # each (one read before the unfinished one could miss a member failing between
-        # the two, and release on_success although it failed)
+        # none unfinished: every end has landed, so this read sees each failure (read before,
+        # it could miss one landing between the two, and release on_success though it failed)
         failure = yield from self._failure(batch)
         if rule == "done" and failure is not None:
             return (yield from self._cancel_callback(document, batch, failure))
@@ -209,8 +191,7 @@ class _Notices:
         return (yield from self._cancel(document["_id"], batch, entry, because))
 
     def _failure(self, batch: Any) -> Steps[Document | None]:
-        """A member of ``batch`` that ended without being done: one known already (an
-        end is final), else as read now."""
+        """A member of ``batch`` that ended undone: one known already (final), else read now."""
         if self._failures.get(batch) is None:
             self._failures[batch] = yield from call(
                 blocked.batch_failure, batch, session=self.session
@@ -235,10 +216,9 @@ class _Notices:
     def _note(
         self, document: Document | None, waited_for: Any, entry: Document
     ) -> Steps[Document | None]:
-        """Note ``entry`` (``waited_for`` ended) in the waiting job: pulled from what it
-        waits for while others remain, or the job made ready when it was the last.
-        Return the job as it is now (without ``waiting_for`` once ready), or ``None``
-        when it waits for nothing any more (settled by another process)."""
+        """Note ``entry`` (``waited_for`` ended) in the waiting job: pulled while others
+        remain, else the job made ready. The job as it is now (no ``waiting_for`` once
+        ready), or ``None`` when it waits for nothing any more (settled by another process)."""
         for _ in range(NOTE_TRIES):
             if document is None:
                 return None
@@ -263,10 +243,9 @@ class _Notices:
         return document
 
     def _pull(self, job_id: Any, waited_for: Any, entry: Document) -> Steps[Document | None]:
-        """Note ``entry`` while others remain; return the entry noted, or ``None`` when
-        the job no longer waits for ``waited_for`` and others. The results noted before
-        the last end wait in the job for its release: one that no longer fits in it is
-        dropped (the job gets ``None`` for it), as at the release."""
+        """Note ``entry`` while others remain; the entry noted, or ``None`` when the job no
+        longer waits for ``waited_for`` and others. A result that no longer fits in the job
+        is dropped (``None`` for it), as at the release."""
 
         def pull(entry: Document) -> Steps[bool]:
             return call(blocked.pull_dependency, job_id, waited_for, entry, session=self.session)
@@ -304,8 +283,7 @@ class _Notices:
 
 
 def _entry(dependency: Any, state: Document | None, after: Mapping[str, Any]) -> Document:
-    """How ``dependency`` ended, as noted in the waiting job (``purged``: ended so long
-    ago that the archive no longer has it)."""
+    """How ``dependency`` ended, as noted in the waiting job (``purged``: the archive lost it)."""
     if state is None:
         return {"job": dependency, "why": "purged"}
     why = state.get("why") if isinstance(state.get("why"), str) else "unknown"
@@ -336,11 +314,11 @@ def _ready_fields(document: Document, noted: Sequence[Any], now: dt.datetime) ->
 
 
 def sweep(store: Store, now: dt.datetime) -> Settled:
-    """Settle every waiting job whose dependencies ended (or batch did), whoever missed
-    it: the cleaner's safety net, each round. Reads the waiting jobs in pages, and their
-    unfinished dependencies in one query a page: a round over waiting jobs whose
-    dependencies still run writes nothing."""
-    settled, ended = Settled(), []
+    """Settle every waiting job whose dependencies (or batch) ended, whoever missed it: the
+    cleaner's safety net. Reads the waiting jobs in pages and their unfinished dependencies
+    in one query a page: while their dependencies run, it writes nothing."""
+    settled = Settled()
+    ended: list[Ended] = []
     notices = _Notices(now)  # (each open batch read once: its callbacks share it)
     blocked = iter(store.blocked_jobs())
     while read := list(islice(blocked, SWEEP_PAGE)):
@@ -353,18 +331,15 @@ def sweep(store: Store, now: dt.datetime) -> Settled:
                 w in unfinished for w in document.get("waiting_for") or []
             ):
                 continue
-            cancelled = settled.count(document, store.run(notices.settle(document)))
-            if cancelled is not None:
-                ended.append(cancelled)
+            settled.count(document, store.run(notices.settle(document)), ended)
     if ended:  # (what waits for a job cancelled here, its batch's callbacks too)
         settled.add(store.run(follow_up(ended, now)))
     return settled
 
 
 def _waited(document: Document) -> list[Any]:
-    """The ids the waiting job ``document`` still waits for; none when its
-    ``waiting_for`` was damaged by hand (not an array, or an id that is a document or an
-    array): one bad job never stops a follow-up."""
+    """The ids the waiting job still waits for; none when ``waiting_for`` was damaged by
+    hand (not an array, or holding a document or an array): one bad job never stops a follow-up."""
     waiting = document.get("waiting_for")
     if not isinstance(waiting, list) or not all(_hashable(w) for w in waiting):
         return []
@@ -372,9 +347,8 @@ def _waited(document: Document) -> list[Any]:
 
 
 def _sweepable(document: Document) -> bool:
-    """Whether the sweep can read what ``document`` waits for. A job damaged by hand is
-    skipped, with a warning each round: one bad document never stops the sweep of the
-    others (nor, raising every round, the cleaner's)."""
+    """Whether the sweep can read what ``document`` waits for: one damaged by hand is
+    skipped, with a warning each round, never stopping the sweep (nor the cleaner)."""
     after = document.get("after")
     batch = after.get("batch") if isinstance(after, Mapping) else None
     waiting = document.get("waiting_for")

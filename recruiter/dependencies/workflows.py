@@ -1,8 +1,5 @@
-"""What an application builds jobs that wait with: a :class:`Workflow` (named steps of a
-small graph), a :class:`Batch` and its callbacks, and a batch's :class:`BatchStatus`;
-checked before anything is stored. :mod:`recruiter.dependencies.engine` releases or cancels
-them as what they wait for ends.
-"""
+"""What an application builds jobs that wait with, checked before anything is stored: a
+:class:`Workflow` (named steps of a small graph), a :class:`Batch` and its :class:`BatchStatus`."""
 
 from __future__ import annotations
 
@@ -58,9 +55,8 @@ class _Step:
 
 
 class Workflow:
-    """Jobs scheduled together, some waiting for others: a small DAG, stored in one
-    command by :meth:`recruiter.Queue.schedule_workflow` (all or, on a validation error,
-    none).
+    """Jobs scheduled together, some waiting for others: a small DAG, stored in one command
+    by :meth:`recruiter.Queue.schedule_workflow` (all or, on a validation error, none).
 
     >>> from recruiter import Registry
     >>> registry = Registry()
@@ -74,9 +70,8 @@ class Workflow:
     >>> flow.add("report", report.job(), after=["a", "b"], results=True).order()
     ['a', 'b', 'report']
 
-    A step waits for steps of the flow (by name), or for jobs scheduled before (by
-    their ``ObjectId``). A cycle, or a name no step has, is refused when it is scheduled.
-    """
+    A step waits for steps (by name) or jobs scheduled before (by ``ObjectId``); a cycle,
+    or a name no step has, is refused when it is scheduled."""
 
     def __init__(self) -> None:
         self._steps: dict[str, _Step] = {}
@@ -116,8 +111,7 @@ class Workflow:
         return self
 
     def order(self) -> list[str]:
-        """The steps, each after the steps it waits for; raises :class:`InvalidJob` on
-        a cycle or an unknown step."""
+        """The steps, each after those it waits for; :class:`InvalidJob` on a cycle or unknown."""
         for name, step in self._steps.items():
             for item in step.after:
                 if isinstance(item, str) and item not in self._steps:
@@ -143,8 +137,7 @@ class Workflow:
         return ordered
 
     def specs(self) -> tuple[dict[str, ObjectId], list[JobSpec]]:
-        """Each step's new id, and the specs to store in order (the waiting ones with
-        their dependencies' ids)."""
+        """Each step's new id, and the specs to store in order, with their dependencies' ids."""
         order = self.order()
         ids = {name: ObjectId() for name in order}
         specs = []

@@ -1,9 +1,20 @@
-"""The leaders' maintenance services: one duty each, each a small class with
-``run_once(now)`` returning its counts, each run by exactly one leading process.
+"""The leaders' maintenance services, one duty each, with ``run_once(now)`` returning
+counts: the recruiter's :mod:`.repeatable_jobs` and :mod:`.unheld_locks`; the cleaner's
+:mod:`.dead_workers`, :mod:`.archiver`, :mod:`.purger` and :mod:`.blocked_sweep`."""
 
-- the recruiter's: :mod:`.repeatable_jobs` (create the due occurrences of schedulers)
-  and :mod:`.unheld_locks` (release jobs locked but held by no worker);
-- the cleaner's: :mod:`.dead_workers` (take back their jobs), :mod:`.archiver`,
-  :mod:`.purger` and :mod:`.blocked_sweep` (settle blocked jobs whose dependencies
-  ended unnoticed).
-"""
+from __future__ import annotations
+
+import datetime as dt
+
+
+class DuePass:
+    """A recruiter's service, due at first, after :meth:`look_now`, and from its ``next_at``."""
+
+    next_at: dt.datetime | None = None
+
+    def due(self, now: dt.datetime) -> bool:
+        return self.next_at is None or now >= self.next_at
+
+    def look_now(self) -> None:
+        """Run at the next chance: a round may have been cut short, or the lead taken."""
+        self.next_at = None

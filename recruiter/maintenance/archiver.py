@@ -1,7 +1,6 @@
-"""Archiving, by the leading cleaner: moves finished jobs from ``scheduled`` to
-``archived``, up to :data:`~recruiter.store.ARCHIVE_BATCH` a run in three commands (a
-worker only marks its job finished; a move a crash cut short is completed by the next run).
-"""
+"""Archiving, by the leading cleaner: moves finished jobs (a worker only marks them) from
+``scheduled`` to ``archived``, up to :data:`~recruiter.store.ARCHIVE_BATCH` a run in three
+commands; the next run completes a move a crash cut short."""
 
 from __future__ import annotations
 

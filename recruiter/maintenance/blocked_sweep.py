@@ -1,7 +1,5 @@
-"""The sweep of blocked jobs, by the leading cleaner: one whose dependencies (or batch)
-ended, and that nobody told (its worker crashed before it could, say), is made ready or
-cancelled as its rule says (:func:`recruiter.dependencies.engine.sweep`).
-"""
+"""The leading cleaner's sweep of blocked jobs whose dependencies (or batch) ended
+untold (a worker crashed first, say): :func:`recruiter.dependencies.engine.sweep`."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""Taking back the jobs of dead workers, by the leading cleaner, by the one take-back
-rule (:func:`recruiter.attempts.takeback.take_back_from_dead`): fence the worker out
-first, then release its jobs through their retry policies.
-
-Only a service that has watched for the whole timeout, without a database error
-(:meth:`DeadWorkerTakeBack.lost_sight`) and without a gap between runs, declares a worker
-dead: heartbeats kept from landing by an outage are not deaths.
-"""
+"""Taking back dead workers' jobs, by the leading cleaner (the one take-back rule:
+:func:`recruiter.attempts.takeback.take_back_from_dead`). Only a service that watched for
+the whole timeout, without a database error or a gap between runs, declares a death."""
 
 from __future__ import annotations
 
@@ -18,16 +13,15 @@ from recruiter.store import Store, WorkerRecord
 
 DEFAULT_CONSIDERED_DEAD_AFTER = dt.timedelta(seconds=30)
 SILENT_BEATS = 5
-"""A worker is declared dead only after missing at least this many of its own
-heartbeats, whatever the cleaner's timeout: a worker started with a long heartbeat
-interval (recorded in its roster document) is given the time it asked for."""
+"""Heartbeats of its own (its interval is in the roster) a worker misses at least
+before it is declared dead, whatever the cleaner's timeout."""
 
 
 @dataclass(frozen=True)
 class TakeBackResult:
     dead_workers: int = 0
     released: Counter[str] = field(default_factory=Counter)
-    """How many of their jobs each outcome had (:class:`~recruiter.attempts.takeback.Released`)."""
+    """Their jobs by outcome (:class:`~recruiter.attempts.takeback.Released`)."""
 
 
 class DeadWorkerTakeBack:
@@ -78,8 +72,7 @@ class DeadWorkerTakeBack:
     def _dead_workers(
         self, now: dt.datetime, watching_since: dt.datetime
     ) -> list[tuple[WorkerRecord, dt.datetime]]:
-        """The workers to declare dead, each with the time it must still not have been
-        seen since when it is removed."""
+        """The workers to declare dead, each with the time it must be unseen since."""
         watched = now - watching_since
         if watched < self.considered_dead_after:
             return []  # not watched long enough to tell a dead worker from an outage

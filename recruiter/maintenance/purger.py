@@ -1,7 +1,5 @@
-"""Purging, by the leading cleaner: deletes archived jobs that finished more than
-``clean_after`` ago, crashed ones included, up to :data:`~recruiter.store.PURGE_BATCH` a
-run in two commands.
-"""
+"""Purging, by the leading cleaner: deletes archived jobs (crashed ones too) finished
+more than ``clean_after`` ago, up to :data:`~recruiter.store.PURGE_BATCH` a run in two commands."""
 
 from __future__ import annotations
 

@@ -1,3 +1,2 @@
-"""Where a worker's slots run a job's code (threads, :mod:`.process_pool`,
-:mod:`.event_loop`), and stopping a running job at its timeout or on cancellation
-(:mod:`.stopping`)."""
+"""Where a worker's slots run a job's code (threads, :mod:`.process_pool`, :mod:`.event_loop`),
+and stopping it at its timeout or on cancellation (:mod:`.stopping`)."""

@@ -1,7 +1,4 @@
-"""The child's side of the processes pool: a job process that imports the application
-and runs the jobs its worker sends over the pipe (see :mod:`recruiter.pools.process_pool`
-for the worker's side and the protocol), living and pausing with its worker.
-"""
+"""A job process: the child's side of the processes pool (:mod:`.process_pool`)."""
 
 from __future__ import annotations
 
@@ -48,9 +45,8 @@ def child_main(
         if os.getppid() != parent:
             os._exit(137)  # the worker died before the line above
         threading.Thread(target=_pause_with, args=(parent,), daemon=True).start()
-    os.setpgrp()  # a Ctrl-C, or a signal to the worker's group, is the worker's
-    # and so is SIGTERM, even sent to every process of a cgroup: the worker finishes its
-    # jobs, then ends its children (SIGKILL when it must)
+    os.setpgrp()  # a Ctrl-C, or a signal to the worker's group, is the worker's; so is
+    # SIGTERM, even to a whole cgroup: the worker finishes its jobs, then ends its children
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
@@ -63,8 +59,7 @@ def child_main(
 
 
 def _pause_with(parent: int) -> None:
-    """Stop this process whenever the worker is seen stopped (Linux): a frozen worker's
-    job must not run on; the worker continues it when it resumes."""
+    """SIGSTOP this process while the worker is seen stopped: a frozen worker's job must not run."""
     stat = f"/proc/{parent}/stat"
     while True:
         try:
@@ -86,37 +81,27 @@ def _load(app: str) -> Registry:
 
 
 class _Child:
-    """The child's loop. A reader thread takes the worker's messages: a stop is acted on
-    at once (raised in the job's code), the rest go to the main thread, which runs the
-    jobs and their hooks. Runs are numbered by the worker, and a stop names its run: a
-    stop that crossed its run's answer on the pipe is recognised as stale and dropped;
-    one that came before its run entered the job's code waits for it there."""
+    """The child's loop; a reader thread raises a stop in the job's code at once, and hands
+    the rest to the main thread. A stop names its run: one that crossed its run's answer
+    on the pipe is stale and dropped; one that came before the code began waits for it."""
 
     def __init__(self, registry: Registry, connection: Connection) -> None:
         self.registry = registry
         self.connection = connection
         self.lock = threading.Lock()
         self.running: Running | None = None
-        self.current: int | None = None
-        """The number of the run under way, if one is."""
-        self.finished = 0
-        """The number of the last run that ended: a stop for it, or before, is stale."""
-        self.pending: dict[int, type[Stopped]] = {}
-        """Stops for a run whose job's code has not begun yet."""
+        self.current: int | None = None  # the run under way
+        self.finished = 0  # the last run ended: a stop for it, or before, is stale
+        self.pending: dict[int, type[Stopped]] = {}  # stops for runs whose code has not begun
         self.hooks = WorkableHooks()
         self.error: BaseException | None = None
         self.inbox: list[dict[str, Any]] = []
         self.arrived = threading.Condition()
         self.closed = False
-        self.sending = threading.Lock()
-        """Held while a message is sent: the job's progress reports (its sender's
-        thread) and the answers (the main thread) never interleave on the pipe."""
-        self.reporting: tuple[int, Progress] | None = None
-        """The run under way and its progress, while its job's code may report."""
-        self.reported = threading.Event()
-        """Set by each progress report: wakes the sender (:meth:`_send_progress`)."""
-        self.sender: threading.Thread | None = None
-        """Started at the first report this process's jobs make: none, no thread."""
+        self.sending = threading.Lock()  # progress (the sender) and answers never interleave
+        self.reporting: tuple[int, Progress] | None = None  # the run, while its code may report
+        self.reported = threading.Event()  # set by each report: wakes the sender
+        self.sender: threading.Thread | None = None  # started at the first report, if any
 
     def serve(self) -> None:
         threading.Thread(target=self._read, name="job-process-reader", daemon=True).start()
@@ -282,13 +267,11 @@ class _Child:
         return {"ok": True}
 
 
-_NOTHING = WorkableHooks().after_success
-"""What a hook left out is."""
+_NOTHING = WorkableHooks().after_success  # what a hook left out is
 
 
 def _defined(hooks: WorkableHooks) -> list[str]:
-    """The hooks that do something: neither left out of a function workable's, nor a
-    class workable's inherited from :class:`Workable`."""
+    """The hooks that do something: neither left out nor inherited from :class:`Workable`."""
     defined = []
     for name in HOOKS:
         hook = getattr(hooks, name)
@@ -299,8 +282,7 @@ def _defined(hooks: WorkableHooks) -> list[str]:
 
 
 def _failure_fields(error: BaseException) -> dict[str, Any]:
-    """The failure as the worker records it, in text BSON can carry whatever the
-    exception's message holds (a lone surrogate from a file name, say)."""
+    """The failure as the worker records it, in valid UTF-8 whatever its message holds."""
     failure = Failure.from_exception(error)
     trace = "".join(traceback.format_exception(error))[-TRACE_LIMIT:]
     return {

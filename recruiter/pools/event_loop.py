@@ -1,11 +1,5 @@
-"""The event loop of an ``asyncio``-pool worker: where its ``async def`` jobs run.
-
-``recruiter worker --pool asyncio`` runs one event loop in a thread of its own. Each
-slot keeps its thread for its bookkeeping, and hands an ``async def`` job's coroutine
-to the loop as a task (:meth:`recruiter.pools.stopping.Running.call`): hundreds of
-slots' jobs wait on their I/O together. A synchronous job runs in its slot's thread,
-as in the threads pool, so it never blocks the loop.
-"""
+"""The event loop of an ``asyncio``-pool worker: one loop in a thread of its own, where
+every slot's ``async def`` jobs run as tasks; a synchronous job runs in its slot's thread."""
 
 from __future__ import annotations
 
@@ -13,7 +7,7 @@ import asyncio
 import contextvars
 import logging
 import threading
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Coroutine, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -35,8 +29,7 @@ _JOB_TASKS: contextvars.ContextVar[set[asyncio.Task[Any]] | None] = contextvars.
 
 def _tracked_task(loop: asyncio.AbstractEventLoop, coro: Any, **options: Any) -> asyncio.Task[Any]:
     """The worker loop's task factory: a task started within a job is the job's, unless
-    it was given a context of its own that does not say so (``context=`` is read, not
-    the caller's: the factory runs in the caller's)."""
+    given a ``context=`` that does not say so (read instead of the caller's)."""
     task: asyncio.Task[Any] = asyncio.Task(coro, loop=loop, **options)
     context = options.get("context")
     started = _JOB_TASKS.get() if context is None else context.get(_JOB_TASKS)
@@ -47,29 +40,38 @@ def _tracked_task(loop: asyncio.AbstractEventLoop, coro: Any, **options: Any) ->
 
 @asynccontextmanager
 async def tasks_of_the_job() -> AsyncIterator[None]:
-    """Around a job's coroutine: the tasks it started (and theirs) that still run as it
-    ends are cancelled, and given :data:`CLOSE_WAIT` to end, before its attempt is
-    recorded, so a stopped job's fan-out never runs on beside its retry. A task that
-    must outlive the job is started with a context of its own:
-    ``loop.create_task(coro, context=contextvars.Context())``."""
+    """Around a job's coroutine: the tasks it started still running as it ends are
+    cancelled and given :data:`CLOSE_WAIT` before its attempt is recorded, never running
+    beside its retry (one started with ``context=contextvars.Context()`` outlives it)."""
     started: set[asyncio.Task[Any]] = set()
     token = _JOB_TASKS.set(started)
     try:
         yield
     finally:
         _JOB_TASKS.reset(token)
-        left = [task for task in started if not task.done()]
-        for task in left:
-            task.cancel()
-        if left:
-            _, pending = await asyncio.wait(left, timeout=CLOSE_WAIT)
-            if pending:
-                logger.error(
-                    "event loop: %d tasks a job started did not end within %s s of their "
-                    "cancellation; its attempt ends without them",
-                    len(pending),
-                    CLOSE_WAIT,
-                )
+        if left := _cancel(started):
+            await _wait_cancelled(
+                left,
+                "event loop: %d tasks a job started did not end within %s s of their "
+                "cancellation; its attempt ends without them",
+            )
+
+
+def _cancel(tasks: Iterable[asyncio.Task[Any]]) -> list[asyncio.Task[Any]]:
+    """Cancel those of ``tasks`` not done; return them."""
+    left = [task for task in tasks if not task.done()]
+    for task in left:
+        task.cancel()
+    return left
+
+
+async def _wait_cancelled(left: list[asyncio.Task[Any]], failure: str, *args: object) -> None:
+    """Give ``left`` :data:`CLOSE_WAIT` to end; log ``failure`` (``args``, count, wait) if not."""
+    # asyncio.wait, not wait_for: past its time, wait_for cancels what it waits for and
+    # then waits for that to end, forever for a task that ignores it
+    _, pending = await asyncio.wait(left, timeout=CLOSE_WAIT)
+    if pending:
+        logger.error(failure, *args, len(pending), CLOSE_WAIT)
 
 
 class EventLoop:
@@ -78,15 +80,13 @@ class EventLoop:
     def __init__(self, slots: int = 1) -> None:
         self.loop = asyncio.new_event_loop()
         self.loop.set_task_factory(_tracked_task)
-        # a thread per slot for its job's asyncio.to_thread calls, and spares: the default
-        # (a handful) would queue the calls of a hundred slots, and a call a stopped job
-        # left blocked keeps its thread
+        # a thread per slot for asyncio.to_thread, and spares: the default (a handful)
+        # would queue a hundred slots' calls, and a stopped job's blocked call keeps its own
         self.loop.set_default_executor(
             ThreadPoolExecutor(slots + SPARE_THREADS, thread_name_prefix="job-thread")
         )
         self._thread = threading.Thread(target=self._run, name="event-loop", daemon=True)
-        self._closing = False
-        """Set on the loop's thread by :meth:`close`'s stop: no other stop ends the loop."""
+        self._closing = False  # set by close() alone: no other stop ends the loop
 
     def start(self) -> None:
         self._thread.start()
@@ -100,12 +100,9 @@ class EventLoop:
             close_loop(self.loop, "event loop")
 
     def _run_until_stopped(self) -> None:
-        """Run the loop until it stops: for :meth:`close`, or because a job stopped it.
-
-        Only :meth:`close` ends the loop for good: every slot's jobs run on it, so one
-        job's stray ``SystemExit`` or ``KeyboardInterrupt`` (raised in a task or a callback
-        of its own, which asyncio lets out of ``run_forever``) or its ``loop.stop()`` must
-        not fail the jobs running beside it, nor every job after it."""
+        """Run the loop until it stops. Only :meth:`close` ends it for good: a job's stray
+        ``SystemExit`` or ``KeyboardInterrupt`` (from a task or callback of its own, which
+        asyncio lets out of ``run_forever``) or ``loop.stop()`` must not fail the others."""
         try:
             self.loop.run_forever()
         except BaseException:
@@ -132,35 +129,24 @@ class EventLoop:
 
 
 def close_loop(loop: asyncio.AbstractEventLoop, whose: str) -> None:
-    """Close a loop jobs ran on, without waiting on them for ever: cancel the tasks they
-    left running and give them :data:`CLOSE_WAIT` to end, close the async generators,
-    and close the loop, whose default executor is shut down without waiting for the
-    calls it runs (an ``asyncio.to_thread`` call a stopped job left blocked)."""
-    left = [task for task in asyncio.all_tasks(loop) if not task.done()]
-    for task in left:
-        task.cancel()
-    if left:
+    """Close a loop jobs ran on without waiting for ever: cancel the tasks they left and
+    give them :data:`CLOSE_WAIT`, close the async generators, then the loop (its executor
+    is not waited for: a stopped job's ``asyncio.to_thread`` call may be blocked)."""
+    if left := _cancel(asyncio.all_tasks(loop)):
         logger.warning("%s: cancelling %d tasks left by jobs", whose, len(left))
-        # asyncio.wait, not wait_for: past its time, wait_for cancels what it waits
-        # for and then waits for that to end, forever for a task that ignores it
-        _, pending = loop.run_until_complete(asyncio.wait(left, timeout=CLOSE_WAIT))
-        if pending:
-            logger.error(
-                "%s: %d tasks left by jobs did not end within %s s of their cancellation; "
-                "closed without them",
-                whose,
-                len(pending),
-                CLOSE_WAIT,
-            )
+        failure = (
+            "%s: %d tasks left by jobs did not end within %s s of their cancellation; "
+            "closed without them"
+        )
+        loop.run_until_complete(_wait_cancelled(left, failure, whose))
     loop.run_until_complete(loop.shutdown_asyncgens())
     loop.close()
 
 
 def run_on_a_new_loop(main: Coroutine[Any, Any, T]) -> T:
-    """``asyncio.run(main)``, but the end of ``main`` is the end: what it left behind is
-    cancelled and given :data:`CLOSE_WAIT` (:func:`close_loop`), where ``asyncio.run``
-    waits for every task it cancels and every thread call of its executor, for ever
-    for one that ignores its cancellation or blocks."""
+    """``asyncio.run(main)``, but what ``main`` left is given only :data:`CLOSE_WAIT`
+    (:func:`close_loop`), where ``asyncio.run`` waits for ever on a task that ignores its
+    cancellation or a blocked thread call."""
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)  # as asyncio.run: for code that asks for "the" loop
     try:

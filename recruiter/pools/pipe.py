@@ -1,7 +1,5 @@
-"""What the two sides of the processes pool share: how they read the pipe's BSON, how
-often they look at it, the workable's hooks that run in the child, and the error of a
-child that does not follow the protocol.
-"""
+"""What the two sides of the processes pool share: the pipe's BSON, how often they look
+at it, the hooks that run in the child, the error of a child off the protocol."""
 
 from __future__ import annotations
 
@@ -16,8 +14,7 @@ TICK = 0.05
 CODEC: CodecOptions[dict[str, Any]] = CodecOptions(tz_aware=True)
 """How both sides read the pipe's BSON: dates aware, as the store reads them."""
 PIPE_EVERY = 1.0
-"""Seconds between two progress reports a job process sends its worker, at the least
-(the latest is sent; the worker writes one every two at most, on its heartbeat)."""
+"""Seconds between a job process's progress messages, at the least (the latest is sent)."""
 HOOKS = ("after_success", "after_failure", "after_last_failure", "finalize")
 """The workable's hooks, run in the child where the job's object and exception are."""
 

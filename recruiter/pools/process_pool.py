@@ -1,18 +1,6 @@
-"""Running a slot's jobs in a child process of its own: the *processes* pool.
-
-``recruiter worker --pool processes`` gives each slot a long-lived child process
-(:mod:`recruiter.pools.child`) that imports the application and runs the jobs' code,
-while the worker keeps the roster, the heartbeat, the database writes and the watchdog:
-a job whose C code holds the GIL holds the child's, and the heartbeat goes on. A job
-asked to stop that has not returned within :data:`STOP_GRACE` is killed with its
-process group; a child that dies mid-job fails the attempt (:class:`JobProcessDied`)
-and the other slots never notice; a child lives and pauses with its worker.
-
-The two speak BSON over a pipe (no job data is pickled): the job as stored one way, the
-attempt's failure (class names and message), trace, output and latest progress the
-other. The workable's hooks run in the child, where the job's object and exception
-are. docs/reference/processes.md ("Where a job's code runs") has the whole story.
-"""
+"""The *processes* pool, the worker's side: each slot runs its jobs' code in a long-lived
+child (:mod:`recruiter.pools.child`), speaking BSON over a pipe; a job that does not stop
+within :data:`STOP_GRACE` is killed with its process group (docs/reference/processes.md)."""
 
 from __future__ import annotations
 
@@ -49,8 +37,7 @@ THREADS = "threads"
 PROCESSES = "processes"
 """The pool where each slot runs its jobs' code in a child process of its own."""
 ASYNCIO = "asyncio"
-"""The pool where ``async def`` jobs run as tasks on one event loop of the worker
-(:mod:`recruiter.pools.event_loop`); a synchronous job runs in its slot's thread."""
+"""The pool running ``async def`` jobs as tasks on one event loop (:mod:`.event_loop`)."""
 POOLS = (THREADS, PROCESSES, ASYNCIO)
 ASYNCIO_CONCURRENCY = 100
 """The slots of an ``asyncio``-pool worker when ``--concurrency`` is not given."""
@@ -64,8 +51,7 @@ START_TIMEOUT = 60.0
 
 
 class JobProcessDied(Exception):
-    """The child process running the attempt died (a signal, or an exit) before it
-    answered: recorded as the attempt's failure, never raised."""
+    """The attempt's child died (a signal, an exit) before it answered: recorded, never raised."""
 
     recorded_as = "recruiter.pool.JobProcessDied"
 
@@ -76,22 +62,15 @@ class JobProcess:
     def __init__(
         self, app: str, *, max_jobs: int | None = None, memory_limit: int | None = None
     ) -> None:
-        self.app = app
-        """The application's registry as ``module:attribute``, imported by the child."""
-        self.max_jobs = max_jobs
-        """Jobs a child runs before it is replaced (``None``: no limit)."""
-        self.memory_limit = memory_limit
-        """Bytes of resident memory after a job past which its child is replaced."""
+        self.app = app  # the application's registry, module:attribute
+        self.max_jobs = max_jobs  # a child's jobs before it is replaced (None: no limit)
+        self.memory_limit = memory_limit  # resident bytes past which, after a job, it is replaced
         self._process: multiprocessing.process.BaseProcess | None = None
         self._connection: Connection | None = None
-        self.jobs_run = 0
-        """Jobs the current child has run."""
-        self.started = 0
-        """Children started so far (each replacement counts)."""
-        self._replace_after = False
-        """Whether the child is to be replaced before the next job (it ran its last)."""
-        self._runs = 0
-        """Runs asked of children so far: the number that ties a stop to its run."""
+        self.jobs_run = 0  # by the current child
+        self.started = 0  # children so far, replacements included
+        self._replace_after = False  # the child ran its last job
+        self._runs = 0  # runs asked so far: a stop names its run by this number
 
     @property
     def pid(self) -> int | None:
@@ -226,11 +205,9 @@ class JobProcess:
     def _next(
         connection: Connection, running: Running, number: int, timeout: float
     ) -> dict[str, Any] | None:
-        """The child's next message other than a progress report, if one comes within
-        ``timeout``; the reports of run ``number`` that come first are kept as its
-        progress (the child sends one every :data:`PIPE_EVERY` at most). No stop lands
-        while a message is read, nor after the answer is (it is left to the caller,
-        who finds it in ``running.stopped``): a message is never lost to a stop."""
+        """The child's next message but a progress report (run ``number``'s are kept), within
+        ``timeout``. No stop lands while a message is read, nor after the answer (the caller
+        finds it in ``running.stopped``): a message is never lost to a stop."""
         deadline = time.monotonic() + timeout
         while connection.poll(max(0.0, deadline - time.monotonic())):
             running.shield()
@@ -248,7 +225,7 @@ class JobProcess:
         if killed and stopped is not None:
             error: BaseException = stopped()
             message = f"{error}; it did not stop within {STOP_GRACE:g} s and its process was killed"
-            failure = Failure(*_names(error), message)
+            failure = dataclasses.replace(Failure.from_exception(error), message=message)
             process = {"pid": pid, "replaced": "killed: the job did not stop"}
             return CodeResult(failure, error=error, stopped=stopped, process=process)
         died = JobProcessDied(f"the process running the job {self._exit_description()}")
@@ -280,8 +257,7 @@ class JobProcess:
         return f"exited with code {code}"
 
     def _hooks(self, names: list[str]) -> WorkableHooks:
-        """The workable's hooks ``names`` (those it has), run in the child, where its
-        object and exception are; the others do nothing, with no round trip."""
+        """The workable's hooks ``names``, run in the child; the rest do nothing (no round trip)."""
 
         def hook(name: str) -> Callable[..., None]:
             def call(*_: Any) -> None:
@@ -310,9 +286,6 @@ class JobProcess:
         if process is not None and connection is not None and process.is_alive():
             return connection
         self.close(at_once=True)
-        return self._start()
-
-    def _start(self) -> Connection:
         try:
             return self._spawn()
         except OSError as error:  # no more processes or files: the system refuses
@@ -368,8 +341,7 @@ class JobProcess:
 
 
 def _kill_group(process: multiprocessing.process.BaseProcess) -> None:
-    """SIGKILL to the child's process group (the child and the processes its job
-    started); to the child alone if its group is not set up yet."""
+    """SIGKILL to the child's process group (its job's processes too), or to the child alone."""
     pid = process.pid
     if pid is None:
         return
@@ -381,13 +353,7 @@ def _kill_group(process: multiprocessing.process.BaseProcess) -> None:
 
 
 class _Reported(Exception):
-    """The worker's stand-in for an exception raised in the child (the child keeps the
-    real one, for the workable's hooks)."""
-
-
-def _names(error: BaseException) -> tuple[str, tuple[str, ...]]:
-    failure = Failure.from_exception(error)
-    return failure.exception_class, failure.exception_types
+    """The worker's stand-in for an exception raised in the child (which keeps it, for hooks)."""
 
 
 def _statistics_document(statistics: RetryStatistics) -> dict[str, Any]:

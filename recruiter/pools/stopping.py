@@ -1,13 +1,6 @@
-"""Stopping a running job: at its timeout, or when it is cancelled.
-
-A job's code running in a slot's thread is stopped by an exception a watchdog raises in
-that thread (``PyThreadState_SetAsyncExc``): :class:`JobTimedOut` or
-:class:`JobCancelled`, both :class:`BaseException` so that an ``except Exception`` in
-the job does not swallow them, while its ``finally`` blocks still run. It is raised only
-within the job's own code (:meth:`Running.code`), at the next Python instruction: a
-call blocked in C is stopped when it returns. An ``async def`` job is stopped by
-cancelling its task (:meth:`Running.call`). The whole story: docs/guides/stopping.md.
-"""
+"""Stopping a running job at its timeout or when cancelled (docs/guides/stopping.md): a
+watchdog raises a :class:`Stopped` (a :class:`BaseException`: ``except Exception`` does not
+swallow it) in the job's own code only (:meth:`Running.code`), or cancels its task."""
 
 from __future__ import annotations
 
@@ -42,8 +35,7 @@ class Stopped(BaseException):
     while_it_ran = "the job was stopped while it ran"
     before_it_began = "the job was stopped before its code began: it did not run"
     began = True
-    """Whether the job's code had begun when the stop landed: ``False`` when an ``async
-    def`` job's coroutine never took its first step (:attr:`Running.unrun`)."""
+    """Whether the job's code had begun when the stop landed (:attr:`Running.unrun`)."""
 
     def __str__(self) -> str:
         return self.while_it_ran if self.began else self.before_it_began
@@ -84,8 +76,7 @@ class Entrance:
     command workable (nothing of the application's ran to rebuild it)."""
     at_first_step: bool = False
     """Calling the target runs none of it either: an ``async def`` function, whose body
-    begins at its coroutine's first step (a plain function that returns a coroutine,
-    a decorator's wrapper say, has run by then)."""
+    begins at its coroutine's first step (not a wrapper returning a coroutine)."""
 
 
 NOWHERE_KNOWN = Entrance()
@@ -100,26 +91,19 @@ class Running:
     def __init__(self, job_id: Any, timeout: dt.timedelta | None, token: Any = None) -> None:
         self.job_id = job_id
         self.timeout = timeout
-        self.progress = Progress(token)
-        """What the job's code reports of its progress (its worker writes it now and then)."""
+        self.progress = Progress(token)  # what the code reports (its worker writes it)
         self.deadline: float | None = None
         self.stopped: type[Stopped] | None = None
         self.returned = False
         """Whether the job's code returned: a stop that lands after it does not fail the attempt."""
         self.unrun = False
-        """Whether the job's code never began: an ``async def`` job's coroutine was
-        closed before its first step (a stop landed before its task began), or a job
-        process was asked to stop before it called the code. Its attempt says so."""
+        """Whether the job's code never began (its attempt says so): a stop landed before an
+        ``async def`` job's first step, or before a job process called the code."""
         self._thread_id: int | None = None
-        self._entered = self._left = False
-        """Whether the code's bounds (:meth:`code`) were entered, and left."""
-        self._as_task = False
-        """Whether the code runs as a task: a stop cancels it, and is not raised in
-        the thread (which only waits for the task)."""
-        self._cancel: Callable[[], object] | None = None
-        """Cancels the task, once it has begun."""
-        self._shielded_thread: int | None = None
-        """The code's thread while it is shielded from stops (:meth:`shield`)."""
+        self._entered = self._left = False  # the code's bounds (code()), entered and left
+        self._as_task = False  # runs as a task: a stop cancels it, not raised in the thread
+        self._cancel: Callable[[], object] | None = None  # cancels the task, once begun
+        self._shielded_thread: int | None = None  # the code's thread while shielded
         self._lock = threading.Lock()
 
     def call(
@@ -128,10 +112,9 @@ class Running:
         loop: asyncio.AbstractEventLoop | None = None,
         entrance: Entrance = NOWHERE_KNOWN,
     ) -> Any:
-        """Run the job's code, ``target``, where a stop may land: a function in this
-        thread; what returns a coroutine (an ``async def``) as a task on ``loop``, the
-        worker's event loop running in another thread, or else on a loop of its own.
-        ``entrance`` tells whether a stop before the code began left it unrun."""
+        """Run the job's code, ``target``, where a stop may land: a function in this thread,
+        a coroutine as a task on ``loop`` (the worker's, in another thread) or else on a loop
+        of its own. ``entrance`` tells whether a stop before the code began left it unrun."""
         with self.code(entrance):
             returned: Any = None
             try:
@@ -198,14 +181,12 @@ class Running:
             return error, None
         finally:
             with self._lock:
-                # the task ends: nothing left to cancel, and its loop may be closed
-                # before the code's bounds end (asyncio.run's), where cancelling would
-                # raise in the stopper's thread (the watchdog, a job process's reader)
+                # the task ends: its loop may close before the bounds end (asyncio.run's),
+                # and cancelling would raise in the stopper's thread (watchdog, reader)
                 self._cancel = None
 
     def _never_began(self, coroutine: Coroutine[Any, Any, Any], error: BaseException) -> None:
-        """If the job's coroutine failed with ``error`` before its first step, its code
-        never ran: say so (:attr:`unrun`, and in the stop's message)."""
+        """Say so (:attr:`unrun`, the stop's message) if the coroutine failed before its start."""
         if inspect.getcoroutinestate(coroutine) != inspect.CORO_CREATED:
             return
         self.unrun = True
@@ -214,9 +195,8 @@ class Running:
 
     @contextmanager
     def code(self, entrance: Entrance = NOWHERE_KNOWN) -> Iterator[None]:
-        """Around the job's own code: the only place a stop may land. A stop asked for
-        before is raised here, and the code does not begin (unrun, if ``entrance``
-        says nothing of the application's ran before)."""
+        """Around the job's own code, the only place a stop may land. One asked for before
+        is raised here and the code does not begin (unrun, as ``entrance`` says)."""
         with self._lock:
             self._entered = True
             stopped = self.stopped
@@ -242,18 +222,15 @@ class Running:
                 self._as_task, self._cancel = False, None
 
     def shield(self) -> None:
-        """From now on, within the code's bounds, no stop lands (a message is read whole
-        off a job process's pipe): one asked for meanwhile, or raised just before and
-        not yet landed, is only recorded (:attr:`stopped`), for the caller to look at.
-        Until :meth:`unshield`, or the end of the bounds: a caller that got what it
-        waited for never lets a stop land between its read and its return."""
+        """No stop lands until :meth:`unshield` or the bounds' end (a message is read whole;
+        a caller with its answer returns first): one asked for meanwhile, or raised and not
+        landed, is only recorded (:attr:`stopped`)."""
         with self._lock:
             _raise_in(threading.get_ident(), None)  # (a stop raised just before: taken back)
             self._shielded_thread, self._thread_id = self._thread_id, None
 
     def unshield(self) -> None:
-        """Let stops land again (a stop recorded while shielded is not raised: the
-        caller raises :attr:`stopped`)."""
+        """Let stops land again (one recorded meanwhile is not raised: the caller raises it)."""
         with self._lock:
             if not self._left:
                 self._thread_id = self._shielded_thread
@@ -277,8 +254,7 @@ class Running:
 
 
 def _run_on_a_loop_of_its_own(body: Coroutine[Any, Any, Any]) -> Any:
-    """Run ``body`` on a new event loop: in this thread, or in a thread of its own
-    when this one runs a loop already (``drain()`` called from an ``async`` test)."""
+    """Run ``body`` on a new loop; in a thread of its own if this one runs a loop (``drain()``)."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -302,9 +278,8 @@ def _run_on_a_loop_of_its_own(body: Coroutine[Any, Any, Any]) -> Any:
 
 
 class HolderDeclaredDead(Stopped):
-    """The process running the job here was declared dead (a manual run whose heartbeats
-    were held back past the cleaner's timeout): its job was released and may run
-    elsewhere, so its code is stopped here."""
+    """This process was declared dead (a manual run's heartbeats held back past the
+    cleaner's timeout): the job was released and may run elsewhere, so it stops here."""
 
     recorded_as = "recruiter.stopping.HolderDeclaredDead"
 
@@ -315,14 +290,12 @@ class HolderDeclaredDead(Stopped):
 
 
 class Watch:
-    """The jobs running in this process; a watchdog thread stops those past their
-    timeout, and :meth:`cancel` those cancelled."""
+    """The jobs running in this process; a watchdog thread stops those past their timeout."""
 
     def __init__(self) -> None:
         self._running: dict[int, Running] = {}
         self._lock = threading.Lock()
-        self.stopping: type[Stopped] | None = None
-        """Set by :meth:`stop_all`: any job about to run is stopped before its code."""
+        self.stopping: type[Stopped] | None = None  # stop_all(): a job about to run stops too
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
 

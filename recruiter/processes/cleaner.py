@@ -1,10 +1,6 @@
-"""The cleaner: recovers what dead workers held, and keeps ``archived`` from growing forever.
-
-Each round runs, in order, the services the cleaner owns (:mod:`recruiter.maintenance`):
-the take-back of dead workers' jobs, archiving, purging, and the sweep of blocked jobs
-(docs/reference/processes.md, ``recruiter clean``). Jobs locked but held by no worker
-are the leading recruiter's to release.
-"""
+"""The cleaner: recovers what dead workers held, and keeps ``archived`` from growing forever,
+each round running its services (:mod:`recruiter.maintenance`) in order. Unheld locks are
+the leading recruiter's to release (docs/reference/processes.md)."""
 
 from __future__ import annotations
 
@@ -28,8 +24,7 @@ DEFAULT_LEASE = dt.timedelta(seconds=15)
 @dataclass(frozen=True)
 class CleanerConfig:
     considered_dead_after: dt.timedelta = DEFAULT_CONSIDERED_DEAD_AFTER
-    """A worker whose last heartbeat is older than this is dead; keep it several
-    heartbeat intervals long (workers beat every 2 s by default)."""
+    """A worker silent longer is dead: keep it several heartbeats long (2 s by default)."""
     clean_after: dt.timedelta = DEFAULT_CLEAN_AFTER
     lease: dt.timedelta = DEFAULT_LEASE
     idle_wait_min: float = 0.5
@@ -39,7 +34,7 @@ class CleanerConfig:
 
     @property
     def idle_waits(self) -> Backoff:
-        """The waits between idle rounds, capped at a quarter of the dead timeout."""
+        """The waits between idle rounds (see :attr:`idle_wait_max`)."""
         cap = min(self.idle_wait_max, self.considered_dead_after.total_seconds() / 4)
         return Backoff(min(self.idle_wait_min, cap), cap)
 

@@ -1,12 +1,6 @@
-"""The feed cache: what the change feed tells the recruiter, and the ready jobs it lets
-the recruiter know without reading the queue (:class:`KnownReady`), so that a round may
-plan over them or be skipped (docs/reference/processes.md, ``recruiter run``).
-
-The cache is only an optimization: every job handed out is locked by the same
-conditional update as any other, so a job it wrongly holds ready (cancelled meanwhile)
-is never handed out, and a job it misses waits only until its news, or the next round
-that reads the queue.
-"""
+"""What the change feed tells the recruiter, and the ready jobs it knows without reading
+the queue (:class:`KnownReady`). Only an optimization: a job wrongly held ready is never
+handed out (the lock is conditional), one missed waits for its news or the next read."""
 
 from __future__ import annotations
 
@@ -24,17 +18,14 @@ from recruiter.store import Arrivals, NewJob, WorkerRecord
 GAP = "?"
 """What :class:`FeedInbox` holds when changes may have gone untold."""
 ARRIVALS_KEPT = 10_000
-"""Inserted jobs the news keeps between two rounds, and a :class:`KnownReady` at most;
-past it, the round reads the queue."""
+"""Arrivals kept between two rounds, and in a :class:`KnownReady`, at most: past it, read."""
 BURST = 2
-"""More jobs than this told arrived since the last round: a burst, whose other jobs' news
-may still be on its way (a server may tell a bulk insert a few jobs at a time), so the
-round reads the queue, which finds them all; fewer is light load, where each job meets
-an idle worker, and what is known is all there is."""
+"""More arrivals told than this since the last round are a burst, whose other jobs' news
+may be on its way (a bulk insert is told a few jobs at a time): the round reads the
+queue. Fewer is light load, each job meeting an idle worker: what is known is all."""
 NEVER = dt.datetime.max.replace(tzinfo=dt.UTC)
 WORKERS_REMEMBERED = 100_000
-"""Workers whose sets of workables the cache remembers; forgotten all at once past it
-(a forgotten worker's release costs a round, nothing else)."""
+"""Workers whose set the cache remembers; all forgotten past it (each then costs a round)."""
 
 
 @dataclass(frozen=True)
@@ -42,18 +33,15 @@ class FeedChanges:
     """What the change feed told between two rounds."""
 
     collections: frozenset[str] = frozenset()
-    """The collections that changed."""
     workers: frozenset[ObjectId | None] = frozenset()
-    """The workers made available, by id (``None``: one that is not known, a worker
-    that registered: it may run workables no other one can)."""
+    """Workers made available (``None``: one not known, that may run workables no other can)."""
     arrivals: tuple[NewJob, ...] | None = ()
     """The jobs inserted, when they are all that changed in ``scheduled`` (``None``: a
     job changed otherwise, or more were inserted than :data:`ARRIVALS_KEPT`)."""
 
 
 class FeedInbox:
-    """What the change feed told since the last round (:class:`FeedChanges`): written
-    by the feed's watcher thread, read by the round."""
+    """What the feed told since the last round: written by its watcher thread, read by the round."""
 
     def __init__(self) -> None:
         self._collections: set[str] = set()
@@ -64,9 +52,8 @@ class FeedInbox:
     def tell(
         self, collection: str, worker_id: ObjectId | None = None, job: NewJob | None = None
     ) -> None:
-        """A change in ``collection``; in ``roster``, to the worker ``worker_id``
-        (``None``: a worker registered, or one not known); in ``scheduled``, the insert
-        of ``job`` (``None``: any other change)."""
+        """A change in ``collection``: in ``roster``, to ``worker_id`` (``None``: not known);
+        in ``scheduled``, the insert of ``job`` (``None``: any other change)."""
         with self._lock:
             self._collections.add(collection)
             if collection == "roster":
@@ -91,23 +78,13 @@ class FeedInbox:
 
 @dataclass(frozen=True)
 class KnownReady:
-    """The ready jobs, as known without reading the queue: for workers of the sets of
-    workables ``sets``, the only jobs that can be ready are ``jobs``, and no other job
-    falls due before ``until``."""
+    """The ready jobs known without reading the queue: for workers of the sets of
+    workables ``sets`` (digests; ``None``: any job), the only jobs that can be ready are
+    ``jobs``, and no job the queue held, and this view does not, falls due before ``until``."""
 
     jobs: tuple[NewJob, ...]
     sets: frozenset[str | None]
-    """The sets of workables (digests; ``None``: any job) it holds for."""
     until: dt.datetime
-    """When the first job the queue held, and this view does not, falls due."""
-
-    @classmethod
-    def after_reading(
-        cls, drained_for: frozenset[str | None], next_due: dt.datetime | None
-    ) -> KnownReady:
-        """What a round that read the queue knows once it handed out every job ready
-        for the sets ``drained_for``, the next job due at ``next_due``."""
-        return cls((), drained_for, next_due or NEVER)
 
     def told(self, changes: FeedChanges, now: dt.datetime) -> KnownReady | None:
         """What is known after the feed told ``changes``, by ``now`` (``None``: read the queue)."""
@@ -144,16 +121,12 @@ class ReadyCache:
     """What the recruiter knows of the ready jobs between its rounds (see the module)."""
 
     def __init__(self) -> None:
-        self.known: KnownReady | None = None
-        """The ready jobs as known without reading the queue (``None``: read it)."""
+        self.known: KnownReady | None = None  # None: read the queue
         self.drained_for: frozenset[str | None] = frozenset()
-        """The sets of workables for which nothing was ready after the last plan (it
-        handed out every job ready for them, and none was put back)."""
+        """The sets of workables the last plan left nothing ready for (none was put back)."""
         self.drained_at: dt.datetime | None = None
-        self.held_until: dt.datetime | None = None
-        """When a group held back by its rate limit may start a job again."""
-        self._workables_of: dict[ObjectId, str | None] = {}
-        """The set of workables of each worker seen available (its digest)."""
+        self.held_until: dt.datetime | None = None  # when a rate-held group may start again
+        self._workables_of: dict[ObjectId, str | None] = {}  # digest of each worker seen
 
     def forget(self) -> None:
         """Read the queue at the next round."""
@@ -167,10 +140,9 @@ class ReadyCache:
         return self.known
 
     def nothing_for(self, workers: frozenset[ObjectId | None], now: dt.datetime) -> bool:
-        """Whether nothing is ready that any of these workers could run: each is known,
-        of a set for which the last plan left nothing ready (a worker new to the
-        recruiter may run workables no other one can), and no job known fell due since
-        (what else changed in ``scheduled`` would have been news)."""
+        """Whether nothing is ready for these workers: each is known (a new one may run
+        workables no other can), of a set the last plan drained, and no job known fell
+        due since (what else changed in ``scheduled`` would have been news)."""
         known, since = self.known, self.drained_at
         if known is None or since is None:
             return False
@@ -218,5 +190,5 @@ class ReadyCache:
         elif plan.drained:
             # nothing of these sets is left ready: until the next job falls due, only a
             # job the feed tells of can be ready for their workers
-            self.known = KnownReady.after_reading(plan.drained_for, next_due)
+            self.known = KnownReady((), plan.drained_for, next_due or NEVER)
             self.drained_for = plan.drained_for

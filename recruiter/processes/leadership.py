@@ -1,10 +1,6 @@
-"""Leadership: a lease in ``metadata`` so that one recruiter (and one cleaner) leads,
-and the loop a leading process runs under it (:func:`lead`, :class:`LeaderRounds`).
-
-Leadership wraps a process's loop: it is not woven into the work, which stays correct
-even with two leaders for a moment (every write the work does is conditional).
-docs/reference/processes.md says how the lease is held and handed over.
-"""
+"""Leadership: a lease in ``metadata`` so that one recruiter (and one cleaner) leads, and
+the loop a leader runs under it (:func:`lead`). It wraps the work, which stays correct
+with two leaders for a moment (every write is conditional): docs/reference/processes.md."""
 
 from __future__ import annotations
 
@@ -51,17 +47,12 @@ class Leadership:
         self.clock = clock
         self._renew_at: float | None = None
         self.leading = False
-        self._known = False
-        """Whether ``leading`` was ever established, so the first verdict is logged too."""
+        self._known = False  # leading ever established? (the first verdict is logged too)
 
     def hold(self, now: dt.datetime) -> bool:
-        """Whether this process leads at ``now`` (the database's time, at the earliest it
-        may be: ``clock.earliest()``); renews or takes the lease when due.
-
-        Between renewals it trusts the lease for a third of its duration, timed from
-        before the renewal was sent, on the monotonic clock: a renewal that took long to
-        answer, or a wall clock stepped back, never stretches it.
-        """
+        """Whether this process leads at ``now`` (``clock.earliest()``); renews or takes the
+        lease when due, trusting it for a third of its duration, timed on the monotonic clock
+        from before the renewal was sent: no slow answer nor clock stepped back stretches it."""
         sent = self.clock.monotonic()
         if self.leading and self._renew_at is not None and sent < self._renew_at:
             return True
@@ -87,9 +78,8 @@ class Leadership:
         late = leading and self.clock.monotonic() - sent >= renew_in
         self._renew_at = sent + renew_in if leading and not late else None
         if late:
-            # the answer took longer than the lease is trusted for (a renewal blocked by
-            # an outage, then landed): another may hold the lease by now; act on nothing,
-            # renew again at the next step
+            # answered past the trusted time (blocked by an outage, then landed): another
+            # may hold the lease by now; act on nothing, renew at the next step
             logger.warning(
                 "%s %s: the lease's renewal answered late, renewing again", self.name, self.holder
             )
@@ -126,8 +116,7 @@ class Follow:
 
 
 class Tell:
-    """Whom to tell when the process takes or loses the lead, and what to give them:
-    each became-leader is paired with one stepped-down, whatever happens in between."""
+    """Tells the listeners of each lead taken, and of its end (paired, whatever happens)."""
 
     def __init__(self, listeners: Listeners, payload: Any) -> None:
         self.listeners = listeners
@@ -146,12 +135,9 @@ class Tell:
 
 
 class LeaderRounds:
-    """A leading process's rounds under its lease ``name``: each :meth:`step` holds (or
-    takes) the lease, then runs one round of ``process`` if it leads. On taking the lead
-    it tells ``process`` (:meth:`Leading.became_leader`), starts following its change
-    feed and tells the application's listeners (``tell``); on losing it, the reverse.
-    :func:`lead` runs the steps until stopped; the interleaving explorer
-    (``tests/explorer/``) runs the same steps one at a time."""
+    """A leader's rounds under the lease ``name``: each :meth:`step` holds (or takes) the
+    lease, then runs a round of ``process`` if it leads; taking the lead, it tells
+    ``process``, follows the feed and tells ``tell``'s listeners; losing it, the reverse."""
 
     def __init__(
         self,
@@ -172,8 +158,7 @@ class LeaderRounds:
         self.check_schema = SchemaCheck(store, clock)
 
     def step(self, now: dt.datetime) -> Pause | None:
-        """One round at ``now`` (the earliest the time may be) if this process leads:
-        its pause; ``None`` when another leads (standing by)."""
+        """One round at ``now`` (the earliest time) if this process leads: its pause, else None."""
         was_leading = self.leadership.leading
         try:
             holds = self.leadership.hold(now)
@@ -211,13 +196,9 @@ def lead(
     follow: Follow | None = None,
     tell: Tell | None = None,
 ) -> None:
-    """Run ``process`` one round at a time while leading the lease ``name``, until
-    ``stop`` is set (its signal handlers are installed first thing, by the command).
-
-    With ``follow``, the leader (only) follows the change feed, and waits for it to ring
-    between idle rounds instead of backing off. With ``tell``, its listeners hear of each
-    change of leadership.
-    """
+    """Run ``process`` a round at a time while leading the lease ``name``, until ``stop`` is
+    set (the command installs its handlers first); with ``follow``, its change feed ends
+    idle waits; with ``tell``, listeners hear of each change of leadership."""
     clock = store.clock()
     feed = LeaderFeed(name, follow, stop.bell())
     rounds = LeaderRounds(store, name, process, lease=lease, clock=clock, feed=feed, tell=tell)
@@ -239,8 +220,7 @@ def lead(
 
 
 class LeaderFeed:
-    """The leader's watcher of its change feed: started on taking the lead, closed on
-    losing it; each change rings the bell, and is told to the leader's news."""
+    """The leader's change feed watcher, open while it leads: each change rings, and is told."""
 
     def __init__(self, name: str, follow: Follow | None, bell: threading.Event) -> None:
         self.name = name

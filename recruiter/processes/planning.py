@@ -1,11 +1,9 @@
 """Which job each available worker gets: the recruiter's plan for one round.
 
-The plan honours groups' limits, then named groups' workers before any-group ones, then
-weighted fair share among groups, then priorities (docs/reference/processes.md,
-docs/guides/groups.md). The named groups' jobs are locked before the any-group plan
-reads, so no job is booked twice in a round; a rate-limited group's starts are recorded
-before its jobs are locked, so a crash between the two leaves it under its limit, never
-over.
+Groups' limits, then named groups' workers before any-group ones, then weighted fair
+share, then priorities (docs/reference/processes.md, docs/guides/groups.md). Named groups'
+jobs are locked before the any-group plan reads, so none is booked twice; a rate-limited
+group's starts are recorded before its jobs are locked: a crash between leaves it under.
 """
 
 from __future__ import annotations
@@ -28,10 +26,9 @@ from recruiter.store import Store, WorkerRecord
 logger = logging.getLogger(__name__)
 
 ANY_GROUP_READS = 3
-"""Reads of ready jobs a round of any-group workers makes at most, however many groups
-hold them (each read is one command per 100 of the groups it reads, see
-:meth:`Store.ready_job_ids_by_group`). A second read is needed only when a group the
-fair share chose had fewer jobs than it would have handed it."""
+"""Reads of ready jobs a round of any-group workers makes at most (each one command per
+100 groups, :meth:`Store.ready_job_ids_by_group`); a second only when a group fair share
+chose had fewer jobs than it would have handed it."""
 SETTINGS_REFRESH = dt.timedelta(seconds=1)
 """How long groups' settings are trusted when no change feed tells of their changes."""
 SETTINGS_REFRESH_FOLLOWED = dt.timedelta(seconds=30)
@@ -56,17 +53,15 @@ class Plan:
     jobs: dict[ObjectId, list[Any]] = field(default_factory=dict)
     """The jobs each worker gets (one, or several prefetched), in order, locked with the token."""
     drained: bool = False
-    """The round handed out every job of any group that was ready (none is left ready,
-    none held back by a limit): until a job arrives, is put back or falls due, no
-    worker can be given anything."""
+    """Every ready job of any group was handed out (none held back by a limit): until a
+    job arrives, is put back or falls due, no worker can be given anything."""
     wake_at: dt.datetime | None = None
     """When a rate-limited group with waiting workers may start a job again."""
     missed: bool = False
-    """A job read could not be locked (cancelled, or made to wait, since it was read):
-    the worker it was meant for may be left idle while another job is ready."""
+    """A job read could not be locked (cancelled or postponed since): its worker may be
+    left idle while another job is ready."""
     drained_for: frozenset[str | None] = frozenset()
-    """The sets of workables (their digests; ``None``: any) of which the round handed
-    out every ready job: :attr:`drained`, for a worker that can run only such a set."""
+    """The sets of workables (digests; ``None``: any) :attr:`drained` holds for."""
     tried: frozenset[Any] = frozenset()
     """The jobs the round tried to lock: locked (and in :attr:`jobs`), or not ready."""
 
@@ -91,8 +86,7 @@ class Allowances:
                 limits.append(max(0, setting.rate.limit - len(self._window(group))))
             if limits:
                 self._left[group] = min(limits)
-        self.held: set[str] = set()
-        """Groups that wanted more than their limits left them."""
+        self.held: set[str] = set()  # groups that wanted more than their limits left
 
     def _window(self, group: str) -> list[dt.datetime]:
         rate = self._settings[group].rate
@@ -111,8 +105,7 @@ class Allowances:
             self._left[group] -= count
 
     def wake_at(self) -> dt.datetime | None:
-        """When the first group held back by its rate may start a job again: when the
-        oldest start of its full window leaves it."""
+        """When the first rate-held group may start again: its full window's oldest start leaves."""
         times = []
         for group in self.held:
             rate = self._settings[group].rate
@@ -125,8 +118,7 @@ class Allowances:
 
 @dataclass
 class _Round:
-    """One round being planned: its token and time, what limits leave, what it locked,
-    and what each worker gets."""
+    """One round being planned: token, time, limits left, locks, each worker's jobs."""
 
     token: ObjectId
     now: dt.datetime
@@ -141,8 +133,7 @@ class _Round:
 
 
 class Planner:
-    """Plans rounds for one leading recruiter; keeps groups' settings, fair share and
-    the lengths of jobs (for prefetch)."""
+    """Plans one leader's rounds; keeps groups' settings, fair share and job lengths."""
 
     def __init__(
         self,
@@ -171,13 +162,9 @@ class Planner:
         now: dt.datetime,
         ready: ReadyJobs | None = None,
     ) -> Plan:
-        """Lock jobs for the available workers; return the jobs each gets, in order.
-
-        Workers are planned for by the set of workables they can run, one set after
-        the other (nearly always there is one): each set's reads name its workables, so
-        a worker is handed only jobs it can run, and a job no worker can run waits.
-        The ready jobs are read from ``ready`` (the store if None).
-        """
+        """Lock jobs for the available workers; the jobs each gets, in order. Each set of
+        workables is planned for in turn, its reads naming them, so a worker gets only jobs
+        it can run. Ready jobs are read from ``ready`` (the store if None)."""
         self.lengths.learn(workers)
         round_ = _Round(token, now, self._allowances(now), self.store if ready is None else ready)
         sets: dict[str | None, list[WorkerRecord]] = defaultdict(list)
@@ -186,9 +173,8 @@ class Planner:
         names = self._names_of([digest for digest in sets if digest is not None])
         drained_for: set[str | None] = set()
         any_group_sets = 0
-        # the sets that name their workables first: a worker that may be handed any job
-        # (from before routing, or its set unrecorded) may not know a job that an idle
-        # worker of another set knows, and would fail it
+        # sets naming their workables first: a worker handed any job (its set unrecorded)
+        # may not know a job an idle worker of another set knows, and would fail it
         for digest, slots in sorted(sets.items(), key=lambda item: item[0] not in names):
             drained = self._plan_slots(slots, names.get(digest) if digest else None, round_)
             if drained is not None:
@@ -201,14 +187,8 @@ class Planner:
             self.share.forget(round_.ready_groups)
         drained = any_group_sets > 0 and len(drained_for) == any_group_sets
         wake_at = round_.allowances.wake_at()
-        return Plan(
-            round_.jobs,
-            drained,
-            wake_at,
-            round_.missed,
-            frozenset(drained_for),
-            frozenset(round_.tried),
-        )
+        tried = frozenset(round_.tried)
+        return Plan(round_.jobs, drained, wake_at, round_.missed, frozenset(drained_for), tried)
 
     def _names_of(self, digests: list[str]) -> dict[str, frozenset[str]]:
         """The workables of each set (read once: a set never changes). A set whose
@@ -228,9 +208,8 @@ class Planner:
     def _plan_slots(
         self, workers: list[WorkerRecord], names: frozenset[str] | None, round_: _Round
     ) -> bool | None:
-        """Plan for ``workers``, which can run the workables ``names`` (any if None);
-        return whether their any-group plan handed out every ready job they could run
-        (``None``: none of them works on any group)."""
+        """Plan for ``workers`` of the workables ``names`` (any if None); whether their
+        any-group plan handed out every ready job they could run (``None``: none is any-group)."""
         by_group: dict[str, list[WorkerRecord]] = defaultdict(list)
         for worker in workers:
             by_group[worker.work_on].append(worker)
@@ -248,8 +227,8 @@ class Planner:
         return None
 
     def _put_back_unplaced(self, round_: _Round) -> None:
-        """Put back any job the round locked that is in no worker's jobs (a bug), which
-        would stay locked while the round's token is held, and say so."""
+        """Put back (and log) a job locked but planned for no worker (a bug): it would stay
+        locked while the round's token is held."""
         placed = {job for jobs in round_.jobs.values() for job in jobs}
         unplaced = [job for job in round_.locked if job not in placed]
         if unplaced:
@@ -264,9 +243,8 @@ class Planner:
     def _hand(
         self, slots: list[WorkerRecord], chosen: list[tuple[str, Any]], round_: _Round
     ) -> None:
-        """Share the ``chosen`` jobs (group, job, in order) among ``slots`` as they were
-        packed when chosen; those that could not be locked are left out of their slot's
-        hand-out (packing again without them could leave one out that was locked)."""
+        """Share the ``chosen`` (group, job) among ``slots`` as packed when chosen, leaving
+        out those not locked (packing again could leave out one that was locked)."""
         groups = [group for group, _ in chosen]
         for slot, positions in zip(
             slots, pack(groups, slots, self.prefetch, self.lengths), strict=True
@@ -278,9 +256,8 @@ class Planner:
     def _plan_any_group(
         self, idle: list[WorkerRecord], round_: _Round, names: frozenset[str] | None
     ) -> bool:
-        """Share the workers of any group among the groups with ready jobs (of the
-        workables ``names``, or any); return whether every ready job they could run was
-        handed out (see :attr:`Plan.drained`)."""
+        """Share any-group workers among the groups with ready jobs (of ``names``, or any);
+        whether every ready job they could run was handed out (:attr:`Plan.drained`)."""
         now, most = round_.now, capacity(idle, self.prefetch)
         ready_groups = round_.ready.ready_groups(now)
         share, filtered = self.share, names is None
@@ -290,10 +267,9 @@ class Planner:
             chosen, handed_all, empty = self._choose(idle, open_groups, round_, names)
             if filtered or not empty:
                 break
-            # a group had no job these workers can run: never charged, fair share would
-            # rank it first in every round, and the reads spent finding it empty could
-            # leave the others' jobs unread; play again over the groups with jobs they
-            # can run (a read of every ready job, made only while such a group exists)
+            # a group had no job these workers can run: never charged, fair share would rank
+            # it first every round, its empty reads leaving the others' jobs unread; play
+            # again over the groups with jobs they can run (a read of every ready job)
             self.share, filtered = share, True
             ready_groups = round_.ready.ready_groups(now, names)
         round_.ready_groups.update(ready_groups)
@@ -311,17 +287,11 @@ class Planner:
         round_: _Round,
         names: frozenset[str] | None = None,
     ) -> tuple[list[tuple[str, Any]], bool, bool]:
-        """The jobs, in turn, that fair share hands the ``idle`` workers of any group (in
-        several where the prefetch rule allows), when group ``g`` may give ``wanted[g]``;
-        whether they are all the ready jobs of those groups (each read to its end, every
-        job read handed out); and whether a group read had none (of the workables ``names``).
-
-        Reads only the jobs it hands out: fair share is played as if every group had all
-        it may give, the prefetch rule keeps the first picks that fit, and those are read
-        in one command, one more job than needed per group to tell whether it has more.
-        A group that had no more is known exhausted and, when it had fewer than needed,
-        the play starts again with what is left, at most :data:`ANY_GROUP_READS` reads.
-        """
+        """The (group, job) fair share hands the ``idle`` any-group workers when ``g`` may
+        give ``wanted[g]``; whether those are all their groups' ready jobs; whether a group
+        read had none (of ``names``). Fair share plays as if every group had all it may give;
+        the picks that fit are read in one command, one more per group to tell if it has
+        more; one with fewer starts the play again (at most :data:`ANY_GROUP_READS` reads)."""
         most, now = capacity(idle, self.prefetch), round_.now
         read: dict[str, list[Any]] = {}
         exhausted: set[str] = set()

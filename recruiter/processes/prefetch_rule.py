@@ -1,11 +1,5 @@
-"""How many jobs a round hands one slot at once: the prefetch rule.
-
-Every idle slot gets one job before any slot gets a second; only the jobs left over are
-prefetched, within :attr:`PrefetchRule.prefetch` jobs and :attr:`PrefetchRule.seconds`
-of expected work per slot, a job of a group whose length is not known yet never
-(docs/guides/prefetch.md). :class:`JobLengths` learns each group's length from the
-workers' reports, in the leader's memory.
-"""
+"""How many jobs a round hands one slot at once: the prefetch rule (docs/guides/prefetch.md),
+and the lengths of jobs it is sized on (:class:`JobLengths`)."""
 
 from __future__ import annotations
 
@@ -54,8 +48,7 @@ class JobLengths:
         self._counted: dict[ObjectId, ObjectId | None] = {}
 
     def learn(self, workers: Sequence[WorkerRecord]) -> None:
-        """Take in the reports of available workers, each report once (a worker stays
-        available with the same report until it is assigned again)."""
+        """Take in available workers' reports, each once (one stays until its next assignment)."""
         counted = {}
         for worker in workers:
             counted[worker.id] = worker.ran_for
@@ -80,10 +73,9 @@ def pack(
     rule: PrefetchRule,
     lengths: JobLengths,
 ) -> list[list[int]]:
-    """For each slot, the positions in ``groups`` (the groups of the jobs to hand out, in
-    order) of the jobs it gets: the first jobs one per slot, each later one to the
-    prefetching slot with the least expected work, if it fits there. Packing stops at
-    the first job that fits nowhere, so the jobs packed are always the first ones."""
+    """For each slot, the positions in ``groups`` (of the jobs to hand out, in order) of the
+    jobs it gets: the first one per slot, each later one to the prefetching slot with the
+    least expected work, if it fits; packing stops at the first that fits nowhere."""
     window = rule.seconds.total_seconds()
     handouts: list[list[int]] = [[] for _ in slots]
     loads: list[float] = [0.0 for _ in slots]

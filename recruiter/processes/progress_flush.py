@@ -1,14 +1,6 @@
-"""The worker's writes of its running jobs' progress: on its heartbeat, the latest
-report of each job that reported since its last write, at most once every
-:data:`~recruiter.progress.PROGRESS_EVERY` per job, each write fenced by the job's lock
-token (:meth:`recruiter.store.Store.set_progress_if_held`).
-
-Never on a job's own path: reporting only keeps the report in memory
-(:mod:`recruiter.progress`). A job that never reports costs no command; a job's first
-report is written no sooner than ``PROGRESS_EVERY`` after the heartbeat first saw it,
-so a job that ends within that time has its progress written only with its end, in its
-attempt's record.
-"""
+"""The worker's writes of its running jobs' progress, on its heartbeat, never on a job's
+path: each job's latest report, at most once every :data:`~recruiter.progress.PROGRESS_EVERY`,
+fenced by its lock token (docs/guides/progress.md)."""
 
 from __future__ import annotations
 
@@ -24,22 +16,19 @@ from recruiter.store import Store
 logger = logging.getLogger(__name__)
 
 WRITES_WITHIN = 1.0
-"""Seconds a heartbeat's progress writes may take in all: a write that would wait longer
-(a job's document held by an application's open transaction) is given up, so that the
-next heartbeat is never late for it; the report is written at a later beat."""
+"""Seconds a heartbeat's progress writes may take in all: one that would wait longer (the
+job's document held by an open transaction) is given up, for a later beat, never late."""
 TIMER_SLACK = 0.1
-"""Seconds a write may come before its interval is up: the heartbeat that brings it is
-timed by a ``wait`` that returns a little early or late, and waiting one more beat for
-want of a millisecond would halve the pace."""
+"""Seconds a write may come early: the heartbeat's ``wait`` returns a little early or
+late, and waiting a beat more for want of a millisecond would halve the pace."""
 
 
 def flush_progress(
     store: Store, running: Iterable[Running], now: dt.datetime, monotonic: float
 ) -> int:
-    """Write the progress of those ``running`` jobs whose latest report is unwritten
-    and whose interval is up; how many writes were sent, all within
-    :data:`WRITES_WITHIN`. A write that fails (or is given up for want of time) is tried
-    again at the job's next interval (its latest report then)."""
+    """Write the latest report of those ``running`` jobs whose interval is up, all within
+    :data:`WRITES_WITHIN`; how many were sent. One that fails (or is given up) is tried
+    again at the job's next interval."""
     due = [each for each in running if _due(each, monotonic)]
     if not due:
         return 0

@@ -1,13 +1,7 @@
-"""The recruiter: hands ready jobs to available workers, in bulk, one round at a time.
-
-Each round the leading recruiter runs, in this order, the repeatable-job pass
-(:mod:`recruiter.maintenance.repeatable_jobs`), the release of unheld locks
-(:mod:`recruiter.maintenance.unheld_locks`), both when due, then the hand-out: plan and
-lock (:mod:`recruiter.processes.planning`), then assign the whole round in one command
-over ``roster``, each statement conditional on its worker still being available; jobs
-locked but not assigned go back to the queue at once. The rest is in
-docs/reference/processes.md (``recruiter run``).
-"""
+"""The recruiter: hands ready jobs to available workers, in bulk, one round at a time:
+the due duties, then plan and lock (:mod:`.planning`), then assign in one command, each
+statement conditional on its worker still being available; what is locked but not
+assigned goes back at once (docs/reference/processes.md, ``recruiter run``)."""
 
 from __future__ import annotations
 
@@ -48,8 +42,7 @@ class RecruiterConfig:
     lease: dt.timedelta = DEFAULT_LEASE
     """How long the leader's lease lasts; a standby takes over within this after a crash."""
     rollback_every: dt.timedelta = DEFAULT_EVERY
-    """How often to look for jobs locked but held by no worker (also on becoming leader,
-    and after a round that failed)."""
+    """How often to release unheld locks (also on taking the lead, and after a failed round)."""
     idle_wait_min: float = 0.005
     idle_wait_max: float = 0.25
     watch: bool = True
@@ -81,8 +74,7 @@ class RoundResult:
     assigned: int
     rolled_back: int = 0
     next_due: dt.datetime | None = None
-    """When the recruiter has work without being told: the next job due (when workers
-    were left idle), or the next occurrence of a repeatable job."""
+    """When there is work untold: the next job due (workers left idle), or occurrence."""
     skipped: bool = False
     """Nothing could be handed out, as the change feed told: no command was sent."""
 
@@ -99,11 +91,8 @@ class RoundResult:
 
 
 class Recruiter:
-    """The assigning process's work; leadership and the loop wrap it (see ``cli``).
-
-    With ``news`` from a change feed, what it knows of the ready jobs between rounds is
-    kept in :attr:`cache` (:class:`~recruiter.processes.feed_cache.ReadyCache`).
-    """
+    """The assigning process's work; leadership and the loop wrap it (see ``cli``). With
+    ``news`` from a change feed, it keeps what it knows of the ready jobs in :attr:`cache`."""
 
     def __init__(
         self, store: Store, config: RecruiterConfig | None = None, news: FeedInbox | None = None
@@ -184,8 +173,7 @@ class Recruiter:
         now: dt.datetime,
         known: KnownReady | None = None,
     ) -> RoundResult:
-        """Plan, lock, assign: the round's three steps (the plan locks the jobs it picks,
-        so that no job is picked twice in a round)."""
+        """Plan and lock (no job is picked twice in a round), then assign."""
         token = ObjectId()
         self.cache.forget()  # until the round is done
         plan = self.planner.plan(workers, token, now, None if known is None else known.arrivals)
@@ -211,9 +199,8 @@ class Recruiter:
     def _next_due(
         self, plan: Plan, workers: int, known: KnownReady | None, now: dt.datetime
     ) -> dt.datetime | None:
-        """When the next round is worth having without news: with workers left idle, or
-        nothing left ready, the job that will be due next, and the moment a group held
-        back by its rate may start one again."""
+        """When a round is worth having without news (workers left idle, or nothing left
+        ready): the earlier of the next job due and a rate-held group's next start."""
         idle_left = len(plan.jobs) < workers
         if plan.missed and idle_left and not plan.drained:
             # a job read could not be locked (cancelled meanwhile), and its worker was
@@ -235,8 +222,6 @@ class Recruiter:
     def plan(
         self, workers: list[WorkerRecord], token: ObjectId, now: dt.datetime
     ) -> dict[ObjectId, list[Any]]:
-        """Lock jobs for the available workers, reading the queue; return the jobs each
-        worker gets, one or several prefetched, in order (see
-        :mod:`recruiter.processes.planning`). Half a round: the tests that stop one
-        between its lock and its assignment call it."""
+        """The jobs each worker gets, locked, reading the queue (:meth:`Planner.plan`):
+        half a round, for the tests that stop one between its lock and its assignment."""
         return self.planner.plan(workers, token, now).jobs

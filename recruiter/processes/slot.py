@@ -1,10 +1,5 @@
-"""A worker slot: one roster document of a worker process, and the jobs handed to it.
-
-It registers, waits for news of an assignment, runs the jobs it was handed in order
-(:func:`recruiter.attempts.prefetch.run_handed_out`), and is made available again with
-a report of how long they took. Its process (:mod:`recruiter.processes.worker`) follows
-the change feed and heartbeats for it.
-"""
+"""A worker slot: one roster document of a worker process, and the jobs handed to it; its
+process (:mod:`.worker`) follows the change feed and heartbeats for it."""
 
 from __future__ import annotations
 
@@ -68,42 +63,31 @@ class WorkerSlot:
         completer: Completer | None = None,
     ) -> None:
         self.store = store
-        self.completer = completer or Completer(store)
-        """Where its process's slots send their writes together (a slot alone: its own)."""
-        self.job_process = job_process
-        """The child process its jobs run in (``processes`` pool); none: the slot's thread."""
-        self.loop = loop
-        """The event loop its ``async def`` jobs run on (``asyncio`` pool); none: their own."""
-        self.stopping = stopping
-        """Whether to stop after the job it runs: the rest of its prefetched jobs is put back."""
-        self.heartbeat_every = heartbeat_every
-        """Recorded in the roster: the cleaner gives the slot several of these to beat."""
+        self.completer = completer or Completer(store)  # shared by its process's slots
+        self.job_process = job_process  # where its jobs run (processes pool); none: its thread
+        self.loop = loop  # where its async def jobs run (asyncio pool); none: a loop of their own
+        self.stopping = stopping  # stop after the job it runs? (the rest prefetched goes back)
+        self.heartbeat_every = heartbeat_every  # in the roster: the cleaner allows several
         self.registry = registry
         self.clock = clock
         self.group = group
-        self.watch = watch
-        """Where the jobs this slot runs are watched for their timeout and cancellation."""
-        self.on_removed = on_removed
-        """Called when this slot finds it was declared dead, before it registers again."""
-        self.on_available = on_available
-        """Called when this slot becomes available: assignments may come for it again."""
+        self.watch = watch  # stops its jobs at their timeout, or when cancelled
+        self.on_removed = on_removed  # on finding it was declared dead, before it registers
+        self.on_available = on_available  # on becoming available: assignments may come
         self.available = False
-        """Whether it waits for work: registered, holding no assignment (as its roster
-        document says, or soon will: it is set before the release is written, so that
-        the release is never seen before the slot is, by its process)."""
-        self.bell = bell or threading.Event()
-        """Rung when there is news for this slot (and on a stop request)."""
+        """Whether it waits for work, registered with no assignment (set before the release
+        is written, so its process never sees the release before the slot)."""
+        self.bell = bell or threading.Event()  # rung on news for it (and on a stop request)
         self.id: ObjectId | None = None
         self.session: Any = None
-        """The server session its transactional jobs run in, opened as it registers (the
-        cleaner kills it if the slot dies, releasing what a transaction left open)."""
-        self.running: object | None = None
-        """The id of the job this slot runs now, if any."""
+        """The server session of its transactional jobs, opened as it registers (the cleaner
+        kills it if the slot dies, releasing what a transaction left open)."""
+        self.running: object | None = None  # the id of the job it runs now
         self._news: Assignment | None = None
         self._ran: deque[ObjectId] = deque(maxlen=RECENT_TOKENS)
 
     def deliver(self, change: RosterChange) -> None:
-        """FeedInbox from the change feed: an assignment to run, or a change to read."""
+        """News from the change feed: an assignment to run, or a change to read."""
         if change.worker_id != self.id:
             return
         if change.assignment is not None:
@@ -115,8 +99,7 @@ class WorkerSlot:
         return self.available and self._news is None
 
     def ran_lately(self, token: ObjectId) -> bool:
-        """Whether it ran the assignment of ``token`` lately (safe from another thread:
-        the tokens are copied before they are compared)."""
+        """Whether it ran ``token``'s assignment lately (thread-safe: tokens are copied first)."""
         return token in tuple(self._ran)
 
     def register(self) -> ObjectId:
@@ -137,11 +120,9 @@ class WorkerSlot:
         return self.id
 
     def _open_session(self, workables: list[str]) -> list[dict[str, Any]]:
-        """A new server session for its transactional jobs, if it runs any; the ids to
-        record with its registration. A slot registering again was declared dead, and
-        the cleaner kills its old session, perhaps only now: that one is dropped, not
-        ended, since an ended session goes back to the driver's pool, whose next session
-        (this one) would have the same id and be killed too."""
+        """A new server session for its transactional jobs, if any; the ids to register. A
+        slot registering again was declared dead, its old session killed perhaps only now: it
+        is dropped, not ended (the pool would hand its id to this one, killed too)."""
         self.session = None
         if not any(map(self.registry.runs_in_transaction, workables)):
             return []
@@ -161,8 +142,7 @@ class WorkerSlot:
                 self.on_available()
 
     def runnable_workables(self) -> list[str]:
-        """The workables this slot can run: all registered, but those that run in a
-        transaction (``transaction=True``) on a processes or asyncio pool's slot."""
+        """All registered workables, but transactional ones on a processes or asyncio slot."""
         threads = self.job_process is None and self.loop is None
         return self.registry.names(transactional=threads)
 
@@ -192,13 +172,9 @@ class WorkerSlot:
         return self._run(assignment)
 
     def _run(self, assignment: Assignment) -> SlotResult:
-        """Run the assigned jobs in order, then make the slot available again, telling
-        how long the jobs took (what the recruiter sizes prefetch on).
-
-        Asked to stop, the slot finishes the job it runs and puts the rest of its
-        prefetched jobs back, unstarted and uncounted; so it does when one of them was
-        taken back (it was declared dead: the others were taken back too).
-        """
+        """Run the assigned jobs in order, then make the slot available, telling how long
+        they took (prefetch is sized on it). Asked to stop, or one taken back (so were the
+        others), it ends the job it runs and puts the rest back, unstarted and uncounted."""
         assert self.id is not None
         identity = Identity.of_this_process(self.id)
         executor = Executor(

@@ -1,9 +1,6 @@
 """Running the recruiter, the cleaner and workers together on one machine: ``recruiter up``.
-
-A :class:`Supervisor` starts each command as a process of its own (in its own process
-group, so a Ctrl-C reaches it once, through the supervisor), restarts one that exits,
-and on stop sends each SIGTERM and waits for them (docs/reference/processes.md).
-"""
+Each command is a process in its own group (a Ctrl-C reaches it once, through the
+supervisor), restarted when it exits, sent SIGTERM and waited for on stop."""
 
 from __future__ import annotations
 
@@ -68,9 +65,8 @@ class Supervisor:
         logs: Path | None = None,
         clock: Clock | None = None,
     ) -> None:
-        """``environment`` is added to the children's (pass secrets there, not as
-        arguments, which any user sees in ``ps``); with ``logs``, each child writes its
-        output to ``<logs>/<name>.log`` instead of the terminal."""
+        """``environment`` is added to the children's (secrets go there: ``ps`` shows
+        arguments); with ``logs``, each child writes to ``<logs>/<name>.log``."""
         self.children = list(children)
         self.environment = {**os.environ, **(environment or {})}
         self.logs = logs

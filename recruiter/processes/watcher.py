@@ -1,10 +1,5 @@
-"""Following a change feed in a thread of its own, so that a process is woken, not polling.
-
-The watcher hands each change to ``on_change`` and calls ``on_gap`` whenever changes
-may have been missed (the feed opened, reopened or lost); the process polls while
-:attr:`Watcher.following` is false. A *quiet* feed is left unread where it is, and read
-on from there once stirred, so no change is missed (docs/reference/processes.md).
-"""
+"""Following a change feed in a thread of its own, so that a process is woken, not polling
+(docs/reference/processes.md, "Woken, not polling"); a *quiet* feed is left unread."""
 
 from __future__ import annotations
 
@@ -23,8 +18,8 @@ T = TypeVar("T")
 REOPEN_WAIT = 1.0
 """Seconds between attempts to reopen a lost feed."""
 QUIET_CHECK = 1.0
-"""Seconds a quiet feed's watcher waits to be stirred before it asks again whether the
-feed is still quiet (a safety net: :meth:`Watcher.stir` tells it at once)."""
+"""Seconds a quiet feed's watcher waits to be stirred (:meth:`Watcher.stir`) before it
+asks again whether the feed is quiet: a safety net."""
 
 
 class Watcher(Generic[T]):
@@ -39,13 +34,11 @@ class Watcher(Generic[T]):
         quiet: Callable[[], bool] = lambda: False,
     ) -> None:
         self.name = name
-        self.quiet = quiet
-        """Whether nothing the feed could tell would be acted on now: it is not read."""
+        self.quiet = quiet  # nothing it could tell would be acted on now: it is not read
         self.open_feed = open_feed
         self.on_change = on_change
         self.on_gap = on_gap
-        self.following = False
-        """Whether the feed is open now: while it is, no change goes unreported."""
+        self.following = False  # whether it is open: while it is, no change goes untold
         self._closed = threading.Event()
         self._reopen = threading.Event()
         self._stirred = threading.Event()
@@ -104,8 +97,7 @@ class Watcher(Generic[T]):
                 self.on_gap()
 
     def step(self, feed: ChangeFeed[T]) -> None:
-        """Read the feed once, or wait to be stirred while it is quiet (the thread's step;
-        tests drive it by hand)."""
+        """Read the feed once, or wait to be stirred while it is quiet (tests drive it by hand)."""
         self._stirred.clear()  # before asking: a stir from here on ends the wait
         if self.quiet():
             self._stirred.wait(QUIET_CHECK)

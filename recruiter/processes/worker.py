@@ -1,18 +1,6 @@
-"""Workers: register in ``roster``, run what they are assigned, heartbeat throughout.
-
-A worker process has one or more *slots* (``--concurrency``), each a roster document of
-its own that runs one job at a time in its own thread. The process follows a change
-feed of its slots' documents (:meth:`Store.watch_assignments`): an assignment arrives
-with its job and token, and the slot runs it at once. While every slot holds work the
-feed is *quiet* (:mod:`recruiter.processes.watcher`). Where the feed is not available
-(or while it is down) a slot polls its own document, backing off when idle. A heartbeat
-thread keeps every slot's ``last_seen_at`` fresh while jobs run, so a long job is never
-mistaken for a dead worker.
-
-Stopping (SIGTERM, SIGINT, or a memory limit crossed): each slot finishes the job it
-holds or was just assigned, then leaves the roster; a second signal stops at once.
-A worker declared dead mid-job exits at once (:data:`DECLARED_DEAD_EXIT`).
-"""
+"""Workers: register in ``roster``, run what they are assigned, heartbeat throughout. A
+worker process has *slots* (``--concurrency``), each a roster document running one job
+at a time in its own thread (docs/reference/processes.md, ``recruiter worker``)."""
 
 from __future__ import annotations
 
@@ -46,13 +34,11 @@ logger = logging.getLogger(__name__)
 
 DATABASE_ERROR_WAIT = 1.0
 FOLLOWED_WAIT_BEATS = 15
-"""Heartbeats a followed idle slot waits for news before it reads its own document:
-the heartbeat's look for forgotten assignments rings it sooner."""
+"""Heartbeats a followed idle slot waits before reading its document (the heartbeat rings it)."""
 DECLARED_DEAD_EXIT = 8
-"""The exit status of a worker that was declared dead mid-job (frozen, or cut off from
-the database, past the dead timeout): its job was released and may run elsewhere
-already, so running on would run it twice at once. Whatever it would still write is
-fenced out anyway; exiting stops the job's code too."""
+"""The exit status of a worker declared dead mid-job (frozen, or cut off, past the dead
+timeout): its job was released and may run elsewhere, so running on would run it twice.
+Its writes are fenced out anyway; exiting stops the job's code too."""
 
 
 def exit_at_once() -> None:
@@ -74,16 +60,14 @@ class WorkerConfig:
     watch: bool = True
     """Be handed assignments by a change feed; poll only while it is not available."""
     pool: str = THREADS
-    """Where the jobs' code runs: ``threads`` (a thread per slot, in this process),
-    ``processes`` (a child process per slot, see :mod:`recruiter.pools.process_pool`) or ``asyncio``
-    (``async def`` jobs as tasks on one event loop, see :mod:`recruiter.pools.event_loop`)."""
+    """Where jobs' code runs: ``threads`` (a thread per slot), ``processes`` (a child per
+    slot, :mod:`recruiter.pools.process_pool`) or ``asyncio`` (tasks on one event loop)."""
     app: str | None = None
     """The application's registry as ``module:attribute``: what a job process imports."""
     max_jobs_per_child: int | None = None
     """Jobs a slot's job process runs before it is replaced (``processes`` pool)."""
     job_memory_limit: int | None = None
-    """Bytes of resident memory past which a job process is replaced after its job
-    (``processes`` pool); the attempt records it."""
+    """Resident bytes past which a job process is replaced after its job (recorded)."""
 
     def validate(self) -> WorkerConfig:
         if not isinstance(self.group, str) or not self.group.strip():
@@ -133,13 +117,10 @@ class WorkerProcess:
         self.clock = clock
         self.config = config.validate()
         self.stop = stop or StopRequest()
-        self.watch = Watch()
-        """The jobs the slots run: stopped at their timeout, or when cancelled."""
+        self.watch = Watch()  # stops the slots' jobs at their timeout, or when cancelled
         self.event_loop = EventLoop(config.concurrency) if config.pool == ASYNCIO else None
-        """Where the slots' ``async def`` jobs run (``asyncio`` pool)."""
         loop = None if self.event_loop is None else self.event_loop.loop
-        self.completer = Completer(store)
-        """Where the slots send their starts, ends and releases together."""
+        self.completer = Completer(store)  # the slots' starts, ends and releases, together
         self.slots = [
             WorkerSlot(
                 store,
@@ -160,12 +141,10 @@ class WorkerProcess:
         ]
         self.backoff = Backoff(config.poll_wait_min, config.poll_wait_max)
         self.watcher: Watcher[RosterChange] | None = None
-        self._last_round: ObjectId | None = None
-        """The token of the last assignment the feed told (a round's, shared by its slots)."""
+        self._last_round: ObjectId | None = None  # the feed's last token (its slots share it)
         self._followed: frozenset[ObjectId] = frozenset()
         """The slots the change feed follows now (a slot registered again is not, yet)."""
-        self._broken: list[WorkerSlot] = []
-        """Slots whose thread stopped on an unexpected error (a bug)."""
+        self._broken: list[WorkerSlot] = []  # slots whose thread stopped on a bug
         self.check_schema = SchemaCheck(store, clock)
         self._schema_error: SchemaTooNew | None = None
 
@@ -180,11 +159,8 @@ class WorkerProcess:
         )
 
     def beat(self) -> None:
-        """Record every registered slot as alive; stop if one was declared dead mid-job.
-
-        A slot that crashed on a bug is not beaten for: the cleaner will declare it dead
-        and release its job through the job's retry policy.
-        """
+        """Record every registered slot as alive (not one that crashed on a bug: the
+        cleaner releases its job); stop if one was declared dead mid-job."""
         registered = {
             slot.id: slot for slot in self.slots if slot.id is not None and slot not in self._broken
         }
@@ -198,7 +174,6 @@ class WorkerProcess:
         running = self.watch.running()
         if running:  # one read, only while jobs run: which were cancelled meanwhile
             self.watch.cancel(self.store.cancel_requested([r.job_id for r in running]))
-            # and the progress they reported, written now and then (none reported: none)
             flush_progress(self.store, running, self.clock.now(), self.clock.monotonic())
         self._wake_slots_with_unseen_assignments(
             [s for s in registered.values() if s not in removed]
@@ -208,9 +183,8 @@ class WorkerProcess:
         self.check_schema()
 
     def _wake_slots_with_unseen_assignments(self, slots: list[WorkerSlot]) -> None:
-        """The change feed's safety net: ring the idle followed slots that hold an
-        assignment the feed did not bring them (one read for the whole process, where
-        each slot reading its own document would cost a read per slot)."""
+        """The feed's safety net: ring the idle followed slots holding an assignment it did
+        not bring them (one read for the process, not one per slot)."""
         idle = {
             slot.id: slot
             for slot in slots
@@ -224,9 +198,8 @@ class WorkerProcess:
                 slot.bell.set()
 
     def _slot_removed(self) -> None:
-        """A slot found it was declared dead: so was this whole process, frozen or cut
-        off. If another slot still runs a job, that job was released too: stop before
-        the removed slot registers again and takes new work, only to be killed with it."""
+        """A slot was declared dead, so was the whole process: a job another slot runs was
+        released too; stop before the slot registers again and takes work only to die with it."""
         for slot in self.slots:
             if slot.running is not None:
                 logger.critical(
@@ -291,8 +264,7 @@ class WorkerProcess:
         return feed
 
     def _quiet(self) -> bool:
-        """Whether no slot can be handed work: the feed need not be read (a slot
-        declared dead is found by the heartbeat)."""
+        """Whether no slot can take work: the feed is not read (the heartbeat finds a dead slot)."""
         return not any(slot.available for slot in self.slots if slot not in self._broken)
 
     def _slot_available(self) -> None:
@@ -316,15 +288,10 @@ class WorkerProcess:
         self._last_round = assignment.token
 
     def _gather_assignments(self) -> None:
-        """Tell every available slot its assignment, read at once for all of them.
-
-        A round assigns many of a process's slots in one command, but the feed brings
-        their changes a few at a time: the slots would start one after the other. The
-        second change of a round whose slot was not told yet shows that several were
-        assigned: one read brings all that landed by then (a slot assigned later is told
-        by its own change, which may gather again). What is read is only news: the
-        slot's start is conditional on the assignment's token, as ever; a read that
-        fails leaves the slots to their own changes."""
+        """Tell every available slot its assignment, in one read: the feed brings a round's
+        changes a few at a time, and a second one whose slot was not told shows several
+        landed (a later one is told by its own change). Only news: a slot's start is
+        conditional on the token; a failed read leaves each slot to its own change."""
         waiting = {s.id: s for s in self.slots if s.id is not None and s.waits_for_news()}
         if not waiting:
             return
@@ -360,17 +327,15 @@ class WorkerProcess:
                 self._schema_error = error
                 self.stop.set()
             except Exception:
-                # a bug: the heartbeat must go on, or every slot would be declared dead
-                # while it runs its job
+                # a bug: the heartbeat goes on, or every slot would be declared dead mid-job
                 logger.exception("worker: heartbeat failed on an unexpected error, retrying")
 
     def _serve(self, slot: WorkerSlot) -> None:
         try:
             self._serve_until_retired(slot)
         except BaseException:
-            # a bug, or an exception no job should let out (KeyboardInterrupt,
-            # CancelledError): the job this slot holds is in an unknown state; stop beating
-            # for the slot, so that the cleaner releases the job through its retry policy
+            # a bug, or what no job should let out (KeyboardInterrupt, CancelledError): its
+            # job's state is unknown; stop beating for it: the cleaner releases the job
             logger.exception(
                 "worker %s: unexpected error, the slot stops (its job, %s, will be released "
                 "by the cleaner)",
@@ -401,16 +366,14 @@ class WorkerProcess:
             if self.stop.is_set():
                 continue
             if self._is_followed(slot):
-                # the feed brings the next assignment; the heartbeat looks for any it
-                # missed, for every slot in one read (:meth:`_wake_slots_with_unseen_assignments`)
+                # the feed brings the next assignment; the heartbeat finds any it missed
                 wait = self.config.heartbeat_every.total_seconds() * FOLLOWED_WAIT_BEATS
             else:
                 wait = self.backoff.after(wait)
             slot.bell.wait(wait)
 
     def _stopping(self) -> bool:
-        """Whether a slot should stop after the job it ran: asked to, or over its memory
-        limit (checked after every job, also between prefetched jobs)."""
+        """Whether a slot stops after its job (prefetched ones too): asked to, or over memory."""
         self._check_memory()
         return self.stop.is_set()
 

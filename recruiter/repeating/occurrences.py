@@ -1,12 +1,6 @@
-"""Repeatable jobs: a scheduler creates a job at each occurrence of its schedule.
-
-The leading recruiter creates the occurrences (:func:`create_due_occurrences`), each by
-three conditional writes that a crash at any point neither loses nor doubles (see
-:mod:`recruiter.store.schedulers`). A pass is bounded (the first occurrence due of every
-scheduler due, and at most :data:`PER_ROUND` more), so a catch-up never holds up a
-round; missed occurrences (:data:`MISSED_GRACE`) and unique schedulers follow the rules
-of docs/guides/schedulers.md.
-"""
+"""The occurrences the leading recruiter creates (:func:`create_due_occurrences`), each by
+three conditional writes a crash neither loses nor doubles (:mod:`recruiter.store.schedulers`);
+the rules of missed and unique ones: docs/guides/schedulers.md."""
 
 from __future__ import annotations
 
@@ -23,14 +17,12 @@ from recruiter.store import Document, Occurrence, SchedulerRecord, Store
 logger = logging.getLogger(__name__)
 
 PER_ROUND = 16
-"""The most occurrences one pass creates beyond each due scheduler's first, all
-schedulers together (each takes three conditional writes: under load, some tenths of
-a second)."""
+"""The most occurrences one pass creates beyond each due scheduler's first, all together
+(each takes three conditional writes: under load, some tenths of a second)."""
 MISSED_GRACE = dt.timedelta(minutes=1)
 """An occurrence due longer ago than this was missed (a failover takes seconds)."""
 SKIP_COUNT_LIMIT = 10_000
-"""Skipped occurrences beyond this many at once are not counted one by one (a cron
-schedule's are counted by stepping through them; an interval's are computed)."""
+"""Skipped cron occurrences counted one by one at most (an interval's are computed)."""
 TEMPLATE_FIELDS = ("group", "priority", "workable", "retry_policy", "tags", "urn", "snooze_limit")
 """What a scheduler keeps of a job's document, to create each occurrence from."""
 
@@ -153,12 +145,9 @@ def _create(
 def _skip_missed(
     store: Store, scheduler: SchedulerRecord, schedule: Schedule, now: dt.datetime
 ) -> tuple[dt.datetime | None, int]:
-    """Apply the ``"latest"`` rule: skip the occurrences before the latest one due, if
-    the first due was missed (only the first can be: the next ones are later). Return
-    the occurrence to create from (``None`` if another leader moved the scheduler on
-    meanwhile) and how many were skipped. A crash after the skip leaves the latest as
-    ``next_at``, created at the next pass (or skipped in turn, if a later one is due).
-    """
+    """Apply the ``"latest"`` rule if the first due was missed (only it can be): skip to the
+    latest due; the occurrence to create from (``None``: another leader moved it on) and how
+    many were skipped. A crash after the skip leaves the latest for the next pass."""
     at = scheduler.next_at
     if scheduler.missed != "latest" or at is None or at >= now - MISSED_GRACE:
         return at, 0
@@ -191,8 +180,8 @@ def _latest_due(schedule: Schedule, at: dt.datetime, now: dt.datetime) -> tuple[
 def _first_after(
     schedule: Schedule, following: dt.datetime, now: dt.datetime
 ) -> tuple[dt.datetime, int]:
-    """The first occurrence after ``now`` from ``following`` on, and how many are skipped
-    to reach it (the one due now included)."""
+    """The first occurrence after ``now`` from ``following`` on; how many are skipped to it
+    (the one due now included)."""
     count = 1
     while following <= now:
         if count >= SKIP_COUNT_LIMIT:

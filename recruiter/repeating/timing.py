@@ -1,11 +1,5 @@
-"""When a repeatable job runs: a cron expression, or every so often.
-
-A schedule answers two questions: :meth:`Schedule.next_after`, the first occurrence after
-a moment, and :meth:`Schedule.latest_by`, the last one due by a moment (to catch up
-after missed occurrences, see :data:`Missed`). It is stored in the scheduler's document
-as BSON data (``{"cron": ..., "timezone": ...}`` or ``{"every": seconds}``) and read
-back with :func:`schedule_from`.
-Cron expressions are parsed by croniter: five fields, or six with seconds last.
+"""When a repeatable job runs: a cron expression (croniter's: five fields, or six with
+seconds last), or every so often; stored as BSON, read back by :func:`schedule_from`.
 
 >>> import datetime as dt
 >>> start = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -29,8 +23,7 @@ from recruiter.duration import Duration, to_timedelta
 from recruiter.errors import InvalidSchedule
 
 Missed = Literal["latest", "all"]
-"""What a scheduler does with occurrences missed while no recruiter led: create only the
-latest one due, or every one (see :mod:`recruiter.repeating.occurrences`)."""
+"""What a scheduler creates of the occurrences missed while no recruiter led: the latest, or all."""
 MISSED_RULES: tuple[Missed, ...] = ("latest", "all")
 DEFAULT_MISSED: Missed = "latest"
 """The rule of a scheduler declared without one (or stored before there were rules)."""
@@ -118,8 +111,7 @@ class Every:
         return moment + self.interval
 
     def latest_by(self, first: dt.datetime, moment: dt.datetime) -> dt.datetime:
-        """The last occurrence at or before ``moment``, counted from the occurrence
-        ``first`` (at or before ``moment``)."""
+        """The last occurrence at or before ``moment``, counted from the occurrence ``first``."""
         return first + (moment - first) // self.interval * self.interval
 
     def to_document(self) -> dict[str, Any]:
