@@ -10,7 +10,6 @@ import datetime as dt
 import functools
 import inspect
 from collections.abc import Callable, Coroutine, Iterable
-from types import MethodType
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, cast, overload
 
 from bson import ObjectId
@@ -40,22 +39,34 @@ T = TypeVar("T")
 
 
 class ProducerMethod(Generic[P, T]):
-    """A method of both queues declared by its ``steps``: ``queue.method(...)`` runs
-    ``steps(queue, ...)`` through the queue's store, typed as ``steps`` is: its result
-    (:meth:`Store.run`), or a coroutine of it (:meth:`AsyncStore.run`)."""
+    """A method of both queues declared by its ``steps``, typed as ``steps`` is: on
+    :class:`SyncProducer` a function returning its result (:meth:`Store.run`), on
+    :class:`AwaitedProducer` a coroutine function (:meth:`AsyncStore.run`). Both are
+    plain functions with the steps' name, docstring and signature, installed on each
+    class (:func:`_install`), so that ``help()``, ``inspect`` and ``unittest.mock``
+    (``create_autospec``, ``AsyncMock``) see them as any method."""
 
     def __init__(self, steps: Callable[Concatenate[ProducerAPI, P], Steps[T]]) -> None:
         self.steps = steps
         functools.update_wrapper(cast(Any, self), steps)
 
-        @functools.wraps(steps)
+    def called(self) -> Callable[..., Any]:
+        """The synchronous queue's method."""
+        steps = self.steps
+
         def method(queue: Any, /, *args: Any, **options: Any) -> Any:
             return queue.store.run(steps(queue, *args, **options), queue._sleep)
 
-        # (what it returns is the queue's: the result, or an awaitable of it)
-        bare = inspect.signature(steps).replace(return_annotation=inspect.Signature.empty)
-        method.__signature__ = bare  # type: ignore[attr-defined]
-        self._method = method
+        return _like(method, steps)
+
+    def awaited(self) -> Callable[..., Any]:
+        """The asyncio queue's method: a coroutine function."""
+        steps = self.steps
+
+        async def method(queue: Any, /, *args: Any, **options: Any) -> Any:
+            return await queue.store.run(steps(queue, *args, **options), queue._sleep)
+
+        return _like(method, steps)
 
     @overload
     def __get__(self, queue: None, owner: type[Any] | None = None) -> ProducerMethod[P, T]: ...
@@ -69,7 +80,19 @@ class ProducerMethod(Generic[P, T]):
     ) -> Callable[P, Coroutine[Any, Any, T]]: ...
 
     def __get__(self, queue: Any, owner: Any = None) -> Any:
-        return self if queue is None else MethodType(self._method, queue)
+        if queue is None:
+            return self
+        raise TypeError("the producer API is used through a Queue or an AsyncQueue")
+
+
+def _like(method: Callable[..., Any], steps: Callable[..., Any]) -> Callable[..., Any]:
+    """``method`` named, documented and signed as ``steps`` (what it returns is the
+    queue's: the result, or a coroutine of it)."""
+    functools.update_wrapper(method, steps)
+    del method.__wrapped__  # type: ignore[attr-defined]  # (not the steps' generator)
+    bare = inspect.signature(steps).replace(return_annotation=inspect.Signature.empty)
+    method.__signature__ = bare  # type: ignore[attr-defined]
+    return method
 
 
 def read_clock(clock: DatabaseClock) -> Steps[None]:
@@ -126,11 +149,6 @@ class ProducerAPI:
         producer.check_session(session, self.store.database.client)
         yield from self._readiness(recheck=True)
         return specs
-
-    @ProducerMethod
-    def schedule(self, job: JobSpec, *, session: Any = None) -> Steps[ObjectId]:
-        """Store ``job`` to run when due; its id. ``session``: see :meth:`schedule_many`."""
-        return (yield from ProducerAPI.schedule_many.steps(self, [job], session=session))[0]
 
     @ProducerMethod
     def schedule_many(
@@ -365,6 +383,25 @@ class ProducerAPI:
 class SyncProducer(ProducerAPI):
     """The producer API as :class:`recruiter.Queue` has it: each method returns its result."""
 
+    def schedule(self, job: JobSpec, *, session: Any = None) -> ObjectId:
+        """Store ``job`` to run when due; its id. ``session``: see :meth:`schedule_many`."""
+        return self.schedule_many([job], session=session)[0]
+
 
 class AwaitedProducer(ProducerAPI):
     """The producer API of :class:`recruiter.AsyncQueue`: each method returns a coroutine."""
+
+    async def schedule(self, job: JobSpec, *, session: Any = None) -> ObjectId:
+        """Store ``job`` to run when due; its id. ``session``: see :meth:`schedule_many`."""
+        return (await self.schedule_many([job], session=session))[0]
+
+
+def _install() -> None:
+    """Each method of :class:`ProducerAPI` as a function of each queue's class."""
+    for name, declared in vars(ProducerAPI).items():
+        if isinstance(declared, ProducerMethod):
+            setattr(SyncProducer, name, declared.called())
+            setattr(AwaitedProducer, name, declared.awaited())
+
+
+_install()

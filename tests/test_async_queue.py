@@ -575,8 +575,8 @@ def test_progress_left_early_leaves_no_task_pending(
 
     def ours() -> list[str]:
         names = [task.get_coro().__qualname__ for task in asyncio.all_tasks()]  # type: ignore[union-attr]
-        # the wait (its steps, run by the store) and the read of the next report
-        return [name for name in names if name in ("AsyncStore.run", "Queue.get")]
+        # the wait and the read of the next report
+        return [name for name in names if name in ("ProducerAPI.wait", "Queue.get")]
 
     async def body(queue: AsyncQueue) -> None:
         following = queue.progress(job_id, "1h")
@@ -615,3 +615,46 @@ def test_groups_schedulers_and_run_now_from_the_event_loop(
             await queue.scheduler("tick")
 
     on_async(body)
+
+
+def test_the_queues_methods_are_plain_methods_an_application_can_mock() -> None:
+    """An application's tests mock its queue: each method of either queue is a function
+    (a coroutine function on the asyncio queue) with the real signature."""
+    import inspect
+    from unittest import mock
+
+    assert inspect.iscoroutinefunction(AsyncQueue.schedule_many)
+    assert inspect.iscoroutinefunction(AsyncQueue.cancel)
+    assert not inspect.iscoroutinefunction(Queue.schedule_many)
+    parameters = inspect.signature(Queue.schedule_many).parameters  # type: ignore[arg-type]
+    assert list(parameters) == ["self", "jobs", "session"]
+    synchronous = mock.create_autospec(Queue, instance=True)
+    synchronous.schedule(JobSpec("emails.send"))
+    synchronous.schedule.assert_called_once()
+    with pytest.raises(TypeError):
+        synchronous.schedule_many([], sessions=None)  # (a misspelt keyword, refused)
+    awaited = mock.MagicMock(spec=AsyncQueue)
+    asyncio.run(awaited.schedule_many([JobSpec("emails.send")]))
+    awaited.schedule_many.assert_awaited_once()
+
+
+def test_scheduling_one_job_goes_through_schedule_many_on_both_queues() -> None:
+    """A subclass that audits ``schedule_many`` sees the jobs ``schedule`` stores."""
+    seen: list[int] = []
+
+    class Audited(Queue):
+        def schedule_many(self, jobs: Any, *, session: Any = None) -> list[ObjectId]:
+            jobs = list(jobs)
+            seen.append(len(jobs))
+            return super().schedule_many(jobs, session=session)
+
+    class AuditedAsync(AsyncQueue):
+        async def schedule_many(self, jobs: Any, *, session: Any = None) -> list[ObjectId]:
+            jobs = list(jobs)
+            seen.append(len(jobs))
+            return await super().schedule_many(jobs, session=session)
+
+    database: Database[Any] = mongomock.MongoClient().shop
+    Audited(database).schedule(JobSpec("emails.send"))
+    asyncio.run(AuditedAsync(database).schedule(JobSpec("emails.send")))
+    assert seen == [1, 1]
