@@ -1,8 +1,5 @@
-"""The ``recruiter`` command.
-
-Commands are thin: parse, build, run. Domain errors become named exit codes here, in
-one place, printed with rich; a traceback means a bug.
-"""
+"""The ``recruiter`` command: thin commands (parse, build, run); domain errors become named
+exit codes here, in one place (a traceback means a bug)."""
 
 from __future__ import annotations
 
@@ -41,10 +38,8 @@ app.add_typer(embedded, name="embedded")
 
 @app.callback()
 def _logging(context: typer.Context) -> None:
-    # Every command logs through recruiter's formatters (printable lines, or JSON with
-    # RECRUITER_JSON_LOGS), warnings and up: what a job run here or a connection says
-    # would otherwise reach the terminal raw, through Python's last-resort handler. The
-    # long-running commands set their own level and name again when they start.
+    # warnings and up through recruiter's formatters, not raw through Python's last-resort
+    # handler; the long-running commands set their own level and name when they start
     json_lines = os.environ.get("RECRUITER_JSON_LOGS", "").lower() in ("1", "true", "yes", "on")
     setup_logging(context.invoked_subcommand or "recruiter", Level.WARNING, json_lines)
 

@@ -1,5 +1,5 @@
-"""``recruiter jobs run|cancel|retry|recover``: the commands that change jobs (the
-reading ones, ``list``, ``show``, ``batch``, are in ``jobs.py``, which registers these)."""
+"""``recruiter jobs run|cancel|retry|recover``: the commands that change jobs (``jobs.py``
+registers them)."""
 
 from __future__ import annotations
 
@@ -161,8 +161,8 @@ def _cancel_each(queue: Queue, ids: list[Any], state: str | None) -> Counter[str
 
 
 def _say_who_is_missing(queue: Queue) -> None:
-    """Before a wait: say so when nothing can run the jobs (no recruiter leads, or no
-    worker is on the roster); the wait would otherwise end in a timeout, unexplained."""
+    """Before a wait: warn when no recruiter leads or no worker is on the roster, or the
+    wait would end in an unexplained timeout."""
     from recruiter.monitoring import listing
 
     now = queue.clock.now()
@@ -240,8 +240,8 @@ def retry_jobs(
 def _failed_jobs(
     queue: Queue, job_ids: list[str], failed_since: dt.timedelta | None, group: str | None
 ) -> list[Any]:
-    """The jobs to retry: those given, each checked to have failed before any is
-    retried, or those that failed since, not retried yet."""
+    """The jobs to retry: those given, all checked to have failed first, or those that
+    failed since, not retried yet."""
     from recruiter.monitoring import listing
 
     ids: list[Any] = list(job_ids)

@@ -1,9 +1,5 @@
-"""The options the commands share, and turning their text into values.
-
-Every option has help text and a default; the database URI also comes from
-``MONGODB_URI``. A value that does not parse is refused with a message naming the
-option (exit code 2), before anything runs.
-"""
+"""The options the commands share, and their parsers: a value that does not parse is refused
+naming the option (exit code 2), before anything runs."""
 
 from __future__ import annotations
 
@@ -119,12 +115,8 @@ DEMO_APP = "recruiter.demo:registry"
 
 
 def load_registry(spec: str) -> Registry:
-    """The Registry named ``module`` or ``module:attribute`` (default attribute ``registry``).
-
-    The module is looked for in the current directory first, as ``python -m`` (and rq,
-    celery) do: ``recruiter worker --app myapp:registry`` works from the application's
-    own directory, without ``PYTHONPATH=.``.
-    """
+    """The Registry named ``module[:attribute]`` (default ``registry``), looked for in the
+    current directory first, as ``python -m`` does (no ``PYTHONPATH=.`` needed)."""
     from recruiter.workable import Registry
 
     here = os.getcwd()
@@ -146,8 +138,7 @@ def load_registry(spec: str) -> Registry:
 
 
 def open_queue(mongodb_uri: str | None, database: str | None) -> Queue:
-    """A queue on the named database (the embedded one without a URI), for the commands
-    that read or steer it."""
+    """A queue on the named database (the embedded one without a URI)."""
     from recruiter.connection import open_database, resolve_uri
     from recruiter.queue import Queue
 

@@ -1,8 +1,5 @@
-"""Everything at once on one machine: ``recruiter up`` and ``recruiter demo``.
-
-Both start the real commands as separate processes through a
-:class:`recruiter.processes.supervisor.Supervisor`: a recruiter, a cleaner and some workers.
-"""
+"""``recruiter up`` and ``recruiter demo``: a recruiter, a cleaner and workers on one machine,
+each a real command in its own process (:class:`recruiter.processes.supervisor.Supervisor`)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""``recruiter top``, a live view of the queue refreshed every second, and
-``recruiter metrics``, the same figures for Prometheus.
-
-Each frame is built from a few reads (counts by group, the last minute's finished jobs,
-the roster), so it costs the database the same whatever the backlog's size, and can
-run from any machine.
-"""
+"""``recruiter top``, a live view of the queue, and ``recruiter metrics``, its figures for
+Prometheus: a few reads each, costing the same whatever the backlog's size."""
 
 from __future__ import annotations
 

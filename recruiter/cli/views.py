@@ -1,7 +1,5 @@
-"""``recruiter status`` and ``recruiter analytics``: what the system is doing, at a glance.
-
-Both read only; ``--json`` prints one JSON document for scripts instead of tables.
-"""
+"""``recruiter status``, ``analytics``, ``workers`` and ``schedulers``: what the system is
+doing, read only (``--json``: one JSON document for scripts)."""
 
 from __future__ import annotations
 

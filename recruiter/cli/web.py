@@ -24,9 +24,8 @@ logger = logging.getLogger(__name__)
 
 
 def allowed_hosts(host: str, given: list[str] | None, loopback: tuple[str, ...]) -> tuple[str, ...]:
-    """The host names to answer to: those given, else this machine's (``loopback``) and
-    the address served on; any when serving every interface (the operator put the
-    dashboard behind their own proxy and authentication, as --host says)."""
+    """The host names to answer to: those given, else ``loopback`` and the address served
+    on; any when serving every interface (behind the operator's proxy, as --host says)."""
     if given:
         return tuple(given)
     if host in ("0.0.0.0", "::", ""):
@@ -130,10 +129,9 @@ def web(
     mode = "read-only" if read_only or token is None else "actions allowed with the token"
     logger.info("web: serving on http://%s:%d/ (%s); Ctrl-C stops", host, port, mode)
     try:
-        # log_config=None: uvicorn's errors go through recruiter's formatters, not raw. The
-        # forwarded headers are believed only from the proxies named: any client of this
-        # machine could otherwise forge the audit trail's address, and the scheme (uvicorn
-        # believes 127.0.0.1 by default, where the dashboard listens)
+        # log_config=None: uvicorn's errors through recruiter's formatters. Forwarded headers
+        # only from the proxies named: uvicorn believes 127.0.0.1 by default, so any local
+        # client could forge the audit trail's address and the scheme
         uvicorn.run(
             app,
             host=host,

@@ -1,8 +1,5 @@
-"""How the commands log: rich lines on a terminal, plain lines elsewhere, or JSON lines.
-
-The library itself adds no handler; only the CLI calls :func:`setup_logging`. Every line
-names the process (``recruiter``, ``worker``, ``cleaner``…), and the messages name the
-job or worker they are about.
+"""How the commands log, each line naming the process: rich lines on a terminal, plain lines
+elsewhere, or JSON lines. Only the CLI calls :func:`setup_logging`; the library adds no handler.
 
 >>> import logging
 >>> name = "recruiter.processes.worker"
@@ -66,9 +63,9 @@ class JsonFormatter(logging.Formatter):
 
 
 class PrintableFormatter(logging.Formatter):
-    """Lines safe for a terminal: a message is one line with its control characters made
-    visible (a job's error message is untrusted text: it must neither steer the
-    terminal nor forge a log line); a traceback keeps its lines.
+    """Lines safe for a terminal: a message (untrusted: a job's error) is one line, its control
+    characters made visible, so it neither steers the terminal nor forges a line; a traceback
+    keeps its lines.
 
     >>> error = "a\\nb\\x1b[2J"
     >>> record = logging.LogRecord("w", logging.INFO, "", 0, "job %s: %s", ("1", error), None)
@@ -98,8 +95,7 @@ class UtcFormatter(PrintableFormatter):
 
 
 _SETUP: list[tuple[Level, bool]] = []
-"""The level and the JSON choice of the last :func:`setup_logging`, for a job process
-to log as its worker does (:func:`logging_setup`)."""
+"""The last :func:`setup_logging`'s level and JSON choice, for job processes to log alike."""
 
 
 def logging_setup() -> tuple[Level, bool] | None:
@@ -108,11 +104,8 @@ def logging_setup() -> tuple[Level, bool] | None:
 
 
 def setup_logging(process: str, level: Level, json_lines: bool = False) -> None:
-    """Log to standard error at ``level``: rich on a terminal, else plain or JSON lines.
-
-    ``level`` applies to recruiter and to the application's jobs; pymongo logs at most
-    at INFO, its debug lines being one per command.
-    """
+    """Log to standard error at ``level`` (recruiter's and the jobs'; pymongo's at most INFO):
+    rich on a terminal, else plain or JSON lines."""
     _SETUP[:] = [(level, json_lines)]
     handler: logging.Handler
     prefix = f"{process}[{os.getpid()}]: %(message)s"

@@ -1,9 +1,5 @@
-"""Prometheus metrics, read from the database at each scrape.
-
-:class:`QueueCollector` turns what the database says now into metric families, so any
-number of ``recruiter metrics`` processes, on any machine, report the same figures and
-nothing is lost when one restarts. docs/guides/operations.md lists the metrics.
-"""
+"""Prometheus metrics, read from the database at each scrape: any number of ``recruiter
+metrics`` processes report the same, and lose nothing on a restart (docs/guides/operations.md)."""
 
 from __future__ import annotations
 
@@ -24,8 +20,7 @@ LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 60.0, 300.0)
 
 
 class QueueCollector(Collector):
-    """Collects the queue's metrics at each scrape, as the operator's views read them
-    (:mod:`recruiter.monitoring.listing`)."""
+    """The queue's metrics at each scrape, read as the views read them (:mod:`.listing`)."""
 
     def __init__(self, queue: Queue) -> None:
         self.queue = queue

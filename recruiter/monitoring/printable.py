@@ -1,8 +1,5 @@
-"""Text from the database made safe to print: every character that would steer a terminal
-is shown as an escape instead (docs/guides/operations.md says what the views show).
-
-The terminal views and the plain log lines pass untrusted text through
-:func:`printable`; JSON needs nothing (it escapes control characters itself).
+"""Text from the database made safe to print (terminal views, plain log lines): each character
+that would steer a terminal shown as an escape; JSON needs nothing (docs/guides/operations.md).
 
 >>> printable("could not open [/var/data/in.csv]")
 'could not open [/var/data/in.csv]'
@@ -36,9 +33,6 @@ _KEEP_LINES = _SHOWN | {0x0A: "\n", 0x09: "\t"}
 
 def printable(text: str, *, lines: bool = True) -> str:
     """``text`` with every control character made visible (``\\x1b``, ``\\r``, ``\\u202e``).
-
-    With ``lines`` (the default), newlines and tabs are kept: a traceback reads as
-    lines. Without, they are shown as ``\\n`` and ``\\t`` too, for text that must stay on
-    one line (a log line, a name inside a sentence).
-    """
+    With ``lines``, newlines and tabs are kept (a traceback reads as lines); without, they are
+    shown as ``\\n`` and ``\\t`` too, for text that must stay on one line."""
     return text.translate(_KEEP_LINES if lines else _SHOWN)

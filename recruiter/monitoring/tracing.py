@@ -1,9 +1,5 @@
-"""Traces across the queue, with OpenTelemetry (optional: ``pip install 'recruiter[otel]'``).
-
-Which spans there are, and how an attempt links to the span it was scheduled in, is in
-docs/guides/traces.md. Without OpenTelemetry installed, or with no tracer provider
-configured, all of this costs nothing and records nothing.
-"""
+"""Traces with OpenTelemetry (``pip install 'recruiter[otel]'``; docs/guides/traces.md).
+Without it, or with no tracer provider configured, this costs and records nothing."""
 
 from __future__ import annotations
 
@@ -51,9 +47,8 @@ def _current_context() -> dict[str, str] | None:
 
 @contextmanager
 def _span(start: Callable[[], Any]) -> Iterator[Callable[[str, Any], None]]:
-    """The span ``start()`` makes, current around the body; yields a function that
-    sets an attribute on it. What the tracer raises is logged, never let out; what the
-    body raises is let out as it is."""
+    """The span ``start()`` makes, current around the body; yields a setter of attributes.
+    What the tracer raises is logged, never let out; what the body raises is let out."""
     manager = _safely("start a span", start)
     span = None
     if manager is not None:

@@ -36,8 +36,7 @@ def act_on_job(queue: Queue, action: str, job_id: str) -> str:
 
 
 def act_on_jobs(queue: Queue, action: str, ids: list[str], actor: Actor) -> str:
-    """Do ``action`` to each job, each logged in the audit trail as ``actor``'s; count
-    what happened."""
+    """Do ``action`` to each job, each audited as ``actor``'s; count what happened."""
     done, refused = 0, 0
     for job_id in ids:
         try:

@@ -50,9 +50,8 @@ class JobPage(JobQuery):
 
 @router.get("/overview", tags=["read"])
 def api_overview(request: Request) -> Response:
-    """Jobs per group and state, the last hour's outcomes, leaders and workers, as read
-    at ``at``, ``age_s`` seconds ago (read again every ``read_every_s`` seconds at most:
-    the same read for every page and script that asks)."""
+    """Jobs per group and state, the last hour's outcomes, leaders and workers, as read at
+    ``at``, ``age_s`` seconds ago (one read for all who ask, every ``read_every_s`` at most)."""
     return as_json(kept_overview(request))
 
 

@@ -1,10 +1,7 @@
-"""The dashboard's audit trail: every action, on what, by which session, and what came
-of it (docs/guides/web.md, "The audit trail", shows its lines and fields).
-
-A session is named by the random label given at sign-in, never by its cookie nor the
-token: the label cannot be used to act. Every value from the request or the database
-is untrusted text: in the line, its control characters are shown as escapes, so it can
-neither steer the operator's terminal nor forge a line of the log.
+"""The dashboard's audit trail: each action, on what, by which session, what came of it
+(docs/guides/web.md, "The audit trail"). A session is named by its sign-in label, which cannot
+act, never by its cookie nor the token. Untrusted values have their control characters shown
+as escapes: they neither steer the operator's terminal nor forge a line of the log.
 
 >>> shown("mail\\x1b[2J\\nforged line")
 'mail\\\\x1b[2J\\\\nforged line'
@@ -38,7 +35,6 @@ class Actor:
     session: str | None
     """The session's label; None through the API, or with no session signed in."""
     client: str
-    """The address the request came from."""
 
     def __str__(self) -> str:
         if self.via == "api":
@@ -81,8 +77,8 @@ class Act:
 
 
 def log(act: Act, outcome: str, level: int = logging.INFO) -> None:
-    """One line of the trail for ``act``: ``audit: retry job 6b05… by session 1a2b3c4d
-    from 127.0.0.1: done: job 6b05… retried as job 6b06…``."""
+    """One line of the trail: ``audit: retry job 6b05… by session 1a2b3c4d from 127.0.0.1:
+    done: job 6b05… retried as job 6b06…``."""
     logger.log(
         level,
         "audit: %s by %s: %s: %s",
@@ -98,10 +94,8 @@ def log(act: Act, outcome: str, level: int = logging.INFO) -> None:
 def acting(
     actor: Actor, action: str, target: dict[str, Any], refused_level: int = logging.WARNING
 ) -> Iterator[Act]:
-    """Log the action done in the block: done (with what the block set as ``said``),
-    refused (a :class:`RecruiterError`: the job moved on, a bad name…; at
-    ``refused_level``) or failed (the database did not answer: it may have landed; or
-    a bug)."""
+    """Log the block's action: done (with the ``said`` it set), refused (a
+    :class:`RecruiterError`, at ``refused_level``) or failed (the database away, or a bug)."""
     act = Act(actor, action, target)
     try:
         yield act
@@ -133,8 +127,8 @@ def audited(error: BaseException) -> bool:
 
 
 def refused_request(method: str, path: str, actor: Actor, why: str) -> None:
-    """A request the guard refused (no token, a wrong one, a forged CSRF token, another
-    origin, read-only): who tried what, and why not."""
+    """A request refused (no or a wrong token, a forged CSRF token, another origin,
+    read-only): who tried what, and why not."""
     logger.warning(
         "audit: refused %s %s by %s: %s",
         shown(method),

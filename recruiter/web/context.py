@@ -36,9 +36,8 @@ def _one_of(words: tuple[str, ...]) -> str:
 
 
 class JobAction(StringConvertor):
-    """A path segment naming a job's action: a route ending in one matches only the
-    actions there are, so that another path (``GET /jobs/a/b``) is no route (404), not
-    the route's other method (405)."""
+    """A path segment naming a job's action: another path (``GET /jobs/a/b``) is then no
+    route (404), not the route's other method (405)."""
 
     regex = _one_of(actions.JOB_ACTIONS)
 
@@ -80,37 +79,32 @@ class JobQuery(BaseModel):
 
     def filter_fields(self) -> dict[str, str]:
         """The fields given, as given (for the audit trail and the confirmation)."""
-        fields = ("state", "group", "workable", "tag", "finished_within")
-        return {name: value for name in fields if (value := getattr(self, name))}
+        return {name: value for name in views.FILTER_FIELDS if (value := getattr(self, name))}
 
 
 COST_SHARE = 10.0
-"""A kept read is read again once it is this many times as old as it took to read: the
-dashboard spends at most about a tenth of its time (and of the database's, for it)
-reading what every page shares, however large the queue."""
+"""A kept read is read again once this many times as old as it took to read: the dashboard
+spends at most about a tenth of its (and the database's) time on what every page shares."""
 
 
 @dataclass(frozen=True)
 class Reading:
-    """A kept read: its value, when it began (a monotonic clock's seconds), how long it
-    took, and how long it is kept."""
+    """A kept read: its value, when it began (monotonic seconds), how long it took, and
+    how old it may grow before it is read again."""
 
     value: Any
     at: float
     took: float
     every: float
-    """It is read again once older than this."""
 
     def age(self, now: float) -> float:
         return max(0.0, now - self.at)
 
 
 class Kept:
-    """A read every page shares (the overview's counts, which every open browser asks
-    for at each refresh), kept with its age: read again once older than ``every`` or
-    :data:`COST_SHARE` times as long as it took (whichever is longer), by the first
-    request that finds it old; the requests that come while it reads are served the
-    kept one, not made to wait. Only the very first read is waited for."""
+    """A read every page shares (the overview, asked by every open browser), read again by
+    the first request that finds it older than ``every`` or :data:`COST_SHARE` times what it
+    took, whichever is longer; requests meanwhile get the kept one (only the first waits)."""
 
     def __init__(self, every: float, cost_share: float = COST_SHARE) -> None:
         self.every = every

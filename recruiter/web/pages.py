@@ -156,9 +156,8 @@ def job_action(
 
 @router.post("/bulk", response_class=HTMLResponse)
 def bulk_action(request: Request, form: Annotated[BulkForm, Form()]) -> HTMLResponse:
-    """First a page that says how many jobs the action would take, then the action: on
-    the jobs counted (none scheduled since), and only if they are still as many, else
-    the page asks again with the new count."""
+    """First a page saying how many jobs the action takes, then the action on those counted
+    (none scheduled since), if still as many; else the page asks again with the new count."""
     actor = check_form_action(request, form.csrf)
     queue, where = queue_of(request), form.to_filter()
     ids = listing.selected(queue, where, form.action, form.upto or None)

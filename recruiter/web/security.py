@@ -1,11 +1,7 @@
-"""Who may act through the dashboard, and how a forged request is told apart (the model
-is docs/guides/web.md, "Security").
-
-Reading needs nothing. Acting needs the token the server was started with: a person
-signs in once and every action form then carries the session's CSRF token and comes
-from the dashboard's own origin; a script sends ``Authorization: Bearer TOKEN`` to the
-API, which never acts on a cookie.
-"""
+"""Who may act through the dashboard, and how a forged request is told apart (docs/guides/web.md,
+"Security"). Reading needs nothing; acting, the server's token: a person signs in, then each form
+carries the session's CSRF token from the dashboard's own origin; a script sends
+``Authorization: Bearer TOKEN`` to the API, which never acts on a cookie."""
 
 from __future__ import annotations
 
@@ -109,9 +105,8 @@ class Guard:
     def check_form_action(
         self, cookie: str | None, csrf: str | None, origin: str | None, this_origin: str
     ) -> Session:
-        """A page's action: signed in, the session's CSRF token, and from this site
-        (``this_origin``: the scheme, host and port the request was sent to). Returns
-        the session."""
+        """A page's action: signed in, with the session's CSRF token, from ``this_origin`` (the
+        scheme, host and port the request was sent to). Returns the session."""
         if not self.actions_allowed:
             raise Refused(self.why_not())
         check_same_origin(origin, this_origin)
@@ -134,9 +129,8 @@ class Guard:
 
 
 def check_same_origin(origin: str | None, this_origin: str) -> None:
-    """Refuse a request whose ``Origin`` (or ``Referer``) is not ``this_origin``, the
-    dashboard's own (``http://127.0.0.1:8087``): the same scheme, host and port, a port
-    left out being its scheme's default. One with neither is let through (the CSRF
+    """Refuse a request whose ``Origin`` (or ``Referer``) is not ``this_origin`` (same scheme,
+    host and port, a missing port its scheme's default). One with neither passes (the CSRF
     token still protects it); an opaque (``null``) or unreadable one is refused."""
     if not origin:
         return
