@@ -83,8 +83,7 @@ def drain(
         if remaining <= 0:
             raise DrainLimitReached(f"drain stopped after {max_attempts} attempts, jobs still due")
         for job_id in job_ids:
-            # a lock per job: mongomock, where tests often drain, shares one subdocument
-            # among the documents a multi-document update sets it on
+            # a lock per job: mongomock shares one subdocument among a multi-update's documents
             token = ObjectId()
             if queue.store.lock_jobs([job_id], token, now):
                 executions.append(executor.execute(job_id, token))

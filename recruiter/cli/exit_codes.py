@@ -1,5 +1,4 @@
-"""The exit codes of every ``recruiter`` command, and the one place domain errors become them
-(:func:`exit_code_of`); docs/reference/processes.md shows the table, tests hold the two alike."""
+"""Every command's exit codes, and where domain errors become them (docs/reference/processes.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""``recruiter jobs``: list, show, batch; the commands that change jobs are in
-``job_actions.py``."""
+"""``recruiter jobs list|show|batch`` (the commands that change jobs: ``job_actions.py``)."""
 
 from __future__ import annotations
 

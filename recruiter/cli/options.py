@@ -1,5 +1,4 @@
-"""The options the commands share, and their parsers: a value that does not parse is refused
-naming the option (exit code 2), before anything runs."""
+"""The options the commands share, and parsers that refuse a bad value naming it (exit 2)."""
 
 from __future__ import annotations
 
@@ -41,15 +40,8 @@ def job_id_argument(text: str) -> str:
 
 
 _SIZE = re.compile(r"^\s*(\d+)\s*(b|kb|mb|gb|kib|mib|gib)?\s*$", re.IGNORECASE)
-_SIZE_UNITS = {
-    "b": 1,
-    "kb": 10**3,
-    "mb": 10**6,
-    "gb": 10**9,
-    "kib": 2**10,
-    "mib": 2**20,
-    "gib": 2**30,
-}
+_SIZE_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9}
+_SIZE_UNITS |= {"kib": 2**10, "mib": 2**20, "gib": 2**30}
 
 
 def size_option(text: str) -> int:
@@ -115,8 +107,7 @@ DEMO_APP = "recruiter.demo:registry"
 
 
 def load_registry(spec: str) -> Registry:
-    """The Registry named ``module[:attribute]`` (default ``registry``), looked for in the
-    current directory first, as ``python -m`` does (no ``PYTHONPATH=.`` needed)."""
+    """The Registry ``module[:attribute]`` (default ``registry``); the current directory first."""
     from recruiter.workable import Registry
 
     here = os.getcwd()

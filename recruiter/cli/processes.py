@@ -1,5 +1,4 @@
-"""The long-running commands ``recruiter run``, ``worker`` and ``clean``: parse, validate,
-connect, then loop (under a lease for the recruiter and the cleaner) until a signal stops it."""
+"""``recruiter run``, ``worker`` and ``clean``: parse, validate, connect, loop until signalled."""
 
 from __future__ import annotations
 
@@ -72,8 +71,7 @@ def stop_on_signals(stop: threading.Event, name: str) -> None:
 
 
 def signalled_stop(name: str) -> StopRequest:
-    """A stop request set by SIGTERM/SIGINT, installed first: a process signalled while it
-    starts (connecting, creating indexes) stops cleanly too."""
+    """A stop request set by SIGTERM/SIGINT, installed first: a starting process stops cleanly."""
     from recruiter.loop import StopRequest
 
     stop = StopRequest()

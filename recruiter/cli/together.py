@@ -58,8 +58,7 @@ def team(
     recruiter: tuple[str, ...] = (),
     cleaner: tuple[str, ...] = (),
 ) -> list[Child]:
-    """A recruiter, a cleaner and ``workers`` workers, each with the ``extra`` arguments
-    and the application ``app`` (its tracing and listeners apply to all three)."""
+    """A recruiter, a cleaner and ``workers`` workers, all on ``app``, each with ``extra``."""
     from recruiter.processes.supervisor import Child
 
     children = [

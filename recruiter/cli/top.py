@@ -71,18 +71,9 @@ def frame(queue: Queue) -> Group:
     handed_out, running = counts.by_state["handed out"], counts.by_state["running"]
     finished = listing.recently_finished_by_group(queue, WINDOW)
     groups = sorted({*ready, *later, *handed_out, *running, *finished}, key=listing.group_order)
-    table = Table(
-        "group",
-        "ready",
-        "postponed",
-        "handed out",
-        "running",
-        "done/min",
-        "failed/min",
-        "latency s",
-        "run time s",
-        title=f"recruiter top, {now:%H:%M:%S} UTC (last minute for rates)",
-    )
+    columns = ("group", "ready", "postponed", "handed out", "running", "done/min", "failed/min")
+    title = f"recruiter top, {now:%H:%M:%S} UTC (last minute for rates)"
+    table = Table(*columns, "latency s", "run time s", title=title)
     for group in groups:
         recent = finished.get(group, [])
         table.add_row(

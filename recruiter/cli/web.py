@@ -129,9 +129,8 @@ def web(
     mode = "read-only" if read_only or token is None else "actions allowed with the token"
     logger.info("web: serving on http://%s:%d/ (%s); Ctrl-C stops", host, port, mode)
     try:
-        # log_config=None: uvicorn's errors through recruiter's formatters. Forwarded headers
-        # only from the proxies named: uvicorn believes 127.0.0.1 by default, so any local
-        # client could forge the audit trail's address and the scheme
+        # uvicorn's errors through recruiter's formatters; forwarded headers only from the
+        # proxies named (by default uvicorn believes any local client, who could forge them)
         uvicorn.run(
             app,
             host=host,

@@ -34,8 +34,7 @@ class Level(StrEnum):
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, process, pid, host, logger, message (and
-    ``audit``, the facts of a line of the dashboard's audit trail)."""
+    """One JSON object per line: time, level, process, pid, host, logger, message, any audit."""
 
     def __init__(self, process: str) -> None:
         super().__init__()

@@ -49,8 +49,7 @@ class QueueCollector(Collector):
         family = GaugeMetricFamily(
             "recruiter_jobs", "Jobs by group and state.", labels=["group", "state"]
         )
-        # every known group has every state, at 0 too: a series that vanishes when it
-        # reaches 0 would read as "no data" rather than "empty"
+        # every known group has every state, 0 too: a vanishing series reads as "no data"
         known = {settings.group for settings in self.queue.group_settings()}
         known |= {w["group"] for w in workers if w["group"] != ANY_GROUP}
         groups = sorted({*known, *recent, *(g for c in counts.values() for g in c)})

@@ -88,8 +88,7 @@ def _links(scheduled_in: Mapping[str, Any] | None) -> list[Any]:
 def attempt_span(
     job_id: Any, workable: str, group: str, attempt: int, scheduled_in: Mapping[str, Any] | None
 ) -> Iterator[Callable[[str], None]]:
-    """A span around one attempt, linked to the span the job was scheduled in; yields
-    a function that records the attempt's outcome on it."""
+    """A span around one attempt, linked to its job's scheduling span; yields an outcome setter."""
     if trace is None:
         yield lambda outcome: None
         return
@@ -112,8 +111,7 @@ def attempt_span(
 
 @contextmanager
 def process_span(name: str, **attributes: Any) -> Iterator[Callable[[str, Any], None]]:
-    """A span around one round of a process (the recruiter's, the cleaner's); yields a
-    function that sets an attribute on it."""
+    """A span around one round of a process; yields a setter of its attributes."""
     if trace is None:
         yield lambda key, value: None
         return

@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 
 from recruiter.errors import AlreadyRetried, InvalidJob, RecruiterError
-from recruiter.groups import GroupSettings
 from recruiter.monitoring.listing import FAILED
 from recruiter.queue import Queue
 from recruiter.web.audit import Actor, acting
@@ -64,12 +63,6 @@ def act_on_scheduler(queue: Queue, action: str, urn: str) -> str:
         done = queue.stop_repeating(urn)
         return f"scheduler {urn} removed" if done else f"no scheduler {urn}"
     raise InvalidJob(f"{action!r} is not an action: one of {', '.join(SCHEDULER_ACTIONS)}")
-
-
-def set_limits(
-    queue: Queue, group: str, concurrency: int | None, rate: str | None, weight: int
-) -> GroupSettings:
-    return queue.limit_group(group, concurrency=concurrency, rate=rate or None, weight=weight)
 
 
 def unset_limits(queue: Queue, group: str) -> str:

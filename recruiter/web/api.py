@@ -133,8 +133,8 @@ def api_group_limits(
     """Set a group's limits, replacing those it had."""
     actor = check_api_action(request, authorization)
     with acting(actor, "set limits", {"group": group}) as act:
-        settings = actions.set_limits(
-            queue_of(request), group, body.concurrency, body.rate, body.weight
+        settings = queue_of(request).limit_group(
+            group, concurrency=body.concurrency, rate=body.rate or None, weight=body.weight
         )
         act.said = f"group {group}: {settings.describe()}"
     return as_json({"group": group, "limits": settings.describe()})

@@ -11,7 +11,6 @@ from typing import Any, cast
 from urllib.parse import urlsplit
 
 from bson import ObjectId, json_util
-from bson.json_util import RELAXED_JSON_OPTIONS
 from fastapi import Request
 from fastapi.responses import HTMLResponse, Response
 from fastapi.templating import Jinja2Templates
@@ -31,26 +30,19 @@ MOST_DIGITS = 18
 """Digits a form's number may have (any limit is far less; int() of thousands fails)."""
 
 
-def _one_of(words: tuple[str, ...]) -> str:
-    return "|".join(re.escape(word) for word in words)
-
-
-class JobAction(StringConvertor):
-    """A path segment naming a job's action: another path (``GET /jobs/a/b``) is then no
+def _naming(words: tuple[str, ...]) -> StringConvertor:
+    """A path segment naming one of ``words``: another path (``GET /jobs/a/b``) is then no
     route (404), not the route's other method (405)."""
 
-    regex = _one_of(actions.JOB_ACTIONS)
+    class ActionName(StringConvertor):
+        regex = "|".join(re.escape(word) for word in words)
 
-
-class SchedulerAction(StringConvertor):
-    """A path segment naming a scheduler's action (as :class:`JobAction`)."""
-
-    regex = _one_of(actions.SCHEDULER_ACTIONS)
+    return ActionName()
 
 
 # registered before the routes that name them are made (pages.py and api.py import this)
-register_url_convertor("job_action", JobAction())
-register_url_convertor("scheduler_action", SchedulerAction())
+register_url_convertor("job_action", _naming(actions.JOB_ACTIONS))
+register_url_convertor("scheduler_action", _naming(actions.SCHEDULER_ACTIONS))
 
 
 class JobQuery(BaseModel):
@@ -258,4 +250,4 @@ JOB_ID = re.compile(r"\b[0-9a-f]{24}\b")
 
 
 def bson_text(value: Any) -> str:
-    return json_util.dumps(value, json_options=RELAXED_JSON_OPTIONS)
+    return json_util.dumps(value, json_options=json_util.RELAXED_JSON_OPTIONS)

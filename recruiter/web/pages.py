@@ -187,12 +187,11 @@ def group_limits(request: Request, form: Annotated[LimitsForm, Form()]) -> HTMLR
     no name (``a/b``, ``..``, ``x/unset``) can send the form elsewhere."""
     actor = check_form_action(request, form.csrf)
     with acting(actor, "set limits", {"group": form.group}) as act:
-        settings = actions.set_limits(
-            queue_of(request),
+        settings = queue_of(request).limit_group(
             form.group,
-            whole_number("concurrency", form.concurrency),
-            form.rate.strip() or None,
-            _or_one(whole_number("weight", form.weight)),
+            concurrency=whole_number("concurrency", form.concurrency),
+            rate=form.rate.strip() or None,
+            weight=_or_one(whole_number("weight", form.weight)),
         )
         act.said = f"group {form.group}: {settings.describe()}"
     return render(request, "done.html", said=act.said, back="/groups")
