@@ -1,5 +1,4 @@
-"""The workables ``recruiter demo`` and the examples run (``recruiter worker --app
-recruiter.demo:registry``)."""
+"""The workables of ``recruiter demo`` and the examples (``--app recruiter.demo:registry``)."""
 
 from __future__ import annotations
 

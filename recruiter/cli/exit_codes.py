@@ -40,8 +40,7 @@ class ExitCode(IntEnum):
     TIMEOUT = 7
     """``recruiter demo``, or ``recruiter jobs run --wait``, ran out of time."""
     DECLARED_DEAD = 8
-    """A worker (or ``jobs run --here``) was declared dead while it ran a job (a worker exits
-    with it by itself: ``recruiter.processes.worker.DECLARED_DEAD_EXIT``)."""
+    """A worker (or ``jobs run --here``) declared dead while running a job (a worker exits so)."""
     JOB_FAILED = 9
     """``recruiter jobs run --wait`` (or ``--here``): a job finished other than done."""
     NOT_FOUND = 10

@@ -35,8 +35,7 @@ if TYPE_CHECKING:  # each command imports its process when it runs: --help stays
     from recruiter.loop import StopRequest
 
 THREADS, ASYNCIO, ASYNCIO_CONCURRENCY = "threads", "asyncio", 100
-"""The pools' names and the asyncio pool's default slots, for the options' defaults and
-help (tests/test_cli.py holds them to :mod:`recruiter.pools.process_pool`'s)."""
+"""The pools' names and asyncio's default slots (tests/test_cli.py holds them to the pools')."""
 
 logger = logging.getLogger(__name__)
 

@@ -69,8 +69,7 @@ def show(as_json: bool, document: Any, view: Callable[[], RenderableType]) -> No
 
 
 def styled(text: str, style: str) -> Text:
-    """The command's own words in a style (``styled("error:", "bold red")``); made printable
-    all the same, as a ``Text`` does not pass through :meth:`Terminal.render_str`."""
+    """The command's own words in a style, made printable (a ``Text`` skips ``render_str``)."""
     return Text(printable(text), style=style)
 
 

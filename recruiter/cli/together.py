@@ -1,5 +1,4 @@
-"""``recruiter up`` and ``recruiter demo``: a recruiter, a cleaner and workers on one machine,
-each a real command in its own process (:class:`recruiter.processes.supervisor.Supervisor`)."""
+"""``recruiter up`` and ``demo``: a recruiter, a cleaner and workers, each a process of its own."""
 
 from __future__ import annotations
 

@@ -24,8 +24,7 @@ logger = logging.getLogger(__name__)
 
 
 def allowed_hosts(host: str, given: list[str] | None, loopback: tuple[str, ...]) -> tuple[str, ...]:
-    """The host names to answer to: those given, else ``loopback`` and the address served
-    on; any when serving every interface (behind the operator's proxy, as --host says)."""
+    """Those ``given``, else ``loopback`` and ``host``; any when serving every interface."""
     if given:
         return tuple(given)
     if host in ("0.0.0.0", "::", ""):
@@ -48,7 +47,6 @@ def _check_free(host: str, port: int) -> None:
             ) from error
 
 
-Port = Annotated[int, typer.Option(min=0, max=65535, help="The port to serve on.")]
 Host = Annotated[
     str,
     typer.Option(
@@ -96,7 +94,7 @@ RefreshEvery = Annotated[
 
 
 def web(
-    port: Port = 8087,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="The port to serve on.")] = 8087,
     host: Host = "127.0.0.1",
     token: Token = None,
     allowed_host: AllowedHosts = None,

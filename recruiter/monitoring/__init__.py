@@ -1,2 +1,1 @@
-"""What operators read: jobs (:mod:`.listing`), analytics, metrics, traces and logs, and how
-every view says a time, a count (:mod:`.words`) and database text (:mod:`.printable`)."""
+"""What operators read (jobs, analytics, metrics, traces, logs), and how every view words it."""

@@ -41,8 +41,7 @@ class Analytics:
     running: int
     """Started by a worker, not ended yet."""
     orphans: int
-    """Held by no worker on the roster: a dead worker's, for the cleaner (the original's
-    *zombies*)."""
+    """Held by no worker on the roster (a dead one's), for the cleaner: the original's *zombies*."""
     finished: int
     """Jobs finished in the last minute."""
     failed: int
@@ -80,8 +79,7 @@ def analytics(store: Store, now: dt.datetime, group: str | None = None) -> Analy
 
 
 def last_minute(store: Store, now: dt.datetime, group: str | None = None) -> dict[str, Any]:
-    """The figures of :class:`Analytics` that are not counts of waiting jobs: what the queue
-    (or ``group``) did in the last minute, and its orphans now."""
+    """:class:`Analytics`' figures that are not counts of waiting jobs: last minute, orphans now."""
     recent = store.recently_finished(now - WINDOW, group)
     return {
         "orphans": _orphans(store, now, group),
@@ -103,8 +101,7 @@ def _orphans(store: Store, now: dt.datetime, group: str | None) -> int:
 
 
 def spans(finished: Sequence[Mapping[str, Any]], start: str, end: str) -> list[float]:
-    """Seconds from ``start`` to ``end`` in each document's last execution (latency:
-    ``scheduled_at`` to ``started_at``); documents missing either are left out."""
+    """Seconds from ``start`` to ``end`` in each document's last execution, where it has both."""
     found = []
     for document in finished:
         execution = document.get("last_execution")

@@ -1,7 +1,6 @@
-"""What the operator's views read: jobs in words, pages of jobs filtered and newest first,
-the overviews' counts, workers, leaders and progress. The command line and the dashboard read
-through this module and :class:`recruiter.Queue` only, never the store (so both say the same
-of every job); the records they show are re-exported here."""
+"""What the operator's views read: jobs in words, filtered pages of jobs, the overviews' counts,
+workers, leaders and progress. The CLI and the dashboard read only this and the Queue, never the
+store, so both say the same of every job; the records they show are re-exported here."""
 
 from __future__ import annotations
 
@@ -200,14 +199,13 @@ def _ended_at(job: Job, now: dt.datetime) -> dt.datetime:
 
 def leases(queue: Queue, now: dt.datetime) -> dict[str, dict[str, Any]]:
     """Who leads the recruiter and the cleaner, and until when."""
-    found = {}
+    found: dict[str, dict[str, Any]] = {}
     for name in ("recruiter", "cleaner"):
         lease = queue.store.find_lease(name)
-        leading = lease is not None and lease.expires_at > now
-        found[name] = {
-            "holder": lease.holder if leading and lease else None,
-            "expires_at": lease.expires_at.isoformat() if leading and lease else None,
-        }
+        if lease is not None and lease.expires_at > now:
+            found[name] = {"holder": lease.holder, "expires_at": lease.expires_at.isoformat()}
+        else:
+            found[name] = {"holder": None, "expires_at": None}
     return found
 
 
@@ -263,8 +261,7 @@ class Counted:
 def recently_finished(
     queue: Queue, within: dt.timedelta, most: int = RECENT_SAMPLE
 ) -> Sequence[Mapping[str, Any]]:
-    """The last executions of (at most ``most``) jobs finished ``within`` the last while:
-    what throughput, latency and run time are computed from."""
+    """The last executions of at most ``most`` jobs finished ``within`` the last while."""
     return queue.store.recently_finished(queue.clock.now() - within, limit=most)
 
 

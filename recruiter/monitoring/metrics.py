@@ -1,5 +1,4 @@
-"""Prometheus metrics, read from the database at each scrape: any number of ``recruiter
-metrics`` processes report the same, and lose nothing on a restart (docs/guides/operations.md)."""
+"""Prometheus metrics, read from the database at each scrape (docs/guides/operations.md)."""
 
 from __future__ import annotations
 

@@ -20,8 +20,7 @@ TRACER = "recruiter"
 
 
 def _safely(what: str, call: Callable[[], Any], default: Any = None) -> Any:
-    """``call()``, or ``default`` when it fails: tracing is never worth an attempt, a
-    round or a schedule (a broken tracer provider, propagator or exporter is logged)."""
+    """``call()``, or ``default`` if it fails (logged): tracing is never worth an attempt."""
     try:
         return call()
     except Exception:
@@ -30,8 +29,7 @@ def _safely(what: str, call: Callable[[], Any], default: Any = None) -> Any:
 
 
 def current_context() -> dict[str, str] | None:
-    """The current span's context as W3C trace-context headers, to store in a job; none
-    when no span records (or OpenTelemetry is not installed, or it fails)."""
+    """The current span's W3C trace-context headers, to store in a job; none if none records."""
     if trace is None:
         return None
     return _safely("read the current span's context", _current_context)  # type: ignore[no-any-return]

@@ -1,5 +1,4 @@
-"""The dashboard's actions on jobs and groups: each one :class:`recruiter.Queue` method,
-the same the command line calls, and a sentence saying what it did."""
+"""The dashboard's actions: each a :class:`recruiter.Queue` method and a sentence of what it did."""
 
 from __future__ import annotations
 

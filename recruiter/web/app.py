@@ -136,20 +136,18 @@ async def _http_error(request: Request, error: Exception) -> Response:
 
 
 async def _failed(request: Request, error: Exception) -> Response:
-    """A refused or impossible action, an unknown job, a bad filter, the database away: said
-    with the status it deserves (a traceback is for bugs only)."""
+    """A refused or impossible action, an unknown job, a bad filter, the database away."""
     if isinstance(error, Refused) or (request.method == "POST" and not audited(error)):
         # refused by the guard, or before it acted (an unknown action, a bad filter): audited
         actor = actor_of(request, session_of(request))
         refused_request(request.method, request.url.path, actor, str(error))
+    status = 400
     if isinstance(error, Refused):
         status = error.status
     elif isinstance(error, JobNotFound):
         status = 404
     elif isinstance(error, DatabaseUnavailable):
         status = 503  # not now: try again (a write may have landed; each is conditional)
-    else:
-        status = 400
     return _error(request, status, str(error))
 
 

@@ -99,26 +99,17 @@ def acting(
     act = Act(actor, action, target)
     try:
         yield act
-    except DatabaseUnavailable as error:
-        act.said = str(error)
-        log(act, "failed", logging.WARNING)
-        _audited(error)
-        raise
-    except RecruiterError as error:
-        act.said = str(error)
-        log(act, "refused", refused_level)
-        _audited(error)
-        raise
     except Exception as error:
-        act.said = f"{type(error).__name__}: {error}"
-        log(act, "failed", logging.ERROR)
-        _audited(error)
+        if isinstance(error, DatabaseUnavailable):
+            act.said, outcome, level = str(error), "failed", logging.WARNING
+        elif isinstance(error, RecruiterError):
+            act.said, outcome, level = str(error), "refused", refused_level
+        else:
+            act.said, outcome, level = f"{type(error).__name__}: {error}", "failed", logging.ERROR
+        log(act, outcome, level)
+        error.recruiter_audited = True  # type: ignore[attr-defined]
         raise
     log(act, "done")
-
-
-def _audited(error: BaseException) -> None:
-    error.recruiter_audited = True  # type: ignore[attr-defined]
 
 
 def audited(error: BaseException) -> bool:
@@ -127,8 +118,7 @@ def audited(error: BaseException) -> bool:
 
 
 def refused_request(method: str, path: str, actor: Actor, why: str) -> None:
-    """A request refused (no or a wrong token, a forged CSRF token, another origin,
-    read-only): who tried what, and why not."""
+    """A request refused (token, CSRF token, origin, read-only): who tried what, and why not."""
     logger.warning(
         "audit: refused %s %s by %s: %s",
         shown(method),

@@ -1,5 +1,4 @@
-"""What every route reads from the application: its queue, its guard, its templates,
-and the filters and forms routes share."""
+"""What every route reads from the application, and the filters and forms routes share."""
 
 from __future__ import annotations
 
@@ -81,8 +80,7 @@ spends at most about a tenth of its (and the database's) time on what every page
 
 @dataclass(frozen=True)
 class Reading:
-    """A kept read: its value, when it began (monotonic seconds), how long it took, and
-    how old it may grow before it is read again."""
+    """A kept read: its value, start (monotonic seconds), duration, and age to read it again at."""
 
     value: Any
     at: float
@@ -146,8 +144,7 @@ def session_of(request: Request) -> Session | None:
 
 
 def origin_of(request: Request) -> str | None:
-    """Where the request says it comes from: its ``Origin``, else its ``Referer``'s (an
-    unreadable ``Referer`` as it is, to be refused)."""
+    """The request's ``Origin``, else its ``Referer``'s (an unreadable one as it is, refused)."""
     origin = request.headers.get("origin")
     if origin:
         return origin
@@ -162,8 +159,7 @@ def origin_of(request: Request) -> str | None:
 
 
 def own_origin(request: Request) -> str:
-    """The origin the request was sent to: its scheme (``https`` behind a proxy that
-    says so, see docs/guides/web.md) and its ``Host``."""
+    """The origin the request was sent to: its scheme (``https`` behind a proxy) and ``Host``."""
     return f"{request.url.scheme}://{request.headers.get('host', '')}"
 
 

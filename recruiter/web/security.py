@@ -1,7 +1,6 @@
-"""Who may act through the dashboard, and how a forged request is told apart (docs/guides/web.md,
-"Security"). Reading needs nothing; acting, the server's token: a person signs in, then each form
-carries the session's CSRF token from the dashboard's own origin; a script sends
-``Authorization: Bearer TOKEN`` to the API, which never acts on a cookie."""
+"""Who may act through the dashboard (docs/guides/web.md, "Security"). Reading needs nothing; a
+person signs in with the server's token, then each form carries the session's CSRF token from the
+dashboard's origin; a script sends ``Authorization: Bearer TOKEN`` to the API (never a cookie)."""
 
 from __future__ import annotations
 
@@ -9,7 +8,7 @@ import hmac
 import secrets
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 SESSION_COOKIE = "recruiter_session"
@@ -34,12 +33,12 @@ class Refused(Exception):
 
 @dataclass
 class Session:
-    id: str
+    id: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     """The cookie's value: whoever holds it acts as this session."""
-    csrf: str
-    name: str
+    csrf: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    name: str = field(default_factory=lambda: secrets.token_hex(4))
     """A label of its own, for the audit trail: it names the session and cannot act."""
-    seen: float = 0.0
+    seen: float = field(default_factory=time.monotonic)
     """When it was last used (a monotonic clock's seconds): idle too long, it ends."""
 
 
@@ -71,12 +70,7 @@ class Guard:
             raise Refused(self.why_not())
         if not self.token_matches(given):
             raise Refused("wrong token", status=401)
-        session = Session(
-            secrets.token_urlsafe(32),
-            secrets.token_urlsafe(32),
-            secrets.token_hex(4),
-            time.monotonic(),
-        )
+        session = Session()
         with self._lock:
             if len(self._sessions) >= SESSIONS_KEPT:
                 self._sessions.pop(next(iter(self._sessions)))
@@ -105,8 +99,7 @@ class Guard:
     def check_form_action(
         self, cookie: str | None, csrf: str | None, origin: str | None, this_origin: str
     ) -> Session:
-        """A page's action: signed in, with the session's CSRF token, from ``this_origin`` (the
-        scheme, host and port the request was sent to). Returns the session."""
+        """A page's action: signed in, with the session's CSRF token, from ``this_origin``."""
         if not self.actions_allowed:
             raise Refused(self.why_not())
         check_same_origin(origin, this_origin)

@@ -1,5 +1,4 @@
-"""What the dashboard's pages and API show, as plain data, read through
-:mod:`recruiter.monitoring.listing` and :class:`recruiter.Queue`."""
+"""What the dashboard's pages and API show, as plain data read through listing and the Queue."""
 
 from __future__ import annotations
 
@@ -73,8 +72,7 @@ def overview(queue: Queue) -> dict[str, Any]:
 
 
 def last_hour(queue: Queue, finished: int, failed: int) -> dict[str, Any]:
-    """The last hour's throughput (every job finished), and its latency and run time
-    averaged over its latest :data:`HOUR_SAMPLE` jobs at most."""
+    """The last hour's throughput, and latency and run time over its latest :data:`HOUR_SAMPLE`."""
     sample = listing.recently_finished(queue, RECENT, HOUR_SAMPLE)
     return {
         "finished": finished,
@@ -176,8 +174,7 @@ def attempts_in_words(job: Job, now: dt.datetime) -> str:
 
 
 def why_not_run(queue: Queue, job: Job, state: str) -> str:
-    """Why a ready job may wait however long: no worker on the roster, or none that runs
-    its workable (``""`` when one may)."""
+    """Why a ready job may wait long: no worker on the roster, or none runs its workable."""
     if state != "ready":
         return ""
     slots, may = listing.slots_for(queue, job.workable)
@@ -236,8 +233,7 @@ def result_of(job: Job) -> dict[str, Any]:
 
 
 def actions_for(state: str, *, retried: bool = False) -> list[str]:
-    """What may be done to a job in ``state``; a failed job retried already may only be
-    recovered."""
+    """What may be done to a job in ``state`` (a failed one retried already: only recover)."""
     if state in FAILED:
         return ["recover"] if retried else ["retry", "recover"]
     if state in ("ready", "postponed"):
