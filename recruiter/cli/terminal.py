@@ -1,7 +1,6 @@
-"""The one way the CLI writes to a terminal: a string may hold untrusted text from the
-database, so a :class:`Terminal` never reads it as markup (a stray ``[/]`` would raise),
-emoji or highlights, and shows its control characters as escapes. A command's own styling
-is a :class:`rich.text.Text` (:func:`styled`); text from the database a plain ``str``.
+"""The one way the CLI writes to a terminal: a string may hold untrusted text, so a
+:class:`Terminal` never reads it as markup, emoji or highlights, and shows its control characters
+as escapes. A command styles its own words as a ``Text`` (:func:`styled`); database text, a ``str``.
 
 >>> import io
 >>> out = io.StringIO()

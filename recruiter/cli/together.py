@@ -40,13 +40,6 @@ logger = logging.getLogger(__name__)
 DEMO_DATABASE = "recruiter_demo"
 
 
-def demo_logs() -> Path:
-    """Where the demo's processes log: beside the user's embedded database."""
-    from recruiter.embedded import home
-
-    return home() / "demo-logs"
-
-
 def team(
     workers: int,
     *,
@@ -148,7 +141,7 @@ def demo(
     if schedule_only:
         console.print(f"scheduled {counted(len(ids), 'sample job')} in database {database}")
         return
-    logs = demo_logs()
+    logs = home() / "demo-logs"  # beside the user's embedded database
     console.print(
         f"scheduled {counted(len(ids), 'job')} in database {database}; starting a "
         f"recruiter, a cleaner and {counted(workers, 'worker')} (their logs: {logs}/)"

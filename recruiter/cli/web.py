@@ -118,7 +118,12 @@ def web(
             f"the dashboard needs its packages ({error.name} is missing): "
             "pip install 'recruiter[web]'"
         ) from error
-    _check_options(token, refresh_every)
+    if token is not None and (len(token.strip()) < 16 or token != token.strip()):
+        raise typer.BadParameter(
+            "use a token of 16 characters or more, with no blanks around it", param_hint="--token"
+        )
+    if refresh_every < dt.timedelta(milliseconds=100):
+        raise typer.BadParameter("at least 100ms", param_hint="--refresh-every")
     _check_free(host, port)
     queue = open_queue(mongodb_uri, database)
     hosts = allowed_hosts(host, allowed_host, LOOPBACK_NAMES)
@@ -141,12 +146,3 @@ def web(
         )
     finally:
         queue.close()
-
-
-def _check_options(token: str | None, refresh_every: dt.timedelta) -> None:
-    if token is not None and (len(token.strip()) < 16 or token != token.strip()):
-        raise typer.BadParameter(
-            "use a token of 16 characters or more, with no blanks around it", param_hint="--token"
-        )
-    if refresh_every < dt.timedelta(milliseconds=100):
-        raise typer.BadParameter("at least 100ms", param_hint="--refresh-every")

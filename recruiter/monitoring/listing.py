@@ -1,6 +1,6 @@
-"""What the operator's views read: jobs in words, filtered pages of jobs, the overviews' counts,
-workers, leaders and progress. The CLI and the dashboard read only this and the Queue, never the
-store, so both say the same of every job; the records they show are re-exported here."""
+"""What the operator's views read: jobs in words, filtered pages, counts, workers, leaders and
+progress. The CLI and the dashboard read only this and the Queue, never the store (so both say the
+same of every job); the records they show are re-exported here."""
 
 from __future__ import annotations
 
@@ -47,8 +47,7 @@ def group_order(name: Any) -> tuple[tuple[str | int, ...], str]:
 
 
 def waits_in_words(job: Job) -> list[str]:
-    """What a job waits (or waited) for, one line each: the rule, each job (or batch) and how
-    it ended, and why it was cancelled if one did not end as asked. Empty if it waits for none."""
+    """Lines: the rule a job waits by, each job (or batch) and how it ended, why cancelled."""
     waits = job.waits
     if waits is None:
         return []
@@ -153,9 +152,8 @@ class Page:
 def list_jobs(
     queue: Queue, where: JobFilter, limit: int = PAGE, before: str | ObjectId | None = None
 ) -> Page:
-    """A page of the jobs ``where`` selects, newest first, older than ``before``: each
-    collection read on its ``_id`` index, ``limit`` + 1 jobs at most. Without their history
-    nor their last attempt's traceback, output and result (:meth:`Queue.job` reads those)."""
+    """A page of the jobs ``where`` selects, newest first, older than ``before`` (read on ``_id``,
+    ``limit`` + 1 at most), without history nor last traceback, output and result."""
     where.validate()
     after = None if before is None else _an_id(before)
     selection = where.selection(queue.clock.now(), after)
@@ -229,8 +227,7 @@ def recent_failures(queue: Queue, now: dt.datetime) -> list[dict[str, Any]]:
 
 
 def unfinished_counts(queue: Queue, now: dt.datetime, states: tuple[str, ...]) -> Counted:
-    """For each of ``states``, its jobs by group, and the ready jobs, by workable, that no
-    worker on the roster can run: one aggregation a state, the ready jobs' read for both."""
+    """``states``' jobs by group, and the ready ones no worker can run: one read a state."""
     store = queue.store
     ready = store.count_ready(now)
     counts = store.count_unfinished_by_group(now, tuple(s for s in states if s != "ready"))

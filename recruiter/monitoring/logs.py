@@ -42,10 +42,9 @@ class JsonFormatter(logging.Formatter):
         self.host = socket.gethostname()
 
     def format(self, record: logging.LogRecord) -> str:
+        moment = dt.datetime.fromtimestamp(record.created, dt.UTC)
         entry = {
-            "time": dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(
-                timespec="milliseconds"
-            ),
+            "time": moment.isoformat(timespec="milliseconds"),
             "level": record.levelname.lower(),
             "process": self.process,
             "pid": os.getpid(),
@@ -62,9 +61,8 @@ class JsonFormatter(logging.Formatter):
 
 
 class PrintableFormatter(logging.Formatter):
-    """Lines safe for a terminal: a message (untrusted: a job's error) is one line, its control
-    characters made visible, so it neither steers the terminal nor forges a line; a traceback
-    keeps its lines.
+    """Lines safe for a terminal: a message (untrusted) is one line, its control characters made
+    visible (it can neither steer the terminal nor forge a line); a traceback keeps its lines.
 
     >>> error = "a\\nb\\x1b[2J"
     >>> record = logging.LogRecord("w", logging.INFO, "", 0, "job %s: %s", ("1", error), None)
@@ -103,8 +101,7 @@ def logging_setup() -> tuple[Level, bool] | None:
 
 
 def setup_logging(process: str, level: Level, json_lines: bool = False) -> None:
-    """Log to standard error at ``level`` (recruiter's and the jobs'; pymongo's at most INFO):
-    rich on a terminal, else plain or JSON lines."""
+    """Log to stderr at ``level`` (pymongo at most INFO): rich on a terminal, else plain or JSON."""
     _SETUP[:] = [(level, json_lines)]
     handler: logging.Handler
     prefix = f"{process}[{os.getpid()}]: %(message)s"

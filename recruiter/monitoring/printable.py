@@ -27,7 +27,6 @@ _KEEP_LINES = _SHOWN | {0x0A: "\n", 0x09: "\t"}
 
 
 def printable(text: str, *, lines: bool = True) -> str:
-    """``text`` with every control character made visible (``\\x1b``, ``\\r``, ``\\u202e``).
-    With ``lines``, newlines and tabs are kept (a traceback reads as lines); without, they are
-    shown as ``\\n`` and ``\\t`` too, for text that must stay on one line."""
+    """``text`` with every control character made visible; newlines and tabs too, unless
+    ``lines`` (the default: a traceback reads as lines), for text that must stay on one line."""
     return text.translate(_KEEP_LINES if lines else _SHOWN)

@@ -1,5 +1,4 @@
-"""Traces with OpenTelemetry (``pip install 'recruiter[otel]'``; docs/guides/traces.md).
-Without it, or with no tracer provider configured, this costs and records nothing."""
+"""Traces with OpenTelemetry (docs/guides/traces.md): absent or unconfigured, they cost nothing."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The dashboard's JSON API, under ``/api``: what the pages show, and the actions, which
-need ``Authorization: Bearer TOKEN`` (cookies are not accepted here)."""
+"""The dashboard's JSON API under ``/api``; its actions need ``Authorization: Bearer TOKEN``."""
 
 from __future__ import annotations
 
@@ -79,8 +78,7 @@ def api_workers(request: Request) -> Response:
 
 @router.get("/groups", tags=["read"])
 def api_groups(request: Request) -> Response:
-    """Every group with jobs or settings: its limits now, its jobs as the overview
-    counted them (``age_s`` seconds ago)."""
+    """Every group with jobs or settings: its limits now, its jobs as counted ``age_s`` ago."""
     overview = kept_overview(request)
     groups = views.groups(queue_of(request), overview)
     return as_json([{**group, "age_s": overview["age_s"]} for group in groups])

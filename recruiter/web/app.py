@@ -1,5 +1,4 @@
-"""The dashboard: :func:`create_app` builds it around one :class:`recruiter.Queue`. Pages are
-rendered on the server (Jinja2, every value escaped); ``static/live.js`` refreshes live parts."""
+"""The dashboard: pages rendered on the server (every value escaped), refreshed by ``live.js``."""
 
 from __future__ import annotations
 

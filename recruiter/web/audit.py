@@ -1,6 +1,5 @@
-"""The dashboard's audit trail: each action, on what, by which session, what came of it
-(docs/guides/web.md, "The audit trail"). A session is named by its sign-in label, which cannot
-act, never by its cookie nor the token. Untrusted values have their control characters shown
+"""The dashboard's audit trail (docs/guides/web.md): each action, on what, by which session (its
+label, which cannot act), what came of it. Untrusted values have their control characters shown
 as escapes: they neither steer the operator's terminal nor forge a line of the log.
 
 >>> shown("mail\\x1b[2J\\nforged line")
@@ -52,18 +51,15 @@ def target_in_words(target: Mapping[str, Any]) -> str:
     if "selected" in target:
         parts.append(f"{target['selected']} jobs")
     if "filter" in target:
-        parts.append(f"where {filter_in_words(target['filter'])}")
+        said = ", ".join(
+            f"{name}={shown(value)}" for name, value in target["filter"].items() if value
+        )
+        parts.append(f"where {said or 'every job'}")
     if "group" in target:
         parts.append(f"group {shown(target['group'])}")
     if "scheduler" in target:
         parts.append(f"scheduler {shown(target['scheduler'])}")
     return " ".join(parts)
-
-
-def filter_in_words(where: Mapping[str, Any]) -> str:
-    """A bulk action's filter, as ``state=failed, group=mail`` (``every job``)."""
-    said = ", ".join(f"{name}={shown(value)}" for name, value in where.items() if value)
-    return said or "every job"
 
 
 @dataclass
@@ -77,8 +73,7 @@ class Act:
 
 
 def log(act: Act, outcome: str, level: int = logging.INFO) -> None:
-    """One line of the trail: ``audit: retry job 6b05… by session 1a2b3c4d from 127.0.0.1:
-    done: job 6b05… retried as job 6b06…``."""
+    """One line: ``audit: retry job 6b05… by session 1a2b3c4d from 127.0.0.1: done: …``."""
     logger.log(
         level,
         "audit: %s by %s: %s: %s",

@@ -30,8 +30,7 @@ MOST_DIGITS = 18
 
 
 def _naming(words: tuple[str, ...]) -> StringConvertor:
-    """A path segment naming one of ``words``: another path (``GET /jobs/a/b``) is then no
-    route (404), not the route's other method (405)."""
+    """A path segment naming one of ``words``: another path is a 404, not the other method's 405."""
 
     class ActionName(StringConvertor):
         regex = "|".join(re.escape(word) for word in words)
@@ -74,8 +73,7 @@ class JobQuery(BaseModel):
 
 
 COST_SHARE = 10.0
-"""A kept read is read again once this many times as old as it took to read: the dashboard
-spends at most about a tenth of its (and the database's) time on what every page shares."""
+"""A kept read is redone once this many times as old as it took: a tenth of the time, at most."""
 
 
 @dataclass(frozen=True)
@@ -92,9 +90,8 @@ class Reading:
 
 
 class Kept:
-    """A read every page shares (the overview, asked by every open browser), read again by
-    the first request that finds it older than ``every`` or :data:`COST_SHARE` times what it
-    took, whichever is longer; requests meanwhile get the kept one (only the first waits)."""
+    """A read every page shares, redone by the first request finding it older than the longer of
+    ``every`` and :data:`COST_SHARE` times its cost; others get the kept one, once there is one."""
 
     def __init__(self, every: float, cost_share: float = COST_SHARE) -> None:
         self.every = every

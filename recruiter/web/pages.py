@@ -183,8 +183,7 @@ def bulk_action(request: Request, form: Annotated[BulkForm, Form()]) -> HTMLResp
 
 @router.post("/groups", response_class=HTMLResponse)
 def group_limits(request: Request, form: Annotated[LimitsForm, Form()]) -> HTMLResponse:
-    """A group's limits: its name is a field of the form, never a part of a URL, so that
-    no name (``a/b``, ``..``, ``x/unset``) can send the form elsewhere."""
+    """The group is a form field, not in the URL: no name (``a/b``, ``..``) sends it elsewhere."""
     actor = check_form_action(request, form.csrf)
     with acting(actor, "set limits", {"group": form.group}) as act:
         settings = queue_of(request).limit_group(

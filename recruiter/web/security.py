@@ -1,6 +1,6 @@
-"""Who may act through the dashboard (docs/guides/web.md, "Security"). Reading needs nothing; a
-person signs in with the server's token, then each form carries the session's CSRF token from the
-dashboard's origin; a script sends ``Authorization: Bearer TOKEN`` to the API (never a cookie)."""
+"""Who may act through the dashboard (docs/guides/web.md): a person signs in with the token, then
+each form carries the session's CSRF token from the dashboard's origin; a script sends
+``Authorization: Bearer TOKEN`` to the API (never a cookie). Reading needs nothing."""
 
 from __future__ import annotations
 
@@ -122,9 +122,8 @@ class Guard:
 
 
 def check_same_origin(origin: str | None, this_origin: str) -> None:
-    """Refuse a request whose ``Origin`` (or ``Referer``) is not ``this_origin`` (same scheme,
-    host and port, a missing port its scheme's default). One with neither passes (the CSRF
-    token still protects it); an opaque (``null``) or unreadable one is refused."""
+    """Refuse an ``Origin`` (or ``Referer``) other than ``this_origin`` (scheme, host, port), or
+    opaque (``null``), or unreadable; none at all passes (the CSRF token still protects it)."""
     if not origin:
         return
     if origin == "null":
@@ -138,8 +137,7 @@ DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 def origin_parts(url: str) -> tuple[str, str, int] | None:
-    """An origin's scheme, host and port (``https://A`` is ``("https", "a", 443)``);
-    None when it is not one (no scheme, no host, a user name, a port out of range)."""
+    """``https://A`` is ``("https", "a", 443)``; None if not an origin (or a user name in it)."""
     try:
         parts = urlsplit(url)
         port = parts.port

@@ -85,12 +85,11 @@ def last_hour(queue: Queue, finished: int, failed: int) -> dict[str, Any]:
 
 
 FILTER_FIELDS = ("state", "group", "workable", "tag", "finished_within")
-FILTER_LABELS = {name: name.replace("_", " ") for name in FILTER_FIELDS}
 
 
 def filter_in_words(fields: Mapping[str, str]) -> list[tuple[str, str]]:
     """A filter's fields given, as (label, value), in the form's order (values are untrusted)."""
-    return [(label, fields[name]) for name, label in FILTER_LABELS.items() if fields.get(name)]
+    return [(name.replace("_", " "), fields[name]) for name in FILTER_FIELDS if fields.get(name)]
 
 
 def one_of(words: Sequence[str]) -> str:
