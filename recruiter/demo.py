@@ -1,7 +1,4 @@
-"""A small example application: the workables ``recruiter demo`` and the examples run.
-
-Start a worker on it with ``recruiter worker --app recruiter.demo:registry``.
-"""
+"""The workables of ``recruiter demo`` and the examples (``--app recruiter.demo:registry``)."""
 
 from __future__ import annotations
 
@@ -34,8 +31,7 @@ def greet(name: str) -> str:
 
 @registry.workable("demo.sleep")
 def sleep(milliseconds: int) -> None:
-    """Takes a while, in short steps: a timeout or a cancellation stops it at once (a
-    single long ``time.sleep`` would be stopped only when it returns)."""
+    """Takes a while, in short steps: a timeout or a cancellation stops it at once."""
     deadline = time.monotonic() + milliseconds / 1000
     while time.monotonic() < deadline:
         time.sleep(min(0.01, max(0.0, deadline - time.monotonic())))
@@ -51,8 +47,7 @@ def flaky(fail_times: int) -> None:
 
 @registry.workable("demo.snooze")
 def snooze(times: int, seconds: float = 1) -> None:
-    """Snoozes its first ``times`` runs for ``seconds`` (as a job waiting for a file or a
-    rate-limited service would), then succeeds."""
+    """Snoozes its first ``times`` runs for ``seconds`` (awaiting a file, say), then succeeds."""
     if retry_statistics().snoozes < times:
         raise Snooze(seconds)
 

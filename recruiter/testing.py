@@ -1,7 +1,5 @@
-"""Running jobs inside the test process, the way Oban's inline testing does.
-
-:func:`drain` runs every due job of a queue synchronously, through exactly the code a
-worker uses (lock, start, run, record, retry or archive), and reports what happened.
+"""Running jobs inside the test process, as Oban's inline testing does: :func:`drain` runs
+every due job through the code a worker uses, and reports what happened.
 
 >>> report = drain(queue, registry)  # doctest: +SKIP
 >>> report.raise_for_failures()      # doctest: +SKIP
@@ -38,8 +36,7 @@ class DrainReport:
 
     @property
     def results(self) -> dict[Any, Any]:
-        """What each job done returned, by job id (as kept: ``None`` for a value that
-        could not be, see :attr:`recruiter.Job.result`)."""
+        """What each job done returned, by job id (``None`` where not kept: :attr:`Job.result`)."""
         return {e.job_id: e.result for e in self.succeeded}
 
     @property
@@ -71,12 +68,9 @@ def drain(
     clock: Clock | None = None,
     max_attempts: int = 10_000,
 ) -> DrainReport:
-    """Run due jobs in this process until none is left, oldest first; return what happened.
-
-    Retries run too when they are due by the queue's clock, or at once with
-    ``with_scheduled=True`` (with jobs scheduled in the future). ``max_attempts`` stops a
-    job retried forever.
-    """
+    """Run due jobs in this process, oldest first, until none is left; return what happened.
+    Retries run when due by the queue's clock, or at once with ``with_scheduled=True`` (as do
+    future jobs). ``max_attempts`` stops a job retried forever."""
     clock = clock or queue.clock
     executor = Executor(queue.store, registry, clock, Identity.of_this_process())
     executions: list[Execution] = []
@@ -89,8 +83,7 @@ def drain(
         if remaining <= 0:
             raise DrainLimitReached(f"drain stopped after {max_attempts} attempts, jobs still due")
         for job_id in job_ids:
-            # a lock per job: mongomock, where tests often drain, shares one subdocument
-            # among the documents a multi-document update sets it on
+            # a lock per job: mongomock shares one subdocument among a multi-update's documents
             token = ObjectId()
             if queue.store.lock_jobs([job_id], token, now):
                 executions.append(executor.execute(job_id, token))

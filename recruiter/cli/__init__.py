@@ -1,8 +1,4 @@
-"""The ``recruiter`` command.
-
-Commands are thin: parse, build, run. Domain errors become named exit codes here, in
-one place, printed with rich; a traceback means a bug.
-"""
+"""The ``recruiter`` command; domain errors become named exit codes here, in one place."""
 
 from __future__ import annotations
 
@@ -21,7 +17,7 @@ from recruiter.cli.processes import clean, run, worker
 from recruiter.cli.terminal import console, errors, styled
 from recruiter.cli.together import demo, up
 from recruiter.cli.top import metrics, top
-from recruiter.cli.views import analytics_command, schedulers, status, workers
+from recruiter.cli.views import analytics, schedulers, status, workers
 from recruiter.cli.web import web
 from recruiter.errors import RecruiterError
 from recruiter.monitoring.logs import Level, setup_logging
@@ -41,10 +37,7 @@ app.add_typer(embedded, name="embedded")
 
 @app.callback()
 def _logging(context: typer.Context) -> None:
-    # Every command logs through recruiter's formatters (printable lines, or JSON with
-    # RECRUITER_JSON_LOGS), warnings and up: what a job run here or a connection says
-    # would otherwise reach the terminal raw, through Python's last-resort handler. The
-    # long-running commands set their own level and name again when they start.
+    # warnings through recruiter's formatters, not raw; long-running commands set their own
     json_lines = os.environ.get("RECRUITER_JSON_LOGS", "").lower() in ("1", "true", "yes", "on")
     setup_logging(context.invoked_subcommand or "recruiter", Level.WARNING, json_lines)
 
@@ -53,17 +46,8 @@ app.add_typer(groups, name="group")
 app.add_typer(jobs, name="jobs")
 
 
-app.command()(run)
-app.command()(worker)
-app.command()(clean)
-app.command()(up)
-app.command()(demo)
-app.command()(status)
-app.command("analytics")(analytics_command)
-app.command()(workers)
-app.command()(top)
-app.command()(metrics)
-app.command()(web)
+for command in (run, worker, clean, up, demo, status, analytics, workers, top, metrics, web):
+    app.command()(command)
 app.add_typer(schedulers, name="schedulers")
 
 

@@ -1,6 +1,4 @@
-"""The exit codes of every ``recruiter`` command, and the one place domain errors become
-them (:func:`exit_code_of`). docs/reference/processes.md shows this table; a test holds the two
-together, and another makes each code happen."""
+"""Every command's exit codes, and where domain errors become them (docs/reference/processes.md)."""
 
 from __future__ import annotations
 
@@ -37,14 +35,12 @@ class ExitCode(IntEnum):
     EMBEDDED_SERVER = 5
     """The embedded database could not be started."""
     INVALID = 6
-    """The request cannot be done as asked: nothing was changed (a job not waiting, not
-    failed or not finished; an --app that does not register the job's workable; an
-    invalid group setting; invalid job parameters)."""
+    """Cannot be done as asked, nothing changed: a job not waiting, failed or finished; an
+    --app without the job's workable; an invalid group setting or job parameters."""
     TIMEOUT = 7
     """``recruiter demo``, or ``recruiter jobs run --wait``, ran out of time."""
     DECLARED_DEAD = 8
-    """A worker (or ``jobs run --here``) was declared dead while it ran a job (the
-    worker exits with it by itself: ``recruiter.processes.worker.DECLARED_DEAD_EXIT``)."""
+    """A worker (or ``jobs run --here``) declared dead while running a job (a worker exits so)."""
     JOB_FAILED = 9
     """``recruiter jobs run --wait`` (or ``--here``): a job finished other than done."""
     NOT_FOUND = 10

@@ -1,5 +1,4 @@
-"""``recruiter jobs run|cancel|retry|recover``: the commands that change jobs (the
-reading ones, ``list``, ``show``, ``batch``, are in ``jobs.py``, which registers these)."""
+"""``recruiter jobs run|cancel|retry|recover``: the commands that change jobs."""
 
 from __future__ import annotations
 
@@ -161,8 +160,7 @@ def _cancel_each(queue: Queue, ids: list[Any], state: str | None) -> Counter[str
 
 
 def _say_who_is_missing(queue: Queue) -> None:
-    """Before a wait: say so when nothing can run the jobs (no recruiter leads, or no
-    worker is on the roster); the wait would otherwise end in a timeout, unexplained."""
+    """Before a wait: warn if no recruiter leads or no worker is on the roster (else: a timeout)."""
     from recruiter.monitoring import listing
 
     now = queue.clock.now()
@@ -240,8 +238,7 @@ def retry_jobs(
 def _failed_jobs(
     queue: Queue, job_ids: list[str], failed_since: dt.timedelta | None, group: str | None
 ) -> list[Any]:
-    """The jobs to retry: those given, each checked to have failed before any is
-    retried, or those that failed since, not retried yet."""
+    """The given jobs, all checked to have failed first, or those failed since, not retried."""
     from recruiter.monitoring import listing
 
     ids: list[Any] = list(job_ids)
@@ -258,13 +255,12 @@ def _failed_jobs(
 def result_text(job: Job) -> str:
     """A done job's result as JSON text, or why it was not kept."""
     from bson import json_util
-    from bson.json_util import RELAXED_JSON_OPTIONS
 
     try:
         result = job.result
     except ResultNotKept as error:
         return f"not kept: {error.why}"
-    return json_util.dumps(result, json_options=RELAXED_JSON_OPTIONS)
+    return json_util.dumps(result, json_options=json_util.RELAXED_JSON_OPTIONS)
 
 
 def _results(finished: list[Job]) -> Table:

@@ -1,5 +1,4 @@
-"""``recruiter jobs``: list jobs, show one with every attempt, show where a batch stands; the
-commands that change jobs (run, cancel, retry, recover) are in ``job_actions.py``."""
+"""``recruiter jobs list|show|batch`` (the commands that change jobs: ``job_actions.py``)."""
 
 from __future__ import annotations
 
@@ -132,8 +131,7 @@ def show_job(
 
 
 def _print_attempt(attempt: Mapping[str, Any]) -> None:
-    """An attempt as lines: how it ended, when, where; its progress, error, traceback
-    and output."""
+    """An attempt: how it ended, when, where; its progress, error, traceback and output."""
     from bson import json_util
 
     from recruiter.progress import JobProgress

@@ -1,9 +1,4 @@
-"""The options the commands share, and turning their text into values.
-
-Every option has help text and a default; the database URI also comes from
-``MONGODB_URI``. A value that does not parse is refused with a message naming the
-option (exit code 2), before anything runs.
-"""
+"""The options the commands share, and parsers that refuse a bad value naming it (exit 2)."""
 
 from __future__ import annotations
 
@@ -45,15 +40,8 @@ def job_id_argument(text: str) -> str:
 
 
 _SIZE = re.compile(r"^\s*(\d+)\s*(b|kb|mb|gb|kib|mib|gib)?\s*$", re.IGNORECASE)
-_SIZE_UNITS = {
-    "b": 1,
-    "kb": 10**3,
-    "mb": 10**6,
-    "gb": 10**9,
-    "kib": 2**10,
-    "mib": 2**20,
-    "gib": 2**30,
-}
+_SIZE_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9}
+_SIZE_UNITS |= {"kib": 2**10, "mib": 2**20, "gib": 2**30}
 
 
 def size_option(text: str) -> int:
@@ -119,12 +107,7 @@ DEMO_APP = "recruiter.demo:registry"
 
 
 def load_registry(spec: str) -> Registry:
-    """The Registry named ``module`` or ``module:attribute`` (default attribute ``registry``).
-
-    The module is looked for in the current directory first, as ``python -m`` (and rq,
-    celery) do: ``recruiter worker --app myapp:registry`` works from the application's
-    own directory, without ``PYTHONPATH=.``.
-    """
+    """The Registry ``module[:attribute]`` (default ``registry``); the current directory first."""
     from recruiter.workable import Registry
 
     here = os.getcwd()
@@ -146,8 +129,7 @@ def load_registry(spec: str) -> Registry:
 
 
 def open_queue(mongodb_uri: str | None, database: str | None) -> Queue:
-    """A queue on the named database (the embedded one without a URI), for the commands
-    that read or steer it."""
+    """A queue on the named database (the embedded one without a URI)."""
     from recruiter.connection import open_database, resolve_uri
     from recruiter.queue import Queue
 

@@ -1,8 +1,4 @@
-"""The three long-running commands: ``recruiter run``, ``recruiter worker``, ``recruiter clean``.
-
-Each is thin: parse, validate the config, connect, then run the process's ``run_once``
-in a loop (under a lease for the recruiter and the cleaner) until a signal stops it.
-"""
+"""``recruiter run``, ``worker`` and ``clean``: parse, validate, connect, loop until signalled."""
 
 from __future__ import annotations
 
@@ -39,8 +35,7 @@ if TYPE_CHECKING:  # each command imports its process when it runs: --help stays
     from recruiter.loop import StopRequest
 
 THREADS, ASYNCIO, ASYNCIO_CONCURRENCY = "threads", "asyncio", 100
-"""The pools' names and the asyncio pool's default slots, for the options' defaults and
-help (tests/test_cli.py holds them to :mod:`recruiter.pools.process_pool`'s)."""
+"""The pools' names and asyncio's default slots (tests/test_cli.py holds them to the pools')."""
 
 logger = logging.getLogger(__name__)
 
@@ -49,19 +44,14 @@ _STOPPED_CLEANLY = threading.Event()
 
 
 def stopped_cleanly() -> None:
-    """Tell the signal handler that the command's work has stopped cleanly: a signal from
-    now on (an impatient second Ctrl-C) ends the process at once, with status 0."""
+    """The work stopped cleanly: a signal now (a second Ctrl-C) ends the process with 0."""
     _STOPPED_CLEANLY.set()
 
 
 def stop_on_signals(stop: threading.Event, name: str) -> None:
-    """First SIGTERM/SIGINT: stop after the current work; a second one: stop now.
-
-    Stopping now is ``os._exit``: the threads running jobs would otherwise keep the
-    process alive until their jobs end. The cleaner recovers what was left running.
-    Once the work has stopped cleanly (:func:`stopped_cleanly`), there is nothing left to
-    cut short: a signal then ends the process with status 0, not the signal's.
-    """
+    """First SIGTERM/SIGINT: stop after the current work; a second: ``os._exit`` now (job
+    threads would keep the process alive; the cleaner recovers what was left running).
+    After :func:`stopped_cleanly`, a signal ends the process with status 0."""
 
     def handle(signum: int, frame: FrameType | None) -> None:
         if _STOPPED_CLEANLY.is_set():
@@ -80,8 +70,7 @@ def stop_on_signals(stop: threading.Event, name: str) -> None:
 
 
 def signalled_stop(name: str) -> StopRequest:
-    """A stop request set by SIGTERM/SIGINT, installed before anything else: a process
-    signalled while it starts (connecting, creating indexes) stops cleanly too."""
+    """A stop request set by SIGTERM/SIGINT, installed first: a starting process stops cleanly."""
     from recruiter.loop import StopRequest
 
     stop = StopRequest()

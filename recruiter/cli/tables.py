@@ -1,5 +1,4 @@
-"""Tables for the terminal: ids in them are always whole, so they can be copied into
-the next command (``recruiter jobs show ID``) whatever the terminal's width."""
+"""Terminal tables whose ids are always whole, to copy into the next command."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""The one way the CLI writes to a terminal: every string is literal text.
-
-Any string a command prints may hold untrusted text from the database, so a
-:class:`Terminal` never reads a string as rich markup (a stray ``[/]`` would raise
-``MarkupError``), emoji codes or highlights, and shows its control characters as
-escapes. A command's own styling is therefore built as :class:`rich.text.Text` (see
-:func:`styled`), never as markup in a string, and text from the database is handed
-over as a plain ``str``, never wrapped in a ``Text``.
+"""The one way the CLI writes to a terminal: a string may hold untrusted text, so a
+:class:`Terminal` never reads it as markup, emoji or highlights, and shows its control characters
+as escapes. A command styles its own words as a ``Text`` (:func:`styled`); database text, a ``str``.
 
 >>> import io
 >>> out = io.StringIO()
@@ -28,8 +23,7 @@ from rich.text import Text
 from recruiter.monitoring.printable import printable
 
 PIPED_WIDTH = 1000
-"""Columns of a Terminal whose output is not a terminal: tables are as wide as their
-content, so nothing is cut; only text longer than this wraps."""
+"""Columns when output is not a terminal: tables as wide as their content; longer text wraps."""
 
 
 class Terminal(Console):
@@ -74,9 +68,7 @@ def show(as_json: bool, document: Any, view: Callable[[], RenderableType]) -> No
 
 
 def styled(text: str, style: str) -> Text:
-    """The command's own words in a style (``styled("error:", "bold red")``). Text from
-    the database belongs in a plain ``str``; made printable here all the same, since a
-    ``Text`` does not pass through :meth:`Terminal.render_str`."""
+    """The command's own words in a style, made printable (a ``Text`` skips ``render_str``)."""
     return Text(printable(text), style=style)
 
 

@@ -1,8 +1,4 @@
-"""Everything at once on one machine: ``recruiter up`` and ``recruiter demo``.
-
-Both start the real commands as separate processes through a
-:class:`recruiter.processes.supervisor.Supervisor`: a recruiter, a cleaner and some workers.
-"""
+"""``recruiter up`` and ``demo``: a recruiter, a cleaner and workers, each a process of its own."""
 
 from __future__ import annotations
 
@@ -44,13 +40,6 @@ logger = logging.getLogger(__name__)
 DEMO_DATABASE = "recruiter_demo"
 
 
-def demo_logs() -> Path:
-    """Where the demo's processes log: beside the user's embedded database."""
-    from recruiter.embedded import home
-
-    return home() / "demo-logs"
-
-
 def team(
     workers: int,
     *,
@@ -61,8 +50,7 @@ def team(
     recruiter: tuple[str, ...] = (),
     cleaner: tuple[str, ...] = (),
 ) -> list[Child]:
-    """A recruiter, a cleaner and ``workers`` workers, each with the ``extra`` arguments
-    and the application ``app`` (its tracing and listeners apply to all three)."""
+    """A recruiter, a cleaner and ``workers`` workers, all on ``app``, each with ``extra``."""
     from recruiter.processes.supervisor import Child
 
     children = [
@@ -153,7 +141,7 @@ def demo(
     if schedule_only:
         console.print(f"scheduled {counted(len(ids), 'sample job')} in database {database}")
         return
-    logs = demo_logs()
+    logs = home() / "demo-logs"  # beside the user's embedded database
     console.print(
         f"scheduled {counted(len(ids), 'job')} in database {database}; starting a "
         f"recruiter, a cleaner and {counted(workers, 'worker')} (their logs: {logs}/)"

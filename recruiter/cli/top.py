@@ -1,10 +1,4 @@
-"""``recruiter top``, a live view of the queue refreshed every second, and
-``recruiter metrics``, the same figures for Prometheus.
-
-Each frame is built from a few reads (counts by group, the last minute's finished jobs,
-the roster), so it costs the database the same whatever the backlog's size, and can
-run from any machine.
-"""
+"""``recruiter top`` (live) and ``metrics`` (Prometheus): a few reads each, whatever the backlog."""
 
 from __future__ import annotations
 
@@ -71,31 +65,18 @@ def frame(queue: Queue) -> Group:
     from recruiter.states import UNFINISHED
 
     now = queue.clock.now()
-    counts = listing.unfinished_counts(queue, now, tuple(s for s in UNFINISHED if s != "blocked"))
-    ready, later = counts.by_state["ready"], counts.by_state["postponed"]
-    handed_out, running = counts.by_state["handed out"], counts.by_state["running"]
+    states = tuple(state for state in UNFINISHED if state != "blocked")
+    counts = listing.unfinished_counts(queue, now, states).by_state
     finished = listing.recently_finished_by_group(queue, WINDOW)
-    groups = sorted({*ready, *later, *handed_out, *running, *finished}, key=listing.group_order)
-    table = Table(
-        "group",
-        "ready",
-        "postponed",
-        "handed out",
-        "running",
-        "done/min",
-        "failed/min",
-        "latency s",
-        "run time s",
-        title=f"recruiter top, {now:%H:%M:%S} UTC (last minute for rates)",
-    )
+    groups = sorted({*finished, *(g for c in counts.values() for g in c)}, key=listing.group_order)
+    columns = ("group", *states, "done/min", "failed/min", "latency s", "run time s")
+    title = f"recruiter top, {now:%H:%M:%S} UTC (last minute for rates)"
+    table = Table(*columns, title=title)
     for group in groups:
         recent = finished.get(group, [])
         table.add_row(
             str(group),
-            str(ready.get(group, 0)),
-            str(later.get(group, 0)),
-            str(handed_out.get(group, 0)),
-            str(running.get(group, 0)),
+            *(str(counts[state].get(group, 0)) for state in states),
             str(sum(1 for d in recent if d.get("why") == "done")),
             str(sum(1 for d in recent if d.get("why") in FAILED)),
             _average(recent, "scheduled_at", "started_at"),

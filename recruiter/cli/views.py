@@ -1,7 +1,4 @@
-"""``recruiter status`` and ``recruiter analytics``: what the system is doing, at a glance.
-
-Both read only; ``--json`` prints one JSON document for scripts instead of tables.
-"""
+"""``recruiter status``, ``analytics``, ``workers`` and ``schedulers``: what the system does."""
 
 from __future__ import annotations
 
@@ -25,7 +22,7 @@ if TYPE_CHECKING:  # imported where used: --help stays fast
 AsJson = Annotated[bool, typer.Option("--json", help="One JSON document, for scripts.")]
 
 
-def analytics_command(
+def analytics(
     group: Annotated[str | None, typer.Option(help="Only this group.")] = None,
     as_json: AsJson = False,
     mongodb_uri: MongoUri = None,

@@ -24,9 +24,7 @@ logger = logging.getLogger(__name__)
 
 
 def allowed_hosts(host: str, given: list[str] | None, loopback: tuple[str, ...]) -> tuple[str, ...]:
-    """The host names to answer to: those given, else this machine's (``loopback``) and
-    the address served on; any when serving every interface (the operator put the
-    dashboard behind their own proxy and authentication, as --host says)."""
+    """Those ``given``, else ``loopback`` and ``host``; any when serving every interface."""
     if given:
         return tuple(given)
     if host in ("0.0.0.0", "::", ""):
@@ -49,7 +47,6 @@ def _check_free(host: str, port: int) -> None:
             ) from error
 
 
-Port = Annotated[int, typer.Option(min=0, max=65535, help="The port to serve on.")]
 Host = Annotated[
     str,
     typer.Option(
@@ -97,7 +94,7 @@ RefreshEvery = Annotated[
 
 
 def web(
-    port: Port = 8087,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="The port to serve on.")] = 8087,
     host: Host = "127.0.0.1",
     token: Token = None,
     allowed_host: AllowedHosts = None,
@@ -121,7 +118,12 @@ def web(
             f"the dashboard needs its packages ({error.name} is missing): "
             "pip install 'recruiter[web]'"
         ) from error
-    _check_options(token, refresh_every)
+    if token is not None and (len(token.strip()) < 16 or token != token.strip()):
+        raise typer.BadParameter(
+            "use a token of 16 characters or more, with no blanks around it", param_hint="--token"
+        )
+    if refresh_every < dt.timedelta(milliseconds=100):
+        raise typer.BadParameter("at least 100ms", param_hint="--refresh-every")
     _check_free(host, port)
     queue = open_queue(mongodb_uri, database)
     hosts = allowed_hosts(host, allowed_host, LOOPBACK_NAMES)
@@ -130,10 +132,8 @@ def web(
     mode = "read-only" if read_only or token is None else "actions allowed with the token"
     logger.info("web: serving on http://%s:%d/ (%s); Ctrl-C stops", host, port, mode)
     try:
-        # log_config=None: uvicorn's errors go through recruiter's formatters, not raw. The
-        # forwarded headers are believed only from the proxies named: any client of this
-        # machine could otherwise forge the audit trail's address, and the scheme (uvicorn
-        # believes 127.0.0.1 by default, where the dashboard listens)
+        # uvicorn's errors through recruiter's formatters; forwarded headers only from the
+        # proxies named (by default uvicorn believes any local client, who could forge them)
         uvicorn.run(
             app,
             host=host,
@@ -146,12 +146,3 @@ def web(
         )
     finally:
         queue.close()
-
-
-def _check_options(token: str | None, refresh_every: dt.timedelta) -> None:
-    if token is not None and (len(token.strip()) < 16 or token != token.strip()):
-        raise typer.BadParameter(
-            "use a token of 16 characters or more, with no blanks around it", param_hint="--token"
-        )
-    if refresh_every < dt.timedelta(milliseconds=100):
-        raise typer.BadParameter("at least 100ms", param_hint="--refresh-every")

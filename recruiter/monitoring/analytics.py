@@ -1,4 +1,4 @@
-"""What the queue is doing: the original Recruiter's analytics, overall or for a group.
+"""The original Recruiter's analytics: what the queue is doing, overall or for a group.
 
 >>> import mongomock
 >>> from recruiter import Queue
@@ -41,19 +41,16 @@ class Analytics:
     running: int
     """Started by a worker, not ended yet."""
     orphans: int
-    """Handed out to no worker on the roster: a dead worker's, which the cleaner will
-    release (the original's *zombies*)."""
+    """Held by no worker on the roster (a dead one's), for the cleaner: the original's *zombies*."""
     finished: int
     """Jobs finished in the last minute."""
     failed: int
-    """Of those, the ones that failed for good (not the cancelled, duplicates,
-    superseded)."""
+    """Of those, the ones that failed for good (not cancelled, duplicates, superseded)."""
     throughput_per_minute: float
     latency_average: float | None
-    """Seconds from due to started, on average, over the last minute's jobs: high when
-    too few workers serve the group."""
+    """Average seconds from due to started, last minute: high when too few workers serve."""
     execution_time_average: float | None
-    """Seconds from started to ended, on average, over the last minute's jobs."""
+    """Average seconds from started to ended, last minute."""
 
     @property
     def throughput_per_second(self) -> float:
@@ -82,8 +79,7 @@ def analytics(store: Store, now: dt.datetime, group: str | None = None) -> Analy
 
 
 def last_minute(store: Store, now: dt.datetime, group: str | None = None) -> dict[str, Any]:
-    """What the queue (or ``group``) did in the last minute, and its orphans now: the
-    figures of :class:`Analytics` that are not counts of waiting jobs."""
+    """:class:`Analytics`' figures that are not counts of waiting jobs: last minute, orphans now."""
     recent = store.recently_finished(now - WINDOW, group)
     return {
         "orphans": _orphans(store, now, group),
@@ -96,8 +92,7 @@ def last_minute(store: Store, now: dt.datetime, group: str | None = None) -> dic
 
 
 def _orphans(store: Store, now: dt.datetime, group: str | None) -> int:
-    # read as the cleaner reads them; a job locked in the last seconds may be in a round
-    # not yet assigned: not an orphan yet
+    # as the cleaner reads them; a job locked in the last seconds may await its assignment
     return sum(
         1
         for lock in unheld_locks(store, now - ORPHAN_GRACE)
@@ -106,9 +101,7 @@ def _orphans(store: Store, now: dt.datetime, group: str | None) -> int:
 
 
 def spans(finished: Sequence[Mapping[str, Any]], start: str, end: str) -> list[float]:
-    """Seconds from ``start`` to ``end`` in the last execution of each finished job's
-    document (``scheduled_at`` to ``started_at`` is the latency, ``started_at`` to
-    ``ended_at`` the execution time); documents missing either are left out."""
+    """Seconds from ``start`` to ``end`` in each document's last execution, where it has both."""
     found = []
     for document in finished:
         execution = document.get("last_execution")

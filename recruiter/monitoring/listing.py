@@ -1,11 +1,6 @@
-"""What the operator's views read: a job's state in words, a job's summary, pages of
-jobs filtered by state, group, workable, tag and time, newest first, and the counts,
-workers, leaders and progress the overviews show.
-
-The command line and the dashboard read the queue through this module and
-:class:`recruiter.Queue` only, never the store: both say the same of every job, and the
-records they show (:class:`SchedulerRecord`, :class:`ReportingJob`) are re-exported here.
-"""
+"""What the operator's views read: jobs in words, filtered pages, counts, workers, leaders and
+progress. The CLI and the dashboard read only this and the Queue, never the store (so both say the
+same of every job); the records they show are re-exported here."""
 
 from __future__ import annotations
 
@@ -25,8 +20,8 @@ from recruiter.monitoring.words import counted, moment_text
 from recruiter.queue import Queue
 from recruiter.retry import FAILED as FAILED_WHYS
 from recruiter.states import STATES, UNFINISHED
-from recruiter.store import ReadyCount, Selection
 from recruiter.store import SchedulerRecord as SchedulerRecord  # noqa: PLC0414
+from recruiter.store import Selection
 from recruiter.store.analytics import RECENT_SAMPLE
 from recruiter.store.progress import ReportingJob as ReportingJob  # noqa: PLC0414
 
@@ -46,15 +41,13 @@ def group_order(name: Any) -> tuple[tuple[str | int, ...], str]:
     ['G1', 'g1', 'g2', 'g10', 'mail']
     """
     text = str(name)
-    runs = re.split(r"([0-9]+)", text)  # text, digits, text, digits, …, text: any two
-    # names' runs alternate alike, so a number is only ever compared with a number
+    # text, digits, text, …, text: a number is only ever compared with a number
+    runs = re.split(r"([0-9]+)", text)
     return tuple(int(run) if i % 2 else run.casefold() for i, run in enumerate(runs)), text
 
 
 def waits_in_words(job: Job) -> list[str]:
-    """What a job waits (or waited) for, one line each: the rule, then each job (or its
-    batch) and how it ended, or that it has not yet; and why it was cancelled, if one
-    did not end as its rule asked. Empty for a job that waits for nothing."""
+    """Lines: the rule a job waits by, each job (or batch) and how it ended, why cancelled."""
     waits = job.waits
     if waits is None:
         return []
@@ -75,9 +68,8 @@ def waits_in_words(job: Job) -> list[str]:
 
 
 def snoozes_in_words(job: Job) -> str | None:
-    """How a job snoozed: ``"until 2026-11-26 10:00:00 UTC (1 of 100 snoozes)"`` while it
-    waits after a snooze; ``"2 of 100 snoozes"`` when it snoozed before; ``None`` when it
-    never did.
+    """How a job snoozed: ``until … (1 of 100 snoozes)`` while snoozing, ``2 of 100 snoozes``
+    after, ``None`` if it never did.
 
     >>> from recruiter import JobSpec
     >>> from bson import ObjectId
@@ -95,8 +87,7 @@ def snoozes_in_words(job: Job) -> str | None:
 
 
 def summary(job: Job, now: dt.datetime) -> dict[str, Any]:
-    """A job in a line of a listing, as plain data: when it was created, and when it is
-    due (unfinished) or when its last attempt ended (finished)."""
+    """A job as a listing's line: created, and due (unfinished) or ended (finished)."""
     last = job.last_execution or {}
     ended = last.get("ended_at")
     return {
@@ -161,10 +152,8 @@ class Page:
 def list_jobs(
     queue: Queue, where: JobFilter, limit: int = PAGE, before: str | ObjectId | None = None
 ) -> Page:
-    """A page of the jobs ``where`` selects, newest first (by id, which is creation
-    time), older than ``before`` when given: each collection is read on its ``_id``
-    index, at most ``limit`` + 1 jobs each. The jobs come without their history, nor
-    their last attempt's traceback, output and result (:meth:`Queue.job` reads those)."""
+    """A page of the jobs ``where`` selects, newest first, older than ``before`` (read on ``_id``,
+    ``limit`` + 1 at most), without history nor last traceback, output and result."""
     where.validate()
     after = None if before is None else _an_id(before)
     selection = where.selection(queue.clock.now(), after)
@@ -201,22 +190,20 @@ def worker_rows(queue: Queue) -> list[dict[str, Any]]:
 
 
 def _ended_at(job: Job, now: dt.datetime) -> dt.datetime:
-    """When a job's last attempt ended; ``now`` if it does not say (or, damaged, says it
-    in something else than a date)."""
+    """When a job's last attempt ended; ``now`` if it does not say it as a date."""
     ended = (job.last_execution or {}).get("ended_at")
     return ended if isinstance(ended, dt.datetime) and ended.tzinfo is not None else now
 
 
 def leases(queue: Queue, now: dt.datetime) -> dict[str, dict[str, Any]]:
     """Who leads the recruiter and the cleaner, and until when."""
-    found = {}
+    found: dict[str, dict[str, Any]] = {}
     for name in ("recruiter", "cleaner"):
         lease = queue.store.find_lease(name)
-        leading = lease is not None and lease.expires_at > now
-        found[name] = {
-            "holder": lease.holder if leading and lease else None,
-            "expires_at": lease.expires_at.isoformat() if leading and lease else None,
-        }
+        if lease is not None and lease.expires_at > now:
+            found[name] = {"holder": lease.holder, "expires_at": lease.expires_at.isoformat()}
+        else:
+            found[name] = {"holder": None, "expires_at": None}
     return found
 
 
@@ -240,9 +227,7 @@ def recent_failures(queue: Queue, now: dt.datetime) -> list[dict[str, Any]]:
 
 
 def unfinished_counts(queue: Queue, now: dt.datetime, states: tuple[str, ...]) -> Counted:
-    """For each of ``states`` (``recruiter.states.UNFINISHED``), how many jobs of each
-    group are in it, and the ready jobs no worker on the roster can run: the ready
-    jobs read once for both (one aggregation a state)."""
+    """``states``' jobs by group, and the ready ones no worker can run: one read a state."""
     store = queue.store
     ready = store.count_ready(now)
     counts = store.count_unfinished_by_group(now, tuple(s for s in states if s != "ready"))
@@ -251,7 +236,16 @@ def unfinished_counts(queue: Queue, now: dt.datetime, states: tuple[str, ...]) -
         for entry in ready:
             by_group[str(entry.group)] = by_group.get(str(entry.group), 0) + entry.jobs
         counts["ready"] = by_group
-    return Counted(counts, waiting_for_a_workable(queue, now, ready))
+    waiting = [
+        {
+            "workable": entry.workable,
+            "jobs": entry.jobs,
+            "since": entry.since.isoformat(),
+            "waited_s": round(max(0.0, (now - entry.since).total_seconds()), 1),
+        }
+        for entry in store.waiting_for_workables(now, ready)
+    ]
+    return Counted(counts, waiting)
 
 
 @dataclass(frozen=True)
@@ -261,28 +255,10 @@ class Counted:
     waiting_for_a_workable: list[dict[str, Any]]
 
 
-def waiting_for_a_workable(
-    queue: Queue, now: dt.datetime, ready: Sequence[ReadyCount] | None = None
-) -> list[dict[str, Any]]:
-    """The ready jobs, by workable, that no worker on the roster can run (from the
-    counts ``ready``, when given)."""
-    return [
-        {
-            "workable": entry.workable,
-            "jobs": entry.jobs,
-            "since": entry.since.isoformat(),
-            "waited_s": round(max(0.0, (now - entry.since).total_seconds()), 1),
-        }
-        for entry in queue.store.waiting_for_workables(now, ready)
-    ]
-
-
 def recently_finished(
     queue: Queue, within: dt.timedelta, most: int = RECENT_SAMPLE
 ) -> Sequence[Mapping[str, Any]]:
-    """The last executions of the jobs that finished ``within`` the last while (a
-    bounded sample, of ``most`` at most): what throughput, latency and run time are
-    computed from."""
+    """The last executions of at most ``most`` jobs finished ``within`` the last while."""
     return queue.store.recently_finished(queue.clock.now() - within, limit=most)
 
 
@@ -302,8 +278,7 @@ def reporting_jobs(queue: Queue, most: int) -> list[ReportingJob]:
 
 
 def last_minute(queue: Queue) -> dict[str, Any]:
-    """What the queue did in the last minute, and its orphans now (the figures of
-    :class:`recruiter.monitoring.analytics.Analytics` that are not counts of waiting jobs)."""
+    """See :func:`recruiter.monitoring.analytics.last_minute`."""
     return analytics.last_minute(queue.store, queue.clock.now())
 
 
@@ -313,8 +288,7 @@ def finished_by_group(queue: Queue, within: dt.timedelta) -> dict[tuple[Any, Any
 
 
 def slots_for(queue: Queue, workable: str) -> tuple[int, int]:
-    """How many worker slots are on the roster, and how many of them may run
-    ``workable`` (why a due job waits, on its page)."""
+    """The worker slots on the roster, and those of them that may run ``workable``."""
     return queue.store.slots_for(workable)
 
 
@@ -345,8 +319,6 @@ def status_document(queue: Queue) -> dict[str, Any]:
     }
 
 
-# --- what a bulk action takes ----------------------------------------------------------
-
 BULK_ACTIONS = ("run", "cancel", "retry")
 BULK_LIMIT = 10_000
 """The most jobs one bulk action takes, unless told (the command line takes more)."""
@@ -366,9 +338,8 @@ def bulk_actions_for(state: str | None) -> list[str]:
 def selected(
     queue: Queue, where: JobFilter, action: str, upto: str | None = None, most: int = BULK_LIMIT
 ) -> list[str]:
-    """The ids of the jobs ``where`` selects that ``action`` applies to, at most
-    ``most`` (:data:`BULK_LIMIT`), newest first; with ``upto``, none created after that job (those
-    a confirmation page counted, not those scheduled since)."""
+    """The ids of (at most ``most``) jobs ``where`` selects that ``action`` applies to, newest
+    first; with ``upto``, none created after it (those a confirmation page counted)."""
     if action not in BULK_ACTIONS:
         raise InvalidJob(f"{action!r} is not a bulk action: one of {', '.join(BULK_ACTIONS)}")
     if where.state is None:  # read only the states the action applies to, not the archive

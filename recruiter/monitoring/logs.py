@@ -1,8 +1,5 @@
-"""How the commands log: rich lines on a terminal, plain lines elsewhere, or JSON lines.
-
-The library itself adds no handler; only the CLI calls :func:`setup_logging`. Every line
-names the process (``recruiter``, ``worker``, ``cleaner``…), and the messages name the
-job or worker they are about.
+"""How the commands log, each line naming the process: rich lines on a terminal, plain lines
+elsewhere, or JSON lines. Only the CLI calls :func:`setup_logging`; the library adds no handler.
 
 >>> import logging
 >>> name = "recruiter.processes.worker"
@@ -37,8 +34,7 @@ class Level(StrEnum):
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, process, pid, host, logger, message (and
-    ``audit``, the facts of a line of the dashboard's audit trail)."""
+    """One JSON object per line: time, level, process, pid, host, logger, message, any audit."""
 
     def __init__(self, process: str) -> None:
         super().__init__()
@@ -46,10 +42,9 @@ class JsonFormatter(logging.Formatter):
         self.host = socket.gethostname()
 
     def format(self, record: logging.LogRecord) -> str:
+        moment = dt.datetime.fromtimestamp(record.created, dt.UTC)
         entry = {
-            "time": dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(
-                timespec="milliseconds"
-            ),
+            "time": moment.isoformat(timespec="milliseconds"),
             "level": record.levelname.lower(),
             "process": self.process,
             "pid": os.getpid(),
@@ -66,9 +61,8 @@ class JsonFormatter(logging.Formatter):
 
 
 class PrintableFormatter(logging.Formatter):
-    """Lines safe for a terminal: a message is one line with its control characters made
-    visible (a job's error message is untrusted text: it must neither steer the
-    terminal nor forge a log line); a traceback keeps its lines.
+    """Lines safe for a terminal: a message (untrusted) is one line, its control characters made
+    visible (it can neither steer the terminal nor forge a line); a traceback keeps its lines.
 
     >>> error = "a\\nb\\x1b[2J"
     >>> record = logging.LogRecord("w", logging.INFO, "", 0, "job %s: %s", ("1", error), None)
@@ -98,8 +92,7 @@ class UtcFormatter(PrintableFormatter):
 
 
 _SETUP: list[tuple[Level, bool]] = []
-"""The level and the JSON choice of the last :func:`setup_logging`, for a job process
-to log as its worker does (:func:`logging_setup`)."""
+"""The last :func:`setup_logging`'s level and JSON choice, for job processes to log alike."""
 
 
 def logging_setup() -> tuple[Level, bool] | None:
@@ -108,11 +101,7 @@ def logging_setup() -> tuple[Level, bool] | None:
 
 
 def setup_logging(process: str, level: Level, json_lines: bool = False) -> None:
-    """Log to standard error at ``level``: rich on a terminal, else plain or JSON lines.
-
-    ``level`` applies to recruiter and to the application's jobs; pymongo logs at most
-    at INFO, its debug lines being one per command.
-    """
+    """Log to stderr at ``level`` (pymongo at most INFO): rich on a terminal, else plain or JSON."""
     _SETUP[:] = [(level, json_lines)]
     handler: logging.Handler
     prefix = f"{process}[{os.getpid()}]: %(message)s"

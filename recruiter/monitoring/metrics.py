@@ -1,9 +1,4 @@
-"""Prometheus metrics, read from the database at each scrape.
-
-:class:`QueueCollector` turns what the database says now into metric families, so any
-number of ``recruiter metrics`` processes, on any machine, report the same figures and
-nothing is lost when one restarts. docs/guides/operations.md lists the metrics.
-"""
+"""Prometheus metrics, read from the database at each scrape (docs/guides/operations.md)."""
 
 from __future__ import annotations
 
@@ -24,8 +19,7 @@ LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 60.0, 300.0)
 
 
 class QueueCollector(Collector):
-    """Collects the queue's metrics at each scrape, as the operator's views read them
-    (:mod:`recruiter.monitoring.listing`)."""
+    """The queue's metrics at each scrape, read as the views read them (:mod:`.listing`)."""
 
     def __init__(self, queue: Queue) -> None:
         self.queue = queue
@@ -54,8 +48,7 @@ class QueueCollector(Collector):
         family = GaugeMetricFamily(
             "recruiter_jobs", "Jobs by group and state.", labels=["group", "state"]
         )
-        # every known group has every state, at 0 too: a series that vanishes when it
-        # reaches 0 would read as "no data" rather than "empty"
+        # every known group has every state, 0 too: a vanishing series reads as "no data"
         known = {settings.group for settings in self.queue.group_settings()}
         known |= {w["group"] for w in workers if w["group"] != ANY_GROUP}
         groups = sorted({*known, *recent, *(g for c in counts.values() for g in c)})

@@ -1,17 +1,10 @@
-"""Text from the database made safe to print: every character that would steer a terminal
-is shown as an escape instead (docs/guides/operations.md says what the views show).
+"""Text from the database made safe to print (terminal views, plain log lines): each character
+that would steer a terminal shown as an escape; JSON needs nothing (docs/guides/operations.md).
 
-The terminal views and the plain log lines pass untrusted text through
-:func:`printable`; JSON needs nothing (it escapes control characters itself).
-
->>> printable("could not open [/var/data/in.csv]")
-'could not open [/var/data/in.csv]'
->>> printable("\\x1b[2Jcleared\\rhidden\\x00")
-'\\\\x1b[2Jcleared\\\\rhidden\\\\x00'
->>> printable("two\\nlines\\tand a tab")
-'two\\nlines\\tand a tab'
->>> printable("two\\nlines", lines=False)
-'two\\\\nlines'
+>>> printable("open [/var/in.csv] \\x1b[2Jcleared\\rhidden\\x00")
+'open [/var/in.csv] \\\\x1b[2Jcleared\\\\rhidden\\\\x00'
+>>> printable("two\\nlines\\tand a tab"), printable("two\\nlines", lines=False)
+('two\\nlines\\tand a tab', 'two\\\\nlines')
 >>> printable("a\\u2028b\\u200bc")
 'a\\\\u2028b\\\\u200bc'
 """
@@ -24,8 +17,7 @@ _CONTROL = [*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)]
 _BIDI = [0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
 """Marks and overrides that reverse how the text around them reads (trojan-source)."""
 _INVISIBLE = [0x2028, 0x2029, *range(0x200B, 0x200E), 0xFEFF]
-"""Line and paragraph separators (a new line to many log viewers) and zero-width
-characters (two names that look alike)."""
+"""Line separators (a new line to many log viewers) and zero-width characters (look-alikes)."""
 
 _SHOWN: dict[int, str] = {
     code: _NAMED.get(code, f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
@@ -35,10 +27,6 @@ _KEEP_LINES = _SHOWN | {0x0A: "\n", 0x09: "\t"}
 
 
 def printable(text: str, *, lines: bool = True) -> str:
-    """``text`` with every control character made visible (``\\x1b``, ``\\r``, ``\\u202e``).
-
-    With ``lines`` (the default), newlines and tabs are kept: a traceback reads as
-    lines. Without, they are shown as ``\\n`` and ``\\t`` too, for text that must stay on
-    one line (a log line, a name inside a sentence).
-    """
+    """``text`` with every control character made visible; newlines and tabs too, unless
+    ``lines`` (the default: a traceback reads as lines), for text that must stay on one line."""
     return text.translate(_KEEP_LINES if lines else _SHOWN)

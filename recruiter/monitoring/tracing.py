@@ -1,9 +1,4 @@
-"""Traces across the queue, with OpenTelemetry (optional: ``pip install 'recruiter[otel]'``).
-
-Which spans there are, and how an attempt links to the span it was scheduled in, is in
-docs/guides/traces.md. Without OpenTelemetry installed, or with no tracer provider
-configured, all of this costs nothing and records nothing.
-"""
+"""Traces with OpenTelemetry (docs/guides/traces.md): absent or unconfigured, they cost nothing."""
 
 from __future__ import annotations
 
@@ -24,8 +19,7 @@ TRACER = "recruiter"
 
 
 def _safely(what: str, call: Callable[[], Any], default: Any = None) -> Any:
-    """``call()``, or ``default`` when it fails: tracing is never worth an attempt, a
-    round or a schedule (a broken tracer provider, propagator or exporter is logged)."""
+    """``call()``, or ``default`` if it fails (logged): tracing is never worth an attempt."""
     try:
         return call()
     except Exception:
@@ -34,8 +28,7 @@ def _safely(what: str, call: Callable[[], Any], default: Any = None) -> Any:
 
 
 def current_context() -> dict[str, str] | None:
-    """The current span's context as W3C trace-context headers, to store in a job; none
-    when no span records (or OpenTelemetry is not installed, or it fails)."""
+    """The current span's W3C trace-context headers, to store in a job; none if none records."""
     if trace is None:
         return None
     return _safely("read the current span's context", _current_context)  # type: ignore[no-any-return]
@@ -51,9 +44,8 @@ def _current_context() -> dict[str, str] | None:
 
 @contextmanager
 def _span(start: Callable[[], Any]) -> Iterator[Callable[[str, Any], None]]:
-    """The span ``start()`` makes, current around the body; yields a function that
-    sets an attribute on it. What the tracer raises is logged, never let out; what the
-    body raises is let out as it is."""
+    """The span ``start()`` makes, current around the body; yields a setter of attributes.
+    What the tracer raises is logged, never let out; what the body raises is let out."""
     manager = _safely("start a span", start)
     span = None
     if manager is not None:
@@ -93,8 +85,7 @@ def _links(scheduled_in: Mapping[str, Any] | None) -> list[Any]:
 def attempt_span(
     job_id: Any, workable: str, group: str, attempt: int, scheduled_in: Mapping[str, Any] | None
 ) -> Iterator[Callable[[str], None]]:
-    """A span around one attempt, linked to the span the job was scheduled in; yields
-    a function that records the attempt's outcome on it."""
+    """A span around one attempt, linked to its job's scheduling span; yields an outcome setter."""
     if trace is None:
         yield lambda outcome: None
         return
@@ -117,8 +108,7 @@ def attempt_span(
 
 @contextmanager
 def process_span(name: str, **attributes: Any) -> Iterator[Callable[[str, Any], None]]:
-    """A span around one round of a process (the recruiter's, the cleaner's); yields a
-    function that sets an attribute on it."""
+    """A span around one round of a process; yields a setter of its attributes."""
     if trace is None:
         yield lambda key, value: None
         return

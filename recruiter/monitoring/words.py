@@ -1,5 +1,4 @@
-"""How every view (the command line, the dashboard) says a time and a count: one format
-each, so that the same job reads the same everywhere.
+"""How every view says a time, a count and progress: one format each, alike everywhere.
 
 >>> import datetime as dt
 >>> paris = dt.timezone(dt.timedelta(hours=1))
@@ -40,9 +39,8 @@ def counted(number: int, noun: str, plural: str | None = None) -> str:
 
 
 def progress_text(progress: JobProgress, now: dt.datetime | None = None) -> str:
-    """A job's progress as every view says it: counts, percent, note, its own fields,
-    and how long ago it was reported. Untrusted text (the note, the fields): a view
-    prints it literally, or escapes it.
+    """A job's progress: counts, percent, note, fields, how long ago reported. The note and
+    fields are untrusted text: a view prints them literally, or escapes them.
 
     >>> from recruiter.progress import JobProgress
     >>> at = dt.datetime(2026, 11, 25, 10, tzinfo=dt.UTC)

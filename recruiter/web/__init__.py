@@ -1,9 +1,4 @@
-"""``recruiter web``: the dashboard, and its JSON API under ``/api``.
-
-Its actions call the same :class:`recruiter.Queue` methods the command line does. An
-optional extra: ``pip install 'recruiter[web]'``. docs/guides/web.md describes the
-pages, the API and the security model (:mod:`recruiter.web.security`).
-"""
+"""``recruiter web``: the dashboard and its JSON API under ``/api`` (docs/guides/web.md)."""
 
 from recruiter.web.app import WebConfig, create_app
 

@@ -1,12 +1,10 @@
-"""The dashboard's actions on jobs and groups: each one :class:`recruiter.Queue` method,
-the same the command line calls, and a sentence saying what it did."""
+"""The dashboard's actions: each a :class:`recruiter.Queue` method and a sentence of what it did."""
 
 from __future__ import annotations
 
 import logging
 
 from recruiter.errors import AlreadyRetried, InvalidJob, RecruiterError
-from recruiter.groups import GroupSettings
 from recruiter.monitoring.listing import FAILED
 from recruiter.queue import Queue
 from recruiter.web.audit import Actor, acting
@@ -36,8 +34,7 @@ def act_on_job(queue: Queue, action: str, job_id: str) -> str:
 
 
 def act_on_jobs(queue: Queue, action: str, ids: list[str], actor: Actor) -> str:
-    """Do ``action`` to each job, each logged in the audit trail as ``actor``'s; count
-    what happened."""
+    """Do ``action`` to each job, each audited as ``actor``'s; count what happened."""
     done, refused = 0, 0
     for job_id in ids:
         try:
@@ -65,12 +62,6 @@ def act_on_scheduler(queue: Queue, action: str, urn: str) -> str:
         done = queue.stop_repeating(urn)
         return f"scheduler {urn} removed" if done else f"no scheduler {urn}"
     raise InvalidJob(f"{action!r} is not an action: one of {', '.join(SCHEDULER_ACTIONS)}")
-
-
-def set_limits(
-    queue: Queue, group: str, concurrency: int | None, rate: str | None, weight: int
-) -> GroupSettings:
-    return queue.limit_group(group, concurrency=concurrency, rate=rate or None, weight=weight)
 
 
 def unset_limits(queue: Queue, group: str) -> str:

@@ -1,5 +1,4 @@
-"""The dashboard's JSON API, under ``/api``: what the pages show, and the actions, which
-need ``Authorization: Bearer TOKEN`` (cookies are not accepted here)."""
+"""The dashboard's JSON API under ``/api``; its actions need ``Authorization: Bearer TOKEN``."""
 
 from __future__ import annotations
 
@@ -50,9 +49,8 @@ class JobPage(JobQuery):
 
 @router.get("/overview", tags=["read"])
 def api_overview(request: Request) -> Response:
-    """Jobs per group and state, the last hour's outcomes, leaders and workers, as read
-    at ``at``, ``age_s`` seconds ago (read again every ``read_every_s`` seconds at most:
-    the same read for every page and script that asks)."""
+    """Jobs per group and state, the last hour's outcomes, leaders and workers, as read at
+    ``at``, ``age_s`` seconds ago (one read for all who ask, every ``read_every_s`` at most)."""
     return as_json(kept_overview(request))
 
 
@@ -80,8 +78,7 @@ def api_workers(request: Request) -> Response:
 
 @router.get("/groups", tags=["read"])
 def api_groups(request: Request) -> Response:
-    """Every group with jobs or settings: its limits now, its jobs as the overview
-    counted them (``age_s`` seconds ago)."""
+    """Every group with jobs or settings: its limits now, its jobs as counted ``age_s`` ago."""
     overview = kept_overview(request)
     groups = views.groups(queue_of(request), overview)
     return as_json([{**group, "age_s": overview["age_s"]} for group in groups])
@@ -134,8 +131,8 @@ def api_group_limits(
     """Set a group's limits, replacing those it had."""
     actor = check_api_action(request, authorization)
     with acting(actor, "set limits", {"group": group}) as act:
-        settings = actions.set_limits(
-            queue_of(request), group, body.concurrency, body.rate, body.weight
+        settings = queue_of(request).limit_group(
+            group, concurrency=body.concurrency, rate=body.rate or None, weight=body.weight
         )
         act.said = f"group {group}: {settings.describe()}"
     return as_json({"group": group, "limits": settings.describe()})

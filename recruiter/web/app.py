@@ -1,9 +1,4 @@
-"""The dashboard's web application: :func:`create_app` builds it around one
-:class:`recruiter.Queue`; ``recruiter web`` serves it with uvicorn.
-
-Pages are rendered on the server (Jinja2, every value escaped); the only script,
-``static/live.js``, refreshes the parts of a page marked live.
-"""
+"""The dashboard: pages rendered on the server (every value escaped), refreshed by ``live.js``."""
 
 from __future__ import annotations
 
@@ -39,8 +34,7 @@ from recruiter.web.security import CONTENT_SECURITY_POLICY, Guard, Refused
 
 HERE = files("recruiter.web")
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
-"""The names of this machine a browser on it uses: those the dashboard answers to
-unless told others."""
+"""The names a browser on this machine uses: those the dashboard answers to by default."""
 SECURITY_HEADERS = {
     "Content-Security-Policy": CONTENT_SECURITY_POLICY,
     "X-Content-Type-Options": "nosniff",
@@ -57,9 +51,8 @@ class WebConfig:
     refresh_seconds: float = 2.0
     """How often the live parts of a page are read again."""
     allowed_hosts: tuple[str, ...] = LOOPBACK_NAMES
-    """The host names the dashboard answers to (``*``: any). A request naming another
-    host is refused: a page whose name was re-pointed at this machine (DNS rebinding)
-    would otherwise read the dashboard as its own origin."""
+    """The host names answered to (``*``: any); others are refused, or a page whose name was
+    re-pointed at this machine (DNS rebinding) would read the dashboard as its own origin."""
 
 
 def create_app(queue: Queue, config: WebConfig | None = None) -> FastAPI:
@@ -124,8 +117,7 @@ def _host_name(host: str) -> str | None:
 
 
 async def _invalid_request(request: Request, error: Exception) -> Response:
-    """A form, query or body that does not fit its route: a sentence naming the fields
-    (and, in the API, FastAPI's details beside it)."""
+    """A form, query or body that does not fit: the fields named (in the API, with details)."""
     problems: list[dict[str, Any]] = getattr(error, "errors", list)()
     fields = ", ".join(str(problem.get("loc", ["?"])[-1]) for problem in problems)
     message = f"invalid or missing: {fields}"
@@ -143,22 +135,18 @@ async def _http_error(request: Request, error: Exception) -> Response:
 
 
 async def _failed(request: Request, error: Exception) -> Response:
-    """A refused or impossible action, a job that does not exist, a bad filter, the
-    database away: said in the page (or the JSON) with the status it deserves; a
-    traceback is for bugs only."""
+    """A refused or impossible action, an unknown job, a bad filter, the database away."""
     if isinstance(error, Refused) or (request.method == "POST" and not audited(error)):
-        # an action refused by the guard, or before it acted (an unknown action, a bad
-        # filter): in the audit trail too
+        # refused by the guard, or before it acted (an unknown action, a bad filter): audited
         actor = actor_of(request, session_of(request))
         refused_request(request.method, request.url.path, actor, str(error))
+    status = 400
     if isinstance(error, Refused):
         status = error.status
     elif isinstance(error, JobNotFound):
         status = 404
     elif isinstance(error, DatabaseUnavailable):
         status = 503  # not now: try again (a write may have landed; each is conditional)
-    else:
-        status = 400
     return _error(request, status, str(error))
 
 

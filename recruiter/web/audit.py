@@ -1,10 +1,6 @@
-"""The dashboard's audit trail: every action, on what, by which session, and what came
-of it (docs/guides/web.md, "The audit trail", shows its lines and fields).
-
-A session is named by the random label given at sign-in, never by its cookie nor the
-token: the label cannot be used to act. Every value from the request or the database
-is untrusted text: in the line, its control characters are shown as escapes, so it can
-neither steer the operator's terminal nor forge a line of the log.
+"""The dashboard's audit trail (docs/guides/web.md): each action, on what, by which session (its
+label, which cannot act), what came of it. Untrusted values have their control characters shown
+as escapes: they neither steer the operator's terminal nor forge a line of the log.
 
 >>> shown("mail\\x1b[2J\\nforged line")
 'mail\\\\x1b[2J\\\\nforged line'
@@ -38,7 +34,6 @@ class Actor:
     session: str | None
     """The session's label; None through the API, or with no session signed in."""
     client: str
-    """The address the request came from."""
 
     def __str__(self) -> str:
         if self.via == "api":
@@ -56,18 +51,15 @@ def target_in_words(target: Mapping[str, Any]) -> str:
     if "selected" in target:
         parts.append(f"{target['selected']} jobs")
     if "filter" in target:
-        parts.append(f"where {filter_in_words(target['filter'])}")
+        said = ", ".join(
+            f"{name}={shown(value)}" for name, value in target["filter"].items() if value
+        )
+        parts.append(f"where {said or 'every job'}")
     if "group" in target:
         parts.append(f"group {shown(target['group'])}")
     if "scheduler" in target:
         parts.append(f"scheduler {shown(target['scheduler'])}")
     return " ".join(parts)
-
-
-def filter_in_words(where: Mapping[str, Any]) -> str:
-    """A bulk action's filter, as ``state=failed, group=mail`` (``every job``)."""
-    said = ", ".join(f"{name}={shown(value)}" for name, value in where.items() if value)
-    return said or "every job"
 
 
 @dataclass
@@ -81,8 +73,7 @@ class Act:
 
 
 def log(act: Act, outcome: str, level: int = logging.INFO) -> None:
-    """One line of the trail for ``act``: ``audit: retry job 6b05… by session 1a2b3c4d
-    from 127.0.0.1: done: job 6b05… retried as job 6b06…``."""
+    """One line: ``audit: retry job 6b05… by session 1a2b3c4d from 127.0.0.1: done: …``."""
     logger.log(
         level,
         "audit: %s by %s: %s: %s",
@@ -98,33 +89,22 @@ def log(act: Act, outcome: str, level: int = logging.INFO) -> None:
 def acting(
     actor: Actor, action: str, target: dict[str, Any], refused_level: int = logging.WARNING
 ) -> Iterator[Act]:
-    """Log the action done in the block: done (with what the block set as ``said``),
-    refused (a :class:`RecruiterError`: the job moved on, a bad name…; at
-    ``refused_level``) or failed (the database did not answer: it may have landed; or
-    a bug)."""
+    """Log the block's action: done (with the ``said`` it set), refused (a
+    :class:`RecruiterError`, at ``refused_level``) or failed (the database away, or a bug)."""
     act = Act(actor, action, target)
     try:
         yield act
-    except DatabaseUnavailable as error:
-        act.said = str(error)
-        log(act, "failed", logging.WARNING)
-        _audited(error)
-        raise
-    except RecruiterError as error:
-        act.said = str(error)
-        log(act, "refused", refused_level)
-        _audited(error)
-        raise
     except Exception as error:
-        act.said = f"{type(error).__name__}: {error}"
-        log(act, "failed", logging.ERROR)
-        _audited(error)
+        if isinstance(error, DatabaseUnavailable):
+            act.said, outcome, level = str(error), "failed", logging.WARNING
+        elif isinstance(error, RecruiterError):
+            act.said, outcome, level = str(error), "refused", refused_level
+        else:
+            act.said, outcome, level = f"{type(error).__name__}: {error}", "failed", logging.ERROR
+        log(act, outcome, level)
+        error.recruiter_audited = True  # type: ignore[attr-defined]
         raise
     log(act, "done")
-
-
-def _audited(error: BaseException) -> None:
-    error.recruiter_audited = True  # type: ignore[attr-defined]
 
 
 def audited(error: BaseException) -> bool:
@@ -133,8 +113,7 @@ def audited(error: BaseException) -> bool:
 
 
 def refused_request(method: str, path: str, actor: Actor, why: str) -> None:
-    """A request the guard refused (no token, a wrong one, a forged CSRF token, another
-    origin, read-only): who tried what, and why not."""
+    """A request refused (token, CSRF token, origin, read-only): who tried what, and why not."""
     logger.warning(
         "audit: refused %s %s by %s: %s",
         shown(method),

@@ -1,5 +1,4 @@
-"""What every route reads from the application: its queue, its guard, its templates,
-and the filters and forms routes share."""
+"""What every route reads from the application, and the filters and forms routes share."""
 
 from __future__ import annotations
 
@@ -11,7 +10,6 @@ from typing import Any, cast
 from urllib.parse import urlsplit
 
 from bson import ObjectId, json_util
-from bson.json_util import RELAXED_JSON_OPTIONS
 from fastapi import Request
 from fastapi.responses import HTMLResponse, Response
 from fastapi.templating import Jinja2Templates
@@ -31,27 +29,18 @@ MOST_DIGITS = 18
 """Digits a form's number may have (any limit is far less; int() of thousands fails)."""
 
 
-def _one_of(words: tuple[str, ...]) -> str:
-    return "|".join(re.escape(word) for word in words)
+def _naming(words: tuple[str, ...]) -> StringConvertor:
+    """A path segment naming one of ``words``: another path is a 404, not the other method's 405."""
 
+    class ActionName(StringConvertor):
+        regex = "|".join(re.escape(word) for word in words)
 
-class JobAction(StringConvertor):
-    """A path segment naming a job's action: a route ending in one matches only the
-    actions there are, so that another path (``GET /jobs/a/b``) is no route (404), not
-    the route's other method (405)."""
-
-    regex = _one_of(actions.JOB_ACTIONS)
-
-
-class SchedulerAction(StringConvertor):
-    """A path segment naming a scheduler's action (as :class:`JobAction`)."""
-
-    regex = _one_of(actions.SCHEDULER_ACTIONS)
+    return ActionName()
 
 
 # registered before the routes that name them are made (pages.py and api.py import this)
-register_url_convertor("job_action", JobAction())
-register_url_convertor("scheduler_action", SchedulerAction())
+register_url_convertor("job_action", _naming(actions.JOB_ACTIONS))
+register_url_convertor("scheduler_action", _naming(actions.SCHEDULER_ACTIONS))
 
 
 class JobQuery(BaseModel):
@@ -80,37 +69,29 @@ class JobQuery(BaseModel):
 
     def filter_fields(self) -> dict[str, str]:
         """The fields given, as given (for the audit trail and the confirmation)."""
-        fields = ("state", "group", "workable", "tag", "finished_within")
-        return {name: value for name in fields if (value := getattr(self, name))}
+        return {name: value for name in views.FILTER_FIELDS if (value := getattr(self, name))}
 
 
 COST_SHARE = 10.0
-"""A kept read is read again once it is this many times as old as it took to read: the
-dashboard spends at most about a tenth of its time (and of the database's, for it)
-reading what every page shares, however large the queue."""
+"""A kept read is redone once this many times as old as it took: a tenth of the time, at most."""
 
 
 @dataclass(frozen=True)
 class Reading:
-    """A kept read: its value, when it began (a monotonic clock's seconds), how long it
-    took, and how long it is kept."""
+    """A kept read: its value, start (monotonic seconds), duration, and age to read it again at."""
 
     value: Any
     at: float
     took: float
     every: float
-    """It is read again once older than this."""
 
     def age(self, now: float) -> float:
         return max(0.0, now - self.at)
 
 
 class Kept:
-    """A read every page shares (the overview's counts, which every open browser asks
-    for at each refresh), kept with its age: read again once older than ``every`` or
-    :data:`COST_SHARE` times as long as it took (whichever is longer), by the first
-    request that finds it old; the requests that come while it reads are served the
-    kept one, not made to wait. Only the very first read is waited for."""
+    """A read every page shares, redone by the first request finding it older than the longer of
+    ``every`` and :data:`COST_SHARE` times its cost; others get the kept one, once there is one."""
 
     def __init__(self, every: float, cost_share: float = COST_SHARE) -> None:
         self.every = every
@@ -160,8 +141,7 @@ def session_of(request: Request) -> Session | None:
 
 
 def origin_of(request: Request) -> str | None:
-    """Where the request says it comes from: its ``Origin``, else its ``Referer``'s (an
-    unreadable ``Referer`` as it is, to be refused)."""
+    """The request's ``Origin``, else its ``Referer``'s (an unreadable one as it is, refused)."""
     origin = request.headers.get("origin")
     if origin:
         return origin
@@ -176,8 +156,7 @@ def origin_of(request: Request) -> str | None:
 
 
 def own_origin(request: Request) -> str:
-    """The origin the request was sent to: its scheme (``https`` behind a proxy that
-    says so, see docs/guides/web.md) and its ``Host``."""
+    """The origin the request was sent to: its scheme (``https`` behind a proxy) and ``Host``."""
     return f"{request.url.scheme}://{request.headers.get('host', '')}"
 
 
@@ -264,4 +243,4 @@ JOB_ID = re.compile(r"\b[0-9a-f]{24}\b")
 
 
 def bson_text(value: Any) -> str:
-    return json_util.dumps(value, json_options=RELAXED_JSON_OPTIONS)
+    return json_util.dumps(value, json_options=json_util.RELAXED_JSON_OPTIONS)

@@ -156,9 +156,8 @@ def job_action(
 
 @router.post("/bulk", response_class=HTMLResponse)
 def bulk_action(request: Request, form: Annotated[BulkForm, Form()]) -> HTMLResponse:
-    """First a page that says how many jobs the action would take, then the action: on
-    the jobs counted (none scheduled since), and only if they are still as many, else
-    the page asks again with the new count."""
+    """First a page saying how many jobs the action takes, then the action on those counted
+    (none scheduled since), if still as many; else the page asks again with the new count."""
     actor = check_form_action(request, form.csrf)
     queue, where = queue_of(request), form.to_filter()
     ids = listing.selected(queue, where, form.action, form.upto or None)
@@ -184,16 +183,14 @@ def bulk_action(request: Request, form: Annotated[BulkForm, Form()]) -> HTMLResp
 
 @router.post("/groups", response_class=HTMLResponse)
 def group_limits(request: Request, form: Annotated[LimitsForm, Form()]) -> HTMLResponse:
-    """A group's limits: its name is a field of the form, never a part of a URL, so that
-    no name (``a/b``, ``..``, ``x/unset``) can send the form elsewhere."""
+    """The group is a form field, not in the URL: no name (``a/b``, ``..``) sends it elsewhere."""
     actor = check_form_action(request, form.csrf)
     with acting(actor, "set limits", {"group": form.group}) as act:
-        settings = actions.set_limits(
-            queue_of(request),
+        settings = queue_of(request).limit_group(
             form.group,
-            whole_number("concurrency", form.concurrency),
-            form.rate.strip() or None,
-            _or_one(whole_number("weight", form.weight)),
+            concurrency=whole_number("concurrency", form.concurrency),
+            rate=form.rate.strip() or None,
+            weight=_or_one(whole_number("weight", form.weight)),
         )
         act.said = f"group {form.group}: {settings.describe()}"
     return render(request, "done.html", said=act.said, back="/groups")

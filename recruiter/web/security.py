@@ -1,11 +1,6 @@
-"""Who may act through the dashboard, and how a forged request is told apart (the model
-is docs/guides/web.md, "Security").
-
-Reading needs nothing. Acting needs the token the server was started with: a person
-signs in once and every action form then carries the session's CSRF token and comes
-from the dashboard's own origin; a script sends ``Authorization: Bearer TOKEN`` to the
-API, which never acts on a cookie.
-"""
+"""Who may act through the dashboard (docs/guides/web.md): a person signs in with the token, then
+each form carries the session's CSRF token from the dashboard's origin; a script sends
+``Authorization: Bearer TOKEN`` to the API (never a cookie). Reading needs nothing."""
 
 from __future__ import annotations
 
@@ -13,7 +8,7 @@ import hmac
 import secrets
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 SESSION_COOKIE = "recruiter_session"
@@ -38,12 +33,12 @@ class Refused(Exception):
 
 @dataclass
 class Session:
-    id: str
+    id: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     """The cookie's value: whoever holds it acts as this session."""
-    csrf: str
-    name: str
+    csrf: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    name: str = field(default_factory=lambda: secrets.token_hex(4))
     """A label of its own, for the audit trail: it names the session and cannot act."""
-    seen: float = 0.0
+    seen: float = field(default_factory=time.monotonic)
     """When it was last used (a monotonic clock's seconds): idle too long, it ends."""
 
 
@@ -75,12 +70,7 @@ class Guard:
             raise Refused(self.why_not())
         if not self.token_matches(given):
             raise Refused("wrong token", status=401)
-        session = Session(
-            secrets.token_urlsafe(32),
-            secrets.token_urlsafe(32),
-            secrets.token_hex(4),
-            time.monotonic(),
-        )
+        session = Session()
         with self._lock:
             if len(self._sessions) >= SESSIONS_KEPT:
                 self._sessions.pop(next(iter(self._sessions)))
@@ -109,9 +99,7 @@ class Guard:
     def check_form_action(
         self, cookie: str | None, csrf: str | None, origin: str | None, this_origin: str
     ) -> Session:
-        """A page's action: signed in, the session's CSRF token, and from this site
-        (``this_origin``: the scheme, host and port the request was sent to). Returns
-        the session."""
+        """A page's action: signed in, with the session's CSRF token, from ``this_origin``."""
         if not self.actions_allowed:
             raise Refused(self.why_not())
         check_same_origin(origin, this_origin)
@@ -134,10 +122,8 @@ class Guard:
 
 
 def check_same_origin(origin: str | None, this_origin: str) -> None:
-    """Refuse a request whose ``Origin`` (or ``Referer``) is not ``this_origin``, the
-    dashboard's own (``http://127.0.0.1:8087``): the same scheme, host and port, a port
-    left out being its scheme's default. One with neither is let through (the CSRF
-    token still protects it); an opaque (``null``) or unreadable one is refused."""
+    """Refuse an ``Origin`` (or ``Referer``) other than ``this_origin`` (scheme, host, port), or
+    opaque (``null``), or unreadable; none at all passes (the CSRF token still protects it)."""
     if not origin:
         return
     if origin == "null":
@@ -151,8 +137,7 @@ DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 def origin_parts(url: str) -> tuple[str, str, int] | None:
-    """An origin's scheme, host and port (``https://A`` is ``("https", "a", 443)``);
-    None when it is not one (no scheme, no host, a user name, a port out of range)."""
+    """``https://A`` is ``("https", "a", 443)``; None if not an origin (or a user name in it)."""
     try:
         parts = urlsplit(url)
         port = parts.port

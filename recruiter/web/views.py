@@ -1,5 +1,4 @@
-"""What the dashboard's pages and its JSON API show, as plain data: one function per
-page, each reading through :mod:`recruiter.monitoring.listing` and the :class:`recruiter.Queue`."""
+"""What the dashboard's pages and API show, as plain data read through listing and the Queue."""
 
 from __future__ import annotations
 
@@ -23,9 +22,8 @@ HOUR_SAMPLE = 1_000
 
 
 def overview(queue: Queue) -> dict[str, Any]:
-    """Jobs per group and state, the last hour's outcomes, the leaders, the workers:
-    one aggregation per state of ``scheduled`` (the ready jobs' also tells those no
-    worker can run), one of the last hour of ``archived``."""
+    """Jobs per group and state, the last hour's outcomes, the leaders, the workers: one
+    aggregation per unfinished state, one of the last hour of ``archived``."""
     now = queue.clock.now()
     counted = listing.unfinished_counts(queue, now, ("ready", "postponed", "handed out", "running"))
     counts = counted.by_state
@@ -74,8 +72,7 @@ def overview(queue: Queue) -> dict[str, Any]:
 
 
 def last_hour(queue: Queue, finished: int, failed: int) -> dict[str, Any]:
-    """The last hour's throughput (every job finished), and its latency and run time
-    averaged over its latest :data:`HOUR_SAMPLE` jobs at most."""
+    """The last hour's throughput, and latency and run time over its latest :data:`HOUR_SAMPLE`."""
     sample = listing.recently_finished(queue, RECENT, HOUR_SAMPLE)
     return {
         "finished": finished,
@@ -87,19 +84,12 @@ def last_hour(queue: Queue, finished: int, failed: int) -> dict[str, Any]:
     }
 
 
-FILTER_LABELS = {
-    "state": "state",
-    "group": "group",
-    "workable": "workable",
-    "tag": "tag",
-    "finished_within": "finished within",
-}
+FILTER_FIELDS = ("state", "group", "workable", "tag", "finished_within")
 
 
 def filter_in_words(fields: Mapping[str, str]) -> list[tuple[str, str]]:
-    """A filter's fields given, each as a label and its value, in the form's order (the
-    page shows the values escaped: they are the operator's, or a link's, text)."""
-    return [(label, fields[name]) for name, label in FILTER_LABELS.items() if fields.get(name)]
+    """A filter's fields given, as (label, value), in the form's order (values are untrusted)."""
+    return [(name.replace("_", " "), fields[name]) for name in FILTER_FIELDS if fields.get(name)]
 
 
 def one_of(words: Sequence[str]) -> str:
@@ -183,8 +173,7 @@ def attempts_in_words(job: Job, now: dt.datetime) -> str:
 
 
 def why_not_run(queue: Queue, job: Job, state: str) -> str:
-    """Why a ready job may wait however long: no worker on the roster, or none that
-    runs its workable (``""`` when some may run it)."""
+    """Why a ready job may wait long: no worker on the roster, or none runs its workable."""
     if state != "ready":
         return ""
     slots, may = listing.slots_for(queue, job.workable)
@@ -243,8 +232,7 @@ def result_of(job: Job) -> dict[str, Any]:
 
 
 def actions_for(state: str, *, retried: bool = False) -> list[str]:
-    """What may be done to a job in ``state`` (each a :class:`Queue` method); a failed
-    job retried already is not retried again (it may be recovered)."""
+    """What may be done to a job in ``state`` (a failed one retried already: only recover)."""
     if state in FAILED:
         return ["recover"] if retried else ["retry", "recover"]
     if state in ("ready", "postponed"):
@@ -254,8 +242,7 @@ def actions_for(state: str, *, retried: bool = False) -> list[str]:
 
 
 def groups(queue: Queue, overview: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Every group with jobs or settings: its limits now, its jobs as ``overview``
-    counted them."""
+    """Every group with jobs or settings: its limits now, its jobs as ``overview`` counted."""
     counted = {g["group"]: g for g in overview["groups"]}
     settings = {s.group: s for s in queue.group_settings()}
     names = sorted({*counted, *settings}, key=listing.group_order)
@@ -281,8 +268,7 @@ OCCURRENCES_SHOWN = 3
 
 
 def next_occurrences(record: SchedulerRecord, count: int = OCCURRENCES_SHOWN) -> list[Any]:
-    """The next ``count`` occurrences of a running scheduler; none if it is paused or
-    its schedule cannot be read."""
+    """A running scheduler's next ``count`` occurrences; none if paused or unreadable."""
     if record.next_at is None:
         return []
     try:
