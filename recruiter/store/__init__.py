@@ -1,15 +1,9 @@
 """The storage seam: the only package that queries MongoDB (its schema: :mod:`.schema`).
 
-Each method is one state transition, named after what the database does atomically,
-with its guard in the name. Every write is a conditional update whose filter states its
-precondition, so a process that lost its claim (a worker declared dead, a recruiter
-that lost its lease) cannot change a job it no longer owns. Methods return frozen
-records, never live cursors, raise only the project's kinds
-(:mod:`recruiter.store.failures`), and read no clock: times are passed in.
-
-Every read goes to the primary, whatever the URI's read preference (a lagging secondary
-would show a job unlocked, a worker silent, that are not), and every write is
-acknowledged by a majority unless the URI names a write concern (:func:`fate_write_concern`).
+Each method is one state transition with its guard in its filter, so a process that lost
+its claim changes nothing. Methods return frozen records, raise only the project's kinds
+(:mod:`.failures`) and read no clock. Reads go to the primary (a lagging secondary would
+show a job unlocked that is not); writes are acknowledged as :func:`fate_write_concern` says.
 """
 
 from __future__ import annotations
@@ -94,34 +88,32 @@ __all__ = [
 
 
 def fate_write_concern(database: Any) -> WriteConcern:
-    """The write concern of every write (to ``database``, of the synchronous or the
-    asyncio client): ``majority`` unless the URI says otherwise.
-
-    Every write the store makes decides a job's fate (its lock, its attempt, its end,
-    its holder's liveness). Acknowledged by the primary alone (``w=1``, the default of
-    a replica set with an arbiter), a write can be rolled back by a failover after the
-    process acted on it: a finished job would run again. A URI that names ``w`` (or
-    ``journal``) explicitly is obeyed: the operator chose.
-    """
+    """``majority`` unless the URI names ``w`` or ``journal``: every write decides a job's
+    fate, and one acknowledged by the primary alone can be rolled back by a failover after
+    the process acted on it (a finished job would run again)."""
     chosen = database.write_concern  # (mongomock has none: a collection of that name)
     explicit = isinstance(chosen, WriteConcern) and bool(chosen.document)
     return chosen if explicit else WriteConcern("majority")
 
 
+def configured(database: Any) -> Any:
+    """``database`` (of either client) with tz-aware dates, primary reads and
+    :func:`fate_write_concern`."""
+    return database.client.get_database(
+        database.name,
+        codec_options=CodecOptions(tz_aware=True),
+        read_preference=ReadPreference.PRIMARY,
+        write_concern=fate_write_concern(database),
+    )
+
+
 @translate_methods
 class Store(SyncVerbs, WatchVerbs, SessionVerbs):
-    """Every collection recruiter uses, and every operation on them: the verbs, written
-    as steps (:mod:`recruiter.store.verbs`), and what holds a resource or a memory of
-    this connection: its change feeds (:mod:`.watch`), its sessions (:mod:`.sessions`),
-    the sets of workables it advertised, whether its server reads a union of pipelines."""
+    """Every collection and every verb (:mod:`.verbs`), with what lives as long as the
+    connection: change feeds, sessions, the workables advertised, a refused union."""
 
     def __init__(self, database: Database[Any]) -> None:
-        self.database: Database[Document] = database.client.get_database(
-            database.name,
-            codec_options=CodecOptions(tz_aware=True),
-            read_preference=ReadPreference.PRIMARY,
-            write_concern=fate_write_concern(database),
-        )
+        self.database: Database[Document] = configured(database)
         self.scheduled: Collection[Document] = self.database.scheduled
         self.archived: Collection[Document] = self.database.archived
         self.roster: Collection[Document] = self.database.roster
@@ -134,16 +126,13 @@ class Store(SyncVerbs, WatchVerbs, SessionVerbs):
         self._union_refused = False
 
     def clock(self) -> DatabaseClock:
-        """The server's time as this process knows it: read from the server now and then,
-        advanced by the system's monotonic clock in between (see
-        :class:`recruiter.clock.DatabaseClock`); one per store."""
+        """The server's time (:class:`recruiter.clock.DatabaseClock`), one per store."""
         if self._clock is None:
             self._clock = DatabaseClock(self.server_time, SystemClock())
         return self._clock
 
     def advertise(self, names: Collection_[str]) -> str:
-        """The digest of the set of workables ``names``, recorded (once per store: a set
-        never changes, and the slots of a process share one)."""
+        """The digest of the set ``names``, recorded once per store (a set never changes)."""
         digest = digest_of(names)
         if digest not in self._advertised:
             self.record_workables(digest, names)
@@ -182,11 +171,9 @@ class Store(SyncVerbs, WatchVerbs, SessionVerbs):
         limits: Mapping[str, int],
         workables: Collection_[str] | None = None,
     ) -> dict[str, list[Any]]:
-        """For each group ``g`` of ``limits``, up to ``limits[g]`` of its ready jobs (of
-        these ``workables``, or any if None), as :func:`.jobs.ready_job_ids` reads them:
-        in one command per :data:`.jobs.GROUPS_PER_READ` groups
-        (:func:`.jobs.union_of_ready`), whatever the number of groups; group by group
-        on a server that refused a union once."""
+        """Up to ``limits[g]`` ready jobs of each group ``g`` (:func:`.jobs.ready_job_ids`),
+        one command per :data:`.jobs.GROUPS_PER_READ` groups (:func:`.jobs.union_of_ready`);
+        group by group on a server that refused a union once."""
         wanted = [(group, limit) for group, limit in limits.items() if limit > 0]
         found: dict[str, list[Any]] = {group: [] for group in limits}
         for start in range(0, len(wanted), GROUPS_PER_READ):
@@ -206,10 +193,9 @@ class Store(SyncVerbs, WatchVerbs, SessionVerbs):
 
     @untranslated
     def call(self, verb: Callable[P, Steps[T]], /, *args: P.args, **options: P.kwargs) -> T:
-        """Run the verb ``verb`` (its steps, :mod:`recruiter.store.verbs`) on this store:
-        the driver's errors in the project's words, but in the application's transaction
-        (a ``session`` given), where they are left for its ``with_transaction``. Every
-        verb written as steps runs through here (``store.find_job(...)`` too)."""
+        """Run ``verb``'s steps on this store (every verb does): the driver's errors in
+        the project's words, but left as they are in the application's transaction (a
+        ``session`` given) for its ``with_transaction``."""
         try:
             return drive(verb(*args, **options), self.database, self)
         except (PyMongoError, BSONError) as error:
@@ -217,7 +203,6 @@ class Store(SyncVerbs, WatchVerbs, SessionVerbs):
 
     @untranslated
     def run(self, steps: Steps[T], sleep: Callable[[float], None] | None = None) -> T:
-        """Run steps that call this store's verbs (:mod:`recruiter.store.steps`: what a
-        producer does, written once for this store and the asyncio one), waiting with
-        ``sleep`` where they wait."""
+        """Run steps that call this store's verbs (a producer's, written once for both
+        stores), waiting with ``sleep`` where they wait."""
         return drive(steps, self.database, self, sleep)

@@ -1,9 +1,5 @@
-"""The reading verbs behind analytics and the operator's views: counts and samples.
-
-Nothing here writes. Counts are ``count_documents`` on indexed fields; the recent
-history is a bounded sample of the archive, which the caller averages (date arithmetic
-stays in Python, the same on every server).
-"""
+"""The reading verbs behind analytics and the operator's views: counts on indexed fields,
+and a bounded sample of the archive that the caller averages."""
 
 from __future__ import annotations
 
@@ -18,26 +14,20 @@ from recruiter.store.steps import Steps, aggregate, find, send
 
 RECENT_SAMPLE = 10_000
 """The most archived jobs read to compute the last minute's figures."""
-
-
 UNFINISHED_STATES = ("ready", "postponed", "handed out", "running")
 LOCKED_STATES = ("handed out", "running")
-"""The states of a job handed to a worker: counted together, by whether it started."""
 NOT_LISTED: Document = {
     "history": 0,
     "last_execution.trace": 0,
     "last_execution.output": 0,
     "last_execution.result": 0,
 }
-"""What a listing of jobs leaves out: every attempt but the last, and the last one's
-traceback, output and result (a page of 50 jobs with long histories of tracebacks is
-megabytes; its lines show none of it)."""
+"""What a listing leaves out: all but the last attempt, and its traceback, output and
+result (megabytes a page, none of it shown)."""
 
 
 def unfinished_state_queries(now: dt.datetime) -> dict[str, Document]:
-    """The filter of ``scheduled`` for each state of an unfinished job at ``now``:
-    ready (due, not handed out), postponed (due later), blocked (waiting for other jobs),
-    handed out (to a worker, not started yet), running (started)."""
+    """The filter of ``scheduled`` for each state of an unfinished job at ``now``."""
     return {
         "ready": ready_query(now),
         "postponed": {"locked": False, "scheduled_at": {"$gt": now}},
@@ -48,8 +38,7 @@ def unfinished_state_queries(now: dt.datetime) -> dict[str, Document]:
 
 
 def _hashable(value: Any) -> Any:
-    """A field's value as a dictionary key: a damaged document's list or document (a
-    group ``["mail"]``) as its text, so that one such job does not fail every count."""
+    """A value as a dict key: a damaged document's list (a group ``["mail"]``) as text."""
     try:
         hash(value)
     except TypeError:
@@ -59,8 +48,7 @@ def _hashable(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class ReadyCount:
-    """How many jobs of a group and workable are ready, and since when the oldest of
-    them is due."""
+    """How many jobs of a group and workable are ready, the oldest due ``since``."""
 
     group: Any
     workable: Any
@@ -80,8 +68,8 @@ def count_unfinished(now: dt.datetime, group: str | None = None) -> Steps[dict[s
 def count_unfinished_by_group(
     now: dt.datetime, states: tuple[str, ...] = UNFINISHED_STATES
 ) -> Steps[dict[str, dict[str, int]]]:
-    """For each of ``states``, how many jobs of each group are in it: one aggregation
-    a state, the handed-out and running ones in one together (the locked jobs)."""
+    """For each of ``states``, how many jobs of each group are in it: one aggregation a
+    state, the locked ones (handed out, running) in one."""
     queries = unfinished_state_queries(now)
     locked = (yield from _count_locked_by_group()) if set(states) & set(LOCKED_STATES) else {}
     counts = {}
@@ -95,14 +83,11 @@ def count_unfinished_by_group(
 
 
 def _count_locked_by_group() -> Steps[dict[str, dict[str, int]]]:
-    """The locked jobs of each group, handed out (not started) or running, in one
-    aggregation on the ``locked`` field."""
     pipeline: list[Document] = [
         {"$match": {"locked": True}},
         {
             "$group": {
-                # false for a missing start (MongoDB and the test server; mongomock
-                # leaves the key out, read as not started)
+                # false for a missing start (mongomock leaves the key out: not started)
                 "_id": {"group": "$group", "started": {"$gt": ["$lock.started_at", None]}},
                 "count": {"$sum": 1},
             }
@@ -118,9 +103,8 @@ def _count_locked_by_group() -> Steps[dict[str, dict[str, int]]]:
 
 
 def count_ready(now: dt.datetime) -> Steps[list[ReadyCount]]:
-    """How many jobs are ready, by group and workable, and when the oldest of each
-    fell due: one aggregation over the ready jobs (on the ``ready`` index), from
-    which both the groups' counts and the jobs no worker can run are told."""
+    """:class:`ReadyCount` by group and workable, in one aggregation on the ``ready``
+    index: the groups' counts and the jobs no worker can run are told from it."""
     pipeline: list[Document] = [
         {"$match": ready_query(now)},
         {
@@ -177,8 +161,7 @@ def count_by(collection: str, field: str, query: Mapping[str, Any]) -> Steps[dic
 
 
 def finished_by_group(since: dt.datetime) -> Steps[dict[tuple[Any, Any], int]]:
-    """How many jobs of the archive finished since ``since``, by group and why (on the
-    archive's ``archived_at`` index)."""
+    """How many archived jobs finished since ``since``, by group and why."""
     pipeline: list[Document] = [
         {"$match": {"archived_at": {"$gte": since}}},
         {"$group": {"_id": {"group": "$group", "why": "$why"}, "count": {"$sum": 1}}},

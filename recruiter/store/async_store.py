@@ -1,11 +1,6 @@
-"""The store's verbs written as steps, over pymongo's asyncio client: the only module
-that imports it.
-
-Each verb is the synchronous store's own steps (:mod:`recruiter.store.verbs`), awaited
-instead of called, so its writes are the same by construction. It also takes a
-mongomock database, so applications test their asyncio code as they test the
-synchronous one.
-"""
+"""The store's verbs over pymongo's asyncio client (the only module that imports it):
+the synchronous store's own steps, awaited, so the writes are the same; it takes a
+mongomock database too, for applications' tests."""
 
 from __future__ import annotations
 
@@ -14,14 +9,13 @@ import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, ParamSpec, TypeVar
 
-from bson.codec_options import CodecOptions
 from bson.errors import BSONError
-from pymongo import AsyncMongoClient, ReadPreference, UpdateOne
+from pymongo import AsyncMongoClient, UpdateOne
 from pymongo.asynchronous.cursor import AsyncCursor
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import PyMongoError
 
-from recruiter.store import fate_write_concern
+from recruiter.store import configured
 from recruiter.store.base import Document, on_mongomock, update_each, update_ids
 from recruiter.store.failures import raise_from_verb
 from recruiter.store.steps import (
@@ -50,8 +44,8 @@ Sleeper = Callable[[float], Awaitable[None]]
 async def drive_awaited(
     steps: Steps[T], database: Any, verbs: Any = None, sleep: Sleeper | None = None
 ) -> T:
-    """Run ``steps`` on ``database`` (pymongo's asyncio one, or mongomock's), awaiting
-    each step's answer: :func:`recruiter.store.steps.drive`, for the event loop."""
+    """:func:`recruiter.store.steps.drive`, awaiting each answer (pymongo's asyncio
+    client, or mongomock)."""
     answer: Any = None
     error: BaseException | None = None
     while True:
@@ -108,42 +102,30 @@ async def _answer_of(step: CollectionStep, collection: Any) -> Any:
 
 
 async def _awaited(value: Any) -> Any:
-    """A value the asyncio client gives as an awaitable, mongomock's as it is."""
     return await value if inspect.isawaitable(value) else value
 
 
 class AsyncStore(AwaitedVerbs):
-    """The verbs written as steps (:mod:`recruiter.store.verbs`: scheduling, cancelling,
-    reading jobs back, the schedulers and groups, the schema's readiness) over pymongo's
-    :class:`~pymongo.AsyncMongoClient`, each returning an awaitable.
-
-    Its database is configured as the synchronous store's: timezone-aware dates, reads
-    from the primary, writes acknowledged by a majority unless the URI names a write
-    concern."""
+    """The producer's verbs (:class:`~recruiter.store.verbs.AwaitedVerbs`) over
+    :class:`~pymongo.AsyncMongoClient`, each returning an awaitable; its database is
+    configured as the synchronous store's."""
 
     def __init__(self, database: AsyncDatabase[Any] | Any) -> None:
-        self.database: AsyncDatabase[Document] = database.client.get_database(
-            database.name,
-            codec_options=CodecOptions(tz_aware=True),
-            read_preference=ReadPreference.PRIMARY,
-            write_concern=fate_write_concern(database),
-        )
+        self.database: AsyncDatabase[Document] = configured(database)
 
     async def call(self, verb: Callable[P, Steps[T]], /, *args: P.args, **options: P.kwargs) -> T:
-        """Run the verb ``verb`` on this store, awaiting each step: as
-        :meth:`recruiter.store.Store.call` does."""
+        """As :meth:`recruiter.store.Store.call`, awaiting each step."""
         try:
             return await drive_awaited(verb(*args, **options), self.database, self)
         except (PyMongoError, BSONError) as error:
             raise_from_verb(error, in_transaction=options.get("session") is not None)
 
     async def run(self, steps: Steps[T], sleep: Sleeper | None = None) -> T:
-        """Run steps that call this store's verbs (:mod:`recruiter.store.steps`), waiting
-        with ``sleep`` (``asyncio.sleep`` by default) where they wait."""
+        """As :meth:`recruiter.store.Store.run`; ``sleep`` is ``asyncio.sleep`` by default."""
         return await drive_awaited(steps, self.database, self, sleep)
 
 
 def async_client(uri: str, options: Mapping[str, Any]) -> AsyncMongoClient[dict[str, Any]]:
     """An asyncio client of ``uri`` (:func:`recruiter.connection.open_async_database`
-    checks the URI, chooses the options and waits for an answer)."""
+    checks the URI and chooses the options)."""
     return AsyncMongoClient(uri, **options)

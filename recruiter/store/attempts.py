@@ -1,11 +1,6 @@
-"""The attempt verbs of the store: a job locked for a worker, started, and ended.
-
-Every one is a conditional update whose filter holds its precondition: the lock token
-of the round that handed the job out (a process fenced out by a take-back finds its
-filter no longer matching, and changes nothing), and for an end, that the job has no
-reason to finish with yet. Every end of an attempt is written with one verb,
-:func:`record_end`.
-"""
+"""The attempt verbs: a job locked, started and ended, each write guarded by the lock
+token of the round that handed it out (a process fenced out changes nothing). Every
+end is written by :func:`record_end`."""
 
 from __future__ import annotations
 
@@ -19,10 +14,7 @@ from bson.errors import InvalidDocument
 from pymongo import ReturnDocument
 from pymongo.errors import OperationFailure
 
-from recruiter.errors import (
-    DocumentTooLarge,
-    WriteRejected,
-)
+from recruiter.errors import DocumentTooLarge, WriteRejected
 from recruiter.job import HISTORY_LIMIT
 from recruiter.job_record import Job
 from recruiter.store.base import SCHEDULED, Document, aware
@@ -30,15 +22,12 @@ from recruiter.store.failures import translate
 from recruiter.store.steps import Steps, find, find_one, send, update_each, update_ids
 
 LOCK_PAGE = 10_000
-
-
 LOCK_FIELDS = {"lock": 1, "group": 1}
 
 
 @dataclass(frozen=True)
 class LockRecord:
-    """A locked job, as a take-back reads it: who holds it with which token, since when,
-    and whether its attempt started."""
+    """A locked job, as a take-back reads it."""
 
     job_id: Any
     token: ObjectId
@@ -63,7 +52,7 @@ class LockRecord:
 
 
 TRIMMED_TEXT = 1024
-"""What is kept of an attempt's message and trace when its record is too large."""
+"""What is kept of a message and trace when the record is too large."""
 
 
 def _trimmed(execution: Document) -> Document:
@@ -81,41 +70,23 @@ def _trimmed(execution: Document) -> Document:
     return trimmed
 
 
-def _recording(update: Document, execution: Document, reset: bool = False) -> Document:
-    """``update`` plus appending ``execution`` to the bounded history.
-
-    With ``reset``, the history is replaced instead: for a hand-damaged document whose
-    ``history`` is not an array, where appending fails.
-    """
-    if reset:
-        return {**update, "$set": {**update["$set"], "history": [execution]}}
-    return {**update, "$push": {"history": {"$each": [execution], "$slice": -HISTORY_LIMIT}}}
-
-
 Statement = tuple[Document, Document]
-"""An update of one job: its filter (the write's precondition) and the update."""
+"""An update of one job: its filter (the precondition) and the update."""
 
 
 @dataclass(frozen=True)
 class End:
-    """How an attempt ends its job, as the store writes it (:func:`record_end`),
-    if the job is still held with ``token``: finished with reason ``why`` at ``at``, or
-    put back to run again at ``retry_at`` (only if no cancellation was asked for
-    meanwhile: a cancelled job is never retried, it is finished as cancelled instead).
-
-    A ``snoozed`` end puts the job back as a retry does, but its run is not counted as
-    an attempt: ``attempts`` goes back down by one and ``snoozes`` up by one."""
+    """How an attempt ends its job (:func:`record_end`), if still held with ``token``:
+    finished with ``why`` at ``at``, or run again at ``retry_at`` (only if no cancellation
+    was asked for: a cancelled job is never retried). A ``snoozed`` end retries without
+    counting the attempt (``attempts`` down by one, ``snoozes`` up by one)."""
 
     job_id: Any
     token: ObjectId
     at: dt.datetime
-    """When the attempt ended."""
     why: str | None = None
-    """The reason it finishes the job with; ``None`` when it runs again."""
     retry_at: dt.datetime | None = None
-    """When it runs again; ``None`` when it finishes."""
     snoozed: bool = False
-    """Whether it runs again at ``retry_at`` because its code snoozed."""
 
     def __post_init__(self) -> None:
         if (self.why is None) == (self.retry_at is None):
@@ -124,16 +95,15 @@ class End:
             raise ValueError("a snoozed end runs its job again (retry_at)")
 
     def owned(self) -> Document:
-        """The write's precondition: still held with the token (and, to run it again,
-        no cancellation asked for)."""
+        """Still held with the token (and, to run again, no cancellation asked for)."""
         owned: Document = {"_id": self.job_id, "lock.token": self.token}
         if self.why is None:
             owned["cancel_requested_at"] = {"$exists": False}
         return owned
 
     def update(self, execution: Document, *, reset: bool = False) -> Document:
-        """The update that ends the attempt recording ``execution`` (see
-        :func:`_recording` for ``reset``)."""
+        """The update that ends the attempt recording ``execution`` in the bounded history
+        (``reset``: the history replaced, for a hand-damaged one that is not an array)."""
         if self.why is None:
             fields: Document = {"locked": False, "scheduled_at": self.retry_at}
             unset: Document = {"lock": ""}
@@ -141,27 +111,23 @@ class End:
             fields = {"locked": False, "done": self.why == "done", "why": self.why}
             fields["archived_at"] = self.at
             unset = {"lock": "", "scheduled_at": ""}
-        update = _attempt_update(fields, unset, execution, reset)
+        update: Document = {"$set": {**fields, "last_execution": execution}, "$unset": unset}
+        if reset:
+            update["$set"]["history"] = [execution]
+        else:
+            update["$push"] = {"history": {"$each": [execution], "$slice": -HISTORY_LIMIT}}
         if self.snoozed:
             update["$inc"] = {"attempts": -1, "snoozes": 1}
         return update
 
     def statement(self, execution: Document) -> Statement:
-        """The update that ends the attempt recording ``execution``, with its filter."""
+        """:meth:`update` with its filter."""
         return self.owned(), self.update(execution)
 
 
-def _attempt_update(
-    fields: Document, unset: Document, execution: Document, reset: bool = False
-) -> Document:
-    update = {"$set": {**fields, "last_execution": execution}, "$unset": unset}
-    return _recording(update, execution, reset)
-
-
 def starting(job_id: Any, token: ObjectId, started: Document) -> Statement:
-    """The start of a job's attempt, counted once, if ``token`` holds the job, it has not
-    started under it, and no cancellation was asked for (a job cancelled meanwhile is
-    started apart, to be skipped: see :func:`start_if_owned`)."""
+    """The start of an attempt, counted once, if ``token`` holds the job, it has not
+    started under it and no cancellation was asked for (see :class:`Starting`)."""
     owned = {
         "_id": job_id,
         "lock.token": token,
@@ -177,16 +143,14 @@ def starting(job_id: Any, token: ObjectId, started: Document) -> Statement:
 
 @dataclass(frozen=True)
 class Starting:
-    """The start of a held job's attempt, as :func:`start_if_owned` writes
-    it: counted once per lock, if ``token`` still holds the job (cancelled or not)."""
+    """A held job's start, as :func:`start_if_owned` writes it. ``cancelled_too``: a job
+    whose cancellation was asked for starts too, to be skipped (not when the start rides
+    with the end of the job before)."""
 
     job_id: Any
     token: ObjectId
-    started: Document
-    """The start record (``started_at``, who)."""
+    started: Document  # the start record (started_at, who)
     cancelled_too: bool = True
-    """Whether a job whose cancellation was asked for is started too (to be skipped);
-    not when the start rides with the end of the job before (see :func:`starting`)."""
 
     def statement(self) -> Statement:
         owned, start = starting(self.job_id, self.token, self.started)
@@ -206,8 +170,7 @@ class Starting:
 
 
 def _locking(token: ObjectId, now: dt.datetime) -> Document:
-    """The update that locks a job under ``token``: from its first lock on, a
-    deduplicated job no longer absorbs duplicates."""
+    """Lock under ``token``: from its first lock on, a job absorbs no duplicates."""
     return {
         "$set": {"locked": True, "lock": {"token": token, "since": now}},
         "$unset": {"queued_key": ""},
@@ -215,19 +178,14 @@ def _locking(token: ObjectId, now: dt.datetime) -> Document:
 
 
 def _as_started(document: Document) -> Job:
-    """A job read after its start, as :func:`start_if_owned` returns it:
-    its last execution the one before this attempt."""
+    """A job read after its start, as :func:`start_if_owned` returns it."""
     history = document.get("history")
     previous = history[-1] if isinstance(history, list) and history else None
     return Job.from_document({**document, "last_execution": previous})
 
 
 def lock_jobs(job_ids: Sequence[Any], token: ObjectId, now: dt.datetime) -> Steps[list[Any]]:
-    """Lock those of ``job_ids`` that are still unlocked and due, under ``token``.
-
-    Returns the ids actually locked: a job cancelled or locked by someone else since
-    it was read is left alone.
-    """
+    """Lock under ``token`` those of ``job_ids`` still unlocked and due; return those locked."""
     if not job_ids:
         return []
     waiting = {"locked": False, "scheduled_at": {"$lte": now}}
@@ -247,14 +205,10 @@ def lock_job_now(job_id: Any, token: ObjectId, now: dt.datetime) -> Steps[bool]:
 
 
 def start_if_owned(job_id: Any, token: ObjectId, started: Document) -> Steps[Job | None]:
-    """Count a new attempt and record its start, if ``token`` still holds the job.
-
-    Returns the job as it was before this attempt (so ``last_execution`` is the
-    previous attempt's), with ``attempts`` already counting this one; ``None`` when
-    the job is no longer held with ``token``, or was already started under it.
-    """
-    # an attempt starts once per lock: a start retried after a lost reply must not
-    # count the attempt twice (see find_started)
+    """Count a new attempt and record its start, if ``token`` holds the job and it has not
+    started under it (a start retried after a lost reply counts once: see
+    :func:`find_started`). Return the job as before it (its previous ``last_execution``),
+    ``attempts`` counting this one; ``None`` if not held or already started."""
     owned = {"_id": job_id, "lock.token": token, "lock.started_at": {"$exists": False}}
     _, start = starting(job_id, token, started)  # (the same, cancelled or not)
     try:
@@ -264,10 +218,9 @@ def start_if_owned(job_id: Any, token: ObjectId, started: Document) -> Steps[Job
     except OperationFailure as error:
         if not isinstance(translate(error), WriteRejected):
             raise  # no answer, or not now: the caller tries again, and checks
-        # a hand-damaged document (attempts not a number): read it as it is, so the
-        # job fails through its policy with what is wrong, instead of crashing here;
-        # a document refused for another reason (too large, a validator) is not
-        # damaged: the refusal is the caller's, and the job's code must not run
+        # a hand-damaged document (attempts not a number) is read as it is, to fail
+        # through its policy; one refused otherwise (too large, a validator) is the
+        # caller's refusal: the job's code must not run
         document = yield from find_one(SCHEDULED, owned)
         if document is None:
             return None
@@ -283,20 +236,16 @@ def start_if_owned(job_id: Any, token: ObjectId, started: Document) -> Steps[Job
 
 
 def find_started(job_id: Any, token: ObjectId, started_at: dt.datetime) -> Steps[Job | None]:
-    """The job as :func:`start_if_owned` returned it, if that start took effect.
-
-    For a worker whose start got no reply (the connection dropped): if the job is
-    held with ``token`` and was started at ``started_at``, the start landed.
-    """
+    """The job as :func:`start_if_owned` returned it, if a start at ``started_at`` under
+    ``token`` landed: for a start that got no reply."""
     query = {"_id": job_id, "lock.token": token, "lock.started_at": started_at}
     document = yield from find_one(SCHEDULED, query)
     return None if document is None else _as_started(document)
 
 
 def start_all(starts: Sequence[Starting]) -> Steps[dict[Any, Job]]:
-    """Several held jobs' starts in one command (a worker's slots', see
-    :mod:`recruiter.attempts.completer`), then the jobs read back in one: those
-    whose start landed, each as :func:`start_if_owned` returns it."""
+    """Several held jobs' starts in one command, then read back in one: those whose
+    start landed, each as :func:`start_if_owned` returns it."""
     yield from update_each(SCHEDULED, [each.statement() for each in starts])
     ids = [each.job_id for each in starts]
     documents = {d["_id"]: d for d in (yield from find(SCHEDULED, {"_id": {"$in": ids}}))}
@@ -308,23 +257,15 @@ def start_all(starts: Sequence[Starting]) -> Steps[dict[Any, Job]]:
 
 
 def write_attempts(statements: Sequence[Statement]) -> Steps[int]:
-    """Several attempts' ends (of :meth:`End.statement`, each with the start riding
-    with it after it) in one command: how many jobs were modified. Each statement is
-    conditional, so sending one again after a lost reply changes nothing that
-    landed (see :mod:`recruiter.attempts.completer`).
-
-    In order, as :func:`record_end_then_start`: a statement refused stops the ones
-    after it, so a start never lands when the end it rides with was refused (the
-    take-back's order, last job first, rests on it too)."""
+    """Several attempts' ends (:meth:`End.statement`, each maybe followed by a start) in
+    one command, in order: a refused statement stops the ones after it, so a start never
+    lands without its end (the take-back's order rests on it too). How many were modified."""
     return (yield from update_each(SCHEDULED, statements, ordered=True))
 
 
 def unlock_if_not_started(job_ids: Sequence[Any], token: ObjectId) -> Steps[int]:
-    """Put back in the queue, uncounted, jobs locked with ``token`` that never started.
-
-    A job whose worker started it meanwhile is left alone: its attempt counts, and only
-    its retry policy may release it.
-    """
+    """Put back, uncounted, jobs locked with ``token`` that never started (a started one
+    counts: only its retry policy may release it)."""
     if not job_ids:
         return 0
     held = {"_id": {"$in": list(job_ids)}, "lock.token": token}
@@ -334,8 +275,8 @@ def unlock_if_not_started(job_ids: Sequence[Any], token: ObjectId) -> Steps[int]
 
 
 def locks(locked_before: dt.datetime | None = None) -> Steps[list[LockRecord]]:
-    """Every lock (of jobs locked before ``locked_before``), read in pages of
-    :data:`LOCK_PAGE` by id, on the ``locks`` index: only what a take-back needs."""
+    """Every lock (taken before ``locked_before``), in pages of :data:`LOCK_PAGE` by id
+    on the ``locks`` index."""
     query: Document = {"locked": True}
     if locked_before is not None:
         query["lock.since"] = {"$lt": locked_before}
@@ -355,23 +296,15 @@ def find_locked_job(job_id: Any, token: ObjectId) -> Steps[Job | None]:
 
 
 def record_end(end: End, execution: Document, *, session: Any = None) -> Steps[bool]:
-    """End an attempt as ``end`` says, recording ``execution`` (as the job's last
-    execution and at the end of its bounded history), if the job is still held: the
-    one verb every end of an attempt is written with.
+    """End an attempt as ``end`` says, recording ``execution`` (last execution and
+    history), if the job is still held: the one verb of every end. A finished job stays
+    in ``scheduled`` until :func:`~recruiter.store.jobs.archive_finished` moves it in a
+    batch (one command to finish a job, not three).
 
-    A finished job stays in ``scheduled`` (it has ``why`` and no ``scheduled_at``,
-    so it is never picked up again) until :func:`~recruiter.store.jobs.archive_finished`
-    moves it to ``archived`` with others in one batch: a worker spends one command to
-    finish a job, not three.
-
-    Refused as too large, the write is tried again with what this attempt added
-    trimmed (its output dropped, its message and trace cut); refused because a hand
-    damaged ``history`` is not an array, with the history started afresh. Any other
-    refusal, and any failure to answer, is the caller's: the history recorded so far
-    is never dropped. In the transaction ``session`` (of
-    :mod:`recruiter.attempts.transaction`), the driver's errors are left as they
-    are, for its retries.
-    """
+    Refused as too large, tried again with ``execution`` trimmed; refused for a
+    hand-damaged ``history``, with the history started afresh. Any other failure is the
+    caller's (the history is never dropped), and in the transaction ``session`` the
+    driver's errors are left as they are."""
     owned = end.owned()
     while True:
         try:
@@ -394,20 +327,16 @@ def record_end(end: End, execution: Document, *, session: Any = None) -> Steps[b
 def record_end_then_start(
     end: End, execution: Document, job_id: Any, token: ObjectId, started: Document
 ) -> Steps[int]:
-    """:func:`record_end`, then the start of the slot's next prefetched job (held
-    with ``token``, see :func:`start_if_owned`), in one command, in order, each if
-    its filter still holds; return how many jobs were modified (2: both landed).
-
-    Every statement is conditional, so a second try after a lost reply (or a
-    partial answer) changes nothing that landed: the caller reads back which did,
-    and sends the others on their own (:mod:`recruiter.attempts.ending`)."""
+    """:func:`record_end`, then the start of the slot's next prefetched job, in one
+    ordered command; how many were modified (2: both). Each is conditional, so after a
+    lost reply the caller reads back which landed (:mod:`recruiter.attempts.ending`)."""
     statements = [end.statement(execution), starting(job_id, token, started)]
     return (yield from update_each(SCHEDULED, statements, ordered=True))
 
 
 def held_jobs(job_ids: Sequence[Any], token: ObjectId) -> Steps[dict[Any, Job]]:
-    """Those of ``job_ids`` still locked with ``token`` and not started: the rest of
-    a slot's prefetched jobs, read in one command before the first runs."""
+    """Those of ``job_ids`` still locked with ``token`` and not started (a slot's
+    prefetched jobs)."""
     query = {"_id": {"$in": list(job_ids)}, "lock.token": token}
     query["lock.started_at"] = {"$exists": False}
     return {d["_id"]: Job.from_document(d) for d in (yield from find(SCHEDULED, query))}
@@ -419,8 +348,7 @@ def _history_damaged(owned: Document) -> Steps[bool]:
 
 
 def make_due_now(job_id: Any, now: dt.datetime) -> Steps[bool]:
-    """Make a waiting job due at ``now`` (if it was due later), if it is still
-    waiting: not handed out, not finished."""
+    """Make a job still waiting (not handed out, not finished) due by ``now``."""
     result = yield from send(
         "scheduled",
         "update_one",

@@ -13,9 +13,7 @@ Document = dict[str, Any]
 SCHEDULED, ARCHIVED = "scheduled", "archived"
 
 ONE_REPLY = 100_000
-"""A read's batch size when a round needs all it matches: one reply (the server caps a
-reply at 16 MB, some 50,000 roster documents), not a first batch of 101 and a
-``getMore``."""
+"""The batch size of a read that needs all it matches: one reply (up to 16 MB), no ``getMore``."""
 
 
 def aware(moment: dt.datetime) -> dt.datetime:
@@ -24,8 +22,8 @@ def aware(moment: dt.datetime) -> dt.datetime:
 
 
 def on_mongomock(collection: Collection[Document]) -> bool:
-    """Whether ``collection`` is mongomock's, which applications test with: the store
-    works around what it lacks (see docs/internals/development.md), never around MongoDB."""
+    """Whether ``collection`` is mongomock's, whose gaps the store works around
+    (docs/internals/development.md)."""
     return type(collection).__module__.startswith("mongomock")
 
 
@@ -35,13 +33,9 @@ def update_each(
     *,
     ordered: bool = False,
 ) -> int:
-    """Apply each ``(filter, update)`` to the one document it matches, in one command (a
-    bulk write, in order if ``ordered``); return how many documents were modified.
-
-    On mongomock, whose bulk writes predate the statements pymongo sends since 4.11 (it
-    refuses them with a ``TypeError``), one update after the other: applications test
-    with it, and it is not concurrent.
-    """
+    """Apply each ``(filter, update)`` to the one document it matches in one bulk write
+    (in order if ``ordered``); return how many were modified. On mongomock, which refuses
+    pymongo 4.11's bulk statements, one update after the other."""
     if not statements:
         return 0
     if on_mongomock(collection):
@@ -53,9 +47,9 @@ def update_each(
 def update_ids(
     collection: Collection[Document], ids: Sequence[Any], filter: Mapping[str, Any], update: Any
 ) -> int:
-    """Apply ``update`` to each document of ``ids`` that ``filter`` matches, in one
-    command; return how many were modified. On mongomock, whose ``update_many`` stores
-    one and the same dict in every document it matches, one update after the other."""
+    """Apply ``update`` to the documents of ``ids`` that ``filter`` matches, in one
+    command; how many were modified. On mongomock, whose ``update_many`` shares one dict
+    among the documents, one update after the other."""
     if on_mongomock(collection):
         return sum(collection.update_one({"_id": i, **filter}, update).modified_count for i in ids)
     query = {"_id": {"$in": list(ids)}, **filter}

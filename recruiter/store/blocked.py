@@ -1,12 +1,7 @@
-"""The verbs of blocked jobs: those that wait for others (dependencies and batches).
-
-A blocked job has no ``scheduled_at`` and a ``waiting_for`` array of the ids it still
-waits for (or its batch's id). Each dependency that ends is noted by one conditional
-update of the blocked job alone (pulled, or, the last one, the job made ready or
-cancelled in the same write): whoever notes it, and however many at once, one write
-lands, and no counter elsewhere can be counted twice or lost. The decisions are
-:mod:`recruiter.dependencies.engine`'s.
-"""
+"""The verbs of blocked jobs, which wait for others: no ``scheduled_at``, and a
+``waiting_for`` array of the job (or batch) ids left. Each end is noted by one
+conditional update of the blocked job alone, so however many note it, one lands
+(decisions: :mod:`recruiter.dependencies.engine`)."""
 
 from __future__ import annotations
 
@@ -39,8 +34,7 @@ def unfinished_among(job_ids: Sequence[Any], *, session: Any = None) -> Steps[se
 
 
 def mark_followed(job_ids: Sequence[Any], *, session: Any = None) -> Steps[None]:
-    """Mark these jobs as waited for, so that their worker follows up their end at
-    once (a job that ended already is left as it is)."""
+    """Mark these jobs, if unfinished, as waited for: their worker follows up their end."""
     if job_ids:
         yield from send(
             SCHEDULED,
@@ -73,8 +67,7 @@ def existing_jobs(job_ids: Sequence[Any], *, session: Any = None) -> Steps[set[A
 
 
 def batch_callbacks(batch: Any) -> Steps[list[Job]]:
-    """A batch's callbacks, blocked, run or ended: named by its members (each holds
-    their ids in ``batch_callbacks``: no index of its own to keep on every write)."""
+    """A batch's callbacks, whatever their state, named by a member's ``batch_callbacks``."""
     for collection in (SCHEDULED, ARCHIVED):
         member = yield from send(collection, "find_one", {"batch": batch}, {"batch_callbacks": 1})
         if member is not None:
@@ -108,10 +101,8 @@ def blocked_document(job_id: Any, *, session: Any = None) -> Steps[Document | No
 def dependency_documents(
     job_ids: Sequence[Any], *, session: Any = None
 ) -> Steps[dict[Any, Document]]:
-    """Where each of ``job_ids`` stands: its ``why`` (none while it has not ended) and
-    its last attempt; read in ``scheduled``, then in ``archived`` for those not
-    found there (a job just ended is still in ``scheduled``: one query, usually). A
-    job purged from the archive is absent."""
+    """Where each of ``job_ids`` stands (its ``why``, its last attempt), read in
+    ``scheduled``, then ``archived`` for the others (a purged job is absent)."""
     found: dict[Any, Document] = {}
     query = {"_id": {"$in": list(job_ids)}}
     for document in (yield from find(SCHEDULED, query, ENDED_FIELDS, session=session)):
@@ -156,8 +147,7 @@ def batch_members(batch: Any) -> Steps[dict[Any, str | None]]:
 def pull_dependency(
     job_id: Any, waited_for: Any, entry: Document, *, session: Any = None
 ) -> Steps[bool]:
-    """Note that ``waited_for`` ended (``entry``), if the job is still blocked on it and
-    on something else too."""
+    """Note that ``waited_for`` ended (``entry``), if the job waits for it and more."""
     owned = {"_id": job_id, "waiting_for": waited_for, "waiting_for.1": {"$exists": True}}
     update = {"$pull": {"waiting_for": waited_for}, "$push": {"dependencies": entry}}
     result = yield from send(SCHEDULED, "update_one", owned, update, session=session)
@@ -167,8 +157,7 @@ def pull_dependency(
 def release_blocked(
     job_id: Any, waited_for: Any, entry: Document, *, fields: Document, session: Any = None
 ) -> Steps[bool]:
-    """Make the job ready (``fields``: its ``scheduled_at``, its dependencies'
-    results), if ``waited_for`` is the last thing it is blocked on."""
+    """Make the job ready (``fields``) if ``waited_for`` is all it still waits for."""
     owned = {"_id": job_id, "waiting_for": [waited_for]}
     update = {"$set": fields, "$unset": {"waiting_for": ""}, "$push": {"dependencies": entry}}
     result = yield from send(SCHEDULED, "update_one", owned, update, session=session)

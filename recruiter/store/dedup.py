@@ -1,11 +1,6 @@
-"""The deduplication verbs of the store: ``dedup``, what ran lately, by key and by root
-(the documents: docs/guides/deduplication.md).
-
-Both kinds are written with ``$max``, so a late or repeated write never moves them
-back, and only after the job succeeded, so a failed run never makes another job a
-no-op. They expire after :data:`DEDUP_MEMORY`: forgetting can only make a job run when
-it could have been skipped, never the reverse.
-"""
+"""The deduplication verbs: ``dedup``, what succeeded lately, by key and by root
+(docs/guides/deduplication.md). Written with ``$max`` (never moved back), forgotten after
+:data:`DEDUP_MEMORY` (a forgotten run can only make a job run, never skip)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
-"""The driver's failures, translated into the project's two kinds at the seam.
-
-Every public method of the store raises :class:`recruiter.errors.DatabaseUnavailable`
-(no answer, or not now: it may have landed, so try again and check) or
-:class:`recruiter.errors.WriteRejected` (the database refused it as it is: do not
-retry), never a pymongo error: the processes decide what to do on either kind without
-knowing the driver (river's driver translates its errors the same way).
-"""
+"""The driver's failures in the project's kinds: every store method raises
+:class:`~recruiter.errors.DatabaseUnavailable` (no answer, or not now: it may have
+landed, try again and check) or :class:`~recruiter.errors.WriteRejected` (refused as it
+is: do not retry), never a pymongo error."""
 
 from __future__ import annotations
 
@@ -60,11 +56,7 @@ TRANSIENT_CODES = frozenset(
 TOO_LARGE_CODES = frozenset({10334, 17419, 17420})
 """BSONObjectTooLarge, and a document grown past the limit by an update."""
 TRANSIENT_LABELS = ("RetryableWriteError", "TransientTransactionError")
-
-
-NO_TRANSACTIONS_HERE = 20
-"""IllegalOperation: "Transaction numbers are only allowed on a replica set member or
-mongos" (a standalone server)."""
+NO_TRANSACTIONS_HERE = 20  # IllegalOperation: transactions asked of a standalone server
 _UNTRANSLATED = "_recruiter_untranslated"
 
 
@@ -101,8 +93,8 @@ def _bulk(error: BulkWriteError, message: str) -> DatabaseError:
 
 
 def in_project_words(error: BaseException) -> BaseException:
-    """``error`` translated if it is the driver's (:func:`translate`), else as it is:
-    for what a transaction's code let out, where the driver's errors pass untranslated."""
+    """``error`` translated if it is the driver's, else as it is (what a transaction's
+    code let out)."""
     if isinstance(error, PyMongoError | BSONError):
         return translate(error)
     return error
@@ -122,11 +114,9 @@ def translated(method: F) -> F:
 
 
 def raise_from_verb(error: PyMongoError | BSONError, *, in_transaction: bool) -> NoReturn:
-    """Raise what a verb raises for the driver's ``error``: the project's kind, or, in
-    the application's transaction (its ``session``), the driver's own, with its labels,
-    so that its ``with_transaction`` retries a transient one; only a server that cannot
-    hold a transaction at all is said in the project's words
-    (:class:`TransactionsUnavailable`)."""
+    """Raise the project's kind of ``error``; in the application's transaction, the
+    driver's own, whose labels its ``with_transaction`` retries on (but a server without
+    transactions raises :class:`TransactionsUnavailable`)."""
     if not in_transaction:
         raise translate(error) from error
     if isinstance(error, OperationFailure) and error.code == NO_TRANSACTIONS_HERE:
@@ -135,24 +125,26 @@ def raise_from_verb(error: PyMongoError | BSONError, *, in_transaction: bool) ->
 
 
 def untranslated(method: F) -> F:
-    """Mark a public method that :func:`translate_methods` leaves as it is: one that runs
-    steps calling the store's own verbs (each translated, or left in the caller's
-    transaction, as it says)."""
+    """Mark a method :func:`translate_methods` leaves as it is (its verbs translate)."""
     method.__dict__[_UNTRANSLATED] = True
     return method
 
 
 def translate_methods(cls: type[Any]) -> type[Any]:
-    """Wrap every public method of ``cls`` (inherited ones too) with :func:`translated`,
-    but those marked :func:`untranslated`."""
+    """Wrap every public method of ``cls`` (inherited too) but the :func:`untranslated`."""
     for name, member in inspect.getmembers(cls, inspect.isfunction):
         if not name.startswith("_") and not getattr(member, _UNTRANSLATED, False):
             setattr(cls, name, translated(member))
     return cls
 
 
+def has_label(error: BaseException, label: str) -> bool:
+    """Whether ``error`` is the driver's and carries ``label``."""
+    has = getattr(error, "has_error_label", None)
+    return callable(has) and bool(has(label))
+
+
 def is_transient(error: BaseException) -> bool:
-    """Whether ``error`` is the driver's word that its transaction may be tried again
-    (a write conflict, an election): the caller runs the transaction again."""
-    has_label = getattr(error, "has_error_label", None)
-    return callable(has_label) and bool(has_label("TransientTransactionError"))
+    """Whether ``error`` says its transaction may be run again (a write conflict, an
+    election, a transaction aborted by a kill)."""
+    return has_label(error, "TransientTransactionError")

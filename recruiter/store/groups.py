@@ -1,11 +1,6 @@
-"""The group verbs of the store: ``groups``, one document per group with settings.
-
-A group's document holds its settings (:class:`recruiter.groups.GroupSettings`) and,
-for a rate-limited group, ``starts``: the times of its latest hand-outs, newest last,
-at most the rate's limit of them. The leading recruiter appends to ``starts`` *before*
-it locks the jobs, so a crash in between can only leave the group with fewer starts
-than allowed, never more.
-"""
+"""The group verbs: ``groups``, a group's settings and, rate-limited, ``starts`` (its
+latest hand-outs, newest last), appended *before* the jobs are locked: a crash between
+can leave fewer starts than allowed, never more."""
 
 from __future__ import annotations
 
@@ -45,8 +40,8 @@ class GroupRecord:
 
 
 def record_starts(starts: Mapping[str, tuple[Sequence[dt.datetime], int]]) -> Steps[None]:
-    """Append hand-outs to groups' starts: ``{group: (times, keep)}`` appends
-    ``times`` to the group's starts and keeps its latest ``keep``; one command."""
+    """``{group: (times, keep)}``: append ``times`` to each group's starts, keep its latest
+    ``keep``; one command."""
     statements = [
         ({"_id": group}, {"$push": {"starts": {"$each": list(times), "$slice": -keep}}})
         for group, (times, keep) in starts.items()
@@ -67,8 +62,7 @@ def locked_by_group(groups: Sized[str]) -> Steps[dict[str, int]]:
 
 
 def ready_groups(now: dt.datetime, workables: Sized[str] | None = None) -> Steps[list[str]]:
-    """The groups with a job ready to run by ``now`` (of these ``workables``, or any
-    if None)."""
+    """The groups with a job ready by ``now`` (of these ``workables``, or any)."""
     groups = yield from send("scheduled", "distinct", "group", ready_query(now, None, workables))
     return sorted(g for g in groups if isinstance(g, str))
 

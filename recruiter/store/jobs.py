@@ -1,11 +1,6 @@
-"""The job verbs of the store: ``scheduled`` and ``archived``.
-
-Finishing a job is crash-safe without transactions: the conditional update that sets
-``why`` is the commit point; moving finished documents from ``scheduled`` to
-``archived`` comes after, in batches (:func:`archive_finished`, run by the
-cleaner), as an insert then a delete, so a crash in between leaves a copy in both,
-never in neither.
-"""
+"""The job verbs: ``scheduled`` and ``archived``. Setting ``why`` is a job's commit point;
+:func:`archive_finished` moves finished jobs later, an insert then a delete, so a crash
+leaves a copy in both, never in neither."""
 
 from __future__ import annotations
 
@@ -17,9 +12,7 @@ from typing import Any
 from bson import ObjectId
 from pymongo.errors import BulkWriteError, OperationFailure
 
-from recruiter.errors import (
-    RecruiterError,
-)
+from recruiter.errors import RecruiterError
 from recruiter.job import as_object_id
 from recruiter.job_record import Job
 from recruiter.store.base import ARCHIVED, ONE_REPLY, SCHEDULED, Document, aware
@@ -31,10 +24,8 @@ ARCHIVE_BATCH = 500
 PURGE_BATCH = 5_000
 DEDUP_INSERT_TRIES = 5
 GROUPS_PER_READ = 100
-"""Groups read in one command by :meth:`recruiter.store.Store.ready_job_ids_by_group`:
-one branch of a ``$unionWith`` each, well within MongoDB's limit of 1,000 stages per pipeline."""
-UNRECOGNIZED_STAGE = 40324
-"""The error of a server before MongoDB 4.4 asked for ``$unionWith``."""
+"""Groups read in one ``$unionWith`` command (MongoDB allows 1,000 stages a pipeline)."""
+UNRECOGNIZED_STAGE = 40324  # $unionWith asked of a server before MongoDB 4.4
 
 
 # --- the recruiter's side -----------------------------------------------------------
@@ -43,11 +34,8 @@ UNRECOGNIZED_STAGE = 40324
 def ready_job_ids(
     now: dt.datetime, group: str | None, limit: int, workables: Collection_[str] | None = None
 ) -> Steps[list[Any]]:
-    """Up to ``limit`` unlocked jobs due by ``now`` in :data:`READY_ORDER` (of any
-    group if None; of these ``workables``, or any if None).
-
-    Jobs of the same priority due in the same millisecond come in index order.
-    """
+    """Up to ``limit`` ready jobs (:func:`.ready.ready_query`) in :data:`READY_ORDER`,
+    ties in index order."""
     if limit <= 0:
         return []  # (a limit of 0 means none to the server)
     query = ready_query(now, group, workables)
@@ -60,11 +48,9 @@ def ready_job_ids(
 def union_of_ready(
     now: dt.datetime, chunk: Sequence[tuple[str, int]], workables: Collection_[str] | None
 ) -> Steps[list[Document] | None]:
-    """For each ``(group, limit)`` of ``chunk``, up to ``limit`` of the group's ready jobs
-    (their ``_id`` and ``group``), as :func:`ready_job_ids` reads them, in one command:
-    each group a branch of a ``$unionWith``, read on the ready index with its own limit,
-    so a round examines the keys it hands out and no more. ``None`` from a server without
-    ``$unionWith`` (mongomock, MongoDB before 4.4)."""
+    """For each ``(group, limit)`` of ``chunk``, :func:`ready_job_ids` (``_id`` and
+    ``group``) in one command, a ``$unionWith`` branch each on the ready index; ``None``
+    from a server without ``$unionWith`` (mongomock, MongoDB before 4.4)."""
 
     def branch(group: str, limit: int) -> list[Document]:
         return [
@@ -89,7 +75,7 @@ def union_of_ready(
 
 
 def next_due(now: dt.datetime) -> Steps[dt.datetime | None]:
-    """When the first unlocked job not due by ``now`` will be due, if there is one."""
+    """When the first unlocked job not due by ``now`` falls due, if any."""
     query = {"locked": False, "scheduled_at": {"$gt": now}}
     order = list(DUE_ORDER.items())
     found = yield from find(SCHEDULED, query, {"scheduled_at": 1}, sort=order, limit=1)
@@ -98,7 +84,7 @@ def next_due(now: dt.datetime) -> Steps[dt.datetime | None]:
 
 
 def cancel_requested(job_ids: Sequence[Any]) -> Steps[set[Any]]:
-    """Those of ``job_ids`` whose cancellation was asked for while they were locked."""
+    """Those of ``job_ids`` whose cancellation was asked for."""
     query = {"_id": {"$in": list(job_ids)}, "cancel_requested_at": {"$exists": True}}
     return {document["_id"] for document in (yield from find(SCHEDULED, query, {"_id": 1}))}
 
@@ -113,14 +99,9 @@ def finished_document(job_id: Any) -> Steps[Document | None]:
 
 
 def claim_recovery(job_id: Any, new_id: Any) -> Steps[bool]:
-    """Mark a finished job as recovered as ``new_id``, if it was not already: the
-    guard that makes a retry of many jobs, run twice, create each copy once.
-
-    The mark is written in ``archived`` only, after moving the job there if it was
-    not yet: a move under way (the cleaner's read, then its insert) copies what it
-    read, and a mark written in ``scheduled`` meanwhile would be lost with the
-    document it deletes.
-    """
+    """Mark a finished job as recovered as ``new_id`` if it was not (a retry run twice
+    copies each job once). Written in ``archived`` only, the job moved first: a mark in
+    ``scheduled`` would be lost by a move under way, which copies what it read."""
     yield from _archive_now(job_id)
     guard = {"_id": job_id, "why": {"$exists": True}, "recovered_as": {"$exists": False}}
     marked = yield from send(ARCHIVED, "update_one", guard, {"$set": {"recovered_as": new_id}})
@@ -134,7 +115,6 @@ def mark_recovered_as(job_id: Any, new_id: Any) -> Steps[None]:
 
 
 def _archive_now(job_id: Any) -> Steps[None]:
-    """Move one finished job to ``archived`` now, if it is still in ``scheduled``."""
     document = yield from find_one(SCHEDULED, {"_id": job_id, "why": {"$exists": True}})
     if document is not None:
         yield from _move_to_archive([document])
@@ -145,8 +125,7 @@ def _archive_now(job_id: Any) -> Steps[None]:
 
 def purge_archived(archived_before: dt.datetime, limit: int = PURGE_BATCH) -> Steps[int]:
     """Delete up to ``limit`` archived jobs finished before ``archived_before``, oldest
-    first, in two commands (read, delete): a round stays short however large the
-    archive to purge."""
+    first, in two commands: a round stays short however large the archive."""
     old = {"archived_at": {"$lt": archived_before}}
     oldest = yield from find(ARCHIVED, old, {"_id": 1}, sort=[("archived_at", 1)], limit=limit)
     ids = [document["_id"] for document in oldest]
@@ -157,8 +136,7 @@ def purge_archived(archived_before: dt.datetime, limit: int = PURGE_BATCH) -> St
 
 
 def archive_finished(limit: int = ARCHIVE_BATCH) -> Steps[int]:
-    """Move up to ``limit`` finished jobs from ``scheduled`` to ``archived``, in three
-    commands (read, insert, delete); return how many."""
+    """Move up to ``limit`` finished jobs to ``archived`` (read, insert, delete); how many."""
     finished = yield from find(SCHEDULED, {"why": {"$exists": True}}, limit=limit)
     yield from _move_to_archive(finished)
     return len(finished)
@@ -189,17 +167,10 @@ def count_jobs(collection: str, query: Mapping[str, Any] | None = None) -> Steps
 
 
 def insert_jobs(documents: Sequence[Document], *, session: Any = None) -> Steps[list[Any]]:
-    """Insert new jobs in one round trip; return their ids, in order.
-
-    A job whose ``queued_key`` (its deduplication key, while it waits) is already held
-    by a queued job is not inserted: its place in the result holds the id of the queued
-    job, which will do its work.
-
-    In the application's transaction ``session``, they exist if and only if it commits,
-    and nobody sees them before. The read of the queued keys and the insert are in the
-    transaction: a concurrent insert of the same key is a write conflict, which the
-    application's ``with_transaction`` retries.
-    """
+    """Insert new jobs in one round trip; return their ids in order. A job whose
+    ``queued_key`` a queued job holds is not inserted: the queued job's id takes its place.
+    In the application's transaction ``session`` (read and insert alike), a concurrent
+    insert of the same key is a write conflict, for its ``with_transaction`` to retry."""
     if session is not None:
         return (yield from _insert_in_transaction(documents, session))
     if not documents:
@@ -248,10 +219,9 @@ def _insert_in_transaction(documents: Sequence[Document], session: Any) -> Steps
 
 
 def insert_in_order(documents: Sequence[Document], *, session: Any = None) -> Steps[None]:
-    """Insert new jobs in their order, each only once the ones before it are stored:
-    a job after those it waits for, a batch's callbacks after its members. A try
-    after a lost reply inserts the same ids: those stored already are skipped.
-    (None is deduplicated: :class:`~recruiter.job.JobSpec` refuses it for them.)"""
+    """Insert new jobs in order, each once those before it are stored (a job after those
+    it waits for); after a lost reply, those stored are skipped. None is deduplicated
+    (:class:`~recruiter.job.JobSpec` refuses it)."""
     position = 0
     while position < len(documents):
         try:
@@ -265,18 +235,14 @@ def insert_in_order(documents: Sequence[Document], *, session: Any = None) -> St
                 raise
             index = position + failures[0]["index"]
             stored = failures[0]["code"] == DUPLICATE_KEY
-            if not stored or not (yield from _stored(documents[index]["_id"])):
+            if not stored or not (yield from job_exists(documents[index]["_id"])):
                 raise
             position = index + 1
 
 
 def _insert_unless_queued(documents: list[Document]) -> Steps[list[int]]:
-    """Insert ``documents``; return the indexes of those refused as duplicates.
-
-    A document whose own ``_id`` is taken was stored by an earlier try of this very
-    insert, whose reply was lost: it counts as stored (ids are new ObjectIds, never
-    another job's), so an insert tried again after a lost reply stores each job once.
-    """
+    """Insert ``documents``; the indexes of those refused as duplicates. One whose own
+    (new) ``_id`` is taken was stored by a try whose reply was lost: it counts as stored."""
     try:
         yield from send(SCHEDULED, "insert_many", documents, ordered=False)
     except BulkWriteError as error:
@@ -286,7 +252,7 @@ def _insert_unless_queued(documents: list[Document]) -> Steps[list[int]]:
             document = documents[failure["index"]]
             if failure["code"] != DUPLICATE_KEY:
                 raise
-            if (pattern is None or "_id" in pattern) and (yield from _stored(document["_id"])):
+            if (pattern is None or "_id" in pattern) and (yield from job_exists(document["_id"])):
                 continue
             if "queued_key" in document and (pattern is None or "queued_key" in pattern):
                 duplicates.append(failure["index"])
@@ -298,7 +264,9 @@ def _insert_unless_queued(documents: list[Document]) -> Steps[list[int]]:
     return []
 
 
-def _stored(job_id: Any, *, session: Any = None) -> Steps[bool]:
+def job_exists(job_id: Any, *, session: Any = None) -> Steps[bool]:
+    """Whether the job is in ``scheduled`` or ``archived``: read in that order, none is
+    missed (a move inserts the copy before it deletes)."""
     for collection in (SCHEDULED, ARCHIVED):
         found = yield from send(
             collection, "find_one", {"_id": job_id}, {"_id": 1}, session=session
@@ -326,8 +294,7 @@ def find_job(job_id: ObjectId | str) -> Steps[Job | None]:
 
 
 def cancel_if_waiting(job_id: Any, now: dt.datetime, *, session: Any = None) -> Steps[bool]:
-    """Finish a job not handed out yet (queued, or blocked on others) as ``cancelled``:
-    the commit, as for any finished job."""
+    """Finish a job not handed out yet (queued, or blocked) as ``cancelled``."""
     waiting = [{"scheduled_at": {"$exists": True}}, {"waiting_for": {"$exists": True}}]
     result = yield from send(
         SCHEDULED,
@@ -355,14 +322,13 @@ def request_cancel_if_locked(job_id: Any, now: dt.datetime, *, session: Any = No
 
 
 def cancel(job_id: Any, now: dt.datetime, *, session: Any = None) -> Steps[str]:
-    """Cancel a job (in the application's transaction ``session``, if given):
-    ``cancelled`` (it was waiting), ``stopping`` (its holder is asked to stop it),
-    ``finished`` (it had ended), or ``missing``."""
+    """Cancel a job: ``cancelled`` (it waited), ``stopping`` (its holder is asked to),
+    ``finished`` or ``missing``."""
     if (yield from cancel_if_waiting(job_id, now, session=session)):
         return "cancelled"
     if (yield from request_cancel_if_locked(job_id, now, session=session)):
         return "stopping"
-    return "finished" if (yield from _stored(job_id, session=session)) else "missing"
+    return "finished" if (yield from job_exists(job_id, session=session)) else "missing"
 
 
 def finished_jobs(job_ids: Sequence[Any]) -> Steps[list[Job]]:

@@ -1,10 +1,6 @@
-"""The lease verbs of the store: who leads, kept in ``metadata``.
-
-A lease is ``{_id: "lease:<name>", holder, acquired_at, expires_at}``. Its holder renews
-it before it expires; anyone may take it once it has expired. Every takeover is also
-appended to the lease's bounded ``history`` with the holder it replaced and when that
-holder's lease expired, so who led when can be read back and checked.
-"""
+"""The lease verbs: who leads, ``{_id: "lease:<name>", holder, acquired_at, expires_at}``
+in ``metadata``. Every takeover is appended to the bounded ``history`` with the holder it
+replaced and when that lease expired, so who led when can be checked."""
 
 from __future__ import annotations
 
@@ -35,11 +31,8 @@ def acquire_or_renew(
     duration: dt.timedelta,
     margin: dt.timedelta = dt.timedelta(0),
 ) -> Steps[bool]:
-    """Renew the lease if ``holder`` holds it, else take it if free or expired.
-
-    ``now`` is the earliest the time may be (a lease is expired only once that is
-    past it); the lease runs for ``duration`` from the latest, ``now + margin``.
-    """
+    """Renew the lease if ``holder`` holds it, else take it if free or expired by ``now``
+    (the earliest the time may be); it runs ``duration`` from the latest, ``now + margin``."""
     lease_id = f"lease:{name}"
     expires_at = now + margin + duration
     renewed = yield from send(
@@ -63,8 +56,7 @@ def acquire_or_renew(
     expired = current.get("expires_at")
     if isinstance(expired, dt.datetime) and expired > now:
         return False
-    # compare-and-swap on what was read: the history names whom this took over from
-    # and when that lease expired, so one leader at a time can be checked afterwards
+    # compare-and-swap on what was read
     entry = {**taken, "previous_holder": current.get("holder"), "previous_expires_at": expired}
     history = {"$push": {"history": {"$each": [entry], "$slice": -LEASE_HISTORY_LIMIT}}}
     result = yield from send(

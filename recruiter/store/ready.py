@@ -1,12 +1,7 @@
-"""What a ready job is (unlocked and due): the query that finds ready jobs in
-``scheduled``, and the same rule applied to the jobs a change feed told were inserted
-(:class:`Arrivals`). Both forms live here, side by side, held to the same answers by
-``tests/test_arrivals.py``.
-
-The recruiter plans over :class:`Arrivals` only when it knows nothing else is ready
-(:mod:`recruiter.processes.feed_cache`); what it hands out is locked by the same
-conditional update as any job, so a job cancelled meanwhile is never handed out.
-"""
+"""What a ready job is (unlocked and due), twice: the query of ``scheduled``, and the
+same rule over the jobs a change feed told of (:class:`Arrivals`), held to the same
+answers by ``tests/test_arrivals.py``. What is handed out is locked by the same guarded
+update either way, so a job cancelled meanwhile is never handed out."""
 
 from __future__ import annotations
 
@@ -21,19 +16,14 @@ READY_ORDER = {"priority": -1, "scheduled_at": 1}
 """The order ready jobs are handed out in: highest priority first, then oldest due."""
 DUE_ORDER = {"scheduled_at": 1}
 NEW_JOB_FIELDS = ("locked", "scheduled_at", "group", "priority", "workable.class")
-"""The fields of an inserted job that :class:`NewJob` keeps: those the ready query and
-its order read."""
+"""What :class:`NewJob` keeps: the fields the ready query and its order read."""
 
 
 def ready_query(
     now: dt.datetime, group: str | None = None, workables: Collection[str] | None = None
 ) -> Document:
-    """The filter of unlocked jobs due by ``now`` (of ``group``, or any group if None;
-    of these ``workables``, or any if None).
-
-    Finished jobs waiting to be archived have no ``scheduled_at``, so they never match;
-    nor do jobs waiting for others (``waiting_for``, no ``scheduled_at`` yet).
-    """
+    """The filter of unlocked jobs due by ``now`` (of ``group`` and ``workables``, or
+    any); finished and blocked jobs have no ``scheduled_at``."""
     query: Document = {"locked": False, "scheduled_at": {"$lte": now}}
     if group is not None:
         query["group"] = group
@@ -44,7 +34,7 @@ def ready_query(
 
 @dataclass(frozen=True)
 class NewJob:
-    """An inserted job, as the change feed told it: the fields of :data:`NEW_JOB_FIELDS`."""
+    """An inserted job, as the change feed told it (``workable``: its name)."""
 
     id: Any
     locked: Any = None
@@ -52,7 +42,6 @@ class NewJob:
     group: Any = None
     priority: Any = None
     workable: Any = None
-    """The workable's name (``workable.class``)."""
 
     @classmethod
     def of(cls, job_id: Any, fields: Mapping[str, Any]) -> NewJob:
@@ -68,7 +57,7 @@ class NewJob:
 
     @property
     def due(self) -> dt.datetime | None:
-        """When it is due, if it waits to be handed out (unlocked, with a due time)."""
+        """When it is due, if it waits to be handed out."""
         if self.locked is not False or not isinstance(self.scheduled_at, dt.datetime):
             return None
         return aware(self.scheduled_at)
@@ -95,8 +84,8 @@ class NewJob:
 
 
 class Arrivals:
-    """The jobs inserted since the recruiter's last round, answering its reads of ready
-    jobs as the store would if they were the only jobs in ``scheduled``."""
+    """The jobs inserted since the recruiter's last round, read as the store would if
+    they were all of ``scheduled``."""
 
     def __init__(self, jobs: Iterable[NewJob]) -> None:
         self._jobs = sorted({job.id: job for job in jobs}.values(), key=NewJob.order)

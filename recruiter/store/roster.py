@@ -1,11 +1,7 @@
-"""The roster verbs of the store: one document per live worker slot.
-
-A slot's document is written by the slot itself (register, heartbeat, release), by the
-recruiter (assign, only while the slot is available) and by the cleaner (remove, only
-while the slot is still not seen). A round is assigned as one statement per worker, so
-each document and change event carries only its own entry of ``assigned_to``
-(docs/reference/processes.md, ``recruiter run``).
-"""
+"""The roster verbs: one document per live worker slot, written by the slot (register,
+heartbeat, release), the recruiter (assign, while available) and the cleaner (remove,
+while silent). An assignment is one statement per worker, so each document and change
+event carries only its own entry of ``assigned_to``."""
 
 from __future__ import annotations
 
@@ -21,29 +17,27 @@ from recruiter.store.sessions import session_ids
 from recruiter.store.steps import Steps, find, find_one, send, update_each
 
 ROSTER = "roster"
-
 MISSED_BEATS = 3
 """Heartbeats an available worker may miss before it is no longer handed jobs."""
 
 
 @dataclass(frozen=True)
 class Assignment:
-    """The jobs handed to a worker, to run in this order, and the lock token that fences
-    them all: one job, or several handed at once (:doc:`docs/guides/prefetch`)."""
+    """The jobs handed to a worker, in the order to run them (several: prefetch), and the
+    lock token that fences them all."""
 
     job_ids: tuple[Any, ...]
     token: ObjectId
 
     @property
     def job_id(self) -> Any:
-        """The first job (the only one, unless several were handed at once)."""
+        """The first job (the only one, unless prefetched)."""
         return self.job_ids[0]
 
     @classmethod
     def of(cls, worker_id: ObjectId, assigned_to: Any, lock: Any) -> Assignment | None:
-        """The assignment a roster document's (or change event's) fields hold: the
-        worker's own entry of ``assigned_to`` (a job id, or a list of them when several
-        were handed at once) and the lock token of ``assignment``; ``None`` if either is missing."""
+        """The assignment in a roster document's (or change event's) fields: the worker's
+        entry of ``assigned_to`` (an id or a list) and ``assignment``'s token, if both are."""
         if not isinstance(assigned_to, Mapping) or not isinstance(lock, Mapping):
             return None
         jobs, token = assigned_to.get(str(worker_id)), lock.get("token")
@@ -55,8 +49,8 @@ class Assignment:
 
 @dataclass(frozen=True)
 class RanReport:
-    """How many jobs of a group a worker's last assignment ran, and in how many seconds
-    (from each start to its end, writes included): what the recruiter sizes prefetch on."""
+    """How many jobs of a group a worker's last assignment ran, in how many seconds
+    (start to end, writes included): what the recruiter sizes prefetch on."""
 
     group: str
     jobs: int
@@ -88,7 +82,10 @@ class RanReport:
 
 @dataclass(frozen=True)
 class WorkerRecord:
-    """A roster document, as read."""
+    """A roster document, as read. ``ran_for``: the token of the assignment ``ran`` tells
+    of (a report counts once); ``workables``: the digest of its set (``None``: any job);
+    ``sessions``: its transactions' server sessions, which the cleaner kills when it
+    fences it out, so an open transaction releases its locks at once."""
 
     id: ObjectId
     work_on: str
@@ -99,25 +96,15 @@ class WorkerRecord:
     hostname: str | None
     assignment: Assignment | None
     heartbeat_every: dt.timedelta | None = None
-    """How often it said it would heartbeat (workers before this field: unknown)."""
     prefetches: bool = False
-    """It takes several jobs handed at once and runs them in turn (prefetch)."""
     ran: tuple[RanReport, ...] = ()
-    """What its last assignment ran, by group: how long jobs take (see :class:`RanReport`)."""
     ran_for: ObjectId | None = None
-    """The lock token of the assignment ``ran`` tells of: a report is counted once."""
     available_since: dt.datetime | None = None
     workables: str | None = None
-    """The digest of the set of workables it can run (:mod:`recruiter.store.workables`);
-    ``None``: a worker from before routing, handed any job."""
     sessions: tuple[Document, ...] = ()
-    """The ids of the server sessions its transactional attempts run in (well-formed
-    ones only): what the cleaner kills when it fences it out, so that a transaction it
-    left open releases its locks at once (:mod:`recruiter.store.sessions`)."""
 
     def silent_at(self, now: dt.datetime) -> bool:
-        """Whether it missed :data:`MISSED_BEATS` of its heartbeats by ``now``: perhaps
-        dead, and no worker to hand a job to (the cleaner will tell)."""
+        """Whether it missed :data:`MISSED_BEATS` heartbeats by ``now``: hand it no job."""
         if self.last_seen_at is None or self.heartbeat_every is None:
             return False
         return self.last_seen_at < now - self.heartbeat_every * MISSED_BEATS
@@ -156,8 +143,7 @@ class WorkerRecord:
 
 
 def _stored_jobs(jobs: Any) -> Any:
-    """A worker's entry of ``assigned_to``: a job id, or a list of the several jobs it is
-    handed at once (a job alone is stored as its id)."""
+    """A worker's entry of ``assigned_to``: a job alone as its id, several as a list."""
     if isinstance(jobs, list | tuple):
         return jobs[0] if len(jobs) == 1 else list(jobs)
     return jobs
@@ -178,10 +164,7 @@ def register_worker(
     workables: str | None = None,
     sessions: Sequence[Document] = (),
 ) -> Steps[ObjectId]:
-    """Add an available worker that heartbeats every ``heartbeat_every`` (and takes
-    several jobs at once, if ``prefetch``; only the workables of the set whose digest
-    is ``workables``, if given, see :mod:`recruiter.store.workables`; its transactions
-    run in the server sessions ``sessions``, see :class:`WorkerRecord`); return its id."""
+    """Add an available worker (see :class:`WorkerRecord`); return its id."""
     worker_id = ObjectId()
     beats = {} if heartbeat_every is None else {"heartbeat_ms": _millis(heartbeat_every)}
     document = {
@@ -213,9 +196,8 @@ def register_holder(
     heartbeat_every: dt.timedelta | None = None,
     sessions: Sequence[Document] = (),
 ) -> Steps[ObjectId]:
-    """Add a worker that already holds ``job_id`` (locked with ``token``) and never
-    takes assignments: a manual run in another process, which heartbeats like a
-    worker, so the cleaner takes its job back if it dies (and kills its ``sessions``)."""
+    """Add a worker that holds ``job_id`` (locked with ``token``) and takes no assignment:
+    a manual run, which heartbeats so the cleaner takes its job back if it dies."""
     worker_id = ObjectId()
     beats = {} if heartbeat_every is None else {"heartbeat_ms": _millis(heartbeat_every)}
     document = {
@@ -278,8 +260,7 @@ def workers() -> Steps[list[WorkerRecord]]:
 
 
 def available_workers() -> Steps[list[WorkerRecord]]:
-    """Workers waiting for a job, longest waiting first (all of them in one reply, up
-    to 16 MB)."""
+    """Workers waiting for a job, longest waiting first, in one reply."""
     order = [("available_since", 1)]
     found = yield from find(ROSTER, {"available": True}, sort=order, batch_size=ONE_REPLY)
     return [WorkerRecord.from_document(d) for d in found]
@@ -288,11 +269,8 @@ def available_workers() -> Steps[list[WorkerRecord]]:
 def assign(
     jobs_by_worker: Mapping[ObjectId, Any], token: ObjectId, now: dt.datetime
 ) -> Steps[set[ObjectId]]:
-    """Hand each worker its job, or its jobs (a list, prefetched, in the order to run
-    them), in one command, if it is still available.
-
-    Returns the workers actually assigned: one that retired meanwhile is not.
-    """
+    """Hand each worker still available its job, or jobs (a list, in order), in one
+    command; return the workers assigned."""
     if not jobs_by_worker:
         return set()
     workers = list(jobs_by_worker)
@@ -319,8 +297,7 @@ def assign(
 def release_worker(
     worker_id: ObjectId, token: ObjectId, now: dt.datetime, ran: Sequence[RanReport] = ()
 ) -> Steps[bool]:
-    """Make the worker available again after the job (or jobs) it was assigned with
-    ``token``, recording what it ran (:class:`RanReport`)."""
+    """Make the worker assigned with ``token`` available again, recording what it ran."""
     result = yield from send(ROSTER, "update_one", *_release(worker_id, token, now, ran))
     return bool(result.modified_count == 1)
 
@@ -328,8 +305,7 @@ def release_worker(
 def release_workers(
     releases: Sequence[tuple[ObjectId, ObjectId, dt.datetime, Sequence[RanReport]]],
 ) -> Steps[int]:
-    """:func:`release_worker` for several (a worker process's slots), in one command:
-    how many were made available."""
+    """:func:`release_worker` for several, in one command: how many were released."""
     return (yield from update_each(ROSTER, [_release(*release) for release in releases]))
 
 
@@ -348,8 +324,8 @@ def dead_workers(seen_before: dt.datetime) -> Steps[list[WorkerRecord]]:
 def remove_worker_if_dead(
     worker_id: ObjectId, seen_before: dt.datetime
 ) -> Steps[WorkerRecord | None]:
-    """Remove the worker only if it has still not been seen since ``seen_before``;
-    return it as it was when removed (what it held then is what to take back)."""
+    """Remove the worker if still not seen since ``seen_before``; return it as removed
+    (what it held is what to take back)."""
     silent = {"_id": worker_id, "last_seen_at": {"$lt": seen_before}}
     removed = yield from send(ROSTER, "find_one_and_delete", silent)
     return None if removed is None else WorkerRecord.from_document(removed)
@@ -369,7 +345,6 @@ def held_tokens() -> Steps[set[ObjectId]]:
 def _release(
     worker_id: ObjectId, token: ObjectId, now: dt.datetime, ran: Sequence[RanReport]
 ) -> tuple[Document, Document]:
-    """The release of a worker assigned with ``token``: its filter and update."""
     fields: Document = {"available": True, "available_since": now, "last_seen_at": now}
     # a new report each time, if empty: an old one is never counted twice
     fields.update(ran=[report.to_document() for report in ran], ran_for=token)

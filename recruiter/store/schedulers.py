@@ -1,18 +1,10 @@
-"""The scheduler verbs of the store: ``schedulers``, one document per repeatable job.
+"""The scheduler verbs: ``schedulers``, one document per repeatable job.
 
-Creating an occurrence takes three writes, so that a crash at any point neither loses
-nor doubles it:
-
-1. :meth:`claim_occurrence` moves ``next_at`` on, conditional on it still being the
-   occurrence's time, and records the occurrence as ``pending`` with the id its job
-   will have: from here the occurrence is owned;
-2. :meth:`insert_occurrence` inserts the job with that id (a second insert is refused
-   by ``_id``);
-3. :meth:`settle_occurrence` clears ``pending`` and records the occurrence as the last.
-
-A leader that finds a pending occurrence inserts the job unless :meth:`job_exists`,
-then settles it. The archive inserts a job's copy before deleting it, so reading
-``scheduled`` then ``archived`` cannot miss it.
+An occurrence takes three writes, so a crash neither loses nor doubles it:
+:func:`claim_occurrence` moves ``next_at`` on if unchanged and records the occurrence
+``pending`` with its job's id; :func:`insert_occurrence` inserts that job (once, by
+``_id``); :func:`settle_occurrence` records it as the last. A leader that finds one
+pending inserts its job unless :func:`~recruiter.store.jobs.job_exists`, then settles it.
 """
 
 from __future__ import annotations
@@ -27,7 +19,7 @@ from bson import ObjectId
 from pymongo.errors import DuplicateKeyError
 
 from recruiter.repeating.timing import DEFAULT_MISSED, MISSED_RULES, Missed
-from recruiter.store.base import ARCHIVED, SCHEDULED, Document, aware
+from recruiter.store.base import SCHEDULED, Document, aware
 from recruiter.store.steps import Steps, find, find_one, send
 
 SCHEDULERS = "schedulers"
@@ -44,23 +36,22 @@ class Occurrence:
 
 @dataclass(frozen=True)
 class SchedulerRecord:
-    """A scheduler's document, as read (its schedule and job still as BSON data)."""
+    """A scheduler's document, as read (its schedule and job as BSON data). ``missed``
+    is the default for one stored before there were rules; ``broken`` says why the
+    recruiter parked it; ``paused_at``, when an operator paused it."""
 
     urn: str
     job: Mapping[str, Any]
     schedule: Mapping[str, Any]
     unique: bool
     missed: Missed
-    """Its catch-up rule; the default for a scheduler stored before there were any."""
     next_at: dt.datetime | None
     pending: Occurrence | None
     last: Occurrence | None
     created: int
     skipped: int
     broken: str | None
-    """Why the recruiter parked it (its schedule could not be read), if it did."""
     paused_at: dt.datetime | None = None
-    """When an operator paused it: it creates nothing until resumed."""
 
     @classmethod
     def from_document(cls, document: Mapping[str, Any]) -> SchedulerRecord:
@@ -99,12 +90,9 @@ def _count(value: Any) -> int:
 
 
 def due_schedulers(now: dt.datetime) -> Steps[list[SchedulerRecord]]:
-    """Schedulers with an occurrence due by ``now``, or one left pending by a crash.
-
-    Two reads, each on its index (``pending_at``, sparse, then ``next_at``), rather
-    than one ``$or``, which a server may answer by a scan. A scheduler in both is read
-    twice and kept as read last; every write to it checks its state again anyway.
-    """
+    """Schedulers with an occurrence due by ``now`` or left pending by a crash: two reads,
+    each on its index, not one ``$or`` a server may answer by a scan (one in both is kept
+    as read last: every write checks its state again)."""
     found: dict[Any, Document] = {}
     for query in ({"pending.at": {"$exists": True}}, {"next_at": {"$lte": now}}):
         found.update(
@@ -136,15 +124,13 @@ def park_scheduler(urn: str, at: dt.datetime, reason: str) -> Steps[bool]:
 
 def skip_occurrences(urn: str, at: dt.datetime, following: dt.datetime, count: int) -> Steps[bool]:
     """Move on from ``at`` to ``following`` without creating the ``count`` occurrences
-    in between (the scheduler is unique and its last job still runs, or they were
-    missed and only the latest is created)."""
+    between (unique and its last job still runs, or missed)."""
     skipped = {"$set": {"next_at": following}, "$inc": {"skipped": count}}
     return (yield from _move_on(urn, at, skipped))
 
 
 def _move_on(urn: str, at: dt.datetime, update: Document) -> Steps[bool]:
-    """Apply ``update`` to the scheduler if its next occurrence is still ``at`` and none
-    is pending: whoever moves a scheduler on from an occurrence, once."""
+    """Apply ``update`` if the next occurrence is still ``at`` and none is pending."""
     due = {"_id": urn, "next_at": at, "pending": {"$exists": False}}
     result = yield from send(SCHEDULERS, "update_one", due, update)
     return bool(result.modified_count == 1)
@@ -157,14 +143,6 @@ def insert_occurrence(document: Document) -> Steps[bool]:
     except DuplicateKeyError:
         return False
     return True
-
-
-def job_exists(job_id: Any) -> Steps[bool]:
-    """Whether the job is in ``scheduled`` or ``archived`` (read in that order)."""
-    for collection in (SCHEDULED, ARCHIVED):
-        if (yield from find_one(collection, {"_id": job_id}, {"_id": 1})) is not None:
-            return True
-    return False
 
 
 def job_unfinished(job_id: Any) -> Steps[bool]:
@@ -202,13 +180,9 @@ def upsert_scheduler(
     now: dt.datetime,
     session: Any = None,
 ) -> Steps[bool]:
-    """Create the scheduler ``urn``, or change it; return whether it was new.
-
-    Its counts and last occurrence are kept. A changed schedule starts again at
-    ``first_at``; an unchanged one keeps its ``next_at``. In the application's
-    transaction ``session``, it is tried once: a pause meanwhile is a write conflict,
-    for its ``with_transaction`` to retry.
-    """
+    """Create or change the scheduler ``urn`` (counts and last occurrence kept; a changed
+    schedule starts again at ``first_at``); whether it was new. In the application's
+    transaction ``session``, tried once: a pause meanwhile is a write conflict to retry."""
     fields = {"job": job, "unique": unique, "missed": missed, "updated_at": now}
     for _ in range(1 if session is not None else UPSERT_TRIES):
         try:
@@ -278,11 +252,8 @@ def scheduler_records() -> Steps[list[SchedulerRecord]]:
 
 
 def pause_scheduler(urn: str, now: dt.datetime) -> Steps[bool]:
-    """Stop ``urn`` from being due (its occurrences are not created) if it runs.
-
-    Its ``next_at`` goes: an occurrence read as due but not yet claimed is not
-    created, since a claim names the ``next_at`` it read. One left pending by a
-    crash is still completed (it was claimed before the pause)."""
+    """Stop ``urn`` from being due: its ``next_at`` goes, so an occurrence read as due is
+    not claimed (one left pending by a crash is still completed)."""
     result = yield from send(
         SCHEDULERS,
         "update_one",
@@ -293,8 +264,7 @@ def pause_scheduler(urn: str, now: dt.datetime) -> Steps[bool]:
 
 
 def resume_scheduler(urn: str, schedule: Document, next_at: dt.datetime) -> Steps[bool]:
-    """Make the paused ``urn`` due again at ``next_at``, computed from ``schedule``
-    (if it was changed meanwhile, nothing is written: compute again)."""
+    """Make the paused ``urn`` due at ``next_at``, if its schedule is still ``schedule``."""
     result = yield from send(
         SCHEDULERS,
         "update_one",

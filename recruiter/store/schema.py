@@ -1,10 +1,6 @@
-"""The database layout: collections, indexes and the schema version.
-
-The schema version lives in ``metadata`` as ``{_id: "schema", version: N}``. A process
-refuses a database whose version is newer than it knows, and upgrades an older one by
-running each migration in turn; migrations are idempotent, so two processes upgrading
-at once do no harm. Only :mod:`recruiter.store` calls into this module.
-"""
+"""The database layout: indexes and the schema version (``{_id: "schema", version: N}`` in
+``metadata``). A process refuses a newer version and upgrades an older one by each
+migration in turn (idempotent: two processes upgrading at once do no harm)."""
 
 from __future__ import annotations
 
@@ -22,14 +18,11 @@ SCHEMA_VERSION = 2
 SCHEMA_DOCUMENT_ID = "schema"
 
 Migration = Callable[[], Steps[None]]
-"""A migration's steps (:mod:`recruiter.store.steps`): either store can run them."""
 
 INDEXES: Mapping[str, tuple[IndexModel, ...]] = {
     "scheduled": (
-        # the recruiter's ready query for a group: equality on group and locked, then
-        # the order (priority, then oldest due first), with the range on scheduled_at
-        # checked in the index; also the ready groups (distinct on its prefix), and the
-        # locked jobs of limited groups
+        # the ready query of a group, in its order; the ready groups (distinct on its
+        # prefix); the locked jobs of limited groups
         IndexModel(
             [
                 ("group", ASCENDING),
@@ -58,8 +51,6 @@ INDEXES: Mapping[str, tuple[IndexModel, ...]] = {
         IndexModel([("queued_key", ASCENDING)], name="queued_key", unique=True, sparse=True),
     ),
     "dedup": (
-        # what ran lately is forgotten after a week: a forgotten run only means a
-        # possible duplicate runs, never that a job is skipped
         IndexModel(
             [("recorded_at", ASCENDING)],
             name="forget",
@@ -88,9 +79,8 @@ INDEXES: Mapping[str, tuple[IndexModel, ...]] = {
         IndexModel([("why", ASCENDING), ("archived_at", ASCENDING)], name="why_archived_at"),
         IndexModel([("tags", ASCENDING)], name="tags", sparse=True),
         IndexModel([("batch", ASCENDING), ("why", ASCENDING)], name="batch", sparse=True),
-        # the operator's listing of one workable's jobs, newest first: one range of it
-        # however few of the archive's jobs are that workable's (written once a job, in
-        # the cleaner's batches; scheduled has none: its writes are the hot path)
+        # a listing of one workable's jobs, newest first (not in scheduled: its writes
+        # are the hot path)
         IndexModel([("workable.class", ASCENDING), ("_id", ASCENDING)], name="workable"),
     ),
 }
@@ -102,11 +92,8 @@ def _initial() -> Steps[None]:
 
 
 def _priorities() -> Steps[None]:
-    """Version 2: jobs have a priority (0 unless given), and the ready index orders by it.
-
-    A job without one would sort below every priority, so each gets 0; the old ready
-    index, replaced by ``ready_by_priority``, is dropped.
-    """
+    """Version 2: every job gets a priority (0), and ``ready_by_priority`` replaces the
+    old ready index."""
     yield from send(
         "scheduled", "update_many", {"priority": {"$exists": False}}, {"$set": {"priority": 0}}
     )
@@ -129,10 +116,8 @@ def ensure_ready(
 
 
 def check_schema(target: int = SCHEMA_VERSION) -> Steps[None]:
-    """Raise :class:`SchemaTooNew` if the database was upgraded past ``target`` since
-    this process started: it would go on writing documents of the old layout.
-    Long-lived processes and producers call it now and then
-    (:class:`recruiter.schema_check.SchemaCheck`), and stop."""
+    """Raise :class:`SchemaTooNew` if the database was upgraded past ``target`` since this
+    process started (:class:`recruiter.schema_check.SchemaCheck`)."""
     document = yield from send("metadata", "find_one", {"_id": SCHEMA_DOCUMENT_ID}, {"version": 1})
     found = None if document is None else document.get("version")
     if isinstance(found, int) and not isinstance(found, bool) and found > target:

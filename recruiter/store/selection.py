@@ -1,10 +1,6 @@
-"""Jobs selected by what an operator filters on: a state, a group, a workable, a tag,
-when they finished. The operator's views (``recruiter.monitoring.listing``) read jobs through these
-verbs only: the MongoDB filter of each state is here, beside the indexes it uses.
-
-Both collections are read (a finished job waits in ``scheduled`` until the cleaner
-moves it), each on its ``_id`` index, newest first, at most ``limit`` each.
-"""
+"""Jobs selected by what an operator filters on (a state, a group, a workable, a tag,
+when they finished): the operator's views read jobs through these verbs only. Both
+collections are read, newest first, at most ``limit`` each."""
 
 from __future__ import annotations
 
@@ -22,24 +18,21 @@ from recruiter.store.base import Document
 from recruiter.store.steps import Steps, find
 
 FAILED_WHYS = [str(why) for why in FAILED]
-"""The reasons a job failed for good."""
 
 
 @dataclass(frozen=True)
 class Selection:
-    """Which jobs to read; every field optional (``None``: any)."""
+    """Which jobs to read (``None``: any): of a :data:`recruiter.states.STATES`, finished
+    at ``finished_after`` or later, created before the job ``created_before`` (a page
+    after it), ``not_retried`` yet."""
 
     state: str | None = None
-    """One of :data:`recruiter.states.STATES`."""
     group: str | None = None
     workable: str | None = None
     tag: str | None = None
     finished_after: dt.datetime | None = None
-    """Only jobs that finished at this time or later."""
     created_before: ObjectId | None = None
-    """Only jobs created before this one (a page after it)."""
     not_retried: bool = False
-    """Only jobs not retried yet (``recruiter jobs retry``, the dashboard's retry)."""
 
     def queries(self, now: dt.datetime) -> list[tuple[str, Document]]:
         """Where the selected jobs are, and the filter that finds them there."""
@@ -80,15 +73,12 @@ def _state_queries(state: str | None, now: dt.datetime) -> list[tuple[str, Docum
 def find_selected(
     selection: Selection, now: dt.datetime, limit: int, *, whole: bool = False
 ) -> Steps[list[Job]]:
-    """The newest jobs ``selection`` names (by id, which is creation time), at most
-    ``limit``; not ``whole``: without what a listing does not show (their history,
-    their last attempt's traceback, output and result)."""
+    """The newest ``limit`` jobs ``selection`` names (by id); not ``whole``: without what
+    a listing does not show (:data:`~recruiter.store.analytics.NOT_LISTED`)."""
     found: dict[Any, Job] = {}
     for where, query in selection.queries(now):
-        # the _id index named where the query has no other field: the plan MongoDB
-        # chooses anyway (the only index that gives this order), and the embedded
-        # server then walks it instead of sorting every document in Python
-        # (docs/internals/development.md)
+        # the _id index named where the query has no other field: MongoDB's plan anyway,
+        # and the embedded server then walks it instead of sorting in Python
         hint = [("_id", 1)] if set(query) <= {"_id"} else None
         fields = None if whole else NOT_LISTED
         newest = yield from find(where, query, fields, sort=[("_id", -1)], limit=limit, hint=hint)
@@ -99,8 +89,7 @@ def find_selected(
 
 
 def latest_failures(limit: int) -> Steps[list[Job]]:
-    """The jobs that failed for good most lately (by when they were archived, or
-    are about to be), at most ``limit`` of each collection."""
+    """The jobs that failed for good most lately, at most ``limit`` of each collection."""
     failed = {"why": {"$in": FAILED_WHYS}}
     found: dict[Any, Job] = {}
     # finished, not yet moved (newest first by id); moved (on the archive's index)

@@ -11,9 +11,7 @@ from recruiter.store.steps import Hello, Steps
 
 
 def server_time() -> Steps[dt.datetime | None]:
-    """The server's clock now (``hello``'s ``localTime``); ``None`` where the server
-    cannot tell it (mongomock): the time every process decides on
-    (:class:`recruiter.clock.DatabaseClock`)."""
+    """The server's clock now (``None``: mongomock), which every process decides on."""
     local: dt.datetime | None = yield Hello()
     return local
 

@@ -1,13 +1,6 @@
-"""The server sessions of transactional attempts: opened, run in, and killed.
-
-A slot records its session's id in its roster document as it registers, so that a
-take-back can kill the dead slot's sessions and with them the transaction it left
-open (docs/guides/transactions.md, "A worker killed in a transaction").
-
-The transaction primitives here leave the driver's errors as they are (their labels
-tell the caller's loop what to do: :mod:`recruiter.attempts.transaction`); only a
-server without transactions is said in the project's words.
-"""
+"""The server sessions of transactional attempts: opened, run in, and killed by a
+take-back with the transaction a dead slot left open (docs/guides/transactions.md).
+The driver's errors pass as they are: their labels steer the caller's loop."""
 
 from __future__ import annotations
 
@@ -20,17 +13,15 @@ from pymongo.database import Database
 from pymongo.errors import ConfigurationError, PyMongoError
 
 from recruiter.store.base import Document, on_mongomock
+from recruiter.store.failures import has_label, is_transient
 
 UUID_SUBTYPE = 4
-UNKNOWN_COMMIT_RESULT = "UnknownTransactionCommitResult"
-TRANSIENT_TRANSACTION_ERROR = "TransientTransactionError"
 MAX_TIME_EXPIRED = 50
 
 
 def session_id(value: Any) -> Document | None:
-    """``value`` as a server session id (``{"id": <UUID>}``, as drivers make them), or
-    ``None`` if it is not one: a damaged roster document must never widen a kill (an
-    empty ``killSessions`` list kills *every* session of the user)."""
+    """``value`` as a server session id (``{"id": <UUID>}``), or ``None``: a damaged
+    document must never widen a kill (an empty ``killSessions`` kills *every* session)."""
     if not isinstance(value, Mapping) or set(value) != {"id"}:
         return None
     uuid = value["id"]
@@ -47,35 +38,19 @@ def session_ids(values: Any) -> tuple[Document, ...]:
 
 
 def unknown_commit_result(error: BaseException) -> bool:
-    """Whether a failed commit may have landed: commit again (never run the code again),
-    unless the commit ran out of its own time (pymongo's ``with_transaction`` rule)."""
-    return (
-        _has_label(error, UNKNOWN_COMMIT_RESULT)
-        and getattr(error, "code", None) != MAX_TIME_EXPIRED
-    )
-
-
-def transient_transaction_error(error: BaseException) -> bool:
-    """Whether the whole transaction may be run again (a write conflict, an election,
-    a transaction aborted under it, by a kill say)."""
-    return _has_label(error, TRANSIENT_TRANSACTION_ERROR)
-
-
-def _has_label(error: BaseException, label: str) -> bool:
-    has_label = getattr(error, "has_error_label", None)
-    return callable(has_label) and bool(has_label(label))
+    """Whether a failed commit may have landed: commit again, unless it ran out of its
+    own time (pymongo's ``with_transaction`` rule)."""
+    unknown = has_label(error, "UnknownTransactionCommitResult")
+    return unknown and getattr(error, "code", None) != MAX_TIME_EXPIRED
 
 
 class Commit(StrEnum):
-    """How a commit ended."""
+    """How a commit ended: done, its result unknown (commit again: safe), or aborted
+    under it (a write conflict, an election, its session killed: run it again)."""
 
     DONE = "done"
     AGAIN = "again"
-    """Its result is unknown (a lost reply, a write concern not yet satisfied): commit
-    again, which is safe (the server answers for the same transaction)."""
     RUN_AGAIN = "run again"
-    """Aborted under it (a write conflict, an election, its session killed): run the
-    transaction again."""
 
 
 class SessionVerbs:
@@ -84,16 +59,12 @@ class SessionVerbs:
     database: Database[Document]
 
     def open_session(self) -> Any | None:
-        """A server session of this client, for transactions (an opaque handle, to pass
-        back to the verbs below and to the job's code); ``None`` where there are none
-        (mongomock). Opening one sends nothing to the server."""
+        """A server session for transactions (sends nothing); ``None`` where there are
+        none (mongomock, a deployment without sessions)."""
         try:
-            session = self.database.client.start_session()
-        except NotImplementedError:  # mongomock
+            return self.database.client.start_session()
+        except (NotImplementedError, ConfigurationError):
             return None
-        except ConfigurationError:  # a deployment without sessions
-            return None
-        return session
 
     def session_id_of(self, session: Any) -> Document:
         """The id of ``session`` (an ``lsid``), as the cleaner will kill it."""
@@ -106,46 +77,36 @@ class SessionVerbs:
         session.end_session()
 
     def begin_transaction(self, session: Any) -> None:
-        """Start a transaction in ``session``, its writes acknowledged as all the
-        store's are. Nothing is sent until the first operation in it."""
-        if (
-            session.in_transaction
-        ):  # left open by an attempt cut short: a slot's session outlives it
+        """Start a transaction in ``session`` (sent with its first operation), its writes
+        acknowledged as all the store's are."""
+        if session.in_transaction:  # left open by an attempt cut short
             session.abort_transaction()
         session.start_transaction(write_concern=self.database.write_concern)
 
     def commit_transaction(self, session: Any) -> tuple[Commit, str]:
-        """Commit ``session``'s transaction: whether it was, or is to be committed again
-        (its result unknown) or run again (a transient error), with the error's message.
-        Any other error is raised in the project's words (as by every verb)."""
+        """Commit ``session``'s transaction: how (:class:`Commit`), with the error's
+        message; any other error is raised in the project's words."""
         try:
             session.commit_transaction()
         except PyMongoError as error:
             message = str(error).split(", full error:", 1)[0][:500]
             if unknown_commit_result(error):
                 return Commit.AGAIN, message
-            if transient_transaction_error(error):
+            if is_transient(error):
                 return Commit.RUN_AGAIN, message
             raise
         return Commit.DONE, ""
 
     def abort_transaction(self, session: Any) -> None:
-        """Abort ``session``'s transaction, if one is open (best effort: the server
-        aborts it anyway when it is found dead or killed)."""
+        """Abort ``session``'s transaction, if one is open."""
         if session.in_transaction:
             session.abort_transaction()
 
     def kill_sessions(self, lsids: Sequence[Document]) -> bool:
-        """End the server sessions ``lsids`` (``killSessions``): their open transactions
-        are aborted and their locks released at once. Only well-formed ids are sent,
-        and nothing when none is (an empty list would kill every session).
-
-        Returns whether the command was sent and accepted; ``False`` on mongomock, which
-        has no sessions. A server that refuses it (no such command, a user without the
-        privilege) raises :class:`~recruiter.errors.WriteRejected`, one that does not
-        answer :class:`~recruiter.errors.DatabaseUnavailable`: the caller logs and goes on.
-        On MongoDB with access control a user kills only its own sessions (the cleaner
-        must connect as the workers' user, or have ``killAnySession``)."""
+        """End the server sessions ``lsids`` (``killSessions``), aborting their
+        transactions and releasing their locks; only well-formed ids, and nothing for
+        none (an empty list kills every session). Whether it was sent (not on mongomock).
+        With access control a user kills only its own sessions (or needs ``killAnySession``)."""
         valid = [lsid for lsid in map(session_id, lsids) if lsid is not None]
         if not valid or on_mongomock(self.database.roster):
             return False

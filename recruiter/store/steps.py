@@ -1,12 +1,7 @@
-"""The store's work as steps, sans I/O: one implementation, two ways to send it.
-
-A verb is a generator that yields what to send (:class:`Send`, :class:`Find`, a
-``hello``) and is sent back what the database answered (or has the driver's error
-thrown into it); it performs no I/O. The synchronous store drives it by calling pymongo
-(:func:`drive`), the asyncio one by awaiting pymongo's asyncio client, so the documents
-written are the same by construction. Logic above the store yields a :class:`Call` of a
-verb's steps and a :class:`Sleep` where it waits (docs/internals/development.md,
-"Adding a store verb").
+"""The store's work as steps, sans I/O: a verb yields what to send and is sent back the
+answer (or has the driver's error thrown in); :func:`drive` sends it with pymongo, the
+asyncio store awaits it, so both write the same (docs/internals/development.md, "Adding
+a store verb"). Logic above the store yields :class:`Call` and :class:`Sleep`.
 
 >>> def answer() -> Steps[int]:
 ...     found = yield Find("scheduled", {"_id": 1})
@@ -34,8 +29,7 @@ P = ParamSpec("P")
 
 @dataclass(frozen=True)
 class Send:
-    """Call ``method`` of ``collection`` with these arguments; answered with what the
-    driver returns (an ``UpdateResult``, a document, ``None``...)."""
+    """Call ``method`` of ``collection``; answered with what the driver returns."""
 
     collection: str
     method: str
@@ -68,9 +62,7 @@ class Aggregate:
 
 @dataclass(frozen=True)
 class UpdateEach:
-    """Apply each ``(filter, update)`` of ``statements`` to the one document it matches,
-    in one command (in order if ``ordered``); answered with how many were modified
-    (:func:`recruiter.store.base.update_each`)."""
+    """:func:`recruiter.store.base.update_each`; answered with how many were modified."""
 
     collection: str
     statements: list[tuple[Document, Any]]
@@ -79,8 +71,7 @@ class UpdateEach:
 
 @dataclass(frozen=True)
 class UpdateIds:
-    """Apply ``update`` to each document of ``ids`` that ``filter`` matches, in one
-    command; answered with how many were modified (:func:`recruiter.store.base.update_ids`)."""
+    """:func:`recruiter.store.base.update_ids`; answered with how many were modified."""
 
     collection: str
     ids: list[Any]
@@ -90,14 +81,12 @@ class UpdateIds:
 
 @dataclass(frozen=True)
 class Hello:
-    """Ask the server's ``hello``; answered with its ``localTime`` (``None`` where the
-    server cannot tell it: mongomock)."""
+    """Ask the server's ``hello``; answered with its ``localTime`` (``None``: mongomock)."""
 
 
 @dataclass(frozen=True)
 class Call:
-    """Run the verb ``verb`` (a function returning its steps) on the store at hand;
-    answered with what it returns."""
+    """Run the verb ``verb`` on the store at hand; answered with what it returns."""
 
     verb: Callable[..., Steps[Any]]
     args: tuple[Any, ...] = ()
@@ -106,24 +95,21 @@ class Call:
 
 @dataclass(frozen=True)
 class Sleep:
-    """Wait ``seconds`` (the synchronous side on its clock, the asyncio side yielding
-    to the event loop)."""
+    """Wait ``seconds`` (the asyncio side yielding to the event loop)."""
 
     seconds: float
 
 
 CollectionStep = Send | Find | Aggregate | UpdateEach | UpdateIds
-"""A step answered by one collection."""
 Step = CollectionStep | Hello | Call | Sleep
 Steps = Generator[Step, Any, T]
-"""A generator of steps answered with the database's replies, returning a ``T``."""
+"""Steps answered with the database's replies, returning a ``T``."""
 
 
 def send(
     collection: str, method: str, *args: Any, session: Any = None, **options: Any
 ) -> Steps[Any]:
-    """The answer to :class:`Send` (a ``session`` only passed when given: mongomock's
-    methods know none)."""
+    """The answer to :class:`Send` (``session`` passed only when given: mongomock knows none)."""
     if session is not None:
         options["session"] = session
     return (yield Send(collection, method, args, options))
@@ -163,8 +149,7 @@ def aggregate(collection: str, pipeline: list[Document], **options: Any) -> Step
 def update_each(
     collection: str, statements: Sequence[tuple[Document, Any]], *, ordered: bool = False
 ) -> Steps[int]:
-    """The answer to :class:`UpdateEach`: how many documents were modified (0 for no
-    statement, without a command)."""
+    """The answer to :class:`UpdateEach` (0 without a command for no statement)."""
     if not statements:
         return 0
     modified: int = yield UpdateEach(collection, list(statements), ordered)
@@ -185,8 +170,7 @@ def sleep(seconds: float) -> Steps[None]:
 def update_ids(
     collection: str, ids: Sequence[Any], filter: Mapping[str, Any], update: Document
 ) -> Steps[int]:
-    """The answer to :class:`UpdateIds`: how many documents were modified (0 for no
-    id, without a command)."""
+    """The answer to :class:`UpdateIds` (0 without a command for no id)."""
     if not ids:
         return 0
     modified: int = yield UpdateIds(collection, list(ids), filter, update)
@@ -217,8 +201,8 @@ def local_time(reply: Mapping[str, Any]) -> dt.datetime | None:
 
 
 def collection_of(database: Any, verbs: object, name: str) -> Any:
-    """The collection ``name``: the store's own attribute of that name when it has one
-    (the one its other verbs use, and a test may stand in for), else the database's."""
+    """The store's attribute ``name`` when it has one (a test may stand in for it), else
+    the database's collection."""
     collection = getattr(verbs, name, None) if verbs is not None else None
     return database[name] if collection is None else collection
 
@@ -229,10 +213,8 @@ def drive(
     verbs: Any = None,
     sleep: Callable[[float], None] | None = None,
 ) -> T:
-    """Run ``steps`` synchronously on ``database`` (pymongo's or mongomock's): each step
-    sent, its answer (or the driver's error) sent back. A :class:`Call` goes to
-    ``verbs`` (the store's :meth:`~recruiter.store.Store.call`), a :class:`Sleep` to
-    ``sleep`` (a clock's)."""
+    """Run ``steps`` on ``database`` (pymongo's or mongomock's), sending back each answer
+    or error; a :class:`Call` goes to ``verbs.call``, a :class:`Sleep` to ``sleep``."""
     answer: Any = None
     error: BaseException | None = None
     while True:

@@ -1,10 +1,5 @@
-"""Every verb of the store, written as steps (:mod:`recruiter.store.steps`) and declared
-once here: :class:`Verb` makes each a method of the synchronous store (returning its
-result) and, for the producer's, of the asyncio one (returning an awaitable), run
-through the store's ``call``, which translates the driver's errors, but leaves them as
-they are in the application's transaction (a ``session`` given) for its
-``with_transaction``.
-"""
+"""Every verb of the store, declared once: :class:`Verb` makes its steps a method of the
+synchronous store and, for the producer's, of the asyncio one, run through ``store.call``."""
 
 from __future__ import annotations
 
@@ -36,8 +31,7 @@ T = TypeVar("T")
 
 
 class Verb(Generic[P, T]):
-    """A store method declared by the verb's ``steps``: ``store.verb(...)`` is
-    ``store.call(steps, ...)``, typed as ``steps`` is."""
+    """``store.verb(...)`` is ``store.call(steps, ...)``, typed as ``steps`` is."""
 
     def __init__(self, steps: Callable[P, Steps[T]]) -> None:
         self.steps = steps
@@ -108,9 +102,8 @@ class StepVerbs:
 
 
 class SyncVerbs(StepVerbs):
-    """The verbs as the synchronous :class:`~recruiter.store.Store` has them: each
-    returns its result. Those of the long-running processes (worker, recruiter,
-    cleaner, which are synchronous) and of the operator's views are here only."""
+    """The verbs only the synchronous :class:`~recruiter.store.Store` has: the processes'
+    and the operator's views'."""
 
     # attempts: a job locked, started, ended
     lock_jobs = Verb(attempts.lock_jobs)
@@ -168,7 +161,7 @@ class SyncVerbs(StepVerbs):
     park_scheduler = Verb(schedulers.park_scheduler)
     skip_occurrences = Verb(schedulers.skip_occurrences)
     insert_occurrence = Verb(schedulers.insert_occurrence)
-    job_exists = Verb(schedulers.job_exists)
+    job_exists = Verb(jobs.job_exists)
     job_unfinished = Verb(schedulers.job_unfinished)
     settle_occurrence = Verb(schedulers.settle_occurrence)
     # the cleaner: the archive, blocked jobs, recoveries
@@ -193,5 +186,4 @@ class SyncVerbs(StepVerbs):
 
 
 class AwaitedVerbs(StepVerbs):
-    """The verbs as the asyncio :class:`~recruiter.store.async_store.AsyncStore` has
-    them: each returns an awaitable of its result."""
+    """The verbs of :class:`~recruiter.store.async_store.AsyncStore`, each awaitable."""

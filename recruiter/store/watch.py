@@ -1,11 +1,6 @@
-"""The change feeds of the store: being told of a write instead of polling for it.
-
-A worker process follows its own slots' roster documents; the recruiter follows what
-may make a round worth running (docs/reference/processes.md, "Woken, not polling"). A
-feed only wakes a process sooner: every decision is still taken on what it reads or
-writes conditionally, so a missed or stale change costs time, never correctness. A
-server without change streams raises :class:`ChangeStreamsUnavailable` at opening.
-"""
+"""The change feeds: told of a write instead of polling (docs/reference/processes.md,
+"Woken, not polling"). A feed only wakes a process sooner, so a missed change costs time,
+never correctness; a server without change streams raises :class:`ChangeStreamsUnavailable`."""
 
 from __future__ import annotations
 
@@ -29,19 +24,17 @@ from recruiter.store.roster import Assignment
 T = TypeVar("T")
 
 FEED_WAIT_MS = 1000
-"""How long one read of a feed waits on the server for a change before it returns empty."""
-NOT_A_REPLICA_SET = 40573
-"""MongoDB's error code for ``$changeStream`` on a standalone server."""
+"""How long one read of a feed waits on the server for a change."""
+NOT_A_REPLICA_SET = 40573  # $changeStream on a standalone server
 
 
 @dataclass(frozen=True)
 class RosterChange:
-    """A change to one of a worker process's roster documents."""
+    """A change to a worker's roster document: the assignment handed over, or ``None``
+    (removed, or not readable from the change: read it)."""
 
     worker_id: ObjectId
     assignment: Assignment | None
-    """The job handed over, or ``None``: the document changed otherwise (it was
-    removed, or the assignment could not be read from the change): read it."""
 
 
 @translate_methods
@@ -101,14 +94,13 @@ def _roster_change(event: Mapping[str, Any]) -> RosterChange:
 
 @dataclass(frozen=True)
 class WorkChange:
-    """A change that may give the recruiter something to hand out."""
+    """A change that may give the recruiter something to hand out: in ``roster``, the
+    worker made available (``None``: one registered); in ``scheduled``, the job inserted
+    (``None``: one changed otherwise)."""
 
     collection: str
     worker_id: ObjectId | None = None
-    """In ``roster``, the worker made available (``None``: a worker registered)."""
     job: NewJob | None = None
-    """In ``scheduled``, the job inserted, with the fields that say whether it is ready
-    (``None``: a job changed otherwise, rescheduled or put back)."""
 
 
 def _work_change(event: Mapping[str, Any]) -> WorkChange:
@@ -143,9 +135,7 @@ class WatchVerbs:
         return _open(self.roster, match, _roster_change)
 
     def watch_for_work(self) -> ChangeFeed[WorkChange]:
-        """Follow the changes that may give the recruiter something to hand out; each
-        change is told as the collection it was in (and a worker made available, by
-        its id; a job inserted, with the fields that say whether it is ready)."""
+        """Follow the changes that may give the recruiter something to hand out."""
         updated = "updateDescription.updatedFields"
         match = {
             "$or": [
@@ -160,8 +150,7 @@ class WatchVerbs:
                 {"ns.coll": "groups", f"{updated}.changed_at": {"$exists": True}},
             ]
         }
-        # where the change was, and of a new job only what tells whether it is ready
-        # (never its whole document: its parameters may be large)
+        # of a new job only what tells whether it is ready (its parameters may be large)
         keep = {"ns": 1, "documentKey": 1, "operationType": 1}
         keep.update({f"fullDocument.{name}": 1 for name in NEW_JOB_FIELDS})
         return _open(self.database, match, _work_change, keep)

@@ -1,10 +1,6 @@
-"""What workers can run: the sets of workables their slots advertise.
-
-A slot records the digest of its set in its roster document; the names are kept once
-per set in ``metadata`` under ``workables:<digest>``, so a roster document stays small
-(docs/reference/processes.md, "Routing by capability"). A job no live worker can run
-waits, unattempted (:func:`waiting_for_workables`).
-"""
+"""What workers can run: a slot records the digest of its set of workables, the names
+kept once per set in ``metadata`` as ``workables:<digest>`` (docs/reference/processes.md,
+"Routing by capability")."""
 
 from __future__ import annotations
 
@@ -27,27 +23,24 @@ PREFIX = "workables:"
 
 
 def digest_of(names: Iterable[str]) -> str:
-    """The digest a set of workable names is advertised by: of the sorted names as a JSON
-    list, so that two different sets never read as the same text (a name may hold any
-    character, a newline too)."""
+    """The digest of a set of names: of the sorted names as a JSON list, so two sets
+    never read as the same text (a name may hold a newline)."""
     text = json.dumps(sorted(set(names)), ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
 
 
 @dataclass(frozen=True)
 class UnservedWorkable:
-    """Ready jobs of a workable that no live worker advertises."""
+    """Ready jobs of a workable no live worker advertises, waiting ``since``."""
 
     workable: str
     jobs: int
     since: dt.datetime
-    """When the oldest of them fell due: it has waited since."""
 
 
 def record_workables(digest: str, names: Names[str]) -> Steps[None]:
-    """Keep the names of the set ``digest`` (a set never changes: written again, they
-    are the same, and a document damaged meanwhile is repaired)."""
-    # (a duplicate key: recorded by another worker at the same instant, the same names)
+    """Keep the names of the set ``digest`` (written again: the same, or repaired)."""
+    # (a duplicate key: another worker recorded the same names at the same instant)
     with contextlib.suppress(DuplicateKeyError):
         named = {"$set": {"names": sorted(names)}}
         yield from send("metadata", "update_one", {"_id": PREFIX + digest}, named, upsert=True)
@@ -67,10 +60,8 @@ def workables_of(digests: Iterable[str]) -> Steps[dict[str, frozenset[str]]]:
 
 
 def slots_for(workable: str) -> Steps[tuple[int, int]]:
-    """How many worker slots are on the roster (a manual run's holder is none), and
-    how many of them may run ``workable``: those that advertise it, and those that
-    advertise nothing (a worker from before routing takes any job) or a set not
-    recorded (what it holds is unknown)."""
+    """How many worker slots are on the roster (manual runs aside), and how many may run
+    ``workable``: advertising it, nothing (any job) or an unrecorded set (unknown)."""
     slots = yield from find("roster", {"manual": {"$ne": True}}, {"workables": 1})
     digests = [slot.get("workables") for slot in slots]
     sets = yield from workables_of(d for d in digests if isinstance(d, str))
@@ -79,11 +70,8 @@ def slots_for(workable: str) -> Steps[tuple[int, int]]:
 
 
 def workables_run() -> Steps[frozenset[str] | None]:
-    """The workables the worker slots on the roster advertise; None when that does
-    not bound what may run: no worker is registered (every job waits for one), or
-    one advertises nothing (a worker from before routing takes any job) or a set
-    not recorded (what it holds is unknown). A manual run's holder is no worker
-    here: it advertises nothing, and takes no job."""
+    """The workables the worker slots (manual runs aside) advertise; None when that does
+    not bound what runs: no worker, or one advertising nothing or an unrecorded set."""
     workers: Document = {"manual": {"$ne": True}}
     digests = yield from send("roster", "distinct", "workables", workers)
     if not (yield from send("roster", "count_documents", workers, limit=1)):
@@ -100,10 +88,9 @@ def workables_run() -> Steps[frozenset[str] | None]:
 def waiting_for_workables(
     now: dt.datetime, ready: Sequence[ReadyCount] | None = None
 ) -> Steps[list[UnservedWorkable]]:
-    """The ready jobs, by workable, that no worker on the roster can run (none when
-    :func:`workables_run` does not bound what runs). With ``ready`` (from
-    :func:`~recruiter.store.analytics.count_ready`, read for the same moment), from
-    those counts, without reading the ready jobs again."""
+    """The ready jobs, by workable, no worker on the roster can run (none when
+    :func:`workables_run` is None); counted from ``ready`` (of
+    :func:`~recruiter.store.analytics.count_ready`) when given."""
     known = yield from workables_run()
     if known is None:
         return []
@@ -120,7 +107,6 @@ def waiting_for_workables(
 
 
 def _waiting(counts: Iterable[ReadyCount]) -> list[UnservedWorkable]:
-    """Ready counts summed by workable, the longest waiting first."""
     found: dict[str, UnservedWorkable] = {}
     for entry in counts:
         if not isinstance(entry.since, dt.datetime):
