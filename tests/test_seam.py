@@ -8,6 +8,7 @@ attempt is counted once, its history stays whole, nothing runs twice.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -302,14 +303,39 @@ def test_a_dead_workers_job_is_released_even_if_its_removal_lost_its_reply(
 def test_no_store_verb_is_a_generator_whose_reads_would_escape_the_seam() -> None:
     """A generator's body runs after its call returned: the driver's errors raised as
     it is read would reach the caller untranslated (a cleaner's sweep crashed on one
-    during a database restart). Every verb reads what it returns before returning."""
+    during a database restart). Every verb is steps driven to their end by the store's
+    ``call`` before it returns; no other public method of the store is a generator."""
     import inspect
 
     from recruiter.store import Store
+    from recruiter.store.verbs import Verb
 
+    members = {name: inspect.getattr_static(Store, name) for name in dir(Store)}
+    public = {name: member for name, member in members.items() if not name.startswith("_")}
+    verbs = {name: member for name, member in public.items() if isinstance(member, Verb)}
+    assert len(verbs) > 80, "the verbs are read"
+    assert all(inspect.isgeneratorfunction(verb.steps) for verb in verbs.values())
     generators = [
         name
-        for name, verb in inspect.getmembers(Store, inspect.isfunction)
-        if inspect.isgeneratorfunction(inspect.unwrap(verb))
+        for name, member in public.items()
+        if inspect.isfunction(member) and inspect.isgeneratorfunction(inspect.unwrap(member))
     ]
     assert generators == []
+
+
+def test_a_verb_is_read_whole_before_it_returns(queue: Queue) -> None:
+    """A verb's steps run inside the store's ``call``: what it returns is read, and a
+    failure of the read is translated there."""
+    queue.schedule(JobSpec("tests.noop"))
+    calls: list[str] = []
+    real = queue.store.call
+
+    def counted(verb: Any, *arguments: Any, **options: Any) -> Any:
+        calls.append(verb.__name__)
+        return real(verb, *arguments, **options)
+
+    queue.store.call = counted  # type: ignore[method-assign,assignment]
+    found = queue.store.ready_job_ids(queue.clock.now(), None, 10)
+    assert calls == ["ready_job_ids"]
+    assert len(found) == 1
+    assert not inspect.isgenerator(found)

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from recruiter.store.base import Document
+from recruiter.store.base import ARCHIVED, SCHEDULED, Document
 from recruiter.store.ready import ready_query
 from recruiter.store.steps import Steps, aggregate, find, send
 
@@ -148,7 +148,10 @@ def recently_finished(
 
 
 def count_by(collection: str, field: str, query: Mapping[str, Any]) -> Steps[dict[Any, int]]:
-    """How many documents of ``collection`` have each value of ``field``."""
+    """How many documents of ``collection`` (``scheduled`` or ``archived``) have each
+    value of ``field``."""
+    if collection not in (SCHEDULED, ARCHIVED):
+        raise ValueError(f"no job collection named {collection!r}")
     pipeline: list[Document] = [
         {"$match": dict(query)},
         {"$group": {"_id": f"${field}", "count": {"$sum": 1}}},
