@@ -53,7 +53,11 @@ class SystemClock:
     def now(self) -> dt.datetime:
         return to_millis(dt.datetime.now(UTC))
 
-    earliest = latest = now  # known exactly
+    def earliest(self) -> dt.datetime:
+        return self.now()  # known exactly
+
+    def latest(self) -> dt.datetime:
+        return self.now()
 
     def monotonic(self) -> float:
         return time.monotonic()
@@ -77,7 +81,11 @@ class FrozenClock:
     def now(self) -> dt.datetime:
         return self._now
 
-    earliest = latest = now  # known exactly
+    def earliest(self) -> dt.datetime:
+        return self.now()  # known exactly
+
+    def latest(self) -> dt.datetime:
+        return self.now()
 
     def monotonic(self) -> float:
         return (self._now - self._origin).total_seconds()

@@ -358,3 +358,15 @@ def test_a_standby_whose_first_server_time_reading_failed_waits_for_the_lease_to
             standby_holds = False
         taken.append((leader.hold(leader_clock.now()), standby_holds))
     assert taken == [(True, False)] * 10, "the standby never takes the lease of a live leader"
+
+
+def test_a_system_clock_known_exactly_tells_its_own_now_as_earliest_and_latest() -> None:
+    from recruiter.clock import SystemClock
+
+    class Ahead(SystemClock):
+        def now(self) -> dt.datetime:
+            return super().now() + dt.timedelta(hours=1)
+
+    clock = Ahead()
+    assert clock.earliest() - SystemClock().now() > dt.timedelta(minutes=59)
+    assert clock.latest() - SystemClock().now() > dt.timedelta(minutes=59)

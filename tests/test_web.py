@@ -715,3 +715,17 @@ def test_a_known_path_with_another_method_is_405(queue: Queue) -> None:
     reply = client(queue).get(f"/jobs/{job}/cancel")
     assert reply.status_code == 405
     assert client(queue).get("/api/bulk").status_code == 405
+
+
+def test_a_live_fragment_is_a_fragment_wherever_the_dashboard_is_mounted(queue: Queue) -> None:
+    from fastapi import FastAPI
+
+    outer = FastAPI()
+    outer.mount("/recruiter", create_app(queue, WebConfig(token=TOKEN)))
+    browser = TestClient(outer, base_url="http://127.0.0.1")
+    browser.post("/recruiter/login", data={"token": TOKEN})
+    page = browser.get("/recruiter/workers")
+    fragment = browser.get("/recruiter/fragments/workers")
+    assert (page.status_code, fragment.status_code) == (200, 200)
+    assert "<html" in page.text.lower()
+    assert "<html" not in fragment.text.lower()

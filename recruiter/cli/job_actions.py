@@ -229,8 +229,9 @@ def retry_jobs(
             console.print("no failed job matches")
             return
         _confirm("retry", ids, yes)
-        tracked = _tracked(ids, "retrying")
-        retried = sum(queue.recover(job_id, once=True) is not None for job_id in tracked)
+        retried = 0
+        for job_id in _tracked(ids, "retrying"):  # (the bar closed before an error is said)
+            retried += queue.recover(job_id, once=True) is not None
     skipped = f" ({len(ids) - retried} retried already)" if retried < len(ids) else ""
     console.print(f"{counted(retried, 'job')} scheduled again{skipped}")
 

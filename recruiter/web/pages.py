@@ -60,7 +60,7 @@ class LimitsForm(GroupForm):
 
 def _page(request: Request, name: str, **context: Any) -> HTMLResponse:
     """The page ``name``, or only its live part when asked for under ``/fragments/``."""
-    live = request.url.path.startswith("/fragments/")
+    live = request.scope["route"].path.startswith("/fragments/")  # (mounted anywhere)
     return render(request, f"{name}_live.html" if live else f"{name}.html", **context)
 
 
