@@ -39,12 +39,9 @@ T = TypeVar("T")
 
 
 class ProducerMethod(Generic[P, T]):
-    """A method of both queues declared by its ``steps``, typed as ``steps`` is: on
-    :class:`SyncProducer` a function returning its result (:meth:`Store.run`), on
-    :class:`AwaitedProducer` a coroutine function (:meth:`AsyncStore.run`). Both are
-    plain functions with the steps' name, docstring and signature, installed on each
-    class (:func:`_install`), so that ``help()``, ``inspect`` and ``unittest.mock``
-    (``create_autospec``, ``AsyncMock``) see them as any method."""
+    """A method of both queues declared by its ``steps``, typed as they are: installed
+    (:func:`_install`) as a plain function on :class:`SyncProducer`, a coroutine function
+    on :class:`AwaitedProducer`, so that ``help()`` and ``unittest.mock`` see any method."""
 
     def __init__(self, steps: Callable[Concatenate[ProducerAPI, P], Steps[T]]) -> None:
         self.steps = steps
@@ -86,8 +83,7 @@ class ProducerMethod(Generic[P, T]):
 
 
 def _like(method: Callable[..., Any], steps: Callable[..., Any]) -> Callable[..., Any]:
-    """``method`` named, documented and signed as ``steps`` (what it returns is the
-    queue's: the result, or a coroutine of it)."""
+    """``method`` named, documented and signed as ``steps`` (but for what it returns)."""
     functools.update_wrapper(method, steps)
     del method.__wrapped__  # type: ignore[attr-defined]  # (not the steps' generator)
     bare = inspect.signature(steps).replace(return_annotation=inspect.Signature.empty)
