@@ -149,10 +149,6 @@ def _stored_jobs(jobs: Any) -> Any:
     return jobs
 
 
-def _millis(interval: dt.timedelta) -> int:
-    return interval // dt.timedelta(milliseconds=1)
-
-
 def register_worker(
     work_on: str,
     pid: int,
@@ -165,22 +161,13 @@ def register_worker(
     sessions: Sequence[Document] = (),
 ) -> Steps[ObjectId]:
     """Add an available worker (see :class:`WorkerRecord`); return its id."""
-    worker_id = ObjectId()
-    beats = {} if heartbeat_every is None else {"heartbeat_ms": _millis(heartbeat_every)}
-    document = {
-        "_id": worker_id,
-        **beats,
-        **({"prefetch": True} if prefetch else {}),
-        **({"workables": workables} if workables is not None else {}),
-        **({"sessions": list(sessions)} if sessions else {}),
-        "work_on": work_on,
-        "available": True,
-        "available_since": now,
-        "last_seen_at": now,
-        "created_at": now,
-        "pid": pid,
-        "hostname": hostname,
-    }
+    document = _worker(now, pid, hostname, heartbeat_every, sessions)
+    document.update(work_on=work_on, available=True, available_since=now)
+    if prefetch:
+        document["prefetch"] = True
+    if workables is not None:
+        document["workables"] = workables
+    worker_id: ObjectId = document["_id"]
     yield from send(ROSTER, "insert_one", document)
     return worker_id
 
@@ -198,25 +185,31 @@ def register_holder(
 ) -> Steps[ObjectId]:
     """Add a worker that holds ``job_id`` (locked with ``token``) and takes no assignment:
     a manual run, which heartbeats so the cleaner takes its job back if it dies."""
-    worker_id = ObjectId()
-    beats = {} if heartbeat_every is None else {"heartbeat_ms": _millis(heartbeat_every)}
-    document = {
-        "_id": worker_id,
-        **beats,
-        **({"sessions": list(sessions)} if sessions else {}),
-        "work_on": group,
-        "available": False,
-        "manual": True,
-        "assigned_to": {str(worker_id): job_id},
-        "assignment": {"token": token, "since": now},
-        "assigned_since": now,
-        "last_seen_at": now,
-        "created_at": now,
-        "pid": pid,
-        "hostname": hostname,
-    }
+    document = _worker(now, pid, hostname, heartbeat_every, sessions)
+    worker_id: ObjectId = document["_id"]
+    document.update(work_on=group, available=False, manual=True, assigned_since=now)
+    document["assigned_to"] = {str(worker_id): job_id}
+    document["assignment"] = {"token": token, "since": now}
     yield from send(ROSTER, "insert_one", document)
     return worker_id
+
+
+def _worker(
+    now: dt.datetime,
+    pid: int,
+    hostname: str,
+    heartbeat_every: dt.timedelta | None,
+    sessions: Sequence[Document],
+) -> Document:
+    """What every roster document holds: a new id, its process, when it was made and
+    seen, how often it beats, the server sessions of its transactions."""
+    document: Document = {"_id": ObjectId(), "last_seen_at": now, "created_at": now}
+    document.update(pid=pid, hostname=hostname)
+    if heartbeat_every is not None:
+        document["heartbeat_ms"] = heartbeat_every // dt.timedelta(milliseconds=1)
+    if sessions:
+        document["sessions"] = list(sessions)
+    return document
 
 
 def unregister_holder(worker_id: ObjectId, token: ObjectId) -> Steps[bool]:
