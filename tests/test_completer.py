@@ -17,14 +17,14 @@ import pytest
 from bson import ObjectId
 
 from recruiter import FrozenClock, JobSpec, Queue, Registry, RetryManyTimes, retry_statistics
-from recruiter.attempts.completer import UNCLEAR, Completer, GroupCommit, Release, _Waiting
+from recruiter.attempts.completer import UNCLEAR, Completer, GroupCommit, _Waiting
 from recruiter.errors import DatabaseUnavailable, WriteRejected
 from recruiter.execution import Outcome
 from recruiter.processes.prefetch_rule import PrefetchRule
 from recruiter.processes.recruiter import Recruiter, RecruiterConfig
 from recruiter.processes.slot import SlotResult
 from recruiter.processes.worker import WorkerConfig, WorkerProcess
-from recruiter.store import End, Starting, Store
+from recruiter.store import End, Release, Starting, Store
 from tests.commands import wait_for
 from tests.driving import DEAD_AFTER, watching_cleaner, workers
 
@@ -186,15 +186,28 @@ def test_releases_sent_together_each_land_once(queue: Queue, clock: FrozenClock)
     one, two = workers(store, 2, now)
     tokens = {one: ObjectId(), two: ObjectId()}
     for worker_id, token in tokens.items():
-        store.roster.update_one(
-            {"_id": worker_id},
-            {"$set": {"available": False, "assignment": {"token": token, "jobs": []}}},
-        )
+        store.assign({worker_id: f"job-of-{worker_id}"}, token, now)
     completer = Completer(store)
     releases = [Release(w, t, now) for w, t in tokens.items()]
     assert completer._release(releases) == [None, None]
     assert all(record.available for record in store.workers())
-    assert store.release_workers([(r.worker_id, r.token, r.now, r.ran) for r in releases]) == 0
+    assert not store.release_workers(releases), "landed once: a second time matches nothing"
+
+
+def test_the_releases_of_one_process_slots_are_one_statement(
+    queue: Queue, clock: FrozenClock
+) -> None:
+    """Its slots' tokens are all the statement's precondition: one slot taken back (its
+    process removed and registered again) and the whole goes one by one."""
+    store, now = queue.store, clock.now()
+    slots = [ObjectId() for _ in range(3)]
+    process = store.register_worker("*", 1, "here", now, slots=slots)
+    token = ObjectId()
+    store.assign({slot: f"job-{n}" for n, slot in enumerate(slots)}, token, now)
+    releases = [Release(slot, token, now, process=process) for slot in slots]
+    assert store.release_workers(releases)
+    assert [r.available for r in store.workers()] == [True] * 3
+    assert not store.release_workers(releases)
 
 
 # --- a worker's slots ------------------------------------------------------------------

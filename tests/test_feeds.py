@@ -37,6 +37,7 @@ from recruiter.store import (
     WorkChange,
     WorkerRecord,
 )
+from recruiter.store.watch import _roster_changes
 from tests.commands import wait_for
 from tests.driving import finish_held, process
 from tests.factories import job_in_state
@@ -90,8 +91,8 @@ def test_a_worker_is_told_its_assignment_with_the_token_and_its_removal(
         real_store.release_worker(mine, token, now)
         real_store.remove_worker_if_dead(mine, now + dt.timedelta(seconds=1))
         assert changes(feed, 2) == [
-            RosterChange(mine, Assignment(("job-1",), token)),
-            RosterChange(mine, None),
+            [RosterChange(mine, Assignment(("job-1",), token))],
+            [RosterChange(mine, None)],
         ], "its own assignment and its removal; not heartbeats, releases, other workers"
 
 
@@ -494,113 +495,93 @@ def three_slots_assigned(
     return worker, _assignments(queue.store)
 
 
-def counted_gathers(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[list[ObjectId]]:
-    """The slots each read of assignments at once (a gather) asks for, as they come."""
-    reads: list[list[ObjectId]] = []
-    among = store.assignments_among
+def counted_reads(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[ObjectId]:
+    """The slots that read their own entry, as they come."""
+    reads: list[ObjectId] = []
+    find_worker = store.find_worker
 
-    def counted(worker_ids: list[ObjectId]) -> dict[ObjectId, Assignment]:
-        reads.append(worker_ids)
-        return among(worker_ids)
+    def counted(worker_id: ObjectId) -> WorkerRecord | None:
+        reads.append(worker_id)
+        return find_worker(worker_id)
 
-    monkeypatch.setattr(store, "assignments_among", counted)
+    monkeypatch.setattr(store, "find_worker", counted)
     return reads
 
 
-def test_the_second_change_of_a_round_gathers_the_other_slots_assignments_in_one_read(
+def test_one_change_tells_every_slot_a_round_filled_and_none_reads(
     queue: Queue, registry: Registry, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A round assigns three slots of one process; the feed tells one change at a time.
-    The second gathers the third's assignment in one read, before its own change."""
+    """A round fills three slots of one process with one statement: the feed tells it
+    in one change, and each slot runs its job without a read."""
     worker, told = three_slots_assigned(queue, registry, clock)
-    reads = counted_gathers(queue.store, monkeypatch)
-    first, second, third = worker.slots
-    assert first.id is not None
-    assert second.id is not None
-    assert third.id is not None
-    worker._deliver(RosterChange(first.id, told[first.id]))
-    assert reads == [], "the first change of a round: it may be the only one"
-    worker._deliver(RosterChange(second.id, told[second.id]))
-    assert reads == [[third.id]], "one read, for the slot not told yet"
-    assert third._news == told[third.id], "told before its own change came"
-    worker._deliver(RosterChange(third.id, told[third.id]))
-    assert len(reads) == 1, "told already: nothing more to read"
+    reads = counted_reads(queue.store, monkeypatch)
+    worker._deliver([RosterChange(slot_id, each) for slot_id, each in told.items()])
+    assert all(slot._news == told[slot.id] for slot in worker.slots if slot.id is not None)
     assert all(slot.run_once().ran is not None for slot in worker.slots)
-
-
-def test_a_slots_own_change_after_it_ran_what_a_gather_told_it_reads_nothing(
-    queue: Queue, registry: Registry, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Quick jobs: the slots told by a gather run their jobs and are available again
-    before their own changes come; those changes are late news, not a reason to read.
-    And a gather in the window where a slot is available but its release has not landed
-    does not hand it back the assignment it ran."""
-    worker, told = three_slots_assigned(queue, registry, clock)
-    first, second, third = worker.slots
-    assert first.id is not None
-    assert second.id is not None
-    assert third.id is not None
-    reads = counted_gathers(queue.store, monkeypatch)
-    release_worker = queue.store.release_worker
-    second_id = second.id
-
-    def gather_before_release(*arguments: Any) -> bool:
-        # the second slot's own change comes now: the first is available, its release
-        # not landed yet, and it holds the assignment it ran
-        worker._deliver(RosterChange(second_id, told[second_id]))
-        return release_worker(*arguments)
-
-    worker._deliver(RosterChange(first.id, told[first.id]))
-    monkeypatch.setattr(queue.store, "release_worker", gather_before_release)
-    assert first.run_once().ran is not None
-    monkeypatch.setattr(queue.store, "release_worker", release_worker)
-    assert reads == [[first.id, third.id]], "the first slot is available, its release on its way"
-    assert first._news is None, "what it ran is not news"
-    assert third._news == told[third.id]
-    for slot in (second, third):
-        assert slot.run_once().ran is not None
-    worker._deliver(RosterChange(third.id, told[third.id]))
-    assert len(reads) == 1, "its own change came after it ran: late news, no read"
-
-
-def test_a_gather_that_fails_leaves_the_slots_to_their_own_changes(
-    queue: Queue, registry: Registry, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    worker, told = three_slots_assigned(queue, registry, clock)
-
-    def unavailable(worker_ids: list[ObjectId]) -> dict[ObjectId, Assignment]:
-        raise DatabaseUnavailable("no answer (simulated)")
-
-    monkeypatch.setattr(queue.store, "assignments_among", unavailable)
-    for slot in worker.slots:  # no error reaches the feed's watcher
-        assert slot.id is not None
-        worker._deliver(RosterChange(slot.id, told[slot.id]))
-    assert all(slot.run_once().ran is not None for slot in worker.slots)
-
-
-def test_a_slot_assigned_alone_in_its_round_costs_no_read(
-    queue: Queue, registry: Registry, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Jobs arriving one at a time: each round assigns one slot, told by its change."""
-    registry.workable("tests.noop")(lambda: None)
-    worker = process(queue, registry, clock, lambda: None, concurrency=2)
-    for slot in worker.slots:
-        slot.register()
-    reads: list[Any] = []
-
-    def counted(worker_ids: list[ObjectId]) -> dict[ObjectId, Assignment]:
-        reads.append(worker_ids)
-        return {}
-
-    monkeypatch.setattr(queue.store, "assignments_among", counted)
-    for _ in range(3):
-        queue.schedule(JobSpec("tests.noop"))
-        assert Recruiter(queue.store).run_once(clock.now()).assigned == 1
-        ((worker_id, assignment),) = _assignments(queue.store).items()
-        worker._deliver(RosterChange(worker_id, assignment))
-        (slot,) = [s for s in worker.slots if s.id == worker_id]
-        assert slot.run_once().ran is not None
     assert reads == []
+
+
+def test_a_change_telling_the_whole_map_again_is_not_news_to_a_slot_that_ran_it(
+    queue: Queue, registry: Registry, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server may tell a map's every entry at each change (the test server does): a
+    slot told again of the assignment it ran, or runs, takes it as old news."""
+    worker, told = three_slots_assigned(queue, registry, clock)
+    first = worker.slots[0]
+    assert first.id is not None
+    worker._deliver([RosterChange(first.id, told[first.id])])
+    assert first.run_once().ran is not None
+    worker._deliver([RosterChange(slot_id, each) for slot_id, each in told.items()])
+    assert first._news is None, "what it ran is not news"
+
+
+def test_a_change_of_no_assignment_rings_every_slot_to_read(
+    queue: Queue, registry: Registry, clock: FrozenClock
+) -> None:
+    """The process's document removed (declared dead), or a change not readable."""
+    worker, _ = three_slots_assigned(queue, registry, clock)
+    for slot in worker.slots:
+        slot.bell.clear()
+    assert worker.process_id is not None
+    worker._deliver([RosterChange(worker.process_id, None)])
+    assert all(slot.bell.is_set() for slot in worker.slots)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        pytest.param(
+            lambda a, b, t: {
+                f"assigned_to.{a}": "job-a",
+                f"assignment.{a}": {"token": t, "since": 0},
+                f"assigned_to.{b}": ["job-b", "job-c"],
+                f"assignment.{b}": {"token": t, "since": 0},
+                "last_round": t,
+            },
+            id="entry-by-entry (MongoDB)",
+        ),
+        pytest.param(
+            lambda a, b, t: {
+                "assigned_to": {str(a): "job-a", str(b): ["job-b", "job-c"]},
+                "assignment": {str(a): {"token": t}, str(b): {"token": t}},
+                "last_round": t,
+            },
+            id="whole maps (the test server)",
+        ),
+    ],
+)
+def test_a_rounds_change_is_read_as_each_slots_assignment(fields: Any) -> None:
+    a, b, token, process_id = ObjectId(), ObjectId(), ObjectId(), ObjectId()
+    event = {
+        "documentKey": {"_id": process_id},
+        "updateDescription": {"updatedFields": fields(a, b, token)},
+    }
+    assert _roster_changes(event) == [
+        RosterChange(a, Assignment(("job-a",), token)),
+        RosterChange(b, Assignment(("job-b", "job-c"), token)),
+    ]
+    removed = {"documentKey": {"_id": process_id}, "operationType": "delete"}
+    assert _roster_changes(removed) == [RosterChange(process_id, None)]
 
 
 # --- real processes' threads, woken by the real feeds ----------------------------------

@@ -205,9 +205,9 @@ def test_a_round_whose_worker_left_before_assignment_does_not_let_the_next_skip(
     recruiter = Recruiter(store, news=news)
     assign = store.assign
 
-    def retire_then_assign(plan: Any, token: Any, when: Any) -> Any:
+    def retire_then_assign(plan: Any, token: Any, when: Any, processes: Any = None) -> Any:
         assert store.unregister_if_idle(leaving)
-        return assign(plan, token, when)
+        return assign(plan, token, when, processes)
 
     store.assign = retire_then_assign  # type: ignore[assignment]
     assert recruiter.run_once(now).assigned == 1

@@ -130,7 +130,7 @@ def taught_workers(store: Store, count: int, now: dt.datetime, **seconds: float)
     for _ in range(count):
         worker_id = store.register_worker("*", 1, "here", now, prefetch=True)
         ran = [{"group": g, "jobs": 1, "seconds": s} for g, s in seconds.items()]
-        store.roster.update_one({"_id": worker_id}, {"$set": {"ran": ran}})
+        store.roster.update_one({"_id": worker_id}, {"$set": {f"ran.{worker_id}": ran}})
         ids.append(worker_id)
     return ids
 
@@ -212,7 +212,8 @@ def test_named_group_workers_prefetch_jobs_of_their_group(queue: Queue, clock: F
     jobs(queue, 3, group="video")
     (worker,) = [store.register_worker("mail", 1, "here", now, prefetch=True)]
     store.roster.update_one(
-        {"_id": worker}, {"$set": {"ran": [{"group": "mail", "jobs": 2, "seconds": 0.02}]}}
+        {"_id": worker},
+        {"$set": {f"ran.{worker}": [{"group": "mail", "jobs": 2, "seconds": 0.02}]}},
     )
     Recruiter(store, RecruiterConfig(prefetch=RULE)).run_once(now)
     assert prefetched_of(store) == {worker: tuple(mail[:5])}
@@ -237,7 +238,8 @@ def one_worker(queue: Queue, registry: Registry, clock: FrozenClock) -> WorkerPr
     worker.slots[0].register()
     slot_id = worker.slots[0].id
     queue.store.roster.update_one(
-        {"_id": slot_id}, {"$set": {"ran": [{"group": "mail", "jobs": 1, "seconds": 0.01}]}}
+        {"slots": slot_id},
+        {"$set": {f"ran.{slot_id}": [{"group": "mail", "jobs": 1, "seconds": 0.01}]}},
     )
     return worker
 
@@ -621,7 +623,7 @@ def test_unheld_locks_put_a_slots_next_job_back_before_the_running_one_is_taken_
     landed: list[int] = []
 
     def orphan_pass(*statements: Any) -> int:
-        queue.store.roster.delete_one({"_id": slot_id})  # removed; the take-back cut short
+        queue.store.roster.delete_one({"slots": slot_id})  # removed; the take-back cut short
 
         def crashed(*arguments: Any) -> Any:
             if when == "before":

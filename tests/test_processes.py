@@ -8,6 +8,7 @@ import logging
 from typing import Any
 
 import pytest
+from bson import ObjectId
 from pymongo import MongoClient, monitoring
 from pymongo.database import Database
 
@@ -20,6 +21,7 @@ from recruiter import (
     record_output,
     retry_statistics,
 )
+from recruiter.attempts.takeback import Released, release_unheld
 from recruiter.execution import Outcome
 from recruiter.processes.cleaner import Cleaner, CleanerConfig, CleanResult
 from recruiter.processes.leadership import Leadership
@@ -408,26 +410,35 @@ def test_a_standby_says_so_once_and_a_new_leader_says_so(
     ]
 
 
-def test_a_slot_that_crashes_on_a_bug_stops_beating_so_its_job_is_released(
-    queue: Queue, noop_app: Registry, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    "error",
+    [KeyError("a bug"), asyncio.CancelledError("from somewhere in recruiter's own code")],
+    ids=repr,
+)
+def test_a_slot_that_crashes_on_a_bug_leaves_the_roster_and_its_job_is_taken_back(
+    queue: Queue, noop_app: Registry, clock: FrozenClock, error: BaseException
 ) -> None:
+    """Its process heartbeats on for its other slots; the crashed one leaves the roster
+    with what it held, which no one holds then: the unheld-locks pass takes it back."""
     process = WorkerProcess(queue.store, noop_app, clock, WorkerConfig(concurrency=2, watch=False))
     crashed, healthy = process.slots
-    for each in process.slots:
-        each.register()
+    crashed.register()
+    job_id = queue.schedule(JobSpec("tests.noop"))
+    token = ObjectId()
+    assert queue.store.lock_jobs([job_id], token, clock.now()) == [job_id]
+    assert crashed.id is not None
+    assert queue.store.assign({crashed.id: job_id}, token, clock.now())
 
     def bug() -> None:
-        raise KeyError("a bug")
+        raise error
 
-    monkeypatch.setattr(crashed, "run_once", bug)
+    crashed.run_once = bug  # type: ignore[method-assign,assignment]
     process._serve(crashed)  # logs the traceback, returns instead of raising
     clock.advance(5)
     process.beat()
-    seen = {w.id: w.last_seen_at for w in queue.store.workers()}
-    assert seen == {
-        healthy.id: clock.now(),
-        crashed.id: clock.now() - dt.timedelta(seconds=5),  # the cleaner will declare it dead
-    }
+    assert {w.id: w.last_seen_at for w in queue.store.workers()} == {healthy.id: clock.now()}
+    assert release_unheld(queue.store, clock.now(), "test") == {Released.REQUEUED: 1}
+    assert not queue.job(job_id).locked
 
 
 def test_output_too_large_to_record_is_dropped_and_the_job_still_finishes(
@@ -467,28 +478,6 @@ def test_a_job_raising_a_base_exception_fails_through_its_policy(
     job = queue.job(job_id)
     assert (job.locked, job.attempts) == (False, 1)
     assert queue.store.find_worker(worker.id).available  # type: ignore[arg-type, union-attr]
-
-
-def test_a_slot_stopped_by_a_base_exception_stops_beating(
-    queue: Queue, noop_app: Registry, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    process = WorkerProcess(queue.store, noop_app, clock, WorkerConfig(concurrency=2, watch=False))
-    crashed, healthy = process.slots
-    for each in process.slots:
-        each.register()
-
-    def bug() -> None:
-        raise asyncio.CancelledError("from somewhere in recruiter's own code")
-
-    monkeypatch.setattr(crashed, "run_once", bug)
-    process._serve(crashed)
-    clock.advance(5)
-    process.beat()
-    seen = {w.id: w.last_seen_at for w in queue.store.workers()}
-    assert seen == {
-        healthy.id: clock.now(),
-        crashed.id: clock.now() - dt.timedelta(seconds=5),  # the cleaner will see it
-    }
 
 
 def test_a_worker_that_died_idle_is_not_handed_the_next_job(

@@ -98,7 +98,7 @@ def test_a_worker_stops_once_a_newer_recruiter_upgraded_the_database(
 def test_the_reads_that_decide_take_backs_are_indexed(database: Database[Any]) -> None:
     Store(database).ensure_ready()
     assert {"locks"} <= set(database.scheduled.index_information())
-    assert {"available", "last_seen_at", "holders"} <= set(database.roster.index_information())
+    assert {"slots", "last_seen_at"} <= set(database.roster.index_information())
 
 
 def test_the_archives_listing_by_workable_is_indexed(database: Database[Any]) -> None:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import pytest
 from bson import ObjectId
 
 from recruiter import FrozenClock
 from recruiter.job import HISTORY_LIMIT
-from recruiter.store import End, Store
+from recruiter.store import End, Store, roster, steps
 from tests.factories import job_in_state
 
 MS = dt.timedelta(milliseconds=1)
@@ -181,8 +182,8 @@ def test_count_jobs_refuses_other_collections(store: Store) -> None:
 def test_a_round_writes_each_worker_only_its_own_assignment(
     store: Store, clock: FrozenClock
 ) -> None:
-    """The round's map is one write, but each roster document keeps only its own entry:
-    what a round writes grows with its workers, not with their square."""
+    """The round's map is one command, but each roster document gets only its own
+    slots' entries: what a round writes grows with its slots, not with their square."""
     now = clock.now()
     workers = [store.register_worker("*", n, "here", now) for n in range(3)]
     busy = store.register_worker("*", 9, "here", now)
@@ -195,7 +196,8 @@ def test_a_round_writes_each_worker_only_its_own_assignment(
         document = store.roster.find_one({"_id": worker})
         assert document is not None
         assert document["assigned_to"] == {str(worker): job}
-        assert document["assignment"]["token"] == token
+        assert document["assignment"][str(worker)]["token"] == token
+        assert not document["free"]
         record = store.find_worker(worker)
         assert record is not None
         assert record.assignment is not None
@@ -203,3 +205,56 @@ def test_a_round_writes_each_worker_only_its_own_assignment(
     kept = store.roster.find_one({"_id": busy})
     assert kept is not None
     assert kept["assigned_to"] == {str(busy): "before"}
+
+
+def test_one_statement_fills_any_number_of_a_process_slots(
+    store: Store, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker process's slots are one document: a round fills them with one
+    statement, whether it fills one or a hundred, each slot with its own entry."""
+    now = clock.now()
+    slots = [ObjectId() for _ in range(100)]
+    process = store.register_worker("*", 1, "here", now, slots=slots)
+    jobs = {slot: f"job-{n}" for n, slot in enumerate(slots)}
+    processes = dict.fromkeys(slots, process)
+    sent: list[int] = []
+
+    def update_each(collection: str, statements: list[Any]) -> Any:
+        sent.append(len(statements))
+        return (yield from steps.update_each(collection, statements))
+
+    monkeypatch.setattr(roster, "update_each", update_each)
+    assert store.assign(jobs, ObjectId(), now, processes) == set(slots)
+    assert sent == [1], "one command of one statement"
+    records = {r.id: r for r in store.workers()}
+    assert {slot: records[slot].assignment.job_id for slot in slots} == jobs  # type: ignore[union-attr]
+    assert not any(record.available for record in records.values())
+
+
+def test_a_process_statement_lands_whole_or_not_at_all(store: Store, clock: FrozenClock) -> None:
+    """A slot of the process no longer free (retired, or filled meanwhile): none of the
+    statement's slots is assigned, and the round puts their jobs back."""
+    now = clock.now()
+    first, second = ObjectId(), ObjectId()
+    process = store.register_worker("*", 1, "here", now, slots=[first, second])
+    assert store.unregister_if_idle(second)
+    handed = {first: "job-1", second: "job-2"}
+    assert store.assign(handed, ObjectId(), now, dict.fromkeys(handed, process)) == set()
+    (record,) = store.workers()
+    assert (record.id, record.available, record.assignment) == (first, True, None)
+
+
+def test_a_process_leaves_the_roster_with_its_last_slot(store: Store, clock: FrozenClock) -> None:
+    now = clock.now()
+    first, second = ObjectId(), ObjectId()
+    store.register_worker("*", 1, "here", now, slots=[first, second])
+    store.assign({first: "job"}, ObjectId(), now)
+    assert not store.unregister_if_idle(first), "a slot holding work stays"
+    assert store.unregister_if_idle(second)
+    assert [r.id for r in store.workers()] == [first]
+    record = store.find_worker(first)
+    assert record is not None
+    assert record.assignment is not None
+    assert store.release_worker(first, record.assignment.token, now)
+    assert store.unregister_if_idle(first)
+    assert store.roster.count_documents({}) == 0

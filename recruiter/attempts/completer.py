@@ -25,17 +25,14 @@ group, such an end makes the group's answer unclear, and its slot writes it alon
 
 from __future__ import annotations
 
-import datetime as dt
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
-
-from bson import ObjectId
 
 from recruiter.errors import DatabaseError, DatabaseUnavailable
 from recruiter.job_record import Job
-from recruiter.store import Document, End, RanReport, Starting, Statement, Store
+from recruiter.store import Document, End, Release, Starting, Statement, Store
 
 Item = TypeVar("Item")
 
@@ -118,16 +115,6 @@ class Ending:
         return ending if self.next_start is None else [*ending, self.next_start.statement()]
 
 
-@dataclass(frozen=True)
-class Release:
-    """A slot made available again after the jobs it was assigned with ``token``."""
-
-    worker_id: ObjectId
-    token: ObjectId
-    now: dt.datetime
-    ran: Sequence[RanReport] = field(default_factory=tuple)
-
-
 class Completer:
     """The group commits of one worker process's slots (see the module's docstring)."""
 
@@ -181,10 +168,8 @@ class Completer:
         return True if both == 2 else UNCLEAR
 
     def _release(self, releases: list[Release]) -> list[Any]:
-        if len(releases) > 1:
-            every = [(r.worker_id, r.token, r.now, r.ran) for r in releases]
-            if self.store.release_workers(every) == len(releases):
-                return [None] * len(releases)
+        if len(releases) > 1 and self.store.release_workers(releases):
+            return [None] * len(releases)
         for release in releases:  # one by one: those that landed match nothing again
             self._release_alone(release)
         return [None] * len(releases)

@@ -62,28 +62,37 @@ class Released(StrEnum):
 def take_back_from_dead(
     store: Store, worker: WorkerRecord, seen_before: dt.datetime, now: dt.datetime
 ) -> Counter[Released] | None:
-    """Remove ``worker`` if it was still not seen since ``seen_before``, then release the
-    jobs it held (those it finished are gone, the one it ran is a crashed attempt, the rest
-    go back uncounted). ``None`` when it was seen meanwhile (it keeps its jobs)."""
+    """Remove ``worker``'s process if it was still not seen since ``seen_before``, then
+    release the jobs its slots held (those they finished are gone, those they ran are
+    crashed attempts, the rest go back uncounted). ``None`` when it was seen meanwhile
+    (it keeps its jobs)."""
     removed = store.remove_worker_if_dead(worker.id, seen_before)
     if removed is None:
         return None
-    logger.warning("cleaner: removed worker %s, not seen since %s", worker.id, worker.last_seen_at)
+    logger.warning(
+        "cleaner: removed worker %s (%d slots), not seen since %s",
+        worker.process_id,
+        len(removed),
+        worker.last_seen_at,
+    )
     released: Counter[Released] = Counter()
-    if removed.assignment is None:
+    holding = [slot for slot in removed if slot.assignment is not None]
+    if not holding:
         return released
-    end_transactions_of(store, removed)
-    reason = f"worker {removed.id} (pid {removed.pid} on {removed.hostname}) died"
-    assignment = removed.assignment
-    # last to first: the jobs not started yet are put back before the one that runs is
-    # taken back, so a late command of the fenced-out worker that ends the running job
-    # and starts the next either lands whole (the running job ended by its own worker)
-    # or finds the next one put back: never a start landing after its end was fenced
-    for job_id in reversed(assignment.job_ids):
-        try:
-            released[release_fenced(store, job_id, assignment.token, now, reason)] += 1
-        except WriteRejected as error:  # the orphan pass tries it again (its holder is gone)
-            released[_refused(job_id, error)] += 1
+    end_transactions_of(store, holding[0])  # the sessions are the process's
+    for slot in holding:
+        assert slot.assignment is not None
+        reason = f"worker {slot.id} (pid {slot.pid} on {slot.hostname}) died"
+        # last to first: the jobs not started yet are put back before the one that runs
+        # is taken back, so a late command of the fenced-out worker that ends the running
+        # job and starts the next either lands whole (the running job ended by its own
+        # worker) or finds the next one put back: never a start landing after its end
+        for job_id in reversed(slot.assignment.job_ids):
+            try:
+                outcome = release_fenced(store, job_id, slot.assignment.token, now, reason)
+            except WriteRejected as error:  # the orphan pass tries it again (holder gone)
+                outcome = _refused(job_id, error)
+            released[outcome] += 1
     return released
 
 

@@ -166,7 +166,8 @@ class ReadyCache:
         self.held_until = plan.wake_at
         if len(self._workables_of) > WORKERS_REMEMBERED:
             self._workables_of.clear()
-        self._workables_of.update((worker.id, worker.workables) for worker in workers)
+        # (a roster change names the process: its slots share their workables)
+        self._workables_of.update((worker.process_id, worker.workables) for worker in workers)
 
     def handed_out(
         self,

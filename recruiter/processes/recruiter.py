@@ -178,15 +178,18 @@ class Recruiter:
         self.cache.forget()  # until the round is done
         plan = self.planner.plan(workers, token, now, None if known is None else known.arrivals)
         self.cache.planned(plan, workers)
-        assigned = self._assign(plan, token, now)
+        assigned = self._assign(plan, token, now, {w.id: w.process_id for w in workers})
         next_due = self._next_due(plan, len(workers), known, now)
         left = len(assigned) < len(plan.jobs)
         self.cache.handed_out(plan, known, next_due, now, put_back=left)
         return RoundResult(len(workers), len(assigned), rolled_back, self._wake_at(next_due))
 
-    def _assign(self, plan: Plan, token: ObjectId, now: dt.datetime) -> set[ObjectId]:
-        """Assign the planned jobs; put back those of workers that left meanwhile."""
-        assigned = self.store.assign(plan.jobs, token, now)
+    def _assign(
+        self, plan: Plan, token: ObjectId, now: dt.datetime, processes: dict[ObjectId, ObjectId]
+    ) -> set[ObjectId]:
+        """Assign the planned jobs, one statement per worker process; put back those of
+        slots that left meanwhile."""
+        assigned = self.store.assign(plan.jobs, token, now, processes)
         left = [worker for worker in plan.jobs if worker not in assigned]
         if left:
             jobs = [job for worker in left for job in plan.jobs[worker]]

@@ -1,5 +1,6 @@
-"""A worker slot: one roster document of a worker process, and the jobs handed to it; its
-process (:mod:`.worker`) follows the change feed and heartbeats for it."""
+"""A worker slot: one entry of its worker process's roster document, and the jobs handed
+to it; its process (:mod:`.worker`) registers it, follows the change feed and heartbeats
+for it. A slot on its own (tests, a process of one slot) registers a document of its own."""
 
 from __future__ import annotations
 
@@ -14,14 +15,14 @@ from typing import Any
 
 from bson import ObjectId
 
-from recruiter.attempts.completer import Completer, Release
+from recruiter.attempts.completer import Completer
 from recruiter.attempts.executor import Executor, Identity
 from recruiter.attempts.prefetch import run_handed_out
 from recruiter.clock import Clock
 from recruiter.execution import Execution
 from recruiter.pools.process_pool import JobProcess
 from recruiter.pools.stopping import Watch
-from recruiter.store import Assignment, RanReport, RosterChange, Store
+from recruiter.store import Assignment, RanReport, Release, RosterChange, Store
 from recruiter.workable import Registry
 
 DEFAULT_HEARTBEAT = dt.timedelta(seconds=2)
@@ -43,7 +44,7 @@ class SlotResult:
 
 
 class WorkerSlot:
-    """One roster document and the jobs assigned to it."""
+    """One slot of a worker process's roster document, and the jobs assigned to it."""
 
     def __init__(
         self,
@@ -61,6 +62,7 @@ class WorkerSlot:
         job_process: JobProcess | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
         completer: Completer | None = None,
+        register_process: Callable[[WorkerSlot, ObjectId | None], None] | None = None,
     ) -> None:
         self.store = store
         self.completer = completer or Completer(store)  # shared by its process's slots
@@ -78,7 +80,11 @@ class WorkerSlot:
         """Whether it waits for work, registered with no assignment (set before the release
         is written, so its process never sees the release before the slot)."""
         self.bell = bell or threading.Event()  # rung on news for it (and on a stop request)
+        self.register_process = register_process
+        """Registers its process's slots, this one too, unless registered again since the
+        id given was removed (none: it registers alone)."""
         self.id: ObjectId | None = None
+        self.process: ObjectId | None = None  # its process's roster document
         self.session: Any = None
         """The server session of its transactional jobs, opened as it registers (the cleaner
         kills it if the slot dies, releasing what a transaction left open)."""
@@ -91,6 +97,8 @@ class WorkerSlot:
         if change.worker_id != self.id:
             return
         if change.assignment is not None:
+            if self.ran_lately(change.assignment.token):
+                return  # what it runs or ran (a server may tell of the whole map again)
             self._news = change.assignment
         self.bell.set()
 
@@ -102,24 +110,35 @@ class WorkerSlot:
         """Whether it ran ``token``'s assignment lately (thread-safe: tokens are copied first)."""
         return token in tuple(self._ran)
 
-    def register(self) -> ObjectId:
-        identity = Identity.of_this_process()
-        workables = self.runnable_workables()  # what it tells the recruiter it can run
-        self.id = self.store.register_worker(
-            self.group,
-            identity.pid,
-            identity.hostname,
-            self.clock.latest(),
-            self.heartbeat_every,
-            prefetch=True,
-            workables=workables,
-            sessions=self._open_session(workables),
-        )
-        logger.info("worker %s: registered, working on %s", self.id, self.group)
-        self._became_available()
+    def register(self, removed: ObjectId | None = None) -> ObjectId:
+        """Enter the roster (again, once ``removed`` was found removed): with its
+        process's other slots, or alone."""
+        if self.register_process is not None:
+            self.register_process(self, removed)
+        else:
+            workables = self.runnable_workables()  # what it tells the recruiter it can run
+            identity = Identity.of_this_process()
+            process = self.store.register_worker(
+                self.group,
+                identity.pid,
+                identity.hostname,
+                self.clock.latest(),
+                self.heartbeat_every,
+                prefetch=True,
+                workables=workables,
+                sessions=self.open_session(workables),
+            )
+            self.registered(process, process)
+        assert self.id is not None
         return self.id
 
-    def _open_session(self, workables: list[str]) -> list[dict[str, Any]]:
+    def registered(self, slot_id: ObjectId, process: ObjectId) -> None:
+        """It entered the roster as ``slot_id`` of ``process``'s document."""
+        self.id, self.process = slot_id, process
+        logger.info("worker %s: registered, working on %s", self.id, self.group)
+        self._became_available()
+
+    def open_session(self, workables: list[str]) -> list[dict[str, Any]]:
         """A new server session for its transactional jobs, if any; the ids to register. A
         slot registering again was declared dead, its old session killed perhaps only now: it
         is dropped, not ended (the pool would hand its id to this one, killed too)."""
@@ -162,7 +181,7 @@ class WorkerSlot:
                 )
                 if self.on_removed is not None:
                     self.on_removed()
-                self.register()
+                self.register(removed=self.id)
                 return SlotResult(registered_again=True)
             assignment = record.assignment
         if assignment is None:
@@ -197,7 +216,7 @@ class WorkerSlot:
         lengths = handed.lengths.items()
         ran = [RanReport(g, int(n), round(seconds, 6)) for g, (n, seconds) in lengths]
         self._became_available()
-        self.completer.release(Release(self.id, token, self.clock.latest(), ran))
+        self.completer.release(Release(self.id, token, self.clock.latest(), ran, self.process))
         executions = tuple(handed.executions)
         return SlotResult(executions[-1], executions=executions, returned=handed.returned)
 

@@ -1,6 +1,8 @@
 """Workers: register in ``roster``, run what they are assigned, heartbeat throughout. A
-worker process has *slots* (``--concurrency``), each a roster document running one job
-at a time in its own thread (docs/reference/processes.md, ``recruiter worker``)."""
+worker process has *slots* (``--concurrency``), each running one job at a time in its
+own thread, all in one roster document: the recruiter fills any number of them with one
+statement, and the process heartbeats, follows and registers them as one
+(docs/reference/processes.md, ``recruiter worker``)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from bson import ObjectId
 
 from recruiter.attempts.completer import Completer
+from recruiter.attempts.executor import Identity
 from recruiter.clock import Clock
 from recruiter.errors import DatabaseError, SchemaTooNew
 from recruiter.job import ANY_GROUP
@@ -136,12 +139,15 @@ class WorkerProcess:
                 job_process=self._job_process(),
                 loop=loop,
                 completer=self.completer,
+                register_process=self._register,
             )
             for _ in range(config.concurrency)
         ]
+        self.process_id: ObjectId | None = None
+        """Its roster document's id, once registered."""
+        self._registering = threading.Lock()
         self.backoff = Backoff(config.poll_wait_min, config.poll_wait_max)
-        self.watcher: Watcher[RosterChange] | None = None
-        self._last_round: ObjectId | None = None  # the feed's last token (its slots share it)
+        self.watcher: Watcher[list[RosterChange]] | None = None
         self._followed: frozenset[ObjectId] = frozenset()
         """The slots the change feed follows now (a slot registered again is not, yet)."""
         self._broken: list[WorkerSlot] = []  # slots whose thread stopped on a bug
@@ -158,26 +164,50 @@ class WorkerProcess:
             memory_limit=self.config.job_memory_limit,
         )
 
+    def _register(self, slot: WorkerSlot, removed: ObjectId | None) -> None:
+        """Register every slot, in one document (again, when ``slot`` found its id
+        ``removed``, unless another slot registered them again since)."""
+        with self._registering:
+            if slot.id is not None and slot.id != removed:
+                return
+            workables = slot.runnable_workables()  # what it tells the recruiter it can run
+            sessions = [each for s in self.slots for each in s.open_session(workables)]
+            ids = [ObjectId() for _ in self.slots]
+            identity = Identity.of_this_process()
+            process = self.store.register_worker(
+                self.config.group,
+                identity.pid,
+                identity.hostname,
+                self.clock.latest(),
+                self.config.heartbeat_every,
+                prefetch=True,
+                workables=workables,
+                sessions=sessions,
+                slots=ids,
+            )
+            self.process_id = process
+            for each, slot_id in zip(self.slots, ids, strict=True):
+                each.registered(slot_id, process)
+
     def beat(self) -> None:
-        """Record every registered slot as alive (not one that crashed on a bug: the
-        cleaner releases its job); stop if one was declared dead mid-job."""
+        """Record the process as alive; stop if it was declared dead mid-job."""
+        process = self.process_id
         registered = {
             slot.id: slot for slot in self.slots if slot.id is not None and slot not in self._broken
         }
-        if not registered:
+        if process is None or not registered:
             return
         # stamped at the latest the server's time may be: never older than it is
-        alive = self.store.heartbeat(list(registered), self.clock.latest())
-        removed = [slot for worker_id, slot in registered.items() if worker_id not in alive]
-        if any(slot.running is not None for slot in removed):
-            self._slot_removed()
+        if not self.store.heartbeat([process], self.clock.latest()):
+            if any(slot.running is not None for slot in registered.values()):
+                self._slot_removed()
+            self._ring_all()  # each finds it was removed, and the first registers again
+            return
         running = self.watch.running()
         if running:  # one read, only while jobs run: which were cancelled meanwhile
             self.watch.cancel(self.store.cancel_requested([r.job_id for r in running]))
             flush_progress(self.store, running, self.clock.now(), self.clock.monotonic())
-        self._wake_slots_with_unseen_assignments(
-            [s for s in registered.values() if s not in removed]
-        )
+        self._wake_slots_with_unseen_assignments(list(registered.values()))
         # after the beat, never instead of it: a worker told to stop by a newer schema
         # goes on beating for the jobs it finishes first
         self.check_schema()
@@ -225,8 +255,7 @@ class WorkerProcess:
                 self.event_loop.close()
 
     def _run(self) -> None:
-        for slot in self.slots:
-            slot.register()
+        self.slots[0].register()  # and every other slot
         self.watch.start()
         if self.config.watch:
             self.watcher = Watcher(
@@ -257,9 +286,10 @@ class WorkerProcess:
             ids = ", ".join(str(slot.id) for slot in self._broken)
             raise RuntimeError(f"worker slots {ids} stopped on an unexpected error: see above")
 
-    def _open_feed(self) -> ChangeFeed[RosterChange]:
+    def _open_feed(self) -> ChangeFeed[list[RosterChange]]:
         ids = frozenset(slot.id for slot in self.slots if slot.id is not None)
-        feed = self.store.watch_assignments(sorted(ids))
+        process = self.process_id
+        feed = self.store.watch_assignments([] if process is None else [process])
         self._followed = ids
         return feed
 
@@ -271,41 +301,16 @@ class WorkerProcess:
         if self.watcher is not None:
             self.watcher.stir()
 
-    def _deliver(self, change: RosterChange) -> None:
-        """Hand the change to its slot; the second assignment of one round whose slot
-        was not told yet gathers the rest (:meth:`_gather_assignments`)."""
-        assignment = change.assignment
-        waited = assignment is not None and any(
-            s.id == change.worker_id and s.waits_for_news() and not s.ran_lately(assignment.token)
-            for s in self.slots
-        )
-        for each in self.slots:
-            each.deliver(change)
-        if assignment is None or not waited:
-            return
-        if assignment.token == self._last_round:
-            self._gather_assignments()
-        self._last_round = assignment.token
-
-    def _gather_assignments(self) -> None:
-        """Tell every available slot its assignment, in one read: the feed brings a round's
-        changes a few at a time, and a second one whose slot was not told shows several
-        landed (a later one is told by its own change). Only news: a slot's start is
-        conditional on the token; a failed read leaves each slot to its own change."""
-        waiting = {s.id: s for s in self.slots if s.id is not None and s.waits_for_news()}
-        if not waiting:
-            return
-        try:
-            found = self.store.assignments_among(list(waiting))
-        except DatabaseError as error:  # the slots are told by their own changes
-            logger.warning("worker: could not read its slots' assignments at once: %s", error)
-            return
-        for worker_id, assignment in found.items():
-            slot = waiting[worker_id]
-            # a slot just made available, whose release has not landed yet, still holds
-            # the assignment it ran: that is not news
-            if not slot.ran_lately(assignment.token):
-                slot.deliver(RosterChange(worker_id, assignment))
+    def _deliver(self, changes: list[RosterChange]) -> None:
+        """Hand each slot the assignment the change brought it; a change of none (the
+        document removed, or not readable) rings every slot, to read it."""
+        slots = {slot.id: slot for slot in self.slots}
+        for change in changes:
+            slot = slots.get(change.worker_id)
+            if change.assignment is None and slot is None:
+                self._ring_all()
+            elif slot is not None:
+                slot.deliver(change)
 
     def _ring_all(self) -> None:
         for slot in self.slots:
@@ -337,12 +342,13 @@ class WorkerProcess:
             # a bug, or what no job should let out (KeyboardInterrupt, CancelledError): its
             # job's state is unknown; stop beating for it: the cleaner releases the job
             logger.exception(
-                "worker %s: unexpected error, the slot stops (its job, %s, will be released "
-                "by the cleaner)",
+                "worker %s: unexpected error, the slot stops and leaves the roster (its "
+                "job, %s, is taken back by the recruiter's unheld-locks pass)",
                 slot.id,
                 slot.running,
             )
             self._broken.append(slot)
+            self._drop(slot)
 
     def _serve_until_retired(self, slot: WorkerSlot) -> None:
         wait = 0.0
@@ -371,6 +377,16 @@ class WorkerProcess:
             else:
                 wait = self.backoff.after(wait)
             slot.bell.wait(wait)
+
+    def _drop(self, slot: WorkerSlot) -> None:
+        """Take a broken slot off the roster: no round hands it work, and what it held
+        is no one's (the process heartbeats on for its other slots)."""
+        if slot.id is None:
+            return
+        try:
+            self.store.drop_slot(slot.id)
+        except DatabaseError as error:  # it holds its job until the process is gone
+            logger.error("worker %s: could not leave the roster: %s", slot.id, error)
 
     def _stopping(self) -> bool:
         """Whether a slot stops after its job (prefetched ones too): asked to, or over memory."""

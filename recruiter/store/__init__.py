@@ -40,7 +40,7 @@ from recruiter.store.groups import GroupRecord
 from recruiter.store.jobs import ARCHIVE_BATCH, GROUPS_PER_READ, PURGE_BATCH
 from recruiter.store.progress import progress_writes_within
 from recruiter.store.ready import Arrivals, NewJob
-from recruiter.store.roster import Assignment, RanReport, WorkerRecord
+from recruiter.store.roster import Assignment, RanReport, Release, WorkerRecord
 from recruiter.store.schedulers import Occurrence, SchedulerRecord
 from recruiter.store.selection import Selection
 from recruiter.store.server import answers
@@ -70,6 +70,7 @@ __all__ = [
     "Occurrence",
     "RanReport",
     "ReadyCount",
+    "Release",
     "RosterChange",
     "SchedulerRecord",
     "Selection",
@@ -150,6 +151,7 @@ class Store(SyncVerbs, WatchVerbs, SessionVerbs):
         prefetch: bool = False,
         workables: Collection_[str] | None = None,
         sessions: Sequence[Document] = (),
+        slots: Sequence[ObjectId] = (),
     ) -> ObjectId:
         """:func:`.roster.register_worker`, the set ``workables`` advertised first."""
         digest = None if workables is None else self.advertise(workables)
@@ -163,6 +165,7 @@ class Store(SyncVerbs, WatchVerbs, SessionVerbs):
             prefetch=prefetch,
             workables=digest,
             sessions=sessions,
+            slots=slots,
         )
 
     def ready_job_ids_by_group(

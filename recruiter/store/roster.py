@@ -1,13 +1,19 @@
-"""The roster verbs: one document per live worker slot, written by the slot (register,
-heartbeat, release), the recruiter (assign, while available) and the cleaner (remove,
-while silent). An assignment is one statement per worker, so each document and change
-event carries only its own entry of ``assigned_to``."""
+"""The roster verbs: one document per worker process (or manual run), holding its
+*slots*. A slot runs one job at a time; the document lists its slots (``slots``), those
+waiting for a job (``free``), and the worker-keyed maps of what each slot was handed
+(``assigned_to``: slot id → job id or ids, ``assignment``: slot id → lock token).
+
+Written by the process (register, heartbeat, release a slot, retire a slot), the
+recruiter (assign, to slots still free: one statement per process, however many of its
+slots it fills) and the cleaner (remove, while silent). A process of one slot has the
+slot's id as its own, so a single slot is addressed the same way either way."""
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from bson import ObjectId
@@ -19,11 +25,13 @@ from recruiter.store.steps import Steps, find, find_one, send, update_each
 ROSTER = "roster"
 MISSED_BEATS = 3
 """Heartbeats an available worker may miss before it is no longer handed jobs."""
+ASSIGNMENT_FIELDS = ("assigned_to", "assignment")
+"""The worker-keyed maps of a roster document, one entry per slot that holds jobs."""
 
 
 @dataclass(frozen=True)
 class Assignment:
-    """The jobs handed to a worker, in the order to run them (several: prefetch), and the
+    """The jobs handed to a slot, in the order to run them (several: prefetch), and the
     lock token that fences them all."""
 
     job_ids: tuple[Any, ...]
@@ -35,21 +43,33 @@ class Assignment:
         return self.job_ids[0]
 
     @classmethod
-    def of(cls, worker_id: ObjectId, assigned_to: Any, lock: Any) -> Assignment | None:
-        """The assignment in a roster document's (or change event's) fields: the worker's
-        entry of ``assigned_to`` (an id or a list) and ``assignment``'s token, if both are."""
-        if not isinstance(assigned_to, Mapping) or not isinstance(lock, Mapping):
+    def of(cls, jobs: Any, lock: Any) -> Assignment | None:
+        """A slot's assignment from its entries of ``assigned_to`` (an id or a list) and
+        ``assignment`` (``{token, since}``), if both are whole."""
+        if jobs is None or not isinstance(lock, Mapping):
             return None
-        jobs, token = assigned_to.get(str(worker_id)), lock.get("token")
-        if jobs is None or not isinstance(token, ObjectId):
+        token = lock.get("token")
+        if not isinstance(token, ObjectId):
             return None
         job_ids = tuple(jobs) if isinstance(jobs, list) else (jobs,)
         return cls(job_ids, token) if job_ids else None
 
 
+def assignments_in(assigned_to: Any, assignment: Any) -> dict[str, Assignment]:
+    """Every whole assignment in a document's (or a change's) maps, by slot id as text."""
+    if not isinstance(assigned_to, Mapping) or not isinstance(assignment, Mapping):
+        return {}
+    found = {}
+    for key, jobs in assigned_to.items():
+        each = Assignment.of(jobs, assignment.get(key))
+        if each is not None:
+            found[str(key)] = each
+    return found
+
+
 @dataclass(frozen=True)
 class RanReport:
-    """How many jobs of a group a worker's last assignment ran, in how many seconds
+    """How many jobs of a group a slot's last assignment ran, in how many seconds
     (start to end, writes included): what the recruiter sizes prefetch on."""
 
     group: str
@@ -82,10 +102,12 @@ class RanReport:
 
 @dataclass(frozen=True)
 class WorkerRecord:
-    """A roster document, as read. ``ran_for``: the token of the assignment ``ran`` tells
-    of (a report counts once); ``workables``: the digest of its set (``None``: any job);
-    ``sessions``: its transactions' server sessions, which the cleaner kills when it
-    fences it out, so an open transaction releases its locks at once."""
+    """A worker slot, as read from its process's roster document. ``process``: that
+    document's id (the slot's own for a process of one slot); ``ran_for``: the token of
+    the assignment ``ran`` tells of (a report counts once); ``workables``: the digest of
+    its set (``None``: any job); ``sessions``: its process's transactions' server
+    sessions, which the cleaner kills when it fences it out, so an open transaction
+    releases its locks at once."""
 
     id: ObjectId
     work_on: str
@@ -102,6 +124,12 @@ class WorkerRecord:
     available_since: dt.datetime | None = None
     workables: str | None = None
     sessions: tuple[Document, ...] = ()
+    process: ObjectId | None = None
+
+    @property
+    def process_id(self) -> ObjectId:
+        """The id of its process's roster document."""
+        return self.id if self.process is None else self.process
 
     def silent_at(self, now: dt.datetime) -> bool:
         """Whether it missed :data:`MISSED_BEATS` heartbeats by ``now``: hand it no job."""
@@ -110,19 +138,26 @@ class WorkerRecord:
         return self.last_seen_at < now - self.heartbeat_every * MISSED_BEATS
 
     @classmethod
-    def from_document(cls, document: Mapping[str, Any]) -> WorkerRecord:
-        worker_id = document["_id"]
-        assignment = Assignment.of(
-            worker_id, document.get("assigned_to"), document.get("assignment")
+    def from_document(cls, document: Mapping[str, Any], slot: Any = None) -> WorkerRecord:
+        """The view of ``slot`` (the document's first, if not given)."""
+        slot_id = next(iter(_slots_of(document)), document["_id"]) if slot is None else slot
+        key = str(slot_id)
+        assigned_to, lock = document.get("assigned_to"), document.get("assignment")
+        assignment = (
+            Assignment.of(assigned_to.get(key), lock.get(key))
+            if isinstance(assigned_to, Mapping) and isinstance(lock, Mapping)
+            else None
         )
         last_seen, created = document.get("last_seen_at"), document.get("created_at")
         pid, hostname = document.get("pid"), document.get("hostname")
         heartbeat_ms = document.get("heartbeat_ms")
         since = document.get("available_since")
+        free = document.get("free")
+        ran, ran_for = _entry(document, "ran", key), _entry(document, "ran_for", key)
         return cls(
-            id=worker_id,
+            id=slot_id,
             work_on=str(document.get("work_on", "*")),
-            available=document.get("available") is True,
+            available=isinstance(free, list) and slot_id in free,
             last_seen_at=last_seen if isinstance(last_seen, dt.datetime) else None,
             created_at=created if isinstance(created, dt.datetime) else None,
             pid=pid if isinstance(pid, int) else None,
@@ -134,16 +169,37 @@ class WorkerRecord:
                 else None
             ),
             prefetches=document.get("prefetch") is True,
-            ran=RanReport.read(document.get("ran")),
-            ran_for=ran_for if isinstance(ran_for := document.get("ran_for"), ObjectId) else None,
+            ran=RanReport.read(ran),
+            ran_for=ran_for if isinstance(ran_for, ObjectId) else None,
             available_since=since if isinstance(since, dt.datetime) else None,
             workables=can if isinstance(can := document.get("workables"), str) else None,
             sessions=session_ids(document.get("sessions")),
+            process=document["_id"],
         )
 
 
+def slots_of(document: Mapping[str, Any], only_free: bool = False) -> list[WorkerRecord]:
+    """Every slot of a roster document (only those waiting for a job: ``only_free``)."""
+    slots = _slots_of(document)
+    if only_free:
+        free = document.get("free")
+        slots = [slot for slot in slots if isinstance(free, list) and slot in free]
+    return [WorkerRecord.from_document(document, slot) for slot in slots]
+
+
+def _slots_of(document: Mapping[str, Any]) -> list[Any]:
+    """Its slots' ids (a document without the list: one slot, with the document's id)."""
+    slots = document.get("slots")
+    return list(slots) if isinstance(slots, list) else [document["_id"]]
+
+
+def _entry(document: Mapping[str, Any], name: str, key: str) -> Any:
+    value = document.get(name)
+    return value.get(key) if isinstance(value, Mapping) else None
+
+
 def _stored_jobs(jobs: Any) -> Any:
-    """A worker's entry of ``assigned_to``: a job alone as its id, several as a list."""
+    """A slot's entry of ``assigned_to``: a job alone as its id, several as a list."""
     if isinstance(jobs, list | tuple):
         return jobs[0] if len(jobs) == 1 else list(jobs)
     return jobs
@@ -159,10 +215,13 @@ def register_worker(
     prefetch: bool = False,
     workables: str | None = None,
     sessions: Sequence[Document] = (),
+    slots: Sequence[ObjectId] = (),
 ) -> Steps[ObjectId]:
-    """Add an available worker (see :class:`WorkerRecord`); return its id."""
+    """Add a worker process whose ``slots`` all wait for a job (see :class:`WorkerRecord`;
+    none given: one slot, with the document's id); return the document's id."""
     document = _worker(now, pid, hostname, heartbeat_every, sessions)
-    document.update(work_on=work_on, available=True, available_since=now)
+    ids = list(slots) or [document["_id"]]
+    document.update(work_on=work_on, slots=ids, free=ids, available_since=now)
     if prefetch:
         document["prefetch"] = True
     if workables is not None:
@@ -187,9 +246,9 @@ def register_holder(
     a manual run, which heartbeats so the cleaner takes its job back if it dies."""
     document = _worker(now, pid, hostname, heartbeat_every, sessions)
     worker_id: ObjectId = document["_id"]
-    document.update(work_on=group, available=False, manual=True, assigned_since=now)
+    document.update(work_on=group, slots=[worker_id], free=[], manual=True)
     document["assigned_to"] = {str(worker_id): job_id}
-    document["assignment"] = {"token": token, "since": now}
+    document["assignment"] = {str(worker_id): {"token": token, "since": now}}
     yield from send(ROSTER, "insert_one", document)
     return worker_id
 
@@ -214,12 +273,13 @@ def _worker(
 
 def unregister_holder(worker_id: ObjectId, token: ObjectId) -> Steps[bool]:
     """Remove a manual run's worker once its job is finished or put back."""
-    held = {"_id": worker_id, "assignment.token": token}
+    held = {"_id": worker_id, f"assignment.{worker_id}.token": token}
     return bool((yield from send(ROSTER, "delete_one", held)).deleted_count == 1)
 
 
 def heartbeat(worker_ids: list[ObjectId], now: dt.datetime) -> Steps[set[ObjectId]]:
-    """Record that these workers are alive; return those still on the roster."""
+    """Record that these worker processes (their documents' ids) are alive; return those
+    still on the roster."""
     on_roster = {"_id": {"$in": worker_ids}}
     result = yield from send(ROSTER, "update_many", on_roster, {"$set": {"last_seen_at": now}})
     if result.matched_count == len(worker_ids):
@@ -227,119 +287,183 @@ def heartbeat(worker_ids: list[ObjectId], now: dt.datetime) -> Steps[set[ObjectI
     return {d["_id"] for d in (yield from find(ROSTER, on_roster, {"_id": 1}))}
 
 
-def assigned_among(worker_ids: list[ObjectId]) -> Steps[set[ObjectId]]:
-    """Those of these workers that hold an assignment (in one read)."""
-    query = {"_id": {"$in": worker_ids}, "available": False}
-    return {d["_id"] for d in (yield from find(ROSTER, query, {"_id": 1}))}
+def assigned_among(slot_ids: list[ObjectId]) -> Steps[set[ObjectId]]:
+    """Those of these slots that hold an assignment (in one read)."""
+    return set((yield from assignments_among(slot_ids)))
 
 
-def assignments_among(worker_ids: list[ObjectId]) -> Steps[dict[ObjectId, Assignment]]:
-    """The assignments these workers hold, by worker (in one read)."""
-    query = {"_id": {"$in": worker_ids}, "available": False}
-    found = map(WorkerRecord.from_document, (yield from find(ROSTER, query)))
-    return {w.id: w.assignment for w in found if w.assignment is not None}
+def assignments_among(slot_ids: list[ObjectId]) -> Steps[dict[ObjectId, Assignment]]:
+    """The assignments these slots hold, by slot (in one read)."""
+    wanted = {str(slot): slot for slot in slot_ids}
+    query = {"slots": {"$in": slot_ids}}
+    found: dict[ObjectId, Assignment] = {}
+    for document in (yield from find(ROSTER, query, dict.fromkeys(ASSIGNMENT_FIELDS, 1))):
+        held = assignments_in(document.get("assigned_to"), document.get("assignment"))
+        found.update({wanted[key]: each for key, each in held.items() if key in wanted})
+    return found
 
 
-def find_worker(worker_id: ObjectId) -> Steps[WorkerRecord | None]:
-    """A worker's own document: how a worker learns what it was assigned."""
-    document = yield from find_one(ROSTER, {"_id": worker_id})
-    return None if document is None else WorkerRecord.from_document(document)
+def find_worker(slot_id: ObjectId) -> Steps[WorkerRecord | None]:
+    """A slot, as its process's document holds it: how a slot learns what it was assigned."""
+    document = yield from find_one(ROSTER, {"slots": slot_id})
+    return None if document is None else WorkerRecord.from_document(document, slot_id)
 
 
 def workers() -> Steps[list[WorkerRecord]]:
-    """Every worker on the roster, oldest first."""
+    """Every slot on the roster, oldest process first."""
     found = yield from find(ROSTER, {}, sort=[("created_at", 1)])
-    return [WorkerRecord.from_document(d) for d in found]
+    return [slot for document in found for slot in slots_of(document)]
 
 
 def available_workers() -> Steps[list[WorkerRecord]]:
-    """Workers waiting for a job, longest waiting first, in one reply."""
+    """Slots waiting for a job, those of the process waiting longest first, in one reply."""
     order = [("available_since", 1)]
-    found = yield from find(ROSTER, {"available": True}, sort=order, batch_size=ONE_REPLY)
-    return [WorkerRecord.from_document(d) for d in found]
+    waiting = {"free.0": {"$exists": True}}
+    found = yield from find(ROSTER, waiting, sort=order, batch_size=ONE_REPLY)
+    return [slot for document in found for slot in slots_of(document, only_free=True)]
 
 
 def assign(
-    jobs_by_worker: Mapping[ObjectId, Any], token: ObjectId, now: dt.datetime
+    jobs_by_worker: Mapping[ObjectId, Any],
+    token: ObjectId,
+    now: dt.datetime,
+    processes: Mapping[ObjectId, ObjectId] | None = None,
 ) -> Steps[set[ObjectId]]:
-    """Hand each worker still available its job, or jobs (a list, in order), in one
-    command; return the workers assigned."""
+    """Hand each slot still free its job, or jobs (a list, in order), in one command of
+    one statement per process (``processes``: each slot's; not given: one per slot); return the
+    slots assigned. A process's statement lands whole or not at all."""
     if not jobs_by_worker:
         return set()
-    workers = list(jobs_by_worker)
-    statements = [
-        (
-            {"_id": worker, "available": True},
-            {
-                "$set": {
-                    "available": False,
-                    "assigned_to": {str(worker): _stored_jobs(jobs)},
-                    "assignment": {"token": token, "since": now},
-                    "assigned_since": now,
-                }
-            },
-        )
-        for worker, jobs in jobs_by_worker.items()
-    ]
-    if (yield from update_each(ROSTER, statements)) == len(workers):
-        return set(workers)
-    query = {"_id": {"$in": workers}, "assignment.token": token}
-    return {d["_id"] for d in (yield from find(ROSTER, query, {"_id": 1}))}
+    by_process: dict[Any, list[ObjectId]] = defaultdict(list)
+    for slot in jobs_by_worker:
+        by_process[None if processes is None else processes.get(slot)].append(slot)
+    statements = []
+    for process, slots in by_process.items():
+        # a slot whose process is not known: a statement of its own, found by its id
+        for group in [slots] if process is not None else [[slot] for slot in slots]:
+            # a field each round changes, for the worker's feed (work was handed out)
+            fields: Document = {"last_round": token}
+            for slot in group:
+                fields[f"assigned_to.{slot}"] = _stored_jobs(jobs_by_worker[slot])
+                fields[f"assignment.{slot}"] = {"token": token, "since": now}
+            query: Document = {"_id": process} if process is not None else {"slots": group[0]}
+            query["free"] = {"$all": group}
+            statements.append((query, {"$pull": {"free": {"$in": group}}, "$set": fields}))
+    if (yield from update_each(ROSTER, statements)) == len(statements):
+        return set(jobs_by_worker)
+    query = {"slots": {"$in": list(jobs_by_worker)}}
+    landed: set[ObjectId] = set()
+    for document in (yield from find(ROSTER, query, dict.fromkeys(ASSIGNMENT_FIELDS, 1))):
+        held = assignments_in(document.get("assigned_to"), document.get("assignment"))
+        landed.update(s for s in jobs_by_worker if _holds(held, s, token))
+    return landed
+
+
+def _holds(held: Mapping[str, Assignment], slot: ObjectId, token: ObjectId) -> bool:
+    each = held.get(str(slot))
+    return each is not None and each.token == token
+
+
+@dataclass(frozen=True)
+class Release:
+    """A slot made free again after the jobs it was assigned with ``token``, telling what
+    it ran; ``process``: its process's document (``None``: the slot's own)."""
+
+    worker_id: ObjectId
+    token: ObjectId
+    now: dt.datetime
+    ran: Sequence[RanReport] = field(default_factory=tuple)
+    process: ObjectId | None = None
 
 
 def release_worker(
     worker_id: ObjectId, token: ObjectId, now: dt.datetime, ran: Sequence[RanReport] = ()
 ) -> Steps[bool]:
-    """Make the worker assigned with ``token`` available again, recording what it ran."""
-    result = yield from send(ROSTER, "update_one", *_release(worker_id, token, now, ran))
+    """Make the slot assigned with ``token`` free again, recording what it ran."""
+    statement = _release([Release(worker_id, token, now, ran)])
+    result = yield from send(ROSTER, "update_one", *statement)
     return bool(result.modified_count == 1)
 
 
-def release_workers(
-    releases: Sequence[tuple[ObjectId, ObjectId, dt.datetime, Sequence[RanReport]]],
-) -> Steps[int]:
-    """:func:`release_worker` for several, in one command: how many were released."""
-    return (yield from update_each(ROSTER, [_release(*release) for release in releases]))
+def release_workers(releases: Sequence[Release]) -> Steps[bool]:
+    """:func:`release_worker` for several, in one command of one statement per process
+    (all its slots' tokens its precondition): whether every one landed (if not, which did
+    is not known: release each alone; one that landed matches nothing again)."""
+    by_process: dict[Any, list[Release]] = defaultdict(list)
+    for release in releases:
+        by_process[release.process or release.worker_id].append(release)
+    statements = [_release(group, process) for process, group in by_process.items()]
+    return bool((yield from update_each(ROSTER, statements)) == len(statements))
 
 
-def unregister_if_idle(worker_id: ObjectId) -> Steps[bool]:
-    """Remove the worker only if nothing is assigned to it."""
-    idle = {"_id": worker_id, "available": True}
-    return bool((yield from send(ROSTER, "delete_one", idle)).deleted_count == 1)
+def unregister_if_idle(slot_id: ObjectId) -> Steps[bool]:
+    """Take the slot off the roster, only if it waits for a job (nothing is assigned to
+    it); its process's document goes with its last slot (each retiring slot removes it
+    if it has none left: the last one's removal is sure to find it so)."""
+    free = {"slots": slot_id, "free": slot_id}
+    retire = {"$pull": {"free": slot_id, "slots": slot_id}}
+    retired = yield from send(ROSTER, "find_one_and_update", free, retire, {"_id": 1})
+    if retired is None:
+        return False
+    yield from send(ROSTER, "delete_one", {"_id": retired["_id"], "slots": {"$size": 0}})
+    return True
+
+
+def drop_slot(slot_id: ObjectId) -> Steps[bool]:
+    """Take the slot off the roster with whatever it holds (its thread stopped on a bug):
+    the jobs it held are no one's, and the unheld-locks pass takes them back."""
+    unset = {f"assigned_to.{slot_id}": "", f"assignment.{slot_id}": ""}
+    pull = {"free": slot_id, "slots": slot_id}
+    result = yield from send(
+        ROSTER, "update_one", {"slots": slot_id}, {"$pull": pull, "$unset": unset}
+    )
+    return bool(result.modified_count == 1)
 
 
 def dead_workers(seen_before: dt.datetime) -> Steps[list[WorkerRecord]]:
-    """Workers whose last heartbeat is older than ``seen_before``."""
+    """Worker processes whose last heartbeat is older than ``seen_before``: each as its
+    first slot (:func:`remove_worker_if_dead` removes them all)."""
     found = yield from find(ROSTER, {"last_seen_at": {"$lt": seen_before}})
     return [WorkerRecord.from_document(d) for d in found]
 
 
 def remove_worker_if_dead(
     worker_id: ObjectId, seen_before: dt.datetime
-) -> Steps[WorkerRecord | None]:
-    """Remove the worker if still not seen since ``seen_before``; return it as removed
-    (what it held is what to take back)."""
-    silent = {"_id": worker_id, "last_seen_at": {"$lt": seen_before}}
+) -> Steps[list[WorkerRecord] | None]:
+    """Remove the process of the slot ``worker_id`` if still not seen since
+    ``seen_before``; return its slots as removed (what they held is what to take back)."""
+    silent = {"slots": worker_id, "last_seen_at": {"$lt": seen_before}}
     removed = yield from send(ROSTER, "find_one_and_delete", silent)
-    return None if removed is None else WorkerRecord.from_document(removed)
+    return None if removed is None else slots_of(removed)
 
 
 def held_tokens() -> Steps[set[ObjectId]]:
-    """The lock tokens of the jobs held by workers on the roster."""
-    holding = {"assignment.token": {"$exists": True}}
+    """The lock tokens of the jobs held by slots on the roster."""
+    found = yield from find(ROSTER, {"assignment": {"$exists": True}}, {"assignment": 1})
     return {
-        document["assignment"]["token"]
-        for document in (yield from find(ROSTER, holding, {"assignment": 1}))
+        entry["token"]
+        for document in found
         if isinstance(document.get("assignment"), Mapping)
-        and isinstance(document["assignment"].get("token"), ObjectId)
+        for entry in document["assignment"].values()
+        if isinstance(entry, Mapping) and isinstance(entry.get("token"), ObjectId)
     }
 
 
-def _release(
-    worker_id: ObjectId, token: ObjectId, now: dt.datetime, ran: Sequence[RanReport]
-) -> tuple[Document, Document]:
-    fields: Document = {"available": True, "available_since": now, "last_seen_at": now}
-    # a new report each time, if empty: an old one is never counted twice
-    fields.update(ran=[report.to_document() for report in ran], ran_for=token)
-    unset = {"assigned_to": "", "assignment": "", "assigned_since": ""}
-    return {"_id": worker_id, "assignment.token": token}, {"$set": fields, "$unset": unset}
+def _release(releases: Iterable[Release], process: Any = None) -> tuple[Document, Document]:
+    """One statement freeing these slots of one process, each only if still assigned
+    with its token (a report each time, if empty: an old one is never counted twice)."""
+    releases = list(releases)
+    query: Document = {"_id": process} if process is not None else {"slots": releases[0].worker_id}
+    fields: Document = {"available_since": releases[-1].now, "last_seen_at": releases[-1].now}
+    # a field each release changes, for the recruiter's feed (a slot is free)
+    fields["released"] = releases[-1].token
+    unset: Document = {}
+    for release in releases:
+        slot = release.worker_id
+        query[f"assignment.{slot}.token"] = release.token
+        fields[f"ran.{slot}"] = [report.to_document() for report in release.ran]
+        fields[f"ran_for.{slot}"] = release.token
+        unset.update({f"assigned_to.{slot}": "", f"assignment.{slot}": ""})
+    slots = [release.worker_id for release in releases]
+    push = {"free": {"$each": slots}}
+    return query, {"$set": fields, "$unset": unset, "$push": push}

@@ -14,7 +14,7 @@ from recruiter.errors import RecruiterError, SchemaTooNew
 from recruiter.store.dedup import DEDUP_MEMORY
 from recruiter.store.steps import Steps, drive, send
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 SCHEMA_DOCUMENT_ID = "schema"
 
 Migration = Callable[[], Steps[None]]
@@ -58,12 +58,10 @@ INDEXES: Mapping[str, tuple[IndexModel, ...]] = {
         ),
     ),
     "roster": (
-        # the recruiter's read of available workers, longest waiting first
-        IndexModel([("available", ASCENDING), ("available_since", ASCENDING)], name="available"),
+        # a slot's own entry, read and written by its id
+        IndexModel([("slots", ASCENDING)], name="slots"),
         # the cleaner's read of silent workers
         IndexModel([("last_seen_at", ASCENDING)], name="last_seen_at"),
-        # the holders a take-back reads
-        IndexModel([("assignment.token", ASCENDING)], name="holders", sparse=True),
     ),
     "schedulers": (
         # the recruiter's read of due schedulers, and of the next one due
@@ -101,7 +99,18 @@ def _priorities() -> Steps[None]:
         yield from send("scheduled", "drop_index", "ready_in_group")
 
 
-MIGRATIONS: Mapping[int, Migration] = {1: _initial, 2: _priorities}
+def _worker_documents() -> Steps[None]:
+    """Version 3: a roster document per worker process, holding its slots. The documents
+    of one slot each are removed (their workers, older, stop on this version; the jobs
+    they held are no one's, taken back by the unheld-locks pass), with their indexes."""
+    yield from send("roster", "delete_many", {"slots": {"$exists": False}})
+    indexes = yield from send("roster", "index_information")
+    for old in ("available", "holders"):
+        if old in indexes:
+            yield from send("roster", "drop_index", old)
+
+
+MIGRATIONS: Mapping[int, Migration] = {1: _initial, 2: _priorities, 3: _worker_documents}
 
 
 def ensure_ready(

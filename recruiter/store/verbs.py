@@ -136,6 +136,7 @@ class SyncVerbs(StepVerbs):
     release_worker = Verb(roster.release_worker)
     release_workers = Verb(roster.release_workers)
     unregister_if_idle = Verb(roster.unregister_if_idle)
+    drop_slot = Verb(roster.drop_slot)
     dead_workers = Verb(roster.dead_workers)
     remove_worker_if_dead = Verb(roster.remove_worker_if_dead)
     held_tokens = Verb(roster.held_tokens)

@@ -19,7 +19,7 @@ from recruiter.errors import ChangeStreamsUnavailable
 from recruiter.store.base import Document
 from recruiter.store.failures import translate_methods
 from recruiter.store.ready import NEW_JOB_FIELDS, NewJob
-from recruiter.store.roster import Assignment
+from recruiter.store.roster import ASSIGNMENT_FIELDS, Assignment, assignments_in
 
 T = TypeVar("T")
 
@@ -30,8 +30,9 @@ NOT_A_REPLICA_SET = 40573  # $changeStream on a standalone server
 
 @dataclass(frozen=True)
 class RosterChange:
-    """A change to a worker's roster document: the assignment handed over, or ``None``
-    (removed, or not readable from the change: read it)."""
+    """A change to a slot's roster entry: the assignment handed over, or ``None`` (its
+    process's document removed, or the change not readable: read it). ``worker_id`` is
+    the slot's id, or its process's when the whole document changed."""
 
     worker_id: ObjectId
     assignment: Assignment | None
@@ -85,11 +86,29 @@ def _open(
     return ChangeFeed(stream, read)
 
 
-def _roster_change(event: Mapping[str, Any]) -> RosterChange:
-    worker_id = event["documentKey"]["_id"]
+def _roster_changes(event: Mapping[str, Any]) -> list[RosterChange]:
+    """The assignments a change to a worker process's document handed its slots: one
+    change per slot (the server tells of a map's entries one by one, as MongoDB does, or
+    of the whole map, as some test servers do: both are read), or, removed or unreadable,
+    one change of the process with none."""
+    process = event["documentKey"]["_id"]
     fields = (event.get("updateDescription") or {}).get("updatedFields") or {}
-    assignment = Assignment.of(worker_id, fields.get("assigned_to"), fields.get("assignment"))
-    return RosterChange(worker_id, assignment)
+    maps: dict[str, dict[str, Any]] = {name: {} for name in ASSIGNMENT_FIELDS}
+    for key, value in fields.items():
+        name, _, slot = str(key).partition(".")
+        if name not in maps:
+            continue
+        if slot:
+            maps[name][slot] = value
+        elif isinstance(value, Mapping):
+            maps[name].update(value)
+    found = assignments_in(*(maps[name] for name in ASSIGNMENT_FIELDS))
+    changes = [RosterChange(_object_id(slot), each) for slot, each in found.items()]
+    return [c for c in changes if c.worker_id is not None] or [RosterChange(process, None)]
+
+
+def _object_id(text: str) -> Any:
+    return ObjectId(text) if ObjectId.is_valid(text) else None
 
 
 @dataclass(frozen=True)
@@ -123,16 +142,16 @@ class WatchVerbs:
     database: Database[Document]
     roster: Collection[Document]
 
-    def watch_assignments(self, worker_ids: Sequence[ObjectId]) -> ChangeFeed[RosterChange]:
-        """Follow these workers' roster documents: assignments and removals."""
+    def watch_assignments(self, worker_ids: Sequence[ObjectId]) -> ChangeFeed[list[RosterChange]]:
+        """Follow these worker processes' roster documents: assignments and removals."""
         match = {
             "documentKey._id": {"$in": list(worker_ids)},
             "$or": [
                 {"operationType": {"$in": ["delete", "replace"]}},
-                {"updateDescription.updatedFields.assignment": {"$exists": True}},
+                {"updateDescription.updatedFields.last_round": {"$exists": True}},
             ],
         }
-        return _open(self.roster, match, _roster_change)
+        return _open(self.roster, match, _roster_changes)
 
     def watch_for_work(self) -> ChangeFeed[WorkChange]:
         """Follow the changes that may give the recruiter something to hand out."""
@@ -142,7 +161,7 @@ class WatchVerbs:
                 {"ns.coll": {"$in": ["scheduled", "roster"]}, "operationType": "insert"},
                 {"ns.coll": "scheduled", f"{updated}.scheduled_at": {"$exists": True}},
                 {"ns.coll": "scheduled", f"{updated}.locked": False, f"{updated}.why": None},
-                {"ns.coll": "roster", f"{updated}.available": True},
+                {"ns.coll": "roster", f"{updated}.released": {"$exists": True}},
                 {"ns.coll": "schedulers", "operationType": "insert"},
                 {"ns.coll": "schedulers", f"{updated}.schedule": {"$exists": True}},
                 # a group's settings changed, not its starts (the recruiter's own writes)

@@ -62,11 +62,19 @@ def workables_of(digests: Iterable[str]) -> Steps[dict[str, frozenset[str]]]:
 def slots_for(workable: str) -> Steps[tuple[int, int]]:
     """How many worker slots are on the roster (manual runs aside), and how many may run
     ``workable``: advertising it, nothing (any job) or an unrecorded set (unknown)."""
-    slots = yield from find("roster", {"manual": {"$ne": True}}, {"workables": 1})
-    digests = [slot.get("workables") for slot in slots]
-    sets = yield from workables_of(d for d in digests if isinstance(d, str))
-    may = sum(1 for d in digests if not isinstance(d, str) or workable in sets.get(d, {workable}))
-    return len(slots), may
+    found = yield from find("roster", {"manual": {"$ne": True}}, {"workables": 1, "slots": 1})
+    counted = [(d.get("workables"), _slot_count(d)) for d in found]
+    sets = yield from workables_of(d for d, _ in counted if isinstance(d, str))
+    may = sum(
+        n for d, n in counted if not isinstance(d, str) or workable in sets.get(d, {workable})
+    )
+    return sum(n for _, n in counted), may
+
+
+def _slot_count(document: Document) -> int:
+    """How many slots a roster document holds (one, if it does not say)."""
+    slots = document.get("slots")
+    return len(slots) if isinstance(slots, list) and slots else 1
 
 
 def workables_run() -> Steps[frozenset[str] | None]:

@@ -269,8 +269,10 @@ class World:
             self.say(f"{detail} ✗ lost before it landed: DatabaseUnavailable")
             raise DatabaseUnavailable("write lost (simulated)")
         result = method(*arguments, **options)
-        if verb == "register_worker":
-            self.names.give(result, actor.process, letters=True)
+        if verb == "register_worker":  # its slots, named (a process of one: the document)
+            for slot in options.get("slots") or [result]:
+                self.names.give(slot, actor.process, letters=True)
+                self.workers[slot] = actor.process
             self.workers[result] = actor.process
         if not verb.startswith(READS):
             named = {self.workers.get(v) for v in _ids(arguments)}
@@ -349,7 +351,9 @@ class World:
     # --- what the invariants read --------------------------------------------------------
 
     def roster(self) -> set[str]:
-        return {self.names.of(d["_id"]) for d in self.store.roster.find({}, {"_id": 1})}
+        """The slots on the roster."""
+        documents = self.store.roster.find({}, {"slots": 1})
+        return {self.names.of(slot) for d in documents for slot in d.get("slots", [d["_id"]])}
 
     def jobs(self) -> dict[str, JobState]:
         found: dict[str, tuple[str, dict[str, Any]]] = {}

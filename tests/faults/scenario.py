@@ -416,8 +416,8 @@ class Run:
         return {d["last_execution"]["pid"] for d in running if d.get("last_execution")}
 
     def _assigned_pids(self) -> set[int]:
-        roster = self.database.roster.find({"assignment": {"$exists": True}}, {"pid": 1})
-        return {d.get("pid", 0) for d in roster}
+        roster = self.database.roster.find({}, {"pid": 1, "assignment": 1})
+        return {d.get("pid", 0) for d in roster if d.get("assignment")}  # a slot holds work
 
     def _kill_worker(self, busy: bool) -> bool:
         workers = self.live("worker")
