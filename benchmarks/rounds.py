@@ -140,8 +140,20 @@ def noop_jobs(count: int, group: str | None = None) -> Iterator[dict[str, Any]]:
         yield spec.to_document(ObjectId(), clock.now())
 
 
-def round_cost(uri: str, backlog: int, workers: int, rounds: int) -> dict[str, Any]:
-    with bench(uri, "rounds", noop_jobs(backlog)) as measured:
+def round_cost(
+    uri: str, backlog: int, workers: int, rounds: int, groups: int = 1
+) -> dict[str, Any]:
+    """The median of ``rounds`` rounds of ``workers`` idle workers (of any group) with
+    ``backlog`` jobs queued, spread evenly over ``groups`` groups (the default group
+    when one)."""
+    jobs: Iterable[dict[str, Any]] = noop_jobs(backlog)
+    if groups > 1:
+        names = [f"g{n:04d}" for n in range(groups)]
+        jobs = itertools.chain.from_iterable(
+            noop_jobs(backlog // groups + (n < backlog % groups), name)
+            for n, name in enumerate(names)
+        )
+    with bench(uri, "rounds", jobs) as measured:
         times, commands, millis = [], [], []
         for _ in range(rounds):
             measured.add_idle_workers(workers)
@@ -206,20 +218,65 @@ def groups_round_cost(uri: str, groups: int, workers: int) -> dict[str, Any]:
         }
 
 
+def group_reads_cost(uri: str, groups: int, per_group: int, limit: int = 2) -> dict[str, Any]:
+    """The ready jobs of ``groups`` groups of ``per_group`` jobs each, ``limit`` of each,
+    read in one ``$unionWith`` command (:meth:`Store.union_of_ready`) and in one find
+    per group (:meth:`Store.ready_job_ids`): the best of three milliseconds of each."""
+    names = [f"g{n:04d}" for n in range(groups)]
+    jobs = itertools.chain.from_iterable(noop_jobs(per_group, name) for name in names)
+    with bench(uri, "reads", jobs, frozen=True) as measured:
+        now, store = measured.clock.now(), measured.store
+        chunk = [(name, limit) for name in names]
+
+        def best(read: Any) -> float:
+            times = []
+            for _ in range(3):
+                began = time.perf_counter()
+                read()
+                times.append(time.perf_counter() - began)
+            return round(1000 * min(times), 1)
+
+        return {
+            "groups": groups,
+            "per_group": per_group,
+            "union_ms": best(lambda: store.union_of_ready(now, chunk, None)),
+            "finds_ms": best(lambda: [store.ready_job_ids(now, g, n) for g, n in chunk]),
+        }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.rounds", description=__doc__)
     parser.add_argument("--backlogs", type=int, nargs="+", default=[1_000, 10_000, 100_000])
     parser.add_argument("--workers", type=int, default=16, help="idle workers per round")
     parser.add_argument("--rounds", type=int, default=5, help="rounds measured per backlog")
+    parser.add_argument(
+        "--groups", type=int, default=1, help="groups the backlog is spread over, evenly"
+    )
+    parser.add_argument(
+        "--group-reads",
+        type=int,
+        nargs=2,
+        metavar=("GROUPS", "JOBS_EACH"),
+        help="instead: the read of GROUPS groups' ready jobs (JOBS_EACH queued in each), "
+        "as one $unionWith command and as one find per group",
+    )
     options = parser.parse_args(argv)
+    if options.group_reads:
+        with database_uri("rounds") as uri:
+            print(group_reads_cost(uri, *options.group_reads))
+        return 0
     with database_uri("rounds") as uri:
-        print("| jobs queued | round ms (median) | commands | ms by command (median) | plan |")
-        print("|---:|---:|---:|---|---|")
+        print(
+            "| jobs queued | groups | round ms (median) | commands | ms by command (median) "
+            "| plan |"
+        )
+        print("|---:|---:|---:|---:|---|---|")
         for backlog in options.backlogs:
-            row = round_cost(uri, backlog, options.workers, options.rounds)
+            row = round_cost(uri, backlog, options.workers, options.rounds, options.groups)
             by_command = ", ".join(f"{k} {v:,}" for k, v in row["command_ms"].items())
             print(
-                f"| {backlog:,} | {row['round_ms']:,} | {row['round_commands']} | "
+                f"| {backlog:,} | {options.groups} | {row['round_ms']:,} | "
+                f"{row['round_commands']} | "
                 f"{by_command} | {row['plan']} |",
                 flush=True,
             )
