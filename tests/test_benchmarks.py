@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from benchmarks.harness import NaiveSystem, RecruiterSystem
-from benchmarks.rounds import round_cost
+from benchmarks.rounds import group_reads_cost, round_cost
 
 if TYPE_CHECKING:
     from benchmarks.agenda_system import AgendaSystem
@@ -48,6 +48,16 @@ def test_a_burn_down_counts_every_job_command_and_cpu_second(
 def test_a_round_costs_the_same_commands_whatever_the_backlog(real_server_uri: str) -> None:
     small, large = (round_cost(real_server_uri, backlog, 4, rounds=2) for backlog in (50, 500))
     assert small["round_commands"] == large["round_commands"]
+
+
+def test_the_rounds_benchmark_times_each_command_and_both_reads_of_groups(
+    real_server_uri: str,
+) -> None:
+    spread = round_cost(real_server_uri, 40, 4, rounds=1, groups=4)
+    assert {"aggregate", "distinct", "update"} <= set(spread["command_ms"])
+    reads = group_reads_cost(real_server_uri, 3, 5)
+    assert (reads["groups"], reads["per_group"]) == (3, 5)
+    assert min(reads["union_ms"], reads["finds_ms"]) > 0
 
 
 def test_the_dashboard_benchmark_times_every_read(real_server_uri: str) -> None:
