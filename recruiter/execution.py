@@ -40,6 +40,8 @@ class Execution:
     trace: str | None = None
     group: str | None = None
     """The job's group (unknown when it was not run: fenced before its start)."""
+    workable: str | None = None
+    """The name of the job's workable (unknown as its group is)."""
     result: Any = None
     """What the job's code returned (done only; as kept)."""
     code_seconds: float = 0.0

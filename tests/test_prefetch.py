@@ -56,6 +56,11 @@ def slot(prefetches: bool = True) -> WorkerRecord:
     return record(prefetches=prefetches)
 
 
+def of_groups(groups: list[str]) -> list[tuple[str, str | None]]:
+    """Jobs of these groups, their workables not known: each by its group's length."""
+    return [(group, None) for group in groups]
+
+
 def lengths(**seconds: float) -> JobLengths:
     known = JobLengths()
     known.learn([record(ran=tuple(RanReport(g, 1, length) for g, length in seconds.items()))])
@@ -66,33 +71,42 @@ def lengths(**seconds: float) -> JobLengths:
 
 
 def test_fewer_jobs_than_slots_go_one_per_slot() -> None:
-    assert pack(["a", "a"], [slot(), slot(), slot()], RULE, lengths(a=0.01)) == [[0], [1], []]
+    assert pack(of_groups(["a", "a"]), [slot(), slot(), slot()], RULE, lengths(a=0.01)) == [
+        [0],
+        [1],
+        [],
+    ]
 
 
 def test_the_rest_goes_to_the_least_loaded_slot_up_to_the_maximum() -> None:
-    handed = pack(["a"] * 12, [slot(), slot()], RULE, lengths(a=0.01))
+    handed = pack(of_groups(["a"] * 12), [slot(), slot()], RULE, lengths(a=0.01))
     assert handed == [[0, 2, 4, 6, 8], [1, 3, 5, 7, 9]], "five each, the last two left"
 
 
 def test_a_job_of_unknown_length_is_never_prefetched() -> None:
-    assert pack(["a", "b", "b"], [slot(), slot()], RULE, lengths(a=0.01)) == [[0], [1]]
+    assert pack(of_groups(["a", "b", "b"]), [slot(), slot()], RULE, lengths(a=0.01)) == [[0], [1]]
 
 
 def test_slow_jobs_are_not_parked_behind_each_other() -> None:
     # 0.4 s each in a 1 s window: two per slot, not five
-    assert pack(["slow"] * 6, [slot(), slot()], RULE, lengths(slow=0.4)) == [[0, 2], [1, 3]]
+    assert pack(of_groups(["slow"] * 6), [slot(), slot()], RULE, lengths(slow=0.4)) == [
+        [0, 2],
+        [1, 3],
+    ]
     # a slot that took a slow job has no room for a quick one that would not fit
-    assert pack(["slow", "quick", "quick"], [slot()], RULE, lengths(slow=0.99, quick=0.02)) == [[0]]
+    assert pack(
+        of_groups(["slow", "quick", "quick"]), [slot()], RULE, lengths(slow=0.99, quick=0.02)
+    ) == [[0]]
 
 
 def test_packing_stops_at_the_first_job_that_fits_nowhere() -> None:
     """So the jobs handed out are always the first ones, in the order given."""
-    handed = pack(["a", "a", "slow", "a"], [slot()], RULE, lengths(a=0.1, slow=0.95))
+    handed = pack(of_groups(["a", "a", "slow", "a"]), [slot()], RULE, lengths(a=0.1, slow=0.95))
     assert handed == [[0, 1]]
 
 
 def test_a_slot_that_does_not_prefetch_gets_one_job() -> None:
-    handed = pack(["a"] * 6, [slot(prefetches=False), slot()], RULE, lengths(a=0.01))
+    handed = pack(of_groups(["a"] * 6), [slot(prefetches=False), slot()], RULE, lengths(a=0.01))
     assert handed == [[0], [1, 2, 3, 4, 5]]
 
 
@@ -129,7 +143,10 @@ def taught_workers(store: Store, count: int, now: dt.datetime, **seconds: float)
     ids = []
     for _ in range(count):
         worker_id = store.register_worker("*", 1, "here", now, prefetch=True)
-        ran = [{"group": g, "jobs": 1, "seconds": s} for g, s in seconds.items()]
+        ran = [
+            {"group": g, "jobs": 1, "seconds": s, "workable": "tests.noop"}
+            for g, s in seconds.items()
+        ]
         store.roster.update_one({"_id": worker_id}, {"$set": {f"ran.{worker_id}": ran}})
         ids.append(worker_id)
     return ids
@@ -155,6 +172,42 @@ def test_a_round_hands_prefetched_jobs_in_priority_order_when_jobs_outnumber_slo
     assert document is not None
     assert document["assigned_to"] == {str(first): [high[0], low[0], low[2]]}
     assert all(queue.job(j).locked for j in low + high), "every prefetched job is locked"
+
+
+def test_no_fast_job_is_parked_behind_a_slow_one_of_another_workable_in_its_group(
+    queue: Queue, clock: FrozenClock
+) -> None:
+    """One group, two workables: one of 30 s, one of 10 ms. A slot handed the slow job
+    gets nothing behind it, however quick the group's average; the fast jobs go to the
+    other slots, and those of the fast workable are prefetched by its own length."""
+    store, now = queue.store, clock.now()
+    slow = queue.schedule(JobSpec("tests.slow", group="mail", priority=1))
+    fast = queue.schedule_many(JobSpec("tests.fast", group="mail") for _ in range(6))
+    reports = [
+        {"group": "mail", "jobs": 1, "seconds": 30.0, "workable": "tests.slow"},
+        {"group": "mail", "jobs": 9, "seconds": 0.09, "workable": "tests.fast"},
+    ]
+    first, second = taught_workers(store, 2, now)
+    for worker in (first, second):
+        store.roster.update_one({"_id": worker}, {"$set": {f"ran.{worker}": reports}})
+    assert Recruiter(store, RecruiterConfig(prefetch=RULE)).run_once(now).assigned == 2
+    handed = prefetched_of(store)
+    assert handed[first] == (slow,), "nothing waits behind the 30 s job"
+    assert handed[second] == tuple(fast[:5]), "the fast ones, by their own length"
+    assert not queue.job(fast[5]).locked, "left for the next slot free, not parked"
+
+
+def test_a_job_of_a_workable_not_yet_measured_gets_nothing_behind_it(
+    queue: Queue, clock: FrozenClock
+) -> None:
+    """Its group's average says nothing of it: it may be the slow one."""
+    store, now = queue.store, clock.now()
+    new = queue.schedule(JobSpec("tests.new", group="mail", priority=1))
+    known = jobs(queue, 3)
+    (worker,) = taught_workers(store, 1, now, mail=0.01)
+    assert Recruiter(store, RecruiterConfig(prefetch=RULE)).run_once(now).assigned == 1
+    assert prefetched_of(store) == {worker: (new,)}
+    assert not any(queue.job(j).locked for j in known)
 
 
 def test_a_short_queue_hands_one_job_each(queue: Queue, clock: FrozenClock) -> None:
@@ -213,7 +266,13 @@ def test_named_group_workers_prefetch_jobs_of_their_group(queue: Queue, clock: F
     (worker,) = [store.register_worker("mail", 1, "here", now, prefetch=True)]
     store.roster.update_one(
         {"_id": worker},
-        {"$set": {f"ran.{worker}": [{"group": "mail", "jobs": 2, "seconds": 0.02}]}},
+        {
+            "$set": {
+                f"ran.{worker}": [
+                    {"group": "mail", "jobs": 2, "seconds": 0.02, "workable": "tests.noop"}
+                ]
+            }
+        },
     )
     Recruiter(store, RecruiterConfig(prefetch=RULE)).run_once(now)
     assert prefetched_of(store) == {worker: tuple(mail[:5])}
@@ -239,7 +298,13 @@ def one_worker(queue: Queue, registry: Registry, clock: FrozenClock) -> WorkerPr
     slot_id = worker.slots[0].id
     queue.store.roster.update_one(
         {"slots": slot_id},
-        {"$set": {f"ran.{slot_id}": [{"group": "mail", "jobs": 1, "seconds": 0.01}]}},
+        {
+            "$set": {
+                f"ran.{slot_id}": [
+                    {"group": "mail", "jobs": 1, "seconds": 0.01, "workable": "tests.noop"}
+                ]
+            }
+        },
     )
     return worker
 
@@ -257,7 +322,7 @@ def test_a_worker_runs_its_prefetched_jobs_in_order_and_is_released_once_telling
     (record,) = queue.store.workers()
     assert record.available
     assert record.assignment is None
-    assert record.ran == (RanReport("mail", 4, 0.0),), "a frozen clock: no time passed"
+    assert record.ran == (RanReport("mail", 4, 0.0, "tests.noop"),), "a frozen clock: none passed"
 
 
 def test_a_slot_reports_its_jobs_code_time_never_its_writes(
@@ -293,7 +358,7 @@ def test_a_slot_reports_its_jobs_code_time_never_its_writes(
     result = worker.slots[0].run_once()
     assert len(result.executions) == 3
     (record,) = queue.store.workers()
-    assert record.ran == (RanReport("mail", 3, 0.75),)
+    assert record.ran == (RanReport("mail", 3, 0.75, "tests.working"),)
 
 
 def test_an_end_refused_with_the_next_start_riding_is_written_alone_and_trimmed(

@@ -141,7 +141,9 @@ class Executor:
                     execution = self.conclude(job, token, ran, policy, start)
                 said(execution.outcome.value)
         ended(self.store, self.registry, job, execution, ran, now=self.clock.now())
-        return dataclasses.replace(execution, group=job.group, code_seconds=ran.seconds)
+        return dataclasses.replace(
+            execution, group=job.group, workable=job.workable, code_seconds=ran.seconds
+        )
 
     def _in_transaction(
         self,

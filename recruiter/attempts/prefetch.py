@@ -29,9 +29,9 @@ class HandedOut:
     """What a slot's run of its handed-out jobs did."""
 
     executions: list[Execution] = field(default_factory=list)
-    lengths: dict[str, list[float]] = field(default_factory=dict)
-    """For each group, how many of its jobs ran and how long their code took (what the
-    recruiter sizes the next hand-outs on)."""
+    lengths: dict[tuple[str, str | None], list[float]] = field(default_factory=dict)
+    """For each group and workable, how many of its jobs ran and how long their code
+    took (what the recruiter sizes the next hand-outs on)."""
     returned: int = 0
     """How many were put back, unstarted."""
 
@@ -99,6 +99,7 @@ def _count(done: HandedOut, execution: Execution) -> None:
     would shrink the hand-outs, each job would cost more commands and the server slow
     further. A job skipped is not counted: its group would look quicker than it is."""
     if execution.group is not None and execution.outcome not in NOT_RUN:
-        length = done.lengths.setdefault(execution.group, [0, 0.0])
+        kind = (execution.group, execution.workable)
+        length = done.lengths.setdefault(kind, [0, 0.0])
         length[0] += 1
         length[1] += execution.code_seconds

@@ -44,7 +44,11 @@ class ReadyJobs(Protocol):
     ) -> list[str]: ...
 
     def ready_job_ids_by_group(
-        self, now: dt.datetime, limits: dict[str, int], workables: frozenset[str] | None = None
+        self,
+        now: dt.datetime,
+        limits: dict[str, int],
+        workables: frozenset[str] | None = None,
+        workable_of: dict[Any, Any] | None = None,
     ) -> dict[str, list[Any]]: ...
 
 
@@ -130,6 +134,8 @@ class _Round:
     missed: bool = False
     ready_groups: set[str] = field(default_factory=set)
     """The groups in which a set of any-group workers found jobs it could run."""
+    workable_of: dict[Any, Any] = field(default_factory=dict)
+    """The workable of each job read (what its expected length is the length of)."""
 
 
 class Planner:
@@ -218,10 +224,13 @@ class Planner:
         if named:
             allowances = round_.allowances
             wanted = {g: allowances.cap(g, self._room(g, by_group[g])) for g in named}
-            ready = round_.ready.ready_job_ids_by_group(now, wanted, names)
-            self._lock(ready, round_)
+            ready = round_.ready.ready_job_ids_by_group(now, wanted, names, round_.workable_of)
+            chosen = {
+                g: self._fitting(by_group[g], [(g, job) for job in ready[g]], round_) for g in named
+            }
+            self._lock({g: [job for _, job in chosen[g]] for g in named}, round_)
             for group in named:
-                self._hand(by_group[group], [(group, job) for job in ready[group]], round_)
+                self._hand(by_group[group], chosen[group], round_)
         if by_group.get(ANY_GROUP):
             return self._plan_any_group(by_group[ANY_GROUP], round_, names)
         return None
@@ -238,16 +247,29 @@ class Planner:
     def _room(self, group: str, slots: list[WorkerRecord]) -> int:
         """How many jobs of ``group`` its ``slots`` could take at once."""
         most = capacity(slots, self.prefetch)
-        return sum(map(len, pack([group] * most, slots, self.prefetch, self.lengths)))
+        kinds = [(group, None)] * most  # (the group's average: the jobs are not read yet)
+        return sum(map(len, pack(kinds, slots, self.prefetch, self.lengths)))
+
+    def _fitting(
+        self, slots: list[WorkerRecord], chosen: list[tuple[str, Any]], round_: _Round
+    ) -> list[tuple[str, Any]]:
+        """The first of the ``chosen`` (group, job) that ``slots`` can take, each job by
+        its own workable's expected length (the read was sized on its group's)."""
+        placed = pack(self._kinds(chosen, round_), slots, self.prefetch, self.lengths)
+        return chosen[: sum(map(len, placed))]
+
+    @staticmethod
+    def _kinds(chosen: list[tuple[str, Any]], round_: _Round) -> list[tuple[str, Any]]:
+        return [(group, round_.workable_of.get(job)) for group, job in chosen]
 
     def _hand(
         self, slots: list[WorkerRecord], chosen: list[tuple[str, Any]], round_: _Round
     ) -> None:
         """Share the ``chosen`` (group, job) among ``slots`` as packed when chosen, leaving
         out those not locked (packing again could leave out one that was locked)."""
-        groups = [group for group, _ in chosen]
+        kinds = self._kinds(chosen, round_)
         for slot, positions in zip(
-            slots, pack(groups, slots, self.prefetch, self.lengths), strict=True
+            slots, pack(kinds, slots, self.prefetch, self.lengths), strict=True
         ):
             jobs = [chosen[p][1] for p in positions if chosen[p][1] in round_.locked]
             if jobs:
@@ -265,6 +287,9 @@ class Planner:
             wanted = {g: round_.allowances.cap(g, most) for g in ready_groups}
             open_groups = {g: n for g, n in wanted.items() if n}
             chosen, handed_all, empty = self._choose(idle, open_groups, round_, names)
+            fitting = self._fitting(idle, chosen, round_)
+            handed_all &= len(fitting) == len(chosen)
+            chosen = fitting
             if filtered or not empty:
                 break
             # a group had no job these workers can run: never charged, fair share would rank
@@ -303,7 +328,8 @@ class Planner:
                 for g, limit in wanted.items()
             }
             picks = self.share.copy().share_out(most, available, self._weights)
-            fitting = sum(map(len, pack(picks, idle, self.prefetch, self.lengths)))
+            kinds = [(group, None) for group in picks]  # (jobs not read yet)
+            fitting = sum(map(len, pack(kinds, idle, self.prefetch, self.lengths)))
             trial = self.share.copy()
             picks = trial.share_out(fitting, available, self._weights)
             needed = Counter(picks)
@@ -318,7 +344,8 @@ class Planner:
                 handed_all = all(g in exhausted and taken[g] == len(read[g]) for g in wanted)
                 return chosen, handed_all and not last, empty
             probes = {group: needed + 1 for group, needed in short.items()}
-            for group, found in round_.ready.ready_job_ids_by_group(now, probes, names).items():
+            read_now = round_.ready.ready_job_ids_by_group(now, probes, names, round_.workable_of)
+            for group, found in read_now.items():
                 read[group] = found
                 empty |= not found
                 if len(found) <= short[group]:

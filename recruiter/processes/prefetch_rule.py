@@ -40,11 +40,16 @@ class PrefetchRule:
         return self
 
 
+Kind = tuple[str, "str | None"]
+"""What a job's length is expected by: its group and its workable's name (``None``:
+not known yet, as when sizing a read: the group's average stands for it)."""
+
+
 class JobLengths:
-    """The seconds a job of each group takes, as the workers report them."""
+    """The seconds a job of each workable (and each group) takes, as the workers report."""
 
     def __init__(self) -> None:
-        self._seconds: dict[str, float] = {}
+        self._seconds: dict[Kind, float] = {}
         self._counted: dict[ObjectId, ObjectId | None] = {}
 
     def learn(self, workers: Sequence[WorkerRecord]) -> None:
@@ -56,46 +61,58 @@ class JobLengths:
                 continue
             for report in worker.ran:
                 seconds = report.seconds / report.jobs
-                before = self._seconds.get(report.group)
-                self._seconds[report.group] = (
-                    seconds if before is None else before + LENGTH_WEIGHT * (seconds - before)
-                )
+                kinds: list[Kind] = [(report.group, None)]
+                if report.workable is not None:
+                    kinds.append((report.group, report.workable))
+                for kind in kinds:
+                    before = self._seconds.get(kind)
+                    self._seconds[kind] = (
+                        seconds if before is None else before + LENGTH_WEIGHT * (seconds - before)
+                    )
         self._counted = counted
 
-    def seconds(self, group: str) -> float | None:
-        """The expected seconds of a job of ``group``; ``None`` while unknown."""
-        return self._seconds.get(group)
+    def seconds(self, group: str, workable: str | None = None) -> float | None:
+        """The expected seconds of a job of ``workable`` in ``group``; ``None`` while
+        unknown. Of a job whose workable is not known yet (``None``: a read being sized),
+        the shortest of the group's workables: a read sized so reads every job that may
+        fit, and the jobs read are packed by their own workables' lengths."""
+        if workable is not None:
+            return self._seconds.get((group, workable))
+        known = [s for (g, w), s in self._seconds.items() if g == group and w is not None]
+        return min(known) if known else self._seconds.get((group, None))
 
 
 def pack(
-    groups: Sequence[str],
+    kinds: Sequence[Kind],
     slots: Sequence[WorkerRecord],
     rule: PrefetchRule,
     lengths: JobLengths,
 ) -> list[list[int]]:
-    """For each slot, the positions in ``groups`` (of the jobs to hand out, in order) of the
+    """For each slot, the positions in ``kinds`` (of the jobs to hand out, in order) of the
     jobs it gets: the first one per slot, each later one to the prefetching slot with the
-    least expected work, if it fits; packing stops at the first that fits nowhere."""
+    least expected work, if it fits; packing stops at the first that fits nowhere. A job
+    of a workable whose length is unknown is never handed behind another, nor anything
+    behind it: so no job waits behind a longer one of another workable."""
     window = rule.seconds.total_seconds()
     handouts: list[list[int]] = [[] for _ in slots]
     loads: list[float] = [0.0 for _ in slots]
     if not slots:
         return handouts
 
-    def cost(group: str) -> float:
-        seconds = lengths.seconds(group)
+    def cost(kind: Kind) -> float:
+        seconds = lengths.seconds(*kind)
         return window if seconds is None else seconds
 
-    first = min(len(groups), len(slots))
+    first = min(len(kinds), len(slots))
     for position in range(first):
         handouts[position].append(position)
-        loads[position] = cost(groups[position])
+        loads[position] = cost(kinds[position])
     if rule.jobs == 1:
         return handouts
     room = [(loads[n], n) for n in range(first) if slots[n].prefetches]
     heapq.heapify(room)
-    for position in range(first, len(groups)):
-        known = lengths.seconds(groups[position])
+    for position in range(first, len(kinds)):
+        known = lengths.seconds(*kinds[position])
         if not room or known is None or room[0][0] + known > window:
             break
         load, slot = heapq.heappop(room)

@@ -214,7 +214,7 @@ class WorkerSlot:
             executor, jobs, token, stopping=self.stopping, running=self._set_running
         )
         lengths = handed.lengths.items()
-        ran = [RanReport(g, int(n), round(seconds, 6)) for g, (n, seconds) in lengths]
+        ran = [RanReport(g, int(n), round(s, 6), w) for (g, w), (n, s) in lengths]
         self._became_available()
         self.completer.release(Release(self.id, token, self.clock.latest(), ran, self.process))
         executions = tuple(handed.executions)

@@ -37,7 +37,7 @@ from recruiter.store.failures import (
     untranslated,
 )
 from recruiter.store.groups import GroupRecord
-from recruiter.store.jobs import ARCHIVE_BATCH, GROUPS_PER_READ, PURGE_BATCH
+from recruiter.store.jobs import ARCHIVE_BATCH, GROUPS_PER_READ, PURGE_BATCH, workable_name
 from recruiter.store.progress import progress_writes_within
 from recruiter.store.ready import Arrivals, NewJob
 from recruiter.store.roster import Assignment, RanReport, Release, WorkerRecord
@@ -173,10 +173,12 @@ class Store(SyncVerbs, WatchVerbs, SessionVerbs):
         now: dt.datetime,
         limits: Mapping[str, int],
         workables: Collection_[str] | None = None,
+        workable_of: dict[Any, Any] | None = None,
     ) -> dict[str, list[Any]]:
         """Up to ``limits[g]`` ready jobs of each group ``g`` (:func:`.jobs.ready_job_ids`),
         one command per :data:`.jobs.GROUPS_PER_READ` groups (:func:`.jobs.union_of_ready`);
-        group by group on a server that refused a union once."""
+        group by group on a server that refused a union once. ``workable_of``, if given,
+        is told each job's workable (what prefetch sizes a hand-out on)."""
         wanted = [(group, limit) for group, limit in limits.items() if limit > 0]
         found: dict[str, list[Any]] = {group: [] for group in limits}
         for start in range(0, len(wanted), GROUPS_PER_READ):
@@ -185,9 +187,11 @@ class Store(SyncVerbs, WatchVerbs, SessionVerbs):
             self._union_refused = union is None
             for document in union or []:
                 found[document["group"]].append(document["_id"])
+                if workable_of is not None:
+                    workable_of[document["_id"]] = workable_name(document)
             if union is None:
                 for group, limit in chunk:
-                    found[group] = self.ready_job_ids(now, group, limit, workables)
+                    found[group] = self.ready_job_ids(now, group, limit, workables, workable_of)
         return found
 
     def progress_writes_within(self, seconds: float) -> AbstractContextManager[None]:

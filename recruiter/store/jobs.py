@@ -32,24 +32,37 @@ UNRECOGNIZED_STAGE = 40324  # $unionWith asked of a server before MongoDB 4.4
 
 
 def ready_job_ids(
-    now: dt.datetime, group: str | None, limit: int, workables: Collection_[str] | None = None
+    now: dt.datetime,
+    group: str | None,
+    limit: int,
+    workables: Collection_[str] | None = None,
+    workable_of: dict[Any, Any] | None = None,
 ) -> Steps[list[Any]]:
     """Up to ``limit`` ready jobs (:func:`.ready.ready_query`) in :data:`READY_ORDER`,
-    ties in index order."""
+    ties in index order; ``workable_of``, if given, is told each one's workable."""
     if limit <= 0:
         return []  # (a limit of 0 means none to the server)
     query = ready_query(now, group, workables)
     order = list(READY_ORDER.items())
     size = min(limit, ONE_REPLY)
-    found = yield from find(SCHEDULED, query, {"_id": 1}, sort=order, limit=limit, batch_size=size)
+    fields = {"_id": 1, "workable.class": 1}
+    found = yield from find(SCHEDULED, query, fields, sort=order, limit=limit, batch_size=size)
+    if workable_of is not None:
+        workable_of.update((d["_id"], workable_name(d)) for d in found)
     return [document["_id"] for document in found]
+
+
+def workable_name(document: Document) -> Any:
+    """The name of a job document's workable (``None`` if damaged)."""
+    workable = document.get("workable")
+    return workable.get("class") if isinstance(workable, Mapping) else None
 
 
 def union_of_ready(
     now: dt.datetime, chunk: Sequence[tuple[str, int]], workables: Collection_[str] | None
 ) -> Steps[list[Document] | None]:
-    """For each ``(group, limit)`` of ``chunk``, :func:`ready_job_ids` (``_id`` and
-    ``group``) in one command, a ``$unionWith`` branch each on the ready index; ``None``
+    """For each ``(group, limit)`` of ``chunk``, :func:`ready_job_ids` (``_id``, ``group``
+    and ``workable.class``) in one command, a ``$unionWith`` branch each on the ready index; ``None``
     from a server without ``$unionWith`` (mongomock, MongoDB before 4.4)."""
 
     def branch(group: str, limit: int) -> list[Document]:
@@ -57,7 +70,7 @@ def union_of_ready(
             {"$match": ready_query(now, group, workables)},
             {"$sort": READY_ORDER},
             {"$limit": limit},
-            {"$project": {"group": 1}},
+            {"$project": {"group": 1, "workable.class": 1}},
         ]
 
     (first, first_limit), rest = chunk[0], chunk[1:]

@@ -104,6 +104,7 @@ class Arrivals:
         now: dt.datetime,
         limits: Mapping[str, int],
         workables: Collection[str] | None = None,
+        workable_of: dict[Any, Any] | None = None,
     ) -> dict[str, list[Any]]:
         """As :meth:`Store.ready_job_ids_by_group`."""
         found: dict[str, list[Any]] = {group: [] for group in limits}
@@ -115,6 +116,8 @@ class Arrivals:
                 and job.ready(now, group, workables)
             ):
                 found[group].append(job.id)
+                if workable_of is not None:
+                    workable_of[job.id] = job.workable
         return found
 
     def next_due(self, now: dt.datetime) -> dt.datetime | None:

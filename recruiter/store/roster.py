@@ -69,15 +69,19 @@ def assignments_in(assigned_to: Any, assignment: Any) -> dict[str, Assignment]:
 
 @dataclass(frozen=True)
 class RanReport:
-    """How many jobs of a group a slot's last assignment ran, in how many seconds
-    (start to end, writes included): what the recruiter sizes prefetch on."""
+    """How many jobs of a group (and of a workable, when known) a slot's last assignment
+    ran, in how many seconds of their code: what the recruiter sizes prefetch on."""
 
     group: str
     jobs: int
     seconds: float
+    workable: str | None = None
 
     def to_document(self) -> Document:
-        return {"group": self.group, "jobs": self.jobs, "seconds": self.seconds}
+        document: Document = {"group": self.group, "jobs": self.jobs, "seconds": self.seconds}
+        if self.workable is not None:
+            document["workable"] = self.workable
+        return document
 
     @classmethod
     def read(cls, value: Any) -> tuple[RanReport, ...]:
@@ -87,6 +91,7 @@ class RanReport:
             if not isinstance(entry, Mapping):
                 continue
             group, jobs, seconds = entry.get("group"), entry.get("jobs"), entry.get("seconds")
+            workable = entry.get("workable")
             if (
                 isinstance(group, str)
                 and isinstance(jobs, int)
@@ -96,7 +101,8 @@ class RanReport:
                 and not isinstance(seconds, bool)
                 and seconds >= 0
             ):
-                reports.append(cls(group, jobs, float(seconds)))
+                named = workable if isinstance(workable, str) else None
+                reports.append(cls(group, jobs, float(seconds), named))
         return tuple(reports)
 
 
