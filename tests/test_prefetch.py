@@ -292,20 +292,15 @@ def app(registry: Registry) -> list[str]:
     return ran
 
 
-def one_worker(queue: Queue, registry: Registry, clock: FrozenClock) -> WorkerProcess:
+def one_worker(
+    queue: Queue, registry: Registry, clock: FrozenClock, workable: str = "tests.noop"
+) -> WorkerProcess:
+    """A worker of one slot that reported ``workable``'s jobs of mail take 10 ms."""
     worker = WorkerProcess(queue.store, registry, clock, WORKER, lambda: None)
     worker.slots[0].register()
     slot_id = worker.slots[0].id
-    queue.store.roster.update_one(
-        {"slots": slot_id},
-        {
-            "$set": {
-                f"ran.{slot_id}": [
-                    {"group": "mail", "jobs": 1, "seconds": 0.01, "workable": "tests.noop"}
-                ]
-            }
-        },
-    )
+    report = {"group": "mail", "jobs": 1, "seconds": 0.01, "workable": workable}
+    queue.store.roster.update_one({"slots": slot_id}, {"$set": {f"ran.{slot_id}": [report]}})
     return worker
 
 
@@ -350,7 +345,7 @@ def test_a_slot_reports_its_jobs_code_time_never_its_writes(
             clock.advance(seconds=2)
             return super().write_attempts(*arguments)
 
-    worker = one_worker(queue, registry, clock)
+    worker = one_worker(queue, registry, clock, "tests.working")
     queue.store.__class__ = SlowServer
     for _ in range(3):
         queue.schedule(JobSpec("tests.working", group="mail"))

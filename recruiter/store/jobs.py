@@ -62,8 +62,8 @@ def union_of_ready(
     now: dt.datetime, chunk: Sequence[tuple[str, int]], workables: Collection_[str] | None
 ) -> Steps[list[Document] | None]:
     """For each ``(group, limit)`` of ``chunk``, :func:`ready_job_ids` (``_id``, ``group``
-    and ``workable.class``) in one command, a ``$unionWith`` branch each on the ready index; ``None``
-    from a server without ``$unionWith`` (mongomock, MongoDB before 4.4)."""
+    and ``workable.class``) in one command, a ``$unionWith`` branch each on the ready
+    index; ``None`` from a server without ``$unionWith`` (mongomock, MongoDB before 4.4)."""
 
     def branch(group: str, limit: int) -> list[Document]:
         return [
