@@ -21,7 +21,7 @@ from recruiter import (
     record_output,
     retry_statistics,
 )
-from recruiter.attempts.takeback import Released, release_unheld
+from recruiter.attempts.takeback import release_unheld
 from recruiter.execution import Outcome
 from recruiter.processes.cleaner import Cleaner, CleanerConfig, CleanResult
 from recruiter.processes.leadership import Leadership
@@ -418,8 +418,8 @@ def test_a_standby_says_so_once_and_a_new_leader_says_so(
 def test_a_slot_that_crashes_on_a_bug_leaves_the_roster_and_its_job_is_taken_back(
     queue: Queue, noop_app: Registry, clock: FrozenClock, error: BaseException
 ) -> None:
-    """Its process heartbeats on for its other slots; the crashed one leaves the roster
-    with what it held, which no one holds then: the unheld-locks pass takes it back."""
+    """Its process heartbeats on for its other slots; the crashed one leaves the roster,
+    and what it held is taken back at once (here: put back, never started)."""
     process = WorkerProcess(queue.store, noop_app, clock, WorkerConfig(concurrency=2, watch=False))
     crashed, healthy = process.slots
     crashed.register()
@@ -437,8 +437,9 @@ def test_a_slot_that_crashes_on_a_bug_leaves_the_roster_and_its_job_is_taken_bac
     clock.advance(5)
     process.beat()
     assert {w.id: w.last_seen_at for w in queue.store.workers()} == {healthy.id: clock.now()}
-    assert release_unheld(queue.store, clock.now(), "test") == {Released.REQUEUED: 1}
     assert not queue.job(job_id).locked
+    assert queue.job(job_id).attempts == 0
+    assert release_unheld(queue.store, clock.now(), "test") == {}
 
 
 def test_output_too_large_to_record_is_dropped_and_the_job_still_finishes(

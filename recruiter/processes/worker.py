@@ -18,6 +18,7 @@ from bson import ObjectId
 
 from recruiter.attempts.completer import Completer
 from recruiter.attempts.executor import Identity
+from recruiter.attempts.takeback import release_held
 from recruiter.clock import Clock
 from recruiter.errors import DatabaseError, SchemaTooNew
 from recruiter.job import ANY_GROUP
@@ -343,7 +344,7 @@ class WorkerProcess:
             # job's state is unknown; stop beating for it: the cleaner releases the job
             logger.exception(
                 "worker %s: unexpected error, the slot stops and leaves the roster (its "
-                "job, %s, is taken back by the recruiter's unheld-locks pass)",
+                "job, %s, is taken back through its retry policy)",
                 slot.id,
                 slot.running,
             )
@@ -379,13 +380,18 @@ class WorkerProcess:
             slot.bell.wait(wait)
 
     def _drop(self, slot: WorkerSlot) -> None:
-        """Take a broken slot off the roster: no round hands it work, and what it held
-        is no one's (the process heartbeats on for its other slots)."""
+        """Take a broken slot off the roster, then take back what it held, as the
+        cleaner does a dead worker's (its thread is gone: it writes nothing more); the
+        process heartbeats on for its other slots."""
         if slot.id is None:
             return
         try:
-            self.store.drop_slot(slot.id)
-        except DatabaseError as error:  # it holds its job until the process is gone
+            removed = self.store.drop_slot(slot.id)
+            if removed is not None:
+                release_held(self.store, removed, self.clock.latest(), "stopped on a bug")
+        except DatabaseError as error:  # held by no one once dropped: the recruiter's
+            # unheld-locks pass takes it back; not dropped, it is held until the
+            # process is gone
             logger.error("worker %s: could not leave the roster: %s", slot.id, error)
 
     def _stopping(self) -> bool:

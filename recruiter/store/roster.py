@@ -415,15 +415,15 @@ def unregister_if_idle(slot_id: ObjectId) -> Steps[bool]:
     return True
 
 
-def drop_slot(slot_id: ObjectId) -> Steps[bool]:
-    """Take the slot off the roster with whatever it holds (its thread stopped on a bug):
-    the jobs it held are no one's, and the unheld-locks pass takes them back."""
+def drop_slot(slot_id: ObjectId) -> Steps[WorkerRecord | None]:
+    """Take the slot off the roster with whatever it holds (its thread stopped on a
+    bug); return it as removed (what it held is what to take back)."""
     unset = {f"assigned_to.{slot_id}": "", f"assignment.{slot_id}": ""}
     pull = {"free": slot_id, "slots": slot_id}
-    result = yield from send(
-        ROSTER, "update_one", {"slots": slot_id}, {"$pull": pull, "$unset": unset}
+    removed = yield from send(
+        ROSTER, "find_one_and_update", {"slots": slot_id}, {"$pull": pull, "$unset": unset}
     )
-    return bool(result.modified_count == 1)
+    return None if removed is None else WorkerRecord.from_document(removed, slot_id)
 
 
 def dead_workers(seen_before: dt.datetime) -> Steps[list[WorkerRecord]]:
