@@ -47,7 +47,7 @@ def test_a_slot_retiring_between_the_read_and_the_assignment_fails_the_whole_sta
     leaving, staying = worker.slots
     jobs = scheduled(queue, 2)
     assert leaving.id is not None
-    retired = before(monkeypatch, queue.store, roster.assign, lambda: leaving.retire())
+    retired = before(monkeypatch, queue.store, roster.assign, leaving.retire)
     result = Recruiter(queue.store).run_once(clock.now())
     assert retired == [True]
     assert result.assigned == 0
