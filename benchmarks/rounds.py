@@ -80,8 +80,18 @@ class Bench:
     timer: CommandTimer
     last_millis: dict[str, float] = field(default_factory=dict)
 
-    def add_idle_workers(self, count: int) -> list[ObjectId]:
-        return [self.store.register_worker("*", 0, "bench", self.clock.now()) for _ in range(count)]
+    def add_idle_workers(self, count: int, processes: int | None = None) -> list[ObjectId]:
+        """``count`` idle slots, in ``processes`` worker processes' documents (one
+        each, if not given); their slots' ids."""
+        if processes is None:
+            return [
+                self.store.register_worker("*", 0, "bench", self.clock.now()) for _ in range(count)
+            ]
+        slots = [ObjectId() for _ in range(count)]
+        for n in range(processes):
+            mine = slots[n::processes]
+            self.store.register_worker("*", n, "bench", self.clock.now(), slots=mine)
+        return slots
 
     def measured_round(self) -> tuple[int, float, dict[str, int]]:
         """One round: the jobs it assigned, its seconds, and its commands by name (the
