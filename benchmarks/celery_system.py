@@ -11,6 +11,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -89,10 +90,15 @@ class CelerySystem:
         self.published: dict[str, float] = {}
 
     def start(self) -> None:
+        # one at a time: kombu's MongoDB transport creates its broadcast collection on
+        # start, and a second worker starting meanwhile dies on "already exists"
         for n in range(self.workers):
             self.cast.start(f"celery{n}", worker_command(self.broker))
-        wait_until(lambda: self._logged("ready.") == self.workers, 120, "celery workers ready")
+            wait_until(partial(self._all_ready, n + 1), 120, "celery worker ready")
         time.sleep(1.0)  # every worker settles into its polling
+
+    def _all_ready(self, started: int) -> bool:
+        return self._logged("ready.") == started
 
     def _logs(self) -> list[str]:
         return [log.read_text() for log in sorted(self.directory.glob("*-celery*.log"))]

@@ -7,8 +7,8 @@ its job, while a change stream follows ``roster``. Without ``--processes``, each
 a process of its own. Printed per count: the round's commands and the statements of its
 assignment, its time, the hand-outs per second that makes (one recruiter's ceiling at
 that many idle slots), the recruiter's own CPU per hand-out (its round's thread), the
-bytes of an assigned roster document and of its change event (means). Uses ``MONGODB_URI`` when set, else a SecantusDB server of its
-own.
+bytes of an assigned roster document and of its change event (means). Uses
+``MONGODB_URI`` when set, else a SecantusDB server of its own.
 """
 
 from __future__ import annotations
