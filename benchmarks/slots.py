@@ -40,7 +40,7 @@ def slot_round(uri: str, slots: int, processes: int | None = None) -> dict[str, 
             assignments.append(len(set(owners.values())) if owners else len(jobs))
             return assign(*arguments, **options)
 
-        measured.store.assign = measured_assign  # type: ignore[method-assign]
+        measured.store.assign = measured_assign
         events: list[dict[str, Any]] = []
         roster = measured.database.roster
         with roster.watch([{"$match": {"operationType": "update"}}]) as stream:
