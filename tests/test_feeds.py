@@ -556,7 +556,7 @@ def test_a_change_of_no_assignment_rings_every_slot_to_read(
                 f"assignment.{a}": {"token": t, "since": 0},
                 f"assigned_to.{b}": ["job-b", "job-c"],
                 f"assignment.{b}": {"token": t, "since": 0},
-                "last_round": t,
+                "handed": ObjectId(),
             },
             id="entry-by-entry (MongoDB)",
         ),
@@ -564,7 +564,7 @@ def test_a_change_of_no_assignment_rings_every_slot_to_read(
             lambda a, b, t: {
                 "assigned_to": {str(a): "job-a", str(b): ["job-b", "job-c"]},
                 "assignment": {str(a): {"token": t}, str(b): {"token": t}},
-                "last_round": t,
+                "handed": ObjectId(),
             },
             id="whole maps (the test server)",
         ),

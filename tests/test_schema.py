@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 import pytest
+from bson import ObjectId
 from pymongo.database import Database
 
 from recruiter import Queue, RecruiterError, SchemaTooNew
-from recruiter.store import Store
+from recruiter.store import RanReport, Store
 from recruiter.store.schema import SCHEMA_VERSION, ensure_schema
 from recruiter.store.steps import Steps, send
 
@@ -112,3 +114,41 @@ def test_the_archives_listing_by_workable_is_indexed(database: Database[Any]) ->
         for index in database.scheduled.index_information().values()
         for key, _ in list(index["key"])[:1]
     )
+
+
+def test_version_3_makes_each_old_workers_document_a_process_of_one_slot(
+    database: Database[Any],
+) -> None:
+    """An older worker mid-job keeps its job held (the unheld-locks pass leaves it) and
+    finishes it; one idle becomes a free slot; the old indexes go."""
+    now = dt.datetime(2026, 11, 28, tzinfo=dt.UTC)
+    busy, idle, token = ObjectId(), ObjectId(), ObjectId()
+    database.metadata.insert_one({"_id": "schema", "version": 2})
+    database.roster.create_index([("available", 1), ("available_since", 1)], name="available")
+    database.roster.insert_many(
+        [
+            {
+                "_id": busy,
+                "work_on": "*",
+                "available": False,
+                "assigned_to": {str(busy): "job-1"},
+                "assignment": {"token": token, "since": now},
+                "assigned_since": now,
+                "last_seen_at": now,
+                "ran": [{"group": "g", "jobs": 1, "seconds": 0.5}],
+                "ran_for": ObjectId(),
+            },
+            {"_id": idle, "work_on": "*", "available": True, "last_seen_at": now},
+        ]
+    )
+    store = Store(database)
+    store.ensure_ready()
+    assert schema_version(database) == SCHEMA_VERSION
+    assert store.held_tokens() == {token}
+    records = {record.id: record for record in store.workers()}
+    assert records[busy].assignment is not None
+    assert records[busy].assignment.job_ids == ("job-1",)
+    assert records[busy].ran == (RanReport("g", 1, 0.5),)
+    assert (records[busy].available, records[idle].available) == (False, True)
+    assert "available" not in database.roster.index_information()
+    assert store.release_worker(busy, token, now), "its release lands as a slot's"

@@ -85,6 +85,7 @@ class WorkerSlot:
         id given was removed (none: it registers alone)."""
         self.id: ObjectId | None = None
         self.process: ObjectId | None = None  # its process's roster document
+        self.retired = False
         self.session: Any = None
         """The server session of its transactional jobs, opened as it registers (the cleaner
         kills it if the slot dies, releasing what a transaction left open)."""
@@ -174,14 +175,15 @@ class WorkerSlot:
         # from the document at the next call instead
         assignment, self._news = self._news, None
         if assignment is None or assignment.token in self._ran:
-            record = self.store.find_worker(self.id)
+            read_as = self.id  # (a sibling may register them all again meanwhile)
+            record = self.store.find_worker(read_as)
             if record is None:
                 logger.warning(
-                    "worker %s: was declared dead and removed; registering again", self.id
+                    "worker %s: was declared dead and removed; registering again", read_as
                 )
                 if self.on_removed is not None:
                     self.on_removed()
-                self.register(removed=self.id)
+                self.register(removed=read_as)
                 return SlotResult(registered_again=True)
             assignment = record.assignment
         if assignment is None:
@@ -227,6 +229,7 @@ class WorkerSlot:
         """Leave the roster if nothing is assigned; ``False`` when a job is waiting."""
         if self.id is None or self.store.unregister_if_idle(self.id):
             logger.info("worker %s: retired", self.id)
+            self.retired = True  # its process never registers it again
             self.id = None
             self.available = False
             self.close_session()

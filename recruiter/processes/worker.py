@@ -152,6 +152,7 @@ class WorkerProcess:
         self._followed: frozenset[ObjectId] = frozenset()
         """The slots the change feed follows now (a slot registered again is not, yet)."""
         self._broken: list[WorkerSlot] = []  # slots whose thread stopped on a bug
+        self._undropped: set[WorkerSlot] = set()  # of those, still on the roster
         self.check_schema = SchemaCheck(store, clock)
         self._schema_error: SchemaTooNew | None = None
 
@@ -171,9 +172,14 @@ class WorkerProcess:
         with self._registering:
             if slot.id is not None and slot.id != removed:
                 return
+            # never a slot whose thread is gone (stopped on a bug) or that retired: no
+            # one would run what it is handed
+            live = [s for s in self.slots if s not in self._broken and not s.retired]
+            if not live:
+                return
             workables = slot.runnable_workables()  # what it tells the recruiter it can run
-            sessions = [each for s in self.slots for each in s.open_session(workables)]
-            ids = [ObjectId() for _ in self.slots]
+            sessions = [each for s in live for each in s.open_session(workables)]
+            ids = [ObjectId() for _ in live]
             identity = Identity.of_this_process()
             process = self.store.register_worker(
                 self.config.group,
@@ -187,11 +193,13 @@ class WorkerProcess:
                 slots=ids,
             )
             self.process_id = process
-            for each, slot_id in zip(self.slots, ids, strict=True):
+            for each, slot_id in zip(live, ids, strict=True):
                 each.registered(slot_id, process)
 
     def beat(self) -> None:
         """Record the process as alive; stop if it was declared dead mid-job."""
+        for broken in list(self._undropped):
+            self._drop(broken)
         process = self.process_id
         registered = {
             slot.id: slot for slot in self.slots if slot.id is not None and slot not in self._broken
@@ -382,17 +390,19 @@ class WorkerProcess:
     def _drop(self, slot: WorkerSlot) -> None:
         """Take a broken slot off the roster, then take back what it held, as the
         cleaner does a dead worker's (its thread is gone: it writes nothing more); the
-        process heartbeats on for its other slots."""
+        process heartbeats on for its other slots. Not dropped (a database error), it
+        is tried again at each heartbeat: until then a round may hand it work."""
         if slot.id is None:
             return
         try:
             removed = self.store.drop_slot(slot.id)
             if removed is not None:
                 release_held(self.store, removed, self.clock.latest(), "stopped on a bug")
-        except DatabaseError as error:  # held by no one once dropped: the recruiter's
-            # unheld-locks pass takes it back; not dropped, it is held until the
-            # process is gone
-            logger.error("worker %s: could not leave the roster: %s", slot.id, error)
+        except DatabaseError as error:
+            logger.error("worker %s: could not leave the roster, trying again: %s", slot.id, error)
+            self._undropped.add(slot)
+            return
+        self._undropped.discard(slot)
 
     def _stopping(self) -> bool:
         """Whether a slot stops after its job (prefetched ones too): asked to, or over memory."""

@@ -347,8 +347,8 @@ def assign(
     for process, slots in by_process.items():
         # a slot whose process is not known: a statement of its own, found by its id
         for group in [slots] if process is not None else [[slot] for slot in slots]:
-            # a field each round changes, for the worker's feed (work was handed out)
-            fields: Document = {"last_round": token}
+            # a field each assignment changes, for the worker's feed (work was handed out)
+            fields: Document = {"handed": ObjectId()}
             for slot in group:
                 fields[f"assigned_to.{slot}"] = _stored_jobs(jobs_by_worker[slot])
                 fields[f"assignment.{slot}"] = {"token": token, "since": now}
@@ -409,21 +409,25 @@ def unregister_if_idle(slot_id: ObjectId) -> Steps[bool]:
     free = {"slots": slot_id, "free": slot_id}
     retire = {"$pull": {"free": slot_id, "slots": slot_id}}
     retired = yield from send(ROSTER, "find_one_and_update", free, retire, {"_id": 1})
-    if retired is None:
-        return False
+    if retired is None:  # a job is assigned to it; or its process was removed (dead)
+        return (yield from find_one(ROSTER, {"slots": slot_id}, {"_id": 1})) is None
     yield from send(ROSTER, "delete_one", {"_id": retired["_id"], "slots": {"$size": 0}})
     return True
 
 
 def drop_slot(slot_id: ObjectId) -> Steps[WorkerRecord | None]:
     """Take the slot off the roster with whatever it holds (its thread stopped on a
-    bug); return it as removed (what it held is what to take back)."""
+    bug); return it as removed (what it held is what to take back). Its process's
+    document goes with its last slot."""
     unset = {f"assigned_to.{slot_id}": "", f"assignment.{slot_id}": ""}
     pull = {"free": slot_id, "slots": slot_id}
     removed = yield from send(
         ROSTER, "find_one_and_update", {"slots": slot_id}, {"$pull": pull, "$unset": unset}
     )
-    return None if removed is None else WorkerRecord.from_document(removed, slot_id)
+    if removed is None:
+        return None
+    yield from send(ROSTER, "delete_one", {"_id": removed["_id"], "slots": {"$size": 0}})
+    return WorkerRecord.from_document(removed, slot_id)
 
 
 def dead_workers(seen_before: dt.datetime) -> Steps[list[WorkerRecord]]:
@@ -438,7 +442,10 @@ def remove_worker_if_dead(
 ) -> Steps[list[WorkerRecord] | None]:
     """Remove the process of the slot ``worker_id`` if still not seen since
     ``seen_before``; return its slots as removed (what they held is what to take back)."""
-    silent = {"slots": worker_id, "last_seen_at": {"$lt": seen_before}}
+    silent = {
+        "$or": [{"slots": worker_id}, {"_id": worker_id}],  # a slot's id, or its process's
+        "last_seen_at": {"$lt": seen_before},
+    }
     removed = yield from send(ROSTER, "find_one_and_delete", silent)
     return None if removed is None else slots_of(removed)
 
@@ -462,7 +469,7 @@ def _release(releases: Iterable[Release], process: Any = None) -> tuple[Document
     query: Document = {"_id": process} if process is not None else {"slots": releases[0].worker_id}
     fields: Document = {"available_since": releases[-1].now, "last_seen_at": releases[-1].now}
     # a field each release changes, for the recruiter's feed (a slot is free)
-    fields["released"] = releases[-1].token
+    fields["released"] = ObjectId()
     unset: Document = {}
     for release in releases:
         slot = release.worker_id

@@ -148,7 +148,7 @@ class WatchVerbs:
             "documentKey._id": {"$in": list(worker_ids)},
             "$or": [
                 {"operationType": {"$in": ["delete", "replace"]}},
-                {"updateDescription.updatedFields.last_round": {"$exists": True}},
+                {"updateDescription.updatedFields.handed": {"$exists": True}},
             ],
         }
         return _open(self.roster, match, _roster_changes)

@@ -74,7 +74,7 @@ def slots_for(workable: str) -> Steps[tuple[int, int]]:
 def _slot_count(document: Document) -> int:
     """How many slots a roster document holds (one, if it does not say)."""
     slots = document.get("slots")
-    return len(slots) if isinstance(slots, list) and slots else 1
+    return len(slots) if isinstance(slots, list) else 1
 
 
 def workables_run() -> Steps[frozenset[str] | None]:
