@@ -146,8 +146,9 @@ def test_version_3_makes_each_old_workers_document_a_process_of_one_slot(
     assert schema_version(database) == SCHEMA_VERSION
     assert store.held_tokens() == {token}
     records = {record.id: record for record in store.workers()}
-    assert records[busy].assignment is not None
-    assert records[busy].assignment.job_ids == ("job-1",)
+    held = records[busy].assignment
+    assert held is not None
+    assert held.job_ids == ("job-1",)
     assert records[busy].ran == (RanReport("g", 1, 0.5),)
     assert (records[busy].available, records[idle].available) == (False, True)
     assert "available" not in database.roster.index_information()
