@@ -178,6 +178,10 @@ class FairShare:
         """``group`` was handed one job."""
         self._virtual[group] = self._virtual.get(group, 0.0) + 1 / weight
 
+    def refund(self, group: str, weight: int) -> None:
+        """A job ``group`` was charged for was not handed out after all."""
+        self._virtual[group] = self._virtual.get(group, 0.0) - 1 / weight
+
     def serve(self, groups: Iterable[str], weights: Mapping[str, int]) -> str:
         """The group to hand the next job from, charged for it."""
         first = self.order(groups)[0]

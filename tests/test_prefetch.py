@@ -210,6 +210,40 @@ def test_a_job_of_a_workable_not_yet_measured_gets_nothing_behind_it(
     assert not any(queue.job(j).locked for j in known)
 
 
+def test_fair_share_charges_a_group_only_for_the_jobs_it_was_handed(
+    queue: Queue, clock: FrozenClock
+) -> None:
+    """A read is sized by each group's shortest workable, then trimmed by each job's own
+    (:meth:`Planner._fitting`): the jobs trimmed are not charged. Here group ``a``'s
+    first job is a slow one (0.999 s of a 1 s window): only it is handed out."""
+    store, now = queue.store, clock.now()
+    queue.schedule(JobSpec("tests.slow", group="a", priority=5))
+    queue.schedule_many(JobSpec("tests.fast", group="a") for _ in range(5))
+    queue.schedule_many(JobSpec("tests.fast", group="b") for _ in range(5))
+    worker = store.register_worker("*", 1, "here", now, prefetch=True)
+    reports = [
+        {"group": "a", "jobs": 1, "seconds": 0.999, "workable": "tests.slow"},
+        {"group": "a", "jobs": 1, "seconds": 0.01, "workable": "tests.fast"},
+        {"group": "b", "jobs": 1, "seconds": 0.01, "workable": "tests.fast"},
+    ]
+    store.roster.update_one({"_id": worker}, {"$set": {f"ran.{worker}": reports}})
+    recruiter = Recruiter(store, RecruiterConfig(prefetch=RULE))
+    virtual_before = dict(recruiter.planner.share._virtual)
+    assert recruiter.run_once(now).assigned == 1
+    (handed,) = [w.assignment.job_ids for w in store.workers() if w.assignment]
+    by_group: dict[str, int] = {}
+    for job in handed:
+        group = queue.job(job).group
+        by_group[group] = by_group.get(group, 0) + 1
+    charged = {
+        g: round(v - virtual_before.get(g, 0.0))
+        for g, v in recruiter.planner.share._virtual.items()
+    }
+    assert charged == {g: by_group.get(g, 0) for g in charged}, (
+        f"handed {by_group}, charged {charged}"
+    )
+
+
 def test_a_short_queue_hands_one_job_each(queue: Queue, clock: FrozenClock) -> None:
     store, now = queue.store, clock.now()
     (job,) = jobs(queue, 1)

@@ -289,6 +289,9 @@ class Planner:
             chosen, handed_all, empty = self._choose(idle, open_groups, round_, names)
             fitting = self._fitting(idle, chosen, round_)
             handed_all &= len(fitting) == len(chosen)
+            weights = self._weights
+            for group, _ in chosen[len(fitting) :]:  # charged when chosen: not handed out
+                self.share.refund(group, weights.get(group, 1))
             chosen = fitting
             if filtered or not empty:
                 break
