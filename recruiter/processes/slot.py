@@ -103,10 +103,6 @@ class WorkerSlot:
             self._news = change.assignment
         self.bell.set()
 
-    def waits_for_news(self) -> bool:
-        """Whether it is available and was told of no assignment yet."""
-        return self.available and self._news is None
-
     def ran_lately(self, token: ObjectId) -> bool:
         """Whether it ran ``token``'s assignment lately (thread-safe: tokens are copied first)."""
         return token in tuple(self._ran)

@@ -295,17 +295,12 @@ def heartbeat(worker_ids: list[ObjectId], now: dt.datetime) -> Steps[set[ObjectI
 
 def assigned_among(slot_ids: list[ObjectId]) -> Steps[set[ObjectId]]:
     """Those of these slots that hold an assignment (in one read)."""
-    return set((yield from assignments_among(slot_ids)))
-
-
-def assignments_among(slot_ids: list[ObjectId]) -> Steps[dict[ObjectId, Assignment]]:
-    """The assignments these slots hold, by slot (in one read)."""
     wanted = {str(slot): slot for slot in slot_ids}
     query = {"slots": {"$in": slot_ids}}
-    found: dict[ObjectId, Assignment] = {}
+    found: set[ObjectId] = set()
     for document in (yield from find(ROSTER, query, dict.fromkeys(ASSIGNMENT_FIELDS, 1))):
         held = assignments_in(document.get("assigned_to"), document.get("assignment"))
-        found.update({wanted[key]: each for key, each in held.items() if key in wanted})
+        found.update(wanted[key] for key in held if key in wanted)
     return found
 
 

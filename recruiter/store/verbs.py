@@ -128,7 +128,6 @@ class SyncVerbs(StepVerbs):
     unregister_holder = Verb(roster.unregister_holder)
     heartbeat = Verb(roster.heartbeat)
     assigned_among = Verb(roster.assigned_among)
-    assignments_among = Verb(roster.assignments_among)
     find_worker = Verb(roster.find_worker)
     workers = Verb(roster.workers)
     available_workers = Verb(roster.available_workers)
