@@ -349,7 +349,7 @@ class WorkerProcess:
             self._serve_until_retired(slot)
         except BaseException:
             # a bug, or what no job should let out (KeyboardInterrupt, CancelledError): its
-            # job's state is unknown; stop beating for it: the cleaner releases the job
+            # job's state is unknown; the slot leaves the roster, its jobs taken back
             logger.exception(
                 "worker %s: unexpected error, the slot stops and leaves the roster (its "
                 "job, %s, is taken back through its retry policy)",
