@@ -26,7 +26,7 @@ from typing import Any
 
 from bson import ObjectId
 
-from recruiter import Clock, FrozenClock, Queue, Registry
+from recruiter import Clock, FrozenClock, JobSpec, Queue, Registry
 from recruiter.attempts.executor import Executor, Identity
 from recruiter.execution import Execution
 from recruiter.pools.process_pool import JobProcess
@@ -97,6 +97,18 @@ def process(
     """A worker process whose slots are driven by hand, reporting instead of exiting."""
     config = WorkerConfig(concurrency=concurrency)
     return WorkerProcess(queue.store, registry, clock, config, on_declared_dead)
+
+
+def two_slots(queue: Queue, registry: Registry, clock: FrozenClock) -> WorkerProcess:
+    """A worker process of two slots, registered in one document, driven by hand."""
+    worker = process(queue, registry, clock, lambda: None, concurrency=2)
+    worker.slots[0].register()
+    return worker
+
+
+def scheduled(queue: Queue, count: int) -> list[Any]:
+    """``count`` ready ``tests.noop`` jobs."""
+    return queue.schedule_many(JobSpec("tests.noop") for _ in range(count))
 
 
 def application(*names: str) -> Registry:

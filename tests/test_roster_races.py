@@ -12,24 +12,12 @@ from typing import Any
 
 import pytest
 
-from recruiter import FrozenClock, JobSpec, Queue, Registry
+from recruiter import FrozenClock, Queue, Registry
 from recruiter.attempts.takeback import Released, release_unheld
 from recruiter.processes.recruiter import Recruiter
-from recruiter.processes.worker import WorkerProcess
 from recruiter.store import roster
-from tests.driving import DEAD_AFTER, process, watching_cleaner
+from tests.driving import DEAD_AFTER, scheduled, two_slots, watching_cleaner
 from tests.interleaving import after, before
-
-
-def two_slots(queue: Queue, registry: Registry, clock: FrozenClock) -> WorkerProcess:
-    """A worker process of two slots, registered in one document, driven by hand."""
-    worker = process(queue, registry, clock, lambda: None, concurrency=2)
-    worker.slots[0].register()
-    return worker
-
-
-def scheduled(queue: Queue, count: int) -> list[Any]:
-    return queue.schedule_many(JobSpec("tests.noop") for _ in range(count))
 
 
 def held_by_nobody(queue: Queue, clock: FrozenClock) -> dict[Released, int]:

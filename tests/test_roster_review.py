@@ -12,24 +12,14 @@ from typing import Any
 import pytest
 from bson import ObjectId
 
-from recruiter import FrozenClock, JobSpec, Queue, Registry
+from recruiter import FrozenClock, Queue, Registry
 from recruiter.attempts.takeback import release_unheld
 from recruiter.errors import DatabaseUnavailable
 from recruiter.processes.recruiter import Recruiter
 from recruiter.processes.worker import WorkerProcess
 from recruiter.store import roster
-from tests.driving import DEAD_AFTER, process, watching_cleaner
+from tests.driving import DEAD_AFTER, scheduled, two_slots, watching_cleaner
 from tests.interleaving import after, instead
-
-
-def two_slots(queue: Queue, registry: Registry, clock: FrozenClock) -> WorkerProcess:
-    worker = process(queue, registry, clock, lambda: None, concurrency=2)
-    worker.slots[0].register()
-    return worker
-
-
-def scheduled(queue: Queue, count: int) -> list[Any]:
-    return queue.schedule_many(JobSpec("tests.noop") for _ in range(count))
 
 
 def beat_past_dead_timeout(worker: WorkerProcess, clock: FrozenClock) -> None:
