@@ -48,7 +48,7 @@ def slot_round(uri: str, slots: int, processes: int | None = None) -> dict[str, 
             assigned, seconds, by_name = measured.measured_round()
             cpu = time.thread_time() - cpu
             deadline = time.monotonic() + EVENT_WAIT
-            while len(events) < assigned and time.monotonic() < deadline:
+            while len(events) < sum(assignments) and time.monotonic() < deadline:
                 event = stream.try_next()
                 if event is not None:
                     events.append(event)

@@ -233,3 +233,16 @@ def test_the_producer_cpu_benchmark_times_schedules() -> None:
     from benchmarks.producer_cpu import microseconds_per_schedule
 
     assert microseconds_per_schedule(calls=20, runs=1) > 0
+
+
+@pytest.mark.real_server
+def test_a_round_fills_the_slots_of_one_process_with_one_statement(real_server_uri: str) -> None:
+    """What ``python -m benchmarks.slots --processes 1`` shows: the same commands and
+    one assignment statement at any number of free slots."""
+    from benchmarks.slots import slot_round
+
+    few, many = slot_round(real_server_uri, 3, 1), slot_round(real_server_uri, 30, 1)
+    assert (few["processes"], many["processes"]) == (1, 1)
+    assert (few["statements"], many["statements"]) == (1, 1)
+    assert few["round_commands"] == many["round_commands"]
+    assert (few["events"], many["events"]) == (1, 1), "one change event tells every slot"
