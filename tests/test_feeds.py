@@ -35,7 +35,6 @@ from recruiter.store import (
     RosterChange,
     Store,
     WorkChange,
-    WorkerRecord,
 )
 from recruiter.store.watch import _roster_changes
 from tests.commands import wait_for
@@ -297,14 +296,7 @@ def test_a_workers_quiet_feed_tells_the_assignment_that_landed_while_it_was_not_
         assert recruiter.run_once(clock.now()).assigned == 1  # before the feed is read
         assert feed.reads == reads_before, "nothing read between the release and now"
         _step_until(watcher, feed, lambda: slot._news is not None)
-        reads: list[ObjectId] = []
-        find_worker = store.find_worker
-
-        def counted_find_worker(worker_id: ObjectId) -> WorkerRecord | None:
-            reads.append(worker_id)
-            return find_worker(worker_id)
-
-        monkeypatch.setattr(store, "find_worker", counted_find_worker)
+        reads = counted_reads(store, monkeypatch)
         result = slot.run_once()
     assert result.ran is not None
     assert result.ran.job_id == second
@@ -456,14 +448,7 @@ def test_a_slot_runs_the_assignment_it_is_told_without_reading_its_document(
     record = queue.store.find_worker(slot.id)  # type: ignore[arg-type]
     assert record is not None
     assert record.assignment is not None
-    reads: list[ObjectId] = []
-    find_worker = queue.store.find_worker
-
-    def counted_find_worker(worker_id: ObjectId) -> WorkerRecord | None:
-        reads.append(worker_id)
-        return find_worker(worker_id)
-
-    monkeypatch.setattr(queue.store, "find_worker", counted_find_worker)
+    reads = counted_reads(queue.store, monkeypatch)
     slot.deliver(RosterChange(ObjectId(), record.assignment))
     assert not slot.bell.is_set(), "news for another slot is not for this one"
     slot.deliver(RosterChange(slot.id, record.assignment))  # type: ignore[arg-type]
@@ -498,13 +483,13 @@ def three_slots_assigned(
 def counted_reads(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[ObjectId]:
     """The slots that read their own entry, as they come."""
     reads: list[ObjectId] = []
-    find_worker = store.find_worker
+    find_assignment = store.find_assignment
 
-    def counted(worker_id: ObjectId) -> WorkerRecord | None:
+    def counted(worker_id: ObjectId) -> tuple[bool, Assignment | None]:
         reads.append(worker_id)
-        return find_worker(worker_id)
+        return find_assignment(worker_id)
 
-    monkeypatch.setattr(store, "find_worker", counted)
+    monkeypatch.setattr(store, "find_assignment", counted)
     return reads
 
 

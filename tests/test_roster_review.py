@@ -94,11 +94,11 @@ def test_a_broken_slot_that_could_not_leave_the_roster_is_not_handed_jobs(
 def test_one_removal_found_by_two_slots_registers_the_process_once(
     queue: Queue, noop_app: Registry, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``WorkerSlot.run_once`` reads ``self.id`` twice: for ``find_worker`` and again
-    for ``register(removed=self.id)``. If a sibling registers the process again between
-    the two (its own read of the removal answered first), the second read is the
-    *new* id, the guard in ``_register`` (``slot.id != removed``) passes, and the
-    process registers a second document. ``process_id`` follows the second; the first
+    """A slot's read of its removal (``find_assignment``) and its registering again: if a
+    sibling registers the process again between the two (its own read of the removal
+    answered first), the slot's id is new by then; had it named that id as removed, the
+    guard in ``_register`` (``slot.id != removed``) would pass and the process register
+    a second document. ``process_id`` follows the second; the first
     keeps two free slots that no thread serves and whose feed no one follows: the
     recruiter hands them jobs until they go silent and the cleaner takes them back."""
     cleaner = watching_cleaner(queue.store, clock.now())
@@ -109,7 +109,11 @@ def test_one_removal_found_by_two_slots_registers_the_process_once(
     # the second slot's read of its removal answers; the first slot re-registers
     # everything before the second slot goes on
     registered = after(
-        monkeypatch, queue.store, roster.find_worker, first.run_once, when=lambda r: r is None
+        monkeypatch,
+        queue.store,
+        roster.find_assignment,
+        first.run_once,
+        when=lambda found: not found[0],
     )
     assert second.run_once().registered_again
     assert registered

@@ -172,8 +172,8 @@ class WorkerSlot:
         assignment, self._news = self._news, None
         if assignment is None or assignment.token in self._ran:
             read_as = self.id  # (a sibling may register them all again meanwhile)
-            record = self.store.find_worker(read_as)
-            if record is None:
+            on_roster, assignment = self.store.find_assignment(read_as)
+            if not on_roster:
                 logger.warning(
                     "worker %s: was declared dead and removed; registering again", read_as
                 )
@@ -181,7 +181,6 @@ class WorkerSlot:
                     self.on_removed()
                 self.register(removed=read_as)
                 return SlotResult(registered_again=True)
-            assignment = record.assignment
         if assignment is None:
             self._became_available()  # as its document says (a release may have failed)
             return SlotResult()

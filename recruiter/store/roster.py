@@ -310,6 +310,18 @@ def find_worker(slot_id: ObjectId) -> Steps[WorkerRecord | None]:
     return None if document is None else WorkerRecord.from_document(document, slot_id)
 
 
+def find_assignment(slot_id: ObjectId) -> Steps[tuple[bool, Assignment | None]]:
+    """Whether the slot is on the roster, and what it was assigned: its own entries
+    alone, however many slots its process's document holds (what a slot reads)."""
+    key = str(slot_id)
+    fields = {"_id": 1, f"assigned_to.{key}": 1, f"assignment.{key}": 1}
+    document = yield from find_one(ROSTER, {"slots": slot_id}, fields)
+    if document is None:
+        return False, None
+    jobs, lock = _entry(document, "assigned_to", key), _entry(document, "assignment", key)
+    return True, Assignment.of(jobs, lock)
+
+
 def workers() -> Steps[list[WorkerRecord]]:
     """Every slot on the roster, oldest process first."""
     found = yield from find(ROSTER, {}, sort=[("created_at", 1)])

@@ -129,6 +129,7 @@ class SyncVerbs(StepVerbs):
     heartbeat = Verb(roster.heartbeat)
     assigned_among = Verb(roster.assigned_among)
     find_worker = Verb(roster.find_worker)
+    find_assignment = Verb(roster.find_assignment)
     workers = Verb(roster.workers)
     available_workers = Verb(roster.available_workers)
     assign = Verb(roster.assign)
