@@ -5,6 +5,7 @@ for it. A slot on its own (tests, a process of one slot) registers a document of
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import logging
 import threading
@@ -63,7 +64,9 @@ class WorkerSlot:
         loop: asyncio.AbstractEventLoop | None = None,
         completer: Completer | None = None,
         register_process: Callable[[WorkerSlot, ObjectId | None], None] | None = None,
+        registering: Any = None,
     ) -> None:
+        self.registering = registering or contextlib.nullcontext()
         self.store = store
         self.completer = completer or Completer(store)  # shared by its process's slots
         self.job_process = job_process  # where its jobs run (processes pool); none: its thread
@@ -222,9 +225,13 @@ class WorkerSlot:
 
     def retire(self) -> bool:
         """Leave the roster if nothing is assigned; ``False`` when a job is waiting."""
-        if self.id is None or self.store.unregister_if_idle(self.id):
-            logger.info("worker %s: retired", self.id)
-            self.retired = True  # its process never registers it again
+        slot_id = self.id
+        if slot_id is None or self.store.unregister_if_idle(slot_id):
+            with self.registering:
+                if self.id != slot_id:  # registered again meanwhile, as a new id
+                    return False
+                self.retired = True  # its process never registers it again
+            logger.info("worker %s: retired", slot_id)
             self.id = None
             self.available = False
             self.close_session()

@@ -31,7 +31,7 @@ from recruiter.processes.progress_flush import flush_progress
 from recruiter.processes.slot import DEFAULT_HEARTBEAT, WorkerSlot
 from recruiter.processes.watcher import Watcher
 from recruiter.schema_check import SchemaCheck
-from recruiter.store import ChangeFeed, RosterChange, Store
+from recruiter.store import ChangeFeed, RosterChange, Store, WorkerRecord
 from recruiter.workable import Registry
 
 logger = logging.getLogger(__name__)
@@ -125,6 +125,7 @@ class WorkerProcess:
         self.event_loop = EventLoop(config.concurrency) if config.pool == ASYNCIO else None
         loop = None if self.event_loop is None else self.event_loop.loop
         self.completer = Completer(store)  # the slots' starts, ends and releases, together
+        self._registering = threading.Lock()
         self.slots = [
             WorkerSlot(
                 store,
@@ -141,18 +142,18 @@ class WorkerProcess:
                 loop=loop,
                 completer=self.completer,
                 register_process=self._register,
+                registering=self._registering,
             )
             for _ in range(config.concurrency)
         ]
         self.process_id: ObjectId | None = None
         """Its roster document's id, once registered."""
-        self._registering = threading.Lock()
         self.backoff = Backoff(config.poll_wait_min, config.poll_wait_max)
         self.watcher: Watcher[list[RosterChange]] | None = None
         self._followed: frozenset[ObjectId] = frozenset()
         """The slots the change feed follows now (a slot registered again is not, yet)."""
         self._broken: list[WorkerSlot] = []  # slots whose thread stopped on a bug
-        self._undropped: set[WorkerSlot] = set()  # of those, still on the roster
+        self._undropped: dict[WorkerSlot, WorkerRecord | None] = {}  # of those, not yet taken back
         self.check_schema = SchemaCheck(store, clock)
         self._schema_error: SchemaTooNew | None = None
 
@@ -197,9 +198,15 @@ class WorkerProcess:
                 each.registered(slot_id, process)
 
     def beat(self) -> None:
-        """Record the process as alive; stop if it was declared dead mid-job."""
-        for broken in list(self._undropped):
-            self._drop(broken)
+        """Record the process as alive; stop if it was declared dead mid-job; then try
+        again to drop the broken slots not dropped yet (never delaying the beat)."""
+        try:
+            self._beat()
+        finally:
+            for broken in list(self._undropped):
+                self._drop(broken)
+
+    def _beat(self) -> None:
         process = self.process_id
         registered = {
             slot.id: slot for slot in self.slots if slot.id is not None and slot not in self._broken
@@ -356,7 +363,13 @@ class WorkerProcess:
                 slot.id,
                 slot.running,
             )
-            self._broken.append(slot)
+            with self._registering:  # never while a sibling registers it again
+                self._broken.append(slot)
+            # nothing of its job may outlive the take-back: its child process, and a
+            # transaction left open in its server session (which would hold the job)
+            if slot.job_process is not None:
+                slot.job_process.close(at_once=True)
+            slot.close_session()
             self._drop(slot)
 
     def _serve_until_retired(self, slot: WorkerSlot) -> None:
@@ -395,14 +408,17 @@ class WorkerProcess:
         if slot.id is None:
             return
         try:
-            removed = self.store.drop_slot(slot.id)
-            if removed is not None:
+            held = self._undropped.get(slot)
+            if held is None:  # read first: a drop whose reply is lost tells nothing
+                held = self._undropped[slot] = self.store.find_worker(slot.id)
+            removed = self.store.drop_slot(slot.id) or held
+            if removed is not None:  # (conditional on its token: again is harmless)
                 release_held(self.store, removed, self.clock.latest(), "stopped on a bug")
         except DatabaseError as error:
             logger.error("worker %s: could not leave the roster, trying again: %s", slot.id, error)
-            self._undropped.add(slot)
+            self._undropped.setdefault(slot, None)
             return
-        self._undropped.discard(slot)
+        self._undropped.pop(slot, None)
 
     def _stopping(self) -> bool:
         """Whether a slot stops after its job (prefetched ones too): asked to, or over memory."""

@@ -149,6 +149,8 @@ class WorkerRecord:
         slot_id = next(iter(_slots_of(document)), document["_id"]) if slot is None else slot
         key = str(slot_id)
         assigned_to, lock = document.get("assigned_to"), document.get("assignment")
+        if "slots" not in document and isinstance(lock, Mapping) and "token" in lock:
+            lock = {key: lock}  # an older worker's (schema 2) document, left as it is
         assignment = (
             Assignment.of(assigned_to.get(key), lock.get(key))
             if isinstance(assigned_to, Mapping) and isinstance(lock, Mapping)
@@ -460,13 +462,16 @@ def remove_worker_if_dead(
 def held_tokens() -> Steps[set[ObjectId]]:
     """The lock tokens of the jobs held by slots on the roster."""
     found = yield from find(ROSTER, {"assignment": {"$exists": True}}, {"assignment": 1})
-    return {
-        entry["token"]
-        for document in found
-        if isinstance(document.get("assignment"), Mapping)
-        for entry in document["assignment"].values()
-        if isinstance(entry, Mapping) and isinstance(entry.get("token"), ObjectId)
-    }
+    tokens = set()
+    for document in found:
+        held = document.get("assignment")
+        if not isinstance(held, Mapping):
+            continue
+        # an older worker's (schema 2) document holds its one token at the top
+        for entry in [held, *held.values()]:
+            if isinstance(entry, Mapping) and isinstance(entry.get("token"), ObjectId):
+                tokens.add(entry["token"])
+    return tokens
 
 
 def _release(releases: Iterable[Release], process: Any = None) -> tuple[Document, Document]:

@@ -11,9 +11,8 @@ from pymongo import ASCENDING, DESCENDING, IndexModel
 from pymongo.database import Database
 
 from recruiter.errors import RecruiterError, SchemaTooNew
-from recruiter.store.base import Document
 from recruiter.store.dedup import DEDUP_MEMORY
-from recruiter.store.steps import Steps, drive, find, send
+from recruiter.store.steps import Steps, drive, send
 
 SCHEMA_VERSION = 3
 SCHEMA_DOCUMENT_ID = "schema"
@@ -101,44 +100,14 @@ def _priorities() -> Steps[None]:
 
 
 def _worker_documents() -> Steps[None]:
-    """Version 3: a roster document per worker process, holding its slots. A document
-    of one slot (older workers', which stop on this version after the jobs they run)
-    becomes a process of that one slot, keeping what it holds: its job stays held while
-    it runs. Each is rewritten on the condition that it is as read (a release meanwhile:
-    read it again); then the old indexes go."""
-    old_shape = {"slots": {"$exists": False}}
-    for _ in range(MIGRATION_ATTEMPTS):
-        found = yield from find("roster", old_shape)
-        if not found:
-            break
-        for document in found:
-            yield from send("roster", "update_one", *_as_process(document))
+    """Version 3: a roster document per worker process, holding its slots. An older
+    worker's document of one slot is left as it is: the readers take it as a process of
+    that one slot (its job stays held), no round hands it work (it lists no free slot),
+    and the worker finishes its job and stops on this version. The old indexes go."""
     indexes = yield from send("roster", "index_information")
     for old in ("available", "holders"):
         if old in indexes:
             yield from send("roster", "drop_index", old)
-
-
-MIGRATION_ATTEMPTS = 10
-"""Reads of the documents left to rewrite (each changed meanwhile is read again)."""
-
-
-def _as_process(document: Mapping[str, Any]) -> tuple[Document, Document]:
-    """The conditional update that makes an old worker's document a process of one slot."""
-    worker_id = document["_id"]
-    key = str(worker_id)
-    precondition: Document = {"_id": worker_id, "slots": {"$exists": False}}
-    for field in ("available", "assignment", "ran", "ran_for"):
-        precondition[field] = document.get(field, {"$exists": False})
-    fields: Document = {"slots": [worker_id]}
-    fields["free"] = [worker_id] if document.get("available") is True else []
-    if isinstance(document.get("assignment"), Mapping):
-        fields["assignment"] = {key: document["assignment"]}
-    if "ran" in document:
-        fields["ran"] = {key: document["ran"]}
-    if "ran_for" in document:
-        fields["ran_for"] = {key: document["ran_for"]}
-    return precondition, {"$set": fields, "$unset": {"available": "", "assigned_since": ""}}
 
 
 MIGRATIONS: Mapping[int, Migration] = {1: _initial, 2: _priorities, 3: _worker_documents}
