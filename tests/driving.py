@@ -106,6 +106,13 @@ def two_slots(queue: Queue, registry: Registry, clock: FrozenClock) -> WorkerPro
     return worker
 
 
+def beat_past_dead_timeout(worker: WorkerProcess, clock: FrozenClock) -> None:
+    """The process heartbeats on (for its healthy slots) well past the dead timeout."""
+    for _ in range(4):
+        clock.advance(seconds=DEAD_AFTER.total_seconds() / 2)
+        worker.beat()
+
+
 def scheduled(queue: Queue, count: int) -> list[Any]:
     """``count`` ready ``tests.noop`` jobs."""
     return queue.schedule_many(JobSpec("tests.noop") for _ in range(count))

@@ -16,17 +16,15 @@ from recruiter import FrozenClock, Queue, Registry
 from recruiter.attempts.takeback import release_unheld
 from recruiter.errors import DatabaseUnavailable
 from recruiter.processes.recruiter import Recruiter
-from recruiter.processes.worker import WorkerProcess
 from recruiter.store import roster
-from tests.driving import DEAD_AFTER, scheduled, two_slots, watching_cleaner
+from tests.driving import (
+    DEAD_AFTER,
+    beat_past_dead_timeout,
+    scheduled,
+    two_slots,
+    watching_cleaner,
+)
 from tests.interleaving import after, instead
-
-
-def beat_past_dead_timeout(worker: WorkerProcess, clock: FrozenClock) -> None:
-    """The process heartbeats on (for its healthy slots) well past the dead timeout."""
-    for _ in range(4):
-        clock.advance(seconds=DEAD_AFTER.total_seconds() / 2)
-        worker.beat()
 
 
 def test_a_broken_slot_is_not_registered_again_when_its_process_registers_again(

@@ -11,6 +11,7 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,9 +65,10 @@ class WorkerSlot:
         loop: asyncio.AbstractEventLoop | None = None,
         completer: Completer | None = None,
         register_process: Callable[[WorkerSlot, ObjectId | None], None] | None = None,
-        registering: Any = None,
+        registering: AbstractContextManager[Any] | None = None,
     ) -> None:
         self.registering = registering or contextlib.nullcontext()
+        """Held while its process registers its slots (a retire waits for it)."""
         self.store = store
         self.completer = completer or Completer(store)  # shared by its process's slots
         self.job_process = job_process  # where its jobs run (processes pool); none: its thread
