@@ -148,14 +148,7 @@ class WorkerRecord:
         """The view of ``slot`` (the document's first, if not given)."""
         slot_id = next(iter(_slots_of(document)), document["_id"]) if slot is None else slot
         key = str(slot_id)
-        assigned_to, lock = document.get("assigned_to"), document.get("assignment")
-        if "slots" not in document and isinstance(lock, Mapping) and "token" in lock:
-            lock = {key: lock}  # an older worker's (schema 2) document, left as it is
-        assignment = (
-            Assignment.of(assigned_to.get(key), lock.get(key))
-            if isinstance(assigned_to, Mapping) and isinstance(lock, Mapping)
-            else None
-        )
+        assignment = _assignment_of(document, key)
         last_seen, created = document.get("last_seen_at"), document.get("created_at")
         pid, hostname = document.get("pid"), document.get("hostname")
         heartbeat_ms = document.get("heartbeat_ms")
@@ -199,6 +192,25 @@ def _slots_of(document: Mapping[str, Any]) -> list[Any]:
     """Its slots' ids (a document without the list: one slot, with the document's id)."""
     slots = document.get("slots")
     return list(slots) if isinstance(slots, list) else [document["_id"]]
+
+
+def _assignment_of(document: Mapping[str, Any], key: str) -> Assignment | None:
+    """The assignment of the slot ``key`` names, in a roster document (read whole, or
+    only that slot's entries)."""
+    lock = document.get("assignment")
+    if "slots" not in document and isinstance(lock, Mapping) and "token" in lock:
+        # an older worker's (schema 2) document, left as it is: its one lock at the top
+        return Assignment.of(_entry(document, "assigned_to", key), lock)
+    return Assignment.of(_entry(document, "assigned_to", key), _entry(document, "assignment", key))
+
+
+def _assignments_of(slot_ids: list[ObjectId]) -> Steps[dict[str, Assignment]]:
+    """The assignments these slots hold, by slot id as text, in one read."""
+    query = {"slots": {"$in": slot_ids}}
+    found: dict[str, Assignment] = {}
+    for document in (yield from find(ROSTER, query, dict.fromkeys(ASSIGNMENT_FIELDS, 1))):
+        found.update(assignments_in(document.get("assigned_to"), document.get("assignment")))
+    return found
 
 
 def _entry(document: Mapping[str, Any], name: str, key: str) -> Any:
@@ -297,13 +309,8 @@ def heartbeat(worker_ids: list[ObjectId], now: dt.datetime) -> Steps[set[ObjectI
 
 def assigned_among(slot_ids: list[ObjectId]) -> Steps[set[ObjectId]]:
     """Those of these slots that hold an assignment (in one read)."""
-    wanted = {str(slot): slot for slot in slot_ids}
-    query = {"slots": {"$in": slot_ids}}
-    found: set[ObjectId] = set()
-    for document in (yield from find(ROSTER, query, dict.fromkeys(ASSIGNMENT_FIELDS, 1))):
-        held = assignments_in(document.get("assigned_to"), document.get("assignment"))
-        found.update(wanted[key] for key in held if key in wanted)
-    return found
+    held = yield from _assignments_of(slot_ids)
+    return {slot for slot in slot_ids if str(slot) in held}
 
 
 def find_worker(slot_id: ObjectId) -> Steps[WorkerRecord | None]:
@@ -320,8 +327,7 @@ def find_assignment(slot_id: ObjectId) -> Steps[tuple[bool, Assignment | None]]:
     document = yield from find_one(ROSTER, {"slots": slot_id}, fields)
     if document is None:
         return False, None
-    jobs, lock = _entry(document, "assigned_to", key), _entry(document, "assignment", key)
-    return True, Assignment.of(jobs, lock)
+    return True, _assignment_of(document, key)
 
 
 def workers() -> Steps[list[WorkerRecord]]:
@@ -366,12 +372,8 @@ def assign(
             statements.append((query, {"$pull": {"free": {"$in": group}}, "$set": fields}))
     if (yield from update_each(ROSTER, statements)) == len(statements):
         return set(jobs_by_worker)
-    query = {"slots": {"$in": list(jobs_by_worker)}}
-    landed: set[ObjectId] = set()
-    for document in (yield from find(ROSTER, query, dict.fromkeys(ASSIGNMENT_FIELDS, 1))):
-        held = assignments_in(document.get("assigned_to"), document.get("assignment"))
-        landed.update(s for s in jobs_by_worker if _holds(held, s, token))
-    return landed
+    held = yield from _assignments_of(list(jobs_by_worker))
+    return {slot for slot in jobs_by_worker if _holds(held, slot, token)}
 
 
 def _holds(held: Mapping[str, Assignment], slot: ObjectId, token: ObjectId) -> bool:
@@ -420,7 +422,7 @@ def unregister_if_idle(slot_id: ObjectId) -> Steps[bool]:
     retired = yield from send(ROSTER, "find_one_and_update", free, retire, {"_id": 1})
     if retired is None:  # a job is assigned to it; or its process was removed (dead)
         return (yield from find_one(ROSTER, {"slots": slot_id}, {"_id": 1})) is None
-    yield from send(ROSTER, "delete_one", {"_id": retired["_id"], "slots": {"$size": 0}})
+    yield from _remove_if_empty(retired["_id"])
     return True
 
 
@@ -435,8 +437,13 @@ def drop_slot(slot_id: ObjectId) -> Steps[WorkerRecord | None]:
     )
     if removed is None:
         return None
-    yield from send(ROSTER, "delete_one", {"_id": removed["_id"], "slots": {"$size": 0}})
+    yield from _remove_if_empty(removed["_id"])
     return WorkerRecord.from_document(removed, slot_id)
+
+
+def _remove_if_empty(process: ObjectId) -> Steps[None]:
+    """Remove a process's document once its last slot has left it."""
+    yield from send(ROSTER, "delete_one", {"_id": process, "slots": {"$size": 0}})
 
 
 def dead_workers(seen_before: dt.datetime) -> Steps[list[WorkerRecord]]:
