@@ -397,8 +397,7 @@ def release_worker(
     worker_id: ObjectId, token: ObjectId, now: dt.datetime, ran: Sequence[RanReport] = ()
 ) -> Steps[bool]:
     """Make the slot assigned with ``token`` free again, recording what it ran."""
-    statement = _release([Release(worker_id, token, now, ran)])
-    result = yield from send(ROSTER, "update_one", *statement)
+    result = yield from send(ROSTER, "update_one", *_release([Release(worker_id, token, now, ran)]))
     return bool(result.modified_count == 1)
 
 
