@@ -15,7 +15,7 @@ import pytest
 from recruiter import FrozenClock, Queue, Registry
 from recruiter.attempts.takeback import Released, release_unheld
 from recruiter.processes.recruiter import Recruiter
-from recruiter.store import roster
+from recruiter.store import WorkerRecord, roster
 from tests.driving import DEAD_AFTER, scheduled, two_slots, watching_cleaner
 from tests.interleaving import after, before
 
@@ -98,7 +98,7 @@ def test_a_process_removed_by_the_cleaner_before_the_assignment_gets_nothing(
     jobs = scheduled(queue, 2)
     clock.advance(seconds=DEAD_AFTER.total_seconds() + 1)
     # (silent past the dead timeout, but the round does not know how the cleaner sees it)
-    monkeypatch.setattr(roster.WorkerRecord, "silent_at", lambda self, now: False)
+    monkeypatch.setattr(WorkerRecord, "silent_at", lambda self, now: False)
     removed = before(monkeypatch, queue.store, roster.assign, lambda: cleaner.run_once(clock.now()))
     assert Recruiter(queue.store).run_once(clock.now()).assigned == 0
     assert removed[0].dead_workers == 1

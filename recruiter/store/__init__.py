@@ -40,7 +40,8 @@ from recruiter.store.groups import GroupRecord
 from recruiter.store.jobs import ARCHIVE_BATCH, GROUPS_PER_READ, PURGE_BATCH, workable_name
 from recruiter.store.progress import progress_writes_within
 from recruiter.store.ready import Arrivals, NewJob
-from recruiter.store.roster import Assignment, RanReport, Release, WorkerRecord
+from recruiter.store.roster import Release
+from recruiter.store.roster_records import Assignment, RanReport, WorkerRecord
 from recruiter.store.schedulers import Occurrence, SchedulerRecord
 from recruiter.store.selection import Selection
 from recruiter.store.server import answers

@@ -19,189 +19,18 @@ from typing import Any
 from bson import ObjectId
 
 from recruiter.store.base import ONE_REPLY, Document
-from recruiter.store.sessions import session_ids
+from recruiter.store.roster_records import (
+    ASSIGNMENT_FIELDS,
+    Assignment,
+    RanReport,
+    WorkerRecord,
+    assignment_of,
+    assignments_in,
+    slots_of,
+)
 from recruiter.store.steps import Steps, find, find_one, send, update_each
 
 ROSTER = "roster"
-MISSED_BEATS = 3
-"""Heartbeats an available worker may miss before it is no longer handed jobs."""
-ASSIGNMENT_FIELDS = ("assigned_to", "assignment")
-"""The worker-keyed maps of a roster document, one entry per slot that holds jobs."""
-
-
-@dataclass(frozen=True)
-class Assignment:
-    """The jobs handed to a slot, in the order to run them (several: prefetch), and the
-    lock token that fences them all."""
-
-    job_ids: tuple[Any, ...]
-    token: ObjectId
-
-    @property
-    def job_id(self) -> Any:
-        """The first job (the only one, unless prefetched)."""
-        return self.job_ids[0]
-
-    @classmethod
-    def of(cls, jobs: Any, lock: Any) -> Assignment | None:
-        """A slot's assignment from its entries of ``assigned_to`` (an id or a list) and
-        ``assignment`` (``{token, since}``), if both are whole."""
-        if jobs is None or not isinstance(lock, Mapping):
-            return None
-        token = lock.get("token")
-        if not isinstance(token, ObjectId):
-            return None
-        job_ids = tuple(jobs) if isinstance(jobs, list) else (jobs,)
-        return cls(job_ids, token) if job_ids else None
-
-
-def assignments_in(assigned_to: Any, assignment: Any) -> dict[str, Assignment]:
-    """Every whole assignment in a document's (or a change's) maps, by slot id as text."""
-    if not isinstance(assigned_to, Mapping) or not isinstance(assignment, Mapping):
-        return {}
-    found = {}
-    for key, jobs in assigned_to.items():
-        each = Assignment.of(jobs, assignment.get(key))
-        if each is not None:
-            found[str(key)] = each
-    return found
-
-
-@dataclass(frozen=True)
-class RanReport:
-    """How many jobs of a group (and of a workable, when known) a slot's last assignment
-    ran, in how many seconds of their code: what the recruiter sizes prefetch on."""
-
-    group: str
-    jobs: int
-    seconds: float
-    workable: str | None = None
-
-    def to_document(self) -> Document:
-        document: Document = {"group": self.group, "jobs": self.jobs, "seconds": self.seconds}
-        if self.workable is not None:
-            document["workable"] = self.workable
-        return document
-
-    @classmethod
-    def read(cls, value: Any) -> tuple[RanReport, ...]:
-        """The reports a roster document holds; anything damaged is left out."""
-        reports = []
-        for entry in value if isinstance(value, list) else []:
-            if not isinstance(entry, Mapping):
-                continue
-            group, jobs, seconds = entry.get("group"), entry.get("jobs"), entry.get("seconds")
-            workable = entry.get("workable")
-            if (
-                isinstance(group, str)
-                and isinstance(jobs, int)
-                and not isinstance(jobs, bool)
-                and jobs > 0
-                and isinstance(seconds, int | float)
-                and not isinstance(seconds, bool)
-                and seconds >= 0
-            ):
-                named = workable if isinstance(workable, str) else None
-                reports.append(cls(group, jobs, float(seconds), named))
-        return tuple(reports)
-
-
-@dataclass(frozen=True)
-class WorkerRecord:
-    """A worker slot, as read from its process's roster document. ``process``: that
-    document's id (the slot's own for a process of one slot); ``ran_for``: the token of
-    the assignment ``ran`` tells of (a report counts once); ``workables``: the digest of
-    its set (``None``: any job); ``sessions``: its process's transactions' server
-    sessions, which the cleaner kills when it fences it out, so an open transaction
-    releases its locks at once."""
-
-    id: ObjectId
-    work_on: str
-    available: bool
-    last_seen_at: dt.datetime | None
-    created_at: dt.datetime | None
-    pid: int | None
-    hostname: str | None
-    assignment: Assignment | None
-    heartbeat_every: dt.timedelta | None = None
-    prefetches: bool = False
-    ran: tuple[RanReport, ...] = ()
-    ran_for: ObjectId | None = None
-    available_since: dt.datetime | None = None
-    workables: str | None = None
-    sessions: tuple[Document, ...] = ()
-    process: ObjectId | None = None
-
-    @property
-    def process_id(self) -> ObjectId:
-        """The id of its process's roster document."""
-        return self.id if self.process is None else self.process
-
-    def silent_at(self, now: dt.datetime) -> bool:
-        """Whether it missed :data:`MISSED_BEATS` heartbeats by ``now``: hand it no job."""
-        if self.last_seen_at is None or self.heartbeat_every is None:
-            return False
-        return self.last_seen_at < now - self.heartbeat_every * MISSED_BEATS
-
-    @classmethod
-    def from_document(cls, document: Mapping[str, Any], slot: Any = None) -> WorkerRecord:
-        """The view of ``slot`` (the document's first, if not given)."""
-        slot_id = next(iter(_slots_of(document)), document["_id"]) if slot is None else slot
-        key = str(slot_id)
-        assignment = _assignment_of(document, key)
-        last_seen, created = document.get("last_seen_at"), document.get("created_at")
-        pid, hostname = document.get("pid"), document.get("hostname")
-        heartbeat_ms = document.get("heartbeat_ms")
-        since = document.get("available_since")
-        free = document.get("free")
-        ran, ran_for = _entry(document, "ran", key), _entry(document, "ran_for", key)
-        return cls(
-            id=slot_id,
-            work_on=str(document.get("work_on", "*")),
-            available=isinstance(free, list) and slot_id in free,
-            last_seen_at=last_seen if isinstance(last_seen, dt.datetime) else None,
-            created_at=created if isinstance(created, dt.datetime) else None,
-            pid=pid if isinstance(pid, int) else None,
-            hostname=hostname if isinstance(hostname, str) else None,
-            assignment=assignment,
-            heartbeat_every=(
-                dt.timedelta(milliseconds=heartbeat_ms)
-                if isinstance(heartbeat_ms, int) and not isinstance(heartbeat_ms, bool)
-                else None
-            ),
-            prefetches=document.get("prefetch") is True,
-            ran=RanReport.read(ran),
-            ran_for=ran_for if isinstance(ran_for, ObjectId) else None,
-            available_since=since if isinstance(since, dt.datetime) else None,
-            workables=can if isinstance(can := document.get("workables"), str) else None,
-            sessions=session_ids(document.get("sessions")),
-            process=document["_id"],
-        )
-
-
-def slots_of(document: Mapping[str, Any], only_free: bool = False) -> list[WorkerRecord]:
-    """Every slot of a roster document (only those waiting for a job: ``only_free``)."""
-    slots = _slots_of(document)
-    if only_free:
-        free = document.get("free")
-        slots = [slot for slot in slots if isinstance(free, list) and slot in free]
-    return [WorkerRecord.from_document(document, slot) for slot in slots]
-
-
-def _slots_of(document: Mapping[str, Any]) -> list[Any]:
-    """Its slots' ids (a document without the list: one slot, with the document's id)."""
-    slots = document.get("slots")
-    return list(slots) if isinstance(slots, list) else [document["_id"]]
-
-
-def _assignment_of(document: Mapping[str, Any], key: str) -> Assignment | None:
-    """The assignment of the slot ``key`` names, in a roster document (read whole, or
-    only that slot's entries)."""
-    lock = document.get("assignment")
-    if "slots" not in document and isinstance(lock, Mapping) and "token" in lock:
-        # an older worker's (schema 2) document, left as it is: its one lock at the top
-        return Assignment.of(_entry(document, "assigned_to", key), lock)
-    return Assignment.of(_entry(document, "assigned_to", key), _entry(document, "assignment", key))
 
 
 def _assignments_of(slot_ids: list[ObjectId]) -> Steps[dict[str, Assignment]]:
@@ -211,11 +40,6 @@ def _assignments_of(slot_ids: list[ObjectId]) -> Steps[dict[str, Assignment]]:
     for document in (yield from find(ROSTER, query, dict.fromkeys(ASSIGNMENT_FIELDS, 1))):
         found.update(assignments_in(document.get("assigned_to"), document.get("assignment")))
     return found
-
-
-def _entry(document: Mapping[str, Any], name: str, key: str) -> Any:
-    value = document.get(name)
-    return value.get(key) if isinstance(value, Mapping) else None
 
 
 def _stored_jobs(jobs: Any) -> Any:
@@ -327,7 +151,7 @@ def find_assignment(slot_id: ObjectId) -> Steps[tuple[bool, Assignment | None]]:
     document = yield from find_one(ROSTER, {"slots": slot_id}, fields)
     if document is None:
         return False, None
-    return True, _assignment_of(document, key)
+    return True, assignment_of(document, key)
 
 
 def workers() -> Steps[list[WorkerRecord]]:

@@ -19,7 +19,7 @@ from recruiter.errors import ChangeStreamsUnavailable
 from recruiter.store.base import Document
 from recruiter.store.failures import translate_methods
 from recruiter.store.ready import NEW_JOB_FIELDS, NewJob
-from recruiter.store.roster import ASSIGNMENT_FIELDS, Assignment, assignments_in
+from recruiter.store.roster_records import ASSIGNMENT_FIELDS, Assignment, assignments_in
 
 T = TypeVar("T")
 
