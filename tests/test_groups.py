@@ -205,11 +205,11 @@ def test_a_round_whose_worker_left_before_assignment_does_not_let_the_next_skip(
     recruiter = Recruiter(store, news=news)
     assign = store.assign
 
-    def retire_then_assign(plan: Any, token: Any, when: Any, processes: Any = None) -> Any:
+    def retire_then_assign(*args: Any, **options: Any) -> Any:
         assert store.unregister_if_idle(leaving)
-        return assign(plan, token, when, processes)
+        return assign(*args, **options)
 
-    store.assign = retire_then_assign  # type: ignore[assignment]
+    store.assign = retire_then_assign
     assert recruiter.run_once(now).assigned == 1
     store.assign = assign
     finish_held(store, now, job=assigned_jobs(store)[0])

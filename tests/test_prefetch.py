@@ -610,12 +610,14 @@ def test_a_lost_reply_to_one_jobs_end_and_the_next_start_counts_each_once(
 
 
 @pytest.mark.real_server
-def test_n_prefetched_jobs_cost_their_worker_n_plus_3_commands_after_its_assignment(
+def test_n_prefetched_jobs_cost_their_worker_n_plus_4_commands_after_its_assignment(
     real_server_uri: str, registry: Registry, clock: FrozenClock, app: list[str]
 ) -> None:
     """Read the rest of the prefetched jobs, start the first, then each end with the next start
-    in one command, the last end, the release: N + 3 (one job alone costs 3), after the
-    read that brings the assignment (here its roster document; a change feed's read)."""
+    in one command, the last end, a read of its entries (was it handed its next?), the
+    release: N + 4, after the read that brings the assignment (here its roster document;
+    a change feed's read). Handed its next, it advances instead of the release, and runs
+    the next without a read."""
     counter = CommandCounter()
     client: MongoClient[dict[str, Any]] = MongoClient(
         real_server_uri, tz_aware=True, event_listeners=[counter]
@@ -637,7 +639,8 @@ def test_n_prefetched_jobs_cost_their_worker_n_plus_3_commands_after_its_assignm
     assert len(result.executions) == 10
     sent = {name: after_run[name] - before.get(name, 0) for name in after_run}
     assert {name: count for name, count in sent.items() if count} == {
-        "find": 2,  # its own roster document (the assignment), the rest of the prefetched jobs
+        # its own entries (the assignment), the rest of the prefetched jobs, its own again
+        "find": 3,
         "findAndModify": 1,  # the first start
         "update": 11,  # 9 ends with the next start, the last end, the release
     }

@@ -88,20 +88,22 @@ def take_back_from_dead(
 def release_held(
     store: Store, slot: WorkerRecord, now: dt.datetime, what: str
 ) -> Counter[Released]:
-    """Release the jobs ``slot`` held, once it is off the roster (fenced out): the
-    one it ran is a crashed attempt, the rest go back uncounted. ``what`` happened to
-    it, for the jobs' history."""
+    """Release the jobs ``slot`` held, once it is off the roster (fenced out): the one
+    it ran is a crashed attempt, the rest (its next assignment's too) go back uncounted.
+    ``what`` happened to it, for the jobs' history."""
     released: Counter[Released] = Counter()
     if slot.assignment is None:
         return released
     reason = f"worker {slot.id} (pid {slot.pid} on {slot.hostname}) {what}"
-    # last to first: the jobs not started yet are put back before the one that runs is
-    # taken back, so a late command of the fenced-out worker that ends the running job
-    # and starts the next either lands whole (the running job ended by its own worker)
-    # or finds the next one put back: never a start landing after its end was fenced
-    for job_id in reversed(slot.assignment.job_ids):
+    held = [slot.assignment] + ([] if slot.assignment.next is None else [slot.assignment.next])
+    # last to first (its next assignment first): the jobs not started yet are put back
+    # before the one that runs is taken back, so a late command of the fenced-out worker
+    # that ends the running job and starts the next either lands whole (the running job
+    # ended by its own worker) or finds the next one put back: never a start landing
+    # after its end was fenced
+    for job_id, token in reversed([(j, each.token) for each in held for j in each.job_ids]):
         try:
-            outcome = release_fenced(store, job_id, slot.assignment.token, now, reason)
+            outcome = release_fenced(store, job_id, token, now, reason)
         except WriteRejected as error:  # the orphan pass tries it again (holder gone)
             outcome = _refused(job_id, error)
         released[outcome] += 1

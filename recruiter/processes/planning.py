@@ -20,7 +20,13 @@ from bson import ObjectId
 from recruiter.attempts.takeback import put_back
 from recruiter.groups import FairShare, GroupSettings
 from recruiter.job import ANY_GROUP
-from recruiter.processes.prefetch_rule import JobLengths, PrefetchRule, capacity, pack
+from recruiter.processes.prefetch_rule import (
+    JobLengths,
+    PrefetchRule,
+    capacity,
+    ends_within,
+    pack,
+)
 from recruiter.store import Store, WorkerRecord
 
 logger = logging.getLogger(__name__)
@@ -68,6 +74,9 @@ class Plan:
     """The sets of workables (digests; ``None``: any) :attr:`drained` holds for."""
     tried: frozenset[Any] = frozenset()
     """The jobs the round tried to lock: locked (and in :attr:`jobs`), or not ready."""
+    opens: frozenset[ObjectId] = frozenset()
+    """The workers whose jobs are expected to end within the prefetch window: each may
+    be handed its next while it runs them."""
 
 
 class Allowances:
@@ -136,6 +145,7 @@ class _Round:
     """The groups in which a set of any-group workers found jobs it could run."""
     workable_of: dict[Any, Any] = field(default_factory=dict)
     """The workable of each job read (what its expected length is the length of)."""
+    opens: set[ObjectId] = field(default_factory=set)
 
 
 class Planner:
@@ -193,8 +203,10 @@ class Planner:
             self.share.forget(round_.ready_groups)
         drained = any_group_sets > 0 and len(drained_for) == any_group_sets
         wake_at = round_.allowances.wake_at()
-        tried = frozenset(round_.tried)
-        return Plan(round_.jobs, drained, wake_at, round_.missed, frozenset(drained_for), tried)
+        tried, opens = frozenset(round_.tried), frozenset(round_.opens)
+        return Plan(
+            round_.jobs, drained, wake_at, round_.missed, frozenset(drained_for), tried, opens
+        )
 
     def _names_of(self, digests: list[str]) -> dict[str, frozenset[str]]:
         """The workables of each set (read once: a set never changes). A set whose
@@ -274,6 +286,9 @@ class Planner:
             jobs = [chosen[p][1] for p in positions if chosen[p][1] in round_.locked]
             if jobs:
                 round_.jobs[slot.id] = jobs
+                handed = [kinds[p] for p in positions if chosen[p][1] in round_.locked]
+                if slot.takes_next and ends_within(handed, self.prefetch, self.lengths):
+                    round_.opens.add(slot.id)
 
     def _plan_any_group(
         self, idle: list[WorkerRecord], round_: _Round, names: frozenset[str] | None

@@ -123,6 +123,15 @@ def pack(
     return handouts
 
 
+def ends_within(kinds: Sequence[Kind], rule: PrefetchRule, lengths: JobLengths) -> bool:
+    """Whether jobs of these ``kinds``, run one after the other, are expected to end within
+    the prefetch window (each one's length known): their slot may then be handed its next
+    jobs while it runs them, and go from the last to the next without waiting for a round."""
+    expected = [lengths.seconds(*kind) for kind in kinds]
+    known = [seconds for seconds in expected if seconds is not None]
+    return len(known) == len(expected) and sum(known) <= rule.seconds.total_seconds()
+
+
 def capacity(slots: Sequence[WorkerRecord], rule: PrefetchRule) -> int:
     """The most jobs ``slots`` could be handed in one round."""
     return len(slots) + sum(slot.prefetches for slot in slots) * (rule.jobs - 1)

@@ -178,18 +178,23 @@ class Recruiter:
         self.cache.forget()  # until the round is done
         plan = self.planner.plan(workers, token, now, None if known is None else known.arrivals)
         self.cache.planned(plan, workers)
-        assigned = self._assign(plan, token, now, {w.id: w.process_id for w in workers})
-        next_due = self._next_due(plan, len(workers), known, now)
+        assigned = self._assign(plan, token, now, workers)
+        free = [worker.id for worker in workers if worker.available]
+        next_due = self._next_due(plan, free, known, now)
         left = len(assigned) < len(plan.jobs)
         self.cache.handed_out(plan, known, next_due, now, put_back=left)
         return RoundResult(len(workers), len(assigned), rolled_back, self._wake_at(next_due))
 
     def _assign(
-        self, plan: Plan, token: ObjectId, now: dt.datetime, processes: dict[ObjectId, ObjectId]
+        self, plan: Plan, token: ObjectId, now: dt.datetime, workers: list[WorkerRecord]
     ) -> set[ObjectId]:
-        """Assign the planned jobs, one statement per worker process; put back those of
-        slots that left meanwhile."""
-        assigned = self.store.assign(plan.jobs, token, now, processes)
+        """Assign the planned jobs, one statement per worker process (and one more for its
+        open slots' next); put back those of slots that left or ran on meanwhile."""
+        processes = {worker.id: worker.process_id for worker in workers}
+        after = {w.id: w.assignment.token for w in workers if w.open and w.assignment}
+        assigned = self.store.assign(
+            plan.jobs, token, now, processes, after=after, opens=plan.opens
+        )
         left = [worker for worker in plan.jobs if worker not in assigned]
         if left:
             jobs = [job for worker in left for job in plan.jobs[worker]]
@@ -200,11 +205,11 @@ class Recruiter:
         return assigned
 
     def _next_due(
-        self, plan: Plan, workers: int, known: KnownReady | None, now: dt.datetime
+        self, plan: Plan, free: list[ObjectId], known: KnownReady | None, now: dt.datetime
     ) -> dt.datetime | None:
-        """When a round is worth having without news (workers left idle, or nothing left
-        ready): the earlier of the next job due and a rate-held group's next start."""
-        idle_left = len(plan.jobs) < workers
+        """When a round is worth having without news (free workers left idle, or nothing
+        left ready): the earlier of the next job due and a rate-held group's next start."""
+        idle_left = any(worker not in plan.jobs for worker in free)
         if plan.missed and idle_left and not plan.drained:
             # a job read could not be locked (cancelled meanwhile), and its worker was
             # left idle while other jobs may be ready: no news would tell, look again

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime as dt
 import logging
 import threading
@@ -20,6 +21,7 @@ from bson import ObjectId
 from recruiter.attempts.completer import Completer
 from recruiter.attempts.executor import Executor, Identity
 from recruiter.attempts.prefetch import run_handed_out
+from recruiter.attempts.takeback import put_back
 from recruiter.clock import Clock
 from recruiter.execution import Execution
 from recruiter.pools.process_pool import JobProcess
@@ -28,6 +30,9 @@ from recruiter.store import Assignment, RanReport, Release, RosterChange, Store
 from recruiter.workable import Registry
 
 DEFAULT_HEARTBEAT = dt.timedelta(seconds=2)
+READS_BEFORE_RELEASE = 3
+"""Reads of what a slot holds at the end of an open assignment, each followed by a
+release or an advance that may meet a round's next (beyond: its next read finds out)."""
 RECENT_TOKENS = 16
 """Tokens of the last assignments a slot ran: news of one of them is late, not new."""
 
@@ -129,6 +134,7 @@ class WorkerSlot:
                 prefetch=True,
                 workables=workables,
                 sessions=self.open_session(workables),
+                takes_next=True,
             )
             self.registered(process, process)
         assert self.id is not None
@@ -217,10 +223,43 @@ class WorkerSlot:
         )
         lengths = handed.lengths.items()
         ran = [RanReport(g, int(n), round(s, 6), w) for (g, w), (n, s) in lengths]
-        self._became_available()
-        self.completer.release(Release(self.id, token, self.clock.latest(), ran, self.process))
+        done = Release(self.id, token, self.clock.latest(), ran, self.process)
+        if assignment.opens:
+            self._release_or_advance(done)
+        else:  # (never handed a next while it ran: released with its process's others)
+            self._became_available()
+            self.completer.release(done)
         executions = tuple(handed.executions)
         return SlotResult(executions[-1], executions=executions, returned=handed.returned)
+
+    def _release_or_advance(self, done: Release) -> None:
+        """Once the assignment of ``done.token`` is done: run the next one the recruiter
+        handed the slot meanwhile (asked to stop, put it back), else release the slot. What
+        it holds is read first, and the release is conditional on no next: the recruiter
+        may hand it one until the release lands (then read again)."""
+        for _ in range(READS_BEFORE_RELEASE):
+            on_roster, held = self.store.find_assignment(done.worker_id)
+            if not on_roster or held is None or held.token != done.token:
+                return  # taken back (declared dead): its next read finds out
+            behind = held.next
+            if behind is not None and not self.stopping():
+                if self.store.advance(done, behind):
+                    self._news = behind  # run at once: no read, no wait for news
+                    self.bell.set()
+                    return
+                continue  # taken back meanwhile
+            if behind is not None:
+                returned = put_back(
+                    self.store, behind.job_ids, behind.token, done.now, "its slot stops"
+                )
+                logger.info(
+                    "put back %d jobs handed out with token %s", returned.returned, behind.token
+                )
+                done = dataclasses.replace(done, next=behind.token)
+            self._became_available()
+            if self.store.release_workers([done]):
+                return
+            self.available = False  # handed its next meanwhile (or taken back): read again
 
     def _set_running(self, job_id: Any) -> None:
         self.running = job_id

@@ -192,6 +192,7 @@ class WorkerProcess:
                 workables=workables,
                 sessions=sessions,
                 slots=ids,
+                takes_next=True,
             )
             self.process_id = process
             for each, slot_id in zip(live, ids, strict=True):

@@ -153,6 +153,7 @@ class Store(SyncVerbs, WatchVerbs, SessionVerbs):
         workables: Collection_[str] | None = None,
         sessions: Sequence[Document] = (),
         slots: Sequence[ObjectId] = (),
+        takes_next: bool = False,
     ) -> ObjectId:
         """:func:`.roster.register_worker`, the set ``workables`` advertised first."""
         digest = None if workables is None else self.advertise(workables)
@@ -167,6 +168,7 @@ class Store(SyncVerbs, WatchVerbs, SessionVerbs):
             workables=digest,
             sessions=sessions,
             slots=slots,
+            takes_next=takes_next,
         )
 
     def ready_job_ids_by_group(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,11 +21,13 @@ from bson import ObjectId
 from recruiter.store.base import ONE_REPLY, Document
 from recruiter.store.roster_records import (
     ASSIGNMENT_FIELDS,
+    NEXT,
+    OPEN,
     Assignment,
     RanReport,
     WorkerRecord,
     assignment_of,
-    assignments_in,
+    slot_ids_of,
     slots_of,
 )
 from recruiter.store.steps import Steps, find, find_one, send, update_each
@@ -34,19 +36,25 @@ ROSTER = "roster"
 
 
 def _assignments_of(slot_ids: list[ObjectId]) -> Steps[dict[str, Assignment]]:
-    """The assignments these slots hold, by slot id as text, in one read."""
+    """The assignments these slots hold (each with its next), by slot id as text, in one read."""
     query = {"slots": {"$in": slot_ids}}
-    found: dict[str, Assignment] = {}
-    for document in (yield from find(ROSTER, query, dict.fromkeys(ASSIGNMENT_FIELDS, 1))):
-        found.update(assignments_in(document.get("assigned_to"), document.get("assignment")))
+    fields = dict.fromkeys([*ASSIGNMENT_FIELDS, NEXT, "slots"], 1)
+    wanted, found = set(slot_ids), {}
+    for document in (yield from find(ROSTER, query, fields)):
+        for slot in wanted.intersection(slot_ids_of(document)):
+            if (each := assignment_of(document, str(slot))) is not None:
+                found[str(slot)] = each
     return found
 
 
 def _stored_jobs(jobs: Any) -> Any:
     """A slot's entry of ``assigned_to``: a job alone as its id, several as a list."""
-    if isinstance(jobs, list | tuple):
-        return jobs[0] if len(jobs) == 1 else list(jobs)
-    return jobs
+    listed = _job_list(jobs)
+    return listed[0] if len(listed) == 1 else listed
+
+
+def _job_list(jobs: Any) -> list[Any]:
+    return list(jobs) if isinstance(jobs, list | tuple) else [jobs]
 
 
 def register_worker(
@@ -60,12 +68,15 @@ def register_worker(
     workables: str | None = None,
     sessions: Sequence[Document] = (),
     slots: Sequence[ObjectId] = (),
+    takes_next: bool = False,
 ) -> Steps[ObjectId]:
     """Add a worker process whose ``slots`` all wait for a job (see :class:`WorkerRecord`;
     none given: one slot, with the document's id); return the document's id."""
     document = _worker(now, pid, hostname, heartbeat_every, sessions)
     ids = list(slots) or [document["_id"]]
     document.update(work_on=work_on, slots=ids, free=ids, available_since=now)
+    if takes_next:
+        document["takes_next"] = True
     if prefetch:
         document["prefetch"] = True
     if workables is not None:
@@ -147,7 +158,7 @@ def find_assignment(slot_id: ObjectId) -> Steps[tuple[bool, Assignment | None]]:
     """Whether the slot is on the roster, and what it was assigned: its own entries
     alone, however many slots its process's document holds (what a slot reads)."""
     key = str(slot_id)
-    fields = {"_id": 1, f"assigned_to.{key}": 1, f"assignment.{key}": 1}
+    fields = {"_id": 1, **{f"{name}.{key}": 1 for name in (*ASSIGNMENT_FIELDS, NEXT)}}
     document = yield from find_one(ROSTER, {"slots": slot_id}, fields)
     if document is None:
         return False, None
@@ -161,11 +172,13 @@ def workers() -> Steps[list[WorkerRecord]]:
 
 
 def available_workers() -> Steps[list[WorkerRecord]]:
-    """Slots waiting for a job, those of the process waiting longest first, in one reply."""
+    """Slots waiting for a job, those of the process waiting longest first, then the open
+    ones (busy, handed their next only what no free slot takes), in one reply."""
     order = [("available_since", 1)]
-    waiting = {"free.0": {"$exists": True}}
+    waiting = {"$or": [{"free.0": {"$exists": True}}, {f"{OPEN}.0": {"$exists": True}}]}
     found = yield from find(ROSTER, waiting, sort=order, batch_size=ONE_REPLY)
-    return [slot for document in found for slot in slots_of(document, only_free=True)]
+    slots = [slot for document in found for slot in slots_of(document, only_available=True)]
+    return sorted(slots, key=lambda slot: slot.open)
 
 
 def assign(
@@ -173,12 +186,21 @@ def assign(
     token: ObjectId,
     now: dt.datetime,
     processes: Mapping[ObjectId, ObjectId] | None = None,
+    *,
+    after: Mapping[ObjectId, ObjectId] | None = None,
+    opens: Collection[ObjectId] = (),
 ) -> Steps[set[ObjectId]]:
     """Hand each slot still free its job, or jobs (a list, in order), in one command of
-    one statement per process (``processes``: each slot's; not given: one per slot); return the
-    slots assigned. A process's statement lands whole or not at all."""
+    one statement per process (``processes``: each slot's; not given: one per slot); return
+    the slots assigned. A process's statement lands whole or not at all.
+
+    A slot in ``after`` is open: busy with the assignment of the token given, it is handed
+    the jobs as its next (in a statement of its own per process, conditional on that
+    token and on its being open still). The slots in ``opens`` are made open (their
+    jobs are expected to end within the prefetch window)."""
     if not jobs_by_worker:
         return set()
+    after = after or {}
     by_process: dict[Any, list[ObjectId]] = defaultdict(list)
     for slot in jobs_by_worker:
         by_process[None if processes is None else processes.get(slot)].append(slot)
@@ -186,35 +208,82 @@ def assign(
     for process, slots in by_process.items():
         # a slot whose process is not known: a statement of its own, found by its id
         for group in [slots] if process is not None else [[slot] for slot in slots]:
-            # a field each assignment changes, for the worker's feed (work was handed out)
-            fields: Document = {"handed": ObjectId()}
-            for slot in group:
-                fields[f"assigned_to.{slot}"] = _stored_jobs(jobs_by_worker[slot])
-                fields[f"assignment.{slot}"] = {"token": token, "since": now}
             query: Document = {"_id": process} if process is not None else {"slots": group[0]}
-            query["free"] = {"$all": group}
-            statements.append((query, {"$pull": {"free": {"$in": group}}, "$set": fields}))
+            handing = _Handing(jobs_by_worker, token, now, opens)
+            free, busy = [s for s in group if s not in after], [s for s in group if s in after]
+            if free:
+                statements.append(handing.to_free(dict(query), free))
+            if busy:
+                statements.append(handing.behind(dict(query), {s: after[s] for s in busy}))
     if (yield from update_each(ROSTER, statements)) == len(statements):
         return set(jobs_by_worker)
     held = yield from _assignments_of(list(jobs_by_worker))
     return {slot for slot in jobs_by_worker if _holds(held, slot, token)}
 
 
+@dataclass(frozen=True)
+class _Handing:
+    """The statements of one round's assignment to a worker process's slots."""
+
+    jobs: Mapping[ObjectId, Any]
+    token: ObjectId
+    now: dt.datetime
+    opens: Collection[ObjectId]
+
+    def to_free(self, query: Document, slots: list[ObjectId]) -> tuple[Document, Document]:
+        """To ``slots``, free still: their assignments."""
+        # a field each assignment changes, for the worker's feed (work was handed out)
+        fields: Document = {"handed": ObjectId()}
+        for slot in slots:
+            fields[f"assigned_to.{slot}"] = _stored_jobs(self.jobs[slot])
+            fields[f"assignment.{slot}"] = self._lock(slot)
+        query["free"] = {"$all": slots}
+        update: Document = {"$pull": {"free": {"$in": slots}}, "$set": fields}
+        opened = [slot for slot in slots if slot in self.opens]
+        if opened:
+            update["$push"] = {OPEN: {"$each": opened}}
+        return query, update
+
+    def behind(
+        self, query: Document, running: Mapping[ObjectId, ObjectId]
+    ) -> tuple[Document, Document]:
+        """To busy slots, open still, each running the assignment of the token given:
+        their next (the worker's feed is not told: a busy slot reads it as it ends)."""
+        fields: Document = {}
+        for slot, token in running.items():
+            query[f"assignment.{slot}.token"] = token
+            fields[f"{NEXT}.{slot}"] = {"jobs": _job_list(self.jobs[slot]), **self._lock(slot)}
+        slots = list(running)
+        query[OPEN] = {"$all": slots}
+        return query, {"$pull": {OPEN: {"$in": slots}}, "$set": fields}
+
+    def _lock(self, slot: ObjectId) -> Document:
+        lock: Document = {"token": self.token, "since": self.now}
+        if slot in self.opens:
+            lock["open"] = True
+        return lock
+
+
 def _holds(held: Mapping[str, Assignment], slot: ObjectId, token: ObjectId) -> bool:
     each = held.get(str(slot))
+    if each is not None and each.next is not None and each.next.token == token:
+        return True
     return each is not None and each.token == token
 
 
 @dataclass(frozen=True)
 class Release:
     """A slot made free again after the jobs it was assigned with ``token``, telling what
-    it ran; ``process``: its process's document (``None``: the slot's own)."""
+    it ran; ``process``: its process's document (``None``: the slot's own); ``next``: the
+    token of the next assignment it was handed, whose jobs it put back (none: it may
+    have been handed none)."""
 
     worker_id: ObjectId
     token: ObjectId
     now: dt.datetime
     ran: Sequence[RanReport] = field(default_factory=tuple)
     process: ObjectId | None = None
+    next: ObjectId | None = None
 
 
 def release_worker(
@@ -236,6 +305,29 @@ def release_workers(releases: Sequence[Release]) -> Steps[bool]:
     return bool((yield from update_each(ROSTER, statements)) == len(statements))
 
 
+def advance(done: Release, behind: Assignment) -> Steps[bool]:
+    """Make the next assignment handed to the slot, ``behind``, the one it runs, once
+    the one of ``done.token`` is done (telling what it ran), only if both are still its
+    own; open again if ``behind`` opens (the recruiter's feed is told)."""
+    slot = done.worker_id
+    query: Document = {"_id": done.process or slot, f"assignment.{slot}.token": done.token}
+    query[f"{NEXT}.{slot}.token"] = behind.token
+    lock: Document = {"token": behind.token, "since": done.now}
+    fields: Document = {
+        f"assigned_to.{slot}": _stored_jobs(behind.job_ids),
+        "last_seen_at": done.now,
+    }
+    fields[f"ran.{slot}"] = [report.to_document() for report in done.ran]
+    fields[f"ran_for.{slot}"] = done.token
+    update: Document = {"$set": fields, "$unset": {f"{NEXT}.{slot}": ""}}
+    if behind.opens:
+        lock["open"] = True
+        fields["released"] = ObjectId()  # for the recruiter's feed: a slot is open again
+        update["$addToSet"] = {OPEN: slot}
+    fields[f"assignment.{slot}"] = lock
+    return bool((yield from send(ROSTER, "update_one", query, update)).modified_count == 1)
+
+
 def unregister_if_idle(slot_id: ObjectId) -> Steps[bool]:
     """Take the slot off the roster, only if it waits for a job (nothing is assigned to
     it); its process's document goes with its last slot (each retiring slot removes it
@@ -253,8 +345,8 @@ def drop_slot(slot_id: ObjectId) -> Steps[WorkerRecord | None]:
     """Take the slot off the roster with whatever it holds (its thread stopped on a
     bug); return it as removed (what it held is what to take back). Its process's
     document goes with its last slot."""
-    unset = {f"assigned_to.{slot_id}": "", f"assignment.{slot_id}": ""}
-    pull = {"free": slot_id, "slots": slot_id}
+    unset = {f"{name}.{slot_id}": "" for name in (*ASSIGNMENT_FIELDS, NEXT)}
+    pull = {"free": slot_id, "slots": slot_id, OPEN: slot_id}
     removed = yield from send(
         ROSTER, "find_one_and_update", {"slots": slot_id}, {"$pull": pull, "$unset": unset}
     )
@@ -290,17 +382,19 @@ def remove_worker_if_dead(
 
 
 def held_tokens() -> Steps[set[ObjectId]]:
-    """The lock tokens of the jobs held by slots on the roster."""
-    found = yield from find(ROSTER, {"assignment": {"$exists": True}}, {"assignment": 1})
+    """The lock tokens of the jobs held by slots on the roster (run or next to run)."""
+    query = {"$or": [{"assignment": {"$exists": True}}, {NEXT: {"$exists": True}}]}
+    found = yield from find(ROSTER, query, {"assignment": 1, NEXT: 1})
     tokens = set()
     for document in found:
-        held = document.get("assignment")
-        if not isinstance(held, Mapping):
-            continue
-        # an older worker's (schema 2) document holds its one token at the top
-        for entry in [held, *held.values()]:
-            if isinstance(entry, Mapping) and isinstance(entry.get("token"), ObjectId):
-                tokens.add(entry["token"])
+        for name in ("assignment", NEXT):
+            held = document.get(name)
+            if not isinstance(held, Mapping):
+                continue
+            # an older worker's (schema 2) document holds its one token at the top
+            for entry in [held, *held.values()]:
+                if isinstance(entry, Mapping) and isinstance(entry.get("token"), ObjectId):
+                    tokens.add(entry["token"])
     return tokens
 
 
@@ -316,9 +410,13 @@ def _release(releases: Iterable[Release], process: Any = None) -> tuple[Document
     for release in releases:
         slot = release.worker_id
         query[f"assignment.{slot}.token"] = release.token
+        # never a slot handed its next: it runs that instead (or puts it back first)
+        behind = {"$exists": False} if release.next is None else release.next
+        query[f"{NEXT}.{slot}.token"] = behind
         fields[f"ran.{slot}"] = [report.to_document() for report in release.ran]
         fields[f"ran_for.{slot}"] = release.token
-        unset.update({f"assigned_to.{slot}": "", f"assignment.{slot}": ""})
+        unset.update({f"{name}.{slot}": "" for name in (*ASSIGNMENT_FIELDS, NEXT)})
     slots = [release.worker_id for release in releases]
     push = {"free": {"$each": slots}}
-    return query, {"$set": fields, "$unset": unset, "$push": push}
+    update = {"$set": fields, "$unset": unset, "$push": push, "$pull": {OPEN: {"$in": slots}}}
+    return query, update

@@ -4,6 +4,7 @@ are in :mod:`.roster`."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,6 +19,12 @@ MISSED_BEATS = 3
 """Heartbeats an available worker may miss before it is no longer handed jobs."""
 ASSIGNMENT_FIELDS = ("assigned_to", "assignment")
 """The worker-keyed maps of a roster document, one entry per slot that holds jobs."""
+NEXT = "next"
+"""The worker-keyed map of the assignments handed to busy slots, each to run once the
+slot's assignment is done: slot id → ``{token, since, jobs, open}``."""
+OPEN = "open"
+"""The list of busy slots the recruiter may hand their next assignment (each running
+an assignment expected to end within the prefetch window, and handed no next yet)."""
 
 
 @dataclass(frozen=True)
@@ -27,6 +34,10 @@ class Assignment:
 
     job_ids: tuple[Any, ...]
     token: ObjectId
+    opens: bool = False
+    """Whether its slot may be handed its next assignment while it runs this one."""
+    next: Assignment | None = None
+    """The assignment handed to its slot behind this one (as read with it)."""
 
     @property
     def job_id(self) -> Any:
@@ -43,7 +54,7 @@ class Assignment:
         if not isinstance(token, ObjectId):
             return None
         job_ids = tuple(jobs) if isinstance(jobs, list) else (jobs,)
-        return cls(job_ids, token) if job_ids else None
+        return cls(job_ids, token, lock.get("open") is True) if job_ids else None
 
 
 def assignments_in(assigned_to: Any, assignment: Any) -> dict[str, Assignment]:
@@ -104,7 +115,8 @@ class WorkerRecord:
     the assignment ``ran`` tells of (a report counts once); ``workables``: the digest of
     its set (``None``: any job); ``sessions``: its process's transactions' server
     sessions, which the cleaner kills when it fences it out, so an open transaction
-    releases its locks at once."""
+    releases its locks at once; ``takes_next``: its process runs a next assignment
+    handed to a busy slot; ``open``: busy, and the recruiter may hand it its next."""
 
     id: ObjectId
     work_on: str
@@ -122,6 +134,8 @@ class WorkerRecord:
     workables: str | None = None
     sessions: tuple[Document, ...] = ()
     process: ObjectId | None = None
+    takes_next: bool = False
+    open: bool = False
 
     @property
     def process_id(self) -> ObjectId:
@@ -144,12 +158,11 @@ class WorkerRecord:
         pid, hostname = document.get("pid"), document.get("hostname")
         heartbeat_ms = document.get("heartbeat_ms")
         since = document.get("available_since")
-        free = document.get("free")
         ran, ran_for = entry(document, "ran", key), entry(document, "ran_for", key)
         return cls(
             id=slot_id,
             work_on=str(document.get("work_on", "*")),
-            available=isinstance(free, list) and slot_id in free,
+            available=_listed(document, "free", slot_id),
             last_seen_at=last_seen if isinstance(last_seen, dt.datetime) else None,
             created_at=created if isinstance(created, dt.datetime) else None,
             pid=pid if isinstance(pid, int) else None,
@@ -167,16 +180,21 @@ class WorkerRecord:
             workables=can if isinstance(can := document.get("workables"), str) else None,
             sessions=session_ids(document.get("sessions")),
             process=document["_id"],
+            takes_next=document.get("takes_next") is True,
+            open=_listed(document, OPEN, slot_id) and assignment is not None,
         )
 
 
-def slots_of(document: Mapping[str, Any], only_free: bool = False) -> list[WorkerRecord]:
-    """Every slot of a roster document (only those waiting for a job: ``only_free``)."""
-    slots = slot_ids_of(document)
-    if only_free:
-        free = document.get("free")
-        slots = [slot for slot in slots if isinstance(free, list) and slot in free]
-    return [WorkerRecord.from_document(document, slot) for slot in slots]
+def slots_of(document: Mapping[str, Any], only_available: bool = False) -> list[WorkerRecord]:
+    """Every slot of a roster document (``only_available``: those the recruiter may hand
+    work, free or open)."""
+    slots = [WorkerRecord.from_document(document, slot) for slot in slot_ids_of(document)]
+    return [slot for slot in slots if slot.available or slot.open or not only_available]
+
+
+def _listed(document: Mapping[str, Any], name: str, slot_id: Any) -> bool:
+    listed = document.get(name)
+    return isinstance(listed, list) and slot_id in listed
 
 
 def slot_ids_of(document: Mapping[str, Any]) -> list[Any]:
@@ -187,12 +205,15 @@ def slot_ids_of(document: Mapping[str, Any]) -> list[Any]:
 
 def assignment_of(document: Mapping[str, Any], key: str) -> Assignment | None:
     """The assignment of the slot ``key`` names, in a roster document (read whole, or
-    only that slot's entries)."""
+    only that slot's entries), with the next one handed to it, if any."""
     lock = document.get("assignment")
     if "slots" not in document and isinstance(lock, Mapping) and "token" in lock:
         # an older worker's (schema 2) document, left as it is: its one lock at the top
         return Assignment.of(entry(document, "assigned_to", key), lock)
-    return Assignment.of(entry(document, "assigned_to", key), entry(document, "assignment", key))
+    held = Assignment.of(entry(document, "assigned_to", key), entry(document, "assignment", key))
+    queued = entry(document, NEXT, key)
+    behind = Assignment.of(queued.get("jobs"), queued) if isinstance(queued, Mapping) else None
+    return held if held is None or behind is None else dataclasses.replace(held, next=behind)
 
 
 def entry(document: Mapping[str, Any], name: str, key: str) -> Any:

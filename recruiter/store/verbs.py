@@ -135,6 +135,7 @@ class SyncVerbs(StepVerbs):
     assign = Verb(roster.assign)
     release_worker = Verb(roster.release_worker)
     release_workers = Verb(roster.release_workers)
+    advance = Verb(roster.advance)
     unregister_if_idle = Verb(roster.unregister_if_idle)
     drop_slot = Verb(roster.drop_slot)
     dead_workers = Verb(roster.dead_workers)
