@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import itertools
 import json
 import statistics
 import sys
@@ -120,6 +121,7 @@ def sleepers(
                 "median": round(statistics.median(starts), 2),
                 "last": round(starts[-1], 2),
             },
+            "between_jobs_s": between_jobs(a for job in finished for a in job.history),
             "commands_per_job": round(commands / jobs, 2),
             "commands": by_name,
         }
@@ -140,6 +142,26 @@ def most_at_once(attempts: Iterable[Mapping[str, Any]]) -> int:
         running += change
         most = max(most, running)
     return most
+
+
+def between_jobs(attempts: Iterable[Mapping[str, Any]]) -> dict[str, float] | None:
+    """How long a slot waited between the end of one job and the start of its next
+    (median and 90th percentile, seconds), by the attempts' recorded times and slots."""
+    by_slot: dict[Any, list[Mapping[str, Any]]] = {}
+    for attempt in attempts:
+        by_slot.setdefault(attempt.get("worker"), []).append(attempt)
+    gaps = []
+    for ran in by_slot.values():
+        ran.sort(key=lambda attempt: attempt["started_at"])
+        gaps += [
+            (later["started_at"] - earlier["ended_at"]).total_seconds()
+            for earlier, later in itertools.pairwise(ran)
+        ]
+    if not gaps:
+        return None
+    gaps.sort()
+    median, tenth = statistics.median(gaps), gaps[int(len(gaps) * 0.9)]
+    return {"median": round(median, 3), "p90": round(tenth, 3)}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,6 +7,7 @@ clock: no job is lost, none is run twice, and a next never run is never counted.
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 import pytest
@@ -273,11 +274,12 @@ def test_a_slot_dropped_on_a_bug_takes_its_next_back_uncounted(
     assert queue.store.workers() == []
 
 
-def test_a_long_job_s_slot_is_never_handed_a_next(
+def test_a_long_job_s_slot_is_handed_its_next_only_within_a_window_of_its_expected_end(
     queue: Queue, registry: Registry, clock: FrozenClock
 ) -> None:
-    """A job known to take longer than the prefetch window: a job behind it would wait
-    for it while another slot may be free, so its slot is never open."""
+    """A job known to take 30 s: a job handed behind it now would wait for it while
+    another slot may come free, so its slot is handed its next only within the prefetch
+    window (1 s) of the job's expected end, and the round says when to look again."""
 
     @registry.workable("tests.slow")
     def slow() -> None:
@@ -291,9 +293,20 @@ def test_a_long_job_s_slot_is_never_handed_a_next(
     assert slot.run_once().ran is not None  # 30 s, as the recruiter learns
     for _ in range(2):
         queue.schedule(JobSpec("tests.slow"))
+    handed_at = clock.now()
+    assert recruiter.run_once(handed_at).assigned == 1
+    assert entries(queue, slot).open
+    early = recruiter.run_once(clock.now())
+    assert early.assigned == 0
+    assert early.next_due is not None
+    assert early.next_due <= handed_at + dt.timedelta(seconds=29), "its end, less the window"
+    clock.advance(seconds=29)
+    assert slot.process is not None
+    queue.store.heartbeat([slot.process], clock.latest())  # (its process beats meanwhile)
     assert recruiter.run_once(clock.now()).assigned == 1
-    assert not entries(queue, slot).open
-    assert recruiter.run_once(clock.now()).assigned == 0
+    record = entries(queue, slot)
+    assert record.assignment is not None
+    assert record.assignment.next is not None
 
 
 def test_an_older_worker_s_slot_is_never_handed_a_next(

@@ -24,7 +24,7 @@ from recruiter.processes.prefetch_rule import (
     JobLengths,
     PrefetchRule,
     capacity,
-    ends_within,
+    expected_seconds,
     pack,
 )
 from recruiter.store import Store, WorkerRecord
@@ -74,9 +74,9 @@ class Plan:
     """The sets of workables (digests; ``None``: any) :attr:`drained` holds for."""
     tried: frozenset[Any] = frozenset()
     """The jobs the round tried to lock: locked (and in :attr:`jobs`), or not ready."""
-    opens: frozenset[ObjectId] = frozenset()
-    """The workers whose jobs are expected to end within the prefetch window: each may
-    be handed its next while it runs them."""
+    expected: dict[ObjectId, float] = field(default_factory=dict)
+    """How long each worker's jobs are expected to take, where known (and it takes a
+    next): it may be handed its next while it runs them."""
 
 
 class Allowances:
@@ -145,7 +145,7 @@ class _Round:
     """The groups in which a set of any-group workers found jobs it could run."""
     workable_of: dict[Any, Any] = field(default_factory=dict)
     """The workable of each job read (what its expected length is the length of)."""
-    opens: set[ObjectId] = field(default_factory=set)
+    expected: dict[ObjectId, float] = field(default_factory=dict)
 
 
 class Planner:
@@ -203,9 +203,9 @@ class Planner:
             self.share.forget(round_.ready_groups)
         drained = any_group_sets > 0 and len(drained_for) == any_group_sets
         wake_at = round_.allowances.wake_at()
-        tried, opens = frozenset(round_.tried), frozenset(round_.opens)
+        tried, expected = frozenset(round_.tried), round_.expected
         return Plan(
-            round_.jobs, drained, wake_at, round_.missed, frozenset(drained_for), tried, opens
+            round_.jobs, drained, wake_at, round_.missed, frozenset(drained_for), tried, expected
         )
 
     def _names_of(self, digests: list[str]) -> dict[str, frozenset[str]]:
@@ -287,8 +287,9 @@ class Planner:
             if jobs:
                 round_.jobs[slot.id] = jobs
                 handed = [kinds[p] for p in positions if chosen[p][1] in round_.locked]
-                if slot.takes_next and ends_within(handed, self.prefetch, self.lengths):
-                    round_.opens.add(slot.id)
+                seconds = expected_seconds(handed, self.lengths)
+                if slot.takes_next and seconds is not None:
+                    round_.expected[slot.id] = seconds
 
     def _plan_any_group(
         self, idle: list[WorkerRecord], round_: _Round, names: frozenset[str] | None

@@ -123,13 +123,14 @@ def pack(
     return handouts
 
 
-def ends_within(kinds: Sequence[Kind], rule: PrefetchRule, lengths: JobLengths) -> bool:
-    """Whether jobs of these ``kinds``, run one after the other, are expected to end within
-    the prefetch window (each one's length known): their slot may then be handed its next
-    jobs while it runs them, and go from the last to the next without waiting for a round."""
+def expected_seconds(kinds: Sequence[Kind], lengths: JobLengths) -> float | None:
+    """How long jobs of these ``kinds``, run one after the other, are expected to take
+    (``None`` unless each one's length is known): their slot may be handed its next jobs
+    within the prefetch window of their expected end, and go from the last to the next
+    without waiting for a round."""
     expected = [lengths.seconds(*kind) for kind in kinds]
     known = [seconds for seconds in expected if seconds is not None]
-    return len(known) == len(expected) and sum(known) <= rule.seconds.total_seconds()
+    return round(sum(known), 6) if len(known) == len(expected) else None
 
 
 def capacity(slots: Sequence[WorkerRecord], rule: PrefetchRule) -> int:

@@ -157,14 +157,36 @@ class Recruiter:
         rolled_back = self.unheld.run_once(now).count if release_due else 0
         # a worker that died idle waits longest: it would be handed the next job, which
         # would then wait for the cleaner; one that missed several heartbeats gets none
-        workers = [w for w in self.store.available_workers() if not w.silent_at(now)]
+        listed = [w for w in self.store.available_workers() if not w.silent_at(now)]
+        workers, open_at = self._takers(listed, now)
         if not workers:
             # what is known still holds: no job was handed out
             due = None if known is None else known.next_due(now)
-            return RoundResult(0, 0, rolled_back, next_due=self._wake_at(due))
+            return RoundResult(0, 0, rolled_back, next_due=self._wake_at(due, open_at))
         if known is not None and not known.covers(w.workables for w in workers):
             known = None  # a worker of another set: jobs only it can run may be ready
-        return self._hand_out(workers, rolled_back, now, known)
+        return self._hand_out(workers, rolled_back, now, known, open_at)
+
+    def _takers(
+        self, workers: list[WorkerRecord], now: dt.datetime
+    ) -> tuple[list[WorkerRecord], dt.datetime | None]:
+        """Those of ``workers`` this round may hand work: the free ones, then the open
+        ones whose jobs are expected to end within the prefetch window (a next handed
+        sooner would wait longer behind them), soonest first; when the first of the
+        other open ones will be."""
+        window = self.config.prefetch.seconds
+        free, due, later = [], [], []
+        for worker in workers:
+            until = worker.assignment.until if worker.open and worker.assignment else None
+            if not worker.open:
+                free.append(worker)
+            elif until is None or until - window <= now:
+                due.append((until or now, worker))
+            else:
+                later.append(until - window)
+        # the free first; then those whose jobs end first, which run a next soonest
+        due.sort(key=lambda pair: pair[0])
+        return free + [worker for _, worker in due], min(later, default=None)
 
     def _hand_out(
         self,
@@ -172,8 +194,10 @@ class Recruiter:
         rolled_back: int,
         now: dt.datetime,
         known: KnownReady | None = None,
+        open_at: dt.datetime | None = None,
     ) -> RoundResult:
-        """Plan and lock (no job is picked twice in a round), then assign."""
+        """Plan and lock (no job is picked twice in a round), then assign; ``open_at``:
+        when a busy worker not handed work now may be handed its next."""
         token = ObjectId()
         self.cache.forget()  # until the round is done
         plan = self.planner.plan(workers, token, now, None if known is None else known.arrivals)
@@ -183,7 +207,8 @@ class Recruiter:
         next_due = self._next_due(plan, free, known, now)
         left = len(assigned) < len(plan.jobs)
         self.cache.handed_out(plan, known, next_due, now, put_back=left)
-        return RoundResult(len(workers), len(assigned), rolled_back, self._wake_at(next_due))
+        wake_at = self._wake_at(next_due, open_at)
+        return RoundResult(len(workers), len(assigned), rolled_back, wake_at)
 
     def _assign(
         self, plan: Plan, token: ObjectId, now: dt.datetime, workers: list[WorkerRecord]
@@ -193,7 +218,7 @@ class Recruiter:
         processes = {worker.id: worker.process_id for worker in workers}
         after = {w.id: w.assignment.token for w in workers if w.open and w.assignment}
         assigned = self.store.assign(
-            plan.jobs, token, now, processes, after=after, opens=plan.opens
+            plan.jobs, token, now, processes, after=after, expected=plan.expected
         )
         left = [worker for worker in plan.jobs if worker not in assigned]
         if left:
@@ -222,10 +247,13 @@ class Recruiter:
             next_due = None
         return self.cache.or_held(next_due)
 
-    def _wake_at(self, due: dt.datetime | None) -> dt.datetime | None:
-        """The earlier of ``due`` and the next repeatable-job pass."""
-        times = [t for t in (due, self.repeating.next_at) if t is not None and t != NEVER]
-        return min(times, default=None)
+    def _wake_at(
+        self, due: dt.datetime | None, open_at: dt.datetime | None = None
+    ) -> dt.datetime | None:
+        """The earliest of ``due``, the next repeatable-job pass and ``open_at`` (when a
+        busy worker may be handed its next)."""
+        times = (due, self.repeating.next_at, open_at)
+        return min((t for t in times if t is not None and t != NEVER), default=None)
 
     def plan(
         self, workers: list[WorkerRecord], token: ObjectId, now: dt.datetime

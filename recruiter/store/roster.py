@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -188,7 +188,7 @@ def assign(
     processes: Mapping[ObjectId, ObjectId] | None = None,
     *,
     after: Mapping[ObjectId, ObjectId] | None = None,
-    opens: Collection[ObjectId] = (),
+    expected: Mapping[ObjectId, float] | None = None,
 ) -> Steps[set[ObjectId]]:
     """Hand each slot still free its job, or jobs (a list, in order), in one command of
     one statement per process (``processes``: each slot's; not given: one per slot); return
@@ -196,8 +196,8 @@ def assign(
 
     A slot in ``after`` is open: busy with the assignment of the token given, it is handed
     the jobs as its next (in a statement of its own per process, conditional on that
-    token and on its being open still). The slots in ``opens`` are made open (their
-    jobs are expected to end within the prefetch window)."""
+    token and on its being open still). The slots in ``expected`` (how long their jobs
+    are expected to take) are made open: each may be handed its next while it runs them."""
     if not jobs_by_worker:
         return set()
     after = after or {}
@@ -209,7 +209,7 @@ def assign(
         # a slot whose process is not known: a statement of its own, found by its id
         for group in [slots] if process is not None else [[slot] for slot in slots]:
             query: Document = {"_id": process} if process is not None else {"slots": group[0]}
-            handing = _Handing(jobs_by_worker, token, now, opens)
+            handing = _Handing(jobs_by_worker, token, now, expected or {})
             free, busy = [s for s in group if s not in after], [s for s in group if s in after]
             if free:
                 statements.append(handing.to_free(dict(query), free))
@@ -228,7 +228,7 @@ class _Handing:
     jobs: Mapping[ObjectId, Any]
     token: ObjectId
     now: dt.datetime
-    opens: Collection[ObjectId]
+    expected: Mapping[ObjectId, float]
 
     def to_free(self, query: Document, slots: list[ObjectId]) -> tuple[Document, Document]:
         """To ``slots``, free still: their assignments."""
@@ -239,7 +239,7 @@ class _Handing:
             fields[f"assignment.{slot}"] = self._lock(slot)
         query["free"] = {"$all": slots}
         update: Document = {"$pull": {"free": {"$in": slots}}, "$set": fields}
-        opened = [slot for slot in slots if slot in self.opens]
+        opened = [slot for slot in slots if slot in self.expected]
         if opened:
             update["$push"] = {OPEN: {"$each": opened}}
         return query, update
@@ -259,8 +259,8 @@ class _Handing:
 
     def _lock(self, slot: ObjectId) -> Document:
         lock: Document = {"token": self.token, "since": self.now}
-        if slot in self.opens:
-            lock["open"] = True
+        if slot in self.expected:
+            lock["seconds"] = self.expected[slot]
         return lock
 
 
@@ -320,8 +320,8 @@ def advance(done: Release, behind: Assignment) -> Steps[bool]:
     fields[f"ran.{slot}"] = [report.to_document() for report in done.ran]
     fields[f"ran_for.{slot}"] = done.token
     update: Document = {"$set": fields, "$unset": {f"{NEXT}.{slot}": ""}}
-    if behind.opens:
-        lock["open"] = True
+    if behind.seconds is not None:
+        lock["seconds"] = behind.seconds
         fields["released"] = ObjectId()  # for the recruiter's feed: a slot is open again
         update["$addToSet"] = {OPEN: slot}
     fields[f"assignment.{slot}"] = lock

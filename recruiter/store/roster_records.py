@@ -24,7 +24,7 @@ NEXT = "next"
 slot's assignment is done: slot id → ``{token, since, jobs, open}``."""
 OPEN = "open"
 """The list of busy slots the recruiter may hand their next assignment (each running
-an assignment expected to end within the prefetch window, and handed no next yet)."""
+an assignment whose length is expected, and handed no next yet)."""
 
 
 @dataclass(frozen=True)
@@ -34,10 +34,25 @@ class Assignment:
 
     job_ids: tuple[Any, ...]
     token: ObjectId
-    opens: bool = False
-    """Whether its slot may be handed its next assignment while it runs this one."""
+    seconds: float | None = None
+    """How long its jobs are expected to take in all, when each one's length is known:
+    its slot may then be handed its next assignment shortly before they end."""
+    since: dt.datetime | None = None
+    """When it was handed out (or became its slot's, a next)."""
     next: Assignment | None = None
     """The assignment handed to its slot behind this one (as read with it)."""
+
+    @property
+    def opens(self) -> bool:
+        """Whether its slot may be handed its next assignment while it runs this one."""
+        return self.seconds is not None
+
+    @property
+    def until(self) -> dt.datetime | None:
+        """When its jobs are expected to end."""
+        if self.seconds is None or self.since is None:
+            return None
+        return self.since + dt.timedelta(seconds=self.seconds)
 
     @property
     def job_id(self) -> Any:
@@ -54,7 +69,22 @@ class Assignment:
         if not isinstance(token, ObjectId):
             return None
         job_ids = tuple(jobs) if isinstance(jobs, list) else (jobs,)
-        return cls(job_ids, token, lock.get("open") is True) if job_ids else None
+        if not job_ids:
+            return None
+        seconds, since = lock.get("seconds"), lock.get("since")
+        return cls(
+            job_ids, token, _seconds(seconds), since if isinstance(since, dt.datetime) else None
+        )
+
+
+def _seconds(value: Any) -> float | None:
+    """An expected length as stored (anything damaged, or past a year: none)."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= YEAR:
+        return float(value)
+    return None
+
+
+YEAR = 365 * 24 * 3600.0
 
 
 def assignments_in(assigned_to: Any, assignment: Any) -> dict[str, Assignment]:
