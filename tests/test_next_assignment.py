@@ -340,3 +340,41 @@ def test_a_slot_s_next_is_read_with_its_assignment(
     assert isinstance(held.next, Assignment)
     assert held.next.job_ids == (jobs[1],)
     assert held.next.token != held.token
+
+
+def test_a_next_for_a_process_the_cleaner_removed_meanwhile_lands_nowhere(
+    queue: Queue, noop_app: Registry, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The round read the slot open (a heartbeat recent enough); the cleaner removes its
+    process before the round's next: the next matches nothing and goes back uncounted,
+    as does the job the slot held and never started."""
+    cleaner = watching_cleaner(queue.store, clock.now())
+    slot, recruiter = warmed(queue, noop_app, clock)
+    (held,) = scheduled(queue, 1)
+    assert recruiter.run_once(clock.now()).assigned == 1
+    (later,) = scheduled(queue, 1)
+    clock.advance(seconds=DEAD_AFTER.total_seconds() + 1)
+    # (silent past the dead timeout, but the round does not know how the cleaner sees it)
+    monkeypatch.setattr(WorkerRecord, "silent_at", lambda self, now: False)
+    removed = before(monkeypatch, queue.store, roster.assign, lambda: cleaner.run_once(clock.now()))
+    assert recruiter.run_once(clock.now()).assigned == 0
+    assert removed[0].dead_workers == 1
+    assert [(queue.job(j).locked, queue.job(j).attempts) for j in (held, later)] == [(False, 0)] * 2
+    assert queue.store.workers() == []
+    assert slot.run_once().registered_again
+
+
+def test_a_job_cancelled_while_it_waits_as_a_next_is_never_run(
+    queue: Queue, registry: Registry, clock: FrozenClock
+) -> None:
+    ran: list[str] = []
+    registry.workable("tests.noop", lambda: ran.append("ran"))
+    slot, _, jobs = running_with_next(queue, registry, clock)
+    queue.cancel(jobs[1])
+    slot.run_once()
+    slot.run_once()
+    assert [queue.job(j).why for j in jobs] == ["done", "cancelled"]
+    assert ran == ["ran", "ran"], "the warm-up job and the first: never the cancelled one"
+    record = entries(queue, slot)
+    assert record.available
+    assert record.assignment is None
