@@ -221,7 +221,7 @@ def _hand_first_then_next(
     if not record.open:  # (its length unknown: open it as a round would for a short job)
         queue.store.roster.update_one(
             {"slots": slot.id},
-            {"$push": {"open": slot.id}, "$set": {f"assignment.{slot.id}.open": True}},
+            {"$push": {"open": slot.id}, "$set": {f"assignment.{slot.id}.seconds": 0.5}},
         )
     assert recruiter.run_once(clock.now()).assigned == 1
     record = entries(queue, slot)
@@ -343,17 +343,28 @@ def test_a_slot_s_next_is_read_with_its_assignment(
 
 
 def test_a_next_for_a_process_the_cleaner_removed_meanwhile_lands_nowhere(
-    queue: Queue, noop_app: Registry, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+    queue: Queue, registry: Registry, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The round read the slot open (a heartbeat recent enough); the cleaner removes its
-    process before the round's next: the next matches nothing and goes back uncounted,
-    as does the job the slot held and never started."""
+    """The round read the slot open, its job due to end (a heartbeat recent enough, as
+    far as the round can tell); the cleaner removes its process before the round's
+    next: the next matches nothing and goes back uncounted, as does the job the slot
+    held and never started."""
+    lasting = DEAD_AFTER.total_seconds() + 1
+
+    @registry.workable("tests.long")
+    def long() -> None:
+        clock.advance(seconds=lasting)
+
     cleaner = watching_cleaner(queue.store, clock.now())
-    slot, recruiter = warmed(queue, noop_app, clock)
-    (held,) = scheduled(queue, 1)
+    slot = WorkerSlot(queue.store, registry, clock, "*")
+    slot.register()
+    recruiter = Recruiter(queue.store, ONE_AT_A_TIME)
+    queue.schedule(JobSpec("tests.long"))
     assert recruiter.run_once(clock.now()).assigned == 1
-    (later,) = scheduled(queue, 1)
-    clock.advance(seconds=DEAD_AFTER.total_seconds() + 1)
+    assert slot.run_once().ran is not None  # (its length is known now)
+    held, later = (queue.schedule(JobSpec("tests.long")) for _ in range(2))
+    assert recruiter.run_once(clock.now()).assigned == 1
+    clock.advance(seconds=lasting)  # silent all along: its job was never started
     # (silent past the dead timeout, but the round does not know how the cleaner sees it)
     monkeypatch.setattr(WorkerRecord, "silent_at", lambda self, now: False)
     removed = before(monkeypatch, queue.store, roster.assign, lambda: cleaner.run_once(clock.now()))
@@ -378,3 +389,51 @@ def test_a_job_cancelled_while_it_waits_as_a_next_is_never_run(
     record = entries(queue, slot)
     assert record.available
     assert record.assignment is None
+
+
+def test_a_slot_whose_job_overran_its_expected_end_by_more_than_the_window_gets_no_next(
+    queue: Queue, noop_app: Registry, clock: FrozenClock
+) -> None:
+    """Its job was expected to take no time and has run for an hour (stuck, or far
+    longer than its workable's usual): it may run on for ever, so the next job waits
+    in the queue for a free slot instead of behind it."""
+    slot, recruiter = warmed(queue, noop_app, clock)
+    scheduled(queue, 1)
+    assert recruiter.run_once(clock.now()).assigned == 1
+    assert entries(queue, slot).open
+    clock.advance(seconds=3600)
+    assert slot.process is not None
+    queue.store.heartbeat([slot.process], clock.latest())  # (its process beats meanwhile)
+    (later,) = scheduled(queue, 1)
+    assert recruiter.run_once(clock.now()).assigned == 0
+    free = WorkerSlot(queue.store, noop_app, clock, "*")
+    free.register()
+    assert recruiter.run_once(clock.now()).assigned == 1
+    assert [e.job_id for e in free.run_once().executions] == [later]
+
+
+def test_a_free_slot_of_any_group_is_handed_a_job_before_an_open_slot_of_its_group(
+    queue: Queue, noop_app: Registry, clock: FrozenClock
+) -> None:
+    """Named groups' slots are planned before any-group ones, but every free slot is
+    planned before any open one: the job never waits behind a busy slot's while a free
+    slot that may run it idles."""
+    busy = WorkerSlot(queue.store, noop_app, clock, "generic")
+    busy.register()
+    recruiter = Recruiter(queue.store, ONE_AT_A_TIME)
+    scheduled(queue, 1)
+    assert recruiter.run_once(clock.now()).assigned == 1
+    assert busy.run_once().ran is not None  # (its length is known now)
+    scheduled(queue, 1)
+    assert recruiter.run_once(clock.now()).assigned == 1
+    assert entries(queue, busy).open
+    free = WorkerSlot(queue.store, noop_app, clock, "*")
+    free.register()
+    (later,) = scheduled(queue, 1)
+    assert recruiter.run_once(clock.now()).assigned == 1
+    record = entries(queue, free)
+    assert record.assignment is not None
+    assert record.assignment.job_ids == (later,)
+    behind = entries(queue, busy).assignment
+    assert behind is not None
+    assert behind.next is None

@@ -146,6 +146,20 @@ class _Round:
     workable_of: dict[Any, Any] = field(default_factory=dict)
     """The workable of each job read (what its expected length is the length of)."""
     expected: dict[ObjectId, float] = field(default_factory=dict)
+    sees_locks: bool = True
+    """Whether a read of :attr:`ready` leaves out the jobs the round locked (the store);
+    the jobs a change feed told arrived are all read again."""
+
+    def read(self, limits: dict[str, int], names: frozenset[str] | None) -> dict[str, list[Any]]:
+        """Up to ``limits[g]`` ready jobs of each group ``g`` (of the workables ``names``),
+        never one the round tried to lock already."""
+        extra = 0 if self.sees_locks else len(self.tried)
+        asked = {group: limit + extra for group, limit in limits.items()}
+        found = self.ready.ready_job_ids_by_group(self.now, asked, names, self.workable_of)
+        return {
+            group: [job for job in jobs if job not in self.tried][: limits.get(group, 0)]
+            for group, jobs in found.items()
+        }
 
 
 class Planner:
@@ -182,26 +196,30 @@ class Planner:
         workables is planned for in turn, its reads naming them, so a worker gets only jobs
         it can run. Ready jobs are read from ``ready`` (the store if None)."""
         self.lengths.learn(workers)
-        round_ = _Round(token, now, self._allowances(now), self.store if ready is None else ready)
-        sets: dict[str | None, list[WorkerRecord]] = defaultdict(list)
-        for worker in workers:
-            sets[worker.workables].append(worker)
-        names = self._names_of([digest for digest in sets if digest is not None])
+        source = self.store if ready is None else ready
+        round_ = _Round(token, now, self._allowances(now), source, sees_locks=ready is None)
+        names = self._names_of(list({w.workables for w in workers if w.workables is not None}))
         drained_for: set[str | None] = set()
-        any_group_sets = 0
-        # sets naming their workables first: a worker handed any job (its set unrecorded)
-        # may not know a job an idle worker of another set knows, and would fail it
-        for digest, slots in sorted(sets.items(), key=lambda item: item[0] not in names):
-            drained = self._plan_slots(slots, names.get(digest) if digest else None, round_)
-            if drained is not None:
-                any_group_sets += 1
-                if drained:
-                    drained_for.add(digest)
+        any_group: set[str | None] = set()
+        # the free slots first, then the open ones: a job handed to a busy slot waits for
+        # its jobs' end, so it goes there only if no free slot of any group takes it
+        for tier in ([w for w in workers if not w.open], [w for w in workers if w.open]):
+            sets: dict[str | None, list[WorkerRecord]] = defaultdict(list)
+            for worker in tier:
+                sets[worker.workables].append(worker)
+            # sets naming their workables first: a worker handed any job (its set
+            # unrecorded) may not know a job an idle worker of another set knows
+            for digest, slots in sorted(sets.items(), key=lambda item: item[0] not in names):
+                drained = self._plan_slots(slots, names.get(digest) if digest else None, round_)
+                if drained is not None:
+                    any_group.add(digest)
+                    if drained:  # (nothing they can run was left ready)
+                        drained_for.add(digest)
         self._put_back_unplaced(round_)
-        if any_group_sets:
+        if any_group:
             # (after every set's play: a group ready only for another set keeps its share)
             self.share.forget(round_.ready_groups)
-        drained = any_group_sets > 0 and len(drained_for) == any_group_sets
+        drained = bool(any_group) and any_group <= drained_for
         wake_at = round_.allowances.wake_at()
         tried, expected = frozenset(round_.tried), round_.expected
         return Plan(
@@ -231,12 +249,11 @@ class Planner:
         by_group: dict[str, list[WorkerRecord]] = defaultdict(list)
         for worker in workers:
             by_group[worker.work_on].append(worker)
-        now = round_.now
         named = sorted(g for g in by_group if g != ANY_GROUP)
         if named:
             allowances = round_.allowances
             wanted = {g: allowances.cap(g, self._room(g, by_group[g])) for g in named}
-            ready = round_.ready.ready_job_ids_by_group(now, wanted, names, round_.workable_of)
+            ready = round_.read(wanted, names)
             chosen = {
                 g: self._fitting(by_group[g], [(g, job) for job in ready[g]], round_) for g in named
             }
@@ -336,7 +353,7 @@ class Planner:
         read had none (of ``names``). Fair share plays as if every group had all it may give;
         the picks that fit are read in one command, one more per group to tell if it has
         more; one with fewer starts the play again (at most :data:`ANY_GROUP_READS` reads)."""
-        most, now = capacity(idle, self.prefetch), round_.now
+        most = capacity(idle, self.prefetch)
         read: dict[str, list[Any]] = {}
         exhausted: set[str] = set()
         empty = False
@@ -363,7 +380,7 @@ class Planner:
                 handed_all = all(g in exhausted and taken[g] == len(read[g]) for g in wanted)
                 return chosen, handed_all and not last, empty
             probes = {group: needed + 1 for group, needed in short.items()}
-            read_now = round_.ready.ready_job_ids_by_group(now, probes, names, round_.workable_of)
+            read_now = round_.read(probes, names)
             for group, found in read_now.items():
                 read[group] = found
                 empty |= not found

@@ -171,19 +171,21 @@ class Recruiter:
         self, workers: list[WorkerRecord], now: dt.datetime
     ) -> tuple[list[WorkerRecord], dt.datetime | None]:
         """Those of ``workers`` this round may hand work: the free ones, then the open
-        ones whose jobs are expected to end within the prefetch window (a next handed
-        sooner would wait longer behind them), soonest first; when the first of the
-        other open ones will be."""
+        ones whose jobs are expected to end within the prefetch window, soonest first
+        (a next handed sooner would wait longer behind them; one whose jobs overran
+        their end by more than the window is handed nothing: they may run on for ever);
+        when the first of the other open ones will be."""
         window = self.config.prefetch.seconds
         free, due, later = [], [], []
         for worker in workers:
             until = worker.assignment.until if worker.open and worker.assignment else None
             if not worker.open:
                 free.append(worker)
-            elif until is None or until - window <= now:
-                due.append((until or now, worker))
-            else:
-                later.append(until - window)
+            elif until is None or now + window < until:
+                if until is not None:
+                    later.append(until - window)
+            elif now <= until + window:  # (one that overran further may run on for ever)
+                due.append((until, worker))
         # the free first; then those whose jobs end first, which run a next soonest
         due.sort(key=lambda pair: pair[0])
         return free + [worker for _, worker in due], min(later, default=None)

@@ -255,7 +255,7 @@ class WorkerSlot:
                 logger.info(
                     "put back %d jobs handed out with token %s", returned.returned, behind.token
                 )
-                done = dataclasses.replace(done, next=behind.token)
+                done = dataclasses.replace(done, put_back_next=behind.token)
             self._became_available()
             if self.store.release_workers([done]):
                 return

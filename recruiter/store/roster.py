@@ -252,6 +252,7 @@ class _Handing:
         fields: Document = {}
         for slot, token in running.items():
             query[f"assignment.{slot}.token"] = token
+            query[f"{NEXT}.{slot}"] = {"$exists": False}  # (so it is, while it is open)
             fields[f"{NEXT}.{slot}"] = {"jobs": _job_list(self.jobs[slot]), **self._lock(slot)}
         slots = list(running)
         query[OPEN] = {"$all": slots}
@@ -274,16 +275,16 @@ def _holds(held: Mapping[str, Assignment], slot: ObjectId, token: ObjectId) -> b
 @dataclass(frozen=True)
 class Release:
     """A slot made free again after the jobs it was assigned with ``token``, telling what
-    it ran; ``process``: its process's document (``None``: the slot's own); ``next``: the
-    token of the next assignment it was handed, whose jobs it put back (none: it may
-    have been handed none)."""
+    it ran; ``process``: its process's document (``None``: the slot's own);
+    ``put_back_next``: the token of the next assignment it was handed, whose jobs it put
+    back (none: it may have been handed none)."""
 
     worker_id: ObjectId
     token: ObjectId
     now: dt.datetime
     ran: Sequence[RanReport] = field(default_factory=tuple)
     process: ObjectId | None = None
-    next: ObjectId | None = None
+    put_back_next: ObjectId | None = None
 
 
 def release_worker(
@@ -411,7 +412,8 @@ def _release(releases: Iterable[Release], process: Any = None) -> tuple[Document
         slot = release.worker_id
         query[f"assignment.{slot}.token"] = release.token
         # never a slot handed its next: it runs that instead (or puts it back first)
-        behind = {"$exists": False} if release.next is None else release.next
+        put_back = release.put_back_next
+        behind = {"$exists": False} if put_back is None else put_back
         query[f"{NEXT}.{slot}.token"] = behind
         fields[f"ran.{slot}"] = [report.to_document() for report in release.ran]
         fields[f"ran_for.{slot}"] = release.token
