@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from bson import ObjectId
@@ -37,7 +37,7 @@ class Assignment:
     seconds: float | None = None
     """How long its jobs are expected to take in all, when each one's length is known:
     its slot may then be handed its next assignment shortly before they end."""
-    since: dt.datetime | None = None
+    since: dt.datetime | None = field(default=None, compare=False)
     """When it was handed out (or became its slot's, a next)."""
     next: Assignment | None = None
     """The assignment handed to its slot behind this one (as read with it)."""
