@@ -195,7 +195,7 @@ class Planner:
         """Lock jobs for the available workers; the jobs each gets, in order. Each set of
         workables is planned for in turn, its reads naming them, so a worker gets only jobs
         it can run. Ready jobs are read from ``ready`` (the store if None)."""
-        self.lengths.learn(workers)
+        self.lengths.learn([w for w in workers if not w.open])  # (an open one told already)
         source = self.store if ready is None else ready
         round_ = _Round(token, now, self._allowances(now), source, sees_locks=ready is None)
         names = self._names_of(list({w.workables for w in workers if w.workables is not None}))
