@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from recruiter import FrozenClock, JobSpec, Queue, Registry
+from recruiter.processes.feed_cache import FeedInbox
 from recruiter.processes.prefetch_rule import PrefetchRule
 from recruiter.processes.recruiter import Recruiter, RecruiterConfig
 from recruiter.processes.slot import WorkerSlot
@@ -437,3 +438,39 @@ def test_a_free_slot_of_any_group_is_handed_a_job_before_an_open_slot_of_its_gro
     behind = entries(queue, busy).assignment
     assert behind is not None
     assert behind.next is None
+
+
+def test_a_round_skipped_on_a_release_still_wakes_when_a_busy_slot_s_window_opens(
+    queue: Queue, registry: Registry, clock: FrozenClock
+) -> None:
+    """A worker of another set of workables is made available (the feed tells of the
+    roster only) while nothing is ready for it: the round is skipped without reading
+    the roster, and still wakes when a busy slot's window for its next opens (before
+    the next pass over repeatable jobs, every 5 s)."""
+
+    @registry.workable("tests.slow")
+    def slow() -> None:
+        clock.advance(seconds=2)
+
+    news = FeedInbox()
+    slot = WorkerSlot(queue.store, registry, clock, "*")
+    slot.register()
+    recruiter = Recruiter(queue.store, ONE_AT_A_TIME, news=news)
+    queue.schedule(JobSpec("tests.slow"))
+    assert recruiter.run_once(clock.now()).assigned == 1
+    assert slot.run_once().ran is not None  # 2 s, as the recruiter learns
+    other = queue.store.register_worker("*", 1, "here", clock.now(), workables=["tests.noop"])
+    for _ in range(2):
+        queue.schedule(JobSpec("tests.slow"))
+    handed_at = clock.now()
+    assert recruiter.run_once(handed_at).assigned == 1
+    assert entries(queue, slot).open
+    opens = handed_at + dt.timedelta(seconds=1)
+    drained = recruiter.run_once(clock.now())  # (nothing for the other worker's set)
+    assert drained.next_due is not None
+    assert drained.next_due <= opens
+    news.tell("roster", other)
+    skipped = recruiter.run_once(clock.now())
+    assert skipped.skipped
+    assert skipped.next_due is not None, "not only at news: the slot's window opens"
+    assert skipped.next_due <= opens

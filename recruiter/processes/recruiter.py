@@ -104,6 +104,9 @@ class Recruiter:
         self.repeating = RepeatableJobPass(store)
         self.unheld = UnheldLockRelease(store, self.config.rollback_every)
         self.planner = self._new_planner()
+        self.open_at: dt.datetime | None = None
+        """When the last round that read the roster saw a busy worker's window for its
+        next open (a round skipped on a release still wakes for it)."""
 
     def became_leader(self) -> None:
         """Look for half-done rounds of a previous leader at the next round."""
@@ -151,7 +154,8 @@ class Recruiter:
         ):
             # workers made available, and nothing ready for them since the last round
             due = self.cache.or_held(known.next_due(now))
-            return RoundResult(0, 0, next_due=self._wake_at(due), skipped=True)
+            wake_at = self._wake_at(due, self.open_at)
+            return RoundResult(0, 0, next_due=wake_at, skipped=True)
         if scheduling_due:
             self.repeating.run_once(now)
         rolled_back = self.unheld.run_once(now).count if release_due else 0
@@ -159,6 +163,7 @@ class Recruiter:
         # would then wait for the cleaner; one that missed several heartbeats gets none
         listed = [w for w in self.store.available_workers() if not w.silent_at(now)]
         workers, open_at = self._takers(listed, now)
+        self.open_at = open_at
         if not workers:
             # what is known still holds: no job was handed out
             due = None if known is None else known.next_due(now)
