@@ -13,9 +13,9 @@ from bson import ObjectId
 from recruiter.clock import to_millis
 from recruiter.dependencies.workflows import Batch, BatchStatus, Workflow
 from recruiter.duration import Duration, to_timedelta
-from recruiter.errors import InvalidGroupSettings, InvalidJob, InvalidSchedule
+from recruiter.errors import InvalidGroupSettings, InvalidJob, InvalidSchedule, RecruiterError
 from recruiter.groups import GroupSettings, Rate
-from recruiter.job import After, JobSpec
+from recruiter.job import After, JobSpec, check_group
 from recruiter.job_record import Job, state_of
 from recruiter.repeating.occurrences import job_template
 from recruiter.repeating.timing import (
@@ -199,6 +199,15 @@ def group_settings_of(
     if isinstance(rate, str):
         rate = Rate.parse(rate)
     return GroupSettings(group, concurrency, rate, weight)
+
+
+def named_group(group: object) -> str:
+    """``group``, if a job may name it (so not ``*``); else
+    :class:`~recruiter.errors.InvalidGroupSettings`."""
+    try:
+        return check_group(group)
+    except RecruiterError as error:
+        raise InvalidGroupSettings(str(error)) from error
 
 
 def checked_group(group: object) -> str:

@@ -311,13 +311,46 @@ class ProducerAPI:
         producer.checked_group(group)
         yield from self._readiness()
         producer.check_session(session, self.store.database.client)
-        return (yield from call(groups.remove_group_settings, group, session=session))
+        now = yield from self._time()
+        return (yield from call(groups.remove_group_settings, group, now, session=session))
+
+    @ProducerMethod
+    def pause_group(self, group: str) -> Steps[bool]:
+        """Hand out none of ``group``'s jobs, whatever their priority, until
+        :meth:`resume_group`; the jobs handed out already run. ``False`` if it is paused
+        already. The pause is stored: it outlives every process and a change of leader.
+
+        >>> import mongomock
+        >>> from recruiter import Queue
+        >>> queue = Queue(mongomock.MongoClient().shop)
+        >>> queue.pause_group("mail"), queue.pause_group("mail"), list(queue.paused_groups())
+        (True, False, ['mail'])
+        """
+        producer.named_group(group)
+        yield from self._readiness()
+        return (yield from call(groups.pause_group, group, (yield from self._time())))
+
+    @ProducerMethod
+    def resume_group(self, group: str) -> Steps[bool]:
+        """Hand out ``group``'s jobs again, from the leader's next round; ``False`` if it
+        was not paused."""
+        producer.named_group(group)
+        yield from self._readiness()
+        return (yield from call(groups.resume_group, group, (yield from self._time())))
+
+    @ProducerMethod
+    def paused_groups(self) -> Steps[dict[str, dt.datetime]]:
+        """The paused groups, by name, and since when each is paused."""
+        yield from self._readiness()
+        records = yield from call(groups.group_records)
+        return {r.settings.group: r.paused_at for r in records if r.paused_at is not None}
 
     @ProducerMethod
     def group_settings(self) -> Steps[list[GroupSettings]]:
         """The settings of every group that has some, by group."""
         yield from self._readiness()
-        return [record.settings for record in (yield from call(groups.group_records))]
+        records = yield from call(groups.group_records)
+        return [record.settings for record in records if record.has_settings]
 
     @ProducerMethod
     def run_now(self, *job_ids: ObjectId | str) -> Steps[list[ObjectId | str]]:

@@ -88,16 +88,19 @@ class Allowances:
         starts: dict[str, list[dt.datetime]],
         locked: dict[str, int],
         now: dt.datetime,
+        paused: frozenset[str] = frozenset(),
     ) -> None:
         self._settings, self._starts, self._now = settings, starts, now
-        self._left: dict[str, int] = {}
+        self.paused = paused
+        """The groups paused: none of their jobs is handed out, as if none were ready."""
+        self._left: dict[str, int] = dict.fromkeys(paused, 0)
         for group, setting in settings.items():
             limits = []
             if setting.concurrency is not None:
                 limits.append(max(0, setting.concurrency - locked.get(group, 0)))
             if setting.rate is not None:
                 limits.append(max(0, setting.rate.limit - len(self._window(group))))
-            if limits:
+            if limits and group not in paused:
                 self._left[group] = min(limits)
         self.held: set[str] = set()  # groups that wanted more than their limits left
 
@@ -110,6 +113,8 @@ class Allowances:
         left = self._left.get(group)
         if left is None or wanted <= left:
             return wanted
+        if group in self.paused:
+            return 0  # (not held: its jobs are not ready until it is resumed)
         self.held.add(group)
         return left
 
@@ -177,6 +182,7 @@ class Planner:
         self.share = FairShare()
         self.lengths = JobLengths()
         self._settings: dict[str, GroupSettings] = {}
+        self._paused: frozenset[str] = frozenset()
         self._starts: dict[str, list[dt.datetime]] = {}
         self._refresh_at: dt.datetime | None = None
         self._workable_sets: dict[str, frozenset[str]] = {}
@@ -314,7 +320,8 @@ class Planner:
         """Share any-group workers among the groups with ready jobs (of ``names``, or any);
         whether every ready job they could run was handed out (:attr:`Plan.drained`)."""
         now, most = round_.now, capacity(idle, self.prefetch)
-        ready_groups = round_.ready.ready_groups(now)
+        paused = round_.allowances.paused  # (their jobs are not ready while they are)
+        ready_groups = [g for g in round_.ready.ready_groups(now) if g not in paused]
         share, filtered = self.share, names is None
         while True:
             wanted = {g: round_.allowances.cap(g, most) for g in ready_groups}
@@ -332,7 +339,7 @@ class Planner:
             # it first every round, its empty reads leaving the others' jobs unread; play
             # again over the groups with jobs they can run (a read of every ready job)
             self.share, filtered = share, True
-            ready_groups = round_.ready.ready_groups(now, names)
+            ready_groups = [g for g in round_.ready.ready_groups(now, names) if g not in paused]
         round_.ready_groups.update(ready_groups)
         by_group: dict[str, list[Any]] = defaultdict(list)
         for group, job in chosen:
@@ -408,10 +415,11 @@ class Planner:
             records = self.store.group_records()
             self._settings = {r.settings.group: r.settings for r in records}
             self._starts = {r.settings.group: list(r.starts) for r in records}
+            self._paused = frozenset(r.settings.group for r in records if r.paused_at)
             self._refresh_at = now + self.settings_refresh
         limited = [g for g, s in self._settings.items() if s.concurrency is not None]
         locked = self.store.locked_by_group(limited) if limited else {}
-        return Allowances(self._settings, self._starts, locked, now)
+        return Allowances(self._settings, self._starts, locked, now, self._paused)
 
     def _record_starts(self, counts: dict[str, int], now: dt.datetime) -> None:
         """Record the hand-outs of the rate-limited groups among ``counts``, in one write."""

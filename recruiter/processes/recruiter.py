@@ -141,7 +141,9 @@ class Recruiter:
         told = self.news.take() if self.news is not None else FeedChanges()
         changed = told.collections
         if changed & {"groups", GAP}:
+            # a group resumed, or its limits raised: jobs the last round left may be ready
             self.planner.forget_settings()
+            self.cache.forget()
         release_due = self.unheld.due(now)
         scheduling_due = self.repeating.due(now, changed)
         # the duties may make jobs ready; no news: the safety net

@@ -1,6 +1,8 @@
-"""The group verbs: ``groups``, a group's settings and, rate-limited, ``starts`` (its
+"""The group verbs: ``groups``, one document per group holding its settings, when it
+was paused (``paused_at``, absent when it is not) and, rate-limited, ``starts`` (its
 latest hand-outs, newest last), appended *before* the jobs are locked: a crash between
-can leave fewer starts than allowed, never more."""
+can leave fewer starts than allowed, never more. Every change but the starts sets
+``changed_at``, which the leading recruiter's change feed follows."""
 
 from __future__ import annotations
 
@@ -10,24 +12,33 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pymongo.errors import DuplicateKeyError
+
 from recruiter.groups import GroupSettings
 from recruiter.store.base import Document, aware
 from recruiter.store.ready import ready_query
 from recruiter.store.steps import Steps, aggregate, find, send, update_each
 
+SETTINGS_FIELDS = ("concurrency", "rate", "weight")
+"""The fields :func:`set_group_settings` writes."""
+
 
 @dataclass(frozen=True)
 class GroupRecord:
-    """A group's stored settings and its latest starts (for its rate limit)."""
+    """A group's stored settings, its latest starts (for its rate limit), and since when
+    it is paused (``None``: it is not)."""
 
     settings: GroupSettings
     starts: tuple[dt.datetime, ...]
     changed_at: dt.datetime | None
+    paused_at: dt.datetime | None = None
+    has_settings: bool = True
+    """Whether any setting is stored (a paused group may have none)."""
 
     @classmethod
     def from_document(cls, document: Document) -> GroupRecord:
         starts = document.get("starts")
-        changed = document.get("changed_at")
+        changed, paused = document.get("changed_at"), document.get("paused_at")
         return cls(
             settings=GroupSettings.from_document(document),
             starts=tuple(
@@ -36,6 +47,8 @@ class GroupRecord:
                 if isinstance(s, dt.datetime)
             ),
             changed_at=aware(changed) if isinstance(changed, dt.datetime) else None,
+            paused_at=aware(paused) if isinstance(paused, dt.datetime) else None,
+            has_settings=any(name in document for name in SETTINGS_FIELDS),
         )
 
 
@@ -82,10 +95,37 @@ def set_group_settings(
     return result.upserted_id is not None
 
 
-def remove_group_settings(group: str, *, session: Any = None) -> Steps[bool]:
-    """Forget the group's settings: no limits, weight 1. ``False`` if it had none."""
-    result = yield from send("groups", "delete_one", {"_id": group}, session=session)
-    return bool(result.deleted_count == 1)
+def remove_group_settings(group: str, now: dt.datetime, *, session: Any = None) -> Steps[bool]:
+    """Forget the group's settings: no limits, weight 1. ``False`` if it had none. A
+    paused group's document stays, holding its pause."""
+    not_paused = {"_id": group, "paused_at": {"$exists": False}}
+    result = yield from send("groups", "delete_one", not_paused, session=session)
+    if result.deleted_count == 1:
+        return True
+    had = {"_id": group, "$or": [{name: {"$exists": True}} for name in SETTINGS_FIELDS]}
+    unset = {"$unset": dict.fromkeys((*SETTINGS_FIELDS, "starts"), ""), "$set": {"changed_at": now}}
+    result = yield from send("groups", "update_one", had, unset, session=session)
+    return bool(result.modified_count == 1)
+
+
+def pause_group(group: str, now: dt.datetime) -> Steps[bool]:
+    """Hand out none of ``group``'s jobs from now; ``False`` if it is paused already.
+    An upsert conditional on no pause: one that meets a pause fails on the ``_id``."""
+    not_paused = {"_id": group, "paused_at": {"$exists": False}}
+    pause = {"$set": {"paused_at": now, "changed_at": now}}
+    try:
+        yield from send("groups", "update_one", not_paused, pause, upsert=True)
+    except DuplicateKeyError:
+        return False
+    return True
+
+
+def resume_group(group: str, now: dt.datetime) -> Steps[bool]:
+    """Hand out ``group``'s jobs again; ``False`` if it was not paused."""
+    paused = {"_id": group, "paused_at": {"$exists": True}}
+    resume = {"$unset": {"paused_at": ""}, "$set": {"changed_at": now}}
+    result = yield from send("groups", "update_one", paused, resume)
+    return bool(result.modified_count == 1)
 
 
 def group_records() -> Steps[list[GroupRecord]]:
