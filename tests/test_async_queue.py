@@ -147,6 +147,9 @@ async def managed(call: Call) -> None:
     await call("limit_group", "mail", concurrency=2, rate="10/1m", weight=3)
     await call("limit_group", "video", concurrency=1)
     await call("unlimit_group", "video")
+    await call("pause_group", "mail")
+    await call("pause_group", "video")
+    await call("resume_group", "video")
     await call("repeat", "report", add(1, 1), "*/5 * * * *")
     await call("repeat", "tick", add(2, 2), Every("1m"))
     await call("pause_repeating", "report")
@@ -604,6 +607,11 @@ def test_groups_schedulers_and_run_now_from_the_event_loop(
         assert not await queue.unlimit_group("mail"), "it had none left"
         with pytest.raises(InvalidGroupSettings):
             await queue.unlimit_group(3)  # type: ignore[arg-type]
+        assert await queue.pause_group("mail")
+        assert not await queue.pause_group("mail"), "paused already"
+        assert list(await queue.paused_groups()) == ["mail"]
+        assert await queue.resume_group("mail")
+        assert await queue.paused_groups() == {}
         assert await queue.repeat("tick", add(2, 2), Every("1m"))
         assert await queue.pause_repeating("tick")
         assert not await queue.pause_repeating("tick"), "paused already"

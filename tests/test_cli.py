@@ -148,19 +148,45 @@ def test_group_settings_are_set_listed_and_unset(
     runner.invoke(app, ["group", "set", "video", "--rate", "10/1m", "--weight", "3", *where])
     listed = runner.invoke(app, ["group", "list", "--json", *where])
     assert json.loads(listed.output) == [
-        {"group": "mail", "concurrency": 2, "rate": None, "weight": 1},
+        {"group": "mail", "concurrency": 2, "rate": None, "weight": 1, "paused_at": None},
         {
             "group": "video",
             "concurrency": None,
             "rate": {"limit": 10, "per_ms": 60_000},
             "weight": 3,
+            "paused_at": None,
         },
     ]
-    assert "video - 10/60s 3" in said(runner.invoke(app, ["group", "list", *where]))
+    assert "video - 10/60s 3 -" in said(runner.invoke(app, ["group", "list", *where]))
     assert "settings removed" in said(runner.invoke(app, ["group", "unset", "mail", *where]))
     assert "had no settings" in said(runner.invoke(app, ["group", "unset", "mail", *where]))
     runner.invoke(app, ["group", "unset", "video", *where])
     assert "every group is unlimited" in said(runner.invoke(app, ["group", "list", *where]))
+
+
+@pytest.mark.real_server
+def test_a_group_is_paused_listed_and_resumed(
+    real_server_uri: str, real_database: Database[Any]
+) -> None:
+    where = ["--mongodb-uri", real_server_uri, "--database", real_database.name]
+    runner = CliRunner()
+    paused = runner.invoke(app, ["group", "pause", "mail", *where])
+    assert paused.exit_code == 0, said(paused)
+    assert "group mail: paused since" in said(paused)
+    assert "paused already" in said(runner.invoke(app, ["group", "pause", "mail", *where]))
+    (listed,) = json.loads(runner.invoke(app, ["group", "list", "--json", *where]).output)
+    assert listed["group"] == "mail"
+    assert listed["paused_at"] is not None
+    assert "UTC" in said(runner.invoke(app, ["group", "list", *where]))
+    assert "resumed" in said(runner.invoke(app, ["group", "resume", "mail", *where]))
+    assert "was not paused" in said(runner.invoke(app, ["group", "resume", "mail", *where]))
+    assert "every group is unlimited" in said(runner.invoke(app, ["group", "list", *where]))
+
+
+def test_pausing_the_any_group_is_refused_before_connecting() -> None:
+    result = recruiter("group", "pause", "*", "--mongodb-uri", closed_port_uri())
+    assert result.returncode == ExitCode.INVALID, result.stderr
+    assert "'*' means 'any group'" in " ".join(result.stderr.split())
 
 
 @pytest.mark.real_server

@@ -341,6 +341,26 @@ def test_a_concurrency_limit_holds_across_six_workers_and_changes_at_runtime(
     assert most_at_once(system_queue, burst()) in (3, 4), "the new limit applies, without a restart"
 
 
+def test_a_paused_group_waits_while_others_run_and_runs_once_resumed(
+    processes: Processes, system_queue: Queue
+) -> None:
+    def group(*arguments: str) -> None:
+        result = processes.run("group", *arguments, timeout=60)
+        assert result.returncode == 0, result.stderr
+
+    processes.start("run")
+    processes.worker("--concurrency", "2")
+    wait_for(lambda: len(system_queue.store.available_workers()) == 2, processes)
+    group("pause", "reports")
+    urgent = JobSpec("demo.greet", {"name": "paused"}).in_group("reports").with_priority(100)
+    held = system_queue.schedule_many([urgent, urgent])
+    other = system_queue.schedule(JobSpec("demo.greet", {"name": "other"}).in_group("mail"))
+    wait_for(lambda: system_queue.job(other).why == "done", processes)
+    assert [system_queue.job(i).locked for i in held] == [False] * 2, "the rounds passed them by"
+    group("resume", "reports")
+    wait_for(lambda: all(system_queue.job(i).why == "done" for i in held), processes)
+
+
 PRODUCER = """
 import sys
 from recruiter import JobSpec, Queue

@@ -103,6 +103,7 @@ def test_status_shows_leaders_workers_groups_and_failures(
     cli.schedule(JobSpec("tests.noop").in_group("mail"))
     worker = cli.store.register_worker("mail", 42, "box", clock.now())
     cli.store.acquire_or_renew("recruiter", "box:7", clock.now(), dt.timedelta(seconds=15))
+    cli.pause_group("reports")
     status = json.loads(invoke("status", "--json").output)
     assert status["leases"]["recruiter"]["holder"] == "box:7"
     assert status["leases"]["cleaner"]["holder"] is None
@@ -114,12 +115,22 @@ def test_status_shows_leaders_workers_groups_and_failures(
             "handed_out": 0,
             "running": 0,
             "limits": "concurrency 2, rate unlimited, weight 1",
-        }
+            "paused_at": None,
+        },
+        {
+            "group": "reports",
+            "ready": 0,
+            "handed_out": 0,
+            "running": 0,
+            "limits": "paused since 2026-11-22 09:00:00 UTC",
+            "paused_at": clock.now().isoformat(),
+        },
     ]
     assert [(f["job"], f["error"]) for f in status["recent_failures"]] == [(str(failed), "boom")]
     shown = invoke("status").output
     assert "none: nobody leads" in shown
     assert "latest failures" in shown
+    assert "paused since" in shown
 
 
 def test_jobs_list_filters_by_state_group_and_tag(
@@ -265,12 +276,13 @@ def test_top_renders_a_frame_of_every_group(
     )
     cli.store.lock_jobs(batch, token, clock.now())
     assert cli.store.start_if_owned(batch[0], token, {"started_at": clock.now()}) is not None
+    cli.pause_group("video")
     frame = invoke("top", "--once").output
     cells = [line.replace("│", " ").split() for line in frame.splitlines()]
     rows = {row[0]: row[1:] for row in cells if row and row[0] in ("mail", "video", "big")}
     # ready, postponed, handed out, running, done/min, failed/min, latency s, run time s
     assert rows["mail"] == ["3", "0", "0", "0", "2", "0", "0.000", "0.000"]
-    assert rows["video"] == ["0", "1", "0", "0", "0", "1", "0.000", "0.000"]
+    assert rows["video"] == ["(paused)", "0", "1", "0", "0", "0", "1", "0.000", "0.000"]
     assert rows["big"] == ["0", "0", "2", "1", "0", "0", "-", "-"]
     assert "workers: 1 (0 busy, 1 idle)" in frame
     assert "leader: nobody" in frame
@@ -285,6 +297,7 @@ def test_metrics_are_scraped_over_http(
     cli.schedule(JobSpec("tests.noop").in_group("mail"))
     cli.store.register_worker("*", 1, "box", clock.now())
     cli.store.acquire_or_renew("recruiter", "box:7", clock.now(), dt.timedelta(seconds=15))
+    cli.pause_group("video")
     registry = CollectorRegistry()
     registry.register(QueueCollector(cli))
     port = free_port()
@@ -300,6 +313,10 @@ def test_metrics_are_scraped_over_http(
     assert 'recruiter_jobs{group="mail",state="ready"} 1.0' in lines
     assert 'recruiter_jobs_finished{group="mail",outcome="done"} 2.0' in lines
     assert 'recruiter_jobs_finished{group="mail",outcome="failed"} 1.0' in lines
+    assert 'recruiter_group_paused{group="mail"} 0.0' in lines
+    (video,) = [line for line in lines if line.startswith('recruiter_group_paused{group="video"}')]
+    assert float(video.split()[-1]) == clock.now().timestamp()
+    assert 'recruiter_jobs{group="video",state="ready"} 0.0' in lines, "a paused group is known"
     assert 'recruiter_latency_seconds_bucket{group="mail",le="0.01"} 3.0' in lines
     assert 'recruiter_latency_seconds_gcount{group="mail"} 3.0' in lines
     assert 'recruiter_workers{state="idle"} 1.0' in lines

@@ -479,6 +479,37 @@ def test_a_group_or_urn_with_a_slash_can_be_managed(queue: Queue) -> None:
     assert browser.delete("/api/groups/eu%2Fmail", headers=api).json()["removed"] is True
 
 
+def test_a_group_is_paused_and_resumed_from_the_page_and_the_api(queue: Queue) -> None:
+    queue.schedule(JobSpec("web.ok").in_group("eu/mail"))
+    browser, _ = signed_in(queue)
+    (pause,) = [f for f in forms_of(browser.get("/groups").text) if f[0].endswith("/pause")]
+    assert "paused" in submit(browser, "/groups", *pause).text
+    assert list(queue.paused_groups()) == ["eu/mail"]
+    page = browser.get("/groups").text
+    assert "paused since" in page
+    (resume,) = [f for f in forms_of(page) if f[0].endswith("/resume")]
+    assert "resumed" in submit(browser, "/groups", *resume).text
+    assert queue.paused_groups() == {}
+    api = {"Authorization": f"Bearer {TOKEN}"}
+    reply = browser.post("/api/groups/eu%2Fmail/pause", headers=api)
+    assert reply.json() == {"said": "group eu/mail paused", "paused": True}
+    assert browser.get("/api/groups", headers=api).json()[0]["paused"] is True
+    reply = browser.post("/api/groups/eu%2Fmail/resume", headers=api)
+    assert reply.json() == {"said": "group eu/mail resumed", "paused": False}
+    assert browser.post("/api/groups/eu%2Fmail/stop", headers=api).status_code in (404, 405)
+
+
+def test_a_pause_without_the_form_s_token_is_refused(queue: Queue) -> None:
+    queue.schedule(JobSpec("web.ok").in_group("mail"))
+    browser, _ = signed_in(queue)
+    reply = submit(browser, "/groups", "/groups/pause", {"group": "mail", "csrf": "forged"})
+    assert reply.status_code == 403
+    assert queue.paused_groups() == {}
+    anonymous = client(queue, token=TOKEN)
+    assert anonymous.post("/api/groups/mail/pause").status_code == 401
+    assert queue.paused_groups() == {}
+
+
 def test_a_request_for_another_host_name_is_refused(queue: Queue) -> None:
     """DNS rebinding: a page on evil.example, its name re-pointed at 127.0.0.1, reads the
     dashboard as its own origin (same host name, same port): every job's arguments and

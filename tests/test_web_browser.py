@@ -243,6 +243,22 @@ def test_edit_a_groups_limit(dashboard: Dashboard, page: Any) -> None:
     )
 
 
+def test_pause_and_resume_a_group(dashboard: Dashboard, page: Any) -> None:
+    dashboard.queue.schedule(resize.job(320).in_group("images"))
+    sign_in(page, dashboard.url)
+    page.goto(dashboard.url + "/groups")
+    page.locator("tr[data-group=images] button.pause").click()
+    assert "group images paused" in page.inner_text("#said")
+    page.goto(dashboard.url + "/groups")
+    assert page.inner_text("tr[data-group=images] .limits").startswith("paused since ")
+    page.goto(dashboard.url)
+    assert "paused since" in page.inner_text("tr[data-group=images]")
+    page.goto(dashboard.url + "/groups")
+    page.locator("tr[data-group=images] button.resume").click()
+    assert "group images resumed" in page.inner_text("#said")
+    assert dashboard.queue.paused_groups() == {}
+
+
 def test_a_count_changes_live(dashboard: Dashboard, page: Any) -> None:
     dashboard.queue.schedule(resize.job(1).in_group("live"))
     page.goto(dashboard.url)

@@ -12,7 +12,10 @@ from recruiter.cli.options import DatabaseName, MongoUri, open_queue
 from recruiter.cli.terminal import console, show
 
 groups = typer.Typer(
-    help="Groups' concurrency and rate limits, and shares of any-group workers: set, unset, list.",
+    help=(
+        "Groups' concurrency and rate limits and shares of any-group workers (set, unset,"
+        " list); pause and resume a group."
+    ),
     no_args_is_help=True,
 )
 
@@ -59,18 +62,63 @@ def unset_group(
     console.print(f"group {group}: " + ("settings removed" if removed else "had no settings"))
 
 
+@groups.command("pause")
+def pause_group(
+    group: Annotated[str, typer.Argument(help="The group, as jobs name it.")],
+    mongodb_uri: MongoUri = None,
+    database: DatabaseName = None,
+) -> None:
+    """Hand out none of a group's jobs until it is resumed; what was handed out runs.
+
+    The leading recruiter stops at its next round; the pause is stored, so restarts
+    and a new leader keep it.
+    """
+    from recruiter.producer import named_group
+
+    named_group(group)  # checked before connecting
+    with closing(open_queue(mongodb_uri, database)) as queue:
+        paused = queue.pause_group(group)
+        since = queue.paused_groups().get(group)
+    when = "" if since is None else f" since {since:%Y-%m-%d %H:%M:%S} UTC"
+    console.print(f"group {group}: " + ("paused" if paused else "paused already") + when)
+
+
+@groups.command("resume")
+def resume_group(
+    group: Annotated[str, typer.Argument(help="The group.")],
+    mongodb_uri: MongoUri = None,
+    database: DatabaseName = None,
+) -> None:
+    """Hand out a paused group's jobs again, from the leading recruiter's next round."""
+    from recruiter.producer import named_group
+
+    named_group(group)
+    with closing(open_queue(mongodb_uri, database)) as queue:
+        resumed = queue.resume_group(group)
+    console.print(f"group {group}: " + ("resumed" if resumed else "was not paused"))
+
+
 @groups.command("list")
 def list_groups(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON array, for scripts.")] = False,
     mongodb_uri: MongoUri = None,
     database: DatabaseName = None,
 ) -> None:
-    """Show every group that has settings."""
+    """Show every group that has settings or is paused."""
+    from recruiter.groups import GroupSettings
+
     with closing(open_queue(mongodb_uri, database)) as queue:
-        settings = queue.group_settings()
-    table = Table("group", "concurrency", "rate", "weight")
-    for setting in settings:
+        settings = {s.group: s for s in queue.group_settings()}
+        paused = queue.paused_groups()
+    table = Table("group", "concurrency", "rate", "weight", "paused since")
+    rows = []
+    for group in sorted({*settings, *paused}):
+        setting = settings.get(group, GroupSettings(group))
+        since = paused.get(group)
         limits = (setting.concurrency, setting.rate, setting.weight)
-        table.add_row(setting.group, *("-" if limit is None else str(limit) for limit in limits))
-    said = table if settings else "no group has settings: every group is unlimited"
-    show(as_json, [{"group": s.group, **s.to_document()} for s in settings], lambda: said)
+        shown = [("-" if limit is None else str(limit)) for limit in limits]
+        table.add_row(group, *shown, "-" if since is None else f"{since:%Y-%m-%d %H:%M:%S} UTC")
+        at = None if since is None else since.isoformat()
+        rows.append({"group": group, **setting.to_document(), "paused_at": at})
+    said = table if rows else "no group has settings or is paused: every group is unlimited"
+    show(as_json, rows, lambda: said)

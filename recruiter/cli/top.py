@@ -68,14 +68,16 @@ def frame(queue: Queue) -> Group:
     states = tuple(state for state in UNFINISHED if state != "blocked")
     counts = listing.unfinished_counts(queue, now, states).by_state
     finished = listing.recently_finished_by_group(queue, WINDOW)
-    groups = sorted({*finished, *(g for c in counts.values() for g in c)}, key=listing.group_order)
+    paused = queue.paused_groups()
+    counted = {g for c in counts.values() for g in c}
+    groups = sorted({*finished, *counted, *paused}, key=listing.group_order)
     columns = ("group", *states, "done/min", "failed/min", "latency s", "run time s")
     title = f"recruiter top, {now:%H:%M:%S} UTC (last minute for rates)"
     table = Table(*columns, title=title)
     for group in groups:
         recent = finished.get(group, [])
         table.add_row(
-            str(group),
+            f"{group} (paused)" if group in paused else str(group),
             *(str(counts[state].get(group, 0)) for state in states),
             str(sum(1 for d in recent if d.get("why") == "done")),
             str(sum(1 for d in recent if d.get("why") in FAILED)),

@@ -14,6 +14,7 @@ from typing import Any
 from bson import ObjectId
 
 from recruiter.errors import InvalidFilter, InvalidJob
+from recruiter.groups import GroupSettings
 from recruiter.job_record import Job, state_of
 from recruiter.monitoring import analytics
 from recruiter.monitoring.words import counted, moment_text
@@ -292,22 +293,51 @@ def slots_for(queue: Queue, workable: str) -> tuple[int, int]:
     return queue.store.slots_for(workable)
 
 
+@dataclass(frozen=True)
+class GroupLimits:
+    """What a group may use now, as every view shows it: its settings and its pause."""
+
+    settings: GroupSettings | None = None
+    paused_at: dt.datetime | None = None
+
+    def describe(self) -> str:
+        """``none``, the settings in words, led by ``paused since …`` when paused."""
+        said = "none" if self.settings is None else self.settings.describe()
+        if self.paused_at is None:
+            return said
+        return f"paused since {moment_text(self.paused_at)}" + (
+            "" if said == "none" else f"; {said}"
+        )
+
+
+def _iso_or_none(moment: dt.datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat()
+
+
+def group_limits(queue: Queue) -> dict[str, GroupLimits]:
+    """Every group with settings or paused, by name."""
+    settings = {s.group: s for s in queue.group_settings()}
+    paused = queue.paused_groups()
+    return {g: GroupLimits(settings.get(g), paused.get(g)) for g in {*settings, *paused}}
+
+
 def status_document(queue: Queue) -> dict[str, Any]:
     """Everything ``recruiter status`` shows, as plain data."""
     now = queue.clock.now()
     counted = unfinished_counts(queue, now, ("ready", "handed out", "running"))
     ready, running = counted.by_state["ready"], counted.by_state["running"]
     handed_out = counted.by_state["handed out"]
-    settings = {s.group: s for s in queue.group_settings()}
+    limits = group_limits(queue)
     groups = [
         {
             "group": group,
             "ready": ready.get(group, 0),
             "handed_out": handed_out.get(group, 0),
             "running": running.get(group, 0),
-            "limits": settings[group].describe() if group in settings else "none",
+            "limits": limits.get(group, GroupLimits()).describe(),
+            "paused_at": _iso_or_none(limits.get(group, GroupLimits()).paused_at),
         }
-        for group in sorted({*ready, *handed_out, *running, *settings}, key=group_order)
+        for group in sorted({*ready, *handed_out, *running, *limits}, key=group_order)
     ]
     return {
         "at": now.isoformat(),

@@ -30,9 +30,11 @@ class QueueCollector(Collector):
         workers = listing.worker_rows(self.queue)  # read once: known groups, and the slots
         states = tuple(state for state in UNFINISHED if state != "blocked")
         counted = listing.unfinished_counts(self.queue, now, states)
-        jobs, groups = self._jobs(counted.by_state, recent, workers)
+        limits = listing.group_limits(self.queue)
+        jobs, groups = self._jobs(counted.by_state, recent, workers, limits)
         yield jobs
         yield self._finished(recent, groups)
+        yield self._paused(limits, groups)
         yield self._latency(recent)
         yield self._execution(recent)
         yield self._workers(workers)
@@ -44,18 +46,30 @@ class QueueCollector(Collector):
         counts: Mapping[str, Mapping[str, int]],
         recent: Mapping[str, Any],
         workers: list[dict[str, Any]],
+        limits: Mapping[str, listing.GroupLimits],
     ) -> tuple[Metric, list[str]]:
         family = GaugeMetricFamily(
             "recruiter_jobs", "Jobs by group and state.", labels=["group", "state"]
         )
         # every known group has every state, 0 too: a vanishing series reads as "no data"
-        known = {settings.group for settings in self.queue.group_settings()}
+        known = set(limits)
         known |= {w["group"] for w in workers if w["group"] != ANY_GROUP}
         groups = sorted({*known, *recent, *(g for c in counts.values() for g in c)})
         for group in groups:
             for state, by_group in counts.items():
                 family.add_metric([group, state.replace(" ", "_")], by_group.get(group, 0))
         return family, groups
+
+    def _paused(self, limits: Mapping[str, listing.GroupLimits], groups: list[str]) -> Metric:
+        family = GaugeMetricFamily(
+            "recruiter_group_paused",
+            "When the group was paused, in seconds since the epoch; 0 while it is not.",
+            labels=["group"],
+        )
+        for group in groups:
+            paused_at = limits[group].paused_at if group in limits else None
+            family.add_metric([group], 0 if paused_at is None else paused_at.timestamp())
+        return family
 
     def _finished(self, recent: Mapping[str, list[Mapping[str, Any]]], groups: list[str]) -> Metric:
         family = GaugeMetricFamily(

@@ -64,6 +64,20 @@ def act_on_scheduler(queue: Queue, action: str, urn: str) -> str:
     raise InvalidJob(f"{action!r} is not an action: one of {', '.join(SCHEDULER_ACTIONS)}")
 
 
+GROUP_ACTIONS = ("pause", "resume")
+
+
+def act_on_group(queue: Queue, action: str, group: str) -> str:
+    """Pause or resume a group; say what happened."""
+    if action == "pause":
+        done = queue.pause_group(group)
+        return f"group {group} paused" if done else f"group {group} was paused already"
+    if action == "resume":
+        done = queue.resume_group(group)
+        return f"group {group} resumed" if done else f"group {group} was not paused"
+    raise InvalidJob(f"{action!r} is not an action: one of {', '.join(GROUP_ACTIONS)}")
+
+
 def unset_limits(queue: Queue, group: str) -> str:
     """Remove a group's limits; say what happened."""
     if queue.unlimit_group(group):

@@ -124,6 +124,17 @@ def api_scheduler_action(
     return as_json({"said": act.said})
 
 
+@router.post("/groups/{group:path}/{action:group_action}", tags=["act"])
+def api_group_action(
+    request: Request, group: str, action: str, authorization: Authorization = None
+) -> Response:
+    """Pause or resume a group: a paused group's jobs are handed out to no worker."""
+    actor = check_api_action(request, authorization)
+    with acting(actor, action, {"group": group}) as act:
+        act.said = actions.act_on_group(queue_of(request), action, group)
+    return as_json({"said": act.said, "paused": group in queue_of(request).paused_groups()})
+
+
 @router.put("/groups/{group:path}", tags=["act"])
 def api_group_limits(
     request: Request, group: str, body: GroupLimits, authorization: Authorization = None

@@ -41,6 +41,7 @@ def _naming(words: tuple[str, ...]) -> StringConvertor:
 # registered before the routes that name them are made (pages.py and api.py import this)
 register_url_convertor("job_action", _naming(actions.JOB_ACTIONS))
 register_url_convertor("scheduler_action", _naming(actions.SCHEDULER_ACTIONS))
+register_url_convertor("group_action", _naming(actions.GROUP_ACTIONS))
 
 
 class JobQuery(BaseModel):

@@ -208,6 +208,15 @@ def group_unset(request: Request, form: Annotated[GroupForm, Form()]) -> HTMLRes
     return render(request, "done.html", said=act.said, back="/groups")
 
 
+@router.post("/groups/{verb:group_action}", response_class=HTMLResponse)
+def group_action(request: Request, verb: str, form: Annotated[GroupForm, Form()]) -> HTMLResponse:
+    """Pause or resume the group the form names."""
+    actor = check_form_action(request, form.csrf)
+    with acting(actor, verb, {"group": form.group}) as act:
+        act.said = actions.act_on_group(queue_of(request), verb, form.group)
+    return render(request, "done.html", said=act.said, back="/groups")
+
+
 @router.post("/schedulers/{verb:scheduler_action}", response_class=HTMLResponse)
 def scheduler_action(
     request: Request, verb: str, form: Annotated[SchedulerForm, Form()]

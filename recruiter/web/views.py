@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from recruiter.errors import InvalidSchedule, ResultNotKept
+from recruiter.groups import GroupSettings
 from recruiter.job_record import Job, state_of
 from recruiter.monitoring import listing
 from recruiter.monitoring.analytics import average, spans
@@ -35,7 +36,7 @@ def overview(queue: Queue) -> dict[str, Any]:
             done[group] = done.get(group, 0) + count
         elif why in FAILED:
             failed[group] = failed.get(group, 0) + count
-    limits = {s.group: s.describe() for s in queue.group_settings()}
+    limits = {g: said.describe() for g, said in listing.group_limits(queue).items()}
     counted_groups = {group for by_group in counts.values() for group in by_group}
     groups = sorted({*counted_groups, *done, *failed, *limits}, key=listing.group_order)
     minute = listing.last_minute(queue)
@@ -244,20 +245,26 @@ def actions_for(state: str, *, retried: bool = False) -> list[str]:
 def groups(queue: Queue, overview: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Every group with jobs or settings: its limits now, its jobs as ``overview`` counted."""
     counted = {g["group"]: g for g in overview["groups"]}
-    settings = {s.group: s for s in queue.group_settings()}
-    names = sorted({*counted, *settings}, key=listing.group_order)
-    return [
-        {
-            "group": name,
-            **{state: counted.get(name, {}).get(state, 0) for state in UNFINISHED},
-            "concurrency": settings[name].concurrency if name in settings else None,
-            "rate": str(settings[name].rate) if name in settings and settings[name].rate else None,
-            "weight": settings[name].weight if name in settings else 1,
-            "limits": settings[name].describe() if name in settings else "none",
-        }
-        for name in names
-        if name in settings or any(counted[name][state] for state in UNFINISHED)
-    ]
+    limits = listing.group_limits(queue)
+    names = sorted({*counted, *limits}, key=listing.group_order)
+    rows = []
+    for name in names:
+        if name not in limits and not any(counted[name][state] for state in UNFINISHED):
+            continue
+        said = limits.get(name, listing.GroupLimits())
+        settings = said.settings or GroupSettings(name)
+        rows.append(
+            {
+                "group": name,
+                **{state: counted.get(name, {}).get(state, 0) for state in UNFINISHED},
+                "concurrency": settings.concurrency,
+                "rate": None if settings.rate is None else str(settings.rate),
+                "weight": settings.weight,
+                "limits": said.describe(),
+                "paused": said.paused_at is not None,
+            }
+        )
+    return rows
 
 
 UNFINISHED = ("ready", "postponed", "handed_out", "running")
