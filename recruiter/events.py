@@ -7,6 +7,9 @@ with. Each event is emitted once its change is committed to the database:
 - ``job.started``: an attempt was counted and is about to run;
 - ``job.ended``: the attempt ended, its result recorded (done, retry, archived, skipped);
 - ``job.failure.last``: the attempt failed and the job was archived: no retry will come;
+- ``job.expired``: the job was not started by its deadline and was archived as
+  ``expired``: told by the worker it was handed to, or by the leading cleaner (started
+  with ``--app``) for one never handed out (``execution`` is ``None`` then);
 - ``became-leader`` / ``stepped-down``: this ``recruiter run`` process took, or lost,
   the lead (listeners get the :class:`~recruiter.queue.Queue`).
 
@@ -32,9 +35,10 @@ logger = logging.getLogger(__name__)
 JOB_STARTED = "job.started"
 JOB_ENDED = "job.ended"
 JOB_FAILURE_LAST = "job.failure.last"
+JOB_EXPIRED = "job.expired"
 BECAME_LEADER = "became-leader"
 STEPPED_DOWN = "stepped-down"
-EVENTS = (JOB_STARTED, JOB_ENDED, JOB_FAILURE_LAST, BECAME_LEADER, STEPPED_DOWN)
+EVENTS = (JOB_STARTED, JOB_ENDED, JOB_FAILURE_LAST, JOB_EXPIRED, BECAME_LEADER, STEPPED_DOWN)
 
 Listener = Callable[[Any], object]
 

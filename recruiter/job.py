@@ -220,6 +220,10 @@ class JobSpec:
     leaf_of: Root | None = None
     """Set on a leaf job: the root job it was fanned out from."""
     timeout: dt.timedelta | None = None
+    expiry: dt.timedelta | None = None
+    """How long after it is due the job may still start (:meth:`expires_in`)."""
+    deadline: dt.datetime | None = None
+    """When the job may start last (:meth:`expires_at`)."""
     """How long an attempt may run before it is stopped and fails with ``JobTimedOut``."""
     snooze_limit: int | None = None
     """How many times it may snooze; ``None``: :data:`~recruiter.snooze.SNOOZE_LIMIT`."""
@@ -261,6 +265,19 @@ class JobSpec:
             raise InvalidJob(f"a timeout must be at least 1ms, got {shown_duration(self.timeout)}")
         self._check_snooze_limit()
         self._check_waits()
+        self._check_expiry()
+
+    def _check_expiry(self) -> None:
+        if self.expiry is not None and not (
+            isinstance(self.expiry, dt.timedelta) and self.expiry >= dt.timedelta(milliseconds=1)
+        ):
+            raise InvalidJob(f"an expiry must be at least 1ms, got {shown_duration(self.expiry)}")
+        if self.deadline is not None:
+            if not isinstance(self.deadline, dt.datetime) or self.deadline.tzinfo is None:
+                raise InvalidJob(
+                    f"expires_at needs a timezone-aware datetime, got {self.deadline!r}"
+                )
+            object.__setattr__(self, "deadline", to_millis(self.deadline))
 
     def _check_snooze_limit(self) -> None:
         if self.snooze_limit is not None:
@@ -375,6 +392,21 @@ class JobSpec:
             raise InvalidJob(str(error)) from error
         return dataclasses.replace(self, timeout=delta)
 
+    def expires_in(self, expiry: Duration) -> JobSpec:
+        """Never start the job later than ``expiry`` after it is due (its ``run_at`` or
+        ``run_in``, its scheduling when neither): past it, it is archived as
+        ``expired``, its retry policy not asked. Replaces :meth:`expires_at`."""
+        try:
+            delta = to_timedelta(expiry, name="expiry")
+        except ValueError as error:
+            raise InvalidJob(str(error)) from error
+        return dataclasses.replace(self, expiry=delta, deadline=None)
+
+    def expires_at(self, deadline: dt.datetime) -> JobSpec:
+        """Never start the job after ``deadline`` (timezone-aware): past it, it is
+        archived as ``expired``, its retry policy not asked. Replaces :meth:`expires_in`."""
+        return dataclasses.replace(self, deadline=deadline, expiry=None)
+
     def with_snooze_limit(self, limit: int) -> JobSpec:
         """Let the job snooze up to ``limit`` times instead of
         :data:`~recruiter.snooze.SNOOZE_LIMIT`; a snooze past it fails the attempt."""
@@ -388,6 +420,21 @@ class JobSpec:
     def with_urn(self, urn: str) -> JobSpec:
         """Attach an identifier of what the job is about, shown in history and listings."""
         return dataclasses.replace(self, urn=urn)
+
+    def _expiry_fields(self, due: dt.datetime) -> dict[str, Any]:
+        """``expires_at`` (and ``expires_in_ms``, which a repeatable job's occurrences
+        count from their own time); :class:`InvalidJob` for a deadline not after ``due``."""
+        if self.expiry is not None:
+            expiry_ms = self.expiry // dt.timedelta(milliseconds=1)
+            return {"expires_at": due + self.expiry, "expires_in_ms": expiry_ms}
+        if self.deadline is None:
+            return {}
+        if self.deadline <= due:
+            raise InvalidJob(
+                f"the job expires at {self.deadline.isoformat()}, not after it is due at "
+                f"{due.isoformat()}: it could never start"
+            )
+        return {"expires_at": self.deadline}
 
     def to_document(self, job_id: ObjectId, now: dt.datetime) -> dict[str, Any]:
         """The document inserted into ``scheduled``."""
@@ -415,6 +462,7 @@ class JobSpec:
             document["timeout_ms"] = self.timeout // dt.timedelta(milliseconds=1)
         if self.snooze_limit is not None:
             document["snooze_limit"] = self.snooze_limit
+        document.update(self._expiry_fields(document["scheduled_at"]))
         if self.root_signature is not None:
             document["root"] = {"signature": self.root_signature, "at": to_millis(now)}
         elif self.leaf_of is not None:

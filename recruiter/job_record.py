@@ -49,6 +49,8 @@ class Job:
     """The root this job is, or is a leaf of (see ``is_leaf``)."""
     is_leaf: bool
     timeout: dt.timedelta | None
+    expires_at: dt.datetime | None
+    """The latest the job may start (``None``: no deadline)."""
     cancel_requested_at: dt.datetime | None
     """When a cancellation was asked for while the job was handed out or running."""
     last_execution: Mapping[str, Any] | None
@@ -156,6 +158,7 @@ class Job:
             root=_root(document.get("root")),
             is_leaf=_is_leaf(document.get("root")),
             timeout=_timeout(document.get("timeout_ms")),
+            expires_at=reader.moment("expires_at", required=False),
             cancel_requested_at=reader.moment("cancel_requested_at", required=False),
             last_execution=reader.mapping("last_execution", required=False) or None,
             history=tuple(h for h in reader.array("history") if isinstance(h, Mapping)),

@@ -147,6 +147,11 @@ def scheduler_declaration(
         raise InvalidJob(
             "a repeatable job runs at its schedule's occurrences: drop run_at / run_in"
         )
+    if job.deadline is not None:
+        raise InvalidJob(
+            "a repeatable job's occurrences each need their own deadline: use "
+            "expires_in (counted from each occurrence's time), not expires_at"
+        )
     if isinstance(schedule, str):
         schedule = Cron(schedule)
     if not isinstance(schedule, Cron | Every):

@@ -42,6 +42,8 @@ class Why(StrEnum):
     """Not run: a leaf whose root was followed by a newer root that has run."""
     CANCELLED = "cancelled"
     """Cancelled: before it ran, or stopped while it ran (never retried)."""
+    EXPIRED = "expired"
+    """Not run: it was not started by its deadline (``JobSpec.expires_in``, never retried)."""
 
 
 FAILED = (Why.TRIED_TOO_MANY_TIMES, Why.NON_RETRIABLE_EXCEPTION, Why.NOT_SCHEDULED_BY_RETRY_POLICY)

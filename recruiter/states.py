@@ -2,7 +2,7 @@
 
 A job not finished is ``ready`` (due, waiting for a worker), ``postponed`` (due later),
 ``blocked`` (waiting for other jobs), ``handed out`` (not started yet) or ``running``; a
-finished one is ``done``, ``failed`` or ``cancelled`` (``finished``: any). Light on
+finished one is ``done``, ``failed``, ``cancelled`` or ``expired`` (``finished``: any). Light on
 purpose: the commands' help reads it.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 UNFINISHED = ("ready", "postponed", "blocked", "handed out", "running")
 """The states of a job that has not finished, as :func:`recruiter.job_record.state_of` says them."""
-FINISHED = ("done", "failed", "cancelled", "finished")
+FINISHED = ("done", "failed", "cancelled", "expired", "finished")
 """The states jobs that finished are listed by (``finished``: however they ended)."""
 STATES = (*UNFINISHED, *FINISHED)
 """Every state jobs can be listed by."""

@@ -31,10 +31,11 @@ from recruiter.attempts.verdict import CANCELLED, ENDING_OUTCOMES, Verdict
 from recruiter.clock import Clock
 from recruiter.dependencies.engine import Ended, follow_up_safely
 from recruiter.errors import DatabaseError, DatabaseUnavailable
-from recruiter.events import JOB_ENDED, JOB_FAILURE_LAST, JobEvent, call_safely
+from recruiter.events import JOB_ENDED, JOB_EXPIRED, JOB_FAILURE_LAST, JobEvent, call_safely
 from recruiter.execution import Execution, Outcome
 from recruiter.job_record import Job
 from recruiter.loop import Backoff
+from recruiter.retry import Why
 from recruiter.store import End, Starting, Store, blocked, jobs
 from recruiter.store.steps import Steps, call
 from recruiter.workable import Registry
@@ -130,6 +131,8 @@ def ended(
         tell_dependents(store, job, None if why is None else str(why), now)
     listeners, hooks, error = registry.listeners, ran.hooks, ran.error
     listeners.emit(JOB_ENDED, JobEvent(JOB_ENDED, job, execution))
+    if execution.why == Why.EXPIRED:
+        listeners.emit(JOB_EXPIRED, JobEvent(JOB_EXPIRED, job, execution))
     if execution.outcome is Outcome.DONE:
         call_safely(f"job {job.id}: after_success", hooks.after_success)
         call_safely(f"job {job.id}: finalize", hooks.finalize, None)

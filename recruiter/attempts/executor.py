@@ -126,7 +126,7 @@ class Executor:
             snooze_limit=job.snooze_limit,
         )
         self.registry.listeners.emit(JOB_STARTED, JobEvent(JOB_STARTED, job))
-        skip = self._skip_reason(job)
+        skip = self._skip_reason(job, started_at)
         ran = CodeResult()
         if skip is not None:
             execution = self._skip(job, token, started_at, *skip)
@@ -327,10 +327,14 @@ class Executor:
             still_held=lambda: self.store.find_locked_job(job.id, token) is not None,
         )
 
-    def _skip_reason(self, job: Job) -> tuple[Why, str] | None:
-        """Why the job need not run: it was cancelled, or another run did its work."""
+    def _skip_reason(self, job: Job, started_at: dt.datetime) -> tuple[Why, str] | None:
+        """Why the job need not run: it was cancelled, its deadline passed, or another run
+        did its work."""
         if job.cancel_requested_at is not None:
             return Why.CANCELLED, "cancelled after it was handed out, before it started"
+        if job.expires_at is not None and started_at > job.expires_at:
+            deadline = job.expires_at.isoformat()
+            return Why.EXPIRED, f"not started by its deadline, {deadline}: not run"
         key, created_at = job.dedup_key, job.created_at
         if key is not None and job.attempts == 1 and created_at is not None:
             ran = self.store.deduplicated_run_since(key)

@@ -8,7 +8,7 @@ import json
 import textwrap
 from collections.abc import Mapping
 from contextlib import closing
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -26,6 +26,9 @@ from recruiter.cli.tables import id_column
 from recruiter.cli.terminal import console, show, styled
 from recruiter.monitoring.words import moment_text, progress_text
 from recruiter.states import STATES
+
+if TYPE_CHECKING:
+    from recruiter.job_record import Job
 
 jobs = typer.Typer(
     help="Jobs: list, show, run now (and wait), cancel, retry, recover; a batch where it stands.",
@@ -112,22 +115,33 @@ def show_job(
         ("retry policy", json.dumps(dict(job.retry_policy), default=str)),
     ]:
         fields.add_row(name, str(value))
-    if job.progress is not None:
-        fields.add_row("progress", progress_text(job.progress, now))
-    if job.why == "done":
-        fields.add_row("result", result_text(job))
-    snoozed = listing.snoozes_in_words(job)
-    if snoozed is not None:
-        fields.add_row("snoozed", snoozed)
-    if job.batch is not None:
-        fields.add_row("batch", f"{job.batch} (recruiter jobs batch {job.batch})")
-    for line in listing.waits_in_words(job):
-        fields.add_row("waits for", line)
-    if job.problems:
-        fields.add_row("problems", "; ".join(job.problems))
+    for name, value in _optional_fields(job, now):
+        fields.add_row(name, value)
     console.print(fields)
     for attempt in job.history:
         _print_attempt(attempt)
+
+
+def _optional_fields(job: Job, now: dt.datetime) -> list[tuple[str, str]]:
+    """The rows of ``jobs show`` that only some jobs have."""
+    from recruiter.monitoring import listing
+
+    rows = []
+    if job.expires_at is not None:
+        rows.append(("expires", f"{moment_text(job.expires_at)} (not started later)"))
+    if job.progress is not None:
+        rows.append(("progress", progress_text(job.progress, now)))
+    if job.why == "done":
+        rows.append(("result", result_text(job)))
+    snoozed = listing.snoozes_in_words(job)
+    if snoozed is not None:
+        rows.append(("snoozed", snoozed))
+    if job.batch is not None:
+        rows.append(("batch", f"{job.batch} (recruiter jobs batch {job.batch})"))
+    rows.extend(("waits for", line) for line in listing.waits_in_words(job))
+    if job.problems:
+        rows.append(("problems", "; ".join(job.problems)))
+    return rows
 
 
 def _print_attempt(attempt: Mapping[str, Any]) -> None:

@@ -243,8 +243,8 @@ def clean(
             "--app",
             "--bootstrap",
             help="A Registry (module:attribute) to load: its module may set up tracing "
-            "(the cleaner's rounds are spans), and its became-leader and stepped-down "
-            "listeners are called; none by default.",
+            "(the cleaner's rounds are spans), and its became-leader, stepped-down and "
+            "job.expired listeners are called; none by default.",
         ),
     ] = None,
     mongodb_uri: MongoUri = None,
@@ -265,7 +265,7 @@ def clean(
     registry = None if app is None else load_registry(app)
     store = open_store(resolve_uri(mongodb_uri)[0], database, wait=wait_for_database)
     tell = None if registry is None else Tell(registry.listeners, Queue(store.database))
-    cleaner = Cleaner(store, config)
+    cleaner = Cleaner(store, config, None if registry is None else registry.listeners)
     lead(
         store,
         "cleaner",

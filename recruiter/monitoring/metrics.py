@@ -12,7 +12,7 @@ from recruiter.job import ANY_GROUP
 from recruiter.monitoring import listing
 from recruiter.monitoring.analytics import WINDOW, spans
 from recruiter.queue import Queue
-from recruiter.retry import FAILED
+from recruiter.retry import FAILED, Why
 from recruiter.states import UNFINISHED
 
 LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 60.0, 300.0)
@@ -82,6 +82,9 @@ class QueueCollector(Collector):
             family.add_metric([group, "done"], sum(1 for d in documents if d.get("why") == "done"))
             family.add_metric(
                 [group, "failed"], sum(1 for d in documents if d.get("why") in FAILED)
+            )
+            family.add_metric(
+                [group, "expired"], sum(1 for d in documents if d.get("why") == Why.EXPIRED)
             )
         return family
 

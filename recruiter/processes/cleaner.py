@@ -10,13 +10,15 @@ from dataclasses import dataclass, field
 
 from recruiter.attempts.takeback import Released
 from recruiter.errors import DatabaseError
+from recruiter.events import Listeners
 from recruiter.loop import Backoff, Pause
 from recruiter.maintenance.archiver import Archiver
 from recruiter.maintenance.blocked_sweep import BlockedSweep
 from recruiter.maintenance.dead_workers import DEFAULT_CONSIDERED_DEAD_AFTER, DeadWorkerTakeBack
+from recruiter.maintenance.expiry import ExpiredJobs
 from recruiter.maintenance.purger import DEFAULT_CLEAN_AFTER, Purger
 from recruiter.monitoring.tracing import process_span
-from recruiter.store import ARCHIVE_BATCH, PURGE_BATCH, Store
+from recruiter.store import ARCHIVE_BATCH, EXPIRE_BATCH, PURGE_BATCH, Store
 
 DEFAULT_LEASE = dt.timedelta(seconds=15)
 
@@ -56,6 +58,8 @@ class CleanResult:
     purged: int = 0
     settled: int = 0
     """Waiting jobs the sweep made ready or cancelled."""
+    expired: int = 0
+    """Jobs not handed out by their deadline, finished as expired."""
 
     @property
     def busy(self) -> bool:
@@ -67,6 +71,7 @@ class CleanResult:
             or released
             or self.purged >= PURGE_BATCH
             or self.archived_moves >= ARCHIVE_BATCH
+            or self.expired >= EXPIRE_BATCH
         )
 
     def pause(self, now: dt.datetime) -> Pause:
@@ -77,32 +82,43 @@ class CleanResult:
 class Cleaner:
     """The cleaning process's work; leadership and the loop wrap it (see ``cli``)."""
 
-    def __init__(self, store: Store, config: CleanerConfig | None = None) -> None:
+    def __init__(
+        self, store: Store, config: CleanerConfig | None = None, listeners: Listeners | None = None
+    ) -> None:
+        """``listeners``: the application's, told of the jobs it expires (``job.expired``)."""
         self.store = store
         self.config = (config or CleanerConfig()).validate()
         self.take_back = DeadWorkerTakeBack(store, self.config.considered_dead_after)
         self.archiver = Archiver(store)
         self.purger = Purger(store, self.config.clean_after)
         self.sweep = BlockedSweep(store)
+        self.expiry = ExpiredJobs(store, listeners)
 
     def became_leader(self) -> None:
         """Watch for a full timeout before declaring any worker dead."""
         self.take_back.lost_sight()
 
     def run_once(self, now: dt.datetime) -> CleanResult:
-        """One round: dead workers, interrupted moves, the purge, the sweep."""
+        """One round: dead workers, interrupted moves, the purge, the sweep, expired jobs."""
         try:
             with process_span("recruiter.clean") as note:
                 taken = self.take_back.run_once(now)
                 moved = self.archiver.run_once(now)
                 purged = self.purger.run_once(now)
                 swept = self.sweep.run_once(now)
+                expired = self.expiry.run_once(now)
                 result = CleanResult(
-                    taken.dead_workers, taken.released, moved.moved, purged.purged, swept.settled
+                    taken.dead_workers,
+                    taken.released,
+                    moved.moved,
+                    purged.purged,
+                    swept.settled,
+                    expired.expired,
                 )
                 note("dead_workers", result.dead_workers)
                 note("released", sum(result.released.values()))
                 note("purged", result.purged)
+                note("expired", result.expired)
             return result
         except DatabaseError:
             # heartbeats may have been kept from landing by the same cause

@@ -23,7 +23,17 @@ MISSED_GRACE = dt.timedelta(minutes=1)
 """An occurrence due longer ago than this was missed (a failover takes seconds)."""
 SKIP_COUNT_LIMIT = 10_000
 """Skipped cron occurrences counted one by one at most (an interval's are computed)."""
-TEMPLATE_FIELDS = ("group", "priority", "workable", "retry_policy", "tags", "urn", "snooze_limit")
+TEMPLATE_FIELDS = (
+    "group",
+    "priority",
+    "workable",
+    "retry_policy",
+    "tags",
+    "urn",
+    "timeout_ms",
+    "snooze_limit",
+    "expires_in_ms",
+)
 """What a scheduler keeps of a job's document, to create each occurrence from."""
 
 
@@ -43,7 +53,12 @@ def job_template(document: Document) -> Document:
 def occurrence_document(
     scheduler: SchedulerRecord, occurrence: Occurrence, now: dt.datetime
 ) -> Document:
-    """The job of one occurrence: due at its time, marked with its scheduler."""
+    """The job of one occurrence: due at its time, marked with its scheduler (and
+    expiring its expiry after it)."""
+    expiry = scheduler.job.get("expires_in_ms")
+    expires = {}
+    if isinstance(expiry, int) and not isinstance(expiry, bool) and expiry > 0:
+        expires["expires_at"] = occurrence.at + dt.timedelta(milliseconds=expiry)
     return {
         "priority": 0,  # a template stored before priorities had none
         **scheduler.job,
@@ -54,6 +69,7 @@ def occurrence_document(
         "attempts": 0,
         "scheduled_at": occurrence.at,
         "scheduler": {"urn": scheduler.urn, "at": occurrence.at},
+        **expires,
     }
 
 

@@ -37,7 +37,13 @@ from recruiter.store.failures import (
     untranslated,
 )
 from recruiter.store.groups import GroupRecord
-from recruiter.store.jobs import ARCHIVE_BATCH, GROUPS_PER_READ, PURGE_BATCH, workable_name
+from recruiter.store.jobs import (
+    ARCHIVE_BATCH,
+    EXPIRE_BATCH,
+    GROUPS_PER_READ,
+    PURGE_BATCH,
+    workable_name,
+)
 from recruiter.store.progress import progress_writes_within
 from recruiter.store.ready import Arrivals, NewJob
 from recruiter.store.roster import Release
@@ -56,6 +62,7 @@ P = ParamSpec("P")
 
 __all__ = [
     "ARCHIVE_BATCH",
+    "EXPIRE_BATCH",
     "PURGE_BATCH",
     "Arrivals",
     "Assignment",

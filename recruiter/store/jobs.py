@@ -308,11 +308,10 @@ def find_job(job_id: ObjectId | str) -> Steps[Job | None]:
 
 def cancel_if_waiting(job_id: Any, now: dt.datetime, *, session: Any = None) -> Steps[bool]:
     """Finish a job not handed out yet (queued, or blocked) as ``cancelled``."""
-    waiting = [{"scheduled_at": {"$exists": True}}, {"waiting_for": {"$exists": True}}]
     result = yield from send(
         SCHEDULED,
         "update_one",
-        {"_id": job_id, "locked": False, "why": {"$exists": False}, "$or": waiting},
+        {"_id": job_id, "locked": False, "why": {"$exists": False}, "$or": WAITING},
         {
             "$set": {"done": False, "why": "cancelled", "archived_at": now},
             "$unset": {"scheduled_at": "", "queued_key": "", "waiting_for": ""},
@@ -320,6 +319,42 @@ def cancel_if_waiting(job_id: Any, now: dt.datetime, *, session: Any = None) -> 
         session=session,
     )
     return bool(result.modified_count == 1)
+
+
+EXPIRE_BATCH = 500
+"""The most jobs one pass of :func:`expire_waiting` finishes."""
+WAITING = [{"scheduled_at": {"$exists": True}}, {"waiting_for": {"$exists": True}}]
+"""Of the unlocked, unfinished jobs: those queued, or blocked on others."""
+
+
+def _expired(now: dt.datetime) -> Document:
+    return {"expires_at": {"$lt": now}, "locked": False, "why": {"$exists": False}, "$or": WAITING}
+
+
+def expired_job_ids(now: dt.datetime, most: int = EXPIRE_BATCH) -> Steps[list[Any]]:
+    """Up to ``most`` jobs not handed out (queued, or blocked) whose deadline passed by
+    ``now``."""
+    found = yield from find(SCHEDULED, _expired(now), {"_id": 1}, limit=most)
+    return [document["_id"] for document in found]
+
+
+def expire(job_ids: Sequence[Any], now: dt.datetime) -> Steps[list[Job]]:
+    """Finish as ``expired`` those of ``job_ids`` still not handed out and past their
+    deadline (one locked, cancelled or finished meanwhile is left alone); return them as
+    finished."""
+    if not job_ids:
+        return []
+    yield from send(
+        SCHEDULED,
+        "update_many",
+        {**_expired(now), "_id": {"$in": list(job_ids)}},
+        {
+            "$set": {"done": False, "why": "expired", "archived_at": now},
+            "$unset": {"scheduled_at": "", "queued_key": "", "waiting_for": ""},
+        },
+    )
+    expired = {"_id": {"$in": list(job_ids)}, "why": "expired", "archived_at": now}
+    return [Job.from_document(document) for document in (yield from find(SCHEDULED, expired))]
 
 
 def request_cancel_if_locked(job_id: Any, now: dt.datetime, *, session: Any = None) -> Steps[bool]:

@@ -37,6 +37,8 @@ INDEXES: Mapping[str, tuple[IndexModel, ...]] = {
         # finished jobs not yet moved to archived (only those have a why)
         IndexModel([("why", ASCENDING)], name="finished", sparse=True),
         IndexModel([("tags", ASCENDING)], name="tags", sparse=True),
+        # the jobs with a deadline (the cleaner's pass over expired ones)
+        IndexModel([("expires_at", ASCENDING)], name="expires_at", sparse=True),
         # the locks a take-back reads (handed out or running jobs only), in pages by id
         IndexModel(
             [("locked", ASCENDING), ("_id", ASCENDING)],

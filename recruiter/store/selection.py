@@ -64,6 +64,7 @@ def _state_queries(state: str | None, now: dt.datetime) -> list[tuple[str, Docum
         "done": {"why": "done"},
         "failed": {"why": {"$in": FAILED_WHYS}},
         "cancelled": {"why": "cancelled"},
+        "expired": {"why": "expired"},
     }
     if state == "finished":
         return [("scheduled", {"why": {"$exists": True}}), ("archived", {})]

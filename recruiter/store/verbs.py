@@ -72,6 +72,8 @@ class StepVerbs:
     finished_jobs = Verb(jobs.finished_jobs)
     progress_of = Verb(progress.progress_of)
     cancel_if_waiting = Verb(jobs.cancel_if_waiting)
+    expired_job_ids = Verb(jobs.expired_job_ids)
+    expire = Verb(jobs.expire)
     request_cancel_if_locked = Verb(jobs.request_cancel_if_locked)
     cancel = Verb(jobs.cancel)
     make_due_now = Verb(attempts.make_due_now)

@@ -202,6 +202,7 @@ def job_detail(queue: Queue, job_id: str) -> dict[str, Any]:
         "urn": job.urn,
         "created_at": job.created_at,
         "scheduled_at": job.scheduled_at,
+        "expires_at": job.expires_at,
         "attempts": job.attempts,
         "attempts_in_words": attempts_in_words(job, now) + why_not_run(queue, job, state),
         "retry_policy": policy_in_words(job.retry_policy),
