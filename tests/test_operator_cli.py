@@ -160,6 +160,21 @@ def test_jobs_list_filters_by_state_group_and_tag(
     assert "'lost' is not a state: one of ready" in result.output
 
 
+def test_jobs_list_finds_jobs_by_their_arguments(cli: Queue) -> None:
+    ann = cli.schedule(JobSpec("tests.noop", {"user": {"id": 42, "name": "Ann"}}))
+    cli.schedule(JobSpec("tests.noop", {"user": {"id": 7, "name": "Bob"}}))
+
+    def listed(*filters: str) -> list[str]:
+        return [row["id"] for row in json.loads(invoke("jobs", "list", "--json", *filters).output)]
+
+    assert listed("--where", "args.user.id=42") == [str(ann)]
+    assert listed("--where", "args.user.id>1", "--where", "args.user.name=Ann") == [str(ann)]
+    assert listed("--where", "args.user.id>100") == []
+    bad = CliRunner().invoke(app, ["jobs", "list", "--where", "user.id=42"], env={"COLUMNS": "200"})
+    assert bad.exit_code == ExitCode.USAGE
+    assert "write args.<name><op><value>" in " ".join(bad.output.split())
+
+
 def test_jobs_show_prints_every_attempt_with_its_traceback(
     cli: Queue, app_registry: Registry
 ) -> None:

@@ -113,6 +113,21 @@ def test_a_bad_filter_is_a_clear_error(queue: Queue) -> None:
     assert reply.status_code == 400
     assert "'lost' is not a state" in reply.json()["error"]
     assert browser.get("/jobs", params={"finished_within": "soon"}).status_code == 400
+    reply = browser.get("/api/jobs", params={"arguments": 'args.x={"$gt": 1}'})
+    assert reply.status_code == 400
+    assert "name a nested one by its path" in reply.json()["error"]
+
+
+def test_jobs_are_found_by_their_arguments_on_the_page_and_in_the_api(queue: Queue) -> None:
+    ann = str(queue.schedule(JobSpec("web.ok", {"user_id": 42, "kind": "invoice"})))
+    queue.schedule(JobSpec("web.ok", {"user_id": 7, "kind": "invoice"}))
+    browser = client(queue)
+    where = {"arguments": 'args.user_id=42 and args.kind="invoice"'}
+    assert [job["id"] for job in browser.get("/api/jobs", params=where).json()["jobs"]] == [ann]
+    page = browser.get("/jobs", params=where).text
+    assert page.count('<tr data-job="') == 1
+    assert f'data-job="{ann}"' in page
+    assert 'value="args.user_id=42 and args.kind=&#34;invoice&#34;"' in page, "kept, escaped"
     assert browser.get("/jobs/6b03f363855e6b03f363855e").status_code == 404
     assert browser.get("/api/jobs/not-an-id").status_code == 404
 

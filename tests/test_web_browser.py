@@ -188,6 +188,11 @@ def test_open_each_page_filter_and_open_a_failed_job(dashboard: Dashboard, page:
     assert "state=failed" in page.url
     rows = page.locator("#jobs tbody tr")
     assert rows.count() == 2
+    page.fill("input[name=arguments]", "args.order=2")
+    page.click("#filter")
+    assert page.locator("#jobs tbody tr").count() == 1
+    page.fill("input[name=arguments]", "")
+    page.click("#filter")
     shot(page, "jobs")
     rows.first.locator("a").click()
     page.wait_for_selector("text=the mail server refused order")

@@ -47,18 +47,35 @@ def list_jobs(
         dt.timedelta | None,
         typer.Option(parser=duration_option, help="Only jobs finished this long ago at most."),
     ] = None,
+    where: Annotated[
+        list[str] | None,
+        typer.Option(
+            help='Only jobs whose arguments match, as args.user_id=42 or args.kind="invoice"'
+            " (ops: = != < <= > >=; repeat for more, all must hold).",
+        ),
+    ] = None,
     limit: Annotated[int, typer.Option(min=1, help="At most this many, newest first.")] = 20,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON array, for scripts.")] = False,
     mongodb_uri: MongoUri = None,
     database: DatabaseName = None,
 ) -> None:
     """List jobs, newest first, with filters."""
+    from recruiter.errors import InvalidFilter
     from recruiter.monitoring import listing
+    from recruiter.monitoring.where import parse_where
 
-    where = validated(listing.JobFilter(state=state, group=group, tag=tag, finished_since=since))
+    try:
+        arguments = parse_where(where or [])
+    except InvalidFilter as error:
+        raise typer.BadParameter(str(error), param_hint="--where") from error
+    chosen = validated(
+        listing.JobFilter(
+            state=state, group=group, tag=tag, finished_since=since, arguments=arguments
+        )
+    )
     with closing(open_queue(mongodb_uri, database)) as queue:
         now = queue.clock.now()
-        listed = [listing.summary(job, now) for job in listing.list_jobs(queue, where, limit).jobs]
+        listed = [listing.summary(job, now) for job in listing.list_jobs(queue, chosen, limit).jobs]
         database_name = queue.database_name
     table = Table(
         id_column("job"), "workable", "group", "state", "due or ended", "attempts", "last attempt"

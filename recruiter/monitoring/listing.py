@@ -25,6 +25,7 @@ from recruiter.store import SchedulerRecord as SchedulerRecord  # noqa: PLC0414
 from recruiter.store import Selection
 from recruiter.store.analytics import RECENT_SAMPLE
 from recruiter.store.progress import ReportingJob as ReportingJob  # noqa: PLC0414
+from recruiter.store.selection import ArgumentCondition
 
 FAILED = [str(why) for why in FAILED_WHYS]
 """The reasons a job failed for good."""
@@ -114,6 +115,8 @@ class JobFilter:
     tag: str | None = None
     finished_since: dt.timedelta | None = None
     """Only jobs that finished this long ago at most."""
+    arguments: tuple[ArgumentCondition, ...] = ()
+    """Only jobs whose arguments meet every condition (:mod:`recruiter.monitoring.where`)."""
 
     def validate(self) -> JobFilter:
         if self.finished_since is not None and self.state in UNFINISHED:
@@ -140,6 +143,7 @@ class JobFilter:
             finished_after,
             before,
             not_retried,
+            self.arguments,
         )
 
 

@@ -18,6 +18,32 @@ from recruiter.store.base import Document
 from recruiter.store.steps import Steps, find
 
 FAILED_WHYS = [str(why) for why in FAILED]
+OPERATORS = {"=": "$eq", "!=": "$ne", "<": "$lt", "<=": "$lte", ">": "$gt", ">=": "$gte"}
+"""The comparisons an argument condition may make, and the query operator of each."""
+
+
+@dataclass(frozen=True)
+class ArgumentCondition:
+    """A job's argument at ``path`` (dotted keys under its parameters, checked by
+    :func:`recruiter.monitoring.where.parse_where`) compared with ``value`` by ``op``, one
+    of :data:`OPERATORS`. A number compared for (in)equality also (mis)matches the same
+    digits stored as text; a comparison (``<``...) matches values of ``value``'s type."""
+
+    path: str
+    op: str
+    value: Any
+
+    def query(self) -> Document:
+        field = f"workable.parameters.{self.path}"
+        value = self.value
+        if self.op in ("=", "!=") and _is_number(value):
+            both = [value, format(value, "g") if isinstance(value, float) else str(value)]
+            return {field: {"$in" if self.op == "=" else "$nin": both}}
+        return {field: {OPERATORS[self.op]: value}}
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -33,6 +59,7 @@ class Selection:
     finished_after: dt.datetime | None = None
     created_before: ObjectId | None = None
     not_retried: bool = False
+    arguments: tuple[ArgumentCondition, ...] = ()
 
     def queries(self, now: dt.datetime) -> list[tuple[str, Document]]:
         """Where the selected jobs are, and the filter that finds them there."""
@@ -49,6 +76,8 @@ class Selection:
             narrowed["_id"] = {"$lt": self.created_before}
         if self.not_retried:
             narrowed["recovered_as"] = {"$exists": False}
+        if self.arguments:
+            narrowed["$and"] = [condition.query() for condition in self.arguments]
         return [(where, {**query, **narrowed}) for where, query in _state_queries(self.state, now)]
 
 

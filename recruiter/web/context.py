@@ -19,6 +19,7 @@ from starlette.convertors import StringConvertor, register_url_convertor
 from recruiter.duration import parse_duration
 from recruiter.errors import InvalidFilter, InvalidGroupSettings
 from recruiter.monitoring.listing import JobFilter
+from recruiter.monitoring.where import parse_where
 from recruiter.queue import Queue
 from recruiter.states import STATES
 from recruiter.web import actions, views
@@ -52,6 +53,9 @@ class JobQuery(BaseModel):
     workable: str | None = None
     tag: str | None = None
     finished_within: str | None = Field(None, description="a duration, as 1h")
+    arguments: str | None = Field(
+        None, description='conditions on the arguments, as args.user_id=42 and args.kind="invoice"'
+    )
 
     def to_filter(self) -> JobFilter:
         since = None
@@ -66,6 +70,7 @@ class JobQuery(BaseModel):
             workable=self.workable or None,
             tag=self.tag or None,
             finished_since=since,
+            arguments=parse_where(self.arguments) if self.arguments else (),
         ).validate()
 
     def filter_fields(self) -> dict[str, str]:

@@ -85,6 +85,7 @@ def jobs_page(
         rows=[listing.summary(job, now) for job in found.jobs],
         where=where,
         finished_within=query.finished_within or "",
+        arguments=query.arguments or "",
         next_before=found.next_before,
     )
 
@@ -171,6 +172,7 @@ def bulk_action(request: Request, form: Annotated[BulkForm, Form()]) -> HTMLResp
             changed=form.confirmed == "yes",
             where=where,
             finished_within=form.finished_within or "",
+            arguments=form.arguments or "",
             criteria=views.filter_in_words(form.filter_fields()),
             applies_to=views.one_of(listing.ACTION_STATES[form.action]),
             most=f"{listing.BULK_LIMIT:,}",

@@ -85,7 +85,7 @@ def last_hour(queue: Queue, finished: int, failed: int) -> dict[str, Any]:
     }
 
 
-FILTER_FIELDS = ("state", "group", "workable", "tag", "finished_within")
+FILTER_FIELDS = ("state", "group", "workable", "tag", "finished_within", "arguments")
 
 
 def filter_in_words(fields: Mapping[str, str]) -> list[tuple[str, str]]:
