@@ -1,5 +1,6 @@
 """Jobs as an application schedules them: :class:`JobSpec`, what it waits for
-(:class:`After`), its root (:class:`Root`), and the checks of what it carries.
+(:class:`After`), and the checks of what it carries (what makes a job one of a kind,
+its root, deduplication and debounce: :mod:`recruiter.uniqueness`).
 
 A :class:`JobSpec` is validated when it is built, so that bad input fails at the edge
 with nothing written; a job read back is a :class:`recruiter.job_record.Job`. The
@@ -10,13 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import bson
-from bson import ObjectId, json_util
+from bson import ObjectId
 
 from recruiter.clock import to_millis
 from recruiter.duration import Duration, shown_duration, to_timedelta
@@ -24,6 +24,7 @@ from recruiter.errors import InvalidJob, InvalidParameters, InvalidRetryPolicy
 from recruiter.policies import DoNotDoItAgain, RetriableExceptionFilter
 from recruiter.retry import RetryPolicy
 from recruiter.snooze import check_snooze_limit
+from recruiter.uniqueness import Debounce, Root, dedup_key_of
 
 DEFAULT_GROUP = "generic"
 DEFAULT_METHOD = "execute"
@@ -86,33 +87,6 @@ def _check_keys(workable: str, value: Any, path: str = "") -> None:
     elif isinstance(value, list | tuple):
         for index, item in enumerate(value):
             _check_keys(workable, item, f"{path}[{index}]")
-
-
-def dedup_key_of(workable: str, method: str, key: Mapping[str, Any]) -> str:
-    """The stored form of a job's deduplication info: a digest of its workable, method and
-    key, the same for equal BSON whatever the key order."""
-    canonical = json_util.dumps(
-        {"workable": workable, "method": method, "key": key},
-        sort_keys=True,
-        json_options=json_util.CANONICAL_JSON_OPTIONS,
-    )
-    return hashlib.sha256(canonical.encode()).hexdigest()
-
-
-@dataclass(frozen=True)
-class Root:
-    """A root job's signature and the time it was scheduled: what its leaves carry. A
-    leaf becomes a no-op once a newer root of the same signature has run (see
-    ``docs/guides/deduplication.md``)."""
-
-    signature: str
-    at: dt.datetime
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.signature, str) or not self.signature.strip():
-            raise InvalidJob(f"a root signature is a non-empty string, got {self.signature!r}")
-        if not isinstance(self.at, dt.datetime) or self.at.tzinfo is None:
-            raise InvalidJob(f"a root's time is a timezone-aware datetime, got {self.at!r}")
 
 
 def new_job_fields(job_id: Any, now: dt.datetime) -> dict[str, Any]:
@@ -220,11 +194,13 @@ class JobSpec:
     leaf_of: Root | None = None
     """Set on a leaf job: the root job it was fanned out from."""
     timeout: dt.timedelta | None = None
+    """How long an attempt may run before it is stopped and fails with ``JobTimedOut``."""
     expiry: dt.timedelta | None = None
     """How long after it is due the job may still start (:meth:`expires_in`)."""
     deadline: dt.datetime | None = None
     """When the job may start last (:meth:`expires_at`)."""
-    """How long an attempt may run before it is stopped and fails with ``JobTimedOut``."""
+    debounced: Debounce | None = None
+    """Run once no job of its key was scheduled for a while (:meth:`debounce`)."""
     snooze_limit: int | None = None
     """How many times it may snooze; ``None``: :data:`~recruiter.snooze.SNOOZE_LIMIT`."""
     waits: After | None = None
@@ -266,6 +242,17 @@ class JobSpec:
         self._check_snooze_limit()
         self._check_waits()
         self._check_expiry()
+        self._check_debounce()
+
+    def _check_debounce(self) -> None:
+        if self.debounced is None:
+            return
+        if self.dedup is not None or self.waits is not None:
+            raise InvalidJob("a debounced job cannot also be deduplicated, nor wait for others")
+        if self.scheduled_at is not None or self.delay:
+            raise InvalidJob(
+                "a debounced job runs its window after the last schedule: drop run_at / run_in"
+            )
 
     def _check_expiry(self) -> None:
         if self.expiry is not None and not (
@@ -392,6 +379,17 @@ class JobSpec:
             raise InvalidJob(str(error)) from error
         return dataclasses.replace(self, timeout=delta)
 
+    def debounce(self, key: str, window: Duration) -> JobSpec:
+        """Run once ``window`` passes with no job of this workable, method and ``key``
+        scheduled: one scheduled while this one waits gives it its arguments and pushes
+        its start back a window, and is not stored (its producer gets this one's id).
+        See ``docs/guides/deduplication.md``."""
+        try:
+            delta = to_timedelta(window, name="debounce window")
+        except ValueError as error:
+            raise InvalidJob(str(error)) from error
+        return dataclasses.replace(self, debounced=Debounce(key, delta))
+
     def expires_in(self, expiry: Duration) -> JobSpec:
         """Never start the job later than ``expiry`` after it is due (its ``run_at`` or
         ``run_in``, its scheduling when neither): past it, it is archived as
@@ -462,6 +460,8 @@ class JobSpec:
             document["timeout_ms"] = self.timeout // dt.timedelta(milliseconds=1)
         if self.snooze_limit is not None:
             document["snooze_limit"] = self.snooze_limit
+        if self.debounced is not None:
+            document.update(self.debounced.fields(self.workable, self.method, now))
         document.update(self._expiry_fields(document["scheduled_at"]))
         if self.root_signature is not None:
             document["root"] = {"signature": self.root_signature, "at": to_millis(now)}

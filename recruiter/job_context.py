@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from recruiter.errors import NotInAJob
-from recruiter.job import Root
 from recruiter.progress import Progress, reporting_to, stop_reporting
 from recruiter.snooze import SNOOZE_LIMIT
+from recruiter.uniqueness import Root
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,10 @@ from typing import Any
 from bson import ObjectId
 
 from recruiter.errors import InvalidJob, ResultNotKept
-from recruiter.job import DEFAULT_GROUP, DEFAULT_METHOD, Root
+from recruiter.job import DEFAULT_GROUP, DEFAULT_METHOD
 from recruiter.progress import JobProgress
 from recruiter.snooze import SNOOZE_LIMIT, check_snooze_limit
+from recruiter.uniqueness import Root
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,8 @@ class Job:
     timeout: dt.timedelta | None
     expires_at: dt.datetime | None
     """The latest the job may start (``None``: no deadline)."""
+    debounce: Mapping[str, Any] | None
+    """A debounced job's key, window, and how many later schedules it absorbed."""
     cancel_requested_at: dt.datetime | None
     """When a cancellation was asked for while the job was handed out or running."""
     last_execution: Mapping[str, Any] | None
@@ -159,6 +162,7 @@ class Job:
             is_leaf=_is_leaf(document.get("root")),
             timeout=_timeout(document.get("timeout_ms")),
             expires_at=reader.moment("expires_at", required=False),
+            debounce=reader.mapping("debounce", required=False) or None,
             cancel_requested_at=reader.moment("cancel_requested_at", required=False),
             last_execution=reader.mapping("last_execution", required=False) or None,
             history=tuple(h for h in reader.array("history") if isinstance(h, Mapping)),

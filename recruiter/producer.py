@@ -74,9 +74,10 @@ def workflow_steps(workflow: Any) -> tuple[list[str], list[JobSpec], list[Object
         raise InvalidJob(f"expected a Workflow, got {workflow!r}")
     names, specs = workflow.specs()
     for name in workflow.waited_for_within():
-        if specs[list(names).index(name)].dedup is not None:
+        step = specs[list(names).index(name)]
+        if step.dedup is not None or step.debounced is not None:
             raise InvalidJob(
-                f"step {name!r} is waited for and deduplicated: a duplicate would "
+                f"step {name!r} is waited for and deduplicated or debounced: it could "
                 "join a queued job that nothing waits for"
             )
     return list(names), specs, list(names.values())
@@ -143,6 +144,8 @@ def scheduler_declaration(
             "a repeatable job cannot be deduplicated, a root or a leaf: use "
             "unique=True to skip an occurrence while the last one is queued or running"
         )
+    if job.debounced is not None:
+        raise InvalidJob("a repeatable job runs at its schedule's occurrences: drop debounce")
     if job.scheduled_at is not None or job.delay:
         raise InvalidJob(
             "a repeatable job runs at its schedule's occurrences: drop run_at / run_in"

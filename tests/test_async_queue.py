@@ -591,6 +591,17 @@ def test_progress_left_early_leaves_no_task_pending(
     on_async(body)
 
 
+def test_a_debounced_job_is_updated_from_the_event_loop(on_async: OnAsync) -> None:
+    async def body(queue: AsyncQueue) -> None:
+        first = await queue.schedule(add(1, 1).debounce("sum", "30s"))
+        again = await queue.schedule(add(2, 2).debounce("sum", "30s"))
+        assert again == first
+        job = await queue.job(first)
+        assert dict(job.parameters) == {"a": 2, "b": 2}
+
+    on_async(body)
+
+
 def test_groups_schedulers_and_run_now_from_the_event_loop(
     clock: FrozenClock, on_async: OnAsync
 ) -> None:

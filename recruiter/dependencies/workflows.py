@@ -165,10 +165,11 @@ def check_batch(jobs: Sequence[Any], callbacks: Sequence[Any]) -> list[JobSpec]:
         if not isinstance(spec, JobSpec):
             raise InvalidJob(f"expected a JobSpec (from workable.job(...)), got {spec!r}")
     for spec in members:
-        if spec.dedup is not None or spec.root_signature is not None or spec.leaf_of is not None:
+        one_of_a_kind = spec.dedup, spec.debounced, spec.root_signature, spec.leaf_of
+        if any(option is not None for option in one_of_a_kind):
             raise InvalidJob(
-                "a batch's jobs cannot be deduplicated, roots or leaves: a duplicate would "
-                "join a queued job outside the batch"
+                "a batch's jobs cannot be deduplicated, debounced, roots or leaves: a "
+                "duplicate would join a queued job outside the batch"
             )
     for spec in callbacks:
         if spec is not None and spec.waits is not None:

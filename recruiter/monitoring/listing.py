@@ -13,6 +13,7 @@ from typing import Any
 
 from bson import ObjectId
 
+from recruiter.duration import shown_duration
 from recruiter.errors import InvalidFilter, InvalidJob
 from recruiter.groups import GroupSettings
 from recruiter.job_record import Job, state_of
@@ -67,6 +68,30 @@ def waits_in_words(job: Job) -> list[str]:
     if job.cancelled_because:
         lines.append(f"cancelled: {job.cancelled_because}")
     return lines
+
+
+def debounce_in_words(job: Job) -> str | None:
+    """A debounced job's key, window and what it absorbed; ``None`` for another job.
+
+    >>> from recruiter import JobSpec
+    >>> from bson import ObjectId
+    >>> now = dt.datetime(2026, 11, 26, 10, tzinfo=dt.UTC)
+    >>> spec = JobSpec("accounts.refresh").debounce("account-42", "30s")
+    >>> debounce_in_words(Job.from_document(spec.to_document(ObjectId(), now)))
+    "key 'account-42', window 30s: no later schedule absorbed"
+    """
+    if job.debounce is None:
+        return None
+    key, window_ms = job.debounce.get("key"), job.debounce.get("window_ms")
+    window = shown_duration(
+        dt.timedelta(milliseconds=window_ms if isinstance(window_ms, int) else 0)
+    )
+    absorbed = job.debounce.get("absorbed")
+    said = f"key {key!r}, window {window}: "
+    if not isinstance(absorbed, int) or absorbed < 1:
+        return said + "no later schedule absorbed"
+    last = moment_text(job.debounce.get("last_at"))
+    return said + f"absorbed {counted(absorbed, 'later schedule')}, the last at {last}"
 
 
 def snoozes_in_words(job: Job) -> str | None:

@@ -19,7 +19,7 @@ from typing import Any
 import bson
 
 from recruiter.attempts.calling import kept_result, returned_before_stop, storable
-from recruiter.job import TRACE_LIMIT, Root
+from recruiter.job import TRACE_LIMIT
 from recruiter.job_context import RetryStatistics, running_as
 from recruiter.monitoring.logs import Level, setup_logging
 from recruiter.pools.memory import resident_memory
@@ -28,6 +28,7 @@ from recruiter.pools.stopping import STOPS, Entrance, Running, Stopped
 from recruiter.progress import Progress
 from recruiter.retry import Failure
 from recruiter.snooze import SNOOZE_LIMIT, Snooze, past_limit
+from recruiter.uniqueness import Root
 from recruiter.workable import Registry, Workable, WorkableHooks
 
 logger = logging.getLogger(__name__)

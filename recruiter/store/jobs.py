@@ -195,11 +195,15 @@ def insert_jobs(documents: Sequence[Document], *, session: Any = None) -> Steps[
         refused = [pending[i] for i in (yield from _insert_unless_queued(batch))]
         if not refused:
             return ids
-        keys = {documents[p]["queued_key"] for p in refused}
-        queued = yield from call(queued_by_key, keys)
+        keys = {documents[p]["queued_key"] for p in refused if "debounce" not in documents[p]}
+        queued = (yield from call(queued_by_key, keys)) if keys else {}
         pending = []
         for position in refused:
-            held_by = queued.get(documents[position]["queued_key"])
+            document = documents[position]
+            if "debounce" in document:
+                held_by = yield from call(debounce_into_queued, document)
+            else:
+                held_by = queued.get(document["queued_key"])
             if held_by is None:  # the queued one was locked meanwhile: its key is free
                 pending.append(position)
             else:
@@ -221,6 +225,8 @@ def _insert_in_transaction(documents: Sequence[Document], session: Any) -> Steps
     for position, document in enumerate(documents):
         key = document.get("queued_key")
         if key is not None and key in queued:
+            if "debounce" in document:  # (read in this transaction: it is still queued)
+                yield from call(debounce_into_queued, document, session=session)
             ids[position] = queued[key]
             continue
         if key is not None:
@@ -287,6 +293,28 @@ def job_exists(job_id: Any, *, session: Any = None) -> Steps[bool]:
         if found is not None:
             return True
     return False
+
+
+def debounce_into_queued(document: Document, *, session: Any = None) -> Steps[Any]:
+    """Give the queued job holding the debounced ``document``'s key its arguments, and
+    push its start (and deadline) back to ``document``'s, never forward; that job's id, or
+    ``None`` if none is queued with the key any more (it was handed out meanwhile)."""
+    queued = {"queued_key": document["queued_key"], "locked": False, "why": {"$exists": False}}
+    later = {"scheduled_at": document["scheduled_at"]}
+    if "expires_at" in document:
+        later["expires_at"] = document["expires_at"]
+    update = {
+        "$set": {
+            "workable.parameters": document["workable"]["parameters"],
+            "debounce.last_at": document["created_at"],
+        },
+        "$max": later,
+        "$inc": {"debounce.absorbed": 1},
+    }
+    found = yield from send(
+        SCHEDULED, "find_one_and_update", queued, update, {"_id": 1}, session=session
+    )
+    return None if found is None else found["_id"]
 
 
 def queued_by_key(keys: set[str], *, session: Any = None) -> Steps[dict[str, Any]]:
