@@ -525,6 +525,36 @@ def test_a_pause_without_the_form_s_token_is_refused(queue: Queue) -> None:
     assert queue.paused_groups() == {}
 
 
+def test_a_batch_s_page_shows_where_it_stands_its_callbacks_and_its_members(
+    queue: Queue, registry: Registry
+) -> None:
+    @registry.workable("web.part")
+    def part(n: int) -> None:
+        if n == 2:
+            raise ValueError("part 2 broke")
+
+    batch = queue.batch(
+        [JobSpec("web.part", {"n": n}) for n in range(3)],
+        on_complete=JobSpec("web.ok"),
+    )
+    other = queue.schedule(JobSpec("web.part", {"n": 9}))
+    drain(queue, registry)
+    browser = client(queue)
+    page = browser.get(f"/batches/{batch.id}").text
+    assert '<td class="n" id="members">3</td>' in page
+    assert '<td class="n" id="ended-otherwise">1</td>' in page
+    assert page.count('<tr data-job="') == 3
+    assert str(other) not in page
+    assert f'href="/jobs/{batch.on_complete}"' in page
+    detail = browser.get(f"/api/batches/{batch.id}").json()
+    assert (detail["done"], detail["ended_otherwise"]) == (2, 1)
+    assert [c["rule"] for c in detail["callbacks"]] == ["on complete"]
+    member = browser.get(f"/jobs/{batch.jobs[0]}").text
+    assert f'<a id="batch" href="/batches/{batch.id}">' in member
+    assert browser.get("/batches/6b03f363855e6b03f363855e").status_code == 404
+    assert browser.get("/api/batches/not-an-id").status_code == 404
+
+
 def test_a_request_for_another_host_name_is_refused(queue: Queue) -> None:
     """DNS rebinding: a page on evil.example, its name re-pointed at 127.0.0.1, reads the
     dashboard as its own origin (same host name, same port): every job's arguments and

@@ -264,6 +264,15 @@ def test_pause_and_resume_a_group(dashboard: Dashboard, page: Any) -> None:
     assert dashboard.queue.paused_groups() == {}
 
 
+def test_from_a_member_to_its_batch(dashboard: Dashboard, page: Any) -> None:
+    batch = dashboard.queue.batch([resize.job(width) for width in (320, 640)])
+    page.goto(f"{dashboard.url}/jobs/{batch.jobs[0]}")
+    page.click("#batch")
+    page.wait_for_selector("#members")
+    assert page.inner_text("#members") == "2"
+    assert page.locator("#jobs tbody tr").count() == 2
+
+
 def test_a_count_changes_live(dashboard: Dashboard, page: Any) -> None:
     dashboard.queue.schedule(resize.job(1).in_group("live"))
     page.goto(dashboard.url)

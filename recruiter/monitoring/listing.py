@@ -142,6 +142,8 @@ class JobFilter:
     """Only jobs that finished this long ago at most."""
     arguments: tuple[ArgumentCondition, ...] = ()
     """Only jobs whose arguments meet every condition (:mod:`recruiter.monitoring.where`)."""
+    batch: Any = None
+    """Only the members of this batch."""
 
     def validate(self) -> JobFilter:
         if self.finished_since is not None and self.state in UNFINISHED:
@@ -169,6 +171,7 @@ class JobFilter:
             before,
             not_retried,
             self.arguments,
+            self.batch,
         )
 
 

@@ -60,6 +60,8 @@ class Selection:
     created_before: ObjectId | None = None
     not_retried: bool = False
     arguments: tuple[ArgumentCondition, ...] = ()
+    batch: Any = None
+    """Only the members of this batch (not its callbacks)."""
 
     def queries(self, now: dt.datetime) -> list[tuple[str, Document]]:
         """Where the selected jobs are, and the filter that finds them there."""
@@ -76,6 +78,8 @@ class Selection:
             narrowed["_id"] = {"$lt": self.created_before}
         if self.not_retried:
             narrowed["recovered_as"] = {"$exists": False}
+        if self.batch is not None:
+            narrowed["batch"] = self.batch
         if self.arguments:
             narrowed["$and"] = [condition.query() for condition in self.arguments]
         return [(where, {**query, **narrowed}) for where, query in _state_queries(self.state, now)]

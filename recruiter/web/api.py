@@ -76,6 +76,12 @@ def api_workers(request: Request) -> Response:
     return as_json(listing.worker_rows(queue_of(request)))
 
 
+@router.get("/batches/{batch_id}", tags=["read"])
+def api_batch(request: Request, batch_id: str) -> Response:
+    """A batch: its members by how they ended, its callbacks, its newest members."""
+    return as_json(views.batch_detail(queue_of(request), batch_id))
+
+
 @router.get("/groups", tags=["read"])
 def api_groups(request: Request) -> Response:
     """Every group with jobs or settings: its limits now, its jobs as counted ``age_s`` ago."""

@@ -96,6 +96,12 @@ def job_page(request: Request, job_id: str) -> HTMLResponse:
     return _page(request, "job", job=views.job_detail(queue_of(request), job_id))
 
 
+@router.get("/batches/{batch_id}", response_class=HTMLResponse)
+@router.get("/fragments/batches/{batch_id}", response_class=HTMLResponse)
+def batch_page(request: Request, batch_id: str) -> HTMLResponse:
+    return _page(request, "batch", batch=views.batch_detail(queue_of(request), batch_id))
+
+
 @router.get("/workers", response_class=HTMLResponse)
 @router.get("/fragments/workers", response_class=HTMLResponse)
 def workers_page(request: Request) -> HTMLResponse:

@@ -224,6 +224,32 @@ def job_detail(queue: Queue, job_id: str) -> dict[str, Any]:
     }
 
 
+def batch_detail(queue: Queue, batch_id: str) -> dict[str, Any]:
+    """A batch: where it stands, its callbacks, and its newest members (``BatchNotFound``
+    if no job of it is stored)."""
+    status = queue.batch_status(batch_id)
+    now = queue.clock.now()
+    members = listing.list_jobs(queue, listing.JobFilter(batch=status.id), listing.PAGE)
+    callbacks = [
+        {"rule": rule, "id": str(job_id), "state": state}
+        for rule, job_id, state in (
+            ("on success", status.on_success, status.on_success_state),
+            ("on complete", status.on_complete, status.on_complete_state),
+        )
+        if job_id is not None
+    ]
+    return {
+        "id": str(status.id),
+        "members": status.members,
+        "unfinished": status.unfinished,
+        "done": status.done,
+        "ended_otherwise": status.ended_otherwise,
+        "callbacks": callbacks,
+        "rows": [listing.summary(job, now) for job in members.jobs],
+        "more": members.next_before is not None,
+    }
+
+
 def result_of(job: Job) -> dict[str, Any]:
     """A done job's result, or why it was not kept."""
     if job.why != "done":
