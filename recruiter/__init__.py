@@ -48,7 +48,6 @@ if TYPE_CHECKING:
     from recruiter.errors import WriteRejected as WriteRejected
     from recruiter.groups import GroupSettings as GroupSettings
     from recruiter.groups import Rate as Rate
-    from recruiter.job import After as After
     from recruiter.job import JobSpec as JobSpec
     from recruiter.job_context import RetryStatistics as RetryStatistics
     from recruiter.job_context import job_session as job_session
@@ -81,6 +80,7 @@ if TYPE_CHECKING:
     from recruiter.snooze import Snooze as Snooze
     from recruiter.snooze import SnoozeLimitReached as SnoozeLimitReached
     from recruiter.uniqueness import Root as Root
+    from recruiter.waits import After as After
     from recruiter.workable import FunctionWorkable as FunctionWorkable
     from recruiter.workable import Registry as Registry
     from recruiter.workable import Workable as Workable
@@ -119,7 +119,7 @@ PUBLIC: dict[str, tuple[str, ...]] = {
         "WriteRejected",
     ),
     "recruiter.groups": ("GroupSettings", "Rate"),
-    "recruiter.job": ("After", "JobSpec"),
+    "recruiter.job": ("JobSpec",),
     "recruiter.job_context": (
         "RetryStatistics",
         "job_session",
@@ -152,6 +152,7 @@ PUBLIC: dict[str, tuple[str, ...]] = {
     ),
     "recruiter.snooze": ("SNOOZE_LIMIT", "Snooze", "SnoozeLimitReached"),
     "recruiter.uniqueness": ("Root",),
+    "recruiter.waits": ("After",),
     "recruiter.dependencies.workflows": ("Batch", "BatchStatus", "Workflow"),
     "recruiter.workable": ("FunctionWorkable", "Registry", "Workable"),
 }

@@ -24,7 +24,8 @@ from recruiter.errors import InvalidJob, InvalidParameters, InvalidRetryPolicy
 from recruiter.policies import DoNotDoItAgain, RetriableExceptionFilter
 from recruiter.retry import RetryPolicy
 from recruiter.snooze import check_snooze_limit
-from recruiter.uniqueness import Debounce, Root, dedup_key_of
+from recruiter.uniqueness import DEFAULT_UNIQUE_STATES, Debounce, Root, Unique, dedup_key_of
+from recruiter.waits import After
 
 DEFAULT_GROUP = "generic"
 DEFAULT_METHOD = "execute"
@@ -36,15 +37,11 @@ TRACE_LIMIT = 8192
 """Characters of a traceback kept per attempt."""
 PRIORITY_RANGE = range(-1000, 1001)
 """Priorities a job may have; higher runs first within its group, 0 by default."""
-MOST_DEPENDENCIES = 1000
-"""The most jobs one job may wait for (a batch counts as one: wait for a batch instead)."""
 PARAMETERS_LIMIT = 12 * 1024 * 1024
 """The most bytes of BSON a job's parameters may take: a MongoDB document holds at most
 16 MiB, and a job keeps its history and result beside them."""
 DOCUMENT_LIMIT = 16 * 1024 * 1024
 """MongoDB's largest document (its ``maxBsonObjectSize``)."""
-RULES = ("done", "ended")
-"""When a job waiting for others runs: once they are all done, or have all ended."""
 
 
 def check_bson(workable: str, parameters: Any) -> dict[str, Any]:
@@ -110,60 +107,6 @@ def _check_tags(tags: tuple[Any, ...]) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class After:
-    """What a job waits for before it is ready: jobs (by id), or a batch, and its rule.
-
-    ``rule="done"``: it runs once they are all done (a duplicate or superseded job counts
-    as done), and is cancelled as soon as one ends otherwise; ``rule="ended"``: once they
-    have all ended. ``results``: a parameter that receives their results, in order.
-    """
-
-    jobs: tuple[Any, ...] = ()
-    rule: str = "done"
-    results: str | None = None
-    batch: ObjectId | None = None
-
-    def __post_init__(self) -> None:
-        if self.rule not in RULES:
-            raise InvalidJob(
-                f"rule must be one of {', '.join(map(repr, RULES))}, got {self.rule!r}"
-            )
-        if self.results is not None and (
-            not isinstance(self.results, str) or not self.results.isidentifier()
-        ):
-            raise InvalidJob(f"results names a parameter, got {self.results!r}")
-        if self.batch is None and not self.jobs:
-            raise InvalidJob("after() needs at least one job to wait for")
-        if len(self.jobs) > MOST_DEPENDENCIES:
-            raise InvalidJob(
-                f"a job may wait for at most {MOST_DEPENDENCIES} jobs, got {len(self.jobs)}: "
-                "make them a batch (queue.batch) and wait for it"
-            )
-        for job_id in self.jobs:
-            if not isinstance(job_id, ObjectId | str) or (isinstance(job_id, str) and not job_id):
-                raise InvalidJob(f"after() takes job ids, got {job_id!r}")
-        unique = tuple(dict.fromkeys(as_object_id(job_id) for job_id in self.jobs))
-        object.__setattr__(self, "jobs", unique)
-
-    def to_document(self) -> dict[str, Any]:
-        document: dict[str, Any] = {"rule": self.rule}
-        if self.batch is not None:
-            document["batch"] = self.batch
-        else:
-            document["jobs"] = list(self.jobs)
-        if self.results is not None:
-            document["results"] = self.results
-        return document
-
-
-def as_object_id(job_id: ObjectId | str) -> ObjectId | str:
-    """An ObjectId from its hex form; other ids are returned as given."""
-    if isinstance(job_id, str) and ObjectId.is_valid(job_id):
-        return ObjectId(job_id)
-    return job_id
-
-
-@dataclass(frozen=True)
 class JobSpec:
     """A job to schedule: which workable, with which parameters, where, when, how retried.
 
@@ -201,6 +144,8 @@ class JobSpec:
     """When the job may start last (:meth:`expires_at`)."""
     debounced: Debounce | None = None
     """Run once no job of its key was scheduled for a while (:meth:`debounce`)."""
+    unique_for: Unique | None = None
+    """At most one of its key per period (:meth:`unique`)."""
     snooze_limit: int | None = None
     """How many times it may snooze; ``None``: :data:`~recruiter.snooze.SNOOZE_LIMIT`."""
     waits: After | None = None
@@ -245,6 +190,10 @@ class JobSpec:
         self._check_debounce()
 
     def _check_debounce(self) -> None:
+        if self.unique_for is not None and (
+            self.dedup is not None or self.debounced is not None or self.waits is not None
+        ):
+            raise InvalidJob("a unique job cannot also be deduplicated, debounced, nor wait")
         if self.debounced is None:
             return
         if self.dedup is not None or self.waits is not None:
@@ -390,6 +339,19 @@ class JobSpec:
             raise InvalidJob(str(error)) from error
         return dataclasses.replace(self, debounced=Debounce(key, delta))
 
+    def unique(
+        self, key: str, for_: Duration, states: tuple[str, ...] = DEFAULT_UNIQUE_STATES
+    ) -> JobSpec:
+        """Store no other job of this workable, method and ``key`` for ``for_`` after this
+        one is scheduled while this one is in one of ``states`` (``queued``, ``running``,
+        ``done``, ``failed``, ``cancelled``, ``expired``): such a schedule is absorbed,
+        and its producer gets this job's id. See ``docs/guides/deduplication.md``."""
+        try:
+            period = to_timedelta(for_, name="unique period")
+        except ValueError as error:
+            raise InvalidJob(str(error)) from error
+        return dataclasses.replace(self, unique_for=Unique(key, period, tuple(states)))
+
     def expires_in(self, expiry: Duration) -> JobSpec:
         """Never start the job later than ``expiry`` after it is due (its ``run_at`` or
         ``run_in``, its scheduling when neither): past it, it is archived as
@@ -434,6 +396,20 @@ class JobSpec:
             )
         return {"expires_at": self.deadline}
 
+    def _one_of_a_kind(self, document: dict[str, Any], now: dt.datetime) -> None:
+        """Its deduplication, debounce and root (:mod:`recruiter.uniqueness`) in ``document``."""
+        if self.dedup is not None:
+            key = dedup_key_of(self.workable, self.method, self.dedup)
+            document["dedup_key"] = key
+            document["queued_key"] = key  # unique while queued; removed when first locked
+        if self.debounced is not None:
+            document.update(self.debounced.fields(self.workable, self.method, now))
+        if self.root_signature is not None:
+            document["root"] = {"signature": self.root_signature, "at": to_millis(now)}
+        elif self.leaf_of is not None:
+            root = {"signature": self.leaf_of.signature, "at": to_millis(self.leaf_of.at)}
+            document["root"] = {**root, "leaf": True}
+
     def to_document(self, job_id: ObjectId, now: dt.datetime) -> dict[str, Any]:
         """The document inserted into ``scheduled``."""
         document: dict[str, Any] = {
@@ -452,22 +428,15 @@ class JobSpec:
             document["tags"] = list(self.tags)
         if self.urn is not None:
             document["urn"] = self.urn
-        if self.dedup is not None:
-            key = dedup_key_of(self.workable, self.method, self.dedup)
-            document["dedup_key"] = key
-            document["queued_key"] = key  # unique while queued; removed when first locked
         if self.timeout is not None:
             document["timeout_ms"] = self.timeout // dt.timedelta(milliseconds=1)
         if self.snooze_limit is not None:
             document["snooze_limit"] = self.snooze_limit
-        if self.debounced is not None:
-            document.update(self.debounced.fields(self.workable, self.method, now))
+        self._one_of_a_kind(document, now)
         document.update(self._expiry_fields(document["scheduled_at"]))
-        if self.root_signature is not None:
-            document["root"] = {"signature": self.root_signature, "at": to_millis(now)}
-        elif self.leaf_of is not None:
-            root = {"signature": self.leaf_of.signature, "at": to_millis(self.leaf_of.at)}
-            document["root"] = {**root, "leaf": True}
+        if self.unique_for is not None:
+            due = document.pop("scheduled_at")
+            document.update(self.unique_for.fields(self.workable, self.method, due, now))
         if self.waits is not None:
             # no scheduled_at while it waits: no round can find it (it is not ready)
             waits = self.waits

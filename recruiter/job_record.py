@@ -54,6 +54,10 @@ class Job:
     """The latest the job may start (``None``: no deadline)."""
     debounce: Mapping[str, Any] | None
     """A debounced job's key, window, and how many later schedules it absorbed."""
+    unique: Mapping[str, Any] | None
+    """A unique job's key, period end, states, and how many schedules it absorbed."""
+    unique_hold: bool
+    """Stored, not yet released: its key is being reserved (:mod:`recruiter.store.unique`)."""
     cancel_requested_at: dt.datetime | None
     """When a cancellation was asked for while the job was handed out or running."""
     last_execution: Mapping[str, Any] | None
@@ -163,6 +167,8 @@ class Job:
             timeout=_timeout(document.get("timeout_ms")),
             expires_at=reader.moment("expires_at", required=False),
             debounce=reader.mapping("debounce", required=False) or None,
+            unique=reader.mapping("unique", required=False) or None,
+            unique_hold=document.get("unique_hold") is True,
             cancel_requested_at=reader.moment("cancel_requested_at", required=False),
             last_execution=reader.mapping("last_execution", required=False) or None,
             history=tuple(h for h in reader.array("history") if isinstance(h, Mapping)),
@@ -188,7 +194,7 @@ def state_of(job: Job, now: dt.datetime) -> str:
         return job.why
     if job.locked:
         return "running" if job.lock_started_at else "handed out"
-    if job.blocked:
+    if job.blocked or job.unique_hold:
         return "blocked"
     if job.scheduled_at is not None and job.scheduled_at > now:
         return "postponed"

@@ -15,7 +15,7 @@ from recruiter.dependencies.workflows import Batch, BatchStatus, Workflow
 from recruiter.duration import Duration, to_timedelta
 from recruiter.errors import InvalidGroupSettings, InvalidJob, InvalidSchedule, RecruiterError
 from recruiter.groups import GroupSettings, Rate
-from recruiter.job import After, JobSpec, check_group
+from recruiter.job import JobSpec, check_group
 from recruiter.job_record import Job, state_of
 from recruiter.repeating.occurrences import job_template
 from recruiter.repeating.timing import (
@@ -30,6 +30,7 @@ from recruiter.repeating.timing import (
 from recruiter.states import SUCCEEDED
 from recruiter.store import schedulers
 from recruiter.store.steps import Steps, call
+from recruiter.waits import After
 
 Document = dict[str, Any]
 
@@ -75,10 +76,10 @@ def workflow_steps(workflow: Any) -> tuple[list[str], list[JobSpec], list[Object
     names, specs = workflow.specs()
     for name in workflow.waited_for_within():
         step = specs[list(names).index(name)]
-        if step.dedup is not None or step.debounced is not None:
+        if step.dedup is not None or step.debounced is not None or step.unique_for is not None:
             raise InvalidJob(
-                f"step {name!r} is waited for and deduplicated or debounced: it could "
-                "join a queued job that nothing waits for"
+                f"step {name!r} is waited for and deduplicated, debounced or unique: it "
+                "could join a queued job that nothing waits for"
             )
     return list(names), specs, list(names.values())
 
@@ -144,8 +145,11 @@ def scheduler_declaration(
             "a repeatable job cannot be deduplicated, a root or a leaf: use "
             "unique=True to skip an occurrence while the last one is queued or running"
         )
-    if job.debounced is not None:
-        raise InvalidJob("a repeatable job runs at its schedule's occurrences: drop debounce")
+    if job.debounced is not None or job.unique_for is not None:
+        raise InvalidJob(
+            "a repeatable job runs at its schedule's occurrences: drop debounce and unique "
+            "(unique=True skips an occurrence while the last one is queued or running)"
+        )
     if job.scheduled_at is not None or job.delay:
         raise InvalidJob(
             "a repeatable job runs at its schedule's occurrences: drop run_at / run_in"

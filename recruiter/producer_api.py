@@ -21,7 +21,7 @@ from recruiter.dependencies.workflows import Batch, BatchStatus, Workflow, check
 from recruiter.duration import Duration
 from recruiter.errors import BatchNotFound, JobNotFound, SchedulerNotFound
 from recruiter.groups import GroupSettings, Rate
-from recruiter.job import JobSpec, as_object_id
+from recruiter.job import JobSpec
 from recruiter.job_record import Job
 from recruiter.progress import JobProgress
 from recruiter.repeating.timing import DEFAULT_MISSED, Missed, Schedule
@@ -30,6 +30,7 @@ from recruiter.schema_check import Recheck
 from recruiter.store import SchedulerRecord, Store, blocked, groups, jobs, schedulers, schema
 from recruiter.store import server as database_server
 from recruiter.store.steps import Steps, call
+from recruiter.waits import as_object_id
 
 if TYPE_CHECKING:
     from recruiter.store.async_store import AsyncStore

@@ -13,7 +13,7 @@ from recruiter.dependencies.engine import settle_stored
 from recruiter.errors import DatabaseUnavailable, InvalidJob
 from recruiter.loop import Backoff
 from recruiter.monitoring.tracing import current_context
-from recruiter.store import blocked, jobs
+from recruiter.store import blocked, jobs, unique
 from recruiter.store.steps import Steps, call, sleep
 
 SCHEDULE_PATIENCE = 10.0
@@ -26,6 +26,11 @@ def new_jobs(clock: Clock, documents: list[dict[str, Any]], session: Any) -> Ste
     """Store new jobs' documents (in the transaction ``session``, if given): the blocked
     ones after the rest, each after what it waits for; then note what they wait for that
     has ended already. Return their ids (a deduplicated job's: the queued duplicate's)."""
+    if session is not None and any("unique" in document for document in documents):
+        raise InvalidJob(
+            "a unique job is scheduled outside a transaction: its key's reservation "
+            "would abort the transaction when another job holds it"
+        )
     scheduled_in = current_context()
     if scheduled_in is not None:
         for document in documents:
@@ -48,6 +53,11 @@ def new_jobs(clock: Clock, documents: list[dict[str, Any]], session: Any) -> Ste
         clock, waited=outside, plain=plain, blocked_ones=blocked_ones, session=session
     )
     stored = dict(zip([d["_id"] for d in plain], ids, strict=True))
+    for document in plain:
+        if document.get("unique_hold") is True:  # stored held: reserve its key, or drop it
+            stored[document["_id"]] = yield from _retry_while_unavailable(
+                clock, unique.settle, document
+            )
     # a batch's members are stored before its callbacks, in another command: one that ended
     # in between told no callback (in a transaction, none is seen before the commit)
     batches = [] if session is not None else [d["after"].get("batch") for d in blocked_ones]
@@ -83,7 +93,7 @@ def _insert(
 
 
 def _retry_while_unavailable(
-    clock: Clock, verb: Callable[[list[Any]], Steps[T]], documents: list[Any]
+    clock: Clock, verb: Callable[[Any], Steps[T]], documents: Any
 ) -> Steps[T]:
     """The store's ``verb`` of ``documents``, tried again while the database does not
     answer, for up to :data:`SCHEDULE_PATIENCE` seconds (the same ids: nothing twice)."""

@@ -1,6 +1,6 @@
 """What makes a job one of a kind: its deduplication key (:func:`dedup_key_of`), the root
-it is or is a leaf of (:class:`Root`), and its debounce (:class:`Debounce`). See
-``docs/guides/deduplication.md``."""
+it is or is a leaf of (:class:`Root`), its debounce (:class:`Debounce`) and its
+uniqueness over a period (:class:`Unique`). See ``docs/guides/deduplication.md``."""
 
 from __future__ import annotations
 
@@ -78,4 +78,57 @@ class Debounce:
             "scheduled_at": to_millis(now + self.window),
             "queued_key": f"debounce:{digest}",
             "debounce": {"key": self.key, "window_ms": window_ms, "absorbed": 0},
+        }
+
+
+UNIQUE_STATES = ("queued", "running", "done", "failed", "cancelled", "expired")
+"""What a unique job's holder may be doing for a new one to be absorbed: waiting (ready,
+postponed, blocked), handed out or running, or finished done, failed for good,
+cancelled or expired."""
+DEFAULT_UNIQUE_STATES = ("queued", "running", "done")
+
+
+@dataclass(frozen=True)
+class Unique:
+    """At most one job of the same workable, method and ``key`` scheduled per ``period``
+    while the one scheduled holds one of ``states`` (:meth:`recruiter.JobSpec.unique`)."""
+
+    key: str
+    period: dt.timedelta
+    states: tuple[str, ...] = DEFAULT_UNIQUE_STATES
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.key, str) or not self.key.strip():
+            raise InvalidJob(f"a unique key is a non-empty string, got {self.key!r}")
+        if len(self.key) > DEBOUNCE_KEY_LIMIT:
+            raise InvalidJob(f"a unique key is at most {DEBOUNCE_KEY_LIMIT} characters")
+        if not isinstance(self.period, dt.timedelta) or not (
+            dt.timedelta(milliseconds=1) <= self.period <= LONGEST_WINDOW
+        ):
+            raise InvalidJob(
+                f"a unique period is from 1ms to 366d, got {shown_duration(self.period)}"
+            )
+        states = tuple(dict.fromkeys(self.states)) if not isinstance(self.states, str) else ()
+        unknown = [s for s in states if s not in UNIQUE_STATES]
+        if not states or unknown:
+            raise InvalidJob(
+                f"unique states are some of {', '.join(UNIQUE_STATES)}, got {self.states!r}"
+            )
+        object.__setattr__(self, "states", states)
+
+    def fields(
+        self, workable: str, method: str, due: dt.datetime, now: dt.datetime
+    ) -> dict[str, Any]:
+        """A unique job's fields as it is first stored: held (no ``scheduled_at``: no round
+        sees it) until its key is reserved for it, then due at ``due``."""
+        digest = dedup_key_of(workable, method, {"unique": self.key})
+        return {
+            "unique": {
+                "key": self.key,
+                "reservation": f"unique:{digest}",
+                "until": to_millis(now + self.period),
+                "states": list(self.states),
+                "due": due,
+            },
+            "unique_hold": True,
         }

@@ -153,9 +153,12 @@ def _optional_fields(job: Job, now: dt.datetime) -> list[tuple[str, str]]:
     snoozed = listing.snoozes_in_words(job)
     if snoozed is not None:
         rows.append(("snoozed", snoozed))
-    debounced = listing.debounce_in_words(job)
-    if debounced is not None:
-        rows.append(("debounced", debounced))
+    for name, said in (
+        ("debounced", listing.debounce_in_words(job)),
+        ("unique", listing.unique_in_words(job)),
+    ):
+        if said is not None:
+            rows.append((name, said))
     if job.batch is not None:
         rows.append(("batch", f"{job.batch} (recruiter jobs batch {job.batch})"))
     rows.extend(("waits for", line) for line in listing.waits_in_words(job))

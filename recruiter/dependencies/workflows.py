@@ -10,7 +10,8 @@ from typing import Any
 from bson import ObjectId
 
 from recruiter.errors import InvalidJob
-from recruiter.job import After, JobSpec
+from recruiter.job import JobSpec
+from recruiter.waits import After
 
 
 @dataclass(frozen=True)
@@ -165,10 +166,16 @@ def check_batch(jobs: Sequence[Any], callbacks: Sequence[Any]) -> list[JobSpec]:
         if not isinstance(spec, JobSpec):
             raise InvalidJob(f"expected a JobSpec (from workable.job(...)), got {spec!r}")
     for spec in members:
-        one_of_a_kind = spec.dedup, spec.debounced, spec.root_signature, spec.leaf_of
+        one_of_a_kind = (
+            spec.dedup,
+            spec.debounced,
+            spec.unique_for,
+            spec.root_signature,
+            spec.leaf_of,
+        )
         if any(option is not None for option in one_of_a_kind):
             raise InvalidJob(
-                "a batch's jobs cannot be deduplicated, debounced, roots or leaves: a "
+                "a batch's jobs cannot be deduplicated, debounced, unique, roots or leaves: a "
                 "duplicate would join a queued job outside the batch"
             )
     for spec in callbacks:

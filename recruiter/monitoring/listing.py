@@ -94,6 +94,20 @@ def debounce_in_words(job: Job) -> str | None:
     return said + f"absorbed {counted(absorbed, 'later schedule')}, the last at {last}"
 
 
+def unique_in_words(job: Job) -> str | None:
+    """A unique job's key, until when, in which states, and what it absorbed; ``None``
+    for another job."""
+    if job.unique is None:
+        return None
+    states = job.unique.get("states")
+    named = ", ".join(map(str, states)) if isinstance(states, list) else "-"
+    said = f"key {job.unique.get('key')!r} until {moment_text(job.unique.get('until'))} ({named})"
+    absorbed = job.unique.get("absorbed")
+    if isinstance(absorbed, int) and absorbed > 0:
+        said += f": absorbed {counted(absorbed, 'later schedule')}"
+    return said + (", not released yet" if job.unique_hold else "")
+
+
 def snoozes_in_words(job: Job) -> str | None:
     """How a job snoozed: ``until … (1 of 100 snoozes)`` while snoozing, ``2 of 100 snoozes``
     after, ``None`` if it never did.

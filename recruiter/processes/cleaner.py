@@ -17,6 +17,7 @@ from recruiter.maintenance.blocked_sweep import BlockedSweep
 from recruiter.maintenance.dead_workers import DEFAULT_CONSIDERED_DEAD_AFTER, DeadWorkerTakeBack
 from recruiter.maintenance.expiry import ExpiredJobs
 from recruiter.maintenance.purger import DEFAULT_CLEAN_AFTER, Purger
+from recruiter.maintenance.unique_holds import HeldUniqueJobs
 from recruiter.monitoring.tracing import process_span
 from recruiter.store import ARCHIVE_BATCH, EXPIRE_BATCH, PURGE_BATCH, Store
 
@@ -57,7 +58,7 @@ class CleanResult:
     archived_moves: int = 0
     purged: int = 0
     settled: int = 0
-    """Waiting jobs the sweep made ready or cancelled."""
+    """Waiting jobs the sweep made ready or cancelled, and unique jobs left held."""
     expired: int = 0
     """Jobs not handed out by their deadline, finished as expired."""
 
@@ -93,6 +94,7 @@ class Cleaner:
         self.purger = Purger(store, self.config.clean_after)
         self.sweep = BlockedSweep(store)
         self.expiry = ExpiredJobs(store, listeners)
+        self.held = HeldUniqueJobs(store)
 
     def became_leader(self) -> None:
         """Watch for a full timeout before declaring any worker dead."""
@@ -106,13 +108,14 @@ class Cleaner:
                 moved = self.archiver.run_once(now)
                 purged = self.purger.run_once(now)
                 swept = self.sweep.run_once(now)
+                held = self.held.run_once(now)
                 expired = self.expiry.run_once(now)
                 result = CleanResult(
                     taken.dead_workers,
                     taken.released,
                     moved.moved,
                     purged.purged,
-                    swept.settled,
+                    swept.settled + held,
                     expired.expired,
                 )
                 note("dead_workers", result.dead_workers)

@@ -24,7 +24,6 @@ from pymongo.errors import PyMongoError
 
 from recruiter.clock import DatabaseClock, SystemClock
 from recruiter.errors import ChangeStreamsUnavailable
-from recruiter.job import as_object_id
 from recruiter.store import roster
 from recruiter.store.analytics import ReadyCount
 from recruiter.store.attempts import End, LockRecord, Starting, Statement
@@ -56,6 +55,7 @@ from recruiter.store.steps import Steps, drive
 from recruiter.store.verbs import SyncVerbs
 from recruiter.store.watch import ChangeFeed, RosterChange, WatchVerbs, WorkChange
 from recruiter.store.workables import UnservedWorkable, digest_of
+from recruiter.waits import as_object_id
 
 T = TypeVar("T")
 P = ParamSpec("P")

@@ -13,11 +13,11 @@ from bson import ObjectId
 from pymongo.errors import BulkWriteError, OperationFailure
 
 from recruiter.errors import RecruiterError
-from recruiter.job import as_object_id
 from recruiter.job_record import Job
 from recruiter.store.base import ARCHIVED, ONE_REPLY, SCHEDULED, Document, aware
 from recruiter.store.ready import DUE_ORDER, READY_ORDER, ready_query
 from recruiter.store.steps import Steps, aggregate, call, find, find_one, send
+from recruiter.waits import as_object_id
 
 DUPLICATE_KEY = 11000
 ARCHIVE_BATCH = 500

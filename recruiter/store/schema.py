@@ -51,6 +51,12 @@ INDEXES: Mapping[str, tuple[IndexModel, ...]] = {
         IndexModel([("batch", ASCENDING), ("why", ASCENDING)], name="batch", sparse=True),
         # deduplication: one queued job per key (the key is removed at the first lock)
         IndexModel([("queued_key", ASCENDING)], name="queued_key", unique=True, sparse=True),
+        # unique jobs stored held, not yet released (the cleaner's pass over those left)
+        IndexModel([("unique_hold", ASCENDING)], name="unique_hold", sparse=True),
+    ),
+    "unique": (
+        # a unique key's reservation is forgotten once its period is over
+        IndexModel([("until", ASCENDING)], name="forget", expireAfterSeconds=0),
     ),
     "dedup": (
         IndexModel(

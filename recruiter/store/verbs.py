@@ -22,6 +22,7 @@ from recruiter.store import (
     schema,
     selection,
     server,
+    unique,
     workables,
 )
 from recruiter.store.steps import Steps
@@ -73,6 +74,8 @@ class StepVerbs:
     progress_of = Verb(progress.progress_of)
     cancel_if_waiting = Verb(jobs.cancel_if_waiting)
     expired_job_ids = Verb(jobs.expired_job_ids)
+    settle_unique = Verb(unique.settle)
+    held_unique_jobs = Verb(unique.held_jobs)
     expire = Verb(jobs.expire)
     request_cancel_if_locked = Verb(jobs.request_cancel_if_locked)
     cancel = Verb(jobs.cancel)

@@ -216,6 +216,7 @@ def job_detail(queue: Queue, job_id: str) -> dict[str, Any]:
         "snoozed_until": job.snoozed_until,
         "snoozed": listing.snoozes_in_words(job),
         "debounced": listing.debounce_in_words(job),
+        "unique": listing.unique_in_words(job),
         "waits": listing.waits_in_words(job),
         "progress": None if job.progress is None else job.progress.document(),
         "progress_text": None if job.progress is None else progress_text(job.progress, now),

@@ -1,0 +1,104 @@
+"""Unique jobs (:meth:`recruiter.JobSpec.unique`): a job of a key is stored *held* (no
+``scheduled_at``: no round sees it), then the key is reserved for it in ``unique``
+(``{_id: reservation, job, until, at}``, one document per key), then it is released
+(due); if another job holds the key in one of the states the new one names, the new
+one is deleted and its producer gets the holder's id. Every write states its
+precondition, so two producers never both store a job of a key, and a crash between two
+steps leaves a held job that the leading cleaner finishes (:func:`held_jobs`)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from pymongo.errors import DuplicateKeyError
+
+from recruiter.errors import RecruiterError
+from recruiter.job_record import Job, state_of
+from recruiter.retry import FAILED
+from recruiter.states import SUCCEEDED
+from recruiter.store.base import ARCHIVED, SCHEDULED, Document, aware
+from recruiter.store.steps import Steps, call, find, send
+
+UNIQUE = "unique"
+CLAIM_TRIES = 5
+HELD_GRACE = dt.timedelta(seconds=60)
+"""How long a job may stay held before the cleaner finishes its producer's steps."""
+_WORDS = {"handed out": "running", "running": "running", "cancelled": "cancelled"}
+_WORDS |= {"expired": "expired", **dict.fromkeys(SUCCEEDED, "done")}
+_WORDS |= dict.fromkeys(map(str, FAILED), "failed")
+
+
+def unique_state(job_id: Any, now: dt.datetime) -> Steps[str | None]:
+    """What the job ``job_id`` is doing, as unique jobs name it (``None``: no such job)."""
+    for collection in (SCHEDULED, ARCHIVED):
+        document = yield from send(collection, "find_one", {"_id": job_id})
+        if document is not None:
+            if document.get("unique_hold") is True:
+                return "queued"
+            return _WORDS.get(state_of(Job.from_document(document), now), "queued")
+    return None
+
+
+def claim(document: Document) -> Steps[Any]:
+    """Reserve the held job ``document``'s key for it: ``None`` once it holds it (release
+    it), else the id of the job that holds it in one of ``document``'s states."""
+    unique, job_id, now = document["unique"], document["_id"], document["created_at"]
+    key, until, states = unique["reservation"], unique["until"], unique["states"]
+    for _ in range(CLAIM_TRIES):
+        try:
+            yield from send(UNIQUE, "insert_one", {"_id": key, "job": job_id, "until": until})
+            return None
+        except DuplicateKeyError:
+            pass
+        held = yield from send(UNIQUE, "find_one", {"_id": key})
+        if held is None:
+            continue  # (gone meanwhile: try the insert again)
+        if held.get("job") == job_id:
+            return None  # (a try whose reply was lost)
+        held_until = held.get("until")
+        alive = isinstance(held_until, dt.datetime) and aware(held_until) > now
+        if alive and (yield from unique_state(held.get("job"), now)) in states:
+            return held.get("job")
+        same = {"_id": key, "job": held.get("job"), "until": held_until}
+        taken = yield from send(
+            UNIQUE, "update_one", same, {"$set": {"job": job_id, "until": until}}
+        )
+        if taken.modified_count == 1:
+            return None
+    raise RecruiterError(f"the unique key {unique['key']!r} kept changing hands: try again")
+
+
+def release(job_id: Any, due: dt.datetime) -> Steps[bool]:
+    """Make the held job due at ``due``: the key is reserved for it."""
+    held = {"_id": job_id, "unique_hold": True}
+    result = yield from send(
+        SCHEDULED,
+        "update_one",
+        held,
+        {"$set": {"scheduled_at": due}, "$unset": {"unique_hold": ""}},
+    )
+    return bool(result.modified_count == 1)
+
+
+def absorb(job_id: Any, holder: Any) -> Steps[None]:
+    """Delete the held job ``job_id`` (its key is another's) and count it on ``holder``."""
+    yield from send(SCHEDULED, "delete_one", {"_id": job_id, "unique_hold": True})
+    yield from send(SCHEDULED, "update_one", {"_id": holder}, {"$inc": {"unique.absorbed": 1}})
+
+
+def settle(document: Document) -> Steps[Any]:
+    """Finish storing the held unique job ``document``: released if its key is reserved
+    for it, else deleted; the id its producer gets (its own, or the holder's)."""
+    holder = yield from call(claim, document)
+    if holder is None:
+        yield from call(release, document["_id"], document["unique"]["due"])
+        return document["_id"]
+    yield from call(absorb, document["_id"], holder)
+    return holder
+
+
+def held_jobs(before: dt.datetime, most: int = 100) -> Steps[list[Document]]:
+    """Jobs held since before ``before``: their producers stopped between two steps."""
+    query = {"unique_hold": True, "created_at": {"$lt": before}}
+    return (yield from find(SCHEDULED, query, limit=most))
