@@ -1,6 +1,7 @@
 """The leaders' maintenance services, one duty each, with ``run_once(now)`` returning
 counts: the recruiter's :mod:`.repeatable_jobs` and :mod:`.unheld_locks`; the cleaner's
-:mod:`.dead_workers`, :mod:`.archiver`, :mod:`.purger` and :mod:`.blocked_sweep`."""
+:mod:`.dead_workers`, :mod:`.archiver`, :mod:`.purger`, :mod:`.blocked_sweep`,
+:mod:`.expiry` and :mod:`.unique_holds`."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import datetime as dt
 
 
 class DuePass:
-    """A recruiter's service, due at first, after :meth:`look_now`, and from its ``next_at``."""
+    """A leader's service, due at first, after :meth:`look_now`, and from its ``next_at``."""
 
     next_at: dt.datetime | None = None
 

@@ -13,9 +13,14 @@ from dataclasses import dataclass
 from recruiter.dependencies.engine import Ended, follow_up
 from recruiter.errors import DatabaseError
 from recruiter.events import JOB_EXPIRED, JobEvent, Listeners
-from recruiter.store import Store
+from recruiter.maintenance import DuePass
+from recruiter.store import EXPIRE_BATCH, Store
 
 logger = logging.getLogger(__name__)
+
+EXPIRY_EVERY = dt.timedelta(seconds=5)
+"""How often the leading cleaner looks for jobs past their deadline (and at its first
+round, and at once again while a pass finds a full batch)."""
 
 
 @dataclass(frozen=True)
@@ -23,13 +28,17 @@ class ExpiryResult:
     expired: int = 0
 
 
-class ExpiredJobs:
+class ExpiredJobs(DuePass):
     def __init__(self, store: Store, listeners: Listeners | None = None) -> None:
         self.store = store
         self.listeners = listeners
 
     def run_once(self, now: dt.datetime) -> ExpiryResult:
+        """Expire what is past its deadline, if due (:data:`EXPIRY_EVERY`)."""
+        if not self.due(now):
+            return ExpiryResult()
         expired = self.store.expire(self.store.expired_job_ids(now), now)
+        self.next_at = now if len(expired) >= EXPIRE_BATCH else now + EXPIRY_EVERY
         if not expired:
             return ExpiryResult()
         logger.info("cleaner: %d jobs not started by their deadline: expired", len(expired))

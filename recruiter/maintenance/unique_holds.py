@@ -8,18 +8,25 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
+from recruiter.maintenance import DuePass
 from recruiter.store import Store
 from recruiter.store.unique import HELD_GRACE
 
 logger = logging.getLogger(__name__)
 
+HELD_EVERY = dt.timedelta(seconds=30)
+"""How often the leading cleaner looks for unique jobs left held (and at its first round)."""
 
-class HeldUniqueJobs:
+
+class HeldUniqueJobs(DuePass):
     def __init__(self, store: Store) -> None:
         self.store = store
 
     def run_once(self, now: dt.datetime) -> int:
-        """Finish storing the jobs held longer than :data:`HELD_GRACE`; how many."""
+        """Finish storing the jobs held longer than :data:`HELD_GRACE`, if due; how many."""
+        if not self.due(now):
+            return 0
+        self.next_at = now + HELD_EVERY
         settled = 0
         for document in self.store.held_unique_jobs(now - HELD_GRACE):
             try:

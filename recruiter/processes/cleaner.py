@@ -97,8 +97,11 @@ class Cleaner:
         self.held = HeldUniqueJobs(store)
 
     def became_leader(self) -> None:
-        """Watch for a full timeout before declaring any worker dead."""
+        """Watch for a full timeout before declaring any worker dead; look for expired
+        and held jobs at the first round."""
         self.take_back.lost_sight()
+        self.expiry.look_now()
+        self.held.look_now()
 
     def run_once(self, now: dt.datetime) -> CleanResult:
         """One round: dead workers, interrupted moves, the purge, the sweep, expired jobs."""
