@@ -28,8 +28,8 @@ def new_jobs(clock: Clock, documents: list[dict[str, Any]], session: Any) -> Ste
     has ended already. Return their ids (a deduplicated job's: the queued duplicate's)."""
     if session is not None and any("unique" in document for document in documents):
         raise InvalidJob(
-            "a unique job is scheduled outside a transaction: its key's reservation "
-            "would abort the transaction when another job holds it"
+            "a unique job cannot be scheduled in the application's transaction: its "
+            "key's reservation would abort the transaction when another job holds it"
         )
     scheduled_in = current_context()
     if scheduled_in is not None:

@@ -144,6 +144,33 @@ def test_a_producer_that_stopped_after_its_reservation_is_released_by_the_cleane
     assert (job.unique_hold, job.scheduled_at is not None) == (False, True), "released"
 
 
+def test_a_held_job_others_were_absorbed_into_is_released_though_its_key_passed_on(
+    queue: Queue, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its producer stopped after the reservation; a schedule was absorbed into it (its
+    producer told its id); the period passed and a new job took the key. The cleaner
+    must not delete a job whose id it told another producer: it releases it."""
+
+    def stops(job_id: Any, due: dt.datetime) -> Any:
+        raise KeyboardInterrupt
+
+    instead(monkeypatch, queue.store, unique.release, stops)
+    with pytest.raises(KeyboardInterrupt):
+        queue.schedule(report(42).unique("report:42", "10s"))
+    monkeypatch.undo()
+    (document,) = queue.store.scheduled.find()
+    held = document["_id"]
+    assert queue.schedule(report(42).unique("report:42", "10s")) == held
+    clock.advance(10)
+    newer = queue.schedule(report(42).unique("report:42", "10s"))
+    assert newer != held, "the period passed: the key is the new job's"
+    clock.advance(HELD_GRACE.total_seconds())
+    assert HeldUniqueJobs(queue.store).run_once(clock.now()) == 1
+    job = queue.job(held)
+    assert (job.unique_hold, job.scheduled_at is not None) == (False, True), "released"
+    assert queue.job(newer).scheduled_at is not None
+
+
 @pytest.mark.parametrize(
     ("build", "message"),
     [

@@ -4,7 +4,9 @@
 (due); if another job holds the key in one of the states the new one names, the new
 one is deleted and its producer gets the holder's id. Every write states its
 precondition, so two producers never both store a job of a key, and a crash between two
-steps leaves a held job that the leading cleaner finishes (:func:`held_jobs`)."""
+steps leaves a held job that the leading cleaner finishes (:func:`held_jobs`). A held job
+whose id a producer was told (it absorbed a schedule) is never deleted: released, even
+if its key passed on meanwhile."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from recruiter.job_record import Job, state_of
 from recruiter.retry import FAILED
 from recruiter.states import SUCCEEDED
 from recruiter.store.base import ARCHIVED, SCHEDULED, Document, aware
+from recruiter.store.jobs import job_exists
 from recruiter.store.steps import Steps, call, find, send
 
 UNIQUE = "unique"
@@ -81,21 +84,36 @@ def release(job_id: Any, due: dt.datetime) -> Steps[bool]:
     return bool(result.modified_count == 1)
 
 
-def absorb(job_id: Any, holder: Any) -> Steps[None]:
-    """Delete the held job ``job_id`` (its key is another's) and count it on ``holder``."""
-    yield from send(SCHEDULED, "delete_one", {"_id": job_id, "unique_hold": True})
-    yield from send(SCHEDULED, "update_one", {"_id": holder}, {"$inc": {"unique.absorbed": 1}})
+def absorb(job_id: Any, holder: Any) -> Steps[str]:
+    """Count the held job ``job_id``'s schedule on ``holder``, then delete it: ``absorbed``;
+    ``holder gone`` if no such holder is stored any more (claim again); ``wanted`` if the
+    held job was not deleted because schedules were absorbed into it meanwhile (its key
+    was its own before: the cleaner's pass, after its producer stopped), so it must run.
+    The count comes first: a holder counted is never deleted by this same step."""
+    counted = yield from send(
+        SCHEDULED, "update_one", {"_id": holder}, {"$inc": {"unique.absorbed": 1}}
+    )
+    if counted.matched_count == 0 and not (yield from call(job_exists, holder)):
+        return "holder gone"
+    untold = {"_id": job_id, "unique_hold": True, "unique.absorbed": {"$in": [None, 0]}}
+    deleted = yield from send(SCHEDULED, "delete_one", untold)
+    return "absorbed" if deleted.deleted_count == 1 else "wanted"
 
 
 def settle(document: Document) -> Steps[Any]:
     """Finish storing the held unique job ``document``: released if its key is reserved
-    for it, else deleted; the id its producer gets (its own, or the holder's)."""
-    holder = yield from call(claim, document)
-    if holder is None:
-        yield from call(release, document["_id"], document["unique"]["due"])
-        return document["_id"]
-    yield from call(absorb, document["_id"], holder)
-    return holder
+    for it (or schedules were absorbed into it), else deleted; the id its producer gets
+    (its own, or the holder's)."""
+    job_id, due = document["_id"], document["unique"]["due"]
+    for _ in range(CLAIM_TRIES):
+        holder = yield from call(claim, document)
+        said = "wanted" if holder is None else (yield from call(absorb, job_id, holder))
+        if said == "wanted":
+            yield from call(release, job_id, due)
+            return job_id
+        if said == "absorbed":
+            return holder
+    raise RecruiterError(f"the holder of unique key {document['unique']['key']!r} kept vanishing")
 
 
 def held_jobs(before: dt.datetime, most: int = 100) -> Steps[list[Document]]:
