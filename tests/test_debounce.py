@@ -193,3 +193,25 @@ def test_a_debounced_job_is_neither_repeated_nor_in_a_batch(queue: Queue) -> Non
     with pytest.raises(InvalidJob, match="cannot be deduplicated, debounced"):
         queue.batch([spec])
     assert queue.store.count_jobs("scheduled") == 0
+
+
+@pytest.mark.real_server
+def test_in_an_application_s_transaction_the_last_arguments_win_too(shop: Queue) -> None:
+    queued = shop.schedule(refresh(42, "before").debounce("account-42", "30s"))
+    client = shop.store.database.client
+    with client.start_session() as session, session.start_transaction():
+        ids = shop.schedule_many(
+            [
+                refresh(42, "first").debounce("account-42", "30s"),
+                refresh(7, "a").debounce("account-7", "30s"),
+                refresh(7, "b").debounce("account-7", "30s"),
+            ],
+            session=session,
+        )
+    assert ids[0] == queued
+    assert ids[1] == ids[2] != queued
+    assert shop.job(queued).parameters["note"] == "first"
+    job = shop.job(ids[1])
+    assert job.parameters["note"] == "b"
+    assert job.debounce is not None
+    assert job.debounce["absorbed"] == 1

@@ -221,20 +221,35 @@ def _insert_in_transaction(documents: Sequence[Document], session: Any) -> Steps
     ids = [document["_id"] for document in documents]
     keys = {document["queued_key"] for document in documents if "queued_key" in document}
     queued = (yield from call(queued_by_key, keys, session=session)) if keys else {}
-    new: list[Document] = []
+    new: dict[Any, Document] = {}
     for position, document in enumerate(documents):
         key = document.get("queued_key")
         if key is not None and key in queued:
-            if "debounce" in document:  # (read in this transaction: it is still queued)
-                yield from call(debounce_into_queued, document, session=session)
-            ids[position] = queued[key]
-            continue
+            held_by = queued[key]
+            if "debounce" in document and held_by in new:  # (one of this batch: it joins)
+                _debounce_into(new[held_by], document)
+            elif "debounce" in document:
+                held_by = yield from call(debounce_into_queued, document, session=session)
+            if held_by is not None:
+                ids[position] = held_by
+                continue
         if key is not None:
             queued[key] = document["_id"]  # a duplicate later in this batch joins it
-        new.append(document)
+        new[document["_id"]] = document
     if new:
-        yield from send(SCHEDULED, "insert_many", new, session=session)
+        yield from send(SCHEDULED, "insert_many", list(new.values()), session=session)
     return ids
+
+
+def _debounce_into(queued: Document, later: Document) -> None:
+    """What :func:`debounce_into_queued` writes, to a document not stored yet."""
+    queued["workable"] = {**queued["workable"], "parameters": later["workable"]["parameters"]}
+    for name in ("scheduled_at", "expires_at"):
+        if name in later:
+            queued[name] = max(queued.get(name, later[name]), later[name])
+    counts = queued["debounce"]
+    queued["debounce"] = {**counts, "absorbed": counts.get("absorbed", 0) + 1}
+    queued["debounce"]["last_at"] = later["created_at"]
 
 
 def insert_in_order(documents: Sequence[Document], *, session: Any = None) -> Steps[None]:
