@@ -40,7 +40,12 @@ from tests.factories import Unclosed
 def cli(monkeypatch: pytest.MonkeyPatch, clock: FrozenClock) -> Queue:
     """Every operator command reads this mongomock queue."""
     queue = Unclosed(mongomock.MongoClient(tz_aware=True).shop, clock)
-    for name in ("recruiter.cli.views", "recruiter.cli.jobs", "recruiter.cli.job_actions"):
+    for name in (
+        "recruiter.cli.views",
+        "recruiter.cli.schedulers",
+        "recruiter.cli.jobs",
+        "recruiter.cli.job_actions",
+    ):
         module = importlib.import_module(name)  # the package's `jobs` is the typer app
         monkeypatch.setattr(module, "open_queue", lambda uri, database: queue)
     return queue

@@ -4,6 +4,7 @@ creates, one per occurrence, whatever crashes in between, and pausing and resumi
 from __future__ import annotations
 
 import datetime as dt
+import importlib
 import json
 import logging
 from typing import Any
@@ -23,7 +24,7 @@ from recruiter import (
     Queue,
     RetryManyTimes,
 )
-from recruiter.cli import app, views
+from recruiter.cli import app
 from recruiter.processes.recruiter import Recruiter
 from recruiter.repeating.occurrences import (
     MISSED_GRACE,
@@ -37,6 +38,7 @@ from recruiter.testing import drain
 from tests.driving import application
 from tests.interleaving import after
 
+scheduler_commands = importlib.import_module("recruiter.cli.schedulers")  # (not its Typer)
 MINUTE = dt.timedelta(minutes=1)
 JAN_1 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
@@ -582,7 +584,7 @@ def test_schedulers_list_shows_each_scheduler_s_catch_up_rule(
     queue.repeat("nightly", report, "0 2 * * *")
     queue.repeat("tick", report, Every("1m"), missed="all")
     monkeypatch.setattr(queue, "close", lambda: None)  # the in-memory database stays
-    monkeypatch.setattr(views, "open_queue", lambda uri, database: queue)
+    monkeypatch.setattr(scheduler_commands, "open_queue", lambda uri, database: queue)
     listed = CliRunner().invoke(app, ["schedulers", "list", "--json"])
     assert listed.exit_code == 0, listed.output
     rules = [(s["urn"], s["missed"]) for s in json.loads(listed.output)]
@@ -708,11 +710,11 @@ def test_a_resume_that_meets_a_new_schedule_resumes_on_the_new_one(
 def test_the_cli_pauses_lists_and_resumes(
     queue: Queue, report: JobSpec, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from recruiter.cli import views
+
     from tests.factories import Unclosed
 
     kept = Unclosed(queue.store.database, queue.clock)
-    monkeypatch.setattr(views, "open_queue", lambda uri, database: kept)
+    monkeypatch.setattr(scheduler_commands, "open_queue", lambda uri, database: kept)
     kept.repeat("report", report, Every("1m"))
     runner = CliRunner()
     assert "paused" in runner.invoke(app, ["schedulers", "pause", "report"]).output

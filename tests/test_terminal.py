@@ -61,6 +61,7 @@ def hostile_world(
     queue = Unclosed(mongomock.MongoClient(tz_aware=True).shop, clock)
     for name in (
         "recruiter.cli.views",
+        "recruiter.cli.schedulers",
         "recruiter.cli.jobs",
         "recruiter.cli.job_actions",
         "recruiter.cli.top",

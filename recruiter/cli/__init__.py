@@ -14,10 +14,11 @@ from recruiter.cli.exit_codes import exit_code_of
 from recruiter.cli.groups import groups
 from recruiter.cli.jobs import jobs
 from recruiter.cli.processes import clean, run, worker
+from recruiter.cli.schedulers import schedulers
 from recruiter.cli.terminal import console, errors, styled
 from recruiter.cli.together import demo, up
 from recruiter.cli.top import metrics, top
-from recruiter.cli.views import analytics, schedulers, status, workers
+from recruiter.cli.views import analytics, status, workers
 from recruiter.cli.web import web
 from recruiter.errors import RecruiterError
 from recruiter.monitoring.logs import Level, setup_logging
