@@ -7,9 +7,11 @@ frozen clock, on mongomock and the real server."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import pytest
+from pymongo.errors import DuplicateKeyError
 
 from recruiter import FrozenClock, GroupSettings, Queue, Registry
 from recruiter.errors import InvalidGroupSettings
@@ -17,7 +19,7 @@ from recruiter.processes.feed_cache import FeedInbox
 from recruiter.processes.planning import SETTINGS_REFRESH
 from recruiter.processes.recruiter import Recruiter
 from recruiter.processes.slot import WorkerSlot
-from recruiter.store import Store
+from recruiter.store import ChangeFeed, Store, WorkChange
 from tests.driving import finish_held, workers
 from tests.factories import jobs_in_group
 
@@ -149,3 +151,78 @@ def test_pausing_needs_a_real_group(queue: Queue, group: Any) -> None:
     with pytest.raises(InvalidGroupSettings):
         queue.resume_group(group)
     assert queue.paused_groups() == {}
+
+
+def tell_all(feed: ChangeFeed[WorkChange], news: FeedInbox) -> None:
+    """What the recruiter's watcher does: every change the feed has, told to ``news``."""
+    while (change := feed.next_change()) is not None:
+        news.tell(change.collection, change.worker_id, change.job)
+
+
+@pytest.mark.real_server
+def test_a_pause_in_the_millisecond_of_the_group_s_last_change_reaches_the_recruiter(
+    shop: Queue, clock: FrozenClock
+) -> None:
+    """The feed matches ``updatedFields.changed_at``; a $set to the same value is not
+    an updated field (MongoDB, and SecantusDB alike): the pause is not told."""
+    news = FeedInbox()
+    recruiter = Recruiter(shop.store, news=news)
+    shop.limit_group("mail", concurrency=5)
+    workers(shop.store, 1, clock.now())
+    assert recruiter.run_once(clock.now()).assigned == 0  # (it reads the settings)
+    with shop.store.watch_for_work() as feed:
+        shop.pause_group("mail")  # changed_at: the same millisecond as the limit's
+        jobs_in_group(shop, 1)
+        tell_all(feed, news)
+    assert recruiter.run_once(clock.now()).assigned == 0, "mail is paused"
+
+
+class LosesTheRace:
+    """``groups``, where another writer's first write of the group lands between the
+    server's match of a pause's upsert (no document) and its insert, which the server
+    then refuses (E11000; it retries only an upsert filtering on equalities alone)."""
+
+    def __init__(self, collection: Any, meanwhile: Callable[[], Any]) -> None:
+        self._collection = collection
+        self._meanwhile: Callable[[], Any] | None = meanwhile
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._collection, name)
+
+    def update_one(self, filter: Any, update: Any, *args: Any, **options: Any) -> Any:
+        if options.get("upsert") and "paused_at" in filter and self._meanwhile is not None:
+            meanwhile, self._meanwhile = self._meanwhile, None
+            meanwhile()
+            raise DuplicateKeyError("E11000 duplicate key error, index: _id_", 11000)
+        return self._collection.update_one(filter, update, *args, **options)
+
+
+def test_a_pause_racing_the_group_s_first_limits_is_not_told_paused_already(
+    queue: Queue,
+) -> None:
+    store = queue.store
+    store.groups = LosesTheRace(store.groups, lambda: queue.limit_group("mail", weight=2))  # type: ignore[assignment]
+    paused = queue.pause_group("mail")
+    assert (paused, list(queue.paused_groups())) == (True, ["mail"]), "told 'paused already'"
+
+
+def test_without_a_change_feed_a_pause_holds_within_the_polling_second(
+    queue: Queue, clock: FrozenClock
+) -> None:
+    """``recruiter run`` (--watch, the default) on a server without change streams, or
+    while its feed is lost: nothing is told, it polls; docs/guides/groups.md says it
+    then reads the groups at least every second."""
+    news = FeedInbox()  # (the watcher found no change streams: it never tells)
+    recruiter = Recruiter(queue.store, news=news)
+    workers(queue.store, 1, clock.now())
+    assert recruiter.run_once(clock.now()).assigned == 0
+    queue.pause_group("mail")
+    jobs_in_group(queue, 1)
+    clock.advance(SETTINGS_REFRESH.total_seconds())
+    assert recruiter.run_once(clock.now()).assigned == 0, "mail is paused"
+
+
+def test_a_group_paused_then_resumed_has_no_settings_to_remove(queue: Queue) -> None:
+    assert queue.pause_group("mail")
+    assert queue.resume_group("mail")
+    assert queue.unlimit_group("mail") is False, "'False if it had none'"

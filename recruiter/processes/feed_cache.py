@@ -48,6 +48,8 @@ class FeedInbox:
         self._workers: set[ObjectId | None] = set()
         self._arrivals: list[NewJob] | None = []
         self._lock = threading.Lock()
+        self.following = False
+        """Whether the feed is open now (no change goes untold): set by its watcher."""
 
     def tell(
         self, collection: str, worker_id: ObjectId | None = None, job: NewJob | None = None

@@ -249,6 +249,7 @@ class LeaderFeed:
 
         def gap() -> None:
             if news is not None:
+                news.following = self.following()  # (told as it opens, and as it closes)
                 news.gap()
             self.bell.set()
 
@@ -259,3 +260,5 @@ class LeaderFeed:
         if self.watcher is not None:
             self.watcher.close()
             self.watcher = None
+            if self.config is not None and self.config.news is not None:
+                self.config.news.following = False

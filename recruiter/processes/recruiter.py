@@ -139,6 +139,9 @@ class Recruiter:
 
     def _round(self, now: dt.datetime) -> RoundResult:
         told = self.news.take() if self.news is not None else FeedChanges()
+        # the feed tells of groups' changes only while it is open: else poll them
+        followed = self.news is not None and self.news.following
+        self.planner.settings_refresh = SETTINGS_REFRESH_FOLLOWED if followed else SETTINGS_REFRESH
         changed = told.collections
         if changed & {"groups", GAP}:
             # a group resumed, or its limits raised: jobs the last round left may be ready

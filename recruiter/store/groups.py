@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from bson import ObjectId
 from pymongo.errors import DuplicateKeyError
 
 from recruiter.groups import GroupSettings
@@ -80,6 +81,12 @@ def ready_groups(now: dt.datetime, workables: Sized[str] | None = None) -> Steps
     return sorted(g for g in groups if isinstance(g, str))
 
 
+def changed(now: dt.datetime) -> dict[str, Any]:
+    """What every change but the starts sets: ``change``, new at each write, is what the
+    recruiter's change feed follows (``changed_at`` may be the same millisecond)."""
+    return {"changed_at": now, "change": ObjectId()}
+
+
 def set_group_settings(
     settings: GroupSettings, now: dt.datetime, *, session: Any = None
 ) -> Steps[bool]:
@@ -88,7 +95,7 @@ def set_group_settings(
         "groups",
         "update_one",
         {"_id": settings.group},
-        {"$set": {**settings.to_document(), "changed_at": now}},
+        {"$set": {**settings.to_document(), **changed(now)}},
         upsert=True,
         session=session,
     )
@@ -98,12 +105,12 @@ def set_group_settings(
 def remove_group_settings(group: str, now: dt.datetime, *, session: Any = None) -> Steps[bool]:
     """Forget the group's settings: no limits, weight 1. ``False`` if it had none. A
     paused group's document stays, holding its pause."""
-    not_paused = {"_id": group, "paused_at": {"$exists": False}}
+    had = {"_id": group, "$or": [{name: {"$exists": True}} for name in SETTINGS_FIELDS]}
+    not_paused = {**had, "paused_at": {"$exists": False}}
     result = yield from send("groups", "delete_one", not_paused, session=session)
     if result.deleted_count == 1:
         return True
-    had = {"_id": group, "$or": [{name: {"$exists": True}} for name in SETTINGS_FIELDS]}
-    unset = {"$unset": dict.fromkeys((*SETTINGS_FIELDS, "starts"), ""), "$set": {"changed_at": now}}
+    unset = {"$unset": dict.fromkeys((*SETTINGS_FIELDS, "starts"), ""), "$set": changed(now)}
     result = yield from send("groups", "update_one", had, unset, session=session)
     return bool(result.modified_count == 1)
 
@@ -112,18 +119,26 @@ def pause_group(group: str, now: dt.datetime) -> Steps[bool]:
     """Hand out none of ``group``'s jobs from now; ``False`` if it is paused already.
     An upsert conditional on no pause: one that meets a pause fails on the ``_id``."""
     not_paused = {"_id": group, "paused_at": {"$exists": False}}
-    pause = {"$set": {"paused_at": now, "changed_at": now}}
-    try:
-        yield from send("groups", "update_one", not_paused, pause, upsert=True)
-    except DuplicateKeyError:
-        return False
-    return True
+    pause = {"$set": {"paused_at": now, **changed(now)}}
+    for _ in range(10):
+        try:
+            yield from send("groups", "update_one", not_paused, pause, upsert=True)
+        except DuplicateKeyError:
+            # a document of the group: paused, or written meanwhile by another's upsert
+            result = yield from send("groups", "update_one", not_paused, pause)
+            if result.matched_count == 0:
+                paused = yield from find("groups", {"_id": group, "paused_at": {"$exists": True}})
+                if paused:
+                    return False
+                continue  # (removed meanwhile: upsert again)
+        return True
+    raise AssertionError("the group's document came and went at every try")
 
 
 def resume_group(group: str, now: dt.datetime) -> Steps[bool]:
     """Hand out ``group``'s jobs again; ``False`` if it was not paused."""
     paused = {"_id": group, "paused_at": {"$exists": True}}
-    resume = {"$unset": {"paused_at": ""}, "$set": {"changed_at": now}}
+    resume = {"$unset": {"paused_at": ""}, "$set": changed(now)}
     result = yield from send("groups", "update_one", paused, resume)
     return bool(result.modified_count == 1)
 

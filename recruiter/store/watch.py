@@ -166,6 +166,7 @@ class WatchVerbs:
                 {"ns.coll": "schedulers", f"{updated}.schedule": {"$exists": True}},
                 # a group's settings changed, not its starts (the recruiter's own writes)
                 {"ns.coll": "groups", "operationType": {"$in": ["insert", "delete"]}},
+                {"ns.coll": "groups", f"{updated}.change": {"$exists": True}},
                 {"ns.coll": "groups", f"{updated}.changed_at": {"$exists": True}},
             ]
         }
