@@ -126,7 +126,7 @@ class Executor:
             snooze_limit=job.snooze_limit,
         )
         self.registry.listeners.emit(JOB_STARTED, JobEvent(JOB_STARTED, job))
-        skip = self._skip_reason(job, started_at)
+        skip = self._skip_reason(job, max(started_at, self.clock.now()))
         ran = CodeResult()
         if skip is not None:
             execution = self._skip(job, token, started_at, *skip)
@@ -247,6 +247,9 @@ class Executor:
             cancelled=ran.stopped is JobCancelled,  # a cancelled job is never retried
             snooze=ran.snooze,
         )
+        retry_at, deadline = verdict.retry_at, job.expires_at
+        if retry_at is not None and deadline is not None and retry_at > deadline:
+            verdict = Verdict(Outcome.ARCHIVED, Why.EXPIRED)  # (it could never start again)
         record = self.record(job, started_at, ended_at, verdict.outcome, ran)
         written = self._write(job, token, verdict, record, ended_at)
         if written is None:

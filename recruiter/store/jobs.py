@@ -204,6 +204,9 @@ def insert_jobs(documents: Sequence[Document], *, session: Any = None) -> Steps[
                 held_by = yield from call(debounce_into_queued, document)
             else:
                 held_by = queued.get(document["queued_key"])
+                now = document["created_at"]
+                if held_by is not None and (yield from call(expire_past, held_by, now)):
+                    held_by = None  # (past its deadline: expired, its key free)
             if held_by is None:  # the queued one was locked meanwhile: its key is free
                 pending.append(position)
             else:
@@ -247,6 +250,9 @@ def _debounce_into(queued: Document, later: Document) -> None:
     for name in ("scheduled_at", "expires_at"):
         if name in later:
             queued[name] = max(queued.get(name, later[name]), later[name])
+    if "expires_at" not in later:
+        queued.pop("expires_at", None)
+        queued.pop("expires_in_ms", None)
     counts = queued["debounce"]
     queued["debounce"] = {**counts, "absorbed": counts.get("absorbed", 0) + 1}
     queued["debounce"]["last_at"] = later["created_at"]
@@ -326,6 +332,8 @@ def debounce_into_queued(document: Document, *, session: Any = None) -> Steps[An
         "$max": later,
         "$inc": {"debounce.absorbed": 1},
     }
+    if "expires_at" not in document:  # (the last schedule's terms, as its arguments)
+        update["$unset"] = {"expires_at": "", "expires_in_ms": ""}
     found = yield from send(
         SCHEDULED, "find_one_and_update", queued, update, {"_id": 1}, session=session
     )
@@ -364,6 +372,11 @@ def cancel_if_waiting(job_id: Any, now: dt.datetime, *, session: Any = None) -> 
     return bool(result.modified_count == 1)
 
 
+def expire_past(job_id: Any, now: dt.datetime) -> Steps[bool]:
+    """Expire the queued holder of a key if its deadline passed by ``now``."""
+    return bool((yield from call(expire, [job_id], now)))
+
+
 EXPIRE_BATCH = 500
 """The most jobs one pass of :func:`expire_waiting` finishes."""
 WAITING = [{"scheduled_at": {"$exists": True}}, {"waiting_for": {"$exists": True}}]
@@ -397,6 +410,7 @@ def expire(job_ids: Sequence[Any], now: dt.datetime) -> Steps[list[Job]]:
         },
     )
     expired = {"_id": {"$in": list(job_ids)}, "why": "expired", "archived_at": now}
+    expired["last_execution.outcome"] = {"$ne": "skipped"}  # (not a worker's, meanwhile)
     return [Job.from_document(document) for document in (yield from find(SCHEDULED, expired))]
 
 

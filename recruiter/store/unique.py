@@ -39,6 +39,14 @@ def unique_state(job_id: Any, now: dt.datetime) -> Steps[str | None]:
         if document is not None:
             if document.get("unique_hold") is True:
                 return "queued"
+            expires = document.get("expires_at")
+            if (
+                "why" not in document
+                and not document.get("locked")
+                and isinstance(expires, dt.datetime)
+                and aware(expires) < now
+            ):
+                return "expired"  # (past its deadline: the cleaner's next pass)
             return _WORDS.get(state_of(Job.from_document(document), now), "queued")
     return None
 
