@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from recruiter import Every, FrozenClock, JobSpec, Queue, Registry, Workflow
-from recruiter.errors import InvalidJob
+from recruiter.errors import DatabaseUnavailable, InvalidJob
 from recruiter.maintenance.unique_holds import HeldUniqueJobs
 from recruiter.monitoring import listing
 from recruiter.store import unique
@@ -57,11 +57,11 @@ def test_a_second_schedule_within_the_period_is_absorbed_while_the_first_waits_r
     assert stored(queue) == 2
     job = queue.job(first)
     assert job.unique is not None
-    assert job.unique["absorbed"] == 1, "counted while it was queued (not once archived)"
+    assert job.unique["absorbed"] == 2, "counted while it was queued, and once archived"
     said = listing.unique_in_words(job)
     assert said is not None
     assert said.startswith("key 'report:42' until ")
-    assert said.endswith("(queued, running, done): absorbed 1 later schedule")
+    assert said.endswith("(queued, running, done): absorbed 2 later schedules")
     assert ran.count(42) == 1
 
 
@@ -198,3 +198,99 @@ def test_a_unique_job_is_neither_repeated_nor_in_a_batch_nor_waited_for(queue: Q
     with pytest.raises(InvalidJob, match="deduplicated, debounced or unique"):
         queue.schedule_workflow(flow)
     assert stored(queue) == 0
+
+
+def held_one(queue: Queue, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A unique job whose producer stopped after storing it held (no reservation)."""
+
+    def stops(document: dict[str, Any]) -> Any:
+        raise KeyboardInterrupt
+
+    instead(monkeypatch, queue.store, unique.settle, stops)
+    with pytest.raises(KeyboardInterrupt):
+        queue.schedule(report(42).unique("report:42", "1h"))
+    monkeypatch.undo()
+    (document,) = queue.store.scheduled.find({"unique_hold": True})
+    return document["_id"]
+
+
+def absorbed(queue: Queue, job_id: Any) -> int:
+    job = queue.job(job_id)
+    assert job.unique is not None
+    return int(job.unique.get("absorbed", 0))
+
+
+def test_the_cleaner_absorbing_a_held_job_between_its_producers_claim_and_count(
+    queue: Queue, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The producer's claim finds the key held; before it counts its schedule there, the
+    cleaner (past the grace) counts it and deletes the held job. The producer must get
+    the holder's id, not its deleted job's, and the schedule is counted once."""
+    holder = queue.schedule(report(42).unique("report:42", "1h"))
+    cleaned = before(
+        monkeypatch,
+        queue.store,
+        unique.count_on,
+        lambda: (
+            clock.advance(HELD_GRACE.total_seconds() + 1),
+            HeldUniqueJobs(queue.store).run_once(clock.now()),
+        ),
+    )
+    assert queue.schedule(report(42).unique("report:42", "1h")) == holder
+    assert [settled for _, settled in cleaned] == [1], "the cleaner did settle it meanwhile"
+    assert absorbed(queue, holder) == 1, "counted once"
+    assert stored(queue) == 1
+
+
+def test_a_settle_tried_again_after_its_deletes_reply_was_lost_gives_the_holder(
+    queue: Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    holder = queue.schedule(report(42).unique("report:42", "1h"))
+    lost: list[bool] = []
+    real = queue.store.call
+
+    def deletes_then_loses_the_reply(job_id: Any) -> Any:
+        dropped = real(unique.drop_held, job_id)
+        if not lost:
+            lost.append(True)
+            raise DatabaseUnavailable("the reply was lost")
+        return dropped
+
+    instead(monkeypatch, queue.store, unique.drop_held, deletes_then_loses_the_reply)
+    assert queue.schedule(report(42).unique("report:42", "1h")) == holder
+    assert lost == [True]
+    assert absorbed(queue, holder) == 1, "the second try did not count it again"
+    assert stored(queue) == 1
+
+
+def test_a_held_job_absorbed_by_the_cleaner_after_its_producers_claim_gives_the_holder(
+    queue: Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cleaner's claim found the key held by another job; the producer's claim then
+    took the key over; the cleaner counts the schedule on the job it found and deletes
+    the held job before the producer releases it: the producer gets that job's id."""
+    holder = queue.schedule(report(42).unique("report:42", "1h"))
+    queue.store.database["unique"].delete_many({})  # (the key free for the producer's claim)
+    real = queue.store.call
+
+    def the_cleaner_first(job_id: Any, due: dt.datetime) -> Any:
+        real(unique.count_on, holder, job_id)
+        real(unique.drop_held, job_id)
+        return real(unique.release, job_id, due)
+
+    instead(monkeypatch, queue.store, unique.release, the_cleaner_first)
+    assert queue.schedule(report(42).unique("report:42", "1h")) == holder
+    assert absorbed(queue, holder) == 1
+    assert stored(queue) == 1
+
+
+def test_a_held_job_is_listed_blocked_and_can_be_cancelled(
+    queue: Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    held = held_one(queue, monkeypatch)
+    page = listing.list_jobs(queue, listing.JobFilter(state="blocked"))
+    assert [job.id for job in page.jobs] == [held]
+    assert queue.store.count_unfinished(queue.clock.now())["blocked"] == 1
+    assert queue.cancel(held) == "cancelled"
+    job = queue.job(held)
+    assert (job.why, job.unique_hold) == ("cancelled", False)

@@ -27,6 +27,7 @@ from recruiter.testing import drain
         ("args.amount>=9.5 and args.paid=true", [("amount", ">=", 9.5), ("paid", "=", True)]),
         ("args.a<1 and args.b<=2 and args.c>3", [("a", "<", 1), ("b", "<=", 2), ("c", ">", 3)]),
         ('args.quote="say \\"and\\" twice"', [("quote", "=", 'say "and" twice')]),
+        ("args.a=1 AND args.b=2", [("a", "=", 1), ("b", "=", 2)]),
     ],
 )
 def test_conditions_are_read(text: str, expected: list[tuple[str, str, Any]]) -> None:
@@ -47,6 +48,8 @@ def test_conditions_are_read(text: str, expected: list[tuple[str, str, Any]]) ->
         ("args.a=NaN", "NaN equals nothing"),
         ("args.name=Tom and Jerry", 'quote a value that holds " and "'),
         ("args.a=" + "x" * 1000, "at most 1000 characters"),
+        ("args.a=9223372036854775808", "larger than any stored integer"),
+        ("args.a=-9223372036854775809", "larger than any stored integer"),
     ],
 )
 def test_a_bad_condition_says_what_to_write(text: str, message: str) -> None:
@@ -84,6 +87,7 @@ def test_jobs_are_found_by_their_arguments_queued_and_archived(
         return queue.schedule(JobSpec("tests.bill", arguments))
 
     number = scheduled(user_id=42, amount=10.5, order={"lines": [{"sku": "A-1"}]})
+    precise = scheduled(user_id="1234567.25", amount=2**63 - 1)
     text = scheduled(user_id="42", amount=99)
     other = scheduled(user_id=7, kind="in and out", paid=True)
     none = scheduled(user_id=None)
@@ -92,12 +96,14 @@ def test_jobs_are_found_by_their_arguments_queued_and_archived(
     later = scheduled(user_id=42)  # queued
     assert found(queue, "args.user_id=42") == ids(number, text, later), "the number or its digits"
     assert found(queue, 'args.user_id="42"') == ids(text)
-    assert found(queue, "args.user_id!=42") == ids(other, none)
+    assert found(queue, "args.user_id!=42") == ids(other, none, precise)
     assert found(queue, "args.user_id=null") == ids(none)
-    assert found(queue, "args.amount>10") == ids(number, text)
+    assert found(queue, "args.amount>10") == ids(number, text, precise)
     assert found(queue, "args.amount>=10.5 and args.amount<50") == ids(number)
     assert found(queue, "args.order.lines.0.sku=A-1") == ids(number)
     assert found(queue, 'args.kind="in and out"', "args.paid=true") == ids(other)
     assert found(queue, "args.user_id=42", state="ready") == ids(later)
     assert found(queue, "args.user_id=42", state="done") == ids(number, text)
     assert found(queue, "args.nothing=1") == []
+    assert found(queue, "args.user_id=1234567.25") == ids(precise), "every digit of a float"
+    assert found(queue, "args.amount=9223372036854775807") == ids(precise)

@@ -31,7 +31,9 @@ _CONDITION = re.compile(
     r"\s*args\.(?P<path>[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*)\s*(?P<op>!=|<=|>=|=|<|>)\s*(?P<value>.*?)\s*",
     re.DOTALL,
 )
-_AND = re.compile(r"\s+and\s+")
+_AND = re.compile(r"\s+and\s+", re.IGNORECASE)
+LARGEST_INTEGER = 2**63 - 1
+"""The largest integer a document holds (BSON's 64 bits)."""
 EXAMPLE = 'args.user_id=42, args.kind="invoice" or args.amount>=100'
 
 
@@ -97,6 +99,10 @@ def _condition(text: str) -> ArgumentCondition:
         raise InvalidFilter(
             f"{raw!r}: compare an argument with a number, text, true, false or null; "
             "name a nested one by its path (args.order.id)"
+        )
+    if isinstance(value, int) and not -LARGEST_INTEGER - 1 <= value <= LARGEST_INTEGER:
+        raise InvalidFilter(
+            f"{raw} is larger than any stored integer (64 bits): quote it to compare text"
         )
     if isinstance(value, float) and math.isnan(value):
         raise InvalidFilter("NaN equals nothing: compare with a number")

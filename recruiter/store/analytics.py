@@ -31,7 +31,7 @@ def unfinished_state_queries(now: dt.datetime) -> dict[str, Document]:
     return {
         "ready": ready_query(now),
         "postponed": {"locked": False, "scheduled_at": {"$gt": now}},
-        "blocked": {"waiting_for": {"$exists": True}},
+        "blocked": {"$or": [{"waiting_for": {"$exists": True}}, {"unique_hold": True}]},
         "handed out": {"locked": True, "lock.started_at": {"$exists": False}},
         "running": {"locked": True, "lock.started_at": {"$exists": True}},
     }

@@ -365,7 +365,7 @@ def cancel_if_waiting(job_id: Any, now: dt.datetime, *, session: Any = None) -> 
         {"_id": job_id, "locked": False, "why": {"$exists": False}, "$or": WAITING},
         {
             "$set": {"done": False, "why": "cancelled", "archived_at": now},
-            "$unset": {"scheduled_at": "", "queued_key": "", "waiting_for": ""},
+            "$unset": {"scheduled_at": "", "queued_key": "", "waiting_for": "", "unique_hold": ""},
         },
         session=session,
     )
@@ -379,8 +379,13 @@ def expire_past(job_id: Any, now: dt.datetime) -> Steps[bool]:
 
 EXPIRE_BATCH = 500
 """The most jobs one pass of :func:`expire_waiting` finishes."""
-WAITING = [{"scheduled_at": {"$exists": True}}, {"waiting_for": {"$exists": True}}]
-"""Of the unlocked, unfinished jobs: those queued, or blocked on others."""
+WAITING = [
+    {"scheduled_at": {"$exists": True}},
+    {"waiting_for": {"$exists": True}},
+    {"unique_hold": True},
+]
+"""Of the unlocked, unfinished jobs: those queued, blocked on others, or held until their
+unique key is reserved (:mod:`recruiter.store.unique`)."""
 
 
 def _expired(now: dt.datetime) -> Document:
@@ -406,7 +411,7 @@ def expire(job_ids: Sequence[Any], now: dt.datetime) -> Steps[list[Job]]:
         {**_expired(now), "_id": {"$in": list(job_ids)}},
         {
             "$set": {"done": False, "why": "expired", "archived_at": now},
-            "$unset": {"scheduled_at": "", "queued_key": "", "waiting_for": ""},
+            "$unset": {"scheduled_at": "", "queued_key": "", "waiting_for": "", "unique_hold": ""},
         },
     )
     expired = {"_id": {"$in": list(job_ids)}, "why": "expired", "archived_at": now}

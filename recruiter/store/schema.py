@@ -53,6 +53,8 @@ INDEXES: Mapping[str, tuple[IndexModel, ...]] = {
         IndexModel([("queued_key", ASCENDING)], name="queued_key", unique=True, sparse=True),
         # unique jobs stored held, not yet released (the cleaner's pass over those left)
         IndexModel([("unique_hold", ASCENDING)], name="unique_hold", sparse=True),
+        # the holder a unique job was absorbed into, found after a settle's lost reply
+        IndexModel([("unique.absorbed_ids", ASCENDING)], name="absorbed_ids", sparse=True),
     ),
     "unique": (
         # a unique key's reservation is forgotten once its period is over
@@ -85,6 +87,7 @@ INDEXES: Mapping[str, tuple[IndexModel, ...]] = {
         IndexModel([("why", ASCENDING), ("archived_at", ASCENDING)], name="why_archived_at"),
         IndexModel([("tags", ASCENDING)], name="tags", sparse=True),
         IndexModel([("batch", ASCENDING), ("why", ASCENDING)], name="batch", sparse=True),
+        IndexModel([("unique.absorbed_ids", ASCENDING)], name="absorbed_ids", sparse=True),
         # a listing of one workable's jobs, newest first (not in scheduled: its writes
         # are the hot path)
         IndexModel([("workable.class", ASCENDING), ("_id", ASCENDING)], name="workable"),

@@ -37,7 +37,7 @@ class ArgumentCondition:
         field = f"workable.parameters.{self.path}"
         value = self.value
         if self.op in ("=", "!=") and _is_number(value):
-            both = [value, format(value, "g") if isinstance(value, float) else str(value)]
+            both = [value, str(value)]  # (a float's shortest digits that read back the same)
             return {field: {"$in" if self.op == "=" else "$nin": both}}
         return {field: {OPERATORS[self.op]: value}}
 

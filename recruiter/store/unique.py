@@ -33,7 +33,8 @@ _WORDS |= dict.fromkeys(map(str, FAILED), "failed")
 
 
 def unique_state(job_id: Any, now: dt.datetime) -> Steps[str | None]:
-    """What the job ``job_id`` is doing, as unique jobs name it (``None``: no such job)."""
+    """What the job ``job_id`` is doing, as unique jobs name it (``None``: no such job;
+    ``finished``: for a reason no state names)."""
     for collection in (SCHEDULED, ARCHIVED):
         document = yield from send(collection, "find_one", {"_id": job_id})
         if document is not None:
@@ -47,7 +48,8 @@ def unique_state(job_id: Any, now: dt.datetime) -> Steps[str | None]:
                 and aware(expires) < now
             ):
                 return "expired"  # (past its deadline: the cleaner's next pass)
-            return _WORDS.get(state_of(Job.from_document(document), now), "queued")
+            state = state_of(Job.from_document(document), now)
+            return _WORDS.get(state, "finished" if "why" in document else "queued")
     return None
 
 
@@ -92,35 +94,85 @@ def release(job_id: Any, due: dt.datetime) -> Steps[bool]:
     return bool(result.modified_count == 1)
 
 
-def absorb(job_id: Any, holder: Any) -> Steps[str]:
-    """Count the held job ``job_id``'s schedule on ``holder``, then delete it: ``absorbed``;
-    ``holder gone`` if no such holder is stored any more (claim again); ``wanted`` if the
-    held job was not deleted because schedules were absorbed into it meanwhile (its key
-    was its own before: the cleaner's pass, after its producer stopped), so it must run.
-    The count comes first: a holder counted is never deleted by this same step."""
-    counted = yield from send(
-        SCHEDULED, "update_one", {"_id": holder}, {"$inc": {"unique.absorbed": 1}}
-    )
-    if counted.matched_count == 0 and not (yield from call(job_exists, holder)):
-        return "holder gone"
+ABSORBED_KEPT = 100
+"""How many absorbed jobs' ids a holder keeps, so that a count tried again after a lost
+reply is not counted twice."""
+
+
+def count_on(holder: Any, job_id: Any) -> Steps[bool]:
+    """Count the held job ``job_id``'s schedule on ``holder``, once however often tried;
+    ``False`` if no such holder is stored (claim again). A holder counted is never deleted
+    as a held job (:func:`drop_held`)."""
+    update = {
+        "$inc": {"unique.absorbed": 1},
+        "$push": {"unique.absorbed_ids": {"$each": [job_id], "$slice": -ABSORBED_KEPT}},
+    }
+    for collection in (SCHEDULED, ARCHIVED):
+        new = {"_id": holder, "unique.absorbed_ids": {"$ne": job_id}}
+        counted = yield from send(collection, "update_one", new, update)
+        if counted.matched_count == 1:
+            return True
+        if (yield from send(collection, "find_one", {"_id": holder}, {"_id": 1})) is not None:
+            return True  # (counted by a try whose reply was lost)
+    return False
+
+
+def uncount(holder: Any, job_id: Any) -> Steps[None]:
+    """Take back :func:`count_on`: ``job_id`` was not absorbed after all."""
+    update = {"$inc": {"unique.absorbed": -1}, "$pull": {"unique.absorbed_ids": job_id}}
+    for collection in (SCHEDULED, ARCHIVED):
+        counted = {"_id": holder, "unique.absorbed_ids": job_id}
+        yield from send(collection, "update_one", counted, update)
+
+
+def drop_held(job_id: Any) -> Steps[bool]:
+    """Delete the held job ``job_id`` (its schedule was counted on its key's holder),
+    unless it was released, finished, or had schedules absorbed into it meanwhile (then
+    it must run): whether it was deleted."""
     untold = {"_id": job_id, "unique_hold": True, "unique.absorbed": {"$in": [None, 0]}}
     deleted = yield from send(SCHEDULED, "delete_one", untold)
-    return "absorbed" if deleted.deleted_count == 1 else "wanted"
+    return bool(deleted.deleted_count == 1)
+
+
+def absorbed_by(job_id: Any) -> Steps[Any]:
+    """The job that counted the deleted held job ``job_id``'s schedule."""
+    for collection in (SCHEDULED, ARCHIVED):
+        holder = yield from send(
+            collection, "find_one", {"unique.absorbed_ids": job_id}, {"_id": 1}
+        )
+        if holder is not None:
+            return holder["_id"]
+    raise RecruiterError(
+        f"the unique job {job_id} was settled by the cleaner while its producer stalled, "
+        "and the job that absorbed it is not known: find it by its key "
+        "(recruiter jobs list --where)"
+    )
 
 
 def settle(document: Document) -> Steps[Any]:
     """Finish storing the held unique job ``document``: released if its key is reserved
     for it (or schedules were absorbed into it), else deleted; the id its producer gets
-    (its own, or the holder's)."""
+    (its own, or the holder's). Another settler (the cleaner, or this one's own try whose
+    reply was lost) may have taken a step meanwhile: the job is read again whenever a
+    step changes nothing, and the id given is always of a job stored."""
     job_id, due = document["_id"], document["unique"]["due"]
     for _ in range(CLAIM_TRIES):
         holder = yield from call(claim, document)
-        said = "wanted" if holder is None else (yield from call(absorb, job_id, holder))
-        if said == "wanted":
-            yield from call(release, job_id, due)
-            return job_id
-        if said == "absorbed":
+        if holder is None:
+            if (yield from call(release, job_id, due)):
+                return job_id
+            if (yield from call(job_exists, job_id)):
+                return job_id  # (released, cancelled or expired meanwhile)
+            return (yield from call(absorbed_by, job_id))
+        if not (yield from call(count_on, holder, job_id)):
+            continue  # (the holder went meanwhile: claim again)
+        if (yield from call(drop_held, job_id)):
             return holder
+        if not (yield from call(job_exists, job_id)):
+            return holder  # (deleted by a try whose reply was lost, or the cleaner)
+        yield from call(uncount, holder, job_id)  # it runs: it was not absorbed
+        yield from call(release, job_id, due)
+        return job_id
     raise RecruiterError(f"the holder of unique key {document['unique']['key']!r} kept vanishing")
 
 
