@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from recruiter.dependencies.workflows import Batch as Batch
     from recruiter.dependencies.workflows import BatchStatus as BatchStatus
     from recruiter.dependencies.workflows import Workflow as Workflow
+    from recruiter.encryption import EncryptionError as EncryptionError
+    from recruiter.encryption import KeyRing as KeyRing
+    from recruiter.encryption import new_key as new_key
     from recruiter.errors import BatchNotFound as BatchNotFound
     from recruiter.errors import DatabaseError as DatabaseError
     from recruiter.errors import DatabaseUnavailable as DatabaseUnavailable
@@ -118,6 +121,7 @@ PUBLIC: dict[str, tuple[str, ...]] = {
         "WorkerDied",
         "WriteRejected",
     ),
+    "recruiter.encryption": ("EncryptionError", "KeyRing", "new_key"),
     "recruiter.groups": ("GroupSettings", "Rate"),
     "recruiter.job": ("JobSpec",),
     "recruiter.job_context": (

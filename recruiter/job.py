@@ -20,6 +20,7 @@ from bson import ObjectId
 
 from recruiter.clock import to_millis
 from recruiter.duration import Duration, shown_duration, to_timedelta
+from recruiter.encryption import KeyRing
 from recruiter.errors import InvalidJob, InvalidParameters, InvalidRetryPolicy
 from recruiter.policies import DoNotDoItAgain, RetriableExceptionFilter
 from recruiter.retry import RetryPolicy
@@ -150,6 +151,8 @@ class JobSpec:
     """How many times it may snooze; ``None``: :data:`~recruiter.snooze.SNOOZE_LIMIT`."""
     waits: After | None = None
     """What the job waits for before it is ready (:meth:`after`)."""
+    key_ring: KeyRing | None = field(default=None, compare=False, repr=False)
+    """Stores its parameters sealed under this ring's current key (:meth:`encrypted`)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.workable, str) or not self.workable:
@@ -188,6 +191,19 @@ class JobSpec:
         self._check_waits()
         self._check_expiry()
         self._check_debounce()
+        self._check_encryption()
+
+    def _check_encryption(self) -> None:
+        if self.key_ring is None:
+            return
+        if not isinstance(self.key_ring, KeyRing):
+            raise InvalidJob(f"a job is encrypted with a KeyRing, got {self.key_ring!r}")
+        if self.dedup is not None and self.dedup == self.parameters:
+            raise InvalidJob(
+                "an encrypted job is deduplicated by a key of its own "
+                "(deduplicated(key={...})), not by its arguments, whose digest would be "
+                "stored in clear"
+            )
 
     def _check_debounce(self) -> None:
         if self.unique_for is not None and (
@@ -258,6 +274,11 @@ class JobSpec:
         parameters) is queued, and skip it when it runs if one started after it was
         scheduled and succeeded. See ``docs/guides/deduplication.md``."""
         return dataclasses.replace(self, dedup=self.parameters if key is None else key)
+
+    def encrypted(self, key_ring: KeyRing) -> JobSpec:
+        """Store the parameters sealed under ``key_ring``'s current key, opened only by a
+        worker whose registry holds that key (docs/guides/encryption.md)."""
+        return dataclasses.replace(self, key_ring=key_ring)
 
     def as_root(self, signature: str) -> JobSpec:
         """Make this a root job: when it has run, the leaves of older roots with the same
@@ -424,6 +445,9 @@ class JobSpec:
             "retry_policy": self.retry_policy.to_document(),
             "scheduled_at": self.scheduled_at or to_millis(now + self.delay),
         }
+        if self.key_ring is not None:
+            sealed = self.key_ring.seal(self.parameters, self.workable)
+            document["workable"] |= {"parameters": {}, "encrypted": sealed}
         if self.tags:
             document["tags"] = list(self.tags)
         if self.urn is not None:

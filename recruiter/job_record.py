@@ -29,6 +29,7 @@ class Job:
     group: str
     workable: str
     parameters: Mapping[str, Any]
+    """Its parameters in clear: none of an encrypted job's own (a dependency's results)."""
     method: str
     retry_policy: Mapping[str, Any]
     attempts: int
@@ -58,6 +59,8 @@ class Job:
     """A unique job's key, period end, states, and how many schedules it absorbed."""
     unique_hold: bool
     """Stored, not yet released: its key is being reserved (:mod:`recruiter.store.unique`)."""
+    encrypted: Mapping[str, Any] | None
+    """Its parameters sealed (:mod:`recruiter.encryption`): ``{key, nonce, data}``."""
     cancel_requested_at: dt.datetime | None
     """When a cancellation was asked for while the job was handed out or running."""
     last_execution: Mapping[str, Any] | None
@@ -169,6 +172,7 @@ class Job:
             debounce=reader.mapping("debounce", required=False) or None,
             unique=reader.mapping("unique", required=False) or None,
             unique_hold=document.get("unique_hold") is True,
+            encrypted=_mapping_or_none(workable.get("encrypted")),
             cancel_requested_at=reader.moment("cancel_requested_at", required=False),
             last_execution=reader.mapping("last_execution", required=False) or None,
             history=tuple(h for h in reader.array("history") if isinstance(h, Mapping)),
@@ -185,6 +189,10 @@ class Job:
             snooze_limit=_snooze_limit(document.get("snooze_limit")),
             progress=_progress(lock, reader.mapping("last_execution", required=False)),
         )
+
+
+def _mapping_or_none(value: Any) -> Mapping[str, Any] | None:
+    return value if isinstance(value, Mapping) else None
 
 
 def state_of(job: Job, now: dt.datetime) -> str:

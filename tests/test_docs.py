@@ -33,6 +33,8 @@ BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
         "guides/workflows.md",
         "guides/snooze.md",
         "guides/progress.md",
+        "guides/expiry.md",
+        "guides/encryption.md",
     ],
 )
 def test_the_examples_of_a_page_run(page: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -34,6 +34,7 @@ from recruiter.execution import Execution, Outcome
 from recruiter.pools.child import _Child
 from recruiter.pools.process_pool import JobProcess
 from recruiter.pools.stopping import Running, Watch
+from tests import pool_app
 from tests.driving import execute, last_attempt
 from tests.pool_app import registry as app
 
@@ -60,6 +61,14 @@ def test_a_job_runs_in_the_slots_child_which_is_reused_from_job_to_job(
     assert pids == {child.pid}, "one child, started once"
     assert child.pid != os.getpid()
     assert child.started == 1
+
+
+def test_an_encrypted_jobs_arguments_are_opened_in_the_child(
+    queue: Queue, clock: FrozenClock, watch: Watch, child: JobProcess
+) -> None:
+    execution = run(queue, watch, child, pool_app.secret.job("4242"))
+    assert execution.outcome is Outcome.DONE
+    assert last_attempt(queue, execution.job_id)["output"] == {"card": "4242", "pid": child.pid}
 
 
 def test_a_failure_in_the_child_is_recorded_with_its_class_message_and_trace(
@@ -440,6 +449,7 @@ def test_the_same_in_the_threads_pool(tmp_path: Path, monkeypatch: pytest.Monkey
         workable = "pool.count"
         parameters: ClassVar[dict[str, Any]] = {"path": str(path)}
         method = "execute"
+        encrypted = None
 
     running = Running(job_id, None)
     running._lock = _StopOnRelease(running, JobCancelled)  # type: ignore[assignment]
@@ -531,6 +541,7 @@ def test_output_that_is_not_utf8_in_the_threads_pool_neither(tmp_path: Path) -> 
         workable = "pool.surrogate_output"
         parameters: ClassVar[dict[str, Any]] = {}
         method = "execute"
+        encrypted = None
 
     ran = _run(app, _Job(), statistics(job_id), None, Running(job_id, None))  # type: ignore[arg-type]
     assert ran.failure is None

@@ -107,7 +107,8 @@ def _call_here(
             raise DamagedJob("the stored job document is damaged: " + "; ".join(job.problems))
         if policy_problem:
             raise DamagedJob(policy_problem)
-        target = registry.rebuild(job.workable, job.parameters, job.method)
+        arguments = registry.arguments(job.workable, job.parameters, job.encrypted)
+        target = registry.rebuild(job.workable, arguments, job.method)
         hooks = registry.hooks_of(job.workable, target)
         with running_as(statistics, running.progress) as output:
             returned = running.call(target, loop, registry.entrance(job.workable))

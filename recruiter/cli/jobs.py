@@ -121,7 +121,7 @@ def show_job(
     for name, value in [
         ("state", described["state"]),
         ("workable", job.workable if job.method == "execute" else f"{job.workable}.{job.method}"),
-        ("parameters", json.dumps(dict(job.parameters), default=str)),
+        ("parameters", listing.parameters_in_words(job)),
         ("group", job.group),
         ("priority", job.priority),
         ("tags", ", ".join(job.tags) or "-"),

@@ -5,6 +5,7 @@ same of every job); the records they show are re-exported here."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -68,6 +69,25 @@ def waits_in_words(job: Job) -> list[str]:
     if job.cancelled_because:
         lines.append(f"cancelled: {job.cancelled_because}")
     return lines
+
+
+def encrypted_with(job: Job) -> str | None:
+    """The id of the key an encrypted job's arguments are sealed under (``"?"`` if its
+    envelope is damaged); ``None`` for a job whose arguments are in clear."""
+    if job.encrypted is None:
+        return None
+    key = job.encrypted.get("key")
+    return key if isinstance(key, str) else "?"
+
+
+def parameters_in_words(job: Job) -> str:
+    """A job's arguments as an operator sees them: JSON, or *encrypted* and the key's id
+    (never the sealed bytes), with any in clear beside (a dependency's results)."""
+    clear = json.dumps(dict(job.parameters), default=str)
+    key = encrypted_with(job)
+    if key is None:
+        return clear
+    return f"encrypted (key {key!r})" + (f", and in clear: {clear}" if job.parameters else "")
 
 
 def debounce_in_words(job: Job) -> str | None:

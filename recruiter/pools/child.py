@@ -205,9 +205,10 @@ class _Child:
         with self.sending:
             self.reporting = (number, running.progress)
         try:
-            target = self.registry.rebuild(
-                request["workable"], request["parameters"], request["method"]
+            arguments = self.registry.arguments(
+                request["workable"], request["parameters"], request.get("encrypted")
             )
+            target = self.registry.rebuild(request["workable"], arguments, request["method"])
             self.hooks = self.registry.hooks_of(request["workable"], target)
             entrance = self.registry.entrance(request["workable"])
             with running_as(statistics, running.progress) as output:

@@ -105,6 +105,7 @@ class JobProcess:
                 "job_id": str(job.id),
                 "workable": job.workable,
                 "parameters": dict(job.parameters),
+                "encrypted": job.encrypted,  # (opened in the child only)
                 "method": job.method,
                 "statistics": _statistics_document(statistics),
             },

@@ -246,7 +246,7 @@ def _insert_in_transaction(documents: Sequence[Document], session: Any) -> Steps
 
 def _debounce_into(queued: Document, later: Document) -> None:
     """What :func:`debounce_into_queued` writes, to a document not stored yet."""
-    queued["workable"] = {**queued["workable"], "parameters": later["workable"]["parameters"]}
+    queued["workable"] = later["workable"]  # (its arguments, in clear or sealed)
     for name in ("scheduled_at", "expires_at"):
         if name in later:
             queued[name] = max(queued.get(name, later[name]), later[name])
@@ -326,7 +326,7 @@ def debounce_into_queued(document: Document, *, session: Any = None) -> Steps[An
         later["expires_at"] = document["expires_at"]
     update = {
         "$set": {
-            "workable.parameters": document["workable"]["parameters"],
+            "workable": document["workable"],  # (the key names its class and method)
             "debounce.last_at": document["created_at"],
         },
         "$max": later,

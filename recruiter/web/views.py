@@ -196,6 +196,7 @@ def job_detail(queue: Queue, job_id: str) -> dict[str, Any]:
         "workable": job.workable,
         "method": job.method,
         "parameters": job.parameters,
+        "encrypted_with": listing.encrypted_with(job),
         "group": job.group,
         "priority": job.priority,
         "tags": list(job.tags),
