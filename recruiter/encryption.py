@@ -135,3 +135,41 @@ class KeyRing:
 
     def __repr__(self) -> str:  # (never the keys)
         return f"KeyRing(keys={self.key_ids!r}, current={self.current!r})"
+
+
+class KeyRingHolder:
+    """The key ring a registry seals and opens jobs' arguments with."""
+
+    key_ring: KeyRing | None
+    """Opens the encrypted jobs' arguments (:meth:`use_key_ring`)."""
+
+    def use_key_ring(self, key_ring: KeyRing) -> None:
+        """Seal the jobs of the workables registered ``encrypted=True`` with ``key_ring``'s
+        current key, and open any job's encrypted arguments with the key it names
+        (docs/guides/encryption.md)."""
+        if not isinstance(key_ring, KeyRing):
+            raise EncryptionError(f"use_key_ring takes a KeyRing, got {key_ring!r}")
+        self.key_ring = key_ring
+
+    def key_ring_for(self, name: str) -> KeyRing:
+        """The key ring that seals the jobs of ``name``; :class:`EncryptionError` if none."""
+        if self.key_ring is None:
+            raise EncryptionError(
+                f"workable {name!r} is encrypted: give its registry a key ring first "
+                "(registry.use_key_ring(KeyRing(...)))"
+            )
+        return self.key_ring
+
+    def arguments(
+        self, name: str, parameters: Mapping[str, Any], encrypted: Mapping[str, Any] | None
+    ) -> Mapping[str, Any]:
+        """A stored job's arguments: its ``parameters``, and those ``encrypted`` opened
+        with this registry's key ring (:class:`EncryptionError` saying what to do)."""
+        if encrypted is None:
+            return parameters
+        if self.key_ring is None:
+            raise EncryptionError(
+                f"the arguments of this {name!r} job are encrypted, and this worker's "
+                "registry holds no key ring: registry.use_key_ring(KeyRing(...))"
+            )
+        return {**parameters, **self.key_ring.open(encrypted, name)}

@@ -8,7 +8,11 @@ enforced by the leading recruiter as it hands jobs out: in one place, without lo
 - ``rate``: at most ``limit`` jobs of the group handed out per ``per`` (a sliding
   window, kept in the database so that a new leader honours its predecessor's starts);
 - ``weight``: the group's share of the workers that take any group (``*``), relative
-  to the other groups with ready jobs (1 by default).
+  to the other groups with ready jobs (1 by default);
+- per key (a job's :meth:`~recruiter.JobSpec.keyed`): ``key_concurrency`` (at most so
+  many jobs of one key locked at once), ``key_rate`` (hand-outs of one key per window)
+  and ``ordering`` (``"strict"`` or ``"skip-failed"``, with ``key_concurrency=1``: each
+  key's jobs one after the other, in scheduling order; docs/guides/keys.md).
 
 >>> GroupSettings("mail", concurrency=2, rate=Rate.parse("10/1m")).describe()
 'concurrency 2, rate 10/60s, weight 1'
@@ -32,6 +36,11 @@ MAX_CONCURRENCY = 1_000_000
 MAX_RATE = 100_000
 """Starts per window a rate may allow: each start is kept in the group's document."""
 MAX_WINDOW = dt.timedelta(days=366)
+MAX_KEY_RATE = 1000
+"""Hand-outs per window a per-key rate may allow: each is a field of the key's document."""
+ORDERINGS = ("strict", "skip-failed")
+"""How a key's jobs follow one another: a job that failed for good holds the later ones
+back until it is retried (``strict``), or not (``skip-failed``)."""
 
 
 def _positive(name: str, value: Any, most: int | None = None) -> int:
@@ -96,6 +105,12 @@ class GroupSettings:
     concurrency: int | None = None
     rate: Rate | None = None
     weight: int = 1
+    key_concurrency: int | None = None
+    """At most so many jobs of one key handed out or running at once."""
+    key_rate: Rate | None = None
+    """At most so many hand-outs of one key per window."""
+    ordering: str | None = None
+    """Each key's jobs in scheduling order (:data:`ORDERINGS`); needs ``key_concurrency=1``."""
 
     def __post_init__(self) -> None:
         try:
@@ -107,11 +122,49 @@ class GroupSettings:
         if self.rate is not None and not isinstance(self.rate, Rate):
             raise InvalidGroupSettings(f"rate must be a Rate or '10/1s', got {self.rate!r}")
         _positive("weight", self.weight, MAX_WEIGHT)
+        self._check_keys()
+
+    def _check_keys(self) -> None:
+        if self.key_concurrency is not None:
+            _positive("key concurrency", self.key_concurrency, MAX_CONCURRENCY)
+        if self.key_rate is not None:
+            if not isinstance(self.key_rate, Rate):
+                raise InvalidGroupSettings(
+                    f"key rate must be a Rate or '10/1s', got {self.key_rate!r}"
+                )
+            if self.key_rate.limit > MAX_KEY_RATE:
+                raise InvalidGroupSettings(
+                    f"a key rate's limit may be at most {MAX_KEY_RATE}, got {self.key_rate.limit}"
+                )
+        if self.ordering is not None:
+            if self.ordering not in ORDERINGS:
+                raise InvalidGroupSettings(
+                    f"ordering is one of {', '.join(ORDERINGS)}, got {self.ordering!r}"
+                )
+            if self.key_concurrency != 1:
+                raise InvalidGroupSettings(
+                    "ordering runs a key's jobs one after the other: give key concurrency 1"
+                )
+
+    @property
+    def keyed(self) -> bool:
+        """Whether it limits or orders jobs per key."""
+        return self.key_concurrency is not None or self.key_rate is not None
 
     def describe(self) -> str:
         concurrency = "unlimited" if self.concurrency is None else self.concurrency
         rate = "unlimited" if self.rate is None else self.rate
-        return f"concurrency {concurrency}, rate {rate}, weight {self.weight}"
+        said = f"concurrency {concurrency}, rate {rate}, weight {self.weight}"
+        if not self.keyed:
+            return said
+        per_key = []
+        if self.key_concurrency is not None:
+            per_key.append(f"concurrency {self.key_concurrency}")
+        if self.key_rate is not None:
+            per_key.append(f"rate {self.key_rate}")
+        if self.ordering is not None:
+            per_key.append(f"ordering {self.ordering}")
+        return said + "; per key: " + ", ".join(per_key)
 
     def to_document(self) -> dict[str, Any]:
         """The settings' fields of the group's document (its ``_id`` is the group)."""
@@ -119,14 +172,32 @@ class GroupSettings:
         if self.rate is not None:
             per_ms = self.rate.per // dt.timedelta(milliseconds=1)
             rate = {"limit": self.rate.limit, "per_ms": per_ms}
-        return {"concurrency": self.concurrency, "rate": rate, "weight": self.weight}
+        keys: dict[str, Any] | None = None
+        if self.keyed:
+            keys = {"concurrency": self.key_concurrency, "rate": None, "ordering": self.ordering}
+            if self.key_rate is not None:
+                per_ms = self.key_rate.per // dt.timedelta(milliseconds=1)
+                keys["rate"] = {"limit": self.key_rate.limit, "per_ms": per_ms}
+        settings = {"concurrency": self.concurrency, "rate": rate, "weight": self.weight}
+        return settings | {"keys": keys}
 
     @classmethod
     def from_document(cls, document: Mapping[str, Any]) -> GroupSettings:
         """Read stored settings; a hand-damaged field reads as no limit, never raises."""
         concurrency = _stored(document.get("concurrency"), MAX_CONCURRENCY)
         weight = _stored(document.get("weight"), MAX_WEIGHT) or 1
-        return cls(str(document["_id"]), concurrency, _stored_rate(document.get("rate")), weight)
+        rate = _stored_rate(document.get("rate"))
+        keys = document.get("keys")
+        keys = keys if isinstance(keys, Mapping) else {}
+        key_concurrency = _stored(keys.get("concurrency"), MAX_CONCURRENCY)
+        key_rate = _stored_rate(keys.get("rate"))
+        if key_rate is not None and key_rate.limit > MAX_KEY_RATE:
+            key_rate = None
+        ordering = keys.get("ordering") if key_concurrency == 1 else None
+        ordering = ordering if ordering in ORDERINGS else None
+        return cls(
+            str(document["_id"]), concurrency, rate, weight, key_concurrency, key_rate, ordering
+        )
 
 
 def _stored(value: Any, most: int) -> int | None:

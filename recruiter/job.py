@@ -22,6 +22,7 @@ from recruiter.clock import to_millis
 from recruiter.duration import Duration, shown_duration, to_timedelta
 from recruiter.encryption import KeyRing
 from recruiter.errors import InvalidJob, InvalidParameters, InvalidRetryPolicy
+from recruiter.keys import check_key
 from recruiter.policies import DoNotDoItAgain, RetriableExceptionFilter
 from recruiter.retry import RetryPolicy
 from recruiter.snooze import check_snooze_limit
@@ -107,6 +108,22 @@ def _check_tags(tags: tuple[Any, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(tags))
 
 
+CARRIED_FIELDS = (
+    "group",
+    "priority",
+    "workable",
+    "retry_policy",
+    "tags",
+    "urn",
+    "timeout_ms",
+    "snooze_limit",
+    "expires_in_ms",
+    "key",
+)
+"""What a job's copies keep of its document: a repeatable job's occurrences, a recovered
+job (what it runs, and how)."""
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """A job to schedule: which workable, with which parameters, where, when, how retried.
@@ -151,6 +168,8 @@ class JobSpec:
     """How many times it may snooze; ``None``: :data:`~recruiter.snooze.SNOOZE_LIMIT`."""
     waits: After | None = None
     """What the job waits for before it is ready (:meth:`after`)."""
+    key: str | None = None
+    """What the job is about, for its group's limits and order per key (:meth:`keyed`)."""
     key_ring: KeyRing | None = field(default=None, compare=False, repr=False)
     """Stores its parameters sealed under this ring's current key (:meth:`encrypted`)."""
 
@@ -192,6 +211,8 @@ class JobSpec:
         self._check_expiry()
         self._check_debounce()
         self._check_encryption()
+        if self.key is not None:
+            check_key(self.key)
 
     def _check_encryption(self) -> None:
         if self.key_ring is None:
@@ -274,6 +295,11 @@ class JobSpec:
         parameters) is queued, and skip it when it runs if one started after it was
         scheduled and succeeded. See ``docs/guides/deduplication.md``."""
         return dataclasses.replace(self, dedup=self.parameters if key is None else key)
+
+    def keyed(self, key: str) -> JobSpec:
+        """Name what the job is about (``"account-42"``): its group's per-key limits and
+        ordering apply to the jobs of one key (docs/guides/keys.md)."""
+        return dataclasses.replace(self, key=key)
 
     def encrypted(self, key_ring: KeyRing) -> JobSpec:
         """Store the parameters sealed under ``key_ring``'s current key, opened only by a
@@ -448,6 +474,8 @@ class JobSpec:
         if self.key_ring is not None:
             sealed = self.key_ring.seal(self.parameters, self.workable)
             document["workable"] |= {"parameters": {}, "encrypted": sealed}
+        if self.key is not None:
+            document |= {"key": self.key, "key_order": job_id}
         if self.tags:
             document["tags"] = list(self.tags)
         if self.urn is not None:

@@ -61,6 +61,8 @@ class Job:
     """Stored, not yet released: its key is being reserved (:mod:`recruiter.store.unique`)."""
     encrypted: Mapping[str, Any] | None
     """Its parameters sealed (:mod:`recruiter.encryption`): ``{key, nonce, data}``."""
+    key: str | None
+    """What it is about, for its group's limits and order per key (:mod:`recruiter.keys`)."""
     cancel_requested_at: dt.datetime | None
     """When a cancellation was asked for while the job was handed out or running."""
     last_execution: Mapping[str, Any] | None
@@ -173,6 +175,7 @@ class Job:
             unique=reader.mapping("unique", required=False) or None,
             unique_hold=document.get("unique_hold") is True,
             encrypted=_mapping_or_none(workable.get("encrypted")),
+            key=_text_or_none(document.get("key")),
             cancel_requested_at=reader.moment("cancel_requested_at", required=False),
             last_execution=reader.mapping("last_execution", required=False) or None,
             history=tuple(h for h in reader.array("history") if isinstance(h, Mapping)),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from bson import ObjectId
 
@@ -205,12 +205,27 @@ def resume_repeating(urn: str, now: dt.datetime) -> Steps[bool]:
 
 
 def group_settings_of(
-    group: str, concurrency: int | None, rate: Rate | str | None, weight: int
+    group: str,
+    concurrency: int | None,
+    rate: Rate | str | None,
+    weight: int,
+    per_key: KeyLimits | None = None,
 ) -> GroupSettings:
     """The settings :meth:`recruiter.Queue.limit_group` stores, checked."""
     if isinstance(rate, str):
         rate = Rate.parse(rate)
-    return GroupSettings(group, concurrency, rate, weight)
+    key_concurrency, key_rate, ordering = per_key or KeyLimits()
+    if isinstance(key_rate, str):
+        key_rate = Rate.parse(key_rate)
+    return GroupSettings(group, concurrency, rate, weight, key_concurrency, key_rate, ordering)
+
+
+class KeyLimits(NamedTuple):
+    """A group's per-key settings as given to :meth:`recruiter.Queue.limit_group`."""
+
+    concurrency: int | None = None
+    rate: Rate | str | None = None
+    ordering: str | None = None
 
 
 def named_group(group: object) -> str:

@@ -284,13 +284,19 @@ class ProducerAPI:
         concurrency: int | None = None,
         rate: Rate | str | None = None,
         weight: int = 1,
+        key_concurrency: int | None = None,
+        key_rate: Rate | str | None = None,
+        ordering: str | None = None,
         session: Any = None,
     ) -> Steps[GroupSettings]:
         """Set ``group``'s settings, replacing any it had; return them. ``concurrency``: at
         most this many of its jobs handed out or running at once; ``rate``: at most so many
         hand-outs per window (``"10/1s"`` or a :class:`Rate`); ``weight``: its share of the
-        any-group workers; ``None``: no limit. The leader applies them from its next round
-        (within a second when it polls); with ``session``, if and only if it commits.
+        any-group workers; ``None``: no limit. Per key (a job's ``keyed``):
+        ``key_concurrency``, ``key_rate``, and ``ordering`` (``"strict"`` or
+        ``"skip-failed"``, with ``key_concurrency=1``; docs/guides/keys.md). The leader
+        applies them from its next round (within a second when it polls); with
+        ``session``, if and only if it commits.
 
         >>> import mongomock
         >>> from recruiter import Queue
@@ -298,7 +304,8 @@ class ProducerAPI:
         >>> queue.limit_group("mail", concurrency=2, rate="100/1m").describe()
         'concurrency 2, rate 100/60s, weight 1'
         """
-        settings = producer.group_settings_of(group, concurrency, rate, weight)
+        per_key = producer.KeyLimits(key_concurrency, key_rate, ordering)
+        settings = producer.group_settings_of(group, concurrency, rate, weight, per_key)
         yield from self._readiness()
         producer.check_session(session, self.store.database.client)
         now = yield from self._time()

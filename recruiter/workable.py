@@ -30,11 +30,12 @@ from typing import Any, ClassVar, Generic, ParamSpec, Self, TypeAlias, TypeVar, 
 
 from recruiter.command import Command, failure_of
 from recruiter.duration import Duration
-from recruiter.encryption import EncryptionError, KeyRing
+from recruiter.encryption import KeyRingHolder
 from recruiter.errors import DuplicateRegistration, InvalidJob, InvalidParameters, UnknownWorkable
 from recruiter.events import Listeners
 from recruiter.job import DEFAULT_METHOD, JobSpec
 from recruiter.job_context import record_output, retry_statistics
+from recruiter.job_defaults import JobDefaults
 from recruiter.pools.stopping import Entrance
 
 P = ParamSpec("P")
@@ -65,18 +66,6 @@ class WorkableRebuildError(Exception):
     """A stored job's workable could not be rebuilt; the job fails through its policy."""
 
 
-@dataclass(frozen=True)
-class Sealer:
-    """Seals the jobs built of the workable ``name`` with its registry's key ring (as it
-    is when the job is built: the ring may be given after the workable is registered)."""
-
-    registry: Registry
-    name: str
-
-    def __call__(self, spec: JobSpec) -> JobSpec:
-        return spec.encrypted(self.registry.key_ring_for(self.name))
-
-
 class Workable:
     """Base class of class-based workables.
 
@@ -93,8 +82,8 @@ class Workable:
     """
 
     workable_name: ClassVar[str] = ""
-    sealed_by: ClassVar[Sealer | None] = None
-    """Set by ``@registry.workable(name, encrypted=True)``: seals each job built."""
+    defaults: ClassVar[JobDefaults | None] = None
+    """Set by ``@registry.workable(name, key=..., encrypted=True)``: given to each job built."""
 
     def __init__(self, **parameters: Any) -> None:
         self.parameters = parameters
@@ -136,7 +125,7 @@ class Workable:
         if method.startswith("_") or not callable(getattr(type(self), method, None)):
             raise InvalidJob(f"unknown method {method!r} on workable {self.workable_name!r}")
         spec = JobSpec(self.workable_name, self.export(), method=method)
-        return spec if self.sealed_by is None else self.sealed_by(spec)
+        return spec if self.defaults is None else self.defaults(spec)
 
 
 class FunctionWorkable(Generic[P, R]):
@@ -148,7 +137,7 @@ class FunctionWorkable(Generic[P, R]):
         self.__doc__ = function.__doc__
         self.__wrapped__ = function
         self.hooks = WorkableHooks()
-        self.sealed_by: Sealer | None = None
+        self.defaults: JobDefaults | None = None
 
     def after_success(self, hook: Callable[[], object]) -> Callable[[], object]:
         """Decorate the function to call after the job succeeded."""
@@ -184,7 +173,7 @@ class FunctionWorkable(Generic[P, R]):
             for name, value in bound.arguments.items()
         }
         spec = JobSpec(self.name, parameters)
-        return spec if self.sealed_by is None else self.sealed_by(spec)
+        return spec if self.defaults is None else self.defaults(spec)
 
     def rebuild(self, parameters: Mapping[str, Any]) -> Callable[[], Any]:
         unknown = set(parameters) - set(self.signature.parameters)
@@ -209,7 +198,7 @@ class FunctionWorkable(Generic[P, R]):
 Entry: TypeAlias = "FunctionWorkable[..., Any] | type[Workable] | Command"
 
 
-class Registry:
+class Registry(KeyRingHolder):
     """The workables an application can run, by name.
 
     >>> registry = Registry()
@@ -223,8 +212,7 @@ class Registry:
         self._workables: dict[str, Entry] = {}
         self._transactional: set[str] = set()
         self.listeners = Listeners()
-        self.key_ring: KeyRing | None = None
-        """Opens the encrypted jobs' arguments (:meth:`use_key_ring`)."""
+        self.key_ring = None
 
     @overload
     def on(self, event: str) -> Callable[[L], L]: ...
@@ -253,12 +241,23 @@ class Registry:
 
     @overload
     def workable(
-        self, name: str, *, transaction: bool = False, encrypted: bool = False
+        self,
+        name: str,
+        *,
+        transaction: bool = False,
+        encrypted: bool = False,
+        key: Callable[..., str] | None = None,
     ) -> _Decorator: ...
 
     @overload
     def workable(  # type: ignore[overload-overlap]
-        self, name: str, target: type[W], *, transaction: bool = False, encrypted: bool = False
+        self,
+        name: str,
+        target: type[W],
+        *,
+        transaction: bool = False,
+        encrypted: bool = False,
+        key: Callable[..., str] | None = None,
     ) -> type[W]: ...
 
     @overload
@@ -269,10 +268,17 @@ class Registry:
         *,
         transaction: bool = False,
         encrypted: bool = False,
+        key: Callable[..., str] | None = None,
     ) -> FunctionWorkable[P, R]: ...
 
     def workable(
-        self, name: str, target: Any = None, *, transaction: bool = False, encrypted: bool = False
+        self,
+        name: str,
+        target: Any = None,
+        *,
+        transaction: bool = False,
+        encrypted: bool = False,
+        key: Callable[..., str] | None = None,
     ) -> Any:
         """Register a function or a :class:`Workable` subclass under ``name``, as a
         decorator (``@registry.workable("name")``) or called with it. With
@@ -280,45 +286,19 @@ class Registry:
         job's writes (made with :func:`job_session`) and its end as done together, so a
         crash cannot make it run twice (threads pool only; docs/guides/transactions.md).
         With ``encrypted=True``, the jobs built of it (``.job(...)``, ``.as_job()``) store
-        their arguments sealed under the key ring given to :meth:`use_key_ring`.
+        their arguments sealed under the key ring given to :meth:`use_key_ring`. With
+        ``key``, a function of a job's arguments (as keywords) names its key
+        (:meth:`JobSpec.keyed`).
         """
         _check_name(name)
         for option, value in (("transaction", transaction), ("encrypted", encrypted)):
             if not isinstance(value, bool):
                 raise InvalidJob(f"{option} is True or False, got {value!r}")
-        decorator = _Decorator(self, name, transaction, encrypted)
+        if key is not None and not callable(key):
+            raise InvalidJob(f"key is a function of a job's arguments, got {key!r}")
+        defaults = JobDefaults(self, name, encrypted, key) if encrypted or key else None
+        decorator = _Decorator(self, name, transaction, defaults)
         return decorator if target is None else decorator(target)
-
-    def use_key_ring(self, key_ring: KeyRing) -> None:
-        """Seal the jobs of the workables registered ``encrypted=True`` with ``key_ring``'s
-        current key, and open any job's encrypted arguments with the key it names
-        (docs/guides/encryption.md)."""
-        if not isinstance(key_ring, KeyRing):
-            raise EncryptionError(f"use_key_ring takes a KeyRing, got {key_ring!r}")
-        self.key_ring = key_ring
-
-    def key_ring_for(self, name: str) -> KeyRing:
-        """The key ring that seals the jobs of ``name``; :class:`EncryptionError` if none."""
-        if self.key_ring is None:
-            raise EncryptionError(
-                f"workable {name!r} is encrypted: give its registry a key ring first "
-                "(registry.use_key_ring(KeyRing(...)))"
-            )
-        return self.key_ring
-
-    def arguments(
-        self, name: str, parameters: Mapping[str, Any], encrypted: Mapping[str, Any] | None
-    ) -> Mapping[str, Any]:
-        """A stored job's arguments: its ``parameters``, and those ``encrypted`` opened
-        with this registry's key ring (:class:`EncryptionError` saying what to do)."""
-        if encrypted is None:
-            return parameters
-        if self.key_ring is None:
-            raise EncryptionError(
-                f"the arguments of this {name!r} job are encrypted, and this worker's "
-                "registry holds no key ring: registry.use_key_ring(KeyRing(...))"
-            )
-        return {**parameters, **self.key_ring.open(encrypted, name)}
 
     def runs_in_transaction(self, name: str) -> bool:
         """Whether the workable ``name`` was registered with ``transaction=True``."""
@@ -448,10 +428,14 @@ def _command_run(command: Command, parameters: Mapping[str, Any]) -> Callable[[]
 
 class _Decorator:
     def __init__(
-        self, registry: Registry, name: str, transaction: bool = False, encrypted: bool = False
+        self,
+        registry: Registry,
+        name: str,
+        transaction: bool = False,
+        defaults: JobDefaults | None = None,
     ) -> None:
         self.registry, self.name, self.transaction = registry, name, transaction
-        self.sealer = Sealer(registry, name) if encrypted else None
+        self.defaults = defaults
 
     @overload
     def __call__(self, target: type[W]) -> type[W]: ...  # type: ignore[overload-overlap]
@@ -472,7 +456,7 @@ class _Decorator:
             self.registry._register(self.name, target)
             self._mark()
             target.workable_name = self.name
-            target.sealed_by = self.sealer
+            target.defaults = self.defaults
             return target
         if not callable(target):
             raise InvalidJob(f"only functions and Workable classes can be registered: {target!r}")
@@ -483,7 +467,7 @@ class _Decorator:
                 "(a pymongo session is not for asyncio): drop transaction=True"
             )
         entry: FunctionWorkable[..., Any] = FunctionWorkable(self.name, target)
-        entry.sealed_by = self.sealer
+        entry.defaults = self.defaults
         self.registry._register(self.name, entry)
         self._mark()
         return entry

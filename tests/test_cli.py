@@ -126,6 +126,8 @@ def test_no_command_nor_option_is_hidden() -> None:
         (["--concurrency", "0"], "concurrency must be a positive integer, got 0"),
         (["--rate", "10"], "invalid rate '10': write starts/window, for example 10/1s"),
         (["--weight", "5000"], "weight may be at most 1000"),
+        (["--ordering", "strict"], "give key concurrency 1"),
+        (["--key-rate", "1/0s"], "a rate's window must be from 1ms to 366d"),
     ],
 )
 def test_invalid_group_settings_are_refused_before_connecting(
@@ -148,19 +150,32 @@ def test_group_settings_are_set_listed_and_unset(
     runner.invoke(app, ["group", "set", "video", "--rate", "10/1m", "--weight", "3", *where])
     listed = runner.invoke(app, ["group", "list", "--json", *where])
     assert json.loads(listed.output) == [
-        {"group": "mail", "concurrency": 2, "rate": None, "weight": 1, "paused_at": None},
+        {
+            "group": "mail",
+            "concurrency": 2,
+            "rate": None,
+            "weight": 1,
+            "keys": None,
+            "paused_at": None,
+        },
         {
             "group": "video",
             "concurrency": None,
             "rate": {"limit": 10, "per_ms": 60_000},
             "weight": 3,
+            "keys": None,
             "paused_at": None,
         },
     ]
-    assert "video - 10/60s 3 -" in said(runner.invoke(app, ["group", "list", *where]))
+    assert "video - 10/60s 3 - -" in said(runner.invoke(app, ["group", "list", *where]))
+    keyed = ["group", "set", "billing", "--key-concurrency", "1", "--ordering", "strict", *where]
+    assert "per key: concurrency 1, ordering strict" in said(runner.invoke(app, keyed))
+    listed = said(runner.invoke(app, ["group", "list", *where]))
+    assert "billing - - 1 concurrency 1, ordering strict -" in listed
     assert "settings removed" in said(runner.invoke(app, ["group", "unset", "mail", *where]))
     assert "had no settings" in said(runner.invoke(app, ["group", "unset", "mail", *where]))
     runner.invoke(app, ["group", "unset", "video", *where])
+    runner.invoke(app, ["group", "unset", "billing", *where])
     assert "every group is unlimited" in said(runner.invoke(app, ["group", "list", *where]))
 
 

@@ -38,7 +38,7 @@ from recruiter.errors import (
     WaitTimeout,
 )
 from recruiter.execution import Execution
-from recruiter.job import new_job_fields
+from recruiter.job import CARRIED_FIELDS, new_job_fields
 from recruiter.job_record import Job
 from recruiter.loop import Backoff
 from recruiter.pools.stopping import HolderDeclaredDead, Watch
@@ -109,19 +109,9 @@ def cancel_if_waiting(job_id: Any, now: dt.datetime) -> Steps[bool]:
     return True
 
 
-RECOVERED_FIELDS = (
-    "group",
-    "priority",
-    "workable",
-    "retry_policy",
-    "tags",
-    "urn",
-    "timeout_ms",
-    "snooze_limit",
-    "dedup_key",
-    "root",
-)
-"""What a recovered job keeps of the finished one: what it runs, and how."""
+RECOVERED_FIELDS = (*CARRIED_FIELDS, "dedup_key", "root", "key_order")
+"""What a recovered job keeps of the finished one: what it runs, and how; a keyed job's
+place in its key's order."""
 
 
 def recover(
@@ -149,7 +139,12 @@ def recover(
     document.update({**new_job_fields(new_id, now), "scheduled_at": at, "recovered_from": job_id})
     if "dedup_key" in document:
         document["queued_key"] = document["dedup_key"]
+    expiry = document.get("expires_in_ms")
+    if isinstance(expiry, int) and not isinstance(expiry, bool) and expiry > 0:
+        document["expires_at"] = at + dt.timedelta(milliseconds=expiry)
     (stored,) = store.insert_jobs([document])
+    if "key" in document and not once:  # (its key's strict order waits on the mark)
+        store.mark_recovered_as(job_id, stored)
     if stored != new_id:  # an identical deduplicated job waits: it will do the work
         logger.info("job %s: a waiting duplicate, job %s, will do its work", job_id, stored)
         if once:

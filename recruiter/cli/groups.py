@@ -34,19 +34,42 @@ def set_group(
     weight: Annotated[
         int, typer.Option(help="Its share of the workers of any group, against others'.")
     ] = 1,
+    key_concurrency: Annotated[
+        int | None,
+        typer.Option(help="At most this many jobs of one key handed out or running at once."),
+    ] = None,
+    key_rate: Annotated[
+        str | None, typer.Option(help="At most so many hand-outs of one key per window: 1/1s.")
+    ] = None,
+    ordering: Annotated[
+        str | None,
+        typer.Option(
+            help="Each key's jobs in scheduling order, with --key-concurrency 1: strict (a "
+            "job failed for good holds the later ones until retried) or skip-failed."
+        ),
+    ] = None,
     mongodb_uri: MongoUri = None,
     database: DatabaseName = None,
 ) -> None:
     """Set a group's settings, replacing the ones it had (an option left out: no limit).
 
-    The leading recruiter applies them from its next round.
+    The leading recruiter applies them from its next round. The per-key options apply
+    to the jobs of one key (JobSpec.keyed), each key on its own.
     """
-    from recruiter.groups import GroupSettings, Rate
+    from recruiter.producer import KeyLimits, group_settings_of
 
-    parsed = None if rate is None else Rate.parse(rate)
-    settings = GroupSettings(group, concurrency, parsed, weight)  # checked before connecting
+    per_key = KeyLimits(key_concurrency, key_rate, ordering)
+    settings = group_settings_of(group, concurrency, rate, weight, per_key)  # checked first
     with closing(open_queue(mongodb_uri, database)) as queue:
-        queue.limit_group(group, concurrency=concurrency, rate=settings.rate, weight=weight)
+        queue.limit_group(
+            group,
+            concurrency=concurrency,
+            rate=settings.rate,
+            weight=weight,
+            key_concurrency=key_concurrency,
+            key_rate=settings.key_rate,
+            ordering=ordering,
+        )
     console.print(f"group {group}: {settings.describe()}")
 
 
@@ -110,14 +133,16 @@ def list_groups(
     with closing(open_queue(mongodb_uri, database)) as queue:
         settings = {s.group: s for s in queue.group_settings()}
         paused = queue.paused_groups()
-    table = Table("group", "concurrency", "rate", "weight", "paused since")
+    table = Table("group", "concurrency", "rate", "weight", "per key", "paused since")
     rows = []
     for group in sorted({*settings, *paused}):
         setting = settings.get(group, GroupSettings(group))
         since = paused.get(group)
         limits = (setting.concurrency, setting.rate, setting.weight)
         shown = [("-" if limit is None else str(limit)) for limit in limits]
-        table.add_row(group, *shown, "-" if since is None else f"{since:%Y-%m-%d %H:%M:%S} UTC")
+        per_key = setting.describe().partition("; per key: ")[2] or "-"
+        moment = "-" if since is None else f"{since:%Y-%m-%d %H:%M:%S} UTC"
+        table.add_row(group, *shown, per_key, moment)
         at = None if since is None else since.isoformat()
         rows.append({"group": group, **setting.to_document(), "paused_at": at})
     said = table if rows else "no group has settings or is paused: every group is unlimited"

@@ -20,6 +20,7 @@ from bson import ObjectId
 from recruiter.attempts.takeback import put_back
 from recruiter.groups import FairShare, GroupSettings
 from recruiter.job import ANY_GROUP
+from recruiter.processes.keyed_groups import KeyedGroups
 from recruiter.processes.prefetch_rule import (
     JobLengths,
     PrefetchRule,
@@ -154,13 +155,21 @@ class _Round:
     sees_locks: bool = True
     """Whether a read of :attr:`ready` leaves out the jobs the round locked (the store);
     the jobs a change feed told arrived are all read again."""
+    keyed: KeyedGroups | None = None
+    """The groups limited or ordered per key, read from the store within those limits."""
 
     def read(self, limits: dict[str, int], names: frozenset[str] | None) -> dict[str, list[Any]]:
         """Up to ``limits[g]`` ready jobs of each group ``g`` (of the workables ``names``),
         never one the round tried to lock already."""
         extra = 0 if self.sees_locks else len(self.tried)
-        asked = {group: limit + extra for group, limit in limits.items()}
+        keyed = self.keyed.groups if self.keyed is not None else {}
+        asked = {group: limit + extra for group, limit in limits.items() if group not in keyed}
         found = self.ready.ready_job_ids_by_group(self.now, asked, names, self.workable_of)
+        for group in sorted(limits.keys() & keyed.keys()):
+            assert self.keyed is not None
+            if limits[group] <= 0:
+                continue
+            found[group] = self.keyed.read(group, self.now, limits[group], names, self.workable_of)
         return {
             group: [job for job in jobs if job not in self.tried][: limits.get(group, 0)]
             for group, jobs in found.items()
@@ -204,6 +213,8 @@ class Planner:
         self.lengths.learn([w for w in workers if not w.open])  # (an open one told already)
         source = self.store if ready is None else ready
         round_ = _Round(token, now, self._allowances(now), source, sees_locks=ready is None)
+        keyed = {g: s for g, s in self._settings.items() if s.keyed and g not in self._paused}
+        round_.keyed = KeyedGroups(self.store, keyed) if keyed else None
         names = self._names_of(list({w.workables for w in workers if w.workables is not None}))
         drained_for: set[str | None] = set()
         any_group: set[str | None] = set()
@@ -227,6 +238,9 @@ class Planner:
             self.share.forget(round_.ready_groups)
         drained = bool(any_group) and any_group <= drained_for
         wake_at = round_.allowances.wake_at()
+        if round_.keyed is not None:
+            drained &= not round_.keyed.held  # (a key's later jobs may be ready)
+            wake_at = min(filter(None, (wake_at, round_.keyed.wake_at)), default=None)
         tried, expected = frozenset(round_.tried), round_.expected
         return Plan(
             round_.jobs, drained, wake_at, round_.missed, frozenset(drained_for), tried, expected
@@ -401,7 +415,10 @@ class Planner:
         for group, jobs in ready.items():
             round_.allowances.take(group, len(jobs))
         wanted = [job for jobs in ready.values() for job in jobs]
-        locked = self.store.lock_jobs(wanted, round_.token, round_.now)
+        if round_.keyed is None:
+            locked = self.store.lock_jobs(wanted, round_.token, round_.now)
+        else:
+            locked = round_.keyed.lock(wanted, round_.token, round_.now)
         round_.tried.update(wanted)
         round_.locked.update(locked)
         round_.missed |= len(locked) < len(wanted)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from bson import ObjectId
 
 from recruiter.errors import InvalidSchedule
+from recruiter.job import CARRIED_FIELDS
 from recruiter.repeating.timing import Every, Schedule, schedule_from
 from recruiter.store import Document, Occurrence, SchedulerRecord, Store
 
@@ -23,17 +24,7 @@ MISSED_GRACE = dt.timedelta(minutes=1)
 """An occurrence due longer ago than this was missed (a failover takes seconds)."""
 SKIP_COUNT_LIMIT = 10_000
 """Skipped cron occurrences counted one by one at most (an interval's are computed)."""
-TEMPLATE_FIELDS = (
-    "group",
-    "priority",
-    "workable",
-    "retry_policy",
-    "tags",
-    "urn",
-    "timeout_ms",
-    "snooze_limit",
-    "expires_in_ms",
-)
+TEMPLATE_FIELDS = CARRIED_FIELDS
 """What a scheduler keeps of a job's document, to create each occurrence from."""
 
 
@@ -70,6 +61,7 @@ def occurrence_document(
         "scheduled_at": occurrence.at,
         "scheduler": {"urn": scheduler.urn, "at": occurrence.at},
         **expires,
+        **({"key_order": occurrence.job_id} if "key" in scheduler.job else {}),
     }
 
 

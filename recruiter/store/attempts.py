@@ -106,11 +106,11 @@ class End:
         (``reset``: the history replaced, for a hand-damaged one that is not an array)."""
         if self.why is None:
             fields: Document = {"locked": False, "scheduled_at": self.retry_at}
-            unset: Document = {"lock": ""}
+            unset: Document = {"lock": "", "key_slot": ""}
         else:
             fields = {"locked": False, "done": self.why == "done", "why": self.why}
             fields["archived_at"] = self.at
-            unset = {"lock": "", "scheduled_at": ""}
+            unset = {"lock": "", "scheduled_at": "", "key_slot": ""}
         update: Document = {"$set": {**fields, "last_execution": execution}, "$unset": unset}
         if reset:
             update["$set"]["history"] = [execution]
@@ -173,7 +173,7 @@ def _locking(token: ObjectId, now: dt.datetime) -> Document:
     """Lock under ``token``: from its first lock on, a job absorbs no duplicates."""
     return {
         "$set": {"locked": True, "lock": {"token": token, "since": now}},
-        "$unset": {"queued_key": ""},
+        "$unset": {"queued_key": "", "key_slot": ""},
     }
 
 
@@ -270,7 +270,7 @@ def unlock_if_not_started(job_ids: Sequence[Any], token: ObjectId) -> Steps[int]
         return 0
     held = {"_id": {"$in": list(job_ids)}, "lock.token": token}
     unstarted = {**held, "lock.started_at": {"$exists": False}}
-    unlock = {"$set": {"locked": False}, "$unset": {"lock": ""}}
+    unlock = {"$set": {"locked": False}, "$unset": {"lock": "", "key_slot": ""}}
     return int((yield from send(SCHEDULED, "update_many", unstarted, unlock)).modified_count)
 
 

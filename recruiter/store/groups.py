@@ -20,7 +20,7 @@ from recruiter.store.base import Document, aware
 from recruiter.store.ready import ready_query
 from recruiter.store.steps import Steps, aggregate, find, send, update_each
 
-SETTINGS_FIELDS = ("concurrency", "rate", "weight")
+SETTINGS_FIELDS = ("concurrency", "rate", "weight", "keys")
 """The fields :func:`set_group_settings` writes."""
 
 

@@ -14,7 +14,7 @@ from recruiter.errors import RecruiterError, SchemaTooNew
 from recruiter.store.dedup import DEDUP_MEMORY
 from recruiter.store.steps import Steps, drive, send
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 SCHEMA_DOCUMENT_ID = "schema"
 
 Migration = Callable[[], Steps[None]]
@@ -53,12 +53,24 @@ INDEXES: Mapping[str, tuple[IndexModel, ...]] = {
         IndexModel([("queued_key", ASCENDING)], name="queued_key", unique=True, sparse=True),
         # unique jobs stored held, not yet released (the cleaner's pass over those left)
         IndexModel([("unique_hold", ASCENDING)], name="unique_hold", sparse=True),
+        # a key's jobs: locked ones and its head (limits and order per key)
+        IndexModel(
+            [("group", ASCENDING), ("key", ASCENDING), ("key_order", ASCENDING)],
+            name="keys",
+            partialFilterExpression={"key": {"$exists": True}},
+        ),
+        # one lock per key slot, whichever recruiter writes it (removed at each unlock)
+        IndexModel([("key_slot", ASCENDING)], name="key_slot", unique=True, sparse=True),
         # the holder a unique job was absorbed into, found after a settle's lost reply
         IndexModel([("unique.absorbed_ids", ASCENDING)], name="absorbed_ids", sparse=True),
     ),
     "unique": (
         # a unique key's reservation is forgotten once its period is over
         IndexModel([("until", ASCENDING)], name="forget", expireAfterSeconds=0),
+    ),
+    "key_starts": (
+        # a key's rate slots are forgotten once its window is over
+        IndexModel([("forget_at", ASCENDING)], name="forget", expireAfterSeconds=0),
     ),
     "dedup": (
         IndexModel(
@@ -88,6 +100,12 @@ INDEXES: Mapping[str, tuple[IndexModel, ...]] = {
         IndexModel([("tags", ASCENDING)], name="tags", sparse=True),
         IndexModel([("batch", ASCENDING), ("why", ASCENDING)], name="batch", sparse=True),
         IndexModel([("unique.absorbed_ids", ASCENDING)], name="absorbed_ids", sparse=True),
+        # a key's jobs that failed for good (strict ordering)
+        IndexModel(
+            [("group", ASCENDING), ("key", ASCENDING), ("why", ASCENDING)],
+            name="keys",
+            partialFilterExpression={"key": {"$exists": True}},
+        ),
         # a listing of one workable's jobs, newest first (not in scheduled: its writes
         # are the hot path)
         IndexModel([("workable.class", ASCENDING), ("_id", ASCENDING)], name="workable"),
@@ -121,7 +139,20 @@ def _worker_documents() -> Steps[None]:
             yield from send("roster", "drop_index", old)
 
 
-MIGRATIONS: Mapping[int, Migration] = {1: _initial, 2: _priorities, 3: _worker_documents}
+def _deadlines_keys_and_sealed_arguments() -> Steps[None]:
+    """Version 4: jobs may carry a deadline (``expires_at``), a key (``key``, and a
+    ``key_slot`` while locked), sealed arguments (``workable.encrypted``) and a unique
+    hold; a process of an older version would run them ignoring those (an encrypted job
+    with no arguments): it refuses this version. Nothing stored is converted."""
+    yield from ()
+
+
+MIGRATIONS: Mapping[int, Migration] = {
+    1: _initial,
+    2: _priorities,
+    3: _worker_documents,
+    4: _deadlines_keys_and_sealed_arguments,
+}
 
 
 def ensure_ready(

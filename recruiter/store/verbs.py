@@ -15,6 +15,7 @@ from recruiter.store import (
     dedup,
     groups,
     jobs,
+    keys,
     leases,
     progress,
     roster,
@@ -112,6 +113,9 @@ class SyncVerbs(StepVerbs):
 
     # attempts: a job locked, started, ended
     lock_jobs = Verb(attempts.lock_jobs)
+    ready_keyed_jobs = Verb(keys.ready_keyed_jobs)
+    take_key_starts = Verb(keys.take_key_starts)
+    lock_picked = Verb(keys.lock_picked)
     lock_job_now = Verb(attempts.lock_job_now)
     start_if_owned = Verb(attempts.start_if_owned)
     find_started = Verb(attempts.find_started)

@@ -1,0 +1,350 @@
+"""Limits and order per key (:mod:`recruiter.keys`): which ready jobs of a keyed group
+the round may hand out, and the writes that hold those limits across recruiters.
+
+- **Concurrency**: a keyed job is locked with a *key slot*, ``group␟key␟n`` for ``n``
+  below the group's ``key_concurrency``, under a unique sparse index: two locks of one
+  slot cannot both land, whichever recruiters write them. Every unlock removes the slot.
+- **Rate**: a key's document in ``key_starts`` holds one time per allowed start
+  (``slots.n``); a start takes slots whose time left the window, by an update
+  conditional on each (an upsert for a new key), so two recruiters cannot take one.
+- **Order**: with ``ordering``, only the key's *head* is handed out: its unfinished job
+  of the least ``key_order``; with ``strict``, none while a job of the key that failed
+  for good has not been retried (``recovered_as``).
+
+A round reads a keyed group's ready jobs in order, skips the keys with no room, and
+reads again past them (``key`` not among the full keys), so a busy key never makes
+another wait."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pymongo.errors import BulkWriteError, DuplicateKeyError
+
+from recruiter.groups import GroupSettings
+from recruiter.retry import FAILED
+from recruiter.store.attempts import lock_jobs
+from recruiter.store.base import ARCHIVED, SCHEDULED, Document, aware
+from recruiter.store.jobs import workable_name
+from recruiter.store.ready import READY_ORDER, ready_query
+from recruiter.store.steps import Steps, aggregate, find, send, update_each
+
+KEY_STARTS = "key_starts"
+SEPARATOR = "\x1f"
+"""Between a slot's group, key and number (a key holds no control character)."""
+KEY_READS = 3
+"""Reads of a keyed group's ready jobs a round makes at most, each past the full keys."""
+
+
+def key_id(group: str, key: str) -> str:
+    return f"{group}{SEPARATOR}{key}"
+
+
+def slot_number(slot: Any) -> int | None:
+    """The number of a stored key slot (``None``: not one)."""
+    if not isinstance(slot, str):
+        return None
+    number = slot.rpartition(SEPARATOR)[2]
+    return int(number) if number.isdigit() else None
+
+
+@dataclass
+class KeyRoom:
+    """What a key may still be handed this round."""
+
+    busy: int = 0
+    """Its jobs locked."""
+    slots: set[int] = field(default_factory=set)
+    """The slot numbers its locked jobs hold."""
+    rate_free: list[int] | None = None
+    """The rate slots free by now (``None``: no rate)."""
+    rate_free_at: dt.datetime | None = None
+    """When the first of its rate slots taken leaves the window."""
+    head: Any = None
+    """Its unfinished job first in order (with ordering)."""
+    head_ready: bool = False
+    """Whether its head may be handed out now (unlocked, due, of the workables asked)."""
+    head_workable: Any = None
+    halted: bool = False
+    """A job of it failed for good and was not retried (strict ordering)."""
+
+
+@dataclass
+class KeyedPick:
+    """The ready jobs of a keyed group the round may hand out, and how to lock them."""
+
+    jobs: list[Any] = field(default_factory=list)
+    slots: dict[Any, str] = field(default_factory=dict)
+    """Each keyed job's key slot, when the group has a key concurrency."""
+    starts: dict[Any, tuple[str, int]] = field(default_factory=dict)
+    """Each keyed job's rate slot (its key's :func:`key_id`, its number), when the
+    group has a key rate."""
+    held: bool = False
+    """A ready job was left for its key's limits or order: more may be ready later."""
+    wake_at: dt.datetime | None = None
+    """When a key held back by its rate may start again."""
+
+
+def ready_keyed_jobs(
+    settings: GroupSettings,
+    now: dt.datetime,
+    limit: int,
+    workables: Collection[str] | None = None,
+    workable_of: dict[Any, Any] | None = None,
+) -> Steps[KeyedPick]:
+    """Up to ``limit`` ready jobs of the keyed group ``settings.group``, in ready order,
+    within its per-key limits and order (jobs with no key as any group's)."""
+    group, pick = settings.group, KeyedPick()
+    full: set[str] = set()
+    rooms: dict[str, KeyRoom] = {}
+    for _ in range(KEY_READS):
+        wanted = limit - len(pick.jobs)
+        if wanted <= 0:
+            break
+        query = ready_query(now, group, workables)
+        query["_id"] = {"$nin": pick.jobs}
+        if full:
+            query["key"] = {"$nin": sorted(full)}
+        size = wanted * 2 + 10
+        projection = {"key": 1, "workable.class": 1}
+        found = yield from find(
+            SCHEDULED, query, projection, sort=list(READY_ORDER.items()), limit=size
+        )
+        keys = {d["key"] for d in found if isinstance(d.get("key"), str)} - rooms.keys()
+        rooms |= yield from _rooms(settings, keys, now, workables)
+        workable_in = {document["_id"]: workable_name(document) for document in found}
+        for document in found:
+            if len(pick.jobs) >= limit:
+                break
+            chosen = _consider(settings, document, rooms, full, pick)
+            if chosen is not None and workable_of is not None:
+                key = document.get("key")
+                head = rooms[key].head_workable if isinstance(key, str) else None
+                workable_of[chosen] = workable_in.get(chosen, head)
+        if len(found) < size:
+            break
+    return pick
+
+
+def _consider(
+    settings: GroupSettings,
+    document: Document,
+    rooms: dict[str, KeyRoom],
+    full: set[str],
+    pick: KeyedPick,
+) -> Any:
+    """The job to hand out for ``document`` if its key has room: its own, or with
+    ordering its key's head if that is ready (a key takes its turn at its first job in
+    ready order); ``None`` if none. A key with no room left is marked full."""
+    job_id, key = document["_id"], document.get("key")
+    if not isinstance(key, str):
+        pick.jobs.append(job_id)
+        return job_id
+    if key in full:
+        pick.held = True
+        return None
+    room = rooms[key]
+    chosen = job_id
+    if settings.ordering is not None:
+        chosen = room.head if room.head_ready and room.head not in pick.jobs else None
+    allowed = chosen is not None and _has_room(settings, room)
+    if allowed:
+        _take(settings, key, room, chosen, pick)
+    elif room.rate_free == [] and room.rate_free_at is not None:
+        pick.wake_at = min(pick.wake_at or room.rate_free_at, room.rate_free_at)
+    full_now = settings.key_concurrency is not None and room.busy >= settings.key_concurrency
+    if not allowed or full_now or settings.ordering is not None or room.rate_free == []:
+        full.add(key)  # (its later jobs, read or not, may be ready: held)
+        pick.held = True
+    return chosen if allowed else None
+
+
+def _has_room(settings: GroupSettings, room: KeyRoom) -> bool:
+    if room.halted:
+        return False
+    if settings.key_concurrency is not None and room.busy >= settings.key_concurrency:
+        return False
+    return room.rate_free is None or bool(room.rate_free)
+
+
+def _take(settings: GroupSettings, key: str, room: KeyRoom, job_id: Any, pick: KeyedPick) -> None:
+    """Hand out ``job_id`` of ``key``: its key slot, its rate slot."""
+    pick.jobs.append(job_id)
+    room.busy += 1
+    if settings.key_concurrency is not None:
+        number = min(set(range(settings.key_concurrency)) - room.slots)
+        room.slots.add(number)
+        pick.slots[job_id] = f"{key_id(settings.group, key)}{SEPARATOR}{number}"
+    if room.rate_free is not None:
+        pick.starts[job_id] = (key_id(settings.group, key), room.rate_free.pop(0))
+
+
+def _rooms(
+    settings: GroupSettings,
+    keys: set[str],
+    now: dt.datetime,
+    workables: Collection[str] | None = None,
+) -> Steps[dict[str, KeyRoom]]:
+    """What each of ``keys`` of the group may still be handed."""
+    if not keys:
+        return {}
+    group, rooms = settings.group, {key: KeyRoom() for key in keys}
+    held: Document = {"group": group, "key": {"$in": sorted(keys)}}
+    held["$or"] = [{"locked": True}, {"key_slot": {"$exists": True}}]
+    stale = []
+    for document in (yield from find(SCHEDULED, held, {"key": 1, "key_slot": 1, "locked": 1})):
+        room = rooms[document["key"]]
+        if document.get("locked") is True:
+            room.busy += 1
+            number = slot_number(document.get("key_slot"))
+            if number is not None:
+                room.slots.add(number)
+        else:
+            stale.append(document)
+    yield from _forget_stale_slots(stale)
+    if settings.key_rate is not None:
+        yield from _rate_rooms(settings, rooms, now)
+    if settings.ordering is not None:
+        yield from _heads(group, rooms, settings.ordering == "strict", now, workables)
+    return rooms
+
+
+def _forget_stale_slots(documents: list[Document]) -> Steps[None]:
+    """Remove the key slots unlocked jobs still hold (a path that unlocked without it)."""
+    statements = [
+        (
+            {"_id": d["_id"], "locked": {"$ne": True}, "key_slot": d["key_slot"]},
+            {"$unset": {"key_slot": ""}},
+        )
+        for d in documents
+    ]
+    yield from update_each(SCHEDULED, statements)
+
+
+def _rate_rooms(
+    settings: GroupSettings, rooms: dict[str, KeyRoom], now: dt.datetime
+) -> Steps[None]:
+    rate = settings.key_rate
+    assert rate is not None
+    ids = {key_id(settings.group, key): key for key in rooms}
+    found = yield from find(KEY_STARTS, {"_id": {"$in": sorted(ids)}})
+    stored = {document["_id"]: document.get("slots") for document in found}
+    cut = now - rate.per
+    for identifier, key in ids.items():
+        slots = stored.get(identifier)
+        slots = slots if isinstance(slots, Mapping) else {}
+        rooms[key].rate_free = [
+            number for number in range(rate.limit) if not _taken_after(slots.get(str(number)), cut)
+        ]
+
+
+def _taken_after(value: Any, cut: dt.datetime) -> bool:
+    return isinstance(value, dt.datetime) and aware(value) > cut
+
+
+def _heads(
+    group: str,
+    rooms: dict[str, KeyRoom],
+    strict: bool,
+    now: dt.datetime,
+    workables: Collection[str] | None,
+) -> Steps[None]:
+    """Each key's head, whether it is ready, and with ``strict`` whether the key is
+    halted."""
+    keys = sorted(rooms)
+    unfinished = {"group": group, "key": {"$in": keys}, "why": {"$exists": False}}
+    first = {"id": "$_id", "locked": "$locked", "at": "$scheduled_at", "workable": "$workable"}
+    pipeline: list[Document] = [
+        {"$match": unfinished},
+        {"$sort": {"key": 1, "key_order": 1, "_id": 1}},
+        {"$group": {"_id": "$key", "head": {"$first": first}}},
+    ]
+    for document in (yield from aggregate(SCHEDULED, pipeline)):
+        room, head = rooms.get(document["_id"]), document["head"]
+        if room is None:
+            continue
+        room.head = head.get("id")
+        room.head_workable = workable_name(head)
+        due = head.get("at")
+        room.head_ready = (
+            head.get("locked") is False
+            and isinstance(due, dt.datetime)
+            and aware(due) <= now
+            and (workables is None or room.head_workable in workables)
+        )
+    if not strict:
+        return
+    failed = {"group": group, "key": {"$in": keys}, "why": {"$in": [str(w) for w in FAILED]}}
+    failed["recovered_as"] = {"$exists": False}
+    for collection in (SCHEDULED, ARCHIVED):
+        for document in (yield from find(collection, failed, {"key": 1})):
+            if document.get("key") in rooms:
+                rooms[document["key"]].halted = True
+
+
+def take_key_starts(
+    starts: Mapping[str, tuple[dt.timedelta, list[int]]], now: dt.datetime
+) -> Steps[set[str]]:
+    """Take the rate slots ``starts`` names for each key (by :func:`key_id`: its rate's
+    window, the slot numbers), each conditional on its slots being free by ``now`` (their
+    time left the window); the keys whose slots were taken. One command per key."""
+    taken = set()
+    for identifier, (rate_per, numbers) in starts.items():
+        cut = now - rate_per
+        free = {f"slots.{n}": {"$not": {"$gt": cut}} for n in numbers}
+        update = {"$set": {**{f"slots.{n}": now for n in numbers}, "forget_at": now + rate_per}}
+        try:
+            result = yield from send(
+                KEY_STARTS, "update_one", {"_id": identifier, **free}, update, upsert=True
+            )
+        except DuplicateKeyError:
+            continue  # (another recruiter took one of them: the key waits a round)
+        if result.matched_count == 1 or result.upserted_id is not None:
+            taken.add(identifier)
+    return taken
+
+
+def lock_keyed_jobs(slots: Mapping[Any, str], token: Any, now: dt.datetime) -> Steps[list[Any]]:
+    """Lock each job of ``slots`` with its key slot, those still unlocked and due, in one
+    command: a slot another lock holds refuses its job. Return those locked."""
+    if not slots:
+        return []
+    waiting = {"locked": False, "scheduled_at": {"$lte": now}}
+    statements = [
+        (
+            {"_id": job_id, **waiting},
+            {
+                "$set": {"locked": True, "lock": {"token": token, "since": now}, "key_slot": slot},
+                "$unset": {"queued_key": ""},
+            },
+        )
+        for job_id, slot in slots.items()
+    ]
+    try:
+        modified = yield from update_each(SCHEDULED, statements)
+        if modified == len(statements):
+            return list(slots)
+    except (BulkWriteError, DuplicateKeyError):
+        pass  # (a slot held: read what landed)
+    query = {"_id": {"$in": list(slots)}, "lock.token": token}
+    locked = {document["_id"] for document in (yield from find(SCHEDULED, query, {"_id": 1}))}
+    return [job_id for job_id in slots if job_id in locked]
+
+
+def lock_picked(
+    jobs: Iterable[Any],
+    slots: Mapping[Any, str],
+    token: Any,
+    now: dt.datetime,
+) -> Steps[list[Any]]:
+    """Lock ``jobs``: those with a key slot by :func:`lock_keyed_jobs`, the others as
+    any job. Return those locked."""
+    jobs = list(jobs)
+    keyed = {job: slots[job] for job in jobs if job in slots}
+    plain = [job for job in jobs if job not in slots]
+    locked = set((yield from lock_keyed_jobs(keyed, token, now)))
+    locked |= set((yield from lock_jobs(plain, token, now)))
+    return [job for job in jobs if job in locked]

@@ -1,0 +1,249 @@
+"""Limits and order per key: a keyed group hands out at most its key concurrency and key
+rate of one key, each key's jobs in order when asked, and a busy key never makes another
+wait; the limits hold when two recruiters' rounds interleave (a unique key slot, rate
+slots taken conditionally), written out on a frozen clock; on mongomock and the real
+server (the unique index on the real one)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from recruiter import FrozenClock, GroupSettings, JobSpec, Queue, Rate, Registry, RetryManyTimes
+from recruiter.errors import InvalidGroupSettings, InvalidJob
+from recruiter.processes.recruiter import Recruiter
+from recruiter.processes.slot import WorkerSlot
+from recruiter.store import Store, keys
+from tests.driving import finish_held, workers
+from tests.interleaving import before
+
+pytestmark = pytest.mark.clock_at_real_time  # (key rates' TTL index reads real time)
+
+
+def keyed(queue: Queue, *names: str, group: str = "billing") -> list[Any]:
+    """One job per name, keyed by it, scheduled in that order."""
+    return [
+        queue.schedule(JobSpec("tests.noop").in_group(group).keyed(name).with_urn(f"{name}-{n}"))
+        for n, name in enumerate(names)
+    ]
+
+
+def held_keys(store: Store) -> Counter[str]:
+    """How many jobs of each key the roster's workers hold."""
+    held = [w.assignment.job_id for w in store.workers() if w.assignment is not None]
+    return Counter(d["key"] for d in store.scheduled.find({"_id": {"$in": held}}))
+
+
+def held_ids(store: Store) -> set[Any]:
+    return {w.assignment.job_id for w in store.workers() if w.assignment is not None}
+
+
+def test_one_job_of_a_key_at_a_time_and_other_keys_do_not_wait(
+    queue: Queue, clock: FrozenClock
+) -> None:
+    queue.limit_group("billing", key_concurrency=1)
+    keyed(queue, *["acct-1"] * 30, "acct-2", "acct-3")
+    workers(queue.store, 4, clock.now())
+    assert Recruiter(queue.store).run_once(clock.now()).assigned == 3
+    assert held_keys(queue.store) == {"acct-1": 1, "acct-2": 1, "acct-3": 1}, (
+        "the two keys behind thirty jobs of a busy one were read past it"
+    )
+
+
+def test_a_key_concurrency_of_two_and_its_next_at_an_end(queue: Queue, clock: FrozenClock) -> None:
+    queue.limit_group("billing", key_concurrency=2)
+    jobs = keyed(queue, "acct-1", "acct-1", "acct-1", "acct-1")
+    workers(queue.store, 4, clock.now())
+    recruiter = Recruiter(queue.store)
+    assert recruiter.run_once(clock.now()).assigned == 2
+    assert held_ids(queue.store) == set(jobs[:2])
+    finish_held(queue.store, clock.now(), job=jobs[0])
+    assert recruiter.run_once(clock.now()).assigned == 1
+    assert held_ids(queue.store) == {jobs[1], jobs[2]}
+    slots = {d.get("key_slot") for d in queue.store.scheduled.find({"locked": True})}
+    assert slots == {"billing\x1facct-1\x1f0", "billing\x1facct-1\x1f1"}
+    finished = queue.store.scheduled.find_one({"_id": jobs[0]})
+    assert finished is not None
+    assert "key_slot" not in finished, "an end removes its slot"
+
+
+def test_two_recruiters_between_a_read_and_a_lock_never_run_two_of_a_key(
+    queue: Queue, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A leader reads the key idle; before it locks, another (a new leader after a
+    failover, whose predecessor did not know it lost) reads and locks a job of the key:
+    the first's lock of its own pick is refused by the key slot."""
+    queue.limit_group("billing", key_concurrency=1)
+    first, second = keyed(queue, "acct-1", "acct-1")
+    workers(queue.store, 2, clock.now())
+    other = Recruiter(queue.store)
+    rounds = before(
+        monkeypatch, queue.store, keys.lock_picked, lambda: other.run_once(clock.now()).assigned
+    )
+    assert Recruiter(queue.store).run_once(clock.now()).assigned == 0
+    assert rounds == [1]
+    assert len(list(queue.store.scheduled.find({"locked": True}))) == 1
+    assert held_keys(queue.store) == {"acct-1": 1}
+    assert second not in held_ids(queue.store) or first not in held_ids(queue.store)
+
+
+def test_a_key_rate_holds_and_says_when_to_look_again(queue: Queue, clock: FrozenClock) -> None:
+    queue.limit_group("billing", key_rate="2/1m")
+    jobs = keyed(queue, "acct-1", "acct-1", "acct-1", "acct-2")
+    workers(queue.store, 4, clock.now())
+    recruiter = Recruiter(queue.store)
+    result = recruiter.run_once(clock.now())
+    assert result.assigned == 3
+    assert held_keys(queue.store) == {"acct-1": 2, "acct-2": 1}
+    for job in jobs[:2] + jobs[3:]:
+        finish_held(queue.store, clock.now(), job=job)
+    assert recruiter.run_once(clock.now()).assigned == 0, "the window is full"
+    clock.advance(60)
+    assert recruiter.run_once(clock.now()).assigned == 1
+    assert held_ids(queue.store) == {jobs[2]}
+
+
+def test_two_recruiters_cannot_take_one_rate_slot(
+    queue: Queue, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue.limit_group("billing", key_rate="1/1h")
+    keyed(queue, "acct-1", "acct-1")
+    workers(queue.store, 2, clock.now())
+    other = Recruiter(queue.store)
+    rounds = before(
+        monkeypatch, queue.store, keys.take_key_starts, lambda: other.run_once(clock.now()).assigned
+    )
+    assert Recruiter(queue.store).run_once(clock.now()).assigned == 0
+    assert rounds == [1]
+    assert held_keys(queue.store) == {"acct-1": 1}
+
+
+def noop_slot(queue: Queue, registry: Registry, clock: FrozenClock) -> WorkerSlot:
+    @registry.workable("tests.flaky")
+    def flaky(fail: bool = False) -> None:
+        if fail:
+            raise ValueError("declined")
+
+    slot = WorkerSlot(queue.store, registry, clock, "billing")
+    slot.register()
+    return slot
+
+
+def flaky_job(queue: Queue, key: str, *, fail: bool = False, retries: int = 0) -> Any:
+    spec = JobSpec("tests.flaky", {"fail": fail}).in_group("billing").keyed(key)
+    return queue.schedule(spec.retry_with(RetryManyTimes(retries, "1m")) if retries else spec)
+
+
+def run_rounds(queue: Queue, slot: WorkerSlot, clock: FrozenClock, rounds: int = 6) -> list[Any]:
+    """The jobs ``slot`` ran, in order, over ``rounds`` rounds."""
+    recruiter = Recruiter(queue.store)
+    ran: list[Any] = []
+    for _ in range(rounds):
+        recruiter.run_once(clock.now())
+        ran += [execution.job_id for execution in slot.run_once().executions]
+        beat(queue, slot, clock)
+    return ran
+
+
+def beat(queue: Queue, slot: WorkerSlot, clock: FrozenClock) -> None:
+    """The slot's heartbeat at the clock's time (the frozen clock moved on)."""
+    assert slot.process is not None
+    queue.store.heartbeat([slot.process], clock.now())
+
+
+@pytest.mark.parametrize("ordering", ["strict", "skip-failed"])
+def test_ordered_keys_run_in_scheduling_order_and_a_retry_holds_the_next(
+    queue: Queue, registry: Registry, clock: FrozenClock, ordering: str
+) -> None:
+    queue.limit_group("billing", key_concurrency=1, ordering=ordering)
+    slot = noop_slot(queue, registry, clock)
+    retried = flaky_job(queue, "acct-1", fail=True, retries=1)
+    later = flaky_job(queue, "acct-1")
+    assert run_rounds(queue, slot, clock) == [retried], "the next waits for the retry"
+    clock.advance(60)
+    beat(queue, slot, clock)
+    assert run_rounds(queue, slot, clock) == [retried, later][: 1 if ordering == "strict" else 2]
+
+
+def test_strict_ordering_holds_a_key_behind_a_failure_until_it_is_retried(
+    queue: Queue, registry: Registry, clock: FrozenClock
+) -> None:
+    queue.limit_group("billing", key_concurrency=1, ordering="strict")
+    slot = noop_slot(queue, registry, clock)
+    failed = flaky_job(queue, "acct-1", fail=True)
+    later = flaky_job(queue, "acct-1")
+    other = flaky_job(queue, "acct-2")
+    assert run_rounds(queue, slot, clock) == [failed, other], "acct-2 does not wait"
+    queue.store.database["scheduled"].update_one(
+        {"_id": failed}, {"$set": {"workable.parameters.fail": False}}
+    )  # (the cause fixed)
+    retry = queue.recover(failed)
+    assert queue.job(retry).key == "acct-1"
+    assert run_rounds(queue, slot, clock) == [retry, later], "the retry takes its place"
+
+
+def test_a_manual_retry_of_a_skip_failed_key_runs_before_its_later_jobs(
+    queue: Queue, registry: Registry, clock: FrozenClock
+) -> None:
+    queue.limit_group("billing", key_concurrency=1, ordering="skip-failed")
+    slot = noop_slot(queue, registry, clock)
+    failed = flaky_job(queue, "acct-1", fail=True)
+    assert run_rounds(queue, slot, clock, 2) == [failed]
+    later = flaky_job(queue, "acct-1")
+    retry = queue.recover(failed)
+    assert run_rounds(queue, slot, clock) == [retry, later]
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"ordering": "strict"}, "give key concurrency 1"),
+        ({"key_concurrency": 2, "ordering": "strict"}, "give key concurrency 1"),
+        ({"key_concurrency": 1, "ordering": "fifo"}, "ordering is one of strict, skip-failed"),
+        ({"key_concurrency": 0}, "key concurrency must be a positive integer"),
+        ({"key_rate": "5000/1s"}, "at most 1000"),
+    ],
+)
+def test_bad_key_settings_say_what_to_change(settings: dict[str, Any], message: str) -> None:
+    rate = settings.pop("key_rate", None)
+    key_rate = None if rate is None else Rate.parse(rate)
+    with pytest.raises(InvalidGroupSettings, match=message):
+        GroupSettings("billing", **settings, key_rate=key_rate)
+
+
+@pytest.mark.parametrize(
+    ("key", "message"),
+    [
+        ("", "a key is a non-empty string"),
+        ("x" * 201, "at most 200 characters"),
+        ("acct\x00-1", "no control or invisible characters"),
+        ("acct\u202e-1", "no control or invisible characters"),
+    ],
+)
+def test_a_bad_key_is_refused(key: str, message: str) -> None:
+    with pytest.raises(InvalidJob, match=message):
+        JobSpec("tests.noop").keyed(key)
+
+
+def test_a_workable_names_its_jobs_keys_from_their_arguments(registry: Registry) -> None:
+    @registry.workable("billing.charge", key=lambda account, **_: f"account-{account}")
+    def charge(account: int, cents: int) -> None: ...
+
+    assert charge.job(42, cents=100).key == "account-42"
+
+    @registry.workable("billing.broken", key=lambda missing: missing)
+    def broken(account: int) -> None: ...
+
+    with pytest.raises(InvalidJob, match="its key function failed"):
+        broken.job(1)
+
+
+def test_settings_are_stored_and_described(queue: Queue) -> None:
+    settings = queue.limit_group("billing", key_concurrency=1, key_rate="10/1m", ordering="strict")
+    assert settings.describe() == (
+        "concurrency unlimited, rate unlimited, weight 1; "
+        "per key: concurrency 1, rate 10/60s, ordering strict"
+    )
+    assert queue.group_settings() == [settings]
