@@ -170,8 +170,8 @@ def test_group_settings_are_set_listed_and_unset(
     assert "video - 10/60s 3 - -" in said(runner.invoke(app, ["group", "list", *where]))
     keyed = ["group", "set", "billing", "--key-concurrency", "1", "--ordering", "strict", *where]
     assert "per key: concurrency 1, ordering strict" in said(runner.invoke(app, keyed))
-    listed = said(runner.invoke(app, ["group", "list", *where]))
-    assert "billing - - 1 concurrency 1, ordering strict -" in listed
+    table = said(runner.invoke(app, ["group", "list", *where]))
+    assert "billing - - 1 concurrency 1, ordering strict -" in table
     assert "settings removed" in said(runner.invoke(app, ["group", "unset", "mail", *where]))
     assert "had no settings" in said(runner.invoke(app, ["group", "unset", "mail", *where]))
     runner.invoke(app, ["group", "unset", "video", *where])

@@ -35,6 +35,7 @@ BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
         "guides/progress.md",
         "guides/expiry.md",
         "guides/encryption.md",
+        "guides/keys.md",
     ],
 )
 def test_the_examples_of_a_page_run(page: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -247,3 +247,32 @@ def test_settings_are_stored_and_described(queue: Queue) -> None:
         "per key: concurrency 1, rate 10/60s, ordering strict"
     )
     assert queue.group_settings() == [settings]
+
+
+def test_a_slot_an_unlock_left_behind_is_forgotten_and_holds_nothing(
+    queue: Queue, clock: FrozenClock
+) -> None:
+    """A process of an older version unlocked a job without removing its key slot: the
+    next round sees the slot unlocked, removes it, and hands out the key again."""
+    queue.limit_group("billing", key_concurrency=1)
+    first, second = keyed(queue, "acct-1", "acct-1")
+    stale = "billing\x1facct-1\x1f0"
+    queue.store.scheduled.update_one({"_id": second}, {"$set": {"key_slot": stale}})
+    workers(queue.store, 1, clock.now())
+    assert Recruiter(queue.store).run_once(clock.now()).assigned == 1
+    assert held_ids(queue.store) == {first}
+    assert queue.store.scheduled.find_one({"_id": second}, {"key_slot": 1}) == {"_id": second}
+
+
+def test_jobs_are_found_and_shown_by_their_key(queue: Queue) -> None:
+    from recruiter.monitoring import listing
+    from tests.web_client import client
+
+    first, _, third = keyed(queue, "acct-1", "acct-2", "acct-1")
+    page = listing.list_jobs(queue, listing.JobFilter(key="acct-1"))
+    assert [job.id for job in page.jobs] == [third, first]
+    browser = client(queue)
+    found = browser.get("/api/jobs", params={"key": "acct-1"}).json()["jobs"]
+    assert [job["id"] for job in found] == [str(third), str(first)]
+    assert browser.get(f"/api/jobs/{first}").json()["key"] == "acct-1"
+    assert "<th>key</th><td>acct-1</td>" in browser.get(f"/jobs/{first}").text

@@ -43,6 +43,7 @@ def list_jobs(
     ] = None,
     group: Annotated[str | None, typer.Option(help="Only jobs of this group.")] = None,
     tag: Annotated[str | None, typer.Option(help="Only jobs with this tag.")] = None,
+    key: Annotated[str | None, typer.Option(help="Only jobs of this key (JobSpec.keyed).")] = None,
     since: Annotated[
         dt.timedelta | None,
         typer.Option(parser=duration_option, help="Only jobs finished this long ago at most."),
@@ -60,17 +61,16 @@ def list_jobs(
     database: DatabaseName = None,
 ) -> None:
     """List jobs, newest first, with filters."""
-    from recruiter.errors import InvalidFilter
     from recruiter.monitoring import listing
-    from recruiter.monitoring.where import parse_where
 
-    try:
-        arguments = parse_where(where or [])
-    except InvalidFilter as error:
-        raise typer.BadParameter(str(error), param_hint="--where") from error
     chosen = validated(
         listing.JobFilter(
-            state=state, group=group, tag=tag, finished_since=since, arguments=arguments
+            state=state,
+            group=group,
+            tag=tag,
+            key=key,
+            finished_since=since,
+            arguments=_conditions(where or []),
         )
     )
     with closing(open_queue(mongodb_uri, database)) as queue:
@@ -92,6 +92,17 @@ def list_jobs(
         )
     said = table if listed else f"no job matches in database {database_name!r}"
     show(as_json, listed, lambda: said)
+
+
+def _conditions(where: list[str]) -> tuple[Any, ...]:
+    """The ``--where`` conditions, or the option's error."""
+    from recruiter.errors import InvalidFilter
+    from recruiter.monitoring.where import parse_where
+
+    try:
+        return parse_where(where)
+    except InvalidFilter as error:
+        raise typer.BadParameter(str(error), param_hint="--where") from error
 
 
 @jobs.command("show")
@@ -126,6 +137,7 @@ def show_job(
         ("priority", job.priority),
         ("tags", ", ".join(job.tags) or "-"),
         ("urn", job.urn or "-"),
+        ("key", job.key or "-"),
         ("created", moment_text(job.created_at)),
         ("due", moment_text(job.scheduled_at)),
         ("attempts", job.attempts),

@@ -172,6 +172,7 @@ class JobFilter:
     group: str | None = None
     workable: str | None = None
     tag: str | None = None
+    key: str | None = None
     finished_since: dt.timedelta | None = None
     """Only jobs that finished this long ago at most."""
     arguments: tuple[ArgumentCondition, ...] = ()
@@ -197,15 +198,16 @@ class JobFilter:
             except OverflowError:  # longer ago than dates go: every finished job
                 finished_after = dt.datetime.min.replace(tzinfo=dt.UTC)
         return Selection(
-            self.state,
-            self.group or None,
-            self.workable or None,
-            self.tag or None,
-            finished_after,
-            before,
-            not_retried,
-            self.arguments,
-            self.batch,
+            state=self.state,
+            group=self.group or None,
+            workable=self.workable or None,
+            tag=self.tag or None,
+            key=self.key or None,
+            finished_after=finished_after,
+            created_before=before,
+            not_retried=not_retried,
+            arguments=self.arguments,
+            batch=self.batch,
         )
 
 

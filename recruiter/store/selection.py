@@ -56,6 +56,8 @@ class Selection:
     group: str | None = None
     workable: str | None = None
     tag: str | None = None
+    key: str | None = None
+    """Only the jobs of this key (:meth:`recruiter.JobSpec.keyed`)."""
     finished_after: dt.datetime | None = None
     created_before: ObjectId | None = None
     not_retried: bool = False
@@ -72,6 +74,8 @@ class Selection:
             narrowed["workable.class"] = self.workable
         if self.tag is not None:
             narrowed["tags"] = self.tag
+        if self.key is not None:
+            narrowed["key"] = self.key
         if self.finished_after is not None:
             narrowed["archived_at"] = {"$gte": self.finished_after}
         if self.created_before is not None:

@@ -52,6 +52,7 @@ class JobQuery(BaseModel):
     group: str | None = None
     workable: str | None = None
     tag: str | None = None
+    key: str | None = Field(None, description="the jobs of one key (JobSpec.keyed)")
     finished_within: str | None = Field(None, description="a duration, as 1h")
     arguments: str | None = Field(
         None, description='conditions on the arguments, as args.user_id=42 and args.kind="invoice"'
@@ -69,6 +70,7 @@ class JobQuery(BaseModel):
             group=self.group or None,
             workable=self.workable or None,
             tag=self.tag or None,
+            key=self.key or None,
             finished_since=since,
             arguments=parse_where(self.arguments) if self.arguments else (),
         ).validate()

@@ -85,7 +85,7 @@ def last_hour(queue: Queue, finished: int, failed: int) -> dict[str, Any]:
     }
 
 
-FILTER_FIELDS = ("state", "group", "workable", "tag", "finished_within", "arguments")
+FILTER_FIELDS = ("state", "group", "workable", "tag", "key", "finished_within", "arguments")
 
 
 def filter_in_words(fields: Mapping[str, str]) -> list[tuple[str, str]]:
@@ -198,6 +198,7 @@ def job_detail(queue: Queue, job_id: str) -> dict[str, Any]:
         "parameters": job.parameters,
         "encrypted_with": listing.encrypted_with(job),
         "group": job.group,
+        "key": job.key,
         "priority": job.priority,
         "tags": list(job.tags),
         "urn": job.urn,
