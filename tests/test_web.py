@@ -215,8 +215,16 @@ def test_signed_in_actions_go_through_the_queue(queue: Queue, jobs: dict[str, An
     limits = {"csrf": csrf, "group": "video", "concurrency": "2", "rate": "5/1s", "weight": "3"}
     reply = browser.post("/groups", data=limits)
     assert "concurrency 2, rate 5/1s, weight 3" in reply.text
+    keyed = {**limits, "key_concurrency": "1", "key_rate": "1/1s", "ordering": "strict"}
+    said = browser.post("/groups", data=keyed).text
+    assert "per key: concurrency 1, rate 1/1s, ordering strict" in said
+    page = browser.get("/groups").text
+    assert 'name="key_concurrency" value="1"' in page, "the form shows what it would keep"
+    assert '<option value="strict" selected>' in page
     bad = {"csrf": csrf, "group": "video", "concurrency": "x"}
     assert browser.post("/groups", data=bad).status_code == 400
+    unordered = {**limits, "ordering": "strict"}
+    assert "give key concurrency 1" in browser.post("/groups", data=unordered).text
     browser.post("/groups/unset", data={"csrf": csrf, "group": "video"})
     assert queue.group_settings() == []
 
@@ -237,6 +245,9 @@ def test_the_api_acts_with_the_bearer_token(queue: Queue, jobs: dict[str, Any]) 
     headers = {"Authorization": f"Bearer {TOKEN}"}
     reply = api.put("/api/groups/mail", json={"concurrency": 1}, headers=headers)
     assert reply.json() == {"group": "mail", "limits": "concurrency 1, rate unlimited, weight 1"}
+    keyed = {"key_concurrency": 2, "key_rate": "3/1m"}
+    reply = api.put("/api/groups/billing", json=keyed, headers=headers)
+    assert reply.json()["limits"].endswith("per key: concurrency 2, rate 3/60s")
     reply = api.post("/api/bulk", json={"action": "retry", "state": "failed"}, headers=headers)
     assert reply.json()["jobs"] == 1
     assert api.put("/api/groups/mail", json={"concurrency": 0}, headers=headers).status_code == 422

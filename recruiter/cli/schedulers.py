@@ -19,7 +19,8 @@ AsJson = Annotated[bool, typer.Option("--json", help="One JSON document, for scr
 
 
 schedulers = typer.Typer(
-    help="Repeatable jobs: list them, pause, resume or remove one.", no_args_is_help=True
+    help="Repeatable jobs: list them; add, change (set), pause, resume or remove one.",
+    no_args_is_help=True,
 )
 
 
@@ -130,3 +131,133 @@ def _schedule(schedule: Any) -> str:
     if isinstance(schedule, dict) and "every" in schedule:
         return f"every {schedule['every']:g}s"
     return json.dumps(schedule, default=str)
+
+
+Workable = Annotated[str | None, typer.Option(help="The job's workable, as registered.")]
+Arguments = Annotated[
+    str | None, typer.Option("--args", help='The job\'s arguments, a JSON object: {"account": 42}.')
+]
+Group = Annotated[str | None, typer.Option(help="The job's group.")]
+CronOption = Annotated[
+    str | None, typer.Option("--cron", help="A cron expression: '0 2 * * *' (five fields).")
+]
+Timezone = Annotated[str | None, typer.Option(help="The cron expression's time zone (UTC).")]
+EveryOption = Annotated[str | None, typer.Option("--every", help="Or every so often: 1h, 90s.")]
+MissedOption = Annotated[
+    str | None,
+    typer.Option("--missed", help="Occurrences missed while no recruiter led: latest or all."),
+]
+UniqueOption = Annotated[
+    bool | None,
+    typer.Option("--unique/--not-unique", help="Skip an occurrence while the last one's job runs."),
+]
+Priority = Annotated[int | None, typer.Option(help="The job's priority, -1000 to 1000.")]
+Timeout = Annotated[str | None, typer.Option(help="Stop an attempt after this long: 10m.")]
+ExpiresIn = Annotated[str | None, typer.Option(help="Never start a job this long after it is due.")]
+Key = Annotated[str | None, typer.Option(help="The job's key (JobSpec.keyed).")]
+Yes = Annotated[bool, typer.Option("--yes", help="Do not ask for a confirmation.")]
+
+
+@schedulers.command("add")
+def add_scheduler(
+    urn: Annotated[str, typer.Argument(help="The new scheduler's urn (its name).")],
+    workable: Annotated[str, typer.Argument(help="The job's workable, as registered.")],
+    arguments: Arguments = None,
+    group: Group = None,
+    cron: CronOption = None,
+    timezone: Timezone = None,
+    every: EveryOption = None,
+    missed: MissedOption = None,
+    unique: UniqueOption = None,
+    priority: Priority = None,
+    timeout: Timeout = None,
+    expires_in: ExpiresIn = None,
+    key: Key = None,
+    yes: Yes = False,
+    mongodb_uri: MongoUri = None,
+    database: DatabaseName = None,
+) -> None:
+    """Create a repeatable job while the system runs: its schedule is checked and its next
+    occurrences shown before it is saved. A urn that has a scheduler is refused (change
+    it with set). The workable's name is not checked here: a job of an unknown one fails."""
+    from recruiter.repeating.editing import SchedulerForm, add_scheduler
+
+    form = SchedulerForm(urn=urn, **_given(locals()))
+    with closing(open_queue(mongodb_uri, database)) as queue:
+        now = queue.clock.now()
+        _preview(form, now)  # (checked before anything is asked)
+        if not yes and not typer.confirm(f"create the scheduler {urn!r}?"):
+            raise typer.Abort()
+        add_scheduler(queue.store, form, now)
+    console.print(f"scheduler {urn}: created")
+
+
+@schedulers.command("set")
+def set_scheduler(
+    urn: Annotated[str, typer.Argument(help="The scheduler's urn.")],
+    workable: Workable = None,
+    arguments: Arguments = None,
+    group: Group = None,
+    cron: CronOption = None,
+    timezone: Timezone = None,
+    every: EveryOption = None,
+    missed: MissedOption = None,
+    unique: UniqueOption = None,
+    priority: Priority = None,
+    timeout: Timeout = None,
+    expires_in: ExpiresIn = None,
+    key: Key = None,
+    yes: Yes = False,
+    mongodb_uri: MongoUri = None,
+    database: DatabaseName = None,
+) -> None:
+    """Change a scheduler while the system runs: the options given replace what it has,
+    the others stay. A new schedule starts from its next occurrence; a paused one stays
+    paused; a broken one is mended. Refused if someone changed it meanwhile."""
+    from recruiter.repeating.editing import change_scheduler, changed, form_of
+
+    given = _given(locals())
+    with closing(open_queue(mongodb_uri, database)) as queue:
+        now = queue.clock.now()
+        form = changed(form_of(queue.scheduler(urn)), given)
+        _preview(form, now)
+        if not yes and not typer.confirm(f"change the scheduler {urn!r}?"):
+            raise typer.Abort()
+        change_scheduler(queue.store, urn, given, now)
+    console.print(f"scheduler {urn}: changed")
+
+
+_FORM_OPTIONS = (
+    "workable",
+    "arguments",
+    "group",
+    "cron",
+    "timezone",
+    "every",
+    "missed",
+    "unique",
+    "priority",
+    "timeout",
+    "expires_in",
+    "key",
+)
+
+
+def _given(options: dict[str, Any]) -> dict[str, Any]:
+    """The form's options given on the command line."""
+    return {name: options[name] for name in _FORM_OPTIONS if options.get(name) is not None}
+
+
+def _preview(form: Any, now: Any) -> None:
+    """Check ``form`` and print its job, schedule and next occurrences."""
+    from recruiter.repeating.editing import next_occurrences
+
+    form.declaration(now)  # (every check: the job, the schedule, the rules)
+    schedule = form.schedule()
+    console.print(
+        f"scheduler {form.urn}: {form.workable} {form.arguments} in group {form.group}, "
+        f"{_schedule(schedule.to_document())}, missed: {form.missed}"
+        + (", unique" if form.unique else "")
+    )
+    for moment in next_occurrences(schedule, now):
+        console.print(f"  next: {moment_text(moment)}")

@@ -239,6 +239,51 @@ def _upsert_scheduler(
     return result.upserted_id is not None
 
 
+def add_scheduler(
+    urn: str,
+    job: Document,
+    schedule: Document,
+    *,
+    unique: bool,
+    missed: Missed,
+    first_at: dt.datetime,
+    now: dt.datetime,
+) -> Steps[bool]:
+    """Create the scheduler ``urn`` unless one has that urn: whether it was created."""
+    document = {"_id": urn, "job": job, "schedule": schedule, "unique": unique}
+    document |= {"missed": missed, "updated_at": now, "next_at": first_at}
+    document |= {"created_at": now, "created": 0, "skipped": 0}
+    try:
+        yield from send(SCHEDULERS, "insert_one", document)
+    except DuplicateKeyError:
+        return False
+    return True
+
+
+def change_scheduler(
+    read: SchedulerRecord,
+    job: Document,
+    schedule: Document,
+    *,
+    unique: bool,
+    missed: Missed,
+    first_at: dt.datetime,
+    now: dt.datetime,
+) -> Steps[bool]:
+    """Change the scheduler ``read`` as an operator read it: its job, schedule and rules
+    replaced (a broken one mended), if none of them, nor its pause, changed since; a new
+    schedule starts at ``first_at`` (a paused one stays paused). Whether it was changed."""
+    as_read = {"_id": read.urn, "job": read.job, "schedule": read.schedule}
+    as_read |= {"paused_at": {"$exists": read.paused_at is not None}}
+    fields: Document = {"job": job, "schedule": schedule, "unique": unique, "missed": missed}
+    fields["updated_at"] = now
+    if read.paused_at is None and (schedule != dict(read.schedule) or read.broken):
+        fields["next_at"] = first_at
+    update = {"$set": fields, "$unset": {"broken": ""}}
+    result = yield from send(SCHEDULERS, "update_one", as_read, update)
+    return bool(result.matched_count == 1)
+
+
 def find_scheduler(urn: str) -> Steps[SchedulerRecord | None]:
     """The scheduler ``urn``, or ``None``."""
     found = yield from find(SCHEDULERS, {"_id": urn})

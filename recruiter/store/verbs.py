@@ -174,6 +174,8 @@ class SyncVerbs(StepVerbs):
     insert_occurrence = Verb(schedulers.insert_occurrence)
     job_exists = Verb(jobs.job_exists)
     job_unfinished = Verb(schedulers.job_unfinished)
+    add_scheduler = Verb(schedulers.add_scheduler)
+    change_scheduler = Verb(schedulers.change_scheduler)
     settle_occurrence = Verb(schedulers.settle_occurrence)
     # the cleaner: the archive, blocked jobs, recoveries
     archive_finished = Verb(jobs.archive_finished)

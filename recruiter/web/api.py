@@ -32,6 +32,9 @@ class GroupLimits(BaseModel):
     concurrency: int | None = Field(None, ge=1)
     rate: str | None = Field(None, description="starts/window, as 10/1s or 500/1h")
     weight: int = Field(1, ge=1)
+    key_concurrency: int | None = Field(None, ge=1, description="per key (JobSpec.keyed)")
+    key_rate: str | None = Field(None, description="per key: starts/window, as 1/1s")
+    ordering: str | None = Field(None, description="per key: strict or skip-failed")
 
 
 class BulkAction(JobQuery):
@@ -149,7 +152,13 @@ def api_group_limits(
     actor = check_api_action(request, authorization)
     with acting(actor, "set limits", {"group": group}) as act:
         settings = queue_of(request).limit_group(
-            group, concurrency=body.concurrency, rate=body.rate or None, weight=body.weight
+            group,
+            concurrency=body.concurrency,
+            rate=body.rate or None,
+            weight=body.weight,
+            key_concurrency=body.key_concurrency,
+            key_rate=body.key_rate or None,
+            ordering=body.ordering or None,
         )
         act.said = f"group {group}: {settings.describe()}"
     return as_json({"group": group, "limits": settings.describe()})

@@ -56,6 +56,9 @@ class LimitsForm(GroupForm):
     concurrency: str = ""
     rate: str = ""
     weight: str = "1"
+    key_concurrency: str = ""
+    key_rate: str = ""
+    ordering: str = ""
 
 
 def _page(request: Request, name: str, **context: Any) -> HTMLResponse:
@@ -199,6 +202,9 @@ def group_limits(request: Request, form: Annotated[LimitsForm, Form()]) -> HTMLR
             concurrency=whole_number("concurrency", form.concurrency),
             rate=form.rate.strip() or None,
             weight=_or_one(whole_number("weight", form.weight)),
+            key_concurrency=whole_number("key concurrency", form.key_concurrency),
+            key_rate=form.key_rate.strip() or None,
+            ordering=form.ordering.strip() or None,
         )
         act.said = f"group {form.group}: {settings.describe()}"
     return render(request, "done.html", said=act.said, back="/groups")

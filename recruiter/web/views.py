@@ -291,6 +291,9 @@ def groups(queue: Queue, overview: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "concurrency": settings.concurrency,
                 "rate": None if settings.rate is None else str(settings.rate),
                 "weight": settings.weight,
+                "key_concurrency": settings.key_concurrency,
+                "key_rate": None if settings.key_rate is None else str(settings.key_rate),
+                "ordering": settings.ordering,
                 "limits": said.describe(),
                 "paused": said.paused_at is not None,
             }
