@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib
+import re
 from typing import Any
 
 import mongomock
@@ -172,3 +173,54 @@ def test_the_cli_adds_and_sets_a_scheduler_showing_its_next_occurrences(
     asked = invoke("schedulers", "set", "nightly", "--every", "1h", answer="n\n")
     assert asked.exit_code != 0
     assert cli.scheduler("nightly").schedule == {"every": 21600.0}
+
+
+def test_the_dashboard_previews_creates_and_changes_a_scheduler(queue: Queue) -> None:
+    from tests.web_client import signed_in
+
+    browser, csrf = signed_in(queue)
+    assert 'href="/schedulers/new"' in browser.get("/schedulers").text
+    form = {"csrf": csrf, "urn": "nightly", "workable": "reports.nightly"}
+    form |= {"arguments": '{"account": 42}', "cron": "0 2 * * *", "timezone": "UTC"}
+    preview = browser.post("/schedulers/form", data={**form, "do": "preview"})
+    assert preview.status_code == 200
+    assert preview.text.count("<li>") == 5
+    assert queue.schedulers() == [], "a preview writes nothing"
+    bad = browser.post("/schedulers/form", data={**form, "cron": "61 * * * *"})
+    assert bad.status_code == 400
+    assert "invalid cron expression" in bad.text
+    saved = browser.post("/schedulers/form", data={**form, "do": "save"})
+    assert "scheduler nightly: created" in saved.text
+    edit = browser.get("/schedulers/edit", params={"urn": "nightly"}).text
+    read = re.search(r'name="read" value="([0-9a-f]+)"', edit)
+    assert read is not None
+    assert "{&#34;account&#34;: 42}" in edit, "its arguments, escaped"
+    change = {**form, "read": read.group(1), "cron": "", "every": "6h", "do": "save"}
+    assert "scheduler nightly: changed" in browser.post("/schedulers/form", data=change).text
+    assert queue.scheduler("nightly").schedule == {"every": 21600.0}
+    stale = browser.post("/schedulers/form", data={**change, "every": "1h"})
+    assert stale.status_code == 400
+    assert "changed since it was read" in stale.text
+    forged = browser.post(
+        "/schedulers/form", data={**form, "urn": "other", "csrf": "x", "do": "save"}
+    )
+    assert forged.status_code == 403
+    assert [r.urn for r in queue.schedulers()] == ["nightly"]
+
+
+def test_the_api_previews_adds_and_changes_a_scheduler(queue: Queue) -> None:
+    from tests.web_client import TOKEN, client
+
+    api = client(queue, token=TOKEN)
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    body = {"urn": "nightly", "workable": "reports.nightly", "every": "1h"}
+    preview = api.post("/api/schedulers/preview", json=body).json()
+    assert len(preview["next_occurrences"]) == 5
+    assert api.post("/api/schedulers", json=body).status_code == 401, "acting needs the token"
+    assert api.post("/api/schedulers", json=body, headers=headers).status_code == 201
+    assert api.post("/api/schedulers", json=body, headers=headers).status_code == 400
+    patched = api.patch("/api/schedulers/nightly", json={"group": "reports"}, headers=headers)
+    assert patched.status_code == 200
+    assert queue.scheduler("nightly").job["group"] == "reports"
+    typo = api.patch("/api/schedulers/nightly", json={"gruop": "x"}, headers=headers)
+    assert typo.status_code == 422

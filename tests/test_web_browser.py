@@ -264,6 +264,30 @@ def test_pause_and_resume_a_group(dashboard: Dashboard, page: Any) -> None:
     assert dashboard.queue.paused_groups() == {}
 
 
+def test_create_a_repeatable_job_previewing_its_occurrences_then_change_it(
+    dashboard: Dashboard, page: Any
+) -> None:
+    sign_in(page, dashboard.url)
+    page.goto(dashboard.url + "/schedulers")
+    page.click("#new-scheduler")
+    page.fill("input[name=urn]", "nightly-resize")
+    page.fill("input[name=workable]", "shop.resize")
+    page.fill("textarea[name=arguments]", '{"width": 320}')
+    page.fill("input[name=cron]", "0 3 * * *")
+    page.click("#preview")
+    assert page.locator("#upcoming li").count() == 5
+    assert dashboard.queue.schedulers() == []
+    page.click("#save")
+    assert "scheduler nightly-resize: created" in page.inner_text("#said")
+    page.goto(dashboard.url + "/schedulers")
+    page.locator("tr[data-urn=nightly-resize] a.edit").click()
+    page.fill("input[name=cron]", "")
+    page.fill("input[name=every]", "2h")
+    page.click("#save")
+    assert "scheduler nightly-resize: changed" in page.inner_text("#said")
+    assert dashboard.queue.scheduler("nightly-resize").schedule == {"every": 7200.0}
+
+
 def test_from_a_member_to_its_batch(dashboard: Dashboard, page: Any) -> None:
     batch = dashboard.queue.batch([resize.job(width) for width in (320, 640)])
     page.goto(f"{dashboard.url}/jobs/{batch.jobs[0]}")

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import bson
 from bson import json_util
 from bson.errors import InvalidBSON
 
@@ -201,14 +203,30 @@ def add_scheduler(store: Store, form: SchedulerForm, now: dt.datetime) -> None:
         raise SchedulerExists(urn)
 
 
+def read_mark(record: SchedulerRecord) -> str:
+    """What an operator read of a scheduler (its job, schedule, rules and pause), as a
+    mark a form carries from its page to its change."""
+    read = {"job": record.job, "schedule": record.schedule, "unique": record.unique}
+    read |= {"missed": record.missed, "paused": record.paused_at is not None}
+    return hashlib.sha256(bson.encode(read)).hexdigest()[:32]
+
+
 def change_scheduler(
-    store: Store, urn: str, changes: Mapping[str, Any], now: dt.datetime
+    store: Store,
+    urn: str,
+    changes: Mapping[str, Any],
+    now: dt.datetime,
+    *,
+    as_read: str | None = None,
 ) -> SchedulerForm:
     """Change the fields ``changes`` names of the scheduler ``urn``, keeping the others
-    as stored; the form written. :class:`SchedulerChanged` if it changed meanwhile."""
+    as stored; the form written. :class:`SchedulerChanged` if it changed meanwhile: since
+    the read ``as_read`` marks (:func:`read_mark`), or since this one's read."""
     record = store.find_scheduler(urn)
     if record is None:
         raise SchedulerNotFound(urn)
+    if as_read is not None and read_mark(record) != as_read:
+        raise SchedulerChanged(urn)
     form = changed(form_of(record), changes)
     declared = form.declaration(now)
     declared.pop("urn")

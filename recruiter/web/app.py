@@ -18,7 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from recruiter.errors import DatabaseUnavailable, InvalidFilter, JobNotFound, RecruiterError
 from recruiter.monitoring.words import counted, moment_text
 from recruiter.queue import Queue
-from recruiter.web import api, pages
+from recruiter.web import api, pages, scheduler_forms
 from recruiter.web.audit import audited, refused_request
 from recruiter.web.context import (
     Kept,
@@ -75,6 +75,8 @@ def create_app(queue: Queue, config: WebConfig | None = None) -> FastAPI:
     app.state.templates = templates
     app.state.kept = Kept(config.refresh_seconds / 2)
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
+    app.include_router(scheduler_forms.pages)
+    app.include_router(scheduler_forms.api)
     app.include_router(pages.router)
     app.include_router(api.router)
     app.state.allowed_hosts = frozenset(host.lower() for host in config.allowed_hosts)
