@@ -219,8 +219,9 @@ def test_the_api_previews_adds_and_changes_a_scheduler(queue: Queue) -> None:
     assert api.post("/api/schedulers", json=body).status_code == 401, "acting needs the token"
     assert api.post("/api/schedulers", json=body, headers=headers).status_code == 201
     assert api.post("/api/schedulers", json=body, headers=headers).status_code == 400
-    patched = api.patch("/api/schedulers/nightly", json={"group": "reports"}, headers=headers)
+    change = {"urn": "nightly", "group": "reports"}
+    patched = api.patch("/api/schedulers", json=change, headers=headers)
     assert patched.status_code == 200
     assert queue.scheduler("nightly").job["group"] == "reports"
-    typo = api.patch("/api/schedulers/nightly", json={"gruop": "x"}, headers=headers)
+    typo = api.patch("/api/schedulers", json={"urn": "nightly", "gruop": "x"}, headers=headers)
     assert typo.status_code == 422

@@ -22,7 +22,6 @@ from typing import Any
 
 import bson
 from bson import json_util
-from bson.errors import InvalidBSON
 
 from recruiter.errors import InvalidJob, InvalidSchedule, RecruiterError, SchedulerNotFound
 from recruiter.job import DEFAULT_GROUP, JobSpec
@@ -84,7 +83,7 @@ class SchedulerForm:
     def parameters(self) -> dict[str, Any]:
         try:
             parameters = json_util.loads(self.arguments or "{}")
-        except (ValueError, InvalidBSON) as error:
+        except (ValueError, TypeError) as error:  # (JSON, or Extended JSON's forms)
             raise InvalidJob(f"the arguments are not JSON: {error}") from None
         if not isinstance(parameters, dict):
             raise InvalidJob(

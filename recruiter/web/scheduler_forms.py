@@ -1,6 +1,6 @@
 """The dashboard's form for repeatable jobs (new, or changed), its preview of the next
-occurrences, and the API's ``POST /api/schedulers``, ``PATCH /api/schedulers/{urn}``
-and ``POST /api/schedulers/preview`` (:mod:`recruiter.repeating.editing`)."""
+occurrences, and the API's ``POST /api/schedulers``, ``PATCH /api/schedulers`` and
+``POST /api/schedulers/preview`` (:mod:`recruiter.repeating.editing`)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from recruiter.web.context import (
     render,
 )
 
-pages = APIRouter()
+pages = APIRouter(include_in_schema=False)
 api = APIRouter(prefix="/api")
 
 
@@ -159,14 +159,16 @@ def api_add(request: Request, body: NewScheduler, authorization: Authorization =
     return as_json(reply, status_code=201)
 
 
-@api.patch("/schedulers/{urn:path}", tags=["act"])
+@api.patch("/schedulers", tags=["act"])
 def api_change(
-    request: Request, urn: str, body: SchedulerFields, authorization: Authorization = None
+    request: Request, body: NewScheduler, authorization: Authorization = None
 ) -> Response:
-    """Change the fields given of a repeatable job; the others stay."""
+    """Change the fields given of the repeatable job ``urn`` names; the others stay (its
+    urn in the body: a urn may hold a slash)."""
     actor = check_api_action(request, authorization)
-    queue = queue_of(request)
+    queue, changes = queue_of(request), body.given()
+    urn = changes.pop("urn")
     with acting(actor, "change scheduler", {"scheduler": urn}) as act:
-        form = change_scheduler(queue.store, urn, body.given(), queue.clock.now())
+        form = change_scheduler(queue.store, urn, changes, queue.clock.now())
         act.said = f"scheduler {urn}: changed"
     return as_json({"urn": urn, "next_occurrences": _occurrences(request, form)})
