@@ -114,6 +114,16 @@ class BatchNotFound(JobNotFound):
         self.job_id = batch_id
 
 
+class WorkflowNotFound(JobNotFound):
+    """No step of this workflow is stored (an unknown id, or one purged long ago)."""
+
+    def __init__(self, workflow_id: object) -> None:
+        RecruiterError.__init__(
+            self, f"no step of a workflow {workflow_id} in scheduled nor archived"
+        )
+        self.job_id = workflow_id
+
+
 class SchedulerNotFound(RecruiterError):
     """No scheduler (repeatable job) has this urn."""
 

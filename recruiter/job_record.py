@@ -75,6 +75,8 @@ class Job:
     """The trace context the job was scheduled in (W3C headers), if one was recorded."""
     batch: Any = None
     """The batch the job is a member of, if it is one (:meth:`recruiter.Queue.batch`)."""
+    workflow: Mapping[str, Any] | None = None
+    """The workflow it is a step of (``id``) and its step's name (``step``), if it is one."""
     waits: Mapping[str, Any] | None = None
     """What it waits (or waited) for before being ready (see :class:`After`)."""
     waiting_for: tuple[Any, ...] = ()
@@ -183,6 +185,7 @@ class Job:
             recovered_as=document.get("recovered_as"),
             trace=document["trace"] if isinstance(document.get("trace"), Mapping) else None,
             batch=document.get("batch"),
+            workflow=_mapping_or_none(document.get("workflow")),
             waits=document["after"] if isinstance(document.get("after"), Mapping) else None,
             waiting_for=tuple(reader.array("waiting_for")),
             dependencies=tuple(d for d in reader.array("dependencies") if isinstance(d, Mapping)),

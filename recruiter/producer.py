@@ -84,6 +84,14 @@ def workflow_steps(workflow: Any) -> tuple[list[str], list[JobSpec], list[Object
     return list(names), specs, list(names.values())
 
 
+def name_steps(documents: list[Document], names: list[str]) -> None:
+    """Mark each step's document with its workflow (one new id for all) and its name:
+    the workflow's page lists them (``workflow: {id, step}``)."""
+    workflow = ObjectId()
+    for document, name in zip(documents, names, strict=True):
+        document["workflow"] = {"id": workflow, "step": name}
+
+
 def batch_documents(
     members: list[JobSpec],
     on_success: JobSpec | None,

@@ -175,6 +175,7 @@ class ProducerAPI:
         names, specs, ids = producer.workflow_steps(workflow)
         yield from self._checked(specs, session)
         documents = producer.job_documents(specs, (yield from self._time(latest=True)), ids)
+        producer.name_steps(documents, names)
         stored = yield from new_jobs(self.clock, documents, session)
         return dict(zip(names, stored, strict=True))
 

@@ -489,3 +489,28 @@ def test_jobs_cancelled_in_bulk_from_the_cli_tell_what_waits_for_them_at_once(
     invoke("jobs", "cancel", "--group", "mail", "--state", "ready", "--yes")
     assert cli.job(first).why == "cancelled"
     assert cli.job(then).why == "cancelled", "told at once, not at the cleaner's next sweep"
+
+
+def test_a_workflows_steps_are_shown_by_name(cli: Queue, app_registry: Registry) -> None:
+    from recruiter import Workflow
+
+    flow = Workflow().add("first", JobSpec("tests.noop"))
+    flow.add("then", JobSpec("tests.noop"), after=["first"])
+    ids = cli.schedule_workflow(flow)
+    drain(cli, app_registry)
+    workflow = cli.job(ids["then"]).workflow
+    assert workflow is not None
+    said = invoke("jobs", "workflow", str(workflow["id"])).output
+    assert "first" in said
+    assert "then" in said
+    detail = json.loads(invoke("jobs", "workflow", str(workflow["id"]), "--json").output)
+    assert [(r["step"], r["waits_for"], r["state"]) for r in detail["rows"]] == [
+        ("first", [], "done"),
+        ("then", ["first"], "done"),
+    ]
+    assert (
+        f"recruiter jobs workflow {workflow['id']}"
+        in invoke("jobs", "show", str(ids["then"])).output
+    )
+    missing = CliRunner().invoke(app, ["jobs", "workflow", "6b03f363855e6b03f363855e"])
+    assert "no step of a workflow" in str(missing.exception)

@@ -816,3 +816,28 @@ def test_a_live_fragment_is_a_fragment_wherever_the_dashboard_is_mounted(queue: 
     assert (page.status_code, fragment.status_code) == (200, 200)
     assert "<html" in page.text.lower()
     assert "<html" not in fragment.text.lower()
+
+
+def test_a_workflows_page_lists_its_steps_with_what_each_waits_for(queue: Queue) -> None:
+    from recruiter import Workflow
+    from recruiter.cli.jobs import show_workflow  # noqa: F401  (the command exists)
+
+    flow = Workflow()
+    flow.add("fetch", JobSpec("web.ok")).add("resize", JobSpec("web.ok"), after=["fetch"])
+    flow.add("publish", JobSpec("web.ok"), after=["fetch", "resize"])
+    ids = queue.schedule_workflow(flow)
+    job = queue.job(ids["publish"])
+    assert job.workflow is not None
+    browser = client(queue)
+    detail = browser.get(f"/api/workflows/{job.workflow['id']}").json()
+    steps = [(row["step"], row["waits_for"], row["state"]) for row in detail["rows"]]
+    assert steps == [
+        ("fetch", [], "ready"),
+        ("resize", ["fetch"], "blocked"),
+        ("publish", ["fetch", "resize"], "blocked"),
+    ]
+    page = browser.get(f"/jobs/{ids['resize']}").text
+    assert f'href="/workflows/{job.workflow["id"]}"' in page
+    assert 'data-step="publish"' in browser.get(f"/workflows/{job.workflow['id']}").text
+    assert browser.get("/workflows/6b03f363855e6b03f363855e").status_code == 404
+    assert browser.get("/api/workflows/not-an-id").status_code == 404

@@ -173,6 +173,10 @@ def _optional_fields(job: Job, now: dt.datetime) -> list[tuple[str, str]]:
             rows.append((name, said))
     if job.batch is not None:
         rows.append(("batch", f"{job.batch} (recruiter jobs batch {job.batch})"))
+    if job.workflow is not None:
+        workflow = job.workflow.get("id")
+        step = job.workflow.get("step")
+        rows.append(("workflow", f"step {step} of {workflow} (recruiter jobs workflow {workflow})"))
     rows.extend(("waits for", line) for line in listing.waits_in_words(job))
     if job.problems:
         rows.append(("problems", "; ".join(job.problems)))
@@ -248,3 +252,26 @@ jobs.command("run")(run_jobs)
 jobs.command("cancel")(cancel_jobs)
 jobs.command("retry")(retry_jobs)
 jobs.command("recover")(recover_job)
+
+
+@jobs.command("workflow")
+def show_workflow(
+    workflow_id: Annotated[str, typer.Argument(help="The workflow's id (jobs show names it).")],
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One JSON document, for scripts.")
+    ] = False,
+    mongodb_uri: MongoUri = None,
+    database: DatabaseName = None,
+) -> None:
+    """Show a workflow's steps: each one's state, and the steps it waits for."""
+    from recruiter.monitoring.workflows import workflow_detail
+
+    with closing(open_queue(mongodb_uri, database)) as queue:
+        detail = workflow_detail(queue, workflow_id)
+    table = Table("step", "waits for", id_column("job"), "workable", "state", "attempts")
+    for row in detail["rows"]:
+        waits = ", ".join(row["waits_for"]) or "-"
+        table.add_row(
+            row["step"], waits, row["id"], row["workable"], row["state"], str(row["attempts"])
+        )
+    show(as_json, detail, lambda: table)

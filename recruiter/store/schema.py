@@ -49,6 +49,8 @@ INDEXES: Mapping[str, tuple[IndexModel, ...]] = {
         IndexModel([("waiting_for", ASCENDING)], name="waiting_for", sparse=True),
         # a batch's members that have not ended, or did not end done
         IndexModel([("batch", ASCENDING), ("why", ASCENDING)], name="batch", sparse=True),
+        # a workflow's steps (its page)
+        IndexModel([("workflow.id", ASCENDING)], name="workflow", sparse=True),
         # deduplication: one queued job per key (the key is removed at the first lock)
         IndexModel([("queued_key", ASCENDING)], name="queued_key", unique=True, sparse=True),
         # unique jobs stored held, not yet released (the cleaner's pass over those left)
@@ -100,6 +102,7 @@ INDEXES: Mapping[str, tuple[IndexModel, ...]] = {
         IndexModel([("tags", ASCENDING)], name="tags", sparse=True),
         IndexModel([("batch", ASCENDING), ("why", ASCENDING)], name="batch", sparse=True),
         IndexModel([("unique.absorbed_ids", ASCENDING)], name="absorbed_ids", sparse=True),
+        IndexModel([("workflow.id", ASCENDING)], name="workflow", sparse=True),
         # a key's jobs that failed for good (strict ordering)
         IndexModel(
             [("group", ASCENDING), ("key", ASCENDING), ("why", ASCENDING)],

@@ -64,26 +64,26 @@ class Selection:
     arguments: tuple[ArgumentCondition, ...] = ()
     batch: Any = None
     """Only the members of this batch (not its callbacks)."""
+    workflow: Any = None
+    """Only the steps of this workflow."""
 
     def queries(self, now: dt.datetime) -> list[tuple[str, Document]]:
         """Where the selected jobs are, and the filter that finds them there."""
-        narrowed: Document = {}
-        if self.group is not None:
-            narrowed["group"] = self.group
-        if self.workable is not None:
-            narrowed["workable.class"] = self.workable
-        if self.tag is not None:
-            narrowed["tags"] = self.tag
-        if self.key is not None:
-            narrowed["key"] = self.key
+        equal = {
+            "group": self.group,
+            "workable.class": self.workable,
+            "tags": self.tag,
+            "key": self.key,
+            "batch": self.batch,
+            "workflow.id": self.workflow,
+        }
+        narrowed: Document = {field: value for field, value in equal.items() if value is not None}
         if self.finished_after is not None:
             narrowed["archived_at"] = {"$gte": self.finished_after}
         if self.created_before is not None:
             narrowed["_id"] = {"$lt": self.created_before}
         if self.not_retried:
             narrowed["recovered_as"] = {"$exists": False}
-        if self.batch is not None:
-            narrowed["batch"] = self.batch
         if self.arguments:
             narrowed["$and"] = [condition.query() for condition in self.arguments]
         return [(where, {**query, **narrowed}) for where, query in _state_queries(self.state, now)]

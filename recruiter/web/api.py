@@ -8,7 +8,7 @@ from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from recruiter.monitoring import listing
+from recruiter.monitoring import listing, workflows
 from recruiter.web import actions, views
 from recruiter.web.audit import acting
 from recruiter.web.context import (
@@ -83,6 +83,12 @@ def api_workers(request: Request) -> Response:
 def api_batch(request: Request, batch_id: str) -> Response:
     """A batch: its members by how they ended, its callbacks, its newest members."""
     return as_json(views.batch_detail(queue_of(request), batch_id))
+
+
+@router.get("/workflows/{workflow_id}", tags=["read"])
+def api_workflow(request: Request, workflow_id: str) -> Response:
+    """A workflow: its steps by name, each one's state and the steps it waits for."""
+    return as_json(workflows.workflow_detail(queue_of(request), workflow_id))
 
 
 @router.get("/groups", tags=["read"])

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import BaseModel
 
-from recruiter.monitoring import listing
+from recruiter.monitoring import listing, workflows
 from recruiter.web import actions, views
 from recruiter.web.audit import Act, acting, log
 from recruiter.web.context import (
@@ -103,6 +103,13 @@ def job_page(request: Request, job_id: str) -> HTMLResponse:
 @router.get("/fragments/batches/{batch_id}", response_class=HTMLResponse)
 def batch_page(request: Request, batch_id: str) -> HTMLResponse:
     return _page(request, "batch", batch=views.batch_detail(queue_of(request), batch_id))
+
+
+@router.get("/workflows/{workflow_id}", response_class=HTMLResponse)
+@router.get("/fragments/workflows/{workflow_id}", response_class=HTMLResponse)
+def workflow_page(request: Request, workflow_id: str) -> HTMLResponse:
+    detail = workflows.workflow_detail(queue_of(request), workflow_id)
+    return _page(request, "workflow", workflow=detail)
 
 
 @router.get("/workers", response_class=HTMLResponse)

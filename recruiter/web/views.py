@@ -214,6 +214,7 @@ def job_detail(queue: Queue, job_id: str) -> dict[str, Any]:
         "history": [dict(attempt) for attempt in job.history],
         "recovered_as": None if job.recovered_as is None else str(job.recovered_as),
         "batch": None if job.batch is None else str(job.batch),
+        "workflow": _workflow_of(job),
         "snoozes": job.snoozes,
         "snoozed_until": job.snoozed_until,
         "snoozed": listing.snoozes_in_words(job),
@@ -251,6 +252,13 @@ def batch_detail(queue: Queue, batch_id: str) -> dict[str, Any]:
         "rows": [listing.summary(job, now) for job in members.jobs],
         "more": members.next_before is not None,
     }
+
+
+def _workflow_of(job: Job) -> dict[str, str] | None:
+    """The workflow a job is a step of, and the step's name."""
+    if job.workflow is None or "id" not in job.workflow:
+        return None
+    return {"id": str(job.workflow["id"]), "step": str(job.workflow.get("step", "?"))}
 
 
 def result_of(job: Job) -> dict[str, Any]:
