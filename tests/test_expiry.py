@@ -56,6 +56,19 @@ def test_an_expiry_counts_from_when_the_job_is_due(queue: Queue, clock: FrozenCl
     assert queue.job(at).expires_at == clock.now() + TEN_MINUTES
 
 
+def test_a_recovered_job_expires_its_expiry_after_its_new_due_time(
+    queue: Queue, noop_app: Registry, clock: FrozenClock
+) -> None:
+    from recruiter.testing import drain
+
+    done = queue.schedule(JobSpec("tests.noop").expires_in("10m"))
+    drain(queue, noop_app)
+    clock.advance(3600)
+    again = queue.recover(done, clock.now() + dt.timedelta(minutes=5))
+    expected = clock.now() + dt.timedelta(minutes=5) + TEN_MINUTES
+    assert queue.job(again).expires_at == expected
+
+
 def test_each_occurrence_of_a_repeatable_job_expires_after_its_own_time(
     queue: Queue, clock: FrozenClock
 ) -> None:
