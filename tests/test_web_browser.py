@@ -288,6 +288,23 @@ def test_create_a_repeatable_job_previewing_its_occurrences_then_change_it(
     assert dashboard.queue.scheduler("nightly-resize").schedule == {"every": 7200.0}
 
 
+def test_from_a_step_to_its_workflow_and_a_sealed_job_shown_encrypted(
+    dashboard: Dashboard, page: Any
+) -> None:
+    from recruiter import KeyRing, Workflow, new_key
+
+    ring = KeyRing({"2026-11": new_key()})
+    flow = Workflow().add("small", resize.job(320).encrypted(ring))
+    flow.add("large", resize.job(640), after=["small"])
+    ids = dashboard.queue.schedule_workflow(flow)
+    page.goto(f"{dashboard.url}/jobs/{ids['small']}")
+    assert page.inner_text("#encrypted") == "encrypted (key 2026-11)"
+    page.click("#workflow")
+    page.wait_for_selector("#steps")
+    assert page.inner_text("tr[data-step=large] .waits") == "small"
+    assert page.inner_text("tr[data-step=large] .state") == "blocked"
+
+
 def test_from_a_member_to_its_batch(dashboard: Dashboard, page: Any) -> None:
     batch = dashboard.queue.batch([resize.job(width) for width in (320, 640)])
     page.goto(f"{dashboard.url}/jobs/{batch.jobs[0]}")
