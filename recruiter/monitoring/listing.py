@@ -155,6 +155,7 @@ def summary(job: Job, now: dt.datetime) -> dict[str, Any]:
         "id": str(job.id),
         "workable": job.workable,
         "group": job.group,
+        "key": job.key,
         "state": state_of(job, now),
         "attempts": job.attempts,
         "last": last.get("message") or last.get("outcome"),
