@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import bson
+from bson.codec_options import CodecOptions
 
 from recruiter.errors import RecruiterError
 
@@ -33,6 +34,16 @@ KEY_BYTES = 32
 NONCE_BYTES = 12
 MOST_KEY_ID = 64
 """The longest key id, in characters."""
+
+
+CODEC: CodecOptions[dict[str, Any]] = CodecOptions(tz_aware=True)
+"""The arguments' BSON, sealed and opened: dates aware of their zone, as the store reads them."""
+
+
+def _bound(workable: str, method: str) -> bytes:
+    """The associated data a seal is bound to: a blob moved to another workable, or
+    another method of it, does not open."""
+    return f"{workable}\x00{method}".encode()
 
 
 class EncryptionError(RecruiterError):
@@ -102,15 +113,17 @@ class KeyRing:
     def key_ids(self) -> list[str]:
         return list(self._ciphers)
 
-    def seal(self, parameters: Mapping[str, Any], workable: str) -> dict[str, Any]:
-        """``parameters`` sealed under the current key, bound to ``workable``."""
+    def seal(
+        self, parameters: Mapping[str, Any], workable: str, method: str = "execute"
+    ) -> dict[str, Any]:
+        """``parameters`` sealed under the current key, bound to ``workable`` and its
+        ``method``."""
         nonce = os.urandom(NONCE_BYTES)
-        data = self._ciphers[self.current].encrypt(
-            nonce, bson.encode(dict(parameters)), workable.encode()
-        )
+        plain = bson.encode(dict(parameters), codec_options=CODEC)
+        data = self._ciphers[self.current].encrypt(nonce, plain, _bound(workable, method))
         return {"key": self.current, "nonce": nonce, "data": data}
 
-    def open(self, sealed: Any, workable: str) -> dict[str, Any]:
+    def open(self, sealed: Any, workable: str, method: str = "execute") -> dict[str, Any]:
         """The parameters ``sealed`` holds; :class:`EncryptionError` saying why not."""
         if not isinstance(sealed, Mapping):
             raise EncryptionError("the job's encrypted arguments are damaged")
@@ -125,13 +138,13 @@ class KeyRing:
                 "key to the ring and retry the job"
             )
         try:
-            opened = cipher.decrypt(nonce, data, workable.encode())
+            opened = cipher.decrypt(nonce, data, _bound(workable, method))
         except Exception:  # InvalidTag, or a nonce of the wrong size
             raise EncryptionError(
                 f"the job's arguments do not open under key {key_id!r}: the key under that "
                 "id differs from the one they were sealed with, or the job was altered"
             ) from None
-        return dict(bson.decode(opened))
+        return dict(bson.decode(opened, codec_options=CODEC))
 
     def __repr__(self) -> str:  # (never the keys)
         return f"KeyRing(keys={self.key_ids!r}, current={self.current!r})"
@@ -161,7 +174,11 @@ class KeyRingHolder:
         return self.key_ring
 
     def arguments(
-        self, name: str, parameters: Mapping[str, Any], encrypted: Mapping[str, Any] | None
+        self,
+        name: str,
+        parameters: Mapping[str, Any],
+        encrypted: Mapping[str, Any] | None,
+        method: str = "execute",
     ) -> Mapping[str, Any]:
         """A stored job's arguments: its ``parameters``, and those ``encrypted`` opened
         with this registry's key ring (:class:`EncryptionError` saying what to do)."""
@@ -172,4 +189,4 @@ class KeyRingHolder:
                 f"the arguments of this {name!r} job are encrypted, and this worker's "
                 "registry holds no key ring: registry.use_key_ring(KeyRing(...))"
             )
-        return {**parameters, **self.key_ring.open(encrypted, name)}
+        return {**parameters, **self.key_ring.open(encrypted, name, method)}

@@ -472,7 +472,7 @@ class JobSpec:
             "scheduled_at": self.scheduled_at or to_millis(now + self.delay),
         }
         if self.key_ring is not None:
-            sealed = self.key_ring.seal(self.parameters, self.workable)
+            sealed = self.key_ring.seal(self.parameters, self.workable, self.method)
             document["workable"] |= {"parameters": {}, "encrypted": sealed}
         if self.key is not None:
             document |= {"key": self.key, "key_order": job_id}

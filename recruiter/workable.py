@@ -30,7 +30,7 @@ from typing import Any, ClassVar, Generic, ParamSpec, Self, TypeAlias, TypeVar, 
 
 from recruiter.command import Command, failure_of
 from recruiter.duration import Duration
-from recruiter.encryption import KeyRingHolder
+from recruiter.encryption import EncryptionError, KeyRingHolder
 from recruiter.errors import DuplicateRegistration, InvalidJob, InvalidParameters, UnknownWorkable
 from recruiter.events import Listeners
 from recruiter.job import DEFAULT_METHOD, JobSpec
@@ -299,6 +299,22 @@ class Registry(KeyRingHolder):
         defaults = JobDefaults(self, name, encrypted, key) if encrypted or key else None
         decorator = _Decorator(self, name, transaction, defaults)
         return decorator if target is None else decorator(target)
+
+    def arguments(
+        self,
+        name: str,
+        parameters: Mapping[str, Any],
+        encrypted: Mapping[str, Any] | None,
+        method: str = DEFAULT_METHOD,
+    ) -> Mapping[str, Any]:
+        """As :meth:`KeyRingHolder.arguments`; a command's sealed arguments are refused: its
+        attempt records the command line they fill in, in clear."""
+        if encrypted is not None and isinstance(self._workables.get(name), Command):
+            raise EncryptionError(
+                f"{name!r} is a command: its attempts record its command line, so its "
+                "arguments cannot stay sealed; schedule it unencrypted, or make it a function"
+            )
+        return super().arguments(name, parameters, encrypted, method)
 
     def runs_in_transaction(self, name: str) -> bool:
         """Whether the workable ``name`` was registered with ``transaction=True``."""

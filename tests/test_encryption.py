@@ -5,6 +5,8 @@ says *encrypted*. On mongomock and the real server."""
 
 from __future__ import annotations
 
+import datetime as dt
+import sys
 from typing import Any
 
 import bson
@@ -23,7 +25,7 @@ from recruiter import (
 from recruiter.errors import InvalidJob
 from recruiter.monitoring import listing
 from recruiter.testing import drain
-from recruiter.workable import FunctionWorkable
+from recruiter.workable import FunctionWorkable, Workable
 from tests.web_client import client
 
 CARD = "4242-4242-4242-4242"
@@ -210,3 +212,76 @@ def test_the_dashboard_and_its_api_say_encrypted(
     page = browser.get(f"/jobs/{job_id}").text
     assert "encrypted (key <code>2026-10</code>)" in page
     assert CARD not in page
+
+
+def test_an_encrypted_jobs_datetime_argument_arrives_as_it_does_in_clear(
+    queue: Queue, registry: Registry
+) -> None:
+    ring = KeyRing({"k": OLD})
+    registry.use_key_ring(ring)
+    got: list[dt.datetime] = []
+
+    @registry.workable("tests.remind")
+    def remind(at: dt.datetime) -> None:
+        got.append(at)
+
+    at = dt.datetime(2026, 5, 1, 9, 30, tzinfo=dt.UTC)
+    queue.schedule(remind.job(at))
+    queue.schedule(remind.job(at).encrypted(ring))
+    drain(queue, registry)
+    assert got == [at, at]
+    assert all(moment.tzinfo is not None for moment in got)
+
+
+def test_a_commands_sealed_arguments_are_refused_not_recorded_in_clear(
+    queue: Queue, registry: Registry
+) -> None:
+    ring = KeyRing({"k": OLD})
+    registry.use_key_ring(ring)
+    registry.command("tests.push", [sys.executable, "-c", "pass", "{token}"])
+    job_id = queue.schedule(JobSpec("tests.push", {"token": "tok_SECRET"}).encrypted(ring))
+    drain(queue, registry)
+    last = queue.job(job_id).last_execution
+    assert last is not None
+    assert "is a command: its attempts record its command line" in last["message"]
+    assert b"tok_SECRET" not in raw(queue, job_id)
+
+
+def test_sealed_arguments_do_not_open_for_another_method_of_the_workable(
+    queue: Queue, registry: Registry
+) -> None:
+    registry.use_key_ring(KeyRing({"k": OLD}))
+
+    @registry.workable("tests.payment", encrypted=True)
+    class Payment(Workable):
+        def charge(self) -> None: ...
+
+        def describe(self) -> str:
+            return f"payment of {self.parameters['card']}"
+
+    job_id = queue.schedule(Payment(card="4242-SECRET").as_job("charge"))
+    queue.store.scheduled.update_one({"_id": job_id}, {"$set": {"workable.method": "describe"}})
+    drain(queue, registry)
+    assert b"4242-SECRET" not in raw(queue, job_id)
+    last = queue.job(job_id).last_execution
+    assert last is not None
+    assert "or the job was altered" in last["message"]
+
+
+def test_jobs_show_json_gives_the_key_not_the_sealed_bytes(
+    queue: Queue, charged: Charged, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib
+    import json
+
+    from typer.testing import CliRunner
+
+    from recruiter.cli import app
+
+    job_id = queue.schedule(charged.charge.job(CARD))
+    monkeypatch.setattr(queue, "close", lambda: None)  # (the command closes what it opens)
+    monkeypatch.setattr(
+        importlib.import_module("recruiter.cli.jobs"), "open_queue", lambda uri, database: queue
+    )
+    shown = json.loads(CliRunner().invoke(app, ["jobs", "show", str(job_id), "--json"]).output)
+    assert shown["encrypted"] == {"key": "2026-10"}

@@ -14,10 +14,10 @@ from recruiter import Every, FrozenClock, JobSpec, Queue, Registry, Workflow
 from recruiter.errors import DatabaseUnavailable, InvalidJob
 from recruiter.maintenance.unique_holds import HeldUniqueJobs
 from recruiter.monitoring import listing
-from recruiter.store import unique
+from recruiter.store import jobs, unique
 from recruiter.store.unique import HELD_GRACE
 from recruiter.testing import drain
-from tests.interleaving import before, instead
+from tests.interleaving import after, before, instead
 
 HOUR = dt.timedelta(hours=1)
 pytestmark = pytest.mark.clock_at_real_time  # (the reservations' TTL index reads real time)
@@ -294,3 +294,70 @@ def test_a_held_job_is_listed_blocked_and_can_be_cancelled(
     assert queue.cancel(held) == "cancelled"
     job = queue.job(held)
     assert (job.why, job.unique_hold) == ("cancelled", False)
+
+
+def test_a_done_holder_is_kept_in_the_archive_until_its_period_is_over(
+    queue: Queue, registry: Registry, clock: FrozenClock, ran: list[int]
+) -> None:
+    """The archive is purged after days; a holder unique for longer is kept as long
+    after its period is over, so the key holds whole."""
+    day = dt.timedelta(days=1)
+    first = queue.schedule(report(42).unique("report:42", "30d"))
+    drain(queue, registry)
+    queue.store.archive_finished()
+    clock.advance((6 * day).total_seconds())
+    queue.store.purge_archived(clock.now() - 5 * day)
+    assert queue.schedule(report(42).unique("report:42", "30d")) == first
+    clock.advance((29 * day).total_seconds())
+    assert queue.store.purge_archived(clock.now() - 5 * day) == 0
+    clock.advance((2 * day).total_seconds())
+    assert queue.store.purge_archived(clock.now() - 5 * day) == 1, "5 days after its period"
+
+
+def test_a_schedule_counted_on_a_finished_holder_as_it_is_archived_is_not_lost(
+    queue: Queue, registry: Registry, ran: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The archiver read the done holder, still in scheduled; a count lands on it there;
+    the archiver's copy would lose it: the count goes to the archive, the move first."""
+    holder = queue.schedule(report(42).unique("report:42", "1h"))
+    drain(queue, registry)
+    done = queue.store.archived.find_one({"_id": holder})  # (drain archives: undone)
+    assert done is not None
+    queue.store.archived.delete_one({"_id": holder})
+    queue.store.scheduled.insert_one(done)
+    read = list(queue.store.scheduled.find({"why": {"$exists": True}}))  # the archiver's read
+    assert [d["_id"] for d in read] == [holder]
+    moved = after(
+        monkeypatch,
+        queue.store,
+        unique.count_on,
+        lambda: queue.store.call(jobs._move_to_archive, read),
+    )
+    assert queue.schedule(report(42).unique("report:42", "1h")) == holder
+    assert moved == [None]
+    assert absorbed(queue, holder) == 1
+
+
+def test_a_settle_tried_again_after_its_counts_reply_was_lost_takes_the_count_back(
+    queue: Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The count on the holder lands but its reply is lost; the holder is cancelled
+    before the try again, which takes the key: the job runs, and no holder counts it."""
+    holder = queue.schedule(report(42).unique("report:42", "1h"))
+    real = queue.store.call
+    lost: list[bool] = []
+
+    def counts_then_loses_the_reply(holder_id: Any, job_id: Any) -> Any:
+        counted = real(unique.count_on, holder_id, job_id)
+        if not lost:
+            lost.append(True)
+            queue.cancel(holder)
+            raise DatabaseUnavailable("the reply was lost")
+        return counted
+
+    instead(monkeypatch, queue.store, unique.count_on, counts_then_loses_the_reply)
+    second = queue.schedule(report(42).unique("report:42", "1h"))
+    assert lost == [True]
+    assert second != holder
+    assert queue.job(second).scheduled_at is not None
+    assert absorbed(queue, holder) == 0

@@ -107,7 +107,7 @@ def _call_here(
             raise DamagedJob("the stored job document is damaged: " + "; ".join(job.problems))
         if policy_problem:
             raise DamagedJob(policy_problem)
-        arguments = registry.arguments(job.workable, job.parameters, job.encrypted)
+        arguments = registry.arguments(job.workable, job.parameters, job.encrypted, job.method)
         target = registry.rebuild(job.workable, arguments, job.method)
         hooks = registry.hooks_of(job.workable, target)
         with running_as(statistics, running.progress) as output:

@@ -125,7 +125,10 @@ def show_job(
         now = queue.clock.now()
     if as_json:
         # Extended JSON (relaxed): valid JSON whatever BSON a job holds (NaN, dates, ids)
-        typer.echo(json_util.dumps(dataclasses.asdict(job), json_options=RELAXED_JSON_OPTIONS))
+        shown = dataclasses.asdict(job)
+        if job.encrypted is not None:  # (the key's id, never the sealed bytes)
+            shown["encrypted"] = {"key": listing.encrypted_with(job)}
+        typer.echo(json_util.dumps(shown, json_options=RELAXED_JSON_OPTIONS))
         return
     described = listing.summary(job, now)
     fields = Table("", "", title=f"job {job.id}")

@@ -206,7 +206,10 @@ class _Child:
             self.reporting = (number, running.progress)
         try:
             arguments = self.registry.arguments(
-                request["workable"], request["parameters"], request.get("encrypted")
+                request["workable"],
+                request["parameters"],
+                request.get("encrypted"),
+                request["method"],
             )
             target = self.registry.rebuild(request["workable"], arguments, request["method"])
             self.hooks = self.registry.hooks_of(request["workable"], target)

@@ -127,6 +127,12 @@ def mark_recovered_as(job_id: Any, new_id: Any) -> Steps[None]:
     yield from send(ARCHIVED, "update_one", {"_id": job_id}, {"$set": {"recovered_as": new_id}})
 
 
+def archive_now(job_id: Any) -> Steps[None]:
+    """Move the job to ``archived`` now if it finished (a mark on its archived copy is then
+    never lost to a move under way)."""
+    yield from _archive_now(job_id)
+
+
 def _archive_now(job_id: Any) -> Steps[None]:
     document = yield from find_one(SCHEDULED, {"_id": job_id, "why": {"$exists": True}})
     if document is not None:
@@ -138,8 +144,11 @@ def _archive_now(job_id: Any) -> Steps[None]:
 
 def purge_archived(archived_before: dt.datetime, limit: int = PURGE_BATCH) -> Steps[int]:
     """Delete up to ``limit`` archived jobs finished before ``archived_before``, oldest
-    first, in two commands: a round stays short however large the archive."""
-    old = {"archived_at": {"$lt": archived_before}}
+    first, in two commands: a round stays short however large the archive. A unique job
+    is kept as long after its period is over (it holds its key in the states it names,
+    done too, while the period lasts)."""
+    old: Document = {"archived_at": {"$lt": archived_before}}
+    old["$or"] = [{"unique.until": {"$exists": False}}, {"unique.until": {"$lt": archived_before}}]
     oldest = yield from find(ARCHIVED, old, {"_id": 1}, sort=[("archived_at", 1)], limit=limit)
     ids = [document["_id"] for document in oldest]
     if not ids:

@@ -20,7 +20,7 @@ from recruiter.job_record import Job, state_of
 from recruiter.retry import FAILED
 from recruiter.states import SUCCEEDED
 from recruiter.store.base import ARCHIVED, SCHEDULED, Document, aware
-from recruiter.store.jobs import job_exists
+from recruiter.store.jobs import archive_now, job_exists
 from recruiter.store.steps import Steps, call, find, send
 
 UNIQUE = "unique"
@@ -107,22 +107,30 @@ def count_on(holder: Any, job_id: Any) -> Steps[bool]:
         "$inc": {"unique.absorbed": 1},
         "$push": {"unique.absorbed_ids": {"$each": [job_id], "$slice": -ABSORBED_KEPT}},
     }
-    for collection in (SCHEDULED, ARCHIVED):
-        new = {"_id": holder, "unique.absorbed_ids": {"$ne": job_id}}
-        counted = yield from send(collection, "update_one", new, update)
-        if counted.matched_count == 1:
-            return True
-        if (yield from send(collection, "find_one", {"_id": holder}, {"_id": 1})) is not None:
-            return True  # (counted by a try whose reply was lost)
-    return False
+    new = {"_id": holder, "unique.absorbed_ids": {"$ne": job_id}}
+    waiting = {**new, "why": {"$exists": False}}
+    counted = yield from send(SCHEDULED, "update_one", waiting, update)
+    if counted.matched_count == 1:
+        return True
+    found = yield from send(SCHEDULED, "find_one", {"_id": holder}, {"why": 1})
+    if found is not None and "why" not in found:
+        return True  # (counted by a try whose reply was lost)
+    if found is not None:
+        # finished: counted in the archive, the move done first (a count on the copy in
+        # scheduled would be lost by a move under way, which copies what it read)
+        yield from call(archive_now, holder)
+    counted = yield from send(ARCHIVED, "update_one", new, update)
+    found = yield from send(ARCHIVED, "find_one", {"_id": holder}, {"_id": 1})
+    return counted.matched_count == 1 or found is not None
 
 
-def uncount(holder: Any, job_id: Any) -> Steps[None]:
-    """Take back :func:`count_on`: ``job_id`` was not absorbed after all."""
+def uncount(job_id: Any) -> Steps[None]:
+    """Take back every :func:`count_on` of ``job_id``: it was not absorbed after all (a
+    count whose reply was lost may have landed on a holder the next try did not meet)."""
     update = {"$inc": {"unique.absorbed": -1}, "$pull": {"unique.absorbed_ids": job_id}}
     for collection in (SCHEDULED, ARCHIVED):
-        counted = {"_id": holder, "unique.absorbed_ids": job_id}
-        yield from send(collection, "update_one", counted, update)
+        counted = {"unique.absorbed_ids": job_id}
+        yield from send(collection, "update_many", counted, update)
 
 
 def drop_held(job_id: Any) -> Steps[bool]:
@@ -159,10 +167,10 @@ def settle(document: Document) -> Steps[Any]:
     for _ in range(CLAIM_TRIES):
         holder = yield from call(claim, document)
         if holder is None:
-            if (yield from call(release, job_id, due)):
-                return job_id
-            if (yield from call(job_exists, job_id)):
-                return job_id  # (released, cancelled or expired meanwhile)
+            released = yield from call(release, job_id, due)
+            if released or (yield from call(job_exists, job_id)):
+                yield from call(uncount, job_id)  # (a count an earlier try left)
+                return job_id  # (released: by this one, or meanwhile; or finished)
             return (yield from call(absorbed_by, job_id))
         if not (yield from call(count_on, holder, job_id)):
             continue  # (the holder went meanwhile: claim again)
@@ -170,7 +178,7 @@ def settle(document: Document) -> Steps[Any]:
             return holder
         if not (yield from call(job_exists, job_id)):
             return holder  # (deleted by a try whose reply was lost, or the cleaner)
-        yield from call(uncount, holder, job_id)  # it runs: it was not absorbed
+        yield from call(uncount, job_id)  # it runs: it was not absorbed
         yield from call(release, job_id, due)
         return job_id
     raise RecruiterError(f"the holder of unique key {document['unique']['key']!r} kept vanishing")
