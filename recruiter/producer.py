@@ -85,11 +85,13 @@ def workflow_steps(workflow: Any) -> tuple[list[str], list[JobSpec], list[Object
 
 
 def name_steps(documents: list[Document], names: list[str]) -> None:
-    """Mark each step's document with its workflow (one new id for all) and its name:
-    the workflow's page lists them (``workflow: {id, step}``)."""
-    workflow = ObjectId()
+    """Mark each step's document with its workflow and its name (``workflow: {id,
+    step}``). The workflow's id is its first step's, which also lists every step's id
+    (``steps``): its page reads them by id, with no index of its own."""
+    workflow = documents[0]["_id"]
     for document, name in zip(documents, names, strict=True):
         document["workflow"] = {"id": workflow, "step": name}
+    documents[0]["workflow"]["steps"] = [document["_id"] for document in documents]
 
 
 def batch_documents(

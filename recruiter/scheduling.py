@@ -56,7 +56,7 @@ def new_jobs(clock: Clock, documents: list[dict[str, Any]], session: Any) -> Ste
     for document in plain:
         if document.get("unique_hold") is True:  # stored held: reserve its key, or drop it
             stored[document["_id"]] = yield from _retry_while_unavailable(
-                clock, unique.settle, document
+                clock, unique.settle, unique.Settling(document)
             )
     # a batch's members are stored before its callbacks, in another command: one that ended
     # in between told no callback (in a transaction, none is seen before the commit)

@@ -10,7 +10,7 @@ import logging
 
 from recruiter.maintenance import DuePass
 from recruiter.store import Store
-from recruiter.store.unique import HELD_GRACE
+from recruiter.store.unique import HELD_GRACE, Settling
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ class HeldUniqueJobs(DuePass):
         settled = 0
         for document in self.store.held_unique_jobs(now - HELD_GRACE):
             try:
-                kept = self.store.settle_unique(document)
+                kept = self.store.settle_unique(Settling(document))
             except (KeyError, TypeError) as error:  # a document damaged by hand
                 logger.error("cleaner: held unique job %s is damaged: %r", document["_id"], error)
                 continue

@@ -180,8 +180,8 @@ class JobFilter:
     """Only jobs whose arguments meet every condition (:mod:`recruiter.monitoring.where`)."""
     batch: Any = None
     """Only the members of this batch."""
-    workflow: Any = None
-    """Only the steps of this workflow."""
+    job_ids: tuple[Any, ...] | None = None
+    """Only these jobs (by id)."""
 
     def validate(self) -> JobFilter:
         if self.finished_since is not None and self.state in UNFINISHED:
@@ -211,7 +211,7 @@ class JobFilter:
             not_retried=not_retried,
             arguments=self.arguments,
             batch=self.batch,
-            workflow=self.workflow,
+            job_ids=self.job_ids,
         )
 
 

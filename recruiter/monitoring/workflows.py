@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from recruiter.errors import WorkflowNotFound
+from recruiter.errors import JobNotFound, WorkflowNotFound
 from recruiter.monitoring import listing
 from recruiter.queue import Queue
 from recruiter.waits import as_object_id
@@ -16,13 +16,20 @@ MOST_STEPS = 1000
 
 
 def workflow_detail(queue: Queue, workflow_id: Any) -> dict[str, Any]:
-    """The steps of the workflow ``workflow_id``, in the order they were added:
-    :class:`WorkflowNotFound` if none is stored."""
+    """The steps of the workflow ``workflow_id`` (its first step's id, which lists them),
+    in the order they were added: :class:`WorkflowNotFound` if it is not stored."""
     workflow = as_object_id(workflow_id)
-    chosen = listing.JobFilter(workflow=workflow)
-    jobs = sorted(listing.list_jobs(queue, chosen, MOST_STEPS).jobs, key=lambda job: job.id)
-    if not jobs:
+    try:
+        first = queue.job(workflow)
+    except JobNotFound:
+        raise WorkflowNotFound(workflow_id) from None
+    steps = (first.workflow or {}).get("steps")
+    if not isinstance(steps, list) or not steps:
         raise WorkflowNotFound(workflow_id)
+    chosen = listing.JobFilter(job_ids=tuple(steps[:MOST_STEPS]))
+    listed = listing.list_jobs(queue, chosen, MOST_STEPS).jobs
+    order = {job_id: place for place, job_id in enumerate(steps)}
+    jobs = sorted(listed, key=lambda job: order.get(job.id, len(order)))
     now = queue.clock.now()
     step_of = {job.id: str((job.workflow or {}).get("step", "?")) for job in jobs}
     rows = []

@@ -49,8 +49,6 @@ INDEXES: Mapping[str, tuple[IndexModel, ...]] = {
         IndexModel([("waiting_for", ASCENDING)], name="waiting_for", sparse=True),
         # a batch's members that have not ended, or did not end done
         IndexModel([("batch", ASCENDING), ("why", ASCENDING)], name="batch", sparse=True),
-        # a workflow's steps (its page)
-        IndexModel([("workflow.id", ASCENDING)], name="workflow", sparse=True),
         # deduplication: one queued job per key (the key is removed at the first lock)
         IndexModel([("queued_key", ASCENDING)], name="queued_key", unique=True, sparse=True),
         # unique jobs stored held, not yet released (the cleaner's pass over those left)
@@ -63,8 +61,6 @@ INDEXES: Mapping[str, tuple[IndexModel, ...]] = {
         ),
         # one lock per key slot, whichever recruiter writes it (removed at each unlock)
         IndexModel([("key_slot", ASCENDING)], name="key_slot", unique=True, sparse=True),
-        # the holder a unique job was absorbed into, found after a settle's lost reply
-        IndexModel([("unique.absorbed_ids", ASCENDING)], name="absorbed_ids", sparse=True),
     ),
     "unique": (
         # a unique key's reservation is forgotten once its period is over
@@ -101,8 +97,6 @@ INDEXES: Mapping[str, tuple[IndexModel, ...]] = {
         IndexModel([("why", ASCENDING), ("archived_at", ASCENDING)], name="why_archived_at"),
         IndexModel([("tags", ASCENDING)], name="tags", sparse=True),
         IndexModel([("batch", ASCENDING), ("why", ASCENDING)], name="batch", sparse=True),
-        IndexModel([("unique.absorbed_ids", ASCENDING)], name="absorbed_ids", sparse=True),
-        IndexModel([("workflow.id", ASCENDING)], name="workflow", sparse=True),
         # a key's jobs that failed for good (strict ordering)
         IndexModel(
             [("group", ASCENDING), ("key", ASCENDING), ("why", ASCENDING)],

@@ -64,8 +64,8 @@ class Selection:
     arguments: tuple[ArgumentCondition, ...] = ()
     batch: Any = None
     """Only the members of this batch (not its callbacks)."""
-    workflow: Any = None
-    """Only the steps of this workflow."""
+    job_ids: tuple[Any, ...] | None = None
+    """Only these jobs (by id)."""
 
     def queries(self, now: dt.datetime) -> list[tuple[str, Document]]:
         """Where the selected jobs are, and the filter that finds them there."""
@@ -75,13 +75,14 @@ class Selection:
             "tags": self.tag,
             "key": self.key,
             "batch": self.batch,
-            "workflow.id": self.workflow,
         }
         narrowed: Document = {field: value for field, value in equal.items() if value is not None}
         if self.finished_after is not None:
             narrowed["archived_at"] = {"$gte": self.finished_after}
         if self.created_before is not None:
             narrowed["_id"] = {"$lt": self.created_before}
+        if self.job_ids is not None:
+            narrowed["_id"] = {**narrowed.get("_id", {}), "$in": list(self.job_ids)}
         if self.not_retried:
             narrowed["recovered_as"] = {"$exists": False}
         if self.arguments:

@@ -11,6 +11,7 @@ if its key passed on meanwhile."""
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass, field
 from typing import Any
 
 from pymongo.errors import DuplicateKeyError
@@ -124,12 +125,15 @@ def count_on(holder: Any, job_id: Any) -> Steps[bool]:
     return counted.matched_count == 1 or found is not None
 
 
-def uncount(job_id: Any) -> Steps[None]:
-    """Take back every :func:`count_on` of ``job_id``: it was not absorbed after all (a
-    count whose reply was lost may have landed on a holder the next try did not meet)."""
+def uncount(job_id: Any, holders: list[Any]) -> Steps[None]:
+    """Take back every :func:`count_on` of ``job_id`` on ``holders``: it was not absorbed
+    after all (a count whose reply was lost may have landed on a holder the next try did
+    not meet)."""
+    if not holders:
+        return
     update = {"$inc": {"unique.absorbed": -1}, "$pull": {"unique.absorbed_ids": job_id}}
     for collection in (SCHEDULED, ARCHIVED):
-        counted = {"unique.absorbed_ids": job_id}
+        counted = {"_id": {"$in": holders}, "unique.absorbed_ids": job_id}
         yield from send(collection, "update_many", counted, update)
 
 
@@ -142,14 +146,22 @@ def drop_held(job_id: Any) -> Steps[bool]:
     return bool(deleted.deleted_count == 1)
 
 
-def absorbed_by(job_id: Any) -> Steps[Any]:
-    """The job that counted the deleted held job ``job_id``'s schedule."""
+def absorbed_by(job_id: Any, key: str) -> Steps[Any]:
+    """The job that counted the deleted held job ``job_id``'s schedule (the cleaner
+    absorbed it while its producer stalled for a minute): its key's holder, or else the
+    job of its key that counted it, found by a read of the key's jobs with no index of
+    its own (this path is that rare; an index would cost every job's writes)."""
+    reserved = yield from send(UNIQUE, "find_one", {"_id": key})
+    holder = None if reserved is None else reserved.get("job")
     for collection in (SCHEDULED, ARCHIVED):
-        holder = yield from send(
-            collection, "find_one", {"unique.absorbed_ids": job_id}, {"_id": 1}
-        )
-        if holder is not None:
-            return holder["_id"]
+        counted = {"_id": holder, "unique.absorbed_ids": job_id}
+        if holder is not None and (yield from send(collection, "find_one", counted, {"_id": 1})):
+            return holder
+    for collection in (SCHEDULED, ARCHIVED):
+        counted = {"unique.reservation": key, "unique.absorbed_ids": job_id}
+        found = yield from send(collection, "find_one", counted, {"_id": 1})
+        if found is not None:
+            return found["_id"]
     raise RecruiterError(
         f"the unique job {job_id} was settled by the cleaner while its producer stalled, "
         "and the job that absorbed it is not known: find it by its key "
@@ -157,28 +169,41 @@ def absorbed_by(job_id: Any) -> Steps[Any]:
     )
 
 
-def settle(document: Document) -> Steps[Any]:
-    """Finish storing the held unique job ``document``: released if its key is reserved
-    for it (or schedules were absorbed into it), else deleted; the id its producer gets
-    (its own, or the holder's). Another settler (the cleaner, or this one's own try whose
-    reply was lost) may have taken a step meanwhile: the job is read again whenever a
-    step changes nothing, and the id given is always of a job stored."""
+@dataclass
+class Settling:
+    """A held unique job being settled, and the holders its tries may have counted it
+    on: kept across one producer's tries, so a count whose reply was lost is taken back
+    when the job runs after all."""
+
+    document: Document
+    counted_on: list[Any] = field(default_factory=list)
+
+
+def settle(settling: Settling) -> Steps[Any]:
+    """Finish storing the held unique job ``settling.document``: released if its key is
+    reserved for it (or schedules were absorbed into it), else deleted; the id its
+    producer gets (its own, or the holder's). Another settler (the cleaner, or this one's
+    own try whose reply was lost) may have taken a step meanwhile: the job is read again
+    whenever a step changes nothing, and the id given is always of a job stored."""
+    document = settling.document
     job_id, due = document["_id"], document["unique"]["due"]
     for _ in range(CLAIM_TRIES):
         holder = yield from call(claim, document)
         if holder is None:
             released = yield from call(release, job_id, due)
             if released or (yield from call(job_exists, job_id)):
-                yield from call(uncount, job_id)  # (a count an earlier try left)
+                yield from call(uncount, job_id, settling.counted_on)  # (an earlier try's)
                 return job_id  # (released: by this one, or meanwhile; or finished)
-            return (yield from call(absorbed_by, job_id))
+            return (yield from call(absorbed_by, job_id, document["unique"]["reservation"]))
+        if holder not in settling.counted_on:
+            settling.counted_on.append(holder)  # (before the count: its reply may be lost)
         if not (yield from call(count_on, holder, job_id)):
             continue  # (the holder went meanwhile: claim again)
         if (yield from call(drop_held, job_id)):
             return holder
         if not (yield from call(job_exists, job_id)):
             return holder  # (deleted by a try whose reply was lost, or the cleaner)
-        yield from call(uncount, job_id)  # it runs: it was not absorbed
+        yield from call(uncount, job_id, settling.counted_on)  # it runs: not absorbed
         yield from call(release, job_id, due)
         return job_id
     raise RecruiterError(f"the holder of unique key {document['unique']['key']!r} kept vanishing")
