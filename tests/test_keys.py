@@ -6,6 +6,7 @@ server (the unique index on the real one)."""
 
 from __future__ import annotations
 
+import datetime as dt
 from collections import Counter
 from typing import Any
 
@@ -15,9 +16,9 @@ from recruiter import FrozenClock, GroupSettings, JobSpec, Queue, Rate, Registry
 from recruiter.errors import InvalidGroupSettings, InvalidJob
 from recruiter.processes.recruiter import Recruiter
 from recruiter.processes.slot import WorkerSlot
-from recruiter.store import Store, keys
+from recruiter.store import Store, jobs, keys
 from tests.driving import finish_held, workers
-from tests.interleaving import before
+from tests.interleaving import after, before
 
 pytestmark = pytest.mark.clock_at_real_time  # (key rates' TTL index reads real time)
 
@@ -276,3 +277,100 @@ def test_jobs_are_found_and_shown_by_their_key(queue: Queue) -> None:
     assert [job["id"] for job in found] == [str(third), str(first)]
     assert browser.get(f"/api/jobs/{first}").json()["key"] == "acct-1"
     assert "<th>key</th><td>acct-1</td>" in browser.get(f"/jobs/{first}").text
+
+
+def test_three_busy_keys_ahead_do_not_starve_a_free_key(queue: Queue, clock: FrozenClock) -> None:
+    """Each read of a keyed group is sized on the round's limit, and a round makes at most
+    three: three busy keys with a backlog ahead of a free key use them all up, and the
+    free key's job is never read while a worker idles."""
+    queue.limit_group("billing", key_concurrency=1)
+    keyed(queue, *["acct-1"] * 20, *["acct-2"] * 20, *["acct-3"] * 20, "acct-4")
+    workers(queue.store, 4, clock.now())
+    recruiter = Recruiter(queue.store)
+    recruiter.run_once(clock.now())
+    clock.advance(1)
+    recruiter.run_once(clock.now())  # (and every round after: acct-4 is never read)
+    assert held_keys(queue.store) == {"acct-1": 1, "acct-2": 1, "acct-3": 1, "acct-4": 1}
+
+
+def test_a_strict_key_stays_halted_while_a_retry_once_is_stored(
+    queue: Queue, registry: Registry, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``recruiter jobs retry`` (``recover(once=True)``) marks the failed job recovered
+    before it stores the retry: a round between the two sees the key's halt lifted and
+    the retry absent, and hands out the job scheduled after the failed one first."""
+    queue.limit_group("billing", key_concurrency=1, ordering="strict")
+    slot = noop_slot(queue, registry, clock)
+    failed = flaky_job(queue, "acct-1", fail=True)
+    later = flaky_job(queue, "acct-1")
+    assert run_rounds(queue, slot, clock, 2) == [failed]
+    recruiter = Recruiter(queue.store)
+    rounds = after(
+        monkeypatch, queue.store, jobs.claim_recovery, lambda: recruiter.run_once(clock.now())
+    )
+    queue.recover(failed, once=True)
+    assert len(rounds) == 1
+    assert later not in held_ids(queue.store), "the later job ran ahead of the retry"
+
+
+def test_a_round_held_by_a_key_rate_says_when_the_key_may_start_again(
+    queue: Queue, clock: FrozenClock
+) -> None:
+    """``KeyRoom.rate_free_at`` is never set: a round that left a worker idle for a key's
+    rate says nothing of when to look again (the group rate's ``wake_at`` does)."""
+    queue.limit_group("billing", key_rate="1/2s")
+    keyed(queue, "acct-1", "acct-1")
+    workers(queue.store, 2, clock.now())
+    result = Recruiter(queue.store).run_once(clock.now())
+    assert result.assigned == 1
+    assert result.next_due == clock.now() + dt.timedelta(seconds=2)
+
+
+def test_a_damaged_rate_document_stops_no_other_group(queue: Queue, clock: FrozenClock) -> None:
+    """A key's ``key_starts`` document whose ``slots`` is not a document (by hand, or a
+    future version): read as all free, then the conditional ``$set`` of ``slots.0`` is
+    refused by the server, and the whole round fails, every group with it."""
+    queue.limit_group("billing", key_rate="1/1m")
+    keyed(queue, "acct-1")
+    queue.store.database["key_starts"].insert_one({"_id": "billing\x1facct-1", "slots": "x"})
+    (plain,) = keyed(queue, "acct-9", group="mail")
+    workers(queue.store, 2, clock.now())
+    Recruiter(queue.store).run_once(clock.now())
+    assert plain in held_ids(queue.store)
+
+
+def test_a_key_rate_lowered_holds_from_the_next_start(queue: Queue, clock: FrozenClock) -> None:
+    """Rate slots are numbered below the limit: lowered from 3 to 2 a minute, a slot
+    numbered 2 taken in the window is no longer counted, and a third start lands within
+    one window."""
+    queue.limit_group("billing", key_rate="3/1m")
+    workers(queue.store, 6, clock.now())
+    start = clock.now()
+
+    def schedule_and_hand_out(seconds: int, count: int) -> int:
+        clock.advance((start + dt.timedelta(seconds=seconds) - clock.now()).total_seconds())
+        for _ in range(count):
+            queue.schedule(JobSpec("tests.noop").in_group("billing").keyed("acct-1"))
+        return Recruiter(queue.store).run_once(clock.now()).assigned
+
+    assert schedule_and_hand_out(0, 2) == 2  # slots 0, 1
+    assert schedule_and_hand_out(10, 1) == 1  # slot 2
+    assert schedule_and_hand_out(61, 1) == 1  # slot 0 again (1 too is free)
+    queue.limit_group("billing", key_rate="2/1m")
+    # the window (2 s, 62 s] holds the starts at 10 s and 61 s: full
+    assert schedule_and_hand_out(62, 1) == 0
+
+
+def test_a_named_group_worker_of_a_keyed_group_at_its_group_limit(
+    queue: Queue, clock: FrozenClock
+) -> None:
+    """A keyed group's read is skipped when its allowance is 0 (its group concurrency or
+    rate reached), and no entry is left for it: the named-group plan's ``ready[g]``
+    raises KeyError, and every round fails while such a worker is available."""
+    queue.limit_group("billing", concurrency=1, key_concurrency=1)
+    keyed(queue, "acct-1", "acct-2")
+    workers(queue.store, 2, clock.now(), group="billing")
+    recruiter = Recruiter(queue.store)
+    assert recruiter.run_once(clock.now()).assigned == 1
+    clock.advance(1)
+    assert recruiter.run_once(clock.now()).assigned == 0

@@ -168,6 +168,7 @@ class _Round:
         for group in sorted(limits.keys() & keyed.keys()):
             assert self.keyed is not None
             if limits[group] <= 0:
+                found[group] = []  # (its limits used up: nothing read, as for any group)
                 continue
             found[group] = self.keyed.read(group, self.now, limits[group], names, self.workable_of)
         return {

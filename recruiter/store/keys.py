@@ -18,11 +18,12 @@ another wait."""
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pymongo.errors import BulkWriteError, DuplicateKeyError
+from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure
 
 from recruiter.groups import GroupSettings
 from recruiter.retry import FAILED
@@ -32,11 +33,14 @@ from recruiter.store.jobs import workable_name
 from recruiter.store.ready import READY_ORDER, ready_query
 from recruiter.store.steps import Steps, aggregate, find, send, update_each
 
+logger = logging.getLogger(__name__)
+
 KEY_STARTS = "key_starts"
 SEPARATOR = "\x1f"
 """Between a slot's group, key and number (a key holds no control character)."""
-KEY_READS = 3
-"""Reads of a keyed group's ready jobs a round makes at most, each past the full keys."""
+KEY_READS = 6
+"""Reads of a keyed group's ready jobs a round makes at most, each past the keys the
+reads before found full, and twice as long."""
 
 
 def key_id(group: str, key: str) -> str:
@@ -59,10 +63,12 @@ class KeyRoom:
     """Its jobs locked."""
     slots: set[int] = field(default_factory=set)
     """The slot numbers its locked jobs hold."""
+    examined: bool = False
+    """Whether its rate, head and halt were read."""
     rate_free: list[int] | None = None
-    """The rate slots free by now (``None``: no rate)."""
-    rate_free_at: dt.datetime | None = None
-    """When the first of its rate slots taken leaves the window."""
+    """The numbers of the rate slots free by now (``None``: no rate)."""
+    rate_taken: list[dt.datetime] = field(default_factory=list)
+    """When its starts still in the window were (this round's too)."""
     head: Any = None
     """Its unfinished job first in order (with ordering)."""
     head_ready: bool = False
@@ -70,6 +76,12 @@ class KeyRoom:
     head_workable: Any = None
     halted: bool = False
     """A job of it failed for good and was not retried (strict ordering)."""
+
+    def rate_left(self, settings: GroupSettings) -> int | None:
+        """How many more starts its rate allows now (``None``: no rate)."""
+        if settings.key_rate is None or self.rate_free is None:
+            return None
+        return min(len(self.rate_free), settings.key_rate.limit - len(self.rate_taken))
 
 
 @dataclass
@@ -83,7 +95,7 @@ class KeyedPick:
     """Each keyed job's rate slot (its key's :func:`key_id`, its number), when the
     group has a key rate."""
     held: bool = False
-    """A ready job was left for its key's limits or order: more may be ready later."""
+    """A ready job may be left for its key's limits or order: more may be ready later."""
     wake_at: dt.datetime | None = None
     """When a key held back by its rate may start again."""
 
@@ -96,36 +108,37 @@ def ready_keyed_jobs(
     workable_of: dict[Any, Any] | None = None,
 ) -> Steps[KeyedPick]:
     """Up to ``limit`` ready jobs of the keyed group ``settings.group``, in ready order,
-    within its per-key limits and order (jobs with no key as any group's)."""
-    group, pick = settings.group, KeyedPick()
-    full: set[str] = set()
-    rooms: dict[str, KeyRoom] = {}
+    within its per-key limits and order (jobs with no key as any group's). The keys at
+    their concurrency are left out of the first read; each read after leaves out those
+    found full by the one before, twice as long, up to :data:`KEY_READS` reads."""
+    pick = KeyedPick()
+    rooms = yield from _locked_rooms(settings)
+    full = {key for key, room in rooms.items() if not _may_take(settings, room)}
+    pick.held = bool(full)
+    size = limit * 2 + 10
     for _ in range(KEY_READS):
-        wanted = limit - len(pick.jobs)
-        if wanted <= 0:
+        if len(pick.jobs) >= limit:
             break
-        query = ready_query(now, group, workables)
+        query = ready_query(now, settings.group, workables)
         query["_id"] = {"$nin": pick.jobs}
         if full:
             query["key"] = {"$nin": sorted(full)}
-        size = wanted * 2 + 10
         projection = {"key": 1, "workable.class": 1}
-        found = yield from find(
-            SCHEDULED, query, projection, sort=list(READY_ORDER.items()), limit=size
-        )
-        keys = {d["key"] for d in found if isinstance(d.get("key"), str)} - rooms.keys()
-        rooms |= yield from _rooms(settings, keys, now, workables)
+        order = list(READY_ORDER.items())
+        found = yield from find(SCHEDULED, query, projection, sort=order, limit=size)
+        yield from _examine(settings, rooms, found, now, workables)
         workable_in = {document["_id"]: workable_name(document) for document in found}
         for document in found:
             if len(pick.jobs) >= limit:
                 break
-            chosen = _consider(settings, document, rooms, full, pick)
+            chosen = _consider(settings, document, rooms, full, pick, now=now)
             if chosen is not None and workable_of is not None:
                 key = document.get("key")
                 head = rooms[key].head_workable if isinstance(key, str) else None
                 workable_of[chosen] = workable_in.get(chosen, head)
         if len(found) < size:
             break
+        size *= 2
     return pick
 
 
@@ -135,6 +148,8 @@ def _consider(
     rooms: dict[str, KeyRoom],
     full: set[str],
     pick: KeyedPick,
+    *,
+    now: dt.datetime,
 ) -> Any:
     """The job to hand out for ``document`` if its key has room: its own, or with
     ordering its key's head if that is ready (a key takes its turn at its first job in
@@ -150,27 +165,30 @@ def _consider(
     chosen = job_id
     if settings.ordering is not None:
         chosen = room.head if room.head_ready and room.head not in pick.jobs else None
-    allowed = chosen is not None and _has_room(settings, room)
+    allowed = chosen is not None and _may_take(settings, room)
     if allowed:
-        _take(settings, key, room, chosen, pick)
-    elif room.rate_free == [] and room.rate_free_at is not None:
-        pick.wake_at = min(pick.wake_at or room.rate_free_at, room.rate_free_at)
-    full_now = settings.key_concurrency is not None and room.busy >= settings.key_concurrency
-    if not allowed or full_now or settings.ordering is not None or room.rate_free == []:
+        _take(settings, key, room, chosen, pick, now=now)
+    if not allowed or settings.ordering is not None or not _may_take(settings, room):
         full.add(key)  # (its later jobs, read or not, may be ready: held)
         pick.held = True
+        if room.rate_left(settings) == 0 and room.rate_taken and settings.key_rate:
+            free_at = min(room.rate_taken) + settings.key_rate.per
+            pick.wake_at = min(pick.wake_at or free_at, free_at)
     return chosen if allowed else None
 
 
-def _has_room(settings: GroupSettings, room: KeyRoom) -> bool:
+def _may_take(settings: GroupSettings, room: KeyRoom) -> bool:
+    """Whether the key of ``room`` may be handed one more job."""
     if room.halted:
         return False
     if settings.key_concurrency is not None and room.busy >= settings.key_concurrency:
         return False
-    return room.rate_free is None or bool(room.rate_free)
+    return room.rate_left(settings) != 0
 
 
-def _take(settings: GroupSettings, key: str, room: KeyRoom, job_id: Any, pick: KeyedPick) -> None:
+def _take(
+    settings: GroupSettings, key: str, room: KeyRoom, job_id: Any, pick: KeyedPick, *, now: Any
+) -> None:
     """Hand out ``job_id`` of ``key``: its key slot, its rate slot."""
     pick.jobs.append(job_id)
     room.busy += 1
@@ -180,36 +198,50 @@ def _take(settings: GroupSettings, key: str, room: KeyRoom, job_id: Any, pick: K
         pick.slots[job_id] = f"{key_id(settings.group, key)}{SEPARATOR}{number}"
     if room.rate_free is not None:
         pick.starts[job_id] = (key_id(settings.group, key), room.rate_free.pop(0))
+        room.rate_taken.append(now)
 
 
-def _rooms(
-    settings: GroupSettings,
-    keys: set[str],
-    now: dt.datetime,
-    workables: Collection[str] | None = None,
-) -> Steps[dict[str, KeyRoom]]:
-    """What each of ``keys`` of the group may still be handed."""
-    if not keys:
-        return {}
-    group, rooms = settings.group, {key: KeyRoom() for key in keys}
-    held: Document = {"group": group, "key": {"$in": sorted(keys)}}
-    held["$or"] = [{"locked": True}, {"key_slot": {"$exists": True}}]
-    stale = []
-    for document in (yield from find(SCHEDULED, held, {"key": 1, "key_slot": 1, "locked": 1})):
-        room = rooms[document["key"]]
-        if document.get("locked") is True:
-            room.busy += 1
-            number = slot_number(document.get("key_slot"))
-            if number is not None:
-                room.slots.add(number)
-        else:
-            stale.append(document)
-    yield from _forget_stale_slots(stale)
-    if settings.key_rate is not None:
-        yield from _rate_rooms(settings, rooms, now)
-    if settings.ordering is not None:
-        yield from _heads(group, rooms, settings.ordering == "strict", now, workables)
+def _locked_rooms(settings: GroupSettings) -> Steps[dict[str, KeyRoom]]:
+    """The keys of the group with jobs locked: how many, and the slots they hold (the
+    slots an unlock left behind removed first)."""
+    stale = {"key_slot": {"$exists": True}, "locked": {"$ne": True}}
+    documents = yield from find(SCHEDULED, stale, {"key_slot": 1})
+    yield from _forget_stale_slots(documents)
+    locked = {"group": settings.group, "locked": True, "key": {"$exists": True}}
+    rooms: dict[str, KeyRoom] = {}
+    for document in (yield from find(SCHEDULED, locked, {"key": 1, "key_slot": 1})):
+        key = document.get("key")
+        if not isinstance(key, str):
+            continue
+        room = rooms.setdefault(key, KeyRoom())
+        room.busy += 1
+        number = slot_number(document.get("key_slot"))
+        if number is not None:
+            room.slots.add(number)
     return rooms
+
+
+def _examine(
+    settings: GroupSettings,
+    rooms: dict[str, KeyRoom],
+    found: list[Document],
+    now: dt.datetime,
+    workables: Collection[str] | None,
+) -> Steps[None]:
+    """Read the rate, head and halt of the keys of ``found`` not examined yet."""
+    keys = {d["key"] for d in found if isinstance(d.get("key"), str)}
+    keys = {key for key in keys if not rooms.setdefault(key, KeyRoom()).examined}
+    if not keys:
+        return
+    fresh = {key: rooms[key] for key in keys}
+    for room in fresh.values():
+        room.examined = True
+    if settings.key_rate is not None:
+        yield from _rate_rooms(settings, fresh, now)
+    if settings.ordering is not None:
+        yield from _heads(settings.group, fresh, now, workables)
+        if settings.ordering == "strict":
+            yield from _halts(settings.group, fresh)
 
 
 def _forget_stale_slots(documents: list[Document]) -> Steps[None]:
@@ -227,6 +259,8 @@ def _forget_stale_slots(documents: list[Document]) -> Steps[None]:
 def _rate_rooms(
     settings: GroupSettings, rooms: dict[str, KeyRoom], now: dt.datetime
 ) -> Steps[None]:
+    """Each key's rate slots free by now, and the starts still in the window (whatever
+    their number: a rate lowered counts the starts of the one before)."""
     rate = settings.key_rate
     assert rate is not None
     ids = {key_id(settings.group, key): key for key in rooms}
@@ -236,9 +270,9 @@ def _rate_rooms(
     for identifier, key in ids.items():
         slots = stored.get(identifier)
         slots = slots if isinstance(slots, Mapping) else {}
-        rooms[key].rate_free = [
-            number for number in range(rate.limit) if not _taken_after(slots.get(str(number)), cut)
-        ]
+        taken = {n: aware(at) for n, at in slots.items() if _taken_after(at, cut)}
+        rooms[key].rate_taken = sorted(taken.values())
+        rooms[key].rate_free = [n for n in range(rate.limit) if str(n) not in taken]
 
 
 def _taken_after(value: Any, cut: dt.datetime) -> bool:
@@ -248,18 +282,16 @@ def _taken_after(value: Any, cut: dt.datetime) -> bool:
 def _heads(
     group: str,
     rooms: dict[str, KeyRoom],
-    strict: bool,
     now: dt.datetime,
     workables: Collection[str] | None,
 ) -> Steps[None]:
-    """Each key's head, whether it is ready, and with ``strict`` whether the key is
-    halted."""
-    keys = sorted(rooms)
-    unfinished = {"group": group, "key": {"$in": keys}, "why": {"$exists": False}}
+    """Each key's head (its unfinished job first in order), and whether it is ready. The
+    sort is the ``keys`` index's own, so the server can go to each key's first entry."""
+    unfinished = {"group": group, "key": {"$in": sorted(rooms)}, "why": {"$exists": False}}
     first = {"id": "$_id", "locked": "$locked", "at": "$scheduled_at", "workable": "$workable"}
     pipeline: list[Document] = [
         {"$match": unfinished},
-        {"$sort": {"key": 1, "key_order": 1, "_id": 1}},
+        {"$sort": {"key": 1, "key_order": 1}},
         {"$group": {"_id": "$key", "head": {"$first": first}}},
     ]
     for document in (yield from aggregate(SCHEDULED, pipeline)):
@@ -275,14 +307,32 @@ def _heads(
             and aware(due) <= now
             and (workables is None or room.head_workable in workables)
         )
-    if not strict:
-        return
-    failed = {"group": group, "key": {"$in": keys}, "why": {"$in": [str(w) for w in FAILED]}}
-    failed["recovered_as"] = {"$exists": False}
+
+
+def _halts(group: str, rooms: dict[str, KeyRoom]) -> Steps[None]:
+    """Whether each key is halted (strict ordering): a job of it failed for good and was
+    not retried, or its retry is not stored yet (``recovered_as`` is written first)."""
+    failed: Document = {"group": group, "key": {"$in": sorted(rooms)}}
+    failed["why"] = {"$in": [str(w) for w in FAILED]}
+    retried: dict[Any, str] = {}
     for collection in (SCHEDULED, ARCHIVED):
-        for document in (yield from find(collection, failed, {"key": 1})):
-            if document.get("key") in rooms:
-                rooms[document["key"]].halted = True
+        for document in (yield from find(collection, failed, {"key": 1, "recovered_as": 1})):
+            key = document.get("key")
+            if key not in rooms:
+                continue
+            if "recovered_as" in document:
+                retried[document["recovered_as"]] = key
+            else:
+                rooms[key].halted = True
+    if retried:
+        ids = list(retried)
+        stored: set[Any] = set()
+        for collection in (SCHEDULED, ARCHIVED):
+            found = yield from find(collection, {"_id": {"$in": ids}}, {"_id": 1})
+            stored |= {document["_id"] for document in found}
+        for job_id, key in retried.items():
+            if job_id not in stored:
+                rooms[key].halted = True
 
 
 def take_key_starts(
@@ -295,16 +345,29 @@ def take_key_starts(
     for identifier, (rate_per, numbers) in starts.items():
         cut = now - rate_per
         free = {f"slots.{n}": {"$not": {"$gt": cut}} for n in numbers}
-        update = {"$set": {**{f"slots.{n}": now for n in numbers}, "forget_at": now + rate_per}}
+        update = {
+            "$set": {f"slots.{n}": now for n in numbers},
+            "$max": {"forget_at": now + rate_per},
+        }
         try:
             result = yield from send(
                 KEY_STARTS, "update_one", {"_id": identifier, **free}, update, upsert=True
             )
         except DuplicateKeyError:
             continue  # (another recruiter took one of them: the key waits a round)
+        except OperationFailure as error:  # (a document damaged by hand: made anew)
+            yield from _repair_starts(identifier, error, now + rate_per)
+            continue
         if result.matched_count == 1 or result.upserted_id is not None:
             taken.add(identifier)
     return taken
+
+
+def _repair_starts(identifier: str, error: Exception, forget_at: dt.datetime) -> Steps[None]:
+    """Make a key's damaged rate document anew, empty (its key waits a round)."""
+    logger.error("recruiter: key rate document %r is damaged, made anew: %s", identifier, error)
+    damaged = {"_id": identifier, "slots": {"$not": {"$type": "object"}}}
+    yield from send(KEY_STARTS, "replace_one", damaged, {"slots": {}, "forget_at": forget_at})
 
 
 def lock_keyed_jobs(slots: Mapping[Any, str], token: Any, now: dt.datetime) -> Steps[list[Any]]:
