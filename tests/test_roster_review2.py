@@ -18,6 +18,7 @@ from recruiter.errors import DatabaseUnavailable
 from recruiter.processes import worker as worker_module
 from recruiter.processes.recruiter import Recruiter
 from recruiter.store import roster
+from recruiter.store.schema import SCHEMA_VERSION
 from tests.driving import (
     DEAD_AFTER,
     beat_past_dead_timeout,
@@ -173,7 +174,7 @@ def test_after_schema_3_an_older_worker_keeps_its_job_held_then_releases_and_ret
     store = queue.store
     old, token = an_older_workers_running_job(queue, clock)
     version = (store.database.metadata.find_one({"_id": "schema"}) or {})["version"]
-    assert version == 3
+    assert version == SCHEMA_VERSION
     assert token in store.held_tokens(), "schema 3 recorded, the old worker's job unheld"
     # schema 2's release, then its retire (stopping on schema 3)
     released = store.roster.update_one(

@@ -37,7 +37,7 @@ def test_a_scheduler_added_creates_its_jobs_from_its_next_occurrence(
     form = SchedulerForm(
         "nightly", "reports.nightly", '{"account": 42}', group="reports", cron="0 2 * * *"
     )
-    add_scheduler(queue.store, form, clock.now())
+    add_scheduler(queue, form)
     record = queue.scheduler("nightly")
     assert record.next_at == next_occurrences(form.schedule(), clock.now(), 1)[0]
     assert record.job["workable"] == {
@@ -47,7 +47,7 @@ def test_a_scheduler_added_creates_its_jobs_from_its_next_occurrence(
     }
     assert record.job["group"] == "reports"
     with pytest.raises(SchedulerExists, match="change it with recruiter schedulers set"):
-        add_scheduler(queue.store, form, clock.now())
+        add_scheduler(queue, form)
 
 
 def test_a_change_keeps_what_it_does_not_name_and_starts_a_new_schedule_afresh(
@@ -56,7 +56,7 @@ def test_a_change_keeps_what_it_does_not_name_and_starts_a_new_schedule_afresh(
     queue.repeat(
         "nightly", JobSpec("reports.nightly", {"account": 1}).in_group("reports"), "0 2 * * *"
     )
-    written = change_scheduler(queue.store, "nightly", {"every": "1h"}, clock.now())
+    written = change_scheduler(queue, "nightly", {"every": "1h"})
     record = queue.scheduler("nightly")
     assert record.schedule == {"every": 3600.0}
     assert record.next_at == clock.now() + dt.timedelta(hours=1)
@@ -71,10 +71,10 @@ def test_a_change_made_meanwhile_by_someone_else_is_not_overwritten(
     """Two operators read the scheduler; the other's change lands between this one's read
     and write: this one's write is refused, and the other's change stays."""
     queue.repeat("nightly", JobSpec("reports.nightly"), "0 2 * * *")
-    other = lambda: change_scheduler(queue.store, "nightly", {"group": "other"}, clock.now())  # noqa: E731
+    other = lambda: change_scheduler(queue, "nightly", {"group": "other"})  # noqa: E731
     happened = before(monkeypatch, queue.store, schedulers.change_scheduler, other)
     with pytest.raises(SchedulerChanged, match="changed since it was read"):
-        change_scheduler(queue.store, "nightly", {"priority": 5}, clock.now())
+        change_scheduler(queue, "nightly", {"priority": 5})
     assert len(happened) == 1
     record = queue.scheduler("nightly")
     assert (record.job["group"], record.job["priority"]) == ("other", 0)
@@ -89,7 +89,7 @@ def test_a_broken_scheduler_is_mended_by_a_change(queue: Queue, clock: FrozenClo
             "$unset": {"next_at": ""},
         },
     )
-    change_scheduler(queue.store, "nightly", {"cron": "*/5 * * * *"}, clock.now())
+    change_scheduler(queue, "nightly", {"cron": "*/5 * * * *"})
     record = queue.scheduler("nightly")
     assert (record.broken, record.schedule["cron"]) == (None, "*/5 * * * *")
     assert record.next_at is not None
@@ -98,7 +98,7 @@ def test_a_broken_scheduler_is_mended_by_a_change(queue: Queue, clock: FrozenClo
 def test_a_paused_scheduler_changed_stays_paused(queue: Queue, clock: FrozenClock) -> None:
     queue.repeat("nightly", JobSpec("reports.nightly"), "0 2 * * *")
     queue.pause_repeating("nightly")
-    change_scheduler(queue.store, "nightly", {"every": "10m"}, clock.now())
+    change_scheduler(queue, "nightly", {"every": "10m"})
     record = queue.scheduler("nightly")
     assert (record.paused_at is not None, record.next_at) == (True, None)
 

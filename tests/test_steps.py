@@ -37,11 +37,20 @@ def test_a_cancel_is_one_update_whose_filter_states_that_the_job_still_waits() -
                 "_id": job_id,
                 "locked": False,
                 "why": {"$exists": False},
-                "$or": [{"scheduled_at": {"$exists": True}}, {"waiting_for": {"$exists": True}}],
+                "$or": [
+                    {"scheduled_at": {"$exists": True}},
+                    {"waiting_for": {"$exists": True}},
+                    {"unique_hold": True},
+                ],
             },
             {
                 "$set": {"done": False, "why": "cancelled", "archived_at": now},
-                "$unset": {"scheduled_at": "", "queued_key": "", "waiting_for": ""},
+                "$unset": {
+                    "scheduled_at": "",
+                    "queued_key": "",
+                    "waiting_for": "",
+                    "unique_hold": "",
+                },
             },
         ),
         {},

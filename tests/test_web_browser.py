@@ -240,12 +240,13 @@ def test_edit_a_groups_limit(dashboard: Dashboard, page: Any) -> None:
     row = page.locator("tr[data-group=images]")
     row.locator("input[name=concurrency]").fill("3")
     row.locator("input[name=rate]").fill("20/1m")
+    row.locator("input[name=key_concurrency]").fill("1")
+    row.locator("select[name=ordering]").select_option("skip-failed")
     row.locator("button.set").click()
-    assert "concurrency 3, rate 20/60s, weight 1" in page.inner_text("#said")
+    said = "concurrency 3, rate 20/60s, weight 1; per key: concurrency 1, ordering skip-failed"
+    assert said in page.inner_text("#said")
     page.goto(dashboard.url + "/groups")
-    assert (
-        page.inner_text("tr[data-group=images] .limits") == "concurrency 3, rate 20/60s, weight 1"
-    )
+    assert page.inner_text("tr[data-group=images] .limits") == said
 
 
 def test_pause_and_resume_a_group(dashboard: Dashboard, page: Any) -> None:

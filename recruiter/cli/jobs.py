@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from recruiter.job_record import Job
 
 jobs = typer.Typer(
-    help="Jobs: list, show, run now (and wait), cancel, retry, recover; a batch where it stands.",
+    help="Jobs: list, show, run now (and wait), cancel, retry, recover; a batch, a workflow.",
     no_args_is_help=True,
 )
 

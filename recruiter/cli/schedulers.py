@@ -188,7 +188,7 @@ def add_scheduler(
         _preview(form, now)  # (checked before anything is asked)
         if not yes and not typer.confirm(f"create the scheduler {urn!r}?"):
             raise typer.Abort()
-        add_scheduler(queue.store, form, now)
+        add_scheduler(queue, form)
     console.print(f"scheduler {urn}: created")
 
 
@@ -223,7 +223,7 @@ def set_scheduler(
         _preview(form, now)
         if not yes and not typer.confirm(f"change the scheduler {urn!r}?"):
             raise typer.Abort()
-        change_scheduler(queue.store, urn, given, now)
+        change_scheduler(queue, urn, given)
     console.print(f"scheduler {urn}: changed")
 
 

@@ -18,7 +18,7 @@ import datetime as dt
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import bson
 from bson import json_util
@@ -34,7 +34,10 @@ from recruiter.repeating.timing import (
     missed_rule,
     schedule_from,
 )
-from recruiter.store import SchedulerRecord, Store
+from recruiter.store import SchedulerRecord
+
+if TYPE_CHECKING:
+    from recruiter.queue import Queue
 
 PREVIEWED = 5
 """How many next occurrences a form shows before it is saved."""
@@ -194,11 +197,11 @@ def changed(form: SchedulerForm, changes: Mapping[str, Any]) -> SchedulerForm:
     return dataclasses.replace(form, **changes)
 
 
-def add_scheduler(store: Store, form: SchedulerForm, now: dt.datetime) -> None:
+def add_scheduler(queue: Queue, form: SchedulerForm) -> None:
     """Create the scheduler of ``form``; :class:`SchedulerExists` if its urn has one."""
-    declared = form.declaration(now)
+    declared = form.declaration(queue.clock.now())
     urn = declared.pop("urn")
-    if not store.add_scheduler(urn, **declared):
+    if not queue.store.add_scheduler(urn, **declared):
         raise SchedulerExists(urn)
 
 
@@ -211,16 +214,12 @@ def read_mark(record: SchedulerRecord) -> str:
 
 
 def change_scheduler(
-    store: Store,
-    urn: str,
-    changes: Mapping[str, Any],
-    now: dt.datetime,
-    *,
-    as_read: str | None = None,
+    queue: Queue, urn: str, changes: Mapping[str, Any], *, as_read: str | None = None
 ) -> SchedulerForm:
     """Change the fields ``changes`` names of the scheduler ``urn``, keeping the others
     as stored; the form written. :class:`SchedulerChanged` if it changed meanwhile: since
     the read ``as_read`` marks (:func:`read_mark`), or since this one's read."""
+    store, now = queue.store, queue.clock.now()
     record = store.find_scheduler(urn)
     if record is None:
         raise SchedulerNotFound(urn)

@@ -126,10 +126,10 @@ def form_posted(request: Request, fields: Annotated[PageForm, Form()]) -> HTMLRe
         if fields.read:
             changes = {f.name: getattr(form, f.name) for f in dataclasses.fields(form)}
             changes.pop("urn")
-            change_scheduler(queue.store, form.urn, changes, now, as_read=fields.read)
+            change_scheduler(queue, form.urn, changes, as_read=fields.read)
             act.said = f"scheduler {form.urn}: changed"
         else:
-            add_scheduler(queue.store, form, now)
+            add_scheduler(queue, form)
             act.said = f"scheduler {form.urn}: created"
     return render(request, "done.html", said=act.said, back="/schedulers")
 
@@ -153,7 +153,7 @@ def api_add(request: Request, body: NewScheduler, authorization: Authorization =
     actor = check_api_action(request, authorization)
     form = SchedulerForm(**body.given())
     with acting(actor, "add scheduler", {"scheduler": form.urn}) as act:
-        add_scheduler(queue_of(request).store, form, queue_of(request).clock.now())
+        add_scheduler(queue_of(request), form)
         act.said = f"scheduler {form.urn}: created"
     reply = {"urn": form.urn, "next_occurrences": _occurrences(request, form)}
     return as_json(reply, status_code=201)
@@ -169,6 +169,6 @@ def api_change(
     queue, changes = queue_of(request), body.given()
     urn = changes.pop("urn")
     with acting(actor, "change scheduler", {"scheduler": urn}) as act:
-        form = change_scheduler(queue.store, urn, changes, queue.clock.now())
+        form = change_scheduler(queue, urn, changes)
         act.said = f"scheduler {urn}: changed"
     return as_json({"urn": urn, "next_occurrences": _occurrences(request, form)})
