@@ -374,3 +374,20 @@ def test_a_named_group_worker_of_a_keyed_group_at_its_group_limit(
     assert recruiter.run_once(clock.now()).assigned == 1
     clock.advance(1)
     assert recruiter.run_once(clock.now()).assigned == 0
+
+
+def test_the_metrics_count_each_keyed_groups_running_keys(queue: Queue, clock: FrozenClock) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from recruiter.monitoring.metrics import QueueCollector
+
+    queue.limit_group("billing", key_concurrency=2)
+    queue.limit_group("mail", concurrency=3)
+    keyed(queue, "acct-1", "acct-1", "acct-2", "acct-3")
+    workers(queue.store, 3, clock.now())
+    assert Recruiter(queue.store).run_once(clock.now()).assigned == 3
+    registry = CollectorRegistry()
+    registry.register(QueueCollector(queue))
+    lines = set(generate_latest(registry).decode().splitlines())
+    assert 'recruiter_group_keys_running{group="billing"} 2.0' in lines, "acct-1 twice: one key"
+    assert not any(line.startswith('recruiter_group_keys_running{group="mail"') for line in lines)

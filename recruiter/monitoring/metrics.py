@@ -35,6 +35,7 @@ class QueueCollector(Collector):
         yield jobs
         yield self._finished(recent, groups)
         yield self._paused(limits, groups)
+        yield self._keys(limits)
         yield self._latency(recent)
         yield self._execution(recent)
         yield self._workers(workers)
@@ -69,6 +70,18 @@ class QueueCollector(Collector):
         for group in groups:
             paused_at = limits[group].paused_at if group in limits else None
             family.add_metric([group], 0 if paused_at is None else paused_at.timestamp())
+        return family
+
+    def _keys(self, limits: Mapping[str, listing.GroupLimits]) -> Metric:
+        family = GaugeMetricFamily(
+            "recruiter_group_keys_running",
+            "Keys with a job handed out or running, of each group limited per key.",
+            labels=["group"],
+        )
+        keyed = sorted(g for g, said in limits.items() if said.settings and said.settings.keyed)
+        running = self.queue.store.running_keys(keyed)
+        for group in keyed:
+            family.add_metric([group], running.get(group, 0))
         return family
 
     def _finished(self, recent: Mapping[str, list[Mapping[str, Any]]], groups: list[str]) -> Metric:

@@ -244,6 +244,19 @@ def _examine(
             yield from _halts(settings.group, fresh)
 
 
+def running_keys(groups: list[str]) -> Steps[dict[str, int]]:
+    """How many keys of each of ``groups`` have a job handed out or running."""
+    if not groups:
+        return {}
+    pipeline: list[Document] = [
+        {"$match": {"group": {"$in": groups}, "locked": True, "key": {"$exists": True}}},
+        {"$group": {"_id": {"group": "$group", "key": "$key"}}},
+        {"$group": {"_id": "$_id.group", "keys": {"$sum": 1}}},
+    ]
+    found = yield from aggregate(SCHEDULED, pipeline)
+    return {document["_id"]: int(document["keys"]) for document in found}
+
+
 def _forget_stale_slots(documents: list[Document]) -> Steps[None]:
     """Remove the key slots unlocked jobs still hold (a path that unlocked without it)."""
     statements = [

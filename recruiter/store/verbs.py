@@ -116,6 +116,7 @@ class SyncVerbs(StepVerbs):
     ready_keyed_jobs = Verb(keys.ready_keyed_jobs)
     take_key_starts = Verb(keys.take_key_starts)
     lock_picked = Verb(keys.lock_picked)
+    running_keys = Verb(keys.running_keys)
     lock_job_now = Verb(attempts.lock_job_now)
     start_if_owned = Verb(attempts.start_if_owned)
     find_started = Verb(attempts.find_started)
