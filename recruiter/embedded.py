@@ -49,8 +49,11 @@ class EmbeddedServer:
         return f"mongodb://127.0.0.1:{self.port}/?retryWrites=false"
 
     def is_running(self) -> bool:
-        if self.process is not None:
-            return self.process.poll() is None
+        # a server this process started is its child: polled, so that once it exits it
+        # is reaped and not seen alive as a zombie (a stop then waited for nothing)
+        process = self.process or next((p for p in _detached if p.pid == self.pid), None)
+        if process is not None:
+            return process.poll() is None
         return _pid_alive(self.pid)
 
     def is_alive(self) -> bool:
