@@ -3,6 +3,7 @@ resumed and removed while the system runs."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from contextlib import closing
 from typing import Annotated, Any
@@ -227,25 +228,12 @@ def set_scheduler(
     console.print(f"scheduler {urn}: changed")
 
 
-_FORM_OPTIONS = (
-    "workable",
-    "arguments",
-    "group",
-    "cron",
-    "timezone",
-    "every",
-    "missed",
-    "unique",
-    "priority",
-    "timeout",
-    "expires_in",
-    "key",
-)
-
-
 def _given(options: dict[str, Any]) -> dict[str, Any]:
-    """The form's options given on the command line."""
-    return {name: options[name] for name in _FORM_OPTIONS if options.get(name) is not None}
+    """The form's options given on the command line (each named as the form's field)."""
+    from recruiter.repeating.editing import SchedulerForm
+
+    fields = [field.name for field in dataclasses.fields(SchedulerForm) if field.name != "urn"]
+    return {name: options[name] for name in fields if options.get(name) is not None}
 
 
 def _preview(form: Any, now: Any) -> None:
