@@ -34,6 +34,11 @@ def said(result: Result) -> str:
         (["worker", "--app", "no_such_module"], "cannot import 'no_such_module'"),
         (["worker", "--app", "recruiter.demo:nothing"], "is not a recruiter.Registry"),
         (["worker", "--heartbeat-every", "2"], "Invalid value for '--heartbeat-every'"),
+        (
+            ["worker", "--considered-dead-after", "5s"],
+            "--considered-dead-after must be at least 5 heartbeats (10s",
+        ),
+        (["worker", "--fence-margin", "27s"], "--fence-margin must leave the worker 2 heartbeats"),
         (["run", "--wait-for-database", "forever"], "Invalid value for '--wait-for-database'"),
         (["up", "--workers", "0"], "Invalid value for '--workers'"),
         (["worker", "--pool", "forks"], "--pool must be one of threads, processes"),

@@ -225,11 +225,11 @@ class Executor:
         if self.watch is None:
             return call_code(*code, loop=self.loop)
         with self.watch.watching(running):
-            if self.watch.stopping is not None:
-                # stopped between its start and its code (a manual run declared dead):
-                # looked at once watched, so that a stop_all is seen either here or, from
-                # now on, by the running code's stop, kept until its code is entered
-                return not_run(self.watch.stopping)
+            # stopped between its start and its code (a manual run declared dead, a worker
+            # fenced): looked at once watched, so that a stop_all or the watchdog's is seen
+            # either here or, from now on, by the running code's stop, kept until entered
+            if (stop := self.watch.stop_before_code()) is not None:
+                return not_run(stop)
             return call_code(*code, runner=self.runner, loop=self.loop)
 
     def conclude(

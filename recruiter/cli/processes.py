@@ -183,6 +183,25 @@ JobMemoryLimit = Annotated[
     ),
 ]
 
+WorkerDeadAfter = Annotated[
+    dt.timedelta | None,
+    typer.Option(
+        "--considered-dead-after",
+        parser=duration_option,
+        help="How long this worker may go unheard before a cleaner may declare it dead "
+        "and take its jobs back (recorded in the roster; a cleaner waits at least as "
+        "long). Default 30s, or 5 heartbeats if longer.",
+    ),
+]
+FenceMargin = Annotated[
+    dt.timedelta | None,
+    typer.Option(
+        parser=duration_option,
+        help="How long before --considered-dead-after the worker, unheard, stops its "
+        "jobs' code and starts none until a heartbeat lands. Default: one heartbeat.",
+    ),
+]
+
 
 def worker(
     app_spec: App = DEMO_APP,
@@ -194,6 +213,8 @@ def worker(
     pool: Pool = THREADS,
     max_jobs_per_child: MaxJobsPerChild = None,
     job_memory_limit: JobMemoryLimit = None,
+    considered_dead_after: WorkerDeadAfter = None,
+    fence_margin: FenceMargin = None,
     mongodb_uri: MongoUri = None,
     database: DatabaseName = None,
     wait_for_database: WaitForDatabase = "0s",  # type: ignore[assignment]
@@ -218,6 +239,8 @@ def worker(
             app=app_spec,
             max_jobs_per_child=max_jobs_per_child,
             job_memory_limit=job_memory_limit,
+            considered_dead_after=considered_dead_after,
+            fence_margin=fence_margin,
         )
     )
     store = open_store(resolve_uri(mongodb_uri)[0], database, wait=wait_for_database)
@@ -230,7 +253,11 @@ def worker(
 def clean(
     considered_dead_after: Annotated[
         dt.timedelta,
-        typer.Option(parser=duration_option, help="A worker not seen for this long is dead."),
+        typer.Option(
+            parser=duration_option,
+            help="A worker not seen for this long is dead (one whose own "
+            "--considered-dead-after is longer is given that).",
+        ),
     ] = "30s",  # type: ignore[assignment]
     clean_after: Annotated[
         dt.timedelta,

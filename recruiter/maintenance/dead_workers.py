@@ -9,12 +9,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from recruiter.attempts.takeback import Released, take_back_from_dead
+from recruiter.liveness import DEFAULT_CONSIDERED_DEAD_AFTER, SILENT_BEATS
 from recruiter.store import Store, WorkerRecord
-
-DEFAULT_CONSIDERED_DEAD_AFTER = dt.timedelta(seconds=30)
-SILENT_BEATS = 5
-"""Heartbeats of its own (its interval is in the roster) a worker misses at least
-before it is declared dead, whatever the cleaner's timeout."""
 
 
 @dataclass(frozen=True)
@@ -41,11 +37,17 @@ class DeadWorkerTakeBack:
         """Runs further apart than this were not watching: the watch starts over."""
         return self.considered_dead_after / 2
 
-    def timeout_of(self, heartbeat_every: dt.timedelta | None) -> dt.timedelta:
-        """How long a worker beating every ``heartbeat_every`` may stay silent."""
-        if heartbeat_every is None:
-            return self.considered_dead_after
-        return max(self.considered_dead_after, heartbeat_every * SILENT_BEATS)
+    def timeout_of(self, worker: WorkerRecord) -> dt.timedelta:
+        """How long ``worker`` may stay silent: as long as it said it may (it stops its
+        own jobs before that: :mod:`recruiter.liveness`), never under
+        :data:`~recruiter.liveness.SILENT_BEATS` of its heartbeats, nor under this
+        cleaner's own timeout."""
+        timeouts = [self.considered_dead_after]
+        if worker.heartbeat_every is not None:
+            timeouts.append(worker.heartbeat_every * SILENT_BEATS)
+        if worker.considered_dead_after is not None:
+            timeouts.append(worker.considered_dead_after)
+        return max(timeouts)
 
     def lost_sight(self) -> None:
         """A database error, or a new lead: watch a full timeout before any death."""
@@ -78,7 +80,7 @@ class DeadWorkerTakeBack:
             return []  # not watched long enough to tell a dead worker from an outage
         dead = []
         for worker in self.store.dead_workers(now - self.considered_dead_after):
-            timeout = self.timeout_of(worker.heartbeat_every)
+            timeout = self.timeout_of(worker)
             cutoff = now - timeout
             seen = worker.last_seen_at
             if watched >= timeout and seen is not None and seen < cutoff:

@@ -24,7 +24,7 @@ from recruiter.job_context import RetryStatistics, running_as
 from recruiter.monitoring.logs import Level, setup_logging
 from recruiter.pools.memory import resident_memory
 from recruiter.pools.pipe import CODEC, HOOKS, PIPE_EVERY, TICK, JobProcessFailed
-from recruiter.pools.stopping import STOPS, Entrance, Running, Stopped
+from recruiter.pools.stopping import STOPS, Entrance, Running, SelfFenced, Stopped
 from recruiter.progress import Progress
 from recruiter.retry import Failure
 from recruiter.snooze import SNOOZE_LIMIT, Snooze, past_limit
@@ -215,8 +215,10 @@ class _Child:
             self.hooks = self.registry.hooks_of(request["workable"], target)
             entrance = self.registry.entrance(request["workable"])
             with running_as(statistics, running.progress) as output:
+                start_by = request.get("start_by")
                 returned = running.call(
-                    lambda: self._begin(number, running, target, entrance), entrance=entrance
+                    lambda: self._begin(number, running, target, entrance, start_by),
+                    entrance=entrance,
                 )
         except BaseException as error:
             if not returned_before_stop(error, running.returned):
@@ -247,12 +249,20 @@ class _Child:
         return reply
 
     def _begin(
-        self, number: int, running: Running, target: Callable[[], Any], entrance: Entrance
+        self,
+        number: int,
+        running: Running,
+        target: Callable[[], Any],
+        entrance: Entrance,
+        start_by: Any = None,
     ) -> Any:
-        """Call the job's code, unless a stop for its run came before it began (unrun,
-        if nothing of the application's ran to rebuild it: ``entrance``)."""
+        """Call the job's code, unless a stop for its run came before it began, or its
+        worker's fence closed at ``start_by`` (this machine's monotonic clock) before
+        now (unrun, if nothing of the application's ran to rebuild it: ``entrance``)."""
         with self.lock:
             asked = self.pending.pop(number, None)
+        if asked is None and isinstance(start_by, float) and time.monotonic() > start_by:
+            asked = SelfFenced
         if asked is not None:  # asked to stop before its code began: it does not
             running.stopped, running.unrun = asked, entrance.at_call
             stop = asked()

@@ -7,10 +7,12 @@ import asyncio
 import contextvars
 import logging
 import threading
-from collections.abc import AsyncIterator, Coroutine, Iterable
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
+
+from recruiter.pools.fenced_coroutine import FencedCoroutine, cancelled_for_fence
 
 logger = logging.getLogger(__name__)
 
@@ -27,11 +29,21 @@ _JOB_TASKS: contextvars.ContextVar[set[asyncio.Task[Any]] | None] = contextvars.
 """The tasks the running job started (on the worker's loop): they end with its attempt."""
 
 
+_JOB_FENCE: contextvars.ContextVar[Callable[[], bool] | None] = contextvars.ContextVar(
+    "recruiter_job_fence", default=None
+)
+"""Whether the running job's worker is fenced: its tasks are not resumed then."""
+
+
 def _tracked_task(loop: asyncio.AbstractEventLoop, coro: Any, **options: Any) -> asyncio.Task[Any]:
     """The worker loop's task factory: a task started within a job is the job's, unless
-    given a ``context=`` that does not say so (read instead of the caller's)."""
-    task: asyncio.Task[Any] = asyncio.Task(coro, loop=loop, **options)
+    given a ``context=`` that does not say so (read instead of the caller's), and is
+    cancelled when resumed while its worker is fenced."""
     context = options.get("context")
+    fenced = _JOB_FENCE.get() if context is None else context.get(_JOB_FENCE)
+    if fenced is not None and asyncio.iscoroutine(coro):
+        coro = FencedCoroutine(coro, fenced, cancelled_for_fence)
+    task: asyncio.Task[Any] = asyncio.Task(coro, loop=loop, **options)
     started = _JOB_TASKS.get() if context is None else context.get(_JOB_TASKS)
     if started is not None:
         started.add(task)
@@ -39,15 +51,18 @@ def _tracked_task(loop: asyncio.AbstractEventLoop, coro: Any, **options: Any) ->
 
 
 @asynccontextmanager
-async def tasks_of_the_job() -> AsyncIterator[None]:
+async def tasks_of_the_job(fenced: Callable[[], bool] | None = None) -> AsyncIterator[None]:
     """Around a job's coroutine: the tasks it started still running as it ends are
     cancelled and given :data:`CLOSE_WAIT` before its attempt is recorded, never running
-    beside its retry (one started with ``context=contextvars.Context()`` outlives it)."""
+    beside its retry (one started with ``context=contextvars.Context()`` outlives it).
+    With ``fenced``, a task it starts is cancelled when resumed while that is true."""
     started: set[asyncio.Task[Any]] = set()
     token = _JOB_TASKS.set(started)
+    fence_token = _JOB_FENCE.set(fenced)
     try:
         yield
     finally:
+        _JOB_FENCE.reset(fence_token)
         _JOB_TASKS.reset(token)
         if left := _cancel(started):
             await _wait_cancelled(

@@ -99,17 +99,17 @@ class JobProcess:
             return CodeResult(Failure.from_exception(error), str(error), error=error)
         self._runs += 1
         number = self._runs
-        request = {
-            "n": number,
-            "run": {
-                "job_id": str(job.id),
-                "workable": job.workable,
-                "parameters": dict(job.parameters),
-                "encrypted": job.encrypted,  # (opened in the child only)
-                "method": job.method,
-                "statistics": _statistics_document(statistics),
-            },
+        run: dict[str, Any] = {
+            "job_id": str(job.id),
+            "workable": job.workable,
+            "parameters": dict(job.parameters),
+            "encrypted": job.encrypted,  # (opened in the child only)
+            "method": job.method,
+            "statistics": _statistics_document(statistics),
         }
+        if (start_by := _start_by(running)) is not None:
+            run["start_by"] = start_by
+        request = {"n": number, "run": run}
         try:
             self._resume()
             connection.send_bytes(bson.encode(request))
@@ -184,6 +184,10 @@ class JobProcess:
         except (EOFError, OSError):
             return None, running.stopped, False
         assert stopped is not None  # (the code's bounds return, or raise a stop)
+        if stopped.kill_at_once:  # (its job may run elsewhere now: not a moment more here)
+            logger.warning("job %s: killing its process at once (%s)", running.job_id, stopped)
+            self.close(at_once=True)
+            return None, stopped, True
         try:
             # unless the answer came as the stop landed
             if (reply := self._next(connection, running, number, 0)) is not None:
@@ -225,7 +229,11 @@ class JobProcess:
         """The attempt whose child gave no answer: stopped and killed, or dead."""
         if killed and stopped is not None:
             error: BaseException = stopped()
-            message = f"{error}; it did not stop within {STOP_GRACE:g} s and its process was killed"
+            message = (
+                f"{error}; its process was killed at once"
+                if stopped.kill_at_once
+                else f"{error}; it did not stop within {STOP_GRACE:g} s and its process was killed"
+            )
             failure = dataclasses.replace(Failure.from_exception(error), message=message)
             process = {"pid": pid, "replaced": "killed: the job did not stop"}
             return CodeResult(failure, error=error, stopped=stopped, process=process)
@@ -362,3 +370,12 @@ def _statistics_document(statistics: RetryStatistics) -> dict[str, Any]:
     root = statistics.root
     document["root"] = None if root is None else {"signature": root.signature, "at": root.at}
     return document
+
+
+def _start_by(running: Running) -> float | None:
+    """The time on this machine's monotonic clock (which the child reads too) past
+    which the child must not begin the job's code: when its worker's fence closes."""
+    fence = running.fence
+    if fence is None or (by := fence.start_by()) is None:
+        return None
+    return time.monotonic() + (by - fence.monotonic())

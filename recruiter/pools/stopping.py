@@ -17,7 +17,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from recruiter.liveness import SelfFence
 from recruiter.pools.event_loop import run_on_a_new_loop, tasks_of_the_job
+from recruiter.pools.fenced_coroutine import FencedCoroutine
 from recruiter.progress import Progress
 
 logger = logging.getLogger(__name__)
@@ -30,6 +32,8 @@ class Stopped(BaseException):
     """A running job was stopped from outside; recorded as its attempt's failure."""
 
     recorded_as = "recruiter.stopping.Stopped"
+    kill_at_once = False
+    """Whether a job process is killed at once, rather than asked to stop first."""
     """Its name in jobs' histories and policies (see :mod:`recruiter.errors`)."""
 
     while_it_ran = "the job was stopped while it ran"
@@ -104,6 +108,8 @@ class Running:
         self._as_task = False  # runs as a task: a stop cancels it, not raised in the thread
         self._cancel: Callable[[], object] | None = None  # cancels the task, once begun
         self._shielded_thread: int | None = None  # the code's thread while shielded
+        self.fence: SelfFence | None = None
+        """Its worker's fence (set by :meth:`Watch.watching`): a task is not resumed past it."""
         self._lock = threading.Lock()
 
     def call(
@@ -167,9 +173,13 @@ class Running:
             stopped = self.stopped
         if stopped is not None:  # stopped before the task began (its coroutine is closed
             return stopped(), None  # by call(), which tells that it never ran)
+        fence = self.fence
+        fenced = None if fence is None else fence.fenced
         try:
-            async with tasks_of_the_job():
-                return None, await coroutine
+            async with tasks_of_the_job(fenced):
+                if fenced is None:
+                    return None, await coroutine
+                return None, await FencedCoroutine(coroutine, fenced, self._fenced_out)
         except asyncio.CancelledError as error:
             stopped = self.stopped
             if stopped is not None:  # cancelled by a stop: the stop is the failure
@@ -184,6 +194,13 @@ class Running:
                 # the task ends: its loop may close before the bounds end (asyncio.run's),
                 # and cancelling would raise in the stopper's thread (watchdog, reader)
                 self._cancel = None
+
+    def _fenced_out(self) -> BaseException:
+        """The stop a job's coroutine is thrown when resumed while its worker is fenced."""
+        with self._lock:
+            if self.stopped is None:
+                self.stopped = SelfFenced
+            return self.stopped()
 
     def _never_began(self, coroutine: Coroutine[Any, Any, Any], error: BaseException) -> None:
         """Say so (:attr:`unrun`, the stop's message) if the coroutine failed before its start."""
@@ -289,18 +306,60 @@ class HolderDeclaredDead(Stopped):
     )
 
 
-class Watch:
-    """The jobs running in this process; a watchdog thread stops those past their timeout."""
+class SelfFenced(Stopped):
+    """This worker went unheard for longer than it may (frozen, or cut off from the
+    database): it may have been declared dead and its job taken back, so it stops the
+    job itself rather than wait to be told (:class:`recruiter.liveness.SelfFence`)."""
 
-    def __init__(self) -> None:
+    recorded_as = "recruiter.stopping.SelfFenced"
+    kill_at_once = True
+
+    while_it_ran = (
+        "the worker went unheard for longer than it may (frozen, or cut off from the "
+        "database) and stopped the job, which may have been taken back meanwhile"
+    )
+    before_it_began = (
+        "the worker went unheard for longer than it may (frozen, or cut off from the "
+        "database) before the job's code began: the job did not run"
+    )
+
+
+class Watch:
+    """The jobs running in this process; a watchdog thread stops those past their
+    timeout, and every one while the worker's ``fence`` says it is fenced."""
+
+    def __init__(self, fence: SelfFence | None = None) -> None:
         self._running: dict[int, Running] = {}
         self._lock = threading.Lock()
+        self.fence = fence
         self.stopping: type[Stopped] | None = None  # stop_all(): a job about to run stops too
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
 
+    def stop_before_code(self) -> type[Stopped] | None:
+        """The stop a job about to begin meets: :meth:`stop_all`'s, or a fence's now."""
+        if self.stopping is not None:
+            return self.stopping
+        if self.fence is not None and self.fence.fenced():
+            return SelfFenced
+        return None
+
+    def check_fence(self) -> None:
+        """Stop every running job's code if the worker is fenced (the watchdog's look)."""
+        if self.fence is None or not self.fence.fenced():
+            return
+        for running in self.running():
+            if running.stop(SelfFenced):
+                logger.critical(
+                    "job %s: this worker went unheard for longer than %g s: stopping the "
+                    "job, which may have been taken back",
+                    running.job_id,
+                    self.fence.limit,
+                )
+
     @contextmanager
     def watching(self, running: Running) -> Iterator[Running]:
+        running.fence = self.fence
         with self._lock:
             self._running[id(running)] = running
         try:
@@ -340,6 +399,7 @@ class Watch:
 
         def watchdog() -> None:
             while not self._done.wait(WATCHDOG_TICK):
+                self.check_fence()
                 self.check_deadlines(time.monotonic())
 
         self._thread = threading.Thread(target=watchdog, name="watchdog", daemon=True)
@@ -352,6 +412,6 @@ class Watch:
 
 
 STOPS: dict[str, type[Stopped]] = {
-    stop.__name__: stop for stop in (JobTimedOut, JobCancelled, HolderDeclaredDead)
+    stop.__name__: stop for stop in (JobTimedOut, JobCancelled, HolderDeclaredDead, SelfFenced)
 }
 """The stops by name: how a job process is told which one to raise."""

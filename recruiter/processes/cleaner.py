@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 from recruiter.attempts.takeback import Released
 from recruiter.errors import DatabaseError
 from recruiter.events import Listeners
+from recruiter.liveness import DEFAULT_CONSIDERED_DEAD_AFTER
 from recruiter.loop import Backoff, Pause
 from recruiter.maintenance.archiver import Archiver
 from recruiter.maintenance.blocked_sweep import BlockedSweep
-from recruiter.maintenance.dead_workers import DEFAULT_CONSIDERED_DEAD_AFTER, DeadWorkerTakeBack
+from recruiter.maintenance.dead_workers import DeadWorkerTakeBack
 from recruiter.maintenance.expiry import ExpiredJobs
 from recruiter.maintenance.purger import DEFAULT_CLEAN_AFTER, Purger
 from recruiter.maintenance.unique_holds import HeldUniqueJobs

@@ -22,6 +22,7 @@ from recruiter.attempts.takeback import release_held
 from recruiter.clock import Clock
 from recruiter.errors import DatabaseError, SchemaTooNew
 from recruiter.job import ANY_GROUP
+from recruiter.liveness import SelfFence, check_silence_limits, considered_dead_after
 from recruiter.loop import Backoff, StopRequest
 from recruiter.pools.event_loop import EventLoop
 from recruiter.pools.memory import resident_memory
@@ -72,6 +73,22 @@ class WorkerConfig:
     """Jobs a slot's job process runs before it is replaced (``processes`` pool)."""
     job_memory_limit: int | None = None
     """Resident bytes past which a job process is replaced after its job (recorded)."""
+    considered_dead_after: dt.timedelta | None = None
+    """How long it may go unheard before a cleaner may declare it dead (recorded in its
+    roster document); ``None``: :func:`recruiter.liveness.considered_dead_after`'s default."""
+    fence_margin: dt.timedelta | None = None
+    """How long before that it treats itself as fenced and stops its jobs; ``None``:
+    one heartbeat."""
+
+    @property
+    def dead_after(self) -> dt.timedelta:
+        """Its silence limit, as recorded for the cleaner (:mod:`recruiter.liveness`)."""
+        return considered_dead_after(self.heartbeat_every, self.considered_dead_after)
+
+    @property
+    def margin(self) -> dt.timedelta:
+        """How long before :attr:`dead_after` it fences itself."""
+        return self.heartbeat_every if self.fence_margin is None else self.fence_margin
 
     def validate(self) -> WorkerConfig:
         if not isinstance(self.group, str) or not self.group.strip():
@@ -82,6 +99,7 @@ class WorkerConfig:
             raise ValueError("--heartbeat-every must be positive")
         if self.memory_limit is not None and self.memory_limit <= 0:
             raise ValueError("--memory-limit must be positive")
+        check_silence_limits(self.heartbeat_every, self.dead_after, self.margin)
         self._validate_pool()
         return self
 
@@ -121,7 +139,9 @@ class WorkerProcess:
         self.clock = clock
         self.config = config.validate()
         self.stop = stop or StopRequest()
-        self.watch = Watch()  # stops the slots' jobs at their timeout, or when cancelled
+        self.fence = SelfFence(clock.monotonic, self.config.dead_after, self.config.margin)
+        # stops the slots' jobs at their timeout, when cancelled, and when fenced
+        self.watch = Watch(self.fence)
         self.event_loop = EventLoop(config.concurrency) if config.pool == ASYNCIO else None
         loop = None if self.event_loop is None else self.event_loop.loop
         self.completer = Completer(store)  # the slots' starts, ends and releases, together
@@ -182,6 +202,7 @@ class WorkerProcess:
             sessions = [each for s in live for each in s.open_session(workables)]
             ids = [ObjectId() for _ in live]
             identity = Identity.of_this_process()
+            sent_at = self.clock.monotonic()
             process = self.store.register_worker(
                 self.config.group,
                 identity.pid,
@@ -193,7 +214,9 @@ class WorkerProcess:
                 sessions=sessions,
                 slots=ids,
                 takes_next=True,
+                considered_dead_after=self.config.dead_after,
             )
+            self.fence.heard(sent_at)
             self.process_id = process
             for each, slot_id in zip(live, ids, strict=True):
                 each.registered(slot_id, process)
@@ -214,12 +237,15 @@ class WorkerProcess:
         }
         if process is None or not registered:
             return
-        # stamped at the latest the server's time may be: never older than it is
+        # stamped at the latest the server's time may be: never older than it is; the
+        # silence counts from before it was sent (the fence never trails the stamp)
+        sent_at = self.clock.monotonic()
         if not self.store.heartbeat([process], self.clock.latest()):
             if any(slot.running is not None for slot in registered.values()):
                 self._slot_removed()
             self._ring_all()  # each finds it was removed, and the first registers again
             return
+        self.fence.heard(sent_at)  # on the roster still: it may run again
         running = self.watch.running()
         if running:  # one read, only while jobs run: which were cancelled meanwhile
             self.watch.cancel(self.store.cancel_requested([r.job_id for r in running]))

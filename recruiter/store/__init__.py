@@ -161,6 +161,7 @@ class Store(SyncVerbs, WatchVerbs, SessionVerbs):
         sessions: Sequence[Document] = (),
         slots: Sequence[ObjectId] = (),
         takes_next: bool = False,
+        considered_dead_after: dt.timedelta | None = None,
     ) -> ObjectId:
         """:func:`.roster.register_worker`, the set ``workables`` advertised first."""
         digest = None if workables is None else self.advertise(workables)
@@ -176,6 +177,7 @@ class Store(SyncVerbs, WatchVerbs, SessionVerbs):
             sessions=sessions,
             slots=slots,
             takes_next=takes_next,
+            considered_dead_after=considered_dead_after,
         )
 
     def ready_job_ids_by_group(

@@ -69,10 +69,14 @@ def register_worker(
     sessions: Sequence[Document] = (),
     slots: Sequence[ObjectId] = (),
     takes_next: bool = False,
+    considered_dead_after: dt.timedelta | None = None,
 ) -> Steps[ObjectId]:
     """Add a worker process whose ``slots`` all wait for a job (see :class:`WorkerRecord`;
-    none given: one slot, with the document's id); return the document's id."""
+    none given: one slot, with the document's id); return the document's id.
+    ``considered_dead_after``: how long it may go unheard (:mod:`recruiter.liveness`)."""
     document = _worker(now, pid, hostname, heartbeat_every, sessions)
+    if considered_dead_after is not None:
+        document["dead_after_ms"] = considered_dead_after // dt.timedelta(milliseconds=1)
     ids = list(slots) or [document["_id"]]
     document.update(work_on=work_on, slots=ids, free=ids, available_since=now)
     if takes_next:

@@ -157,6 +157,8 @@ class WorkerRecord:
     hostname: str | None
     assignment: Assignment | None
     heartbeat_every: dt.timedelta | None = None
+    considered_dead_after: dt.timedelta | None = None
+    """How long it said it may go unheard (it stops its own jobs before that)."""
     prefetches: bool = False
     ran: tuple[RanReport, ...] = ()
     ran_for: ObjectId | None = None
@@ -186,7 +188,6 @@ class WorkerRecord:
         assignment = assignment_of(document, key)
         last_seen, created = document.get("last_seen_at"), document.get("created_at")
         pid, hostname = document.get("pid"), document.get("hostname")
-        heartbeat_ms = document.get("heartbeat_ms")
         since = document.get("available_since")
         ran, ran_for = entry(document, "ran", key), entry(document, "ran_for", key)
         return cls(
@@ -198,11 +199,8 @@ class WorkerRecord:
             pid=pid if isinstance(pid, int) else None,
             hostname=hostname if isinstance(hostname, str) else None,
             assignment=assignment,
-            heartbeat_every=(
-                dt.timedelta(milliseconds=heartbeat_ms)
-                if isinstance(heartbeat_ms, int) and not isinstance(heartbeat_ms, bool)
-                else None
-            ),
+            heartbeat_every=_milliseconds(document.get("heartbeat_ms")),
+            considered_dead_after=_milliseconds(document.get("dead_after_ms")),
             prefetches=document.get("prefetch") is True,
             ran=RanReport.read(ran),
             ran_for=ran_for if isinstance(ran_for, ObjectId) else None,
@@ -213,6 +211,13 @@ class WorkerRecord:
             takes_next=document.get("takes_next") is True,
             open=_listed(document, OPEN, slot_id) and assignment is not None,
         )
+
+
+def _milliseconds(value: Any) -> dt.timedelta | None:
+    """A duration stored in milliseconds; ``None`` for anything else."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return dt.timedelta(milliseconds=value)
+    return None
 
 
 def slots_of(document: Mapping[str, Any], only_available: bool = False) -> list[WorkerRecord]:

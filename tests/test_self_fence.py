@@ -1,0 +1,318 @@
+"""A worker that has gone unheard for longer than it may fences itself, on its own clock.
+
+It may have been declared dead meanwhile (frozen, suspended, cut off from the database)
+and its job run elsewhere: each test here freezes it by hand at one point of its work
+(advancing the frozen clock past its limit, the cleaner declaring it dead on the same
+clock), then lets it go on, and checks that the job's code does not go on with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from recruiter import FrozenClock, JobSpec, Queue, Registry, RetryManyTimes, RetryStatistics
+from recruiter.execution import Outcome
+from recruiter.liveness import (
+    DEFAULT_CONSIDERED_DEAD_AFTER,
+    SelfFence,
+    check_silence_limits,
+    considered_dead_after,
+)
+from recruiter.pools.event_loop import EventLoop
+from recruiter.pools.fenced_coroutine import FencedCoroutine
+from recruiter.pools.process_pool import JobProcess
+from recruiter.pools.stopping import Running, SelfFenced, Watch
+from recruiter.processes.cleaner import Cleaner
+from recruiter.processes.recruiter import Recruiter
+from recruiter.processes.worker import WorkerConfig, WorkerProcess
+from recruiter.store import attempts
+from tests.interleaving import after
+
+WORKER = WorkerConfig(watch=False)
+SECOND = dt.timedelta(seconds=1)
+
+
+def test_a_workers_limit_is_thirty_seconds_or_five_heartbeats_and_its_fence_one_beat_before() -> (
+    None
+):
+    assert considered_dead_after(2 * SECOND) == DEFAULT_CONSIDERED_DEAD_AFTER
+    assert considered_dead_after(10 * SECOND) == 50 * SECOND
+    assert considered_dead_after(2 * SECOND, 12 * SECOND) == 12 * SECOND
+    assert (WORKER.dead_after, WORKER.margin) == (30 * SECOND, 2 * SECOND)
+
+
+@pytest.mark.parametrize(
+    ("dead_after", "margin", "refused"),
+    [
+        (9 * SECOND, 2 * SECOND, "--considered-dead-after must be at least 5 heartbeats (10s"),
+        (10 * SECOND, -SECOND, "--fence-margin must not be negative"),
+        (10 * SECOND, 7 * SECOND, "--fence-margin must leave the worker 2 heartbeats"),
+    ],
+)
+def test_a_silence_limit_a_cleaner_or_a_slow_beat_could_reach_first_is_refused(
+    dead_after: dt.timedelta, margin: dt.timedelta, refused: str
+) -> None:
+    with pytest.raises(ValueError, match=refused.replace("(", r"\(")):
+        check_silence_limits(2 * SECOND, dead_after, margin)
+    config = WorkerConfig(considered_dead_after=dead_after, fence_margin=margin)
+    with pytest.raises(ValueError, match="--"):
+        config.validate()
+
+
+def test_the_fence_closes_past_the_limit_counted_from_the_last_heartbeat_sent_that_landed() -> None:
+    now = [100.0]
+    fence = SelfFence(lambda: now[0], 30 * SECOND, 2 * SECOND)
+    assert not fence.fenced(), "never before its registration lands: it holds nothing"
+    fence.heard(100.0)
+    now[0] = 128.0
+    assert not fence.fenced()
+    assert fence.start_by() == 128.0
+    now[0] = 128.01
+    assert fence.fenced()
+    fence.heard(90.0)  # a beat sent before, landing late, moves nothing back
+    assert fence.fenced()
+    fence.heard(128.0)
+    assert not fence.fenced(), "heard again: it runs again"
+
+
+def test_a_cleaner_waits_as_long_as_the_worker_said_it_may_go_unheard(
+    queue: Queue, registry: Registry, clock: FrozenClock, cleaner: Cleaner
+) -> None:
+    config = WorkerConfig(watch=False, considered_dead_after=60 * SECOND)
+    worker = WorkerProcess(queue.store, registry, clock, config, lambda: None)
+    worker.slots[0].register()
+    (record,) = queue.store.workers()
+    assert record.considered_dead_after == 60 * SECOND
+    clock.advance(45)
+    assert cleaner.run_once(clock.now()).dead_workers == 0, "past the cleaner's 30 s only"
+    clock.advance(16)
+    assert cleaner.run_once(clock.now()).dead_workers == 1
+
+
+def test_a_worker_frozen_between_its_start_and_its_code_does_not_begin_the_code(
+    queue: Queue,
+    registry: Registry,
+    clock: FrozenClock,
+    cleaner: Cleaner,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    effects: list[str] = []
+
+    @registry.workable("tests.effect")
+    def effect() -> None:
+        effects.append("effect")
+
+    worker = WorkerProcess(queue.store, registry, clock, WORKER, lambda: effects.append("exit"))
+    worker.slots[0].register()
+    job_id = queue.schedule(JobSpec("tests.effect").retry_with(RetryManyTimes(3, 0)))
+    assert Recruiter(queue.store).run_once(clock.now()).assigned == 1
+
+    def frozen_then_declared_dead() -> object:
+        clock.advance(WORKER.dead_after.total_seconds() + 1)
+        return cleaner.run_once(clock.now()).dead_workers
+
+    declared = after(monkeypatch, queue.store, attempts.start_if_owned, frozen_then_declared_dead)
+    ran = worker.slots[0].run_once().ran
+    assert declared == [1], "the start landed, then the worker froze and was declared dead"
+    assert effects == [], "thawed, it knew it had gone unheard too long: the code never began"
+    assert ran is not None
+    assert ran.outcome is Outcome.FENCED, "its own record of the attempt is refused too"
+    job = queue.job(job_id)
+    assert (job.locked, job.attempts) == (False, 1), "taken back, to run elsewhere"
+
+
+def test_a_worker_unheard_past_its_fence_but_heard_again_runs_its_job(
+    queue: Queue, registry: Registry, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the database was out, no one declared it dead: its next heartbeat lands, and finds
+    # it on the roster; from then on it runs again
+    effects: list[str] = []
+
+    @registry.workable("tests.effect")
+    def effect() -> None:
+        effects.append("effect")
+
+    worker = WorkerProcess(queue.store, registry, clock, WORKER, lambda: effects.append("exit"))
+    worker.slots[0].register()
+    queue.schedule(JobSpec("tests.effect"))
+    assert Recruiter(queue.store).run_once(clock.now()).assigned == 1
+    clock.advance(WORKER.dead_after.total_seconds() - 1)
+    assert worker.fence.fenced()
+    worker.beat()
+    assert not worker.fence.fenced()
+    ran = worker.slots[0].run_once().ran
+    assert ran is not None
+    assert (ran.outcome, effects) == (Outcome.DONE, ["effect"])
+
+
+def test_a_job_thread_is_stopped_by_the_watchdogs_first_look_once_fenced() -> None:
+    now = [0.0]
+    fence = SelfFence(lambda: now[0], 30 * SECOND, 2 * SECOND)
+    fence.heard(0.0)
+    watch = Watch(fence)
+    steps: list[int] = []
+    began = threading.Event()
+    outcome: list[BaseException] = []
+
+    def job() -> None:
+        began.set()
+        for step in range(2000):
+            steps.append(step)
+            time.sleep(0.005)
+
+    def run() -> None:
+        with watch.watching(Running("job", None)) as running:
+            try:
+                running.call(job)
+            except BaseException as error:
+                outcome.append(error)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    assert began.wait(10)
+    watch.check_fence()
+    assert not outcome, "heard recently: it runs on"
+    now[0] = 29.0  # thawed past its fence
+    watch.check_fence()
+    thread.join(10)
+    assert [type(error) for error in outcome] == [SelfFenced]
+    assert len(steps) < 2000
+
+
+async def _suspended() -> None:
+    await asyncio.sleep(0)
+
+
+def test_a_fenced_coroutine_resumed_while_fenced_is_thrown_the_stop_where_it_waits() -> None:
+    fenced = [False]
+    effects: list[str] = []
+
+    async def job() -> None:
+        try:
+            await _suspended()
+            effects.append("first")
+            await _suspended()
+            effects.append("second, after the thaw")
+        finally:
+            effects.append("finally")
+
+    coroutine = FencedCoroutine(job(), lambda: fenced[0], SelfFenced)
+    coroutine.send(None)
+    coroutine.send(None)
+    fenced[0] = True
+    with pytest.raises(SelfFenced):
+        coroutine.send(None)
+    assert effects == ["first", "finally"]
+
+
+def test_an_asyncio_job_and_the_tasks_it_started_never_go_on_past_an_await_once_fenced() -> None:
+    now = [0.0]
+    fence = SelfFence(lambda: now[0], 30 * SECOND, 2 * SECOND)
+    fence.heard(0.0)
+    watch = Watch(fence)
+    loop = EventLoop(1)
+    loop.start()
+    effects: list[str] = []
+    waiting = threading.Event()
+    release: list[asyncio.Event] = []
+
+    async def job() -> None:
+        event = asyncio.Event()
+        release.append(event)
+
+        async def helper() -> None:
+            await event.wait()
+            effects.append("helper's effect")
+
+        helper_task = asyncio.ensure_future(helper())
+        waiting.set()
+        await event.wait()
+        effects.append("job's effect")
+        await helper_task
+
+    outcome: list[Any] = []
+
+    def run() -> None:
+        with watch.watching(Running("job", None)) as running:
+            try:
+                outcome.append(running.call(job, loop=loop.loop))
+            except BaseException as error:
+                outcome.append(error)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        assert waiting.wait(10)
+        now[0] = 29.0  # frozen past its fence: nothing resumed from here on runs on
+        loop.loop.call_soon_threadsafe(release[0].set)
+        thread.join(10)
+    finally:
+        loop.close()
+    assert [type(error) for error in outcome] == [SelfFenced]
+    assert effects == []
+
+
+APP = "tests.pool_app:registry"
+
+
+def test_a_job_process_told_to_run_after_its_workers_fence_closed_does_not_begin_the_code(
+    queue: Queue, child: JobProcess, tmp_path: Path
+) -> None:
+    # the whole process tree froze between the worker's send and the child's call: the
+    # child reads the same monotonic clock, and refuses
+    now = [0.0]
+    fence = SelfFence(lambda: now[0], 30 * SECOND, 2 * SECOND)
+    fence.heard(0.0)
+    counted = tmp_path / "count"
+    job = queue.job(queue.schedule(JobSpec("pool.count", {"path": str(counted)})))
+    running = Running(job.id, None)
+    running.fence = fence
+    now[0] = 29.0  # (the executor looks before sending; the child is the last look)
+    ran = child.run(job, RetryStatistics(str(job.id), 1, False, None), running)
+    assert ran.stopped is SelfFenced
+    assert ran.unrun
+    assert not counted.exists(), "the code never began"
+    assert child.started == 1, "the child refused the job and lives on"
+
+
+def test_a_job_process_running_when_its_worker_is_fenced_is_killed_at_once(
+    queue: Queue, child: JobProcess
+) -> None:
+    now = [0.0]
+    fence = SelfFence(lambda: now[0], 30 * SECOND, 2 * SECOND)
+    fence.heard(0.0)
+    watch = Watch(fence)
+    watch.start()
+    try:
+        job_id = queue.schedule(JobSpec("pool.sleep_in_python", {"seconds": 600}))
+        job = queue.job(job_id)
+        running = Running(job.id, None)
+        outcome: list[Any] = []
+
+        def run() -> None:
+            with watch.watching(running):
+                outcome.append(
+                    child.run(job, RetryStatistics(str(job_id), 1, False, None), running)
+                )
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        deadline = time.monotonic() + 60
+        while child.pid is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)  # (the child has the job: it sleeps in it)
+        now[0] = 29.0
+        thread.join(60)  # liveness, not speed: without the fence it would sleep 600 s
+    finally:
+        watch.close()
+    (ran,) = outcome
+    assert ran.stopped is SelfFenced
+    assert ran.failure is not None
+    assert ran.failure.message.endswith("its process was killed at once")
