@@ -76,3 +76,35 @@ def progress(reports: int, seconds: float, report: bool) -> None:
             report_progress(done=n, total=reports, note="step")
         if pause and n % batch == 0:
             time.sleep(pause)
+
+
+def _ledger_line(ledger: str, what: str) -> None:
+    from recruiter import retry_statistics  # noqa: PLC0415
+
+    attempt = retry_statistics().retry_number
+    with open(ledger, "a") as lines:
+        lines.write(f"{what} {attempt} {os.getpid()} {time.time():.3f}\n")
+
+
+@registry.workable("bench.effect")
+def effect(seconds: float, ledger: str) -> None:
+    """Appends ``start ATTEMPT PID TIME`` to ``ledger``, sleeps ``seconds`` in steps of
+    ``STEP`` (code that runs, as most does, rather than one long call), then appends
+    ``effect …``: ``benchmarks.thaw`` counts the effects of a job whose worker froze."""
+    _ledger_line(ledger, "start")
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        time.sleep(min(STEP, max(0.0, deadline - time.monotonic())))
+    _ledger_line(ledger, "effect")
+
+
+@registry.workable("bench.effect_async")
+async def effect_async(seconds: float, ledger: str) -> None:
+    """:func:`effect`, as an ``async def`` job: one ``await asyncio.sleep``."""
+    _ledger_line(ledger, "start")
+    await asyncio.sleep(seconds)
+    _ledger_line(ledger, "effect")
+
+
+STEP = 0.05
+"""Seconds of each of :func:`effect`'s sleeps."""

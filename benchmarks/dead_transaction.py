@@ -83,7 +83,10 @@ def measure(uri: str, directory: Path) -> dict[str, Any]:
     queue = Queue(database_at(uri, name), SystemClock())
     queue.store.ensure_ready()
     options = ["--mongodb-uri", uri, "--database", name]
-    app = ["--app", "benchmarks.dead_transaction:registry", "--heartbeat-every", "0.5s"]
+    app = [
+        *("--app", "benchmarks.dead_transaction:registry", "--heartbeat-every", "0.5s"),
+        *("--considered-dead-after", "3s"),
+    ]
     started: list[subprocess.Popen[bytes]] = []
 
     def start(*arguments: str) -> subprocess.Popen[bytes]:

@@ -136,6 +136,7 @@ class RecruiterSubject(Subject):
 
     def start_worker(self) -> subprocess.Popen[bytes]:
         app = ["--app", "benchmarks.app:registry", "--concurrency", "1"]
+        app += ["--considered-dead-after", RECRUITER_DEAD_AFTER]
         return self.cast.start("worker", [*self.launcher, "worker", *app, *self.common])
 
     def schedule(self, seconds: float, ledger: Path) -> None:

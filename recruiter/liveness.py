@@ -67,11 +67,19 @@ class SelfFence:
     registration) lands: it holds nothing then."""
 
     def __init__(
-        self, monotonic: Callable[[], float], dead_after: dt.timedelta, margin: dt.timedelta
+        self,
+        monotonic: Callable[[], float],
+        dead_after: dt.timedelta,
+        margin: dt.timedelta,
+        *,
+        beat: Callable[[], object] | None = None,
     ) -> None:
         self.monotonic = monotonic
         self.limit = (dead_after - margin).total_seconds()
         """Seconds of silence after which it is fenced."""
+        self.beat = beat
+        """Sends a heartbeat now, which calls :meth:`heard` if it lands and finds the
+        worker on the roster (:meth:`heard_again`)."""
         self._heard_at: float | None = None
 
     def heard(self, sent_at: float) -> None:
@@ -84,6 +92,16 @@ class SelfFence:
         """Whether it has been silent longer than it may: run nothing."""
         heard_at = self._heard_at
         return heard_at is not None and self.monotonic() - heard_at > self.limit
+
+    def heard_again(self) -> bool:
+        """Whether it may run a job's code now: not fenced, or fenced and heard again by
+        a heartbeat sent now (a job about to begin after an outage need not wait for the
+        next heartbeat; one that finds the worker declared dead leaves it fenced)."""
+        if not self.fenced():
+            return True
+        if self.beat is not None:
+            self.beat()
+        return not self.fenced()
 
     def start_by(self) -> float | None:
         """The monotonic time past which no job's code may begin, unless heard again."""

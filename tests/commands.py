@@ -83,9 +83,12 @@ class Processes:
         return process
 
     def worker(self, *arguments: str) -> subprocess.Popen[bytes]:
-        """A worker of the demo application, beating every half second."""
+        """A worker of the demo application, beating every half second, considered dead
+        after 3 s unheard (as these tests' cleaners are told)."""
         return self.start(
-            "worker", "--app", "recruiter.demo:registry", "--heartbeat-every", "0.5s", *arguments
+            "worker",
+            *("--app", "recruiter.demo:registry", "--heartbeat-every", "0.5s"),
+            *("--considered-dead-after", "3s", *arguments),
         )
 
     def run(

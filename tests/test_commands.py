@@ -261,7 +261,10 @@ def test_a_database_crash_mid_run_loses_nothing_and_reruns_nothing(tmp_path: Pat
         for _ in range(2):
             # heartbeats at a third of the dead timeout: after the outage, a cleaner that
             # did not wait would find every worker's last beat too old
-            processes.worker("--concurrency", "2", "--heartbeat-every", "1s")
+            processes.worker(
+                *("--concurrency", "2", "--heartbeat-every", "1s"),
+                *("--considered-dead-after", "5s"),  # (fenced after 4 s unheard: no rerun)
+            )
         ids = system_queue.schedule_many(
             JobSpec("demo.sleep", {"milliseconds": 150}) for _ in range(40)
         )
@@ -273,7 +276,9 @@ def test_a_database_crash_mid_run_loses_nothing_and_reruns_nothing(tmp_path: Pat
         server = start_server(data, port=server.port, durable=True, log_path=tmp_path / "s.log")
         wait_for(lambda: system_queue.store.count_jobs("archived") == 40, processes, seconds=120)
         jobs = [system_queue.job(i) for i in ids]
-        assert {(j.why, j.attempts) for j in jobs} == {("done", 1)}, "none lost, none rerun"
+        assert {(j.why, j.attempts) for j in jobs} == {("done", 1)}, [
+            (h.get("class"), h.get("message")) for j in jobs if j.why != "done" for h in j.history
+        ]
         assert all(p.poll() is None for p in processes.started), "every process survived"
         processes.stop_all()
         assert [p.returncode for p in processes.started] == [0] * 4, processes.dump_logs()
@@ -703,7 +708,10 @@ def test_a_transactional_job_killed_with_its_worker_does_not_stall_the_next_on_i
     hundreds that waiting out the server's transaction lifetime (60 s) took."""
     root = str(Path(__file__).resolve().parent.parent)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
-    app = ("--app", "benchmarks.dead_transaction:registry", "--heartbeat-every", "0.5s")
+    app = (
+        *("--app", "benchmarks.dead_transaction:registry", "--heartbeat-every", "0.5s"),
+        *("--considered-dead-after", DEAD_AFTER),
+    )
     name = system_queue.store.database.name
     processes.start("run")
     doomed = processes.start("worker", *app, "--group", "hold")

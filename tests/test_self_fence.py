@@ -128,11 +128,13 @@ def test_a_worker_frozen_between_its_start_and_its_code_does_not_begin_the_code(
     assert (job.locked, job.attempts) == (False, 1), "taken back, to run elsewhere"
 
 
+@pytest.mark.parametrize("heard_by", ["the heartbeat thread", "a heartbeat of its own"])
 def test_a_worker_unheard_past_its_fence_but_heard_again_runs_its_job(
-    queue: Queue, registry: Registry, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+    queue: Queue, registry: Registry, clock: FrozenClock, heard_by: str
 ) -> None:
-    # the database was out, no one declared it dead: its next heartbeat lands, and finds
-    # it on the roster; from then on it runs again
+    # the database was out, no one declared it dead: a heartbeat lands, and finds it on
+    # the roster; from then on it runs again. A job about to begin first sends one of
+    # its own, rather than fail for want of the heartbeat thread's next one
     effects: list[str] = []
 
     @registry.workable("tests.effect")
@@ -145,11 +147,13 @@ def test_a_worker_unheard_past_its_fence_but_heard_again_runs_its_job(
     assert Recruiter(queue.store).run_once(clock.now()).assigned == 1
     clock.advance(WORKER.dead_after.total_seconds() - 1)
     assert worker.fence.fenced()
-    worker.beat()
-    assert not worker.fence.fenced()
+    if heard_by == "the heartbeat thread":
+        worker.beat()
+        assert not worker.fence.fenced()
     ran = worker.slots[0].run_once().ran
     assert ran is not None
     assert (ran.outcome, effects) == (Outcome.DONE, ["effect"])
+    assert not worker.fence.fenced()
 
 
 def test_a_job_thread_is_stopped_by_the_watchdogs_first_look_once_fenced() -> None:
@@ -283,7 +287,7 @@ def test_a_job_process_told_to_run_after_its_workers_fence_closed_does_not_begin
 
 
 def test_a_job_process_running_when_its_worker_is_fenced_is_killed_at_once(
-    queue: Queue, child: JobProcess
+    queue: Queue, child: JobProcess, tmp_path: Path
 ) -> None:
     now = [0.0]
     fence = SelfFence(lambda: now[0], 30 * SECOND, 2 * SECOND)
@@ -291,7 +295,8 @@ def test_a_job_process_running_when_its_worker_is_fenced_is_killed_at_once(
     watch = Watch(fence)
     watch.start()
     try:
-        job_id = queue.schedule(JobSpec("pool.sleep_in_python", {"seconds": 600}))
+        ticks, gate = tmp_path / "ticks", tmp_path / "gate"  # (the gate never opens)
+        job_id = queue.schedule(JobSpec("pool.ticker", {"path": str(ticks), "gate": str(gate)}))
         job = queue.job(job_id)
         running = Running(job.id, None)
         outcome: list[Any] = []
@@ -305,11 +310,10 @@ def test_a_job_process_running_when_its_worker_is_fenced_is_killed_at_once(
         thread = threading.Thread(target=run)
         thread.start()
         deadline = time.monotonic() + 60
-        while child.pid is None and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(0.2)  # (the child has the job: it sleeps in it)
+        while not ticks.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)  # (the job's code runs once it ticks)
         now[0] = 29.0
-        thread.join(60)  # liveness, not speed: without the fence it would sleep 600 s
+        thread.join(60)  # liveness, not speed: without the fence it would tick for ever
     finally:
         watch.close()
     (ran,) = outcome

@@ -238,6 +238,12 @@ class Running:
                 self._left = True
                 self._as_task, self._cancel = False, None
 
+    @property
+    def entered(self) -> bool:
+        """Whether its code's bounds were entered (:meth:`code`)."""
+        with self._lock:
+            return self._entered
+
     def shield(self) -> None:
         """No stop lands until :meth:`unshield` or the bounds' end (a message is read whole;
         a caller with its answer returns first): one asked for meanwhile, or raised and not
@@ -340,16 +346,18 @@ class Watch:
         """The stop a job about to begin meets: :meth:`stop_all`'s, or a fence's now."""
         if self.stopping is not None:
             return self.stopping
-        if self.fence is not None and self.fence.fenced():
+        if self.fence is not None and not self.fence.heard_again():
             return SelfFenced
         return None
 
     def check_fence(self) -> None:
-        """Stop every running job's code if the worker is fenced (the watchdog's look)."""
+        """Stop every running job's code if the worker is fenced (the watchdog's look).
+        A job whose code was not entered yet is left to the look before it
+        (:meth:`stop_before_code`), which may first have the worker heard again."""
         if self.fence is None or not self.fence.fenced():
             return
         for running in self.running():
-            if running.stop(SelfFenced):
+            if running.entered and running.stop(SelfFenced):
                 logger.critical(
                     "job %s: this worker went unheard for longer than %g s: stopping the "
                     "job, which may have been taken back",

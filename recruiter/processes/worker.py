@@ -139,7 +139,9 @@ class WorkerProcess:
         self.clock = clock
         self.config = config.validate()
         self.stop = stop or StopRequest()
-        self.fence = SelfFence(clock.monotonic, self.config.dead_after, self.config.margin)
+        self.fence = SelfFence(
+            clock.monotonic, self.config.dead_after, self.config.margin, beat=self._beat_for_fence
+        )
         # stops the slots' jobs at their timeout, when cancelled, and when fenced
         self.watch = Watch(self.fence)
         self.event_loop = EventLoop(config.concurrency) if config.pool == ASYNCIO else None
@@ -254,6 +256,20 @@ class WorkerProcess:
         # after the beat, never instead of it: a worker told to stop by a newer schema
         # goes on beating for the jobs it finishes first
         self.check_schema()
+
+    def _beat_for_fence(self) -> None:
+        """A heartbeat alone, sent by a slot that found the worker fenced as a job was
+        about to begin: it lands and finds the worker on the roster (the fence reopens),
+        or it does not (the job does not begin). Never raises."""
+        process = self.process_id
+        if process is None:
+            return
+        sent_at = self.clock.monotonic()
+        try:
+            if self.store.heartbeat([process], self.clock.latest()):
+                self.fence.heard(sent_at)
+        except DatabaseError as error:
+            logger.error("worker: fenced, and a heartbeat to be heard again failed: %s", error)
 
     def _wake_slots_with_unseen_assignments(self, slots: list[WorkerSlot]) -> None:
         """The feed's safety net: ring the idle followed slots holding an assignment it did

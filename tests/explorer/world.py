@@ -196,7 +196,11 @@ class World:
                 store,
                 self.registry,
                 clock,
-                WorkerConfig(watch=False, heartbeat_every=self._heartbeat),
+                WorkerConfig(
+                    watch=False,
+                    heartbeat_every=self._heartbeat,
+                    considered_dead_after=dt.timedelta(seconds=self.config.dead_after),
+                ),
                 on_declared_dead=lambda: self._declared_dead(name),
             )
             slot = worker.slots[0]

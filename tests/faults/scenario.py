@@ -342,6 +342,8 @@ class Run:
             str(concurrency),
             "--heartbeat-every",
             heartbeat,
+            "--considered-dead-after",
+            f"{self.scenario.dead_after}s",
             "--pool",
             pool,
         )
