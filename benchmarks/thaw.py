@@ -7,17 +7,18 @@ Each trial, for one pool: worker A (its own group, `--heartbeat-every 0.2s
 --considered-dead-after 1s`) starts a job that writes ``start`` to a ledger, works for
 :data:`JOB_SECONDS` (in 50 ms steps; ``await asyncio.sleep`` in the asyncio pool) and
 writes ``effect``. As soon as ``start`` is written, A's whole process tree is stopped
-(``SIGSTOP`` to its process group: its job processes too); worker B of the same group is
-started; the cleaner (``--considered-dead-after 1s``) declares A dead and takes the job
-back, and B runs it to its effect. Then A is thawed (``SIGCONT``) and watched for
-:data:`AFTERWARDS` seconds. The ledger, written by the job's code alone, tells whether
-attempt 1 (A's) wrote its effect after the thaw: a second effect. Uses ``MONGODB_URI``
-when set, else a SecantusDB server of its own.
+(``SIGSTOP`` to its process group, and to each of its job processes' own); worker B of
+the same group is started; the cleaner (``--considered-dead-after 1s``) declares A dead
+and takes the job back, and B runs it to its effect. Then A is thawed (``SIGCONT``, its
+job processes first) and watched for :data:`AFTERWARDS` seconds. The ledger, written by
+the job's code alone, tells whether attempt 1 (A's) wrote its effect after the thaw: a
+second effect. Uses ``MONGODB_URI`` when set, else a SecantusDB server of its own.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -97,11 +98,14 @@ def _trial(directory: Path, common: list[str], pool: str, name: str) -> Trial:
         spec = JobSpec(workable, {"seconds": JOB_SECONDS, "ledger": str(ledger)})
         queue.schedule(spec.in_group(name).retry_with(RetryManyTimes(3, 0)))
         _wait_for(lambda: "start 1" in _read(ledger))
-        os.killpg(frozen.pid, signal.SIGSTOP)
+        tree = [frozen.pid, *_children(frozen.pid)]  # (job processes: groups of their own)
+        for pid in tree:
+            _signal(pid, signal.SIGSTOP)
         stopped_at = time.monotonic()
         other = _start(directory, "worker", worker)
         _wait_for(lambda: "effect 2" in _read(ledger))
-        os.killpg(frozen.pid, signal.SIGCONT)
+        for pid in reversed(tree):  # its job processes first: they may race ahead
+            _signal(pid, signal.SIGCONT)
         frozen_for = time.monotonic() - stopped_at
         time.sleep(AFTERWARDS)
         lines = _read(ledger).splitlines()
@@ -133,6 +137,26 @@ def _start(
         cwd=directory,
         start_new_session=session,
     )
+
+
+def _signal(pid: int, number: int) -> None:
+    """``number`` to ``pid``'s process group if it leads one, else to it alone."""
+    with contextlib.suppress(ProcessLookupError):  # (gone meanwhile)
+        os.killpg(pid, number) if os.getpgid(pid) == pid else os.kill(pid, number)
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rpartition(")")[2].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:

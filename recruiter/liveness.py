@@ -16,6 +16,8 @@ machines agreeing, only on each measuring a duration.
 from __future__ import annotations
 
 import datetime as dt
+import math
+import time
 from collections.abc import Callable
 
 SILENT_BEATS = 5
@@ -80,6 +82,8 @@ class SelfFence:
         self.beat = beat
         """Sends a heartbeat now, which calls :meth:`heard` if it lands and finds the
         worker on the roster (:meth:`heard_again`)."""
+        self.moved: list[Callable[[], object]] = []
+        """Called after each :meth:`heard` (a job process's copy of :meth:`start_by`)."""
         self._heard_at: float | None = None
 
     def heard(self, sent_at: float) -> None:
@@ -87,6 +91,8 @@ class SelfFence:
         the worker on the roster: the silence counts from when it was sent."""
         if self._heard_at is None or sent_at > self._heard_at:
             self._heard_at = sent_at
+        for moved in self.moved:
+            moved()
 
     def fenced(self) -> bool:
         """Whether it has been silent longer than it may: run nothing."""
@@ -107,3 +113,11 @@ class SelfFence:
         """The monotonic time past which no job's code may begin, unless heard again."""
         heard_at = self._heard_at
         return None if heard_at is None else heard_at + self.limit
+
+    def closes_at(self) -> float:
+        """:meth:`start_by` on this machine's monotonic clock (``time.monotonic``, which
+        the worker's job processes read too); infinite before the first heartbeat."""
+        start_by = self.start_by()
+        if start_by is None:
+            return math.inf
+        return time.monotonic() + (start_by - self.monotonic())

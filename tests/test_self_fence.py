@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -266,57 +268,96 @@ def test_an_asyncio_job_and_the_tasks_it_started_never_go_on_past_an_await_once_
 APP = "tests.pool_app:registry"
 
 
-def test_a_job_process_told_to_run_after_its_workers_fence_closed_does_not_begin_the_code(
-    queue: Queue, child: JobProcess, tmp_path: Path
-) -> None:
-    # the whole process tree froze between the worker's send and the child's call: the
-    # child reads the same monotonic clock, and refuses
-    now = [0.0]
+def _fenced_child(now: list[float]) -> tuple[SelfFence, JobProcess]:
     fence = SelfFence(lambda: now[0], 30 * SECOND, 2 * SECOND)
     fence.heard(0.0)
+    return fence, JobProcess(APP, fence=fence)
+
+
+def test_a_job_process_told_to_run_after_its_workers_fence_closed_does_not_begin_the_code(
+    queue: Queue, tmp_path: Path
+) -> None:
+    # the worker froze between its look and the child's call: the child reads when the
+    # fence closes (shared with it, on the same monotonic clock) and refuses
+    now = [0.0]
+    _, child = _fenced_child(now)
     counted = tmp_path / "count"
     job = queue.job(queue.schedule(JobSpec("pool.count", {"path": str(counted)})))
-    running = Running(job.id, None)
-    running.fence = fence
-    now[0] = 29.0  # (the executor looks before sending; the child is the last look)
-    ran = child.run(job, RetryStatistics(str(job.id), 1, False, None), running)
-    assert ran.stopped is SelfFenced
-    assert ran.unrun
-    assert not counted.exists(), "the code never began"
-    assert child.started == 1, "the child refused the job and lives on"
+    try:
+        now[0] = 29.0  # (the executor looks before sending; the child is the last look)
+        ran = child.run(job, RetryStatistics(str(job.id), 1, False, None), Running(job.id, None))
+        assert ran.stopped is SelfFenced
+        assert ran.unrun
+        assert not counted.exists(), "the code never began"
+        assert child.started == 1, "the child refused the job and lives on"
+    finally:
+        child.close()
+
+
+def _run_in_thread(
+    child: JobProcess, job: Any, running: Running, watch: Watch
+) -> tuple[threading.Thread, list[Any]]:
+    outcome: list[Any] = []
+
+    def run() -> None:
+        with watch.watching(running):
+            statistics = RetryStatistics(str(job.id), 1, False, None)
+            outcome.append(child.run(job, statistics, running))
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, outcome
+
+
+def _wait_for(path: Path) -> None:
+    deadline = time.monotonic() + 60
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)  # (the job's code runs once it ticks)
 
 
 def test_a_job_process_running_when_its_worker_is_fenced_is_killed_at_once(
-    queue: Queue, child: JobProcess, tmp_path: Path
+    queue: Queue, tmp_path: Path
 ) -> None:
     now = [0.0]
-    fence = SelfFence(lambda: now[0], 30 * SECOND, 2 * SECOND)
-    fence.heard(0.0)
+    fence, child = _fenced_child(now)
     watch = Watch(fence)
     watch.start()
+    ticks, gate = tmp_path / "ticks", tmp_path / "gate"  # (the gate never opens)
+    job = queue.job(queue.schedule(JobSpec("pool.ticker", {"path": str(ticks), "gate": str(gate)})))
     try:
-        ticks, gate = tmp_path / "ticks", tmp_path / "gate"  # (the gate never opens)
-        job_id = queue.schedule(JobSpec("pool.ticker", {"path": str(ticks), "gate": str(gate)}))
-        job = queue.job(job_id)
-        running = Running(job.id, None)
-        outcome: list[Any] = []
-
-        def run() -> None:
-            with watch.watching(running):
-                outcome.append(
-                    child.run(job, RetryStatistics(str(job_id), 1, False, None), running)
-                )
-
-        thread = threading.Thread(target=run)
-        thread.start()
-        deadline = time.monotonic() + 60
-        while not ticks.exists() and time.monotonic() < deadline:
-            time.sleep(0.01)  # (the job's code runs once it ticks)
+        thread, outcome = _run_in_thread(child, job, Running(job.id, None), watch)
+        _wait_for(ticks)
         now[0] = 29.0
         thread.join(60)  # liveness, not speed: without the fence it would tick for ever
     finally:
         watch.close()
+        child.close()
     (ran,) = outcome
     assert ran.stopped is SelfFenced
     assert ran.failure is not None
     assert ran.failure.message.endswith("its process was killed at once")
+
+
+def test_a_job_process_thawed_past_its_workers_fence_stops_its_code_before_its_next_step(
+    queue: Queue, tmp_path: Path
+) -> None:
+    # the whole tree was stopped and continued together: the child's own SIGCONT
+    # handler, in the job's thread, stops the code (the worker's watchdog is not run)
+    now = [0.0]
+    fence, child = _fenced_child(now)
+    ticks, gate = tmp_path / "ticks", tmp_path / "gate"
+    job = queue.job(queue.schedule(JobSpec("pool.ticker", {"path": str(ticks), "gate": str(gate)})))
+    try:
+        thread, outcome = _run_in_thread(child, job, Running(job.id, None), Watch())
+        _wait_for(ticks)
+        assert child.pid is not None
+        os.kill(child.pid, signal.SIGSTOP)
+        now[0] = 29.0
+        fence.heard(-1.0)  # (moves nothing: shares the closed fence with the child)
+        os.kill(child.pid, signal.SIGCONT)
+        thread.join(60)
+    finally:
+        child.close()
+    (ran,) = outcome
+    assert ran.stopped is SelfFenced
+    assert not ran.unrun

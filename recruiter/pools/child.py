@@ -14,6 +14,7 @@ import time
 import traceback
 from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
+from multiprocessing.sharedctypes import Synchronized
 from typing import Any
 
 import bson
@@ -35,7 +36,11 @@ logger = logging.getLogger(__name__)
 
 
 def child_main(
-    connection: Connection, app: str, parent: int, logs: tuple[str, bool] | None = None
+    connection: Connection,
+    app: str,
+    parent: int,
+    logs: tuple[str, bool] | None = None,
+    fence_at: Synchronized[float] | None = None,
 ) -> None:
     """A job process: import the application, then run the jobs the worker sends; log
     as the worker does (``logs``: its level and whether in JSON lines)."""
@@ -55,8 +60,10 @@ def child_main(
     except Exception as error:
         connection.send_bytes(bson.encode({"failed": f"{type(error).__name__}: {error}"}))
         return
+    child = _Child(registry, connection, fence_at)
+    signal.signal(signal.SIGCONT, child.thawed)
     connection.send_bytes(bson.encode({"ready": True}))
-    _Child(registry, connection).serve()
+    child.serve()
 
 
 def _pause_with(parent: int) -> None:
@@ -86,9 +93,17 @@ class _Child:
     the rest to the main thread. A stop names its run: one that crossed its run's answer
     on the pipe is stale and dropped; one that came before the code began waits for it."""
 
-    def __init__(self, registry: Registry, connection: Connection) -> None:
+    def __init__(
+        self,
+        registry: Registry,
+        connection: Connection,
+        fence_at: Synchronized[float] | None = None,
+    ) -> None:
         self.registry = registry
         self.connection = connection
+        self.fence_at = fence_at
+        """When its worker's fence closes, on this machine's monotonic clock (the worker
+        moves it at each heartbeat that lands): no job's code runs past it."""
         self.lock = threading.Lock()
         self.running: Running | None = None
         self.current: int | None = None  # the run under way
@@ -215,10 +230,8 @@ class _Child:
             self.hooks = self.registry.hooks_of(request["workable"], target)
             entrance = self.registry.entrance(request["workable"])
             with running_as(statistics, running.progress) as output:
-                start_by = request.get("start_by")
                 returned = running.call(
-                    lambda: self._begin(number, running, target, entrance, start_by),
-                    entrance=entrance,
+                    lambda: self._begin(number, running, target, entrance), entrance=entrance
                 )
         except BaseException as error:
             if not returned_before_stop(error, running.returned):
@@ -248,20 +261,25 @@ class _Child:
             reply.update(kept_result(returned))
         return reply
 
+    def _fenced(self) -> bool:
+        return self.fence_at is not None and time.monotonic() > self.fence_at.value
+
+    def thawed(self, signal_number: int, frame: object) -> None:
+        """On ``SIGCONT`` (in the main thread, the job's, before its next step): a job
+        whose worker's fence closed while this process was stopped is stopped at once."""
+        running = self.running
+        if running is not None and self._fenced():
+            running.stop(SelfFenced)
+
     def _begin(
-        self,
-        number: int,
-        running: Running,
-        target: Callable[[], Any],
-        entrance: Entrance,
-        start_by: Any = None,
+        self, number: int, running: Running, target: Callable[[], Any], entrance: Entrance
     ) -> Any:
         """Call the job's code, unless a stop for its run came before it began, or its
-        worker's fence closed at ``start_by`` (this machine's monotonic clock) before
-        now (unrun, if nothing of the application's ran to rebuild it: ``entrance``)."""
+        worker's fence has closed (unrun, if nothing of the application's ran to rebuild
+        it: ``entrance``)."""
         with self.lock:
             asked = self.pending.pop(number, None)
-        if asked is None and isinstance(start_by, float) and time.monotonic() > start_by:
+        if asked is None and self._fenced():
             asked = SelfFenced
         if asked is not None:  # asked to stop before its code began: it does not
             running.stopped, running.unrun = asked, entrance.at_call

@@ -8,12 +8,14 @@ import contextlib
 import dataclasses
 import datetime as dt
 import logging
+import math
 import multiprocessing
 import os
 import signal
 import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
+from multiprocessing.sharedctypes import Synchronized
 from typing import Any
 
 import bson
@@ -22,6 +24,7 @@ from recruiter.attempts.calling import CodeResult
 from recruiter.errors import InvalidProgress
 from recruiter.job_context import RetryStatistics
 from recruiter.job_record import Job
+from recruiter.liveness import SelfFence
 from recruiter.monitoring.logs import logging_setup
 from recruiter.pools.child import child_main
 from recruiter.pools.pipe import CODEC, HOOKS, TICK, JobProcessFailed
@@ -60,9 +63,18 @@ class JobProcess:
     """One slot's child process, started when a job first needs it."""
 
     def __init__(
-        self, app: str, *, max_jobs: int | None = None, memory_limit: int | None = None
+        self,
+        app: str,
+        *,
+        max_jobs: int | None = None,
+        memory_limit: int | None = None,
+        fence: SelfFence | None = None,
     ) -> None:
         self.app = app  # the application's registry, module:attribute
+        self.fence = fence
+        """Its worker's fence: a copy of when it closes is shared with the child
+        (:attr:`fence_at`), which looks at it before the code begins and when thawed."""
+        self.fence_at: Synchronized[float] | None = None
         self.max_jobs = max_jobs  # a child's jobs before it is replaced (None: no limit)
         self.memory_limit = memory_limit  # resident bytes past which, after a job, it is replaced
         self._process: multiprocessing.process.BaseProcess | None = None
@@ -71,6 +83,15 @@ class JobProcess:
         self.started = 0  # children so far, replacements included
         self._replace_after = False  # the child ran its last job
         self._runs = 0  # runs asked so far: a stop names its run by this number
+        if fence is not None:
+            fence.moved.append(self.fence_moved)
+
+    def fence_moved(self) -> None:
+        """Copy when the worker's fence closes (on this machine's monotonic clock) to
+        the child's shared value."""
+        shared, fence = self.fence_at, self.fence
+        if shared is not None and fence is not None:
+            shared.value = fence.closes_at()
 
     @property
     def pid(self) -> int | None:
@@ -107,8 +128,7 @@ class JobProcess:
             "method": job.method,
             "statistics": _statistics_document(statistics),
         }
-        if (start_by := _start_by(running)) is not None:
-            run["start_by"] = start_by
+        self.fence_moved()  # (however long ago the child was started)
         request = {"n": number, "run": run}
         try:
             self._resume()
@@ -177,6 +197,10 @@ class JobProcess:
                 while (reply := self._next(connection, running, number, TICK)) is None:
                     if running.stopped is not None:  # (asked for while a report was read)
                         raise running.stopped()
+                    if self.fence is not None and self.fence.fenced():
+                        # thawed past the fence: the child, stopped with this process,
+                        # is killed rather than woken
+                        raise running.fenced_out()
                     self._resume()
                 return reply, running.stopped, False
         except Stopped as stop:
@@ -306,9 +330,11 @@ class JobProcess:
         ours, theirs = context.Pipe()
         setup = logging_setup()
         logs = None if setup is None else (setup[0].value, setup[1])
+        self.fence_at = context.Value("d", math.inf, lock=False)
+        self.fence_moved()
         process = context.Process(
             target=child_main,
-            args=(theirs, self.app, os.getpid(), logs),
+            args=(theirs, self.app, os.getpid(), logs, self.fence_at),
             name=f"recruiter-job-{self.app}",
         )
         process.start()
@@ -370,12 +396,3 @@ def _statistics_document(statistics: RetryStatistics) -> dict[str, Any]:
     root = statistics.root
     document["root"] = None if root is None else {"signature": root.signature, "at": root.at}
     return document
-
-
-def _start_by(running: Running) -> float | None:
-    """The time on this machine's monotonic clock (which the child reads too) past
-    which the child must not begin the job's code: when its worker's fence closes."""
-    fence = running.fence
-    if fence is None or (by := fence.start_by()) is None:
-        return None
-    return time.monotonic() + (by - fence.monotonic())

@@ -179,7 +179,7 @@ class Running:
             async with tasks_of_the_job(fenced):
                 if fenced is None:
                     return None, await coroutine
-                return None, await FencedCoroutine(coroutine, fenced, self._fenced_out)
+                return None, await FencedCoroutine(coroutine, fenced, self.fenced_out)
         except asyncio.CancelledError as error:
             stopped = self.stopped
             if stopped is not None:  # cancelled by a stop: the stop is the failure
@@ -195,8 +195,10 @@ class Running:
                 # and cancelling would raise in the stopper's thread (watchdog, reader)
                 self._cancel = None
 
-    def _fenced_out(self) -> BaseException:
-        """The stop a job's coroutine is thrown when resumed while its worker is fenced."""
+    def fenced_out(self) -> BaseException:
+        """Record that its worker was found fenced (unless another stop came first), and
+        give the stop to raise: in a coroutine resumed fenced, in a job process's
+        worker thawed past its fence."""
         with self._lock:
             if self.stopped is None:
                 self.stopped = SelfFenced

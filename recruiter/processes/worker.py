@@ -187,6 +187,7 @@ class WorkerProcess:
             self.config.app,
             max_jobs=self.config.max_jobs_per_child,
             memory_limit=self.config.job_memory_limit,
+            fence=self.fence,
         )
 
     def _register(self, slot: WorkerSlot, removed: ObjectId | None) -> None:
