@@ -39,6 +39,15 @@ class RetryStatistics:
     snooze_limit: int = SNOOZE_LIMIT
     """How many times it may snooze: a snooze past it fails the attempt."""
 
+    @property
+    def fencing_token(self) -> int:
+        """A number that grows with each run of this job (its attempts and snoozes so
+        far, this run's included): store it with what the job writes elsewhere, and
+        refuse a write that carries a smaller one than the stored, so that a run taken
+        back from a worker frozen mid-job cannot overwrite the run that replaced it
+        (docs/guides/fencing.md)."""
+        return self.retry_number + self.snoozes
+
 
 _current: contextvars.ContextVar[RetryStatistics | None] = contextvars.ContextVar(
     "recruiter_retry_statistics", default=None

@@ -36,6 +36,7 @@ BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
         "guides/expiry.md",
         "guides/encryption.md",
         "guides/keys.md",
+        "guides/fencing.md",
     ],
 )
 def test_the_examples_of_a_page_run(page: str, capsys: pytest.CaptureFixture[str]) -> None:

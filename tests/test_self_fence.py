@@ -18,8 +18,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pymongo.errors import DuplicateKeyError
 
-from recruiter import FrozenClock, JobSpec, Queue, Registry, RetryManyTimes, RetryStatistics
+from recruiter import (
+    FrozenClock,
+    JobSpec,
+    Queue,
+    Registry,
+    RetryManyTimes,
+    RetryStatistics,
+    retry_statistics,
+)
 from recruiter.execution import Outcome
 from recruiter.liveness import (
     DEFAULT_CONSIDERED_DEAD_AFTER,
@@ -361,3 +370,58 @@ def test_a_job_process_thawed_past_its_workers_fence_stops_its_code_before_its_n
     (ran,) = outcome
     assert ran.stopped is SelfFenced
     assert not ran.unrun
+
+
+def _write_fenced(documents: Any, key: str, token: int, fields: dict[str, Any]) -> bool:
+    """docs/guides/fencing.md's recipe."""
+    try:
+        documents.update_one(
+            {"_id": key, "$or": [{"fence": {"$lte": token}}, {"fence": {"$exists": False}}]},
+            {"$set": {**fields, "fence": token}},
+            upsert=True,
+        )
+    except DuplicateKeyError:
+        return False
+    return True
+
+
+def test_a_thawed_attempts_own_write_fenced_by_its_token_is_refused_after_its_replacements(
+    queue: Queue, registry: Registry, clock: FrozenClock, cleaner: Cleaner
+) -> None:
+    # attempt 1's code is past its last look when its worker freezes; the job is taken
+    # back and run again elsewhere; thawed, attempt 1 writes: the token refuses it
+    documents = queue.store.database["app_invoices"]
+    writes: list[tuple[int, bool]] = []
+
+    @registry.workable("tests.invoice")
+    def invoice(total: int) -> None:
+        token = retry_statistics().fencing_token
+        if token == 1:  # frozen here, declared dead, replaced
+            clock.advance(WORKER.dead_after.total_seconds() + 1)
+            assert cleaner.run_once(clock.now()).dead_workers == 1
+            replacement = WorkerProcess(queue.store, registry, clock, WORKER, lambda: None)
+            replacement.slots[0].register()
+            assert Recruiter(queue.store).run_once(clock.now()).assigned == 1
+            assert replacement.slots[0].run_once().ran is not None
+        writes.append((token, _write_fenced(documents, "invoice", token, {"total": total})))
+
+    frozen = WorkerProcess(queue.store, registry, clock, WORKER, lambda: None)
+    frozen.slots[0].register()
+    job_id = queue.schedule(
+        JobSpec("tests.invoice", {"total": 120}).retry_with(RetryManyTimes(3, 0))
+    )
+    assert Recruiter(queue.store).run_once(clock.now()).assigned == 1
+    ran = frozen.slots[0].run_once().ran
+    assert ran is not None
+    assert ran.outcome is Outcome.FENCED
+    assert writes == [(2, True), (1, False)], "the replacement wrote; the thawed run was refused"
+    assert documents.find_one({"_id": "invoice"}) == {"_id": "invoice", "total": 120, "fence": 2}
+    job = queue.job(job_id)
+    assert (job.why, job.attempts) == ("done", 2)
+
+
+def test_the_fencing_token_grows_with_every_run_snoozes_included() -> None:
+    first = RetryStatistics("j", 1, False, None)
+    snoozed_once = RetryStatistics("j", 1, False, None, snoozes=1)
+    second = RetryStatistics("j", 2, False, None, snoozes=1)
+    assert first.fencing_token < snoozed_once.fencing_token < second.fencing_token
