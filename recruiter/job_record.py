@@ -42,6 +42,9 @@ class Job:
     """When the job was locked; ``None`` when it is not."""
     lock_started_at: dt.datetime | None
     """When the worker holding the lock started the job; ``None`` if not started."""
+    lock_session: Mapping[str, Any] | None
+    """The server session its transactional attempt runs in, whose id the start recorded
+    with the lock: ended by whoever takes the job back (``None``: none)."""
     done: bool
     why: str | None
     tags: tuple[str, ...]
@@ -164,6 +167,7 @@ class Job:
             lock_token=token if isinstance(token, ObjectId) else None,
             lock_since=since if isinstance(since, dt.datetime) else None,
             lock_started_at=started if isinstance(started, dt.datetime) else None,
+            lock_session=session if isinstance(session := lock.get("session"), Mapping) else None,
             done=reader.boolean("done"),
             why=document.get("why") if isinstance(document.get("why"), str) else None,
             tags=tuple(t for t in reader.array("tags") if isinstance(t, str)),

@@ -742,7 +742,7 @@ def test_a_transactional_job_killed_with_its_worker_does_not_stall_the_next_on_i
     assert counter is not None
     assert counter["by"] == ["bump"], "the dead worker's write was aborted with its transaction"
     clean_log = next(processes.logs.glob("*-clean.log")).read_text()
-    assert "killed the server sessions of worker" in clean_log
+    assert "killed the server session of its attempt" in clean_log
 
 
 def test_jobs_scheduled_from_an_event_loop_are_run_by_real_processes_and_awaited(

@@ -1,5 +1,6 @@
-"""The store's server sessions (:mod:`recruiter.store.sessions`): the id a slot records
-when it registers, and ``killSessions``, which aborts a dead worker's open transaction.
+"""The store's server sessions (:mod:`recruiter.store.sessions`): the id an attempt's
+start records with the job's lock, and ``killSessions``, which aborts a dead worker's
+open transaction.
 
 On the real server (SecantusDB runs ``killSessions`` and aborts the transaction, as
 MongoDB does), and on mongomock, which has no sessions."""
@@ -14,9 +15,10 @@ from bson.binary import Binary
 from pymongo.database import Database
 from pymongo.errors import AutoReconnect, OperationFailure
 
-from recruiter import DatabaseUnavailable, FrozenClock, Queue, Registry, WriteRejected
+from recruiter import DatabaseUnavailable, FrozenClock, JobSpec, Queue, Registry, WriteRejected
+from recruiter.processes.recruiter import Recruiter
 from recruiter.store import Commit, Store
-from recruiter.store.sessions import session_id, session_ids
+from recruiter.store.sessions import session_id
 from tests.driving import slot
 
 
@@ -35,9 +37,7 @@ def test_only_well_formed_session_ids_are_kept() -> None:
         "a string",
         None,
     ]
-    assert session_ids(stored) == (good,)
-    assert session_ids("not a list") == ()
-    assert session_id(good) == good
+    assert [session_id(value) for value in stored] == [good] + [None] * 6
 
 
 def test_no_kill_is_sent_without_a_well_formed_id(
@@ -123,18 +123,23 @@ def test_killing_a_session_aborts_its_open_transaction_and_frees_its_documents(
 
 
 @pytest.mark.real_server
-def test_a_slot_of_transactional_jobs_registers_its_session(
+def test_a_slot_of_transactional_jobs_records_its_session_with_each_jobs_lock(
     shop: Queue, registry: Registry, clock: FrozenClock
 ) -> None:
+    seen: list[Any] = []
+
     @registry.workable("shop.confirm", transaction=True)
-    def confirm() -> None: ...
+    def confirm() -> None:
+        seen.append(shop.job(job_id).lock_session)
 
     worker = slot(shop, registry, clock)
     assert worker.id is not None
     assert worker.session is not None
-    record = shop.store.find_worker(worker.id)
-    assert record is not None
-    assert record.sessions == (shop.store.session_id_of(worker.session),)
+    job_id = shop.schedule(JobSpec("shop.confirm"))
+    assert Recruiter(shop.store).run_once(clock.now()).assigned == 1
+    worker.run_once()
+    assert seen == [shop.store.session_id_of(worker.session)], "whoever takes it back kills it"
+    assert shop.job(job_id).lock_session is None, "gone with the lock"
 
 
 @pytest.mark.real_server
@@ -144,9 +149,10 @@ def test_a_slot_without_transactional_jobs_has_no_session(
     worker = slot(shop, noop_app, clock)
     assert worker.id is not None
     assert worker.session is None
-    record = shop.store.find_worker(worker.id)
-    assert record is not None
-    assert record.sessions == ()
+    job_id = shop.schedule(JobSpec("tests.noop"))
+    assert Recruiter(shop.store).run_once(clock.now()).assigned == 1
+    assert shop.store.start_if_owned(job_id, _token(shop), {"started_at": clock.now()})
+    assert shop.job(job_id).lock_session is None
 
 
 @pytest.mark.real_server
@@ -163,3 +169,9 @@ def test_a_transaction_left_open_in_a_slots_session_does_not_block_the_next(
     real_database.documents.insert_one({"_id": "next"}, session=session)
     assert store.commit_transaction(session)[0] is Commit.DONE
     assert [d["_id"] for d in real_database.documents.find()] == ["next"]
+
+
+def _token(queue: Queue) -> Any:
+    (worker,) = queue.store.workers()
+    assert worker.assignment is not None
+    return worker.assignment.token

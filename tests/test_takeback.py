@@ -216,10 +216,11 @@ def test_a_take_back_goes_on_when_the_dead_workers_sessions_cannot_be_killed(
     privilege: logged, and the dead worker's job is released all the same (a
     transaction it left open then ends at the server's own limit)."""
     lsid = {"id": Binary(uuid.uuid4().bytes, 4)}
-    queue.store.register_worker("*", 1, "host", clock.now(), sessions=[lsid])
+    queue.store.register_worker("*", 1, "host", clock.now())
     job_id = queue.schedule(JobSpec("tests.noop").retry_with(RetryManyTimes(3, 0)))
     token = _assign(queue, clock)
-    assert queue.store.start_if_owned(job_id, token, {"started_at": clock.now()}) is not None
+    started = {"started_at": clock.now(), "session": lsid}
+    assert queue.store.start_if_owned(job_id, token, started) is not None
     asked: list[Any] = []
 
     def refuse(lsids: Any) -> bool:
@@ -230,23 +231,26 @@ def test_a_take_back_goes_on_when_the_dead_workers_sessions_cannot_be_killed(
     clock.advance(DEAD_AFTER.total_seconds() + 1)
     result = cleaner.run_once(clock.now())
     assert (result.dead_workers, dict(result.released)) == (1, {"retry": 1})
-    assert asked == [(lsid,)], "the removed document's sessions, killed before the release"
-    assert "could not kill the server sessions" in caplog.text
+    assert asked == [[lsid]], "the attempt's session, killed before the release"
+    assert "could not kill the server session of its attempt" in caplog.text
     assert queue.job(job_id).history[-1]["crashed"] is True
 
 
-def test_an_idle_dead_workers_sessions_are_left_alone(
+def test_a_take_back_of_an_attempt_with_no_session_sends_no_kill(
     queue: Queue, clock: FrozenClock, cleaner: Cleaner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Holding no job, it holds no transaction: no command is spent on it."""
-    queue.store.register_worker(
-        "*", 1, "host", clock.now(), sessions=[{"id": Binary(uuid.uuid4().bytes, 4)}]
-    )
+    """Not transactional (its start recorded no session), or never started: no
+    transaction to end, no command spent on it."""
+    queue.store.register_worker("*", 1, "host", clock.now())
+    job_id = queue.schedule(JobSpec("tests.noop").retry_with(RetryManyTimes(3, 0)))
+    token = _assign(queue, clock)
+    assert queue.store.start_if_owned(job_id, token, {"started_at": clock.now()}) is not None
     asked: list[Any] = []
     monkeypatch.setattr(queue.store, "kill_sessions", asked.append)
     clock.advance(DEAD_AFTER.total_seconds() + 1)
     assert cleaner.run_once(clock.now()).dead_workers == 1
     assert asked == []
+    assert queue.job(job_id).history[-1]["crashed"] is True
 
 
 def test_a_take_back_cut_short_after_its_fence_is_finished_by_the_recruiters_next_look(
@@ -287,3 +291,65 @@ def test_a_take_back_cut_short_after_its_fence_is_finished_by_the_recruiters_nex
     job = queue.job(job_id)
     assert not job.locked
     assert job.history[-1]["crashed"] is True, "its attempt ended as crashed, through its policy"
+
+
+@pytest.mark.parametrize("dies", ["after its fence", "after the kill of the session"])
+def test_a_transactional_attempts_session_is_killed_by_whoever_takes_it_back(
+    queue: Queue,
+    registry: Registry,
+    clock: FrozenClock,
+    cleaner: Cleaner,
+    monkeypatch: pytest.MonkeyPatch,
+    dies: str,
+) -> None:
+    """The cleaner dies at a step of its take-back of a job whose attempt left a
+    transaction open: the session id is with the job's lock, so the recruiter's look for
+    unheld locks, which finishes the take-back, kills it before it releases the job."""
+    registry.workable("tests.noop", lambda: None)
+    job_id = queue.schedule(JobSpec("tests.noop").retry_with(RetryManyTimes(3, 0)))
+    worker = WorkerProcess(queue.store, registry, clock, WORKER, lambda: None)
+    worker.slots[0].register()
+    leader = Recruiter(queue.store)
+    assert leader.run_once(clock.now()).assigned == 1
+    lsid = {"id": Binary(uuid.uuid4().bytes, 4)}
+    started = {"started_at": clock.now(), "session": lsid}
+    assert queue.store.start_if_owned(job_id, _held_token(queue), started) is not None
+    events: list[str] = []
+    real_end = queue.store.record_end
+
+    def kill(lsids: Any) -> bool:
+        assert lsids == [lsid]
+        events.append("kill")
+        if dies == "after the kill of the session" and events == ["kill"]:
+            raise KeyboardInterrupt("the cleaner dies after the kill, before the release")
+        return True
+
+    def record_end(*arguments: Any, **options: Any) -> Any:
+        events.append("release")
+        return real_end(*arguments, **options)
+
+    monkeypatch.setattr(queue.store, "kill_sessions", kill)
+    monkeypatch.setattr(queue.store, "record_end", record_end)
+    if dies == "after its fence":
+        monkeypatch.setattr(takeback, "release_held", _dies)
+    clock.advance(DEAD_AFTER.total_seconds() + 1)  # the worker froze in its transaction
+    with pytest.raises(KeyboardInterrupt):
+        cleaner.run_once(clock.now())
+    monkeypatch.setattr(takeback, "release_held", _REAL_RELEASE_HELD)
+    assert queue.store.workers() == [], "fenced out: the roster document is gone"
+    assert leader.run_once(clock.now()).rolled_back == 1
+    assert events[-2:] == ["kill", "release"], "killed before the job was released"
+    assert queue.job(job_id).history[-1]["crashed"] is True
+
+
+_REAL_RELEASE_HELD = takeback.release_held
+
+
+def _dies(*arguments: Any, **options: Any) -> Any:
+    raise KeyboardInterrupt("the cleaner dies between its fence and its release")
+
+
+def _held_token(queue: Queue) -> ObjectId:
+    (held,) = queue.store.workers()
+    assert held.assignment is not None
+    return held.assignment.token

@@ -185,6 +185,8 @@ class Executor:
         # that a job scheduled after the run began is never taken for an older duplicate
         began_by = self.clock.earliest()
         started = {"started_at": started_at, **self.identity.fields()}
+        if self.session is not None:  # (lock.session: killed by whoever takes it back)
+            started["session"] = self.store.session_id_of(self.session)
         return Start(job_id, job, token, started, began_by)
 
     def _started(self, start: Start) -> Job | None:

@@ -252,8 +252,8 @@ def _run_one(
     job = store.find_job(job_id)
     assert job is not None
     identity = Identity.of_this_process()
-    # a transactional job's session, its id with the holder: killed by the cleaner if
-    # this process dies in the transaction (recruiter.store.sessions)
+    # a transactional job's session, its id recorded with the lock as the attempt starts:
+    # killed by whoever takes the job back if this process dies in the transaction
     session = store.open_session() if registry.runs_in_transaction(job.workable) else None
     # the holder first, the lock after: whoever sees the job locked sees its holder
     holder = store.register_holder(
@@ -264,7 +264,6 @@ def _run_one(
         pid=identity.pid,
         hostname=identity.hostname,
         heartbeat_every=heartbeat,
-        sessions=[] if session is None else [store.session_id_of(session)],
     )
     try:
         if not store.lock_job_now(job_id, token, now):

@@ -76,11 +76,7 @@ def take_back_from_dead(
         worker.last_seen_at,
     )
     released: Counter[Released] = Counter()
-    holding = [slot for slot in removed if slot.assignment is not None]
-    if not holding:
-        return released
-    end_transactions_of(store, holding[0])  # the sessions are the process's
-    for slot in holding:
+    for slot in removed:
         released.update(release_held(store, slot, now, "died"))
     return released
 
@@ -110,28 +106,30 @@ def release_held(
     return released
 
 
-def end_transactions_of(store: Store, removed: WorkerRecord) -> bool:
-    """Kill the server sessions of a worker fenced out: a transaction it left open is
-    aborted and its locks released now, not at MongoDB's ``transactionLifetimeLimitSeconds``
-    (60 s), while every transaction writing the same documents fails with a write
-    conflict. Done before its jobs are released, whose writes would wait for those locks.
+def end_transaction_of(store: Store, job: Job) -> bool:
+    """Kill the server session ``job``'s attempt ran its transaction in (its start
+    recorded it with the lock), its holder fenced out: a transaction left open is
+    aborted and its locks released now, not at MongoDB's
+    ``transactionLifetimeLimitSeconds`` (60 s), while every transaction writing the same
+    documents fails with a write conflict. Done before the job is released, whose write
+    would wait for those locks, on every path that takes a started job back.
 
     Best effort (a server without the command, a user without the privilege: logged,
-    the take-back goes on). Returns whether the sessions were killed."""
-    if not removed.sessions:
+    the take-back goes on). Returns whether the session was killed."""
+    if job.lock_session is None:
         return False
     try:
-        killed = store.kill_sessions(removed.sessions)
+        killed = store.kill_sessions([dict(job.lock_session)])
     except DatabaseError as error:
         logger.warning(
-            "cleaner: could not kill the server sessions of worker %s (%s): a transaction "
-            "it left open holds its documents until the server aborts it",
-            removed.id,
+            "job %s: could not kill the server session of its attempt (%s): a transaction "
+            "left open holds its documents until the server aborts it",
+            job.id,
             error,
         )
         return False
     if killed:
-        logger.info("cleaner: killed the server sessions of worker %s", removed.id)
+        logger.info("job %s: killed the server session of its attempt", job.id)
     return killed
 
 
@@ -244,7 +242,9 @@ def _requeue(
 
 def _crashed(store: Store, job: Job, token: ObjectId, now: dt.datetime, reason: str) -> Released:
     """End the attempt ``job`` was running as crashed, through the one funnel: its policy
-    decides unless it was being cancelled; what waits for it is told if that ends it."""
+    decides unless it was being cancelled; what waits for it is told if that ends it.
+    The transaction it left open, if any, is ended first."""
+    end_transaction_of(store, job)
     policy, _ = policy_or_default(job.retry_policy)
     failure = Failure.worker_died(reason)
     verdict = verdict_of(

@@ -8,9 +8,10 @@ growing wait with jitter (:func:`transaction_wait`), for up to
 :data:`TRANSACTION_TIME_LIMIT`; a commit whose result is unknown is committed again.
 The runs of the code are recorded in the attempt (``code_runs``).
 
-The transaction runs in the slot's server session when it has one (its id is on the
-slot's roster document, for the cleaner to kill: :mod:`recruiter.store.sessions`), else
-in a session opened for the attempt.
+The transaction runs in the slot's server session when it has one (the attempt's start
+records its id with the job's lock, for whoever takes the job back to kill:
+:func:`recruiter.attempts.takeback.end_transaction_of`), else in a session opened for
+the attempt.
 """
 
 from __future__ import annotations

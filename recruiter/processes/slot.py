@@ -97,8 +97,9 @@ class WorkerSlot:
         self.process: ObjectId | None = None  # its process's roster document
         self.retired = False
         self.session: Any = None
-        """The server session of its transactional jobs, opened as it registers (the cleaner
-        kills it if the slot dies, releasing what a transaction left open)."""
+        """The server session of its transactional jobs, opened as it registers; each start
+        records its id with the job's lock, and whoever takes the job back kills it,
+        releasing what a transaction left open."""
         self.running: object | None = None  # the id of the job it runs now
         self._news: Assignment | None = None
         self._ran: deque[ObjectId] = deque(maxlen=RECENT_TOKENS)
@@ -133,9 +134,9 @@ class WorkerSlot:
                 self.heartbeat_every,
                 prefetch=True,
                 workables=workables,
-                sessions=self.open_session(workables),
                 takes_next=True,
             )
+            self.open_session(workables)
             self.registered(process, process)
         assert self.id is not None
         return self.id
@@ -146,15 +147,14 @@ class WorkerSlot:
         logger.info("worker %s: registered, working on %s", self.id, self.group)
         self._became_available()
 
-    def open_session(self, workables: list[str]) -> list[dict[str, Any]]:
-        """A new server session for its transactional jobs, if any; the ids to register. A
-        slot registering again was declared dead, its old session killed perhaps only now: it
-        is dropped, not ended (the pool would hand its id to this one, killed too)."""
+    def open_session(self, workables: list[str]) -> None:
+        """A new server session for its transactional jobs, if any (each start records
+        its id with the job's lock, for whoever takes the job back). A slot registering
+        again was declared dead, its old session killed perhaps only now: it is dropped,
+        not ended (the pool would hand its id to this one, killed too)."""
         self.session = None
-        if not any(map(self.registry.runs_in_transaction, workables)):
-            return []
-        self.session = self.store.open_session()
-        return [] if self.session is None else [self.store.session_id_of(self.session)]
+        if any(map(self.registry.runs_in_transaction, workables)):
+            self.session = self.store.open_session()
 
     def close_session(self) -> None:
         """End its server session, if it has one (it stopped, or registers again)."""

@@ -202,7 +202,8 @@ class WorkerProcess:
             if not live:
                 return
             workables = slot.runnable_workables()  # what it tells the recruiter it can run
-            sessions = [each for s in live for each in s.open_session(workables)]
+            for each in live:
+                each.open_session(workables)
             ids = [ObjectId() for _ in live]
             identity = Identity.of_this_process()
             sent_at = self.clock.monotonic()
@@ -214,7 +215,6 @@ class WorkerProcess:
                 self.config.heartbeat_every,
                 prefetch=True,
                 workables=workables,
-                sessions=sessions,
                 slots=ids,
                 takes_next=True,
                 considered_dead_after=self.config.dead_after,

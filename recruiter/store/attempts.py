@@ -19,6 +19,7 @@ from recruiter.job import HISTORY_LIMIT
 from recruiter.job_record import Job
 from recruiter.store.base import SCHEDULED, Document, aware
 from recruiter.store.failures import translate
+from recruiter.store.sessions import session_id
 from recruiter.store.steps import Steps, find, find_one, send, update_each, update_ids
 
 LOCK_PAGE = 10_000
@@ -134,11 +135,13 @@ def starting(job_id: Any, token: ObjectId, started: Document) -> Statement:
         "lock.started_at": {"$exists": False},
         "cancel_requested_at": {"$exists": False},
     }
-    update = {
-        "$inc": {"attempts": 1},
-        "$set": {"last_execution": started, "lock.started_at": started["started_at"]},
-    }
-    return owned, update
+    record = {name: value for name, value in started.items() if name != "session"}
+    fields = {"last_execution": record, "lock.started_at": started["started_at"]}
+    if (session := session_id(started.get("session"))) is not None:
+        # the server session its transaction runs in, with the lock: whoever takes the
+        # job back ends it first, whatever became of the holder's roster document
+        fields["lock.session"] = session
+    return owned, {"$inc": {"attempts": 1}, "$set": fields}
 
 
 @dataclass(frozen=True)

@@ -66,7 +66,6 @@ def register_worker(
     *,
     prefetch: bool = False,
     workables: str | None = None,
-    sessions: Sequence[Document] = (),
     slots: Sequence[ObjectId] = (),
     takes_next: bool = False,
     considered_dead_after: dt.timedelta | None = None,
@@ -74,7 +73,7 @@ def register_worker(
     """Add a worker process whose ``slots`` all wait for a job (see :class:`WorkerRecord`;
     none given: one slot, with the document's id); return the document's id.
     ``considered_dead_after``: how long it may go unheard (:mod:`recruiter.liveness`)."""
-    document = _worker(now, pid, hostname, heartbeat_every, sessions)
+    document = _worker(now, pid, hostname, heartbeat_every)
     if considered_dead_after is not None:
         document["dead_after_ms"] = considered_dead_after // dt.timedelta(milliseconds=1)
     ids = list(slots) or [document["_id"]]
@@ -99,11 +98,10 @@ def register_holder(
     pid: int,
     hostname: str,
     heartbeat_every: dt.timedelta | None = None,
-    sessions: Sequence[Document] = (),
 ) -> Steps[ObjectId]:
     """Add a worker that holds ``job_id`` (locked with ``token``) and takes no assignment:
     a manual run, which heartbeats so the cleaner takes its job back if it dies."""
-    document = _worker(now, pid, hostname, heartbeat_every, sessions)
+    document = _worker(now, pid, hostname, heartbeat_every)
     worker_id: ObjectId = document["_id"]
     document.update(work_on=group, slots=[worker_id], free=[], manual=True)
     document["assigned_to"] = {str(worker_id): job_id}
@@ -113,20 +111,14 @@ def register_holder(
 
 
 def _worker(
-    now: dt.datetime,
-    pid: int,
-    hostname: str,
-    heartbeat_every: dt.timedelta | None,
-    sessions: Sequence[Document],
+    now: dt.datetime, pid: int, hostname: str, heartbeat_every: dt.timedelta | None
 ) -> Document:
     """What every roster document holds: a new id, its process, when it was made and
-    seen, how often it beats, the server sessions of its transactions."""
+    seen, how often it beats."""
     document: Document = {"_id": ObjectId(), "last_seen_at": now, "created_at": now}
     document.update(pid=pid, hostname=hostname)
     if heartbeat_every is not None:
         document["heartbeat_ms"] = heartbeat_every // dt.timedelta(milliseconds=1)
-    if sessions:
-        document["sessions"] = list(sessions)
     return document
 
 

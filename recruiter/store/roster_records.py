@@ -13,7 +13,6 @@ from typing import Any
 from bson import ObjectId
 
 from recruiter.store.base import Document
-from recruiter.store.sessions import session_ids
 
 MISSED_BEATS = 3
 """Heartbeats an available worker may miss before it is no longer handed jobs."""
@@ -143,9 +142,7 @@ class WorkerRecord:
     """A worker slot, as read from its process's roster document. ``process``: that
     document's id (the slot's own for a process of one slot); ``ran_for``: the token of
     the assignment ``ran`` tells of (a report counts once); ``workables``: the digest of
-    its set (``None``: any job); ``sessions``: its process's transactions' server
-    sessions, which the cleaner kills when it fences it out, so an open transaction
-    releases its locks at once; ``takes_next``: its process runs a next assignment
+    its set (``None``: any job); ``takes_next``: its process runs a next assignment
     handed to a busy slot; ``open``: busy, and the recruiter may hand it its next."""
 
     id: ObjectId
@@ -164,7 +161,6 @@ class WorkerRecord:
     ran_for: ObjectId | None = None
     available_since: dt.datetime | None = None
     workables: str | None = None
-    sessions: tuple[Document, ...] = ()
     process: ObjectId | None = None
     takes_next: bool = False
     open: bool = False
@@ -206,7 +202,6 @@ class WorkerRecord:
             ran_for=ran_for if isinstance(ran_for, ObjectId) else None,
             available_since=since if isinstance(since, dt.datetime) else None,
             workables=can if isinstance(can := document.get("workables"), str) else None,
-            sessions=session_ids(document.get("sessions")),
             process=document["_id"],
             takes_next=document.get("takes_next") is True,
             open=_listed(document, OPEN, slot_id) and assignment is not None,

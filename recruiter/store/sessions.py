@@ -30,13 +30,6 @@ def session_id(value: Any) -> Document | None:
     return {"id": uuid}
 
 
-def session_ids(values: Any) -> tuple[Document, ...]:
-    """The well-formed session ids of a stored list (anything else left out)."""
-    if not isinstance(values, list | tuple):
-        return ()
-    return tuple(lsid for lsid in map(session_id, values) if lsid is not None)
-
-
 def unknown_commit_result(error: BaseException) -> bool:
     """Whether a failed commit may have landed: commit again, unless it ran out of its
     own time (pymongo's ``with_transaction`` rule)."""
