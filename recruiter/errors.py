@@ -200,6 +200,13 @@ class DatabaseUnavailable(DatabaseError):
     again, and check (every write is conditional, so landing twice is impossible)."""
 
 
+class TransactionTooLong(DatabaseError):
+    """A job's transaction ran longer than the server lets a transaction live
+    (``transactionLifetimeLimitSeconds``, 60 s by default), and the server aborted it:
+    running it again would meet the same limit. Do less in the transaction (split the
+    job, or move slow work before it), or raise the server's limit."""
+
+
 class WriteRejected(DatabaseError):
     """The database refused the operation as it is (a damaged document, an invalid
     update): trying the same again fails the same way."""

@@ -39,6 +39,7 @@ from recruiter.attempts.transaction import (
     transaction_wait,
 )
 from recruiter.cli import app as cli_app
+from recruiter.errors import TransactionTooLong
 from recruiter.execution import Outcome
 from recruiter.job_context import job_session
 from recruiter.pools.stopping import Watch
@@ -469,6 +470,27 @@ def test_transient_errors_without_end_give_up_at_the_time_limit_after_few_runs(
         _run(store, attempt, clock)
     assert clock.monotonic() < TRANSACTION_TIME_LIMIT
     assert 10 < len(ran) < 60
+
+
+@pytest.mark.parametrize("ends", ["in its code", "at its commit"])
+def test_a_run_as_long_as_the_servers_transaction_lifetime_is_not_run_again(
+    clock: FrozenClock, ends: str
+) -> None:
+    """The server aborted it for its length: running it again would meet the same limit;
+    its failure says so, rather than that the database was unavailable."""
+    store = _ScriptedStore([] if ends == "in its code" else [Commit.RUN_AGAIN])
+    ran: list[int] = []
+
+    def attempt(session: Any) -> None:
+        ran.append(1)
+        clock.advance(61)
+        if ends == "in its code":
+            raise _Transient("Transaction with { txnNumber: 3 } has been aborted")
+
+    with pytest.raises(TransactionTooLong, match="ran 61 s and was aborted") as raised:
+        _run(store, attempt, clock)
+    assert "transactionLifetimeLimitSeconds" in str(raised.value)
+    assert ran == [1]
 
 
 def test_a_non_transient_error_aborts_and_is_raised_as_it_is(clock: FrozenClock) -> None:

@@ -34,6 +34,7 @@ from recruiter.errors import (
     DatabaseUnavailable,
     RecruiterError,
     TransactionsUnavailable,
+    TransactionTooLong,
 )
 from recruiter.job_context import in_session
 from recruiter.job_record import Job
@@ -44,6 +45,10 @@ from recruiter.store import Commit, End, Store, in_project_words, is_transient
 logger = logging.getLogger(__name__)
 
 TRANSACTION_TIME_LIMIT = 120.0
+TRANSACTION_LIFETIME = 60.0
+"""Seconds MongoDB lets a transaction live by default (``transactionLifetimeLimitSeconds``):
+a run that long which ends in a transient error was aborted for its length, and is not
+run again (:class:`~recruiter.errors.TransactionTooLong`)."""
 """Seconds from its first run a transaction is run (or committed) again after transient errors."""
 FIRST_WAIT = 0.05
 """Seconds of the longest wait after a transaction's first run met a transient error."""
@@ -147,7 +152,7 @@ def run_transaction(
     pymongo's ``with_transaction`` rules, with waits that outlast a dead worker's
     transaction. Anything else ``attempt`` raises is raised (in the project's words)."""
     began = clock.monotonic()
-    runs, last = 0, ""
+    runs, last, run_began = 0, "", began
     while True:
         if runs:
             wait = transaction_wait(runs, draw())
@@ -159,6 +164,7 @@ def run_transaction(
             logger.debug("%s: transient error (%s), run %d again in %.3f s", name, last, runs, wait)
             clock.sleep(wait)
         runs += 1
+        run_began = clock.monotonic()
         store.begin_transaction(session)
         try:
             attempt(session)
@@ -166,6 +172,7 @@ def run_transaction(
             store.abort_transaction(session)
             if is_transient(error):
                 last = str(in_project_words(error))
+                _not_too_long(name, clock.monotonic() - run_began, last)
                 continue
             said = in_project_words(error)
             if said is error:
@@ -174,6 +181,19 @@ def run_transaction(
         outcome, last = _commit(store, session, clock, began)
         if outcome is Commit.DONE:
             return
+        _not_too_long(name, clock.monotonic() - run_began, last)
+
+
+def _not_too_long(name: str, seconds: float, last: str) -> None:
+    """Raise :class:`TransactionTooLong` for a run that lasted the server's transaction
+    lifetime before its transient end: the server aborted it for its length."""
+    if seconds >= TRANSACTION_LIFETIME:
+        raise TransactionTooLong(
+            f"{name}: its transaction ran {seconds:.0f} s and was aborted ({last}): longer "
+            f"than the server lets a transaction live (transactionLifetimeLimitSeconds, "
+            f"{TRANSACTION_LIFETIME:.0f} s by default). Do less in the transaction, or "
+            "raise the server's limit"
+        )
 
 
 def _commit(store: Store, session: Any, clock: Clock, began: float) -> tuple[Commit, str]:
