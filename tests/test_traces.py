@@ -129,6 +129,38 @@ def test_rounds_and_releases_are_spans(
     assert [a.get("recruiter.released") for a in cleaned].count(1) == 1
 
 
+def test_an_attempt_taken_back_from_a_dead_worker_is_a_span_in_its_jobs_trace(
+    queue: Queue, shop_app: Registry, clock: FrozenClock, spans: InMemorySpanExporter
+) -> None:
+    from recruiter.processes.slot import WorkerSlot
+
+    slot = WorkerSlot(queue.store, shop_app, clock, "*")
+    slot.register()
+    tracer = trace.get_tracer("the application")
+    with tracer.start_as_current_span("POST /orders") as request:
+        job_id = queue.schedule(
+            JobSpec("shop.invoice", {"order": 9}).retry_with(RetryManyTimes(3, 0))
+        )
+    Recruiter(queue.store).run_once(clock.now())
+    (held,) = queue.store.workers()
+    assert held.assignment is not None
+    started = {"started_at": clock.now(), "worker": slot.id, "pid": 4242, "hostname": "web-1"}
+    assert queue.store.start_if_owned(job_id, held.assignment.token, started) is not None
+    cleaner = Cleaner(queue.store)
+    for _ in range(6):  # it watches, round after round, before it declares anyone dead
+        cleaner.run_once(clock.advance(10))
+    [taken] = named(spans, "recruiter.take_back shop.invoice")
+    attributes = taken.attributes or {}
+    assert attributes["recruiter.job_id"] == str(job_id)
+    assert attributes["recruiter.attempt"] == 1
+    assert attributes["recruiter.worker"] == str(slot.id)
+    assert (attributes["recruiter.pid"], attributes["recruiter.hostname"]) == (4242, "web-1")
+    assert "died" in str(attributes["recruiter.why"])
+    assert attributes["recruiter.outcome"] == "retry"
+    [link] = taken.links
+    assert link.context.trace_id == request.get_span_context().trace_id, "in the job's trace"
+
+
 TRACED_APP = """
 from pathlib import Path
 

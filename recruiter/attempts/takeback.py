@@ -37,6 +37,7 @@ from recruiter.attempts.verdict import attempt_record, verdict_of
 from recruiter.errors import DatabaseError, WriteRejected
 from recruiter.execution import Outcome
 from recruiter.job_record import Job
+from recruiter.monitoring.tracing import take_back_span
 from recruiter.policies import policy_or_default
 from recruiter.retry import Failure
 from recruiter.store import LockRecord, Store, WorkerRecord
@@ -243,7 +244,27 @@ def _requeue(
 def _crashed(store: Store, job: Job, token: ObjectId, now: dt.datetime, reason: str) -> Released:
     """End the attempt ``job`` was running as crashed, through the one funnel: its policy
     decides unless it was being cancelled; what waits for it is told if that ends it.
-    The transaction it left open, if any, is ended first."""
+    The transaction it left open, if any, is ended first. A span in the job's trace
+    says so."""
+    held_by = job.last_execution or {}
+    with take_back_span(
+        job.id,
+        job.workable,
+        job.attempts,
+        job.trace,
+        why=reason,
+        worker=str(held_by.get("worker")) if held_by.get("worker") is not None else None,
+        pid=held_by.get("pid") if isinstance(held_by.get("pid"), int) else None,
+        hostname=held_by.get("hostname") if isinstance(held_by.get("hostname"), str) else None,
+    ) as said:
+        released = _crashed_in_span(store, job, token, now, reason)
+        said(str(released))
+    return released
+
+
+def _crashed_in_span(
+    store: Store, job: Job, token: ObjectId, now: dt.datetime, reason: str
+) -> Released:
     end_transaction_of(store, job)
     policy, _ = policy_or_default(job.retry_policy)
     failure = Failure.worker_died(reason)

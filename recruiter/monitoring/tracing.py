@@ -107,6 +107,31 @@ def attempt_span(
 
 
 @contextmanager
+def take_back_span(
+    job_id: Any,
+    workable: str,
+    attempt: int,
+    scheduled_in: Mapping[str, Any] | None,
+    **attributes: Any,
+) -> Iterator[Callable[[str], None]]:
+    """A span around the take-back of an attempt whose holder is gone (its worker died,
+    or was fenced out), linked to its job's scheduling span as its attempts are: the
+    job's trace says that attempt ``attempt`` died, by whom, and when it was taken back.
+    ``attributes``: who held it and why (``recruiter.<name>``); yields an outcome setter."""
+    if trace is None:
+        yield lambda outcome: None
+        return
+    links = _safely("read the job's trace context", lambda: _links(scheduled_in), [])
+    named = {f"recruiter.{key}": value for key, value in attributes.items() if value is not None}
+    named.update({"recruiter.job_id": str(job_id), "recruiter.attempt": attempt})
+    start = lambda: trace.get_tracer(TRACER).start_as_current_span(  # noqa: E731
+        f"recruiter.take_back {workable}", links=links, attributes=named
+    )
+    with _span(start) as note:
+        yield lambda outcome: note("recruiter.outcome", outcome)
+
+
+@contextmanager
 def process_span(name: str, **attributes: Any) -> Iterator[Callable[[str, Any], None]]:
     """A span around one round of a process; yields a setter of its attributes."""
     if trace is None:
