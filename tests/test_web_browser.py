@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from pymongo.database import Database
 
-from recruiter import Queue, Registry, RetryManyTimes
+from recruiter import Queue, Registry, RetryManyTimes, report_progress
 from recruiter.embedded import free_port
 from recruiter.testing import drain
 from tests.commands import Processes, wait_for
@@ -390,3 +390,58 @@ class _another_site:
     def __exit__(self, *exc: object) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+BIDI = "abc\u202efriso\u2066abcd\u2069"
+ZERO_WIDTH = "abc\u200bde"
+NUL = "nul\x00byte"
+LONG = "y" * 10_000
+HIDDEN = ("\u202e", "\u2066", "\u2069", "\u200b", "\x00")
+"""Characters no page may carry as they are: each must be shown escaped."""
+
+
+@registry.workable("shop.hostile")
+def hostile(fail: bool) -> str:
+    report_progress(1, 2, note=f"{BIDI} {ZERO_WIDTH}")
+    if fail:
+        raise ValueError(f"{BIDI} then {NUL} then {LONG}")
+    return f"{ZERO_WIDTH} {LONG}"
+
+
+def test_hostile_text_is_shown_escaped_and_never_widens_a_page(
+    dashboard: Dashboard, page: Any, real_database: Database[Any]
+) -> None:
+    """Jobs whose group, tags, error, result and progress note carry bidi controls,
+    zero-width characters, a NUL and 10,000 characters: every page shows them escaped
+    (no two distinct values alike, nothing reordered) and none is wider than the window."""
+    queue = dashboard.queue
+    batch = queue.batch(
+        [
+            hostile.job(True).tagged(BIDI, ZERO_WIDTH).retry_with(RetryManyTimes(0)),
+            hostile.job(False).tagged(NUL),
+        ]
+    )
+    failed, done = batch.jobs
+    dashboard.run_jobs()
+    for collection in ("scheduled", "archived"):  # (a group no API would take: NUL, bidi)
+        real_database[collection].update_one({"_id": failed}, {"$set": {"group": BIDI + NUL}})
+        real_database[collection].update_one({"_id": done}, {"$set": {"group": ZERO_WIDTH}})
+    sign_in(page, dashboard.url)
+    paths = ["/", "/jobs", "/jobs?state=failed", f"/jobs/{failed}", f"/jobs/{done}"]
+    paths += ["/groups", "/workers", "/schedulers", f"/batches/{batch.id}"]
+    for path in paths:
+        page.goto(dashboard.url + path)
+        text = page.evaluate("document.body.innerText")
+        assert not [c for c in HIDDEN if c in text], f"{path}: a character shown as it is"
+        assert "\x00" not in page.content(), path
+        wide, window = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+        assert wide <= window, f"{path} is {wide} px wide in a window of {window}"
+    page.goto(f"{dashboard.url}/jobs/{failed}")
+    message = page.inner_text(".attempt .message")
+    assert message.startswith("abc\\u202efriso\\u2066abcd\\u2069 then nul\\x00byte then yyy")
+    assert message.endswith("more characters)"), "cut, with a way to see it whole"
+    assert page.locator("details.whole").count() == 1
+    page.goto(f"{dashboard.url}/jobs?state=failed")
+    assert "abc\\u202efriso" in page.inner_text("#jobs"), "its group, escaped in the list"
+    page.goto(f"{dashboard.url}/jobs")
+    assert "abc\\u200bde" in page.inner_text("#jobs"), "not alike 'abcde'"
