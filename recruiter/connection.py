@@ -65,20 +65,27 @@ def resolve_uri(uri: str | None, directory: Path | None = None) -> tuple[str, bo
     return server.uri, True
 
 
+WAIT_OPTION = "--wait-for-database"
+"""The option of the long-running commands that waits longer for the database."""
+
+
 def open_database(
     uri: str,
     database: str | None = None,
     *,
     wait: dt.timedelta = dt.timedelta(0),
     clock: Clock | None = None,
+    wait_option: str | None = None,
 ) -> Database[Any]:
     """The database named by ``database``, or in the URI, or ``recruiter``; checked to
-    answer, for up to ``wait`` (then :class:`DatabaseUnreachable`)."""
+    answer, for up to ``wait`` (then :class:`DatabaseUnreachable`). ``wait_option``: the
+    caller's option that would wait longer, named when the first try is slow."""
     clock = clock or SystemClock()
     client, patience = _client(uri, MongoClient), _Patience(wait, clock)
     while True:
         try:
-            with _said_if_slow(uri, wait) if patience.pause == 0.0 else nullcontext():
+            slow = _said_if_slow(uri, wait, wait_option)
+            with slow if patience.pause == 0.0 else nullcontext():
                 client.admin.command("ping")
             break
         except PyMongoError as error:
@@ -108,14 +115,25 @@ class _Patience:
         return min(self.pause, remaining)
 
 
+def patience_text(wait: dt.timedelta, wait_option: str | None) -> str:
+    """How long a command waits for the database, as its slow-answer warning says:
+
+    >>> patience_text(dt.timedelta(seconds=30), WAIT_OPTION)
+    'for up to 30s'
+    >>> patience_text(dt.timedelta(0), WAIT_OPTION), patience_text(dt.timedelta(0), None)
+    ('one try; --wait-for-database would wait longer', 'one try')
+    """
+    if wait:
+        return f"for up to {wait.total_seconds():g}s"
+    if wait_option is not None:
+        return f"one try; {wait_option} would wait longer"
+    return "one try"  # (a command without the option: naming it would mislead)
+
+
 @contextmanager
-def _said_if_slow(uri: str, wait: dt.timedelta) -> Iterator[None]:
+def _said_if_slow(uri: str, wait: dt.timedelta, wait_option: str | None) -> Iterator[None]:
     """Say so when the first try takes over :data:`SLOW_ANSWER`: silence looks like a hang."""
-    patience = (
-        f"for up to {wait.total_seconds():g}s"
-        if wait
-        else "one try; --wait-for-database would wait longer"
-    )
+    patience = patience_text(wait, wait_option)
     timer = threading.Timer(
         SLOW_ANSWER,
         lambda: logger.warning(
@@ -168,7 +186,7 @@ def open_store(
     clock read once; a database that stops answering meanwhile is waited for, up to ``wait``."""
     clock = clock or SystemClock()
     patience = _Patience(wait, clock)
-    store = Store(open_database(uri, database, wait=wait, clock=clock))
+    store = Store(open_database(uri, database, wait=wait, clock=clock, wait_option=WAIT_OPTION))
     while True:
         try:
             store.ensure_ready()

@@ -53,17 +53,30 @@ def check_bson(workable: str, parameters: Any) -> dict[str, Any]:
     _check_keys(workable, parameters)
     try:
         size = len(bson.encode({"parameters": parameters}))
+    except UnicodeEncodeError as error:
+        raise InvalidParameters(workable, _not_utf8(error)) from error
     except (bson.errors.InvalidDocument, OverflowError, TypeError) as error:
         raise InvalidParameters(workable, f"not BSON-serializable: {error}") from error
     if size > PARAMETERS_LIMIT:
         raise InvalidParameters(
             workable,
-            f"they take {_megabytes(size)} of BSON, over the {_megabytes(PARAMETERS_LIMIT)} a "
-            f"job's parameters may take (MongoDB stores a document of at most "
-            f"{_megabytes(DOCUMENT_LIMIT)}, and a job keeps its history and result beside "
-            "them): store large data elsewhere (GridFS, a file store) and pass where it is",
+            f"they take {size:,} bytes of BSON, over the {PARAMETERS_LIMIT:,} "
+            f"({_megabytes(PARAMETERS_LIMIT)}) a job's parameters may take (MongoDB stores a "
+            f"document of at most {_megabytes(DOCUMENT_LIMIT)}, and a job keeps its history "
+            "and result beside them): store large data elsewhere (GridFS, a file store) and "
+            "pass where it is",
         )
     return dict(parameters)
+
+
+def _not_utf8(error: UnicodeEncodeError) -> str:
+    """What to say of text UTF-8 cannot hold: a lone surrogate, from bytes decoded with
+    ``errors="surrogateescape"`` (a file name, an environment variable), say."""
+    character = error.object[error.start : error.end]
+    return (
+        f"they hold {character!r}, a lone surrogate, which UTF-8 (and so BSON) cannot store: "
+        "pass bytes as bytes, or decode the text with errors='replace'"
+    )
 
 
 def _megabytes(size: int) -> str:
@@ -80,12 +93,24 @@ def _check_keys(workable: str, value: Any, path: str = "") -> None:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise InvalidParameters(workable, f"key {key!r} at {path or 'top'} is not a string")
-            if key.startswith("$") or "." in key or "\x00" in key:
-                raise InvalidParameters(workable, f"key {key!r} may not start with $ or hold '.'")
+            if problem := _key_problem(key):
+                where = f" (at {path})" if path else ""
+                raise InvalidParameters(workable, f"key {key!r}{where} {problem}")
             _check_keys(workable, item, f"{path}.{key}" if path else key)
     elif isinstance(value, list | tuple):
         for index, item in enumerate(value):
             _check_keys(workable, item, f"{path}[{index}]")
+
+
+def _key_problem(key: str) -> str | None:
+    """Why ``key`` cannot name a field of a stored document, or ``None``."""
+    if key.startswith("$"):
+        return "may not start with $ (MongoDB reads it as an operator)"
+    if "." in key:
+        return "may not hold '.' (MongoDB reads it as a path)"
+    if "\x00" in key:
+        return "may not hold a NUL character (a BSON name ends at one)"
+    return None
 
 
 def new_job_fields(job_id: Any, now: dt.datetime) -> dict[str, Any]:
@@ -93,9 +118,24 @@ def new_job_fields(job_id: Any, now: dt.datetime) -> dict[str, Any]:
     return {"_id": job_id, "done": False, "created_at": now, "locked": False, "attempts": 0}
 
 
+def storable_text(text: str, what: str) -> str:
+    """``text``, if UTF-8 (and so BSON) can store it; else :class:`InvalidJob` naming
+    ``what`` and the lone surrogate it holds."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        character = error.object[error.start : error.end]
+        raise InvalidJob(
+            f"{what} {text!r} holds {character!r}, a lone surrogate, which UTF-8 cannot "
+            "store: decode the text with errors='replace'"
+        ) from error
+    return text
+
+
 def check_group(group: Any) -> str:
     if not isinstance(group, str) or not group.strip():
         raise InvalidJob(f"group must be a non-empty string, got {group!r}")
+    storable_text(group, "the group")
     if group == ANY_GROUP:
         raise InvalidJob(f"{ANY_GROUP!r} means 'any group' to workers and cannot be a job's group")
     return group
@@ -105,6 +145,7 @@ def _check_tags(tags: tuple[Any, ...]) -> tuple[str, ...]:
     for tag in tags:
         if not isinstance(tag, str) or not tag.strip():
             raise InvalidJob(f"tags must be non-empty strings, got {tag!r}")
+        storable_text(tag, "the tag")
     return tuple(dict.fromkeys(tags))
 
 

@@ -32,7 +32,14 @@ def said(result: Result) -> str:
         (["worker", "--group", " "], "--group must be a non-empty group name"),
         (["worker", "--memory-limit", "lots"], "Invalid value for '--memory-limit'"),
         (["worker", "--app", "no_such_module"], "cannot import 'no_such_module'"),
-        (["worker", "--app", "recruiter.demo:nothing"], "is not a recruiter.Registry"),
+        (
+            ["worker", "--app", "recruiter.demo:nothing"],
+            "module 'recruiter.demo' has no attribute 'nothing' (it has: recruiter.demo:registry)",
+        ),
+        (
+            ["worker", "--app", "recruiter.demo:Registry"],
+            "recruiter.demo:Registry is a type, not a recruiter.Registry",
+        ),
         (["worker", "--heartbeat-every", "2"], "Invalid value for '--heartbeat-every'"),
         (
             ["worker", "--considered-dead-after", "5s"],

@@ -122,11 +122,39 @@ def test_parameters_too_large_for_mongodb_are_refused_before_anything_is_sent(
     with pytest.raises(InvalidParameters) as refused:
         queue.schedule_many([JobSpec("tests.noop"), upload.job("x" * 17_000_000)])
     message = str(refused.value)
-    assert "they take 16.2 MiB of BSON, over the 12 MiB a job's parameters may take" in message
+    assert "they take 17,000,033 bytes of BSON, over the 12,582,912 (12 MiB) a job's" in message
     assert "MongoDB stores a document of at most 16 MiB" in message
     assert queue.store.count_jobs("scheduled") == 0
     queue.schedule(upload.job("x" * 11_000_000))  # under the limit: stored
     assert queue.store.count_jobs("scheduled") == 1
+    with pytest.raises(InvalidParameters, match="12,582,913 bytes of BSON, over the 12,582,912"):
+        upload.job("x" * (12 * 1024 * 1024 - 32))  # a byte over: the two sizes read apart
+
+
+@pytest.mark.parametrize(
+    ("parameters", "refused"),
+    [
+        ({"a\x00b": 1}, r"key 'a\\x00b' may not hold a NUL character \(a BSON name ends at one\)"),
+        ({"x": {"$where": 1}}, r"key '\$where' \(at x\) may not start with \$"),
+        ({"a.b": 1}, r"key 'a.b' may not hold '.' \(MongoDB reads it as a path\)"),
+        ({"name": "caf\udce9"}, r"they hold '\\udce9', a lone surrogate, which UTF-8"),
+        ({"caf\udce9": 1}, r"a lone surrogate"),
+    ],
+)
+def test_parameters_bson_cannot_store_are_refused_with_the_true_reason(
+    parameters: dict[str, object], refused: str
+) -> None:
+    with pytest.raises(InvalidParameters, match=refused):
+        JobSpec("w", parameters)
+
+
+@pytest.mark.parametrize(
+    "build",
+    [lambda: JobSpec("w").in_group("caf\udce9"), lambda: JobSpec("w").tagged("caf\udce9")],
+)
+def test_a_group_or_tag_utf8_cannot_store_is_refused_at_once(build: Any) -> None:
+    with pytest.raises(InvalidJob, match="a lone surrogate, which UTF-8 cannot store"):
+        build()
 
 
 @pytest.mark.parametrize(

@@ -120,12 +120,21 @@ def load_registry(spec: str) -> Registry:
         raise typer.BadParameter(
             f"cannot import {module_name!r}: {error}", param_hint="--app"
         ) from error
-    registry = getattr(module, attribute or "registry", None)
-    if not isinstance(registry, Registry):
-        raise typer.BadParameter(
-            f"{spec!r} is not a recruiter.Registry: name it as module:attribute", param_hint="--app"
+    name = attribute or "registry"
+    registry = getattr(module, name, None)
+    if isinstance(registry, Registry):
+        return registry
+    found = sorted(k for k, v in vars(module).items() if isinstance(v, Registry))
+    there = f" (it has: {', '.join(f'{module_name}:{k}' for k in found)})" if found else ""
+    if not hasattr(module, name):
+        said = f"module {module_name!r} has no attribute {name!r}{there}"
+    else:
+        said = (
+            f"{module_name}:{name} is a {type(registry).__name__}, not a recruiter.Registry{there}"
         )
-    return registry
+    raise typer.BadParameter(
+        f"{said}: name the application's Registry as module:attribute", param_hint="--app"
+    )
 
 
 def open_queue(mongodb_uri: str | None, database: str | None) -> Queue:

@@ -128,7 +128,7 @@ def demo(
     wait_for_database: WaitForDatabase = "0s",  # type: ignore[assignment]
 ) -> None:
     """Schedule sample jobs, run them on real recruiter, cleaner and workers, show what happened."""
-    from recruiter.connection import open_database, resolve_uri
+    from recruiter.connection import WAIT_OPTION, open_database, resolve_uri
     from recruiter.demo import sample_jobs
     from recruiter.embedded import home
     from recruiter.processes.supervisor import Supervisor
@@ -136,7 +136,7 @@ def demo(
 
     setup_logging("demo", Level.WARNING)
     uri, embedded = resolve_uri(mongodb_uri)
-    queue = Queue(open_database(uri, database, wait=wait_for_database))
+    queue = Queue(open_database(uri, database, wait=wait_for_database, wait_option=WAIT_OPTION))
     ids = queue.schedule_many(sample_jobs(jobs))
     if schedule_only:
         console.print(f"scheduled {counted(len(ids), 'sample job')} in database {database}")
