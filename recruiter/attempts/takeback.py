@@ -163,15 +163,26 @@ def unheld_locks(store: Store, locked_before: dt.datetime | None = None) -> list
 
 
 def release_unheld(
-    store: Store, now: dt.datetime, reason: str, locked_before: dt.datetime | None = None
+    store: Store,
+    now: dt.datetime,
+    reason: str,
+    locked_before: dt.datetime | None = None,
+    *,
+    started_only: bool = False,
 ) -> Counter[Released]:
     """Release locked jobs that no worker on the roster holds (locked before
-    ``locked_before``); how many had each outcome (those gone meanwhile not counted)."""
+    ``locked_before``); how many had each outcome (those gone meanwhile not counted).
+    ``started_only``: those read started alone, which anyone may take back (a holder
+    left for good); one not started may be a leading recruiter's lock in flight."""
     released: Counter[Released] = Counter()
     # the locks read not started first (each put back only if still not started), then
     # those read started: a slot's next prefetched job is put back before the job that ran before
     # it is taken back (see take_back_from_dead)
-    locks = sorted(unheld_locks(store, locked_before), key=lambda lock: lock.started)
+    unheld = unheld_locks(store, locked_before)
+    locks = sorted(
+        (lock for lock in unheld if lock.started or not started_only),
+        key=lambda lock: lock.started,
+    )
     for lock in locks:
         try:
             released[_release_unheld_one(store, lock, now, reason)] += 1

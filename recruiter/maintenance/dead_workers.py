@@ -8,7 +8,7 @@ import datetime as dt
 from collections import Counter
 from dataclasses import dataclass, field
 
-from recruiter.attempts.takeback import Released, take_back_from_dead
+from recruiter.attempts.takeback import Released, release_unheld, take_back_from_dead
 from recruiter.liveness import DEFAULT_CONSIDERED_DEAD_AFTER, SILENT_BEATS
 from recruiter.store import Store, WorkerRecord
 
@@ -18,6 +18,10 @@ class TakeBackResult:
     dead_workers: int = 0
     released: Counter[str] = field(default_factory=Counter)
     """Their jobs by outcome (:class:`~recruiter.attempts.takeback.Released`)."""
+
+
+CUT_SHORT = "held by no worker (a take-back cut short)"
+"""Why a started job no roster document holds was released by a cleaner, for its history."""
 
 
 class DeadWorkerTakeBack:
@@ -31,6 +35,9 @@ class DeadWorkerTakeBack:
         self.watching_since: dt.datetime | None = None
         """Since when runs have come without a database error or a gap; ``None``: not yet."""
         self.last_run: dt.datetime | None = None
+        self.unheld_due = True
+        """Whether its next run first finishes the take-backs a cleaner left after its
+        fence (a new lead, a database error): the started jobs no roster document holds."""
 
     @property
     def longest_gap(self) -> dt.timedelta:
@@ -50,8 +57,10 @@ class DeadWorkerTakeBack:
         return max(timeouts)
 
     def lost_sight(self) -> None:
-        """A database error, or a new lead: watch a full timeout before any death."""
+        """A database error, or a new lead: watch a full timeout before any death, and
+        finish first what a take-back cut short after its fence left."""
         self.watching_since = None
+        self.unheld_due = True
 
     def run_once(self, now: dt.datetime) -> TakeBackResult:
         if self.last_run is not None and now - self.last_run > self.longest_gap:
@@ -62,6 +71,12 @@ class DeadWorkerTakeBack:
         if self.watching_since is None:
             self.watching_since = now
         released: Counter[str] = Counter()
+        if self.unheld_due:
+            # its holder fenced out (by a cleaner that died, or failed, before releasing
+            # it): the started job goes now, its transaction's session killed first, not
+            # at the leading recruiter's next look for unheld locks
+            released.update(release_unheld(self.store, now, CUT_SHORT, started_only=True))
+            self.unheld_due = False
         removed = 0
         for worker, silent_since in self._dead_workers(now, self.watching_since):
             outcomes = take_back_from_dead(self.store, worker, silent_since, now)
