@@ -47,6 +47,18 @@ class Clock(Protocol):
         """The latest the time may be now (:meth:`now` for a clock known exactly)."""
 
 
+_BOOTTIME = getattr(time, "CLOCK_BOOTTIME", None)
+
+
+def monotonic_now() -> float:
+    """Seconds on this machine's monotonic clock, counting the time it was suspended
+    (Linux's ``CLOCK_BOOTTIME``; ``time.monotonic`` elsewhere): a worker's silence after
+    its machine slept is counted whole, and every process of the machine reads the same."""
+    if _BOOTTIME is not None:
+        return time.clock_gettime(_BOOTTIME)
+    return time.monotonic()
+
+
 class SystemClock:
     """The real clock."""
 
@@ -60,7 +72,7 @@ class SystemClock:
         return self.now()
 
     def monotonic(self) -> float:
-        return time.monotonic()
+        return monotonic_now()
 
     def sleep(self, seconds: float) -> None:
         time.sleep(max(0.0, seconds))

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import time
+import threading
 from collections.abc import Callable
+
+from recruiter.clock import monotonic_now
 
 SILENT_BEATS = 5
 """Heartbeats a worker misses at least before it may be considered dead."""
@@ -27,6 +29,9 @@ DEFAULT_CONSIDERED_DEAD_AFTER = dt.timedelta(seconds=30)
 LEAST_MARGIN_BEATS = 2
 """Heartbeats a worker's fence leaves at least between two that landed: one slow beat
 never fences it."""
+LEAST_FENCE_MARGIN = dt.timedelta(milliseconds=100)
+"""The least time between the fence and the moment a cleaner may act: what a stop
+needs to land (a watchdog's look, a job process killed)."""
 
 
 def considered_dead_after(
@@ -52,8 +57,11 @@ def check_silence_limits(
             f"({least.total_seconds():g}s with --heartbeat-every "
             f"{heartbeat_every.total_seconds():g}s)"
         )
-    if margin < dt.timedelta(0):
-        raise ValueError("--fence-margin must not be negative")
+    if margin < LEAST_FENCE_MARGIN:
+        raise ValueError(
+            f"--fence-margin must be at least {LEAST_FENCE_MARGIN.total_seconds():g}s "
+            "(the time a stop needs to land before a cleaner may act)"
+        )
     most = dead_after - heartbeat_every * LEAST_MARGIN_BEATS
     if margin > most:
         raise ValueError(
@@ -85,12 +93,14 @@ class SelfFence:
         self.moved: list[Callable[[], object]] = []
         """Called after each :meth:`heard` (a job process's copy of :meth:`start_by`)."""
         self._heard_at: float | None = None
+        self._lock = threading.Lock()  # (the heartbeat's thread and the slots' hear it)
 
     def heard(self, sent_at: float) -> None:
         """A heartbeat (or registration) sent at monotonic ``sent_at`` landed, and found
         the worker on the roster: the silence counts from when it was sent."""
-        if self._heard_at is None or sent_at > self._heard_at:
-            self._heard_at = sent_at
+        with self._lock:
+            if self._heard_at is None or sent_at > self._heard_at:
+                self._heard_at = sent_at
         for moved in self.moved:
             moved()
 
@@ -115,9 +125,9 @@ class SelfFence:
         return None if heard_at is None else heard_at + self.limit
 
     def closes_at(self) -> float:
-        """:meth:`start_by` on this machine's monotonic clock (``time.monotonic``, which
+        """:meth:`start_by` on this machine's monotonic clock (:func:`monotonic_now`, which
         the worker's job processes read too); infinite before the first heartbeat."""
         start_by = self.start_by()
         if start_by is None:
             return math.inf
-        return time.monotonic() + (start_by - self.monotonic())
+        return monotonic_now() + (start_by - self.monotonic())

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import datetime as dt
+import json
 import logging
 import os
 import re
@@ -328,3 +329,15 @@ async def progress_async(count: int, gate: str) -> None:
             await asyncio.sleep(0)
     while not Path(gate).exists():
         await asyncio.sleep(0.01)
+
+
+@registry.workable("pool.usleep")
+def usleep(path: str) -> None:
+    """Sleeps a second in one C call that does not retry on EINTR; writes what it
+    returned, its errno and how long it slept to ``path``."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    began = time.monotonic()
+    returned = libc.usleep(1_000_000)
+    errno = ctypes.get_errno()
+    slept = time.monotonic() - began
+    Path(path).write_text(json.dumps({"returned": returned, "errno": errno, "slept": slept}))

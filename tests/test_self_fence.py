@@ -63,7 +63,7 @@ def test_a_workers_limit_is_thirty_seconds_or_five_heartbeats_and_its_fence_one_
     ("dead_after", "margin", "refused"),
     [
         (9 * SECOND, 2 * SECOND, "--considered-dead-after must be at least 5 heartbeats (10s"),
-        (10 * SECOND, -SECOND, "--fence-margin must not be negative"),
+        (10 * SECOND, -SECOND, "--fence-margin must be at least 0.1s"),
         (10 * SECOND, 7 * SECOND, "--fence-margin must leave the worker 2 heartbeats"),
     ],
 )

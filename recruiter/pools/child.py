@@ -20,6 +20,7 @@ from typing import Any
 import bson
 
 from recruiter.attempts.calling import kept_result, returned_before_stop, storable
+from recruiter.clock import monotonic_now
 from recruiter.job import TRACE_LIMIT
 from recruiter.job_context import RetryStatistics, running_as
 from recruiter.monitoring.logs import Level, setup_logging
@@ -50,7 +51,6 @@ def child_main(
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
         if os.getppid() != parent:
             os._exit(137)  # the worker died before the line above
-        threading.Thread(target=_pause_with, args=(parent,), daemon=True).start()
     os.setpgrp()  # a Ctrl-C, or a signal to the worker's group, is the worker's; so is
     # SIGTERM, even to a whole cgroup: the worker finishes its jobs, then ends its children
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -61,23 +61,21 @@ def child_main(
         connection.send_bytes(bson.encode({"failed": f"{type(error).__name__}: {error}"}))
         return
     child = _Child(registry, connection, fence_at)
-    signal.signal(signal.SIGCONT, child.thawed)
+    if sys.platform.startswith("linux"):
+        signal.signal(signal.SIGCONT, child.thawed)  # (the worker continues it only if stopped)
+        threading.Thread(target=child.pause_with, args=(parent,), daemon=True).start()
     connection.send_bytes(bson.encode({"ready": True}))
     child.serve()
 
 
-def _pause_with(parent: int) -> None:
-    """SIGSTOP this process while the worker is seen stopped: a frozen worker's job must not run."""
-    stat = f"/proc/{parent}/stat"
-    while True:
-        try:
-            with open(stat) as file:
-                state = file.read().rpartition(")")[2].split()[0]
-        except (OSError, IndexError):
-            return  # the worker is gone: the kernel ends this process
-        if state in ("T", "t"):
-            os.kill(os.getpid(), signal.SIGSTOP)
-        threading.Event().wait(TICK)
+def is_stopped(pid: int) -> bool | None:
+    """Whether process ``pid`` is stopped (``SIGSTOP``), from ``/proc``; ``None`` when
+    it cannot tell (gone, or no ``/proc``)."""
+    try:
+        with open(f"/proc/{pid}/stat") as file:
+            return file.read().rpartition(")")[2].split()[0] in ("T", "t")
+    except (OSError, IndexError):
+        return None
 
 
 def _load(app: str) -> Registry:
@@ -262,14 +260,27 @@ class _Child:
         return reply
 
     def _fenced(self) -> bool:
-        return self.fence_at is not None and time.monotonic() > self.fence_at.value
+        return self.fence_at is not None and monotonic_now() > self.fence_at.value
 
     def thawed(self, signal_number: int, frame: object) -> None:
         """On ``SIGCONT`` (in the main thread, the job's, before its next step): a job
-        whose worker's fence closed while this process was stopped is stopped at once."""
+        whose worker's fence closed while this process was stopped is stopped at once.
+        It takes no lock (it may land inside one the main thread holds): if the job's is
+        taken, :meth:`pause_with`'s next look stops it."""
         running = self.running
         if running is not None and self._fenced():
-            running.stop(SelfFenced)
+            running.stop_if_free(SelfFenced)
+
+    def pause_with(self, parent: int) -> None:
+        """Stop this process while the worker is seen stopped (a frozen worker's job must
+        not run), and stop the job whose worker's fence has closed; every :data:`TICK`."""
+        while (stopped := is_stopped(parent)) is not None:  # (gone: the kernel ends this one)
+            if stopped:
+                os.kill(os.getpid(), signal.SIGSTOP)
+            running = self.running
+            if running is not None and self._fenced():
+                running.stop(SelfFenced)
+            threading.Event().wait(TICK)
 
     def _begin(
         self, number: int, running: Running, target: Callable[[], Any], entrance: Entrance

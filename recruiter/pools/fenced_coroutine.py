@@ -15,10 +15,11 @@ T = TypeVar("T")
 
 
 class FencedCoroutine(Coroutine[Any, Any, T]):
-    """``coroutine``, resumed only while ``fenced()`` is false. Resumed while it is true,
-    it is thrown ``stop()`` where it waits instead: its ``except`` and ``finally`` blocks
-    run, nothing after its ``await`` does; if it catches the stop and waits again, it is
-    thrown another at its next resume, as long as the fence holds."""
+    """``coroutine``, resumed only while ``fenced()`` is false. Resumed while it is true
+    (with a value, or with an error: a timeout's cancellation), it is thrown ``stop()``
+    where it waits instead: its ``except`` and ``finally`` blocks run, nothing after its
+    ``await`` does; if it catches the stop and waits again, it is thrown another at its
+    next resume, as long as the fence holds."""
 
     def __init__(
         self,
@@ -45,6 +46,10 @@ class FencedCoroutine(Coroutine[Any, Any, T]):
             error = error() if value is None else error(value)
         if traceback is not None:
             error = error.with_traceback(traceback)
+        if self._fenced():  # (woken by a timeout, a cancellation: not past the fence either)
+            stop = self._stop()
+            stop.__context__ = error
+            return self._coroutine.throw(stop)
         return self._coroutine.throw(error)
 
     def close(self) -> None:

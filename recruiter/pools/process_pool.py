@@ -26,7 +26,7 @@ from recruiter.job_context import RetryStatistics
 from recruiter.job_record import Job
 from recruiter.liveness import SelfFence
 from recruiter.monitoring.logs import logging_setup
-from recruiter.pools.child import child_main
+from recruiter.pools.child import child_main, is_stopped
 from recruiter.pools.pipe import CODEC, HOOKS, TICK, JobProcessFailed
 from recruiter.pools.stopping import STOPS, Running, Stopped
 from recruiter.progress import checked_progress
@@ -269,10 +269,12 @@ class JobProcess:
         )
 
     def _resume(self) -> None:
-        """Continue the child, if it stopped itself while this process was stopped."""
-        if self._process is not None and self._process.pid is not None:
+        """Continue the child, if it stopped itself while this process was stopped (only
+        then: a ``SIGCONT`` interrupts the job's blocking calls, since it has a handler)."""
+        pid = None if self._process is None else self._process.pid
+        if pid is not None and is_stopped(pid) is not False:  # (stopped, or no /proc)
             with contextlib.suppress(OSError):
-                os.kill(self._process.pid, signal.SIGCONT)
+                os.kill(pid, signal.SIGCONT)
 
     def _exit_description(self) -> str:
         process = self._process

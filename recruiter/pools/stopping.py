@@ -32,9 +32,9 @@ class Stopped(BaseException):
     """A running job was stopped from outside; recorded as its attempt's failure."""
 
     recorded_as = "recruiter.stopping.Stopped"
+    """Its name in jobs' histories and policies (see :mod:`recruiter.errors`)."""
     kill_at_once = False
     """Whether a job process is killed at once, rather than asked to stop first."""
-    """Its name in jobs' histories and policies (see :mod:`recruiter.errors`)."""
 
     while_it_ran = "the job was stopped while it ran"
     before_it_began = "the job was stopped before its code began: it did not run"
@@ -218,6 +218,8 @@ class Running:
         is raised here and the code does not begin (unrun, as ``entrance`` says)."""
         with self._lock:
             self._entered = True
+            if self.stopped is None and self.fence is not None and self.fence.fenced():
+                self.stopped = SelfFenced  # (fenced since the look before: the last look)
             stopped = self.stopped
             if stopped is None:
                 self._thread_id = threading.get_ident()
@@ -263,19 +265,32 @@ class Running:
     def stop(self, why: type[Stopped]) -> bool:
         """Raise ``why`` in the job's code, or cancel its task, unless it ended or was stopped."""
         with self._lock:
-            if self._left or self.stopped is not None:
-                return False
-            self.stopped = why
-            if not self._entered:
-                return True  # raised as the code is entered (code()): it does not begin
-            if self._thread_id is None:
-                return True  # entered, not begun: code() raises it
-            if not self._as_task:
-                _raise_in(self._thread_id, why)
-            elif self._cancel is not None:
-                self._cancel()
-            # else: the task has not begun; it sees the stop as it does
-            return True
+            return self._stop(why)
+
+    def stop_if_free(self, why: type[Stopped]) -> bool:
+        """:meth:`stop`, from a signal handler: only if no one holds the job's lock (the
+        handler may run inside a block of the same thread that holds it)."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            return self._stop(why)
+        finally:
+            self._lock.release()
+
+    def _stop(self, why: type[Stopped]) -> bool:
+        if self._left or self.stopped is not None:
+            return False
+        self.stopped = why
+        if not self._entered:
+            return True  # raised as the code is entered (code()): it does not begin
+        if self._thread_id is None:
+            return True  # entered, not begun: code() raises it
+        if not self._as_task:
+            _raise_in(self._thread_id, why)
+        elif self._cancel is not None:
+            self._cancel()
+        # else: the task has not begun; it sees the stop as it does
+        return True
 
 
 def _run_on_a_loop_of_its_own(body: Coroutine[Any, Any, Any]) -> Any:

@@ -156,6 +156,12 @@ class WorkerSlot:
         if any(map(self.registry.runs_in_transaction, workables)):
             self.session = self.store.open_session()
 
+    def drop_session(self) -> None:
+        """Forget its server session without ending it: a take-back may kill its id
+        later, and an ended session's id goes back to the driver's pool, where this
+        process's next session, or command, would be given it (and be killed)."""
+        self.session = None
+
     def close_session(self) -> None:
         """End its server session, if it has one (it stopped, or registers again)."""
         session, self.session = self.session, None

@@ -410,10 +410,10 @@ class WorkerProcess:
             with self._registering:  # never while a sibling registers it again
                 self._broken.append(slot)
             # nothing of its job may outlive the take-back: its child process, and a
-            # transaction left open in its server session (which would hold the job)
+            # transaction left open in its server session, which the take-back kills
             if slot.job_process is not None:
                 slot.job_process.close(at_once=True)
-            slot.close_session()
+            slot.drop_session()
             self._drop(slot)
 
     def _serve_until_retired(self, slot: WorkerSlot) -> None:

@@ -75,7 +75,8 @@ def register_worker(
     ``considered_dead_after``: how long it may go unheard (:mod:`recruiter.liveness`)."""
     document = _worker(now, pid, hostname, heartbeat_every)
     if considered_dead_after is not None:
-        document["dead_after_ms"] = considered_dead_after // dt.timedelta(milliseconds=1)
+        # rounded up: the cleaner never waits less than the worker counts
+        document["dead_after_ms"] = -(-considered_dead_after // dt.timedelta(milliseconds=1))
     ids = list(slots) or [document["_id"]]
     document.update(work_on=work_on, slots=ids, free=ids, available_since=now)
     if takes_next:
