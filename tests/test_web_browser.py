@@ -422,6 +422,9 @@ def test_hostile_text_is_shown_escaped_and_never_widens_a_page(
         ]
     )
     failed, done = batch.jobs
+    from recruiter import Workflow
+
+    flow = queue.schedule_workflow(Workflow().add(BIDI, hostile.job(False).tagged(LONG)))
     dashboard.run_jobs()
     for collection in ("scheduled", "archived"):  # (a group no API would take: NUL, bidi)
         real_database[collection].update_one({"_id": failed}, {"$set": {"group": BIDI + NUL}})
@@ -429,6 +432,7 @@ def test_hostile_text_is_shown_escaped_and_never_widens_a_page(
     sign_in(page, dashboard.url)
     paths = ["/", "/jobs", "/jobs?state=failed", f"/jobs/{failed}", f"/jobs/{done}"]
     paths += ["/groups", "/workers", "/schedulers", f"/batches/{batch.id}"]
+    paths += [f"/workflows/{flow[BIDI]}"]
     for path in paths:
         page.goto(dashboard.url + path)
         text = page.evaluate("document.body.innerText")

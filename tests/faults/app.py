@@ -78,7 +78,7 @@ async def _run_async(kind: str, milliseconds: int, fail: bool) -> None:
     run = _started(kind)
     try:
         await work_async(milliseconds)
-    except asyncio.CancelledError:  # stopped (its task cancelled): no effect
+    except (asyncio.CancelledError, Stopped):  # stopped (cancelled, or fenced): no effect
         ledger.write("end", effect=False, **run)
         raise
     _ended(run, fail)

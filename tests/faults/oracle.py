@@ -22,13 +22,14 @@ from typing import Any
 from recruiter import FailedAttempt, Failure, GiveUp, JobTimedOut, RetryAt, WorkerDied
 from recruiter.job import HISTORY_LIMIT
 from recruiter.policies import policy_from_document
+from recruiter.pools.stopping import SelfFenced
 from recruiter.processes.worker import DECLARED_DEAD_EXIT
 from recruiter.repeating.occurrences import MISSED_GRACE
 from recruiter.states import SUCCEEDED
 from tests.faults.app import Planned
 from tests.faults.ledger import Run
 from tests.faults.scenario import (
-    DATABASE_FAULTS,
+    OUTAGE_STARTS,
     REPEATED,
     SLOW_CONCURRENCY,
     Fault,
@@ -48,13 +49,18 @@ CLOCK_SKEW = dt.timedelta(milliseconds=100)
 and then, and runs on its monotonic clock in between; idle: times the slowness, since
 the reading's round trip is its uncertainty)."""
 TIMED_OUT = "recruiter.stopping.JobTimedOut"
-STOPPED = (TIMED_OUT, "recruiter.stopping.JobCancelled")
+SELF_FENCED = "recruiter.stopping.SelfFenced"
+STOPPED = (TIMED_OUT, "recruiter.stopping.JobCancelled", SELF_FENCED)
 """Failures of attempts stopped from outside: the job's run ended early, effect or not."""
 FAILURES = {
     "tests.faults.app.Planned": Planned,
     "recruiter.errors.WorkerDied": WorkerDied,
     TIMED_OUT: JobTimedOut,
+    SELF_FENCED: SelfFenced,
 }
+UNHEARD_BEFORE = 10.0
+"""Seconds before an attempt a freeze or an outage may have left its worker unheard:
+its fence stays closed until a heartbeat lands again (idle: times the slowness)."""
 
 
 @dataclass
@@ -418,6 +424,30 @@ class Timeline:
             frozen.append((start, float("inf")))
         return frozen
 
+    def outages(self) -> list[tuple[float, float]]:
+        """The intervals the database was down."""
+        down: list[tuple[float, float]] = []
+        start: float | None = None
+        for fault in self.faults:
+            if fault.kind in OUTAGE_STARTS:
+                start = fault.t
+            elif fault.kind == "database-up" and start is not None:
+                down.append((start, fault.t))
+                start = None
+        if start is not None:
+            down.append((start, float("inf")))
+        return down
+
+    def unheard(self, pid: int, began: float, ended: float) -> bool:
+        """Whether the worker ``pid`` may have gone unheard long enough to fence itself
+        during a run from ``began`` to ``ended``: frozen, or the database down, then or
+        a little before."""
+        since = began - UNHEARD_BEFORE * self.slowness.around(began)
+        overlaps = [
+            (a, b) for a, b in self.frozen(pid) + self.outages() if a <= ended and b >= since
+        ]
+        return bool(overlaps)
+
     def cause(self, pid: int, run: Run | None = None, since: float = 0.0) -> str | None:
         """What we did to the process after ``since`` that stopped ``run`` counting."""
         for fault in self.by_pid[pid]:
@@ -561,13 +591,7 @@ class JobJudge:
                 continue
             if entry.get("outcome") == "snoozed":
                 continue
-            if entry.get("class") == "recruiter.stopping.JobCancelled":
-                continue
-            if entry.get("class") == TIMED_OUT:
-                # a frozen worker's watchdog wakes past any deadline: a job with a
-                # timeout may be stopped whatever its planned duration
-                if not self.document.get("timeout_ms"):
-                    self.fail(f"attempt {entry['attempt']} timed out, with no timeout")
+            if self._stopped_from_outside(entry):
                 continue
             raised = entry.get("outcome") != "done"
             should_raise = self.kind == "broken" or (
@@ -575,6 +599,27 @@ class JobJudge:
             )
             if raised != should_raise:
                 self.fail(f"attempt {entry['attempt']} {entry.get('outcome')}, not as planned")
+
+    def _stopped_from_outside(self, entry: Mapping[str, Any]) -> bool:
+        """Whether the attempt was stopped from outside (each checked to have been
+        stopped as it may), rather than ended by its code."""
+        stopped = entry.get("class")
+        if stopped == SELF_FENCED and not self._unheard(entry):
+            self.fail(
+                f"attempt {entry['attempt']} stopped by its worker's fence, though the "
+                "worker was neither frozen nor cut off from the database"
+            )
+        # a frozen worker's watchdog wakes past any deadline: a job with a timeout may
+        # be stopped whatever its planned duration
+        if stopped == TIMED_OUT and not self.document.get("timeout_ms"):
+            self.fail(f"attempt {entry['attempt']} timed out, with no timeout")
+        return stopped in STOPPED
+
+    def _unheard(self, entry: Mapping[str, Any]) -> bool:
+        began, ended = entry.get("started_at"), entry.get("ended_at")
+        if not isinstance(began, dt.datetime) or not isinstance(ended, dt.datetime):
+            return False
+        return self.timeline.unheard(entry.get("pid") or 0, began.timestamp(), ended.timestamp())
 
     def _ledger(self) -> None:
         """Every counted attempt ran, and every run that did not count has a cause."""
@@ -597,13 +642,7 @@ class JobJudge:
     ) -> None:
         for key, entry in counted.items():
             run = next((r for r in self.runs if (r.attempt, r.snoozes, r.worker) == key), None)
-            if entry.get("outcome") == "skipped":  # cancelled before it started
-                if run is not None:
-                    self.fail(f"attempt {key[0]} skipped, yet it ran")
-                continue
-            if entry.get("unrun"):  # stopped before its code began (an async job's task)
-                if run is not None:
-                    self.fail(f"attempt {key[0]} recorded as not run, yet it ran")
+            if self._may_not_have_run(key[0], entry, run):
                 continue
             if run is None or not run.finished:
                 self.fail(f"attempt {key[0]} recorded as {entry.get('outcome')}, never ran")
@@ -613,6 +652,19 @@ class JobJudge:
                     self.report.duplicated_effects["stopped after its effect"] += 1
             elif run.effect != (entry.get("outcome") == "done"):
                 self.fail(f"attempt {key[0]} recorded as {entry.get('outcome')}, ran otherwise")
+
+    def _may_not_have_run(self, attempt: int, entry: Mapping[str, Any], run: Run | None) -> bool:
+        """Whether the attempt is one recorded as not run (checked: it did not), or one
+        whose job process its worker's fence killed (its code begun or not)."""
+        if entry.get("outcome") == "skipped":  # cancelled before it started
+            if run is not None:
+                self.fail(f"attempt {attempt} skipped, yet it ran")
+            return True
+        if entry.get("unrun"):  # stopped before its code began (an async job's task)
+            if run is not None:
+                self.fail(f"attempt {attempt} recorded as not run, yet it ran")
+            return True
+        return entry.get("class") == SELF_FENCED and (run is None or not run.finished)
 
     def _uncounted_runs_have_a_cause(
         self, counted: Mapping[tuple[int, int, str], Mapping[str, Any]]
@@ -776,7 +828,7 @@ def _disturbance(timeline: Timeline, t: float, limit: float, record: Record, end
             continue
         if fault.kind == "kill-cleaner":
             cost = scenario.lease + scenario.dead_after
-        elif fault.kind in DATABASE_FAULTS:
+        elif fault.kind in OUTAGE_STARTS:
             outage = float(fault.note.rsplit("down for ", 1)[1].rstrip("s"))
             cost = outage + scenario.dead_after + 5.0
         else:

@@ -68,7 +68,9 @@ LEADER_FAULTS = (
     "second-recruiter",
     "second-cleaner",
 )
-DATABASE_FAULTS = ("restart-database", "kill-database")
+DATABASE_FAULTS = ("restart-database", "kill-database", "freeze-worker-across-outage")
+OUTAGE_STARTS = ("restart-database", "kill-database", "database-down-with-a-freeze")
+"""What the fault log says as the database goes down."""
 ALL_FAULTS = WORKER_FAULTS + LEADER_FAULTS + DATABASE_FAULTS
 
 
@@ -406,6 +408,7 @@ class Run:
             "second-cleaner": lambda: self._second("cleaner"),
             "restart-database": lambda: self._stop_database(kill=False),
             "kill-database": lambda: self._stop_database(kill=True),
+            "freeze-worker-across-outage": self._freeze_across_outage,
         }
         return injectors[kind]()
 
@@ -442,13 +445,30 @@ class Run:
         member.process.wait()
 
     def _freeze_worker(self) -> bool:
+        return self._freeze_busy_worker() is not None
+
+    def _freeze_across_outage(self) -> bool:
+        """Freeze a busy worker, and take the database down with it until after its
+        thaw: thawed, it cannot be heard (nor can a cleaner declare it dead), and it
+        must fence itself; its heartbeat lands once the database is back."""
+        if self.server is None or self.database_down:
+            return False
+        pause = self._freeze_busy_worker()
+        if pause is None:
+            return False
+        self.log("freeze-worker-across-outage", None, "the database down until after the thaw")
+        outage = pause + self.chooser.uniform(0.5, 2.0)
+        return self._stop_database(kill=False, outage=outage, kind="database-down-with-a-freeze")
+
+    def _freeze_busy_worker(self) -> float | None:
+        """Freeze a worker running a job; for how long (``None``: none runs one)."""
         # a slow job is likely to be still running when its worker thaws
         running = self._running_pids("slow") or self._running_pids()
         targets = [
             m for m in self.live("worker") if m.process.pid in running and m.fate != "frozen"
         ]
         if not targets:
-            return False
+            return None
         member = self.chooser.choice(targets)
         member.process.send_signal(signal.SIGSTOP)
         member.fate = "frozen"
@@ -463,7 +483,7 @@ class Run:
             self.log("thaw-worker", member.process.pid, "SIGCONT")
 
         self.later.append((time.time() + pause, "thaw", thaw))
-        return True
+        return pause
 
     def _leader(self, role: str) -> Member | None:
         name = "recruiter" if role == "recruiter" else "cleaner"
@@ -505,7 +525,9 @@ class Run:
         self.log(f"second-{role}", member.process.pid, "started while one leads")
         return True
 
-    def _stop_database(self, kill: bool) -> bool:
+    def _stop_database(
+        self, kill: bool, outage: float | None = None, kind: str | None = None
+    ) -> bool:
         server = self.server
         if server is None or self.database_down:
             return False
@@ -514,8 +536,8 @@ class Run:
         else:
             server.stop()
         self.database_down = True
-        outage = self.chooser.uniform(0.5, 6.0)
-        kind = "kill-database" if kill else "restart-database"
+        outage = self.chooser.uniform(0.5, 6.0) if outage is None else outage
+        kind = kind or ("kill-database" if kill else "restart-database")
         self.log(kind, server.pid, f"{'SIGKILL' if kill else 'SIGTERM'}, down for {outage:.1f}s")
 
         def restart() -> None:
