@@ -293,6 +293,7 @@ def test_a_take_back_cut_short_after_its_fence_is_finished_by_the_recruiters_nex
     assert job.history[-1]["crashed"] is True, "its attempt ended as crashed, through its policy"
 
 
+@pytest.mark.parametrize("finisher", ["the next cleaner's first round", "the recruiter's look"])
 @pytest.mark.parametrize("dies", ["after its fence", "after the kill of the session"])
 def test_a_transactional_attempts_session_is_killed_by_whoever_takes_it_back(
     queue: Queue,
@@ -301,10 +302,12 @@ def test_a_transactional_attempts_session_is_killed_by_whoever_takes_it_back(
     cleaner: Cleaner,
     monkeypatch: pytest.MonkeyPatch,
     dies: str,
+    finisher: str,
 ) -> None:
     """The cleaner dies at a step of its take-back of a job whose attempt left a
-    transaction open: the session id is with the job's lock, so the recruiter's look for
-    unheld locks, which finishes the take-back, kills it before it releases the job."""
+    transaction open: the session id is with the job's lock, so whoever finishes the
+    take-back (the cleaner that leads next, at its first round; else the recruiter's
+    look for unheld locks) kills it before it releases the job."""
     registry.workable("tests.noop", lambda: None)
     job_id = queue.schedule(JobSpec("tests.noop").retry_with(RetryManyTimes(3, 0)))
     worker = WorkerProcess(queue.store, registry, clock, WORKER, lambda: None)
@@ -337,7 +340,12 @@ def test_a_transactional_attempts_session_is_killed_by_whoever_takes_it_back(
         cleaner.run_once(clock.now())
     monkeypatch.setattr(takeback, "release_held", _REAL_RELEASE_HELD)
     assert queue.store.workers() == [], "fenced out: the roster document is gone"
-    assert leader.run_once(clock.now()).rolled_back == 1
+    if finisher == "the recruiter's look":
+        assert leader.run_once(clock.now()).rolled_back == 1
+    else:
+        successor = Cleaner(queue.store)
+        successor.became_leader()
+        assert dict(successor.run_once(clock.now()).released) == {"retry": 1}
     assert events[-2:] == ["kill", "release"], "killed before the job was released"
     assert queue.job(job_id).history[-1]["crashed"] is True
 
