@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import bson
 from bson import ObjectId
 
 from recruiter.clock import to_millis
@@ -26,6 +25,7 @@ from recruiter.keys import check_key
 from recruiter.policies import DoNotDoItAgain, RetriableExceptionFilter
 from recruiter.retry import RetryPolicy
 from recruiter.snooze import check_snooze_limit
+from recruiter.storable import check_bson, storable_text
 from recruiter.uniqueness import DEFAULT_UNIQUE_STATES, Debounce, Root, Unique, dedup_key_of
 from recruiter.waits import After
 
@@ -39,97 +39,11 @@ TRACE_LIMIT = 8192
 """Characters of a traceback kept per attempt."""
 PRIORITY_RANGE = range(-1000, 1001)
 """Priorities a job may have; higher runs first within its group, 0 by default."""
-PARAMETERS_LIMIT = 12 * 1024 * 1024
-"""The most bytes of BSON a job's parameters may take: a MongoDB document holds at most
-16 MiB, and a job keeps its history and result beside them."""
-DOCUMENT_LIMIT = 16 * 1024 * 1024
-"""MongoDB's largest document (its ``maxBsonObjectSize``)."""
-
-
-def check_bson(workable: str, parameters: Any) -> dict[str, Any]:
-    """Return ``parameters`` if they can be stored as a BSON document, else raise."""
-    if not isinstance(parameters, Mapping):
-        raise InvalidParameters(workable, f"expected a mapping, got {type(parameters).__name__}")
-    _check_keys(workable, parameters)
-    try:
-        size = len(bson.encode({"parameters": parameters}))
-    except UnicodeEncodeError as error:
-        raise InvalidParameters(workable, _not_utf8(error)) from error
-    except (bson.errors.InvalidDocument, OverflowError, TypeError) as error:
-        raise InvalidParameters(workable, f"not BSON-serializable: {error}") from error
-    if size > PARAMETERS_LIMIT:
-        raise InvalidParameters(
-            workable,
-            f"they take {size:,} bytes of BSON, over the {PARAMETERS_LIMIT:,} "
-            f"({_megabytes(PARAMETERS_LIMIT)}) a job's parameters may take (MongoDB stores a "
-            f"document of at most {_megabytes(DOCUMENT_LIMIT)}, and a job keeps its history "
-            "and result beside them): store large data elsewhere (GridFS, a file store) and "
-            "pass where it is",
-        )
-    return dict(parameters)
-
-
-def _not_utf8(error: UnicodeEncodeError) -> str:
-    """What to say of text UTF-8 cannot hold: a lone surrogate, from bytes decoded with
-    ``errors="surrogateescape"`` (a file name, an environment variable), say."""
-    character = error.object[error.start : error.end]
-    return (
-        f"they hold {character!r}, a lone surrogate, which UTF-8 (and so BSON) cannot store: "
-        "pass bytes as bytes, or decode the text with errors='replace'"
-    )
-
-
-def _megabytes(size: int) -> str:
-    """A size in MiB, as messages give it.
-
-    >>> _megabytes(17_000_000), _megabytes(16 * 1024 * 1024)
-    ('16.2 MiB', '16 MiB')
-    """
-    return f"{size / 1024 / 1024:.3g} MiB"
-
-
-def _check_keys(workable: str, value: Any, path: str = "") -> None:
-    if isinstance(value, Mapping):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise InvalidParameters(workable, f"key {key!r} at {path or 'top'} is not a string")
-            if problem := _key_problem(key):
-                where = f" (at {path})" if path else ""
-                raise InvalidParameters(workable, f"key {key!r}{where} {problem}")
-            _check_keys(workable, item, f"{path}.{key}" if path else key)
-    elif isinstance(value, list | tuple):
-        for index, item in enumerate(value):
-            _check_keys(workable, item, f"{path}[{index}]")
-
-
-def _key_problem(key: str) -> str | None:
-    """Why ``key`` cannot name a field of a stored document, or ``None``."""
-    if key.startswith("$"):
-        return "may not start with $ (MongoDB reads it as an operator)"
-    if "." in key:
-        return "may not hold '.' (MongoDB reads it as a path)"
-    if "\x00" in key:
-        return "may not hold a NUL character (a BSON name ends at one)"
-    return None
 
 
 def new_job_fields(job_id: Any, now: dt.datetime) -> dict[str, Any]:
     """The fields a job document starts with, before it is locked or run."""
     return {"_id": job_id, "done": False, "created_at": now, "locked": False, "attempts": 0}
-
-
-def storable_text(text: str, what: str) -> str:
-    """``text``, if UTF-8 (and so BSON) can store it; else :class:`InvalidJob` naming
-    ``what`` and the lone surrogate it holds."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as error:
-        character = error.object[error.start : error.end]
-        raise InvalidJob(
-            f"{what} {text!r} holds {character!r}, a lone surrogate, which UTF-8 cannot "
-            "store: decode the text with errors='replace'"
-        ) from error
-    return text
 
 
 def check_group(group: Any) -> str:

@@ -65,7 +65,7 @@ def taken_back_only_when_fenced(view: View) -> str | None:
     ``recruiter.attempts.takeback``, checked at the moment of the take-back: it breaks before a
     second run can start, whether or not one does."""
     for job in view.jobs.values():
-        for n, _worker, _outcome, crashed in job.history:
+        for n, _worker, _outcome, crashed, _fenced in job.history:
             if not crashed:
                 continue
             for run in view.ledger.in_code():
@@ -94,7 +94,7 @@ def nothing_archived_unrun(view: View) -> str | None:
     for job in view.jobs.values():
         if job.why != "done":
             continue
-        done = [(n, worker) for n, worker, outcome, _ in job.history if outcome == "done"]
+        done = [(n, worker) for n, worker, outcome, *_ in job.history if outcome == "done"]
         if not any(view.ledger.completed(job.name, n, worker) for n, worker in done):
             return f"{job.name} is archived done but no run recorded as done completed: {done}"
     return None
@@ -104,7 +104,8 @@ def attempts_counted_once(view: View) -> str | None:
     """4. Every attempt is recorded once, and only by its holder: attempts 1..n each at
     most once in the history (exactly once when the job is finished at the end), each
     record matching a completed run of that attempt by the worker it names; records of
-    crashed attempts, written by the cleaner or a recruiter, are allowed."""
+    crashed attempts, written by the cleaner or a recruiter, and of attempts their own
+    worker's fence stopped (it went unheard for too long), are allowed."""
     for job in view.jobs.values():
         counts = Counter(n for n, *_ in job.history)
         twice = sorted(n for n, count in counts.items() if count > 1)
@@ -113,8 +114,8 @@ def attempts_counted_once(view: View) -> str | None:
         beyond = sorted(n for n in counts if not 1 <= n <= job.attempts)
         if beyond:
             return f"{job.name}: attempt {beyond[0]} recorded, but attempts is {job.attempts}"
-        for n, worker, outcome, crashed in job.history:
-            if not crashed and not view.ledger.completed(job.name, n, worker):
+        for n, worker, outcome, crashed, fenced in job.history:
+            if not crashed and not fenced and not view.ledger.completed(job.name, n, worker):
                 return (
                     f"{job.name}: attempt {n} recorded as {outcome} by {worker}, "
                     f"which did not run it to its end"

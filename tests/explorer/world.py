@@ -99,8 +99,10 @@ class JobState:
     """``scheduled`` or ``archived`` (``both`` during a move, ``missing``)."""
     why: str | None
     attempts: int
-    history: tuple[tuple[int, str, str, bool], ...]
-    """Each recorded attempt: number, worker, outcome, whether recorded as crashed."""
+    history: tuple[tuple[int, str, str, bool, bool], ...]
+    """Each recorded attempt: number, worker, outcome, whether recorded as crashed, and
+    whether stopped by its own worker's fence (it went unheard: its code did not run
+    to its end)."""
 
 
 class GatedStore:
@@ -374,6 +376,7 @@ class World:
                 self.names.of(entry.get("worker")),
                 str(entry.get("outcome")),
                 bool(entry.get("crashed")),
+                entry.get("class") == "recruiter.stopping.SelfFenced",
             )
             for entry in document.get("history") or ()
         )
