@@ -10,17 +10,30 @@ import json
 import subprocess
 import sys
 import threading
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
+from bson import Binary
 
-from recruiter import FrozenClock, JobSpec, Queue, Registry, RetryStatistics
+from recruiter import (
+    DatabaseError,
+    FrozenClock,
+    JobSpec,
+    Queue,
+    Registry,
+    RetryManyTimes,
+    RetryStatistics,
+    WriteRejected,
+)
+from recruiter.attempts.manual import run_here
 from recruiter.liveness import SelfFence
 from recruiter.maintenance.dead_workers import DeadWorkerTakeBack
 from recruiter.pools.event_loop import EventLoop
 from recruiter.pools.process_pool import JobProcess
 from recruiter.pools.stopping import Running, SelfFenced, Watch
+from recruiter.processes.recruiter import Recruiter
 from recruiter.processes.worker import WorkerConfig, WorkerProcess
 
 SECOND = dt.timedelta(seconds=1)
@@ -157,3 +170,55 @@ def test_a_broken_slots_session_is_dropped_not_ended(
     monkeypatch.setattr(queue.store, "close_session", ended.append)
     slot.drop_session()
     assert (slot.session, ended) == (None, [])
+
+
+def test_a_slot_whose_end_was_refused_renews_its_session_before_its_next_job(
+    queue: Queue, registry: Registry, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its end refused, the job stays locked and started, its lock naming the slot's
+    session: whoever takes it back kills that id. The slot, alive, must not be using it."""
+    registry.workable("tests.noop", lambda: None)
+    worker = WorkerProcess(queue.store, registry, clock, WorkerConfig(watch=False), lambda: None)
+    slot = worker.slots[0]
+    slot.register()
+    old, new = object(), object()
+    slot.session = old
+    lsid = {"id": Binary(uuid.uuid4().bytes, 4)}
+    monkeypatch.setattr(queue.store, "session_id_of", lambda session: lsid)
+    monkeypatch.setattr(queue.store, "open_session", lambda: new)
+    job_id = queue.schedule(JobSpec("tests.noop").retry_with(RetryManyTimes(3, 0)))
+    assert Recruiter(queue.store).run_once(clock.now()).assigned == 1
+
+    def refused(*arguments: Any, **options: Any) -> Any:
+        raise WriteRejected("Document failed validation")
+
+    monkeypatch.setattr(queue.store, "record_end", refused)
+    with pytest.raises(DatabaseError):
+        slot.run_once()
+    assert queue.job(job_id).lock_session == lsid
+    assert slot.session is new, "a new session: the old one's id may be killed"
+
+
+def test_a_manual_run_that_did_not_end_its_job_drops_its_session_rather_than_end_it(
+    queue: Queue, registry: Registry, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry.workable("tests.noop", lambda: None)
+    monkeypatch.setattr(registry, "runs_in_transaction", lambda name: True)
+    session, lsid = object(), {"id": Binary(uuid.uuid4().bytes, 4)}
+    ended: list[object] = []
+    monkeypatch.setattr(queue.store, "open_session", lambda: session)
+    monkeypatch.setattr(queue.store, "session_id_of", lambda s: lsid)
+    monkeypatch.setattr(queue.store, "close_session", ended.append)
+    monkeypatch.setattr(
+        "recruiter.attempts.executor.run_in_transaction",
+        lambda attempt, job, token, start: _refused(),
+    )
+    job_id = queue.schedule(JobSpec("tests.noop").retry_with(RetryManyTimes(3, 0)))
+    with pytest.raises(DatabaseError):
+        run_here(queue.store, registry, clock, [job_id])
+    assert queue.job(job_id).lock_session == lsid, "left started, its session named"
+    assert ended == [], "dropped: an ended id would go back to the driver's pool"
+
+
+def _refused() -> Any:
+    raise WriteRejected("Document failed validation")

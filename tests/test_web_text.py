@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 import re
 
-from recruiter import JobSpec, Queue
+from recruiter import Every, JobSpec, Queue
 from recruiter.monitoring.printable import printable
 from recruiter.web.text import cut, lines, raw, shown
 from tests.web_client import client, signed_in
@@ -57,5 +57,38 @@ def test_a_long_error_is_cut_in_the_lists_and_whole_on_the_jobs_page(queue: Queu
     )
     page = client(queue).get(f"/jobs/{job_id}").text
     assert "(8,000 more characters)" in page
-    assert "the whole message (10000 characters)" in page
+    assert "the whole message" in page
     assert message in page, "whole, in its details"
+
+
+def test_a_message_cut_once_escaped_is_shown_whole_too(queue: Queue) -> None:
+    # under 2,000 characters as stored, over once each is shown escaped (six each)
+    job_id = queue.schedule(JobSpec("tests.noop"))
+    message = "\u202e" * 1500
+    queue.store.database.scheduled.update_one(
+        {"_id": job_id},
+        {
+            "$set": {
+                "history": [{"attempt": 1, "outcome": "retry", "class": "E", "message": message}]
+            }
+        },
+    )
+    page = client(queue).get(f"/jobs/{job_id}").text
+    assert "(7,000 more characters)" in page
+    assert "the whole message" in page, "cut, so shown whole below"
+
+
+def test_a_schedulers_forms_act_on_its_urn_itself(queue: Queue) -> None:
+    queue.repeat("nightly\u202ereport\u200b", JobSpec("tests.noop"), Every("1h"))
+    browser, csrf = signed_in(queue)
+    page = browser.get("/schedulers").text
+    sent = re.findall(r'name="urn" value="([^"]*)"', page)
+    assert sent
+    assert all(html.unescape(value) == "nightly\u202ereport\u200b" for value in sent)
+    reply = browser.post(
+        "/schedulers/remove",
+        data={"csrf": csrf, "urn": html.unescape(sent[-1])},
+        follow_redirects=False,
+    )
+    assert reply.status_code in (200, 303)
+    assert queue.schedulers() == []

@@ -37,7 +37,7 @@ from recruiter.errors import (
     RecruiterError,
     WaitTimeout,
 )
-from recruiter.execution import Execution
+from recruiter.execution import Execution, Outcome
 from recruiter.job import CARRIED_FIELDS, new_job_fields
 from recruiter.job_record import Job
 from recruiter.loop import Backoff
@@ -265,6 +265,7 @@ def _run_one(
         hostname=identity.hostname,
         heartbeat_every=heartbeat,
     )
+    ended = False  # whether this run ended the job (its lock gone, and its session's id)
     try:
         if not store.lock_job_now(job_id, token, now):
             job = store.find_job(job_id)
@@ -280,16 +281,18 @@ def _run_one(
                 identity = Identity.of_this_process(holder)
                 executor = Executor(store, registry, clock, identity, watch, session=session)
                 execution = executor.execute(job_id, token)
+                ended = execution.outcome is not Outcome.FENCED
         finally:
             watch.close()
         if declared_dead.is_set():
             raise DeclaredDead(job_id)
     finally:
         removed = store.unregister_holder(holder, token)
-        # a holder the cleaner removed (declared dead) may have its session killed late:
-        # dropped, never ended, since an ended session's id goes back to the driver's
-        # pool, and the next session of this process (the application's) would get it
-        if session is not None and removed:
+        # a session whose id a take-back may kill later (the holder removed as dead, or
+        # the job left locked: its end refused, fenced off) is dropped, never ended: an
+        # ended session's id goes back to the driver's pool, and the next session of
+        # this process (the application's) would get it
+        if session is not None and removed and ended:
             store.close_session(session)
     after = store.find_job(job_id)
     assert after is not None

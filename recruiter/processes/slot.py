@@ -23,7 +23,7 @@ from recruiter.attempts.executor import Executor, Identity
 from recruiter.attempts.prefetch import run_handed_out
 from recruiter.attempts.takeback import put_back
 from recruiter.clock import Clock
-from recruiter.execution import Execution
+from recruiter.execution import Execution, Outcome
 from recruiter.pools.process_pool import JobProcess
 from recruiter.pools.stopping import Watch
 from recruiter.store import Assignment, RanReport, Release, RosterChange, Store
@@ -156,6 +156,13 @@ class WorkerSlot:
         if any(map(self.registry.runs_in_transaction, workables)):
             self.session = self.store.open_session()
 
+    def _renew_session(self) -> None:
+        """A new session, the old one dropped, after an attempt that may have left its job
+        locked and started in it (fenced off, or its end refused): whoever takes that job
+        back kills the session its lock names, which must then be no live one of ours."""
+        if self.session is not None:
+            self.session = self.store.open_session()
+
     def drop_session(self) -> None:
         """Forget its server session without ending it: a take-back may kill its id
         later, and an ended session's id goes back to the driver's pool, where this
@@ -224,9 +231,15 @@ class WorkerSlot:
         token = assignment.token
         self._ran.append(token)
         jobs = list(assignment.job_ids)
-        handed = run_handed_out(
-            executor, jobs, token, stopping=self.stopping, running=self._set_running
-        )
+        try:
+            handed = run_handed_out(
+                executor, jobs, token, stopping=self.stopping, running=self._set_running
+            )
+        except BaseException:
+            self._renew_session()  # (a job may be left started in it: see below)
+            raise
+        if any(each.outcome is Outcome.FENCED for each in handed.executions):
+            self._renew_session()
         lengths = handed.lengths.items()
         ran = [RanReport(g, int(n), round(s, 6), w) for (g, w), (n, s) in lengths]
         done = Release(self.id, token, self.clock.latest(), ran, self.process)

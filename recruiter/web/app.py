@@ -31,7 +31,7 @@ from recruiter.web.context import (
     session_of,
 )
 from recruiter.web.security import CONTENT_SECURITY_POLICY, Guard, Refused
-from recruiter.web.text import cut, lines, raw, shown
+from recruiter.web.text import cut, is_cut, lines, raw, shown
 
 HERE = files("recruiter.web")
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
@@ -70,7 +70,7 @@ def create_app(queue: Queue, config: WebConfig | None = None) -> FastAPI:
     templates.env.filters.update(
         when=moment_text, bson=bson_text, seconds=seconds, linked_ids=linked_ids, counted=counted
     )
-    templates.env.filters.update(raw=raw, lines=lines, cut=cut)
+    templates.env.filters.update(raw=raw, lines=lines, cut=cut, is_cut=is_cut)
     templates.env.finalize = shown  # (before any template is compiled: they are, lazily)
     templates.env.globals["refresh_ms"] = int(config.refresh_seconds * 1000)
     app.state.queue = queue

@@ -41,6 +41,11 @@ def lines(value: Any) -> str:
     return _Kept(printable("" if value is None else str(value)))
 
 
+def is_cut(value: Any, at: int = CUT_AT) -> bool:
+    """Whether :func:`cut` at ``at`` cuts ``value`` (counted as it is shown, escaped)."""
+    return len(printable("" if value is None else str(value), lines=False)) > at
+
+
 def cut(value: Any, at: int = CUT_AT) -> str:
     """``value`` made printable and cut at ``at`` characters, saying how many more there
     are (the job's page shows it whole)."""
