@@ -412,31 +412,11 @@ class Timeline:
 
     def frozen(self, pid: int) -> list[tuple[float, float]]:
         """The intervals the process spent stopped."""
-        frozen: list[tuple[float, float]] = []
-        start: float | None = None
-        for fault in self.by_pid[pid]:
-            if fault.kind == "freeze-worker":
-                start = fault.t
-            elif fault.kind == "thaw-worker" and start is not None:
-                frozen.append((start, fault.t))
-                start = None
-        if start is not None:
-            frozen.append((start, float("inf")))
-        return frozen
+        return _intervals(self.by_pid[pid], ("freeze-worker",), "thaw-worker")
 
     def outages(self) -> list[tuple[float, float]]:
         """The intervals the database was down."""
-        down: list[tuple[float, float]] = []
-        start: float | None = None
-        for fault in self.faults:
-            if fault.kind in OUTAGE_STARTS:
-                start = fault.t
-            elif fault.kind == "database-up" and start is not None:
-                down.append((start, fault.t))
-                start = None
-        if start is not None:
-            down.append((start, float("inf")))
-        return down
+        return _intervals(self.faults, OUTAGE_STARTS, "database-up")
 
     def unheard(self, pid: int, began: float, ended: float) -> bool:
         """Whether the worker ``pid`` may have gone unheard long enough to fence itself
@@ -460,6 +440,24 @@ class Timeline:
                     return "worker frozen past the dead timeout, resumed its released job"
                 return "worker frozen past the dead timeout"
         return None
+
+
+def _intervals(
+    faults: Iterable[Fault], starts: tuple[str, ...], end: str
+) -> list[tuple[float, float]]:
+    """From each fault of a kind in ``starts`` to the next of kind ``end`` (open-ended
+    when none came)."""
+    found: list[tuple[float, float]] = []
+    start: float | None = None
+    for fault in faults:
+        if fault.kind in starts:
+            start = fault.t
+        elif fault.kind == end and start is not None:
+            found.append((start, fault.t))
+            start = None
+    if start is not None:
+        found.append((start, float("inf")))
+    return found
 
 
 class JobJudge:
