@@ -1,7 +1,7 @@
 """How long a worker may go unheard before it is considered dead, one value for both sides
 (docs/reliability.md, "A worker that may have been declared dead"):
 
-- the worker records it in its roster document (``considered_dead_after_ms``), and a
+- the worker records it in its roster document (``dead_after_ms``), and a
   cleaner declares it dead only after that long without a heartbeat (or longer, its own
   ``--considered-dead-after``, when that is longer);
 - the worker, counting on its own monotonic clock since its last heartbeat that landed,
@@ -37,12 +37,11 @@ needs to land (a watchdog's look, a job process killed)."""
 def considered_dead_after(
     heartbeat_every: dt.timedelta, asked: dt.timedelta | None = None
 ) -> dt.timedelta:
-    """A worker's silence limit: ``asked``, else the default, never under
-    :data:`SILENT_BEATS` of its heartbeats."""
-    least = heartbeat_every * SILENT_BEATS
+    """A worker's silence limit: ``asked``, else the default or :data:`SILENT_BEATS`
+    of its heartbeats, whichever is longer."""
     if asked is not None:
-        return asked
-    return max(DEFAULT_CONSIDERED_DEAD_AFTER, least)
+        return asked  # (refused under the least by check_silence_limits)
+    return max(DEFAULT_CONSIDERED_DEAD_AFTER, heartbeat_every * SILENT_BEATS)
 
 
 def check_silence_limits(

@@ -240,15 +240,11 @@ class WorkerProcess:
         }
         if process is None or not registered:
             return
-        # stamped at the latest the server's time may be: never older than it is; the
-        # silence counts from before it was sent (the fence never trails the stamp)
-        sent_at = self.clock.monotonic()
-        if not self.store.heartbeat([process], self.clock.latest()):
+        if not self._heard(process):
             if any(slot.running is not None for slot in registered.values()):
                 self._slot_removed()
             self._ring_all()  # each finds it was removed, and the first registers again
             return
-        self.fence.heard(sent_at)  # on the roster still: it may run again
         running = self.watch.running()
         if running:  # one read, only while jobs run: which were cancelled meanwhile
             self.watch.cancel(self.store.cancel_requested([r.job_id for r in running]))
@@ -258,6 +254,16 @@ class WorkerProcess:
         # goes on beating for the jobs it finishes first
         self.check_schema()
 
+    def _heard(self, process: ObjectId) -> bool:
+        """Send one heartbeat of the process; whether it landed and found it on the roster
+        (then the fence counts its silence from before it was sent: never trailing the
+        stamp, taken at the latest the server's time may be)."""
+        sent_at = self.clock.monotonic()
+        if not self.store.heartbeat([process], self.clock.latest()):
+            return False
+        self.fence.heard(sent_at)  # on the roster still: it may run again
+        return True
+
     def _beat_for_fence(self) -> None:
         """A heartbeat alone, sent by a slot that found the worker fenced as a job was
         about to begin: it lands and finds the worker on the roster (the fence reopens),
@@ -265,10 +271,8 @@ class WorkerProcess:
         process = self.process_id
         if process is None:
             return
-        sent_at = self.clock.monotonic()
         try:
-            if self.store.heartbeat([process], self.clock.latest()):
-                self.fence.heard(sent_at)
+            self._heard(process)
         except DatabaseError as error:
             logger.error("worker: fenced, and a heartbeat to be heard again failed: %s", error)
 
