@@ -107,13 +107,10 @@ def test_a_cleaner_waits_as_long_as_the_worker_said_it_may_go_unheard(
     assert cleaner.run_once(clock.now()).dead_workers == 1
 
 
-def test_a_worker_frozen_between_its_start_and_its_code_does_not_begin_the_code(
-    queue: Queue,
-    registry: Registry,
-    clock: FrozenClock,
-    cleaner: Cleaner,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def _assigned_effect(
+    queue: Queue, registry: Registry, clock: FrozenClock
+) -> tuple[WorkerProcess, list[str], Any]:
+    """A registered worker handed a job whose code notes its effect (and its exit)."""
     effects: list[str] = []
 
     @registry.workable("tests.effect")
@@ -124,6 +121,17 @@ def test_a_worker_frozen_between_its_start_and_its_code_does_not_begin_the_code(
     worker.slots[0].register()
     job_id = queue.schedule(JobSpec("tests.effect").retry_with(RetryManyTimes(3, 0)))
     assert Recruiter(queue.store).run_once(clock.now()).assigned == 1
+    return worker, effects, job_id
+
+
+def test_a_worker_frozen_between_its_start_and_its_code_does_not_begin_the_code(
+    queue: Queue,
+    registry: Registry,
+    clock: FrozenClock,
+    cleaner: Cleaner,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    worker, effects, job_id = _assigned_effect(queue, registry, clock)
 
     def frozen_then_declared_dead() -> object:
         clock.advance(WORKER.dead_after.total_seconds() + 1)
@@ -146,16 +154,7 @@ def test_a_worker_unheard_past_its_fence_but_heard_again_runs_its_job(
     # the database was out, no one declared it dead: a heartbeat lands, and finds it on
     # the roster; from then on it runs again. A job about to begin first sends one of
     # its own, rather than fail for want of the heartbeat thread's next one
-    effects: list[str] = []
-
-    @registry.workable("tests.effect")
-    def effect() -> None:
-        effects.append("effect")
-
-    worker = WorkerProcess(queue.store, registry, clock, WORKER, lambda: effects.append("exit"))
-    worker.slots[0].register()
-    queue.schedule(JobSpec("tests.effect"))
-    assert Recruiter(queue.store).run_once(clock.now()).assigned == 1
+    worker, effects, _ = _assigned_effect(queue, registry, clock)
     clock.advance(WORKER.dead_after.total_seconds() - 1)
     assert worker.fence.fenced()
     if heard_by == "the heartbeat thread":

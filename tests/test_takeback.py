@@ -169,9 +169,7 @@ def _half_round(
 
 def _assign(queue: Queue, clock: FrozenClock) -> ObjectId:
     assert Recruiter(queue.store).run_once(clock.now()).assigned == 1
-    (worker,) = queue.store.workers()
-    assert worker.assignment is not None
-    return worker.assignment.token
+    return _held_token(queue)
 
 
 def test_a_dead_workers_job_ended_by_its_take_back_tells_what_waits_for_it_at_once(
@@ -269,10 +267,8 @@ def test_a_take_back_cut_short_after_its_fence_is_finished_by_the_recruiters_nex
     worker.slots[0].register()
     leader = Recruiter(queue.store)
     assert leader.run_once(clock.now()).assigned == 1
-    (held,) = queue.store.workers()
-    assert held.assignment is not None
     started = {"started_at": clock.now()}
-    assert queue.store.start_if_owned(job_id, held.assignment.token, started) is not None
+    assert queue.store.start_if_owned(job_id, _held_token(queue), started) is not None
     clock.advance(DEAD_AFTER.total_seconds() + 1)  # the worker froze mid-job
 
     def cleaner_dies(*arguments: Any, **options: Any) -> Any:

@@ -44,18 +44,17 @@ def test_a_hostile_group_is_shown_escaped_and_its_form_acts_on_the_group_itself(
     assert queue.group_settings() == [], "the form acted on the group itself"
 
 
-def test_a_long_error_is_cut_in_the_lists_and_whole_on_the_jobs_page(queue: Queue) -> None:
+def _job_page_failed_with(queue: Queue, message: str) -> str:
+    """The page of a job whose first attempt failed with ``message``."""
     job_id = queue.schedule(JobSpec("tests.noop"))
+    attempt = {"attempt": 1, "outcome": "retry", "class": "E", "message": message}
+    queue.store.database.scheduled.update_one({"_id": job_id}, {"$set": {"history": [attempt]}})
+    return str(client(queue).get(f"/jobs/{job_id}").text)
+
+
+def test_a_long_error_is_cut_in_the_lists_and_whole_on_the_jobs_page(queue: Queue) -> None:
     message = "z" * 10_000
-    queue.store.database.scheduled.update_one(
-        {"_id": job_id},
-        {
-            "$set": {
-                "history": [{"attempt": 1, "outcome": "retry", "class": "E", "message": message}]
-            }
-        },
-    )
-    page = client(queue).get(f"/jobs/{job_id}").text
+    page = _job_page_failed_with(queue, message)
     assert "(8,000 more characters)" in page
     assert "the whole message" in page
     assert message in page, "whole, in its details"
@@ -63,17 +62,8 @@ def test_a_long_error_is_cut_in_the_lists_and_whole_on_the_jobs_page(queue: Queu
 
 def test_a_message_cut_once_escaped_is_shown_whole_too(queue: Queue) -> None:
     # under 2,000 characters as stored, over once each is shown escaped (six each)
-    job_id = queue.schedule(JobSpec("tests.noop"))
     message = "\u202e" * 1500
-    queue.store.database.scheduled.update_one(
-        {"_id": job_id},
-        {
-            "$set": {
-                "history": [{"attempt": 1, "outcome": "retry", "class": "E", "message": message}]
-            }
-        },
-    )
-    page = client(queue).get(f"/jobs/{job_id}").text
+    page = _job_page_failed_with(queue, message)
     assert "(7,000 more characters)" in page
     assert "the whole message" in page, "cut, so shown whole below"
 
